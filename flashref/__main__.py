@@ -1,0 +1,35 @@
+"""``python -m flashref {figures,bench,profile}``."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: python -m flashref COMMAND [options]
+
+commands:
+  figures   regenerate every figure (PNG + CSV) in figures/ on the CPU
+  bench     time flashref's Triton kernel against PyTorch SDPA backends (needs CUDA)
+  profile   measure DRAM traffic with Nsight Compute (needs CUDA and ncu)
+"""
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "figures":
+        from .figures import main as run
+    elif cmd == "bench":
+        from .gpu.bench import main as run
+    elif cmd == "profile":
+        from .gpu.profile import main as run
+    else:
+        print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    return run(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

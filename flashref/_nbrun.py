@@ -1,0 +1,74 @@
+"""Build and execute the notebooks (a maintainer's tool; the tests execute them the same way).
+
+    python -m flashref._nbrun build notebooks/src.py notebooks/03-flashattention-forward.ipynb
+    python -m flashref._nbrun run notebooks/03-flashattention-forward.ipynb
+
+``build`` turns a "percent" script (cells separated by ``# %%`` and ``# %% [markdown]`` lines,
+markdown cells written as ``#``-comments) into a notebook and executes it in place; ``run``
+re-executes a notebook in place. Both execute in the notebook's folder and print the time taken.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+
+def percent_to_notebook(src: str):
+    import nbformat
+
+    cells, kind, buf = [], None, []
+
+    def flush():
+        text = "\n".join(buf).strip("\n")
+        if kind is not None and text:
+            if kind == "markdown":
+                lines = [ln[2:] if ln.startswith("# ") else ln.lstrip("#") for ln in text.splitlines()]
+                cells.append(nbformat.v4.new_markdown_cell("\n".join(lines)))
+            else:
+                cells.append(nbformat.v4.new_code_cell(text))
+
+    for line in src.splitlines():
+        if line.startswith("# %%"):
+            flush()
+            kind, buf = ("markdown" if "[markdown]" in line else "code"), []
+        else:
+            buf.append(line)
+    flush()
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
+
+
+def execute(nb, folder: Path, timeout: int = 300):
+    from nbclient import NotebookClient
+
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    return nb
+
+
+def main(argv=None) -> int:
+    import nbformat
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) >= 2 and argv[0] == "build":
+        src, dst = Path(argv[1]), Path(argv[2])
+        nb = percent_to_notebook(src.read_text())
+    elif len(argv) >= 2 and argv[0] == "run":
+        dst = Path(argv[1])
+        nb = nbformat.read(dst, as_version=4)
+    else:
+        print(__doc__)
+        return 2
+    t = time.perf_counter()
+    execute(nb, dst.resolve().parent)
+    nbformat.write(nb, dst)
+    print(f"{dst}: executed in {time.perf_counter() - t:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

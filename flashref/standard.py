@@ -1,0 +1,178 @@
+"""Standard attention: Algorithm 0 (forward) and Algorithm 3 (backward) of the FlashAttention paper.
+
+Every line materialises an Nq x Nk matrix in HBM and reads it back in the next line: that round
+trip is what FlashAttention removes. Each line is one HBM pass; a matmul "by blocks" reads each
+operand once and writes its output once (rule 6 of DESIGN.md), which is what a tiled GEMM achieves
+with enough on-chip memory, so the IO of standard attention does not depend on the SRAM size M
+(tridao, flash-attention issue #1260). A mask and dropout each cost one more read and write of
+the Nq x Nk matrix, as eager PyTorch's ``masked_fill`` and ``dropout`` do (rule 7).
+
+The option ``sram_size`` is accepted for a common signature and checked, but does not limit this
+algorithm: the memory records the footprint it really held, which is the whole matrices.
+
+Example::
+
+    fwd = standard.forward(Q, K, V, causal=True)
+    bwd = standard.backward(Q, K, V, dO, fwd.P, causal=True)
+    print(fwd.io + bwd.io)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dropout, masks
+from ._checks import attention_problem, check_like
+from .flops import FlopCounter
+from .memory import Memory
+from .results import BackwardResult, ForwardResult
+from .softmax import safe_softmax
+
+__all__ = ["forward", "backward"]
+
+
+def _T(X: np.ndarray) -> np.ndarray:
+    return X.swapaxes(-1, -2)
+
+
+def _dropout_Z(pb):
+    """The dropout scale mask Z of the whole matrix, regenerated from the seed (nothing stored)."""
+    return dropout.scale_mask(pb.seed, pb.dropout_p, pb.lead_shape, (0, pb.Nq), (0, pb.Nk), pb.dtype.type)
+
+
+def forward(Q, K, V, **opts) -> ForwardResult:
+    """Algorithm 0 with the Appendix B.3 additions: ``O = dropout(softmax(MASK(scale * Q Kᵀ))) V``.
+
+    Returns ``.O``, ``.P`` (the softmax before dropout, which Algorithm 3 needs), ``.io``, ``.flops``.
+    """
+    pb = attention_problem(Q, K, V, **opts)
+    mem = Memory(None, pb.dtype_bytes, pb.lead_shape)
+    fc = FlopCounter()
+    for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V)):
+        mem.put(name, X)
+    attend = masks.full_mask(pb.mask, pb.causal, pb.Nq, pb.Nk)
+
+    # Alg.0 l.1: load Q, K by blocks from HBM, compute S = QKᵀ, write S to HBM.
+    Q_ = mem.load("Q", line="Alg.0 l.1")  # read Nq*d
+    K_ = mem.load("K", line="Alg.0 l.1")  # read Nk*d
+    S = fc.matmul(Q_, _T(K_))  # (..., Nq, Nk)
+    fc.elementwise(S)  # the scale, folded into the matmul's epilogue (rule 5)
+    S = mem.hold("S", S * pb.scale)
+    mem.store("S", S, line="Alg.0 l.1")  # write Nq*Nk
+    mem.free("Q", "K", "S")
+    s_name = "S"
+
+    if attend is not None:
+        # MASK(S), one more pass as eager PyTorch's masked_fill: read Nq*Nk, write Nq*Nk.
+        S = mem.load("S", line="mask")
+        S = mem.hold("S", masks.apply(S, attend))
+        fc.elementwise(S)
+        mem.store("S_masked", S, line="mask")
+        mem.free("S")
+        s_name = "S_masked"
+
+    # Alg.0 l.2: read S from HBM, compute P = softmax(S), write P to HBM.
+    S = mem.load(s_name, as_="S", line="Alg.0 l.2")  # read Nq*Nk
+    P = mem.hold("P", safe_softmax(S))
+    fc.elementwise(S, ops=5)  # rowmax, subtract, exp, rowsum, divide
+    mem.store("P", P, line="Alg.0 l.2")  # write Nq*Nk
+    mem.free("S", "P")
+    p_name = "P"
+
+    if pb.dropout_p > 0:
+        # dropout(P), one more pass as eager PyTorch's dropout: read Nq*Nk, write Nq*Nk.
+        P_ = mem.load("P", line="dropout")
+        P_dropped = mem.hold("P_dropped", P_ * _dropout_Z(pb))
+        fc.elementwise(P_dropped)
+        mem.store("P_dropped", P_dropped, line="dropout")
+        mem.free("P", "P_dropped")
+        p_name = "P_dropped"
+
+    # Alg.0 l.3: load P and V by blocks from HBM, compute O = PV, write O to HBM.
+    P_ = mem.load(p_name, as_="P", line="Alg.0 l.3")  # read Nq*Nk
+    V_ = mem.load("V", line="Alg.0 l.3")  # read Nk*d
+    O = mem.hold("O", fc.matmul(P_, V_))  # (..., Nq, d)
+    mem.store("O", O, line="Alg.0 l.3")  # write Nq*d
+
+    # Alg.0 l.4: return O (and P, which the backward pass reads).
+    return ForwardResult(O=mem.result("O"), P=mem.result("P"), io=mem.report(), flops=fc.report(),
+                         events=mem.events)
+
+
+def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
+    """Algorithm 3: gradients from the stored softmax ``P`` (the forward's ``.P``)."""
+    pb = attention_problem(Q, K, V, **opts)
+    dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)
+    P = check_like(P, "P", pb.lead_shape + (pb.Nq, pb.Nk), pb.dtype)
+    mem = Memory(None, pb.dtype_bytes, pb.lead_shape)
+    fc = FlopCounter()
+    for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V), ("dO", dO), ("P", P)):
+        mem.put(name, X)
+    attend = masks.full_mask(pb.mask, pb.causal, pb.Nq, pb.Nk)
+    Z = _dropout_Z(pb) if pb.dropout_p > 0 else None
+
+    # Alg.3 l.1: load P, dO by blocks from HBM, compute dV = Pᵀ dO, write dV to HBM.
+    P_ = mem.load("P", line="Alg.3 l.1")  # read Nq*Nk
+    dO_ = mem.load("dO", line="Alg.3 l.1")  # read Nq*d
+    if Z is not None:
+        # With dropout, dV = (P ∘ Z)ᵀ dO; Z is regenerated on chip from the seed, so no extra IO.
+        P_ = mem.hold("P", P_ * Z)
+        fc.elementwise(P_)
+    dV = mem.hold("dV", fc.matmul(_T(P_), dO_))  # (..., Nk, d)
+    mem.store("dV", dV, line="Alg.3 l.1")  # write Nk*d
+    mem.free("P", "dO", "dV")
+
+    # Alg.3 l.2: load dO, V by blocks from HBM, compute dP = dO Vᵀ, write dP to HBM.
+    dO_ = mem.load("dO", line="Alg.3 l.2")  # read Nq*d
+    V_ = mem.load("V", line="Alg.3 l.2")  # read Nk*d
+    dP = mem.hold("dP", fc.matmul(dO_, _T(V_)))  # (..., Nq, Nk)
+    dp_name = "dP_dropped" if Z is not None else "dP"
+    mem.store(dp_name, dP, line="Alg.3 l.2")  # write Nq*Nk
+    mem.free("dO", "V", "dP")
+
+    if Z is not None:
+        # dropout backward, one more pass: dP = dP_dropped ∘ Z. Read Nq*Nk, write Nq*Nk.
+        dP = mem.load("dP_dropped", as_="dP", line="dropout")
+        dP = mem.hold("dP", dP * Z)
+        fc.elementwise(dP)
+        mem.store("dP", dP, line="dropout")
+        mem.free("dP")
+
+    # Alg.3 l.3: read P, dP from HBM, compute dS_ij = P_ij (dP_ij − Σ_l P_il dP_il), write dS.
+    P_ = mem.load("P", line="Alg.3 l.3")  # read Nq*Nk
+    dP = mem.load("dP", line="Alg.3 l.3")  # read Nq*Nk
+    D = (P_ * dP).sum(axis=-1, keepdims=True)  # (..., Nq, 1)
+    dS = mem.hold("dS", P_ * (dP - D))  # (..., Nq, Nk)
+    fc.elementwise(dS, ops=4)  # multiply, rowsum, subtract, multiply
+    ds_name = "dS_masked" if attend is not None else "dS"
+    mem.store(ds_name, dS, line="Alg.3 l.3")  # write Nq*Nk
+    mem.free("P", "dP", "dS")
+
+    if attend is not None:
+        # masked_fill backward, one more pass: zero the gradient where the mask blocked attention.
+        dS = mem.load("dS_masked", as_="dS", line="mask")
+        dS = mem.hold("dS", np.where(attend, dS, 0.0))
+        fc.elementwise(dS)
+        mem.store("dS", dS, line="mask")
+        mem.free("dS")
+
+    # Alg.3 l.4: load dS and K by blocks from HBM, compute dQ = dS K, write dQ to HBM.
+    dS = mem.load("dS", line="Alg.3 l.4")  # read Nq*Nk
+    K_ = mem.load("K", line="Alg.3 l.4")  # read Nk*d
+    dQ = fc.matmul(dS, K_)  # (..., Nq, d)
+    fc.elementwise(dQ)  # the scale τ, folded into the matmul's epilogue
+    dQ = mem.hold("dQ", dQ * pb.scale)
+    mem.store("dQ", dQ, line="Alg.3 l.4")  # write Nq*d
+    mem.free("dS", "K", "dQ")
+
+    # Alg.3 l.5: load dS and Q by blocks from HBM, compute dK = dSᵀ Q, write dK to HBM.
+    dS = mem.load("dS", line="Alg.3 l.5")  # read Nq*Nk
+    Q_ = mem.load("Q", line="Alg.3 l.5")  # read Nq*d
+    dK = fc.matmul(_T(dS), Q_)  # (..., Nk, d)
+    fc.elementwise(dK)
+    dK = mem.hold("dK", dK * pb.scale)
+    mem.store("dK", dK, line="Alg.3 l.5")  # write Nk*d
+
+    # Alg.3 l.6: return dQ, dK, dV.
+    return BackwardResult(dQ=mem.result("dQ"), dK=mem.result("dK"), dV=mem.result("dV"),
+                          io=mem.report(), flops=fc.report(), events=mem.events)

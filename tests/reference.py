@@ -1,0 +1,62 @@
+"""The oracle: plain float64 attention written independently of flashref, and torch autograd.
+
+Tests of every algorithm compare against these, never against each other alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from flashref import dropout as _dropout
+
+
+def attend_mask(Nq, Nk, causal=False, mask=None, lead=()):
+    """Boolean (lead..., Nq, Nk), True = attend, combining causal (top-left) and a boolean mask."""
+    m = np.ones(tuple(lead) + (Nq, Nk), dtype=bool)
+    if causal:
+        m &= np.tril(np.ones((Nq, Nk), dtype=bool))
+    if mask is not None:
+        m &= np.broadcast_to(mask, m.shape)
+    return m
+
+
+def attention_ref(Q, K, V, *, scale=None, causal=False, mask=None, dropout_p=0.0, seed=0):
+    """float64 ``dropout(softmax(masked(scale QKᵀ))) V``; fully masked rows give 0. Returns (O, P, lse)."""
+    Q, K, V = (np.asarray(x, dtype=np.float64) for x in (Q, K, V))
+    Nq, Nk, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    S = scale * np.einsum("...id,...jd->...ij", Q, K)
+    allowed = attend_mask(Nq, Nk, causal, mask, Q.shape[:-2])
+    S = np.where(allowed, S, -np.inf)
+    row_any = allowed.any(axis=-1, keepdims=True)
+    m = np.where(row_any, S.max(axis=-1, keepdims=True), 0.0)
+    E = np.where(allowed, np.exp(S - m), 0.0)
+    l = E.sum(axis=-1, keepdims=True)
+    P = np.where(row_any, E / np.where(l == 0, 1, l), 0.0)
+    lse = np.where(row_any[..., 0], (m + np.log(np.where(l == 0, 1, l)))[..., 0], -np.inf)
+    Pd = P
+    if dropout_p > 0:
+        Pd = P * _dropout.scale_mask(seed, dropout_p, Q.shape[:-2], (0, Nq), (0, Nk))
+    return Pd @ V, P, lse
+
+
+def torch_grads(Q, K, V, dO, *, scale=None, causal=False, mask=None):
+    """dQ, dK, dV of float64 attention by torch autograd, with upstream gradient dO."""
+    Nq, Nk = Q.shape[-2], K.shape[-2]
+    q, k, v = (torch.tensor(np.asarray(x, dtype=np.float64), requires_grad=True) for x in (Q, K, V))
+    allowed = torch.tensor(attend_mask(Nq, Nk, causal, mask, Q.shape[:-2]))
+    scale = 1.0 / np.sqrt(Q.shape[-1]) if scale is None else scale
+    S = scale * q @ k.transpose(-1, -2)
+    S = S.masked_fill(~allowed, float("-inf"))
+    # fully masked rows: softmax would give NaN; PyTorch's SDPA returns zeros (and zero gradients)
+    row_any = allowed.any(dim=-1, keepdim=True)
+    P = torch.softmax(S.masked_fill(~row_any, 0.0), dim=-1) * row_any
+    O = P @ v
+    O.backward(torch.tensor(np.asarray(dO, dtype=np.float64)))
+    return q.grad.numpy(), k.grad.numpy(), v.grad.numpy()
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))

@@ -1,0 +1,23 @@
+"""Every notebook executes top to bottom without errors, and is committed executed."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from flashref._nbrun import execute
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_executes(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    # committed executed, in order, with no error outputs
+    counts = [c.get("execution_count") for c in code]
+    assert None not in counts and counts == sorted(counts), f"{path.name} is not committed executed in order"
+    assert not any(o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
+    # and it still runs today (nbclient raises CellExecutionError on the first failing cell)
+    execute(nb, path.parent)
