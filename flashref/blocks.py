@@ -1,0 +1,62 @@
+"""Block sizes: the paper's rule, and the largest blocks whose real on-chip footprint fits in M.
+
+Algorithm 1 l.1 sets ``Bc = ⌈M/4d⌉, Br = min(⌈M/4d⌉, d)``. The constant 4 is there "so that the
+proof works out" (tridao, flash-attention issue #175): those blocks keep Bc·d (K_j), Bc·d (V_j),
+Br·d (Q_i, O_i) and Br·Bc (S_ij) each within M/4 or so, but their *sum*, plus the row statistics
+and the temporaries of the O update, can exceed M. Each algorithm module gives a ``footprint``
+function that returns what its loop really holds on chip (the tests check it equals the peak the
+simulated memory measures), and :func:`resolve` picks:
+
+1. the explicit ``block_sizes`` if given (an ``SRAMOverflowError`` if they do not fit ``sram_size``);
+2. else the paper's sizes for ``M = sram_size`` if their footprint fits;
+3. else the largest blocks that fit, shrinking Bc and keeping the paper's shape ``Br = min(Bc, d)``.
+
+Without ``sram_size`` the default M is :data:`DEFAULT_SRAM_BYTES` bytes ("M around 100KB", §3.2 of
+the paper) divided by ``dtype_bytes``. Blocks longer than the sequence are clipped to it: one
+block then covers everything and moves the same data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from .memory import SRAMOverflowError
+
+__all__ = ["DEFAULT_SRAM_BYTES", "paper_block_sizes", "default_sram_size", "resolve"]
+
+DEFAULT_SRAM_BYTES = 100_000
+
+
+def paper_block_sizes(M: int, d: int) -> tuple[int, int]:
+    """Alg.1 l.1: ``(Br, Bc) = (min(⌈M/4d⌉, d), ⌈M/4d⌉)``."""
+    Bc = math.ceil(M / (4 * d))
+    return min(Bc, d), Bc
+
+
+def default_sram_size(dtype_bytes: int = 2) -> int:
+    return DEFAULT_SRAM_BYTES // dtype_bytes
+
+
+def resolve(pb, footprint: Callable[[int, int, int], int]) -> tuple[int, int]:
+    """Block sizes ``(Br, Bc)`` for problem ``pb`` given ``footprint(Br, Bc, d)`` in elements per head."""
+    d, Nq, Nk = pb.d, pb.Nq, pb.Nk
+    if pb.block_sizes is not None:
+        Br, Bc = min(pb.block_sizes[0], Nq), min(pb.block_sizes[1], Nk)
+        need = footprint(Br, Bc, d)
+        if pb.sram_size is not None and need > pb.sram_size:
+            raise SRAMOverflowError(
+                f"block_sizes=(Br={Br}, Bc={Bc}) need an on-chip footprint of {need} elements per head, "
+                f"more than sram_size={pb.sram_size}")
+        return Br, Bc
+    M = pb.sram_size if pb.sram_size is not None else default_sram_size(pb.dtype_bytes)
+    Br0, Bc0 = paper_block_sizes(M, d)
+    # Try the paper's Bc first, then smaller ones; Br keeps the paper's relation to Bc.
+    for Bc in range(Bc0, 0, -1):
+        Br = min(Bc, Br0)
+        Br_c, Bc_c = min(Br, Nq), min(Bc, Nk)
+        if footprint(Br_c, Bc_c, d) <= M:
+            return Br_c, Bc_c
+    raise SRAMOverflowError(
+        f"even 1x1 blocks need an on-chip footprint of {footprint(1, 1, d)} elements per head "
+        f"with d={d}, more than sram_size={M}")
