@@ -19,7 +19,7 @@ block then covers everything and moves the same data.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from .memory import SRAMOverflowError
 

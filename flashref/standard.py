@@ -51,6 +51,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V)):
         mem.put(name, X)
     attend = masks.full_mask(pb.mask, pb.causal, pb.Nq, pb.Nk)
+    masked = pb.causal or pb.mask is not None  # eager PyTorch runs the pass even if nothing is hidden
 
     # Alg.0 l.1: load Q, K by blocks from HBM, compute S = QKᵀ, write S to HBM.
     Q_ = mem.load("Q", line="Alg.0 l.1")  # read Nq*d
@@ -62,7 +63,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     mem.free("Q", "K", "S")
     s_name = "S"
 
-    if attend is not None:
+    if masked:
         # MASK(S), one more pass as eager PyTorch's masked_fill: read Nq*Nk, write Nq*Nk.
         S = mem.load("S", line="mask")
         S = mem.hold("S", masks.apply(S, attend))
@@ -109,6 +110,7 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V), ("dO", dO), ("P", P)):
         mem.put(name, X)
     attend = masks.full_mask(pb.mask, pb.causal, pb.Nq, pb.Nk)
+    masked = pb.causal or pb.mask is not None
     Z = _dropout_Z(pb) if pb.dropout_p > 0 else None
 
     # Alg.3 l.1: load P, dO by blocks from HBM, compute dV = Pᵀ dO, write dV to HBM.
@@ -144,14 +146,14 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     D = (P_ * dP).sum(axis=-1, keepdims=True)  # (..., Nq, 1)
     dS = mem.hold("dS", P_ * (dP - D))  # (..., Nq, Nk)
     fc.elementwise(dS, ops=4)  # multiply, rowsum, subtract, multiply
-    ds_name = "dS_masked" if attend is not None else "dS"
+    ds_name = "dS_masked" if masked else "dS"
     mem.store(ds_name, dS, line="Alg.3 l.3")  # write Nq*Nk
     mem.free("P", "dP", "dS")
 
-    if attend is not None:
+    if masked:
         # masked_fill backward, one more pass: zero the gradient where the mask blocked attention.
         dS = mem.load("dS_masked", as_="dS", line="mask")
-        dS = mem.hold("dS", np.where(attend, dS, 0.0))
+        dS = mem.hold("dS", dS if attend is None else np.where(attend, dS, 0.0))
         fc.elementwise(dS)
         mem.store("dS", dS, line="mask")
         mem.free("dS")

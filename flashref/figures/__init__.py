@@ -12,9 +12,9 @@ import argparse
 import importlib
 import pkgutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 __all__ = ["Figure", "all_figures", "main"]
 

@@ -1,0 +1,64 @@
+"""Bad input gets a ValueError or TypeError that names the argument."""
+
+import numpy as np
+import pytest
+
+from flashref import iomodel, standard
+
+rng = np.random.default_rng(0)
+Q, K, V = rng.standard_normal((4, 3)), rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+
+
+def bad(**changes):
+    args = dict(Q=Q, K=K, V=V)
+    opts = {k: v for k, v in changes.items() if k not in args}
+    args.update({k: v for k, v in changes.items() if k in args})
+    return args, opts
+
+
+CASES = [
+    (dict(K=rng.standard_normal((5, 4))), ValueError, "K: head dimension"),
+    (dict(V=rng.standard_normal((6, 3))), ValueError, "V: length"),
+    (dict(V=rng.standard_normal((5, 2))), ValueError, "V: head dimension"),
+    (dict(Q=rng.standard_normal(3)), ValueError, "Q: expected shape"),
+    (dict(K=rng.standard_normal((2, 5, 3))), ValueError, "K: leading"),
+    (dict(Q=np.full((4, 3), np.nan)), ValueError, "Q: contains NaN"),
+    (dict(V=np.full((5, 3), np.inf)), ValueError, "V: contains NaN or inf"),
+    (dict(Q=np.array([["a"]])), TypeError, "Q: expected a real"),
+    (dict(dropout_p=1.0), ValueError, "dropout_p"),
+    (dict(dropout_p=-0.1), ValueError, "dropout_p"),
+    (dict(mask=np.ones((4, 4), dtype=bool)), ValueError, "mask: shape"),
+    (dict(mask=np.ones((4, 5))), TypeError, "mask: expected a boolean"),
+    (dict(sram_size=0), ValueError, "sram_size"),
+    (dict(sram_size=2.5), TypeError, "sram_size"),
+    (dict(block_sizes=(0, 4)), ValueError, "block_sizes"),
+    (dict(block_sizes=8), TypeError, "block_sizes"),
+    (dict(scale=float("nan")), ValueError, "scale"),
+    (dict(causal="yes"), TypeError, "causal"),
+    (dict(seed=1.5), TypeError, "seed"),
+    (dict(dtype_bytes=0), ValueError, "dtype_bytes"),
+]
+
+
+@pytest.mark.parametrize("changes,exc,msg", CASES, ids=[c[2] for c in CASES])
+def test_forward_rejects(changes, exc, msg):
+    args, opts = bad(**changes)
+    with pytest.raises(exc, match=msg):
+        standard.forward(args["Q"], args["K"], args["V"], **opts)
+
+
+def test_backward_rejects_wrong_shapes():
+    fwd = standard.forward(Q, K, V)
+    with pytest.raises(ValueError, match="dO: expected shape"):
+        standard.backward(Q, K, V, np.zeros((4, 2)), fwd.P)
+    with pytest.raises(ValueError, match="P: expected shape"):
+        standard.backward(Q, K, V, np.zeros((4, 3)), fwd.P[:, :2])
+
+
+def test_iomodel_rejects():
+    with pytest.raises(ValueError, match="algorithm"):
+        iomodel.predict("flash9", "forward", Nq=4, Nk=4, d=2)
+    with pytest.raises(ValueError, match="direction"):
+        iomodel.predict("standard", "sideways", Nq=4, Nk=4, d=2)
+    with pytest.raises(ValueError, match="Nq"):
+        iomodel.predict("standard", "forward", Nq=0, Nk=4, d=2)
