@@ -1,15 +1,35 @@
-"""Softmax, written so that fully masked rows give zeros instead of NaN.
+"""Softmax three ways: safe (two passes), online (one pass), and merged from partial states.
 
-A row whose scores are all -inf (every key masked) has no maximum to subtract. PyTorch (since 2.5,
-``_safe_softmax``) and the FlashAttention kernels (``softmax.h``: a -inf row max is replaced by 0)
-both return a zero row there; :func:`safe_max` and :func:`safe_softmax` do the same.
+The FlashAttention paper (§3.1, "Tiling") writes the softmax of a row ``x`` with three numbers
+per row: the maximum ``m(x)``, the shifted exponentials ``f(x) = e^{x − m(x)}`` and their sum
+``ℓ(x)``, so ``softmax(x) = f(x) / ℓ(x)``. Split the row in two, ``x = [x⁽¹⁾ x⁽²⁾]``; then
+
+    m(x) = max(m(x⁽¹⁾), m(x⁽²⁾))
+    ℓ(x) = e^{m(x⁽¹⁾) − m(x)} ℓ(x⁽¹⁾) + e^{m(x⁽²⁾) − m(x)} ℓ(x⁽²⁾)
+
+The pair ``(m, ℓ)`` is a *state* that summarises any part of the row, and two states combine with
+:func:`merge` into the state of the concatenation. The merge is exact (no approximation: each
+factor e^{m_part − m} only re-expresses the same exponentials relative to a new maximum), and it
+is associative and commutative, so the parts may be visited in any order and grouped in any way
+("algebraic aggregation", the paper's footnote). :func:`online_softmax` folds the elements of a
+row one block at a time into a running state; Algorithm 1 does the same with tiles of S.
+
+Fully masked rows: a row whose scores are all -inf (every key masked) has no maximum to subtract.
+PyTorch (since 2.5, ``_safe_softmax``) and the FlashAttention kernels (``softmax.h``: a -inf row
+max is replaced by 0) both return a zero row there. Here the empty state is ``(m, ℓ) = (-inf, 0)``;
+every exponent subtracts :func:`_finite_or_zero` of the maximum, so -inf − (-inf) never happens and
+there is no NaN and no RuntimeWarning.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["safe_max", "safe_softmax"]
+__all__ = ["safe_max", "safe_softmax", "softmax_state", "merge", "online_softmax", "online_state",
+           "EMPTY_STATE"]
+
+#: The state of an empty (or fully masked) part of a row: no maximum yet, nothing summed.
+EMPTY_STATE = (-np.inf, 0.0)
 
 
 def safe_max(S: np.ndarray, axis: int = -1, keepdims: bool = True) -> np.ndarray:
@@ -28,3 +48,55 @@ def safe_softmax(S: np.ndarray) -> np.ndarray:
     P_tilde = np.exp(S - m)  # (..., N, Nk), 0 where masked
     l = P_tilde.sum(axis=-1, keepdims=True)  # (..., N, 1)
     return P_tilde / np.where(l == 0, 1.0, l)
+
+
+def softmax_state(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The state ``(m(x), ℓ(x))`` of a block of a row (last axis), per §3.1.
+
+    ``m`` is the row maximum, ``ℓ = Σ e^{x − m}``; for an all -inf (or empty) block ``(-inf, 0)``.
+    """
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)
+    if x.shape[-1] == 0:
+        shape = x.shape[:-1]
+        return np.full(shape, -np.inf), np.zeros(shape)
+    m = np.max(x, axis=-1)  # (...,)
+    f = np.exp(x - _finite_or_zero(m)[..., None])  # f(x), 0 where x = -inf
+    return m, f.sum(axis=-1)
+
+
+def merge(m1, l1, m2, l2) -> tuple[np.ndarray, np.ndarray]:
+    """Combine the states of two parts of a row into the state of both (§3.1).
+
+    ``m = max(m1, m2)``, ``ℓ = e^{m1 − m} ℓ1 + e^{m2 − m} ℓ2``. An empty part ``(-inf, 0)`` is the
+    identity; two empty parts give ``(-inf, 0)`` without NaN.
+    """
+    m = np.maximum(m1, m2)
+    m_safe = _finite_or_zero(m)  # when m = -inf both parts are empty: e^{-inf - 0} = 0
+    l = np.exp(m1 - m_safe) * l1 + np.exp(m2 - m_safe) * l2
+    return m, l
+
+
+def online_state(x: np.ndarray, block: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """One pass over the row in blocks of ``block`` elements, folding each into a running (m, ℓ)."""
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
+        raise ValueError(f"block: expected a positive integer, got {block!r}")
+    x = np.asarray(x)
+    m = np.full(x.shape[:-1], -np.inf)
+    l = np.zeros(x.shape[:-1])
+    for start in range(0, x.shape[-1], block):
+        m_b, l_b = softmax_state(x[..., start:start + block])
+        m, l = merge(m, l, m_b, l_b)
+    return m, l
+
+
+def online_softmax(x: np.ndarray, block: int = 1) -> np.ndarray:
+    """Softmax over the last axis from the one-pass running state, then one normalising pass.
+
+    Equals :func:`safe_softmax` (fully masked rows give zeros) for every ``block`` size.
+    """
+    x = np.asarray(x)
+    m, l = online_state(x, block)
+    f = np.exp(x - _finite_or_zero(m)[..., None])
+    return f / np.where(l == 0, 1.0, l)[..., None]

@@ -1,55 +1,73 @@
-"""Closed forms for FlashAttention (Algorithms 2 and 4), line by line.
+"""Closed forms for FlashAttention (Algorithms 1/2 as ``flashref.flash1`` runs them), line by line.
 
-(Note: created by the backward pass's author with only ``backward``; the forward's author adds
-``forward`` above the backward section.)
+Per head, with Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉ and the block sizes ``flash1`` resolves for the same
+options (:func:`block_sizes`). Row block i holds r_i rows (the last may be ragged), so Σ_i r_i = Nq.
+
+forward                                  reads                    writes
+  Alg.1 l.2   O = 0, ℓ = 0, m = -inf                              Nq·d + 2·Nq
+  Alg.1 l.6   K_j, V_j once per j        2·Nk·d
+  Alg.1 l.8   Q_i, O_i, ℓ_i, m_i per     (2d + 2)·Σ_{(i,j)} r_i
+              visited (j, i)
+  Alg.1 l.12  O_i per visited (j, i)                              d·Σ_{(i,j)} r_i
+  Alg.1 l.13  ℓ_i, m_i per visited (j, i)                         2·Σ_{(i,j)} r_i
+
+Every tile is visited in Algorithms 1/2 (Σ r_i = Tc·Nq): reads ``2·Nk·d + Tc·(2·Nq·d + 2·Nq)``,
+writes ``Nq·d + 2·Nq + Tc·(Nq·d + 2·Nq)``. With Algorithm 5's ``block_mask`` (Tr x Tc) only the
+tiles with M_ij ≠ 0 are visited; K_j, V_j are still loaded for every j. Causal masking, a mask and
+dropout change no count: they are applied on chip to tiles that are loaded anyway.
+
+Asymptotically (Appendix C): Tc = Θ(Nd/M) passes over Q and O, each Θ(Nd): Θ(N²d²/M). With the
+paper's Bc = M/4d the constant is about 3·4 = 12 (3Nd per pass: read Q, read O, write O).
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
+
 from . import Tally
 
-__all__ = ["backward"]  # the forward author adds "forward"
+__all__ = ["forward", "block_sizes", "visited_rows"]
 
 
-# ---------------------------------------------------------------------------------------------
-# Algorithm 4 (backward), appended by the backward pass's author; the forward's formulas are above.
-# ---------------------------------------------------------------------------------------------
+def block_sizes(*, Nq, Nk, d, sram_size=None, block_sizes=None, dtype_bytes=2, footprint=None) -> tuple[int, int]:
+    """The ``(Br, Bc)`` that ``flash1.forward`` resolves for these options (no simulation).
 
-
-def _bwd_block_sizes(Nq, Nk, d, sram_size, block_sizes, dtype_bytes, dropout_p):
-    """The (Br, Bc) that ``flash1.backward`` resolves for these options (its real footprint, Alg.4 l.2)."""
-    from types import SimpleNamespace
-
-    from ..blocks import resolve
-    from ..flash1_bwd import footprint
-
-    pb = SimpleNamespace(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, dtype_bytes=dtype_bytes,
-                         block_sizes=None if block_sizes is None else tuple(block_sizes))
-    return resolve(pb, lambda Br, Bc, d_: footprint(Br, Bc, d_, dropout=dropout_p > 0))
-
-
-def backward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dropout_p=0.0, dtype_bytes=2, **_):
-    """Algorithm 4, line by line, per head (Tally multiplies by ``heads``).
-
-    ``causal``, ``mask`` and ``scale`` change no IO: MASK is applied on chip and Algorithm 4
-    visits every tile, as written (the causal skip is FlashAttention-2's). Dropout changes only the
-    block sizes (its Z_ij tile is on chip). With Tc = ⌈Nk/Bc⌉::
-
-        Alg.4 l.5   initialise dQ, dK, dV           writes Nq·d + 2·Nk·d
-        Alg.4 l.7   load K_j, V_j (once each)       reads  2·Nk·d
-        Alg.4 l.10  load Q_i, O_i, dO_i, dQ_i, ℓ_i, m_i, for every j
-                                                    reads  Tc·(4·Nq·d + 2·Nq)
-        Alg.4 l.21  write dQ_i, for every j         writes Tc·Nq·d
-        Alg.4 l.24  write dK_j, dV_j                writes 2·Nk·d
-
-    Total Θ(Tc·Nq·d) = Θ(N²d²/M) since Bc = Θ(M/d): Theorem 5.
+    ``footprint`` defaults to the forward's (:func:`flashref.flash1.footprint`); pass another (e.g.
+    Algorithm 4's) to resolve the blocks of a different loop the same way.
     """
-    Br, Bc = _bwd_block_sizes(Nq, Nk, d, sram_size, block_sizes, dtype_bytes, dropout_p)
+    from .. import blocks
+    from ..flash1 import footprint as forward_footprint
+
+    pb = SimpleNamespace(d=d, Nq=Nq, Nk=Nk, sram_size=sram_size, dtype_bytes=dtype_bytes,
+                         block_sizes=None if block_sizes is None else tuple(block_sizes))
+    return blocks.resolve(pb, footprint or forward_footprint)
+
+
+def visited_rows(Nq, Br, Tc, block_mask=None) -> int:
+    """Σ over visited tiles (i, j) of r_i, the rows in row block i."""
+    Tr = -(-Nq // Br)
+    r = np.array([min(Br, Nq - i * Br) for i in range(Tr)], dtype=np.int64)  # (Tr,)
+    if block_mask is None:
+        return int(r.sum()) * Tc
+    bm = np.asarray(block_mask, dtype=bool)
+    if bm.shape != (Tr, Tc):
+        raise ValueError(f"block_mask: expected shape (Tr, Tc) = ({Tr}, {Tc}), got {bm.shape}")
+    return int((r[:, None] * bm).sum())
+
+
+def forward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dtype_bytes=2, block_mask=None, **_):
+    from . import flash1 as _self
+
+    Br, Bc = _self.block_sizes(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, block_sizes=block_sizes,
+                               dtype_bytes=dtype_bytes)
     Tc = -(-Nk // Bc)
+    R = visited_rows(Nq, Br, Tc, block_mask)
     t = Tally(heads, dtype_bytes)
-    t.add("Alg.4 l.5", writes=Nq * d + 2 * Nk * d)
-    t.add("Alg.4 l.7", reads=2 * Nk * d)
-    t.add("Alg.4 l.10", reads=Tc * (4 * Nq * d + 2 * Nq))
-    t.add("Alg.4 l.21", writes=Tc * Nq * d)
-    t.add("Alg.4 l.24", writes=2 * Nk * d)
+    t.add("Alg.1 l.2", writes=Nq * d + 2 * Nq)
+    t.add("Alg.1 l.6", reads=2 * Nk * d)
+    t.add("Alg.1 l.8", reads=(2 * d + 2) * R)
+    t.add("Alg.1 l.12", writes=d * R)
+    t.add("Alg.1 l.13", writes=2 * R)
     return t.prediction()

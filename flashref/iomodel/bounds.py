@@ -1,0 +1,79 @@
+"""The IO theorems of the FlashAttention paper as functions you can plot against exact counts.
+
+All counts are HBM accesses in elements, per head, for sequence length N (queries = keys), head
+dimension d and on-chip memory M elements (tridao, flash-attention issue #1704: "unit of M is
+elements"). The theorems hold for d ≤ M ≤ Nd (:func:`in_theorem_range`).
+
+* Theorem 2 (forward) and Theorem 5 (backward): standard attention needs Θ(Nd + N²), FlashAttention
+  Θ(N²d²/M). :func:`standard_theta` and :func:`flash1_theta` return the expressions inside Θ(·),
+  without constants. :func:`flash1_forward_leading` gives the constant our count really has with
+  the paper's block sizes: 12·N²d²/M (Tc = ⌈N/Bc⌉ ≈ 4Nd/M passes, each reading Q_i, O_i and writing
+  O_i: 3Nd), which the exact count approaches when the paper's blocks fit.
+* Proposition 3 (lower bound): "There does not exist an algorithm to compute exact attention with
+  o(N²d²/M) HBM accesses for all M in the range [d, Nd]". It is *not* a bound Ω(N²d²/M) at each M;
+  its proof only uses M = Θ(Nd), where N²d²/M = Θ(Nd) and any algorithm must at least read its
+  inputs and write its output. So the lower bound we can state exactly, for every M, is that floor:
+  :func:`prop3_lower_bound` = read Q, K, V once (3Nd) + write O once (Nd) = 4Nd elements, the same
+  for all M. Every element of Q, K and V can change O, so none can be skipped, and O must reach HBM.
+  At M = Nd the Θ(N²d²/M) curve meets this floor (up to constants): that is why no algorithm can
+  beat N²d²/M uniformly over [d, Nd], while for small M the true optimum is left open by the paper.
+"""
+
+from __future__ import annotations
+
+__all__ = ["in_theorem_range", "standard_theta", "flash1_theta", "flash1_forward_leading",
+           "prop3_lower_bound", "standard_backward_theta", "flash1_backward_theta"]
+
+
+def _check(**kw):
+    for name, v in kw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{name}: expected a positive number, got {v!r}")
+
+
+def in_theorem_range(N, d, M) -> bool:
+    """True when d ≤ M ≤ Nd, the range of Theorems 2 and 5 and Proposition 3."""
+    _check(N=N, d=d, M=M)
+    return d <= M <= N * d
+
+
+def standard_theta(N, d) -> float:
+    """Theorem 2, standard attention forward: Nd + N² (inside the Θ, no constant)."""
+    _check(N=N, d=d)
+    return N * d + N ** 2
+
+
+def flash1_theta(N, d, M) -> float:
+    """Theorem 2, FlashAttention forward: N²d²/M (inside the Θ, no constant)."""
+    _check(N=N, d=d, M=M)
+    return N ** 2 * d ** 2 / M
+
+
+def flash1_forward_leading(N, d, M) -> float:
+    """The leading term of the exact forward count with the paper's blocks: 12·N²d²/M.
+
+    Tc ≈ N/Bc = 4Nd/M passes, each reading Q and O and writing O (3Nd), plus the lower-order
+    4N per pass (ℓ, m read and written) and the 3Nd + 2N paid once; see ``iomodel.flash1``.
+    """
+    return 12 * flash1_theta(N, d, M)
+
+
+def prop3_lower_bound(N, d, M=None) -> int:
+    """Proposition 3's floor, valid for every M: read Q, K, V and write O once each, 4·N·d.
+
+    ``M`` is accepted (and ignored) so the bound can be plotted against M beside the counts.
+    """
+    _check(N=N, d=d)
+    if M is not None:
+        _check(M=M)
+    return 4 * N * d
+
+
+def standard_backward_theta(N, d) -> float:
+    """Theorem 5, standard attention backward: Nd + N²."""
+    return standard_theta(N, d)
+
+
+def flash1_backward_theta(N, d, M) -> float:
+    """Theorem 5, FlashAttention backward (Algorithm 4): N²d²/M."""
+    return flash1_theta(N, d, M)
