@@ -1,0 +1,367 @@
+"""Triton kernels: FlashAttention-2's Algorithm 1 (forward) and Algorithm 2 (backward) on a real GPU.
+
+Each step carries the line of the paper's algorithm box it implements, as ``flashref/flash2.py``
+does for the simulated memory (``# FA2 Alg.1 l.9 (flash2.py): ...``). What changes on hardware:
+
+* one *program* (a thread block) runs one iteration of the outer loop: the forward's programs are
+  the row blocks i (Alg.1 l.3 runs in parallel over i and over batch × heads, FA2 §3.2);
+* "load to SRAM" is ``tl.load`` into registers/shared memory, chosen by the compiler; the
+  pipelining (``num_stages``) issues the loads of K_{j+1}, V_{j+1} while block j is computed;
+* softmax uses ``exp2``: log2(e) is folded into the scale, so S is kept in base-2 units and
+  ``exp(x) = exp2(x · log2 e)`` costs one multiply less per element. The saved statistic is the
+  base-2 log-sum-exp ``L2 = m + log2(ℓ)`` (= L · log2 e), used as is by the backward.
+* causal attention (FA2 §3.1.1): blocks entirely above the diagonal are never visited, and the
+  mask is applied only in the blocks the diagonal (or a ragged end) crosses: a second call of the
+  same inner loop with ``MASKED=True``.
+* the backward (Algorithm 2) runs as three kernels: D = rowsum(dO ∘ O) (Alg.2 l.4), then one
+  kernel over column blocks j that owns dK_j, dV_j (Alg.2 l.5–19 without l.15), and one kernel
+  over row blocks i that owns dQ_i on chip (Alg.2 l.15 moved to its own loop). FA2's CUDA code
+  instead adds dQ_i into HBM with atomics from every column block (issue #815); keeping dQ_i on
+  chip recomputes S and dP once more (7 matmuls instead of 5) but needs no atomics, no fp32 dQ
+  buffer in HBM, and gives bit-reproducible gradients.
+
+Ragged ends (N not a multiple of the block) are masked: out-of-range rows load as 0 and are
+never stored; out-of-range keys get score -inf. ``EVEN`` (both lengths multiples of the blocks)
+compiles the loads without bound masks.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# --------------------------------------------------------------------------------------------
+# forward (FlashAttention-2 Algorithm 1)
+# --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, offs_m, offs_d, j_lo, j_hi, Nk, qk_scale,
+               BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, CAUSAL: tl.constexpr,
+               MASKED: tl.constexpr, EVEN: tl.constexpr):
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(j_lo, j_hi, BLOCK_N):  # FA2 Alg.1 l.6 (flash2.py): for 1 <= j <= Tc
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + offs_n0
+        # FA2 Alg.1 l.7 (flash2.py): load K_j (as K_jᵀ, d × Bc) and V_j (Bc × d) from HBM.
+        kT_ptrs = K_base + offs_n[None, :] * HEAD_D + offs_d[:, None]  # (d, Bc)
+        v_ptrs = V_base + offs_n[:, None] * HEAD_D + offs_d[None, :]  # (Bc, d)
+        if EVEN:
+            K_jT = tl.load(kT_ptrs)
+            V_j = tl.load(v_ptrs)
+        else:
+            K_jT = tl.load(kT_ptrs, mask=offs_n[None, :] < Nk, other=0.0)
+            V_j = tl.load(v_ptrs, mask=offs_n[:, None] < Nk, other=0.0)
+        # FA2 Alg.1 l.8 (flash2.py): S_ij = τ Q_i K_jᵀ, here in base-2 units (τ·log2 e folded in).
+        S_ij = tl.dot(Q_i, K_jT) * qk_scale  # (Br, Bc) fp32
+        if MASKED:  # only the blocks the diagonal or a ragged end crosses (FA2 §3.1.1)
+            attend = offs_n[None, :] < Nk
+            if CAUSAL:  # top-left: query i sees keys j <= i
+                attend = attend & (offs_m[:, None] >= offs_n[None, :])
+            S_ij = tl.where(attend, S_ij, float("-inf"))
+        # FA2 Alg.1 l.9 (flash2.py): m_i^new = max(m_i, rowmax(S_ij)); P̃_ij = exp(S_ij − m_i^new);
+        # ℓ_i^new = e^{m_i − m_i^new} ℓ_i + rowsum(P̃_ij).
+        m_new = tl.maximum(m_i, tl.max(S_ij, 1))  # (Br,)
+        P_tilde_ij = tl.math.exp2(S_ij - m_new[:, None])  # (Br, Bc)
+        alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
+        l_i = l_i * alpha + tl.sum(P_tilde_ij, 1)
+        # FA2 Alg.1 l.10 (flash2.py): O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j (un-scaled O;
+        # the printed ^{-1} is a typo, flash2.py's docstring).
+        acc = acc * alpha[:, None]
+        acc = tl.dot(P_tilde_ij.to(V_j.dtype), V_j, acc)  # (Br, d) fp32
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_kernel(Q, K, V, O, L2, Nq, Nk, qk_scale,
+                HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; this program is one i of l.3's loop
+    # (and one (batch, head)). Causal: the longest rows are launched first (reversed order).
+    Tr = tl.cdiv(Nq, BLOCK_M)
+    pid = tl.program_id(0)
+    if CAUSAL:
+        i = Tr - 1 - pid
+    else:
+        i = pid
+    bh = tl.program_id(1).to(tl.int64)
+    start_m = i * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    Q_base = Q + bh * Nq * HEAD_D
+    K_base = K + bh * Nk * HEAD_D
+    V_base = V + bh * Nk * HEAD_D
+    # FA2 Alg.1 l.4 (flash2.py): load Q_i from HBM, once per row block.
+    q_ptrs = Q_base + offs_m[:, None] * HEAD_D + offs_d[None, :]  # (Br, d)
+    if EVEN:
+        Q_i = tl.load(q_ptrs)
+    else:
+        Q_i = tl.load(q_ptrs, mask=offs_m[:, None] < Nq, other=0.0)
+    # FA2 Alg.1 l.5 (flash2.py): on chip O_i = 0, ℓ_i = 0, m_i = -inf (fp32 accumulators).
+    acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    # Causal block skipping (FA2 §3.1.1): keys past the block's last query are never visited;
+    # blocks wholly at or below the first query need no mask.
+    if CAUSAL:
+        j_hi = tl.minimum(Nk, start_m + BLOCK_M)
+        n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
+    else:
+        j_hi = Nk
+        n_full = Nk // BLOCK_N
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, offs_m, offs_d, 0, n_full * BLOCK_N,
+                               Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, offs_m, offs_d, n_full * BLOCK_N, j_hi,
+                               Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN)
+    # FA2 Alg.1 l.11 (flash2.py): end for.
+    # FA2 Alg.1 l.12 (flash2.py): O_i = diag(ℓ_i)^{-1} O_i, once per row block. (ℓ_i > 0 always:
+    # key 0 is visible to every query, top-left causal included.)
+    O_i = acc / l_i[:, None]
+    # FA2 Alg.1 l.13 (flash2.py): L_i = m_i + log ℓ_i, in base 2 (m_i is already base 2).
+    L2_i = m_i + tl.math.log2(l_i)
+    # FA2 Alg.1 l.14-15 (flash2.py): write O_i and L_i to HBM, once each.
+    o_ptrs = O + bh * Nq * HEAD_D + offs_m[:, None] * HEAD_D + offs_d[None, :]
+    tl.store(o_ptrs, O_i.to(O.dtype.element_ty), mask=offs_m[:, None] < Nq)
+    tl.store(L2 + bh * Nq + offs_m, L2_i, mask=offs_m < Nq)
+
+
+# --------------------------------------------------------------------------------------------
+# backward (FlashAttention-2 Algorithm 2)
+# --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _bwd_preprocess(O, dO, D, Nq, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr):
+    # FA2 Alg.2 l.4 (flash2.py): D = rowsum(dO ∘ O), written to HBM (fp32).
+    bh = tl.program_id(1).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    ptrs = bh * Nq * HEAD_D + offs_m[:, None] * HEAD_D + offs_d[None, :]
+    row_ok = offs_m[:, None] < Nq
+    O_i = tl.load(O + ptrs, mask=row_ok, other=0.0).to(tl.float32)
+    dO_i = tl.load(dO + ptrs, mask=row_ok, other=0.0).to(tl.float32)
+    tl.store(D + bh * Nq + offs_m, tl.sum(O_i * dO_i, 1), mask=offs_m < Nq)
+
+
+@triton.jit
+def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
+                    i_lo, i_hi, Nq, Nk, qk_scale,
+                    BLOCK_M: tl.constexpr, HEAD_D: tl.constexpr, CAUSAL: tl.constexpr,
+                    MASKED: tl.constexpr, EVEN: tl.constexpr):
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for start_m in range(i_lo, i_hi, BLOCK_M):  # FA2 Alg.2 l.8 (flash2.py): for 1 <= i <= Tr
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + offs_m0
+        # FA2 Alg.2 l.9 (flash2.py): load Q_i (as Q_iᵀ), dO_i, L_i, D_i (O_i is not needed: D).
+        qT_ptrs = Q_base + offs_m[None, :] * HEAD_D + offs_d[:, None]  # (d, Br)
+        do_ptrs = dO_base + offs_m[:, None] * HEAD_D + offs_d[None, :]  # (Br, d)
+        if EVEN:
+            Q_iT = tl.load(qT_ptrs)
+            dO_i = tl.load(do_ptrs)
+            L2_i = tl.load(L2_base + offs_m)
+            D_i = tl.load(D_base + offs_m)
+        else:
+            Q_iT = tl.load(qT_ptrs, mask=offs_m[None, :] < Nq, other=0.0)
+            dO_i = tl.load(do_ptrs, mask=offs_m[:, None] < Nq, other=0.0)
+            L2_i = tl.load(L2_base + offs_m, mask=offs_m < Nq, other=0.0)
+            D_i = tl.load(D_base + offs_m, mask=offs_m < Nq, other=0.0)
+        # FA2 Alg.2 l.10 (flash2.py): S_ij = τ Q_i K_jᵀ, computed transposed: S_ijᵀ = K_j Q_iᵀ.
+        S_ijT = tl.dot(K_j, Q_iT) * qk_scale  # (Bc, Br), base 2
+        # FA2 Alg.2 l.11 (flash2.py): P_ij = exp(S_ij − L_i).
+        P_ijT = tl.math.exp2(S_ijT - L2_i[None, :])  # (Bc, Br)
+        if MASKED:
+            attend = (offs_m[None, :] < Nq) & (offs_n[:, None] < Nk)
+            if CAUSAL:
+                attend = attend & (offs_m[None, :] >= offs_n[:, None])
+            P_ijT = tl.where(attend, P_ijT, 0.0)
+        # FA2 Alg.2 l.12 (flash2.py): dV_j += P_ijᵀ dO_i.
+        dV_j = tl.dot(P_ijT.to(dO_i.dtype), dO_i, dV_j)  # (Bc, d)
+        # FA2 Alg.2 l.13 (flash2.py): dP_ij = dO_i V_jᵀ, transposed: dP_ijᵀ = V_j dO_iᵀ.
+        dP_ijT = tl.dot(V_j, tl.trans(dO_i))  # (Bc, Br)
+        # FA2 Alg.2 l.14 (flash2.py): dS_ij = P_ij ∘ (dP_ij − D_i).
+        dS_ijT = P_ijT * (dP_ijT - D_i[None, :])  # (Bc, Br)
+        # FA2 Alg.2 l.16 (flash2.py): dK_j += dS_ijᵀ Q_i (τ applied once at the end).
+        dK_j = tl.dot(dS_ijT.to(Q_iT.dtype), tl.trans(Q_iT), dK_j)  # (Bc, d)
+    return dK_j, dV_j
+
+
+@triton.jit
+def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, Nq, Nk, sm_scale, qk_scale,
+                     HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # FA2 Alg.2 l.5 (flash2.py): this program is one column block j (and one (batch, head)).
+    j = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    start_n = j * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_D)
+    kv_ptrs = bh * Nk * HEAD_D + offs_n[:, None] * HEAD_D + offs_d[None, :]  # (Bc, d)
+    # FA2 Alg.2 l.6 (flash2.py): load K_j, V_j from HBM, once.
+    if EVEN:
+        K_j = tl.load(K + kv_ptrs)
+        V_j = tl.load(V + kv_ptrs)
+    else:
+        K_j = tl.load(K + kv_ptrs, mask=offs_n[:, None] < Nk, other=0.0)
+        V_j = tl.load(V + kv_ptrs, mask=offs_n[:, None] < Nk, other=0.0)
+    # FA2 Alg.2 l.7 (flash2.py): dK_j = 0, dV_j = 0 on chip (fp32).
+    dK_j = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
+    dV_j = tl.zeros([BLOCK_N, HEAD_D], dtype=tl.float32)
+    Q_base = Q + bh * Nq * HEAD_D
+    dO_base = dO + bh * Nq * HEAD_D
+    L2_base = L2 + bh * Nq
+    D_base = D + bh * Nq
+    Nq_full = (Nq // BLOCK_M) * BLOCK_M  # row blocks that need no bound mask
+    if CAUSAL:
+        # causal skipping: row blocks wholly before key start_n are never visited; those crossing
+        # the diagonal (rows < start_n + Bc) get the mask.
+        i_lo = (start_n // BLOCK_M) * BLOCK_M
+        i_diag = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, Nq_full)
+        i_diag = tl.maximum(i_diag, i_lo)
+        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
+                                     i_lo, i_diag, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL, True, EVEN)
+        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
+                                     i_diag, Nq_full, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL, False, EVEN)
+        i_tail = tl.maximum(Nq_full, i_diag)
+    else:
+        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
+                                     0, Nq_full, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL, False, EVEN)
+        i_tail = Nq_full
+    # the ragged last row block (empty when Nq is a multiple of Br)
+    dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
+                                 i_tail, Nq, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL, True, EVEN)
+    # FA2 Alg.2 l.17 (flash2.py): end for.
+    # FA2 Alg.2 l.18 (flash2.py): write dK_j (times τ: S = τ QKᵀ) and dV_j to HBM, once.
+    row_ok = offs_n[:, None] < Nk
+    tl.store(dK + kv_ptrs, (dK_j * sm_scale).to(dK.dtype.element_ty), mask=row_ok)
+    tl.store(dV + kv_ptrs, dV_j.to(dV.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, j_lo, j_hi, Nk, qk_scale,
+                  BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, CAUSAL: tl.constexpr,
+                  MASKED: tl.constexpr, EVEN: tl.constexpr):
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(j_lo, j_hi, BLOCK_N):  # Alg.2 l.5's j loop, run inside row block i
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + offs_n0
+        # FA2 Alg.2 l.6 (flash2.py): load K_j (as K_jᵀ) and V_j (as V_jᵀ).
+        kT_ptrs = K_base + offs_n[None, :] * HEAD_D + offs_d[:, None]  # (d, Bc)
+        vT_ptrs = V_base + offs_n[None, :] * HEAD_D + offs_d[:, None]  # (d, Bc)
+        if EVEN:
+            K_jT = tl.load(kT_ptrs)
+            V_jT = tl.load(vT_ptrs)
+        else:
+            K_jT = tl.load(kT_ptrs, mask=offs_n[None, :] < Nk, other=0.0)
+            V_jT = tl.load(vT_ptrs, mask=offs_n[None, :] < Nk, other=0.0)
+        # FA2 Alg.2 l.10-11 (flash2.py): S_ij = τ Q_i K_jᵀ; P_ij = exp(S_ij − L_i).
+        S_ij = tl.dot(Q_i, K_jT) * qk_scale  # (Br, Bc)
+        P_ij = tl.math.exp2(S_ij - L2_i[:, None])
+        if MASKED:
+            attend = offs_n[None, :] < Nk
+            if CAUSAL:
+                attend = attend & (offs_m[:, None] >= offs_n[None, :])
+            P_ij = tl.where(attend, P_ij, 0.0)
+        # FA2 Alg.2 l.13-14 (flash2.py): dP_ij = dO_i V_jᵀ; dS_ij = P_ij ∘ (dP_ij − D_i).
+        dP_ij = tl.dot(dO_i, V_jT)  # (Br, Bc)
+        dS_ij = P_ij * (dP_ij - D_i[:, None])
+        # FA2 Alg.2 l.15 (flash2.py): dQ_i += dS_ij K_j, accumulated on chip (not in HBM).
+        dQ_i = tl.dot(dS_ij.to(K_jT.dtype), tl.trans(K_jT), dQ_i)  # (Br, d)
+    return dQ_i
+
+
+@triton.jit
+def _bwd_dq_kernel(Q, K, V, dO, L2, D, dQ, Nq, Nk, sm_scale, qk_scale,
+                   HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    Tr = tl.cdiv(Nq, BLOCK_M)
+    pid = tl.program_id(0)
+    if CAUSAL:
+        i = Tr - 1 - pid
+    else:
+        i = pid
+    bh = tl.program_id(1).to(tl.int64)
+    start_m = i * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    q_ptrs = bh * Nq * HEAD_D + offs_m[:, None] * HEAD_D + offs_d[None, :]  # (Br, d)
+    # FA2 Alg.2 l.9 (flash2.py): load Q_i, dO_i, L_i, D_i, once per row block here.
+    if EVEN:
+        Q_i = tl.load(Q + q_ptrs)
+        dO_i = tl.load(dO + q_ptrs)
+        L2_i = tl.load(L2 + bh * Nq + offs_m)
+        D_i = tl.load(D + bh * Nq + offs_m)
+    else:
+        row_ok = offs_m < Nq
+        Q_i = tl.load(Q + q_ptrs, mask=row_ok[:, None], other=0.0)
+        dO_i = tl.load(dO + q_ptrs, mask=row_ok[:, None], other=0.0)
+        L2_i = tl.load(L2 + bh * Nq + offs_m, mask=row_ok, other=0.0)
+        D_i = tl.load(D + bh * Nq + offs_m, mask=row_ok, other=0.0)
+    # FA2 Alg.2 l.3 (flash2.py): dQ_i = 0, here on chip (fp32), written once at the end.
+    dQ_i = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+    K_base = K + bh * Nk * HEAD_D
+    V_base = V + bh * Nk * HEAD_D
+    if CAUSAL:
+        j_hi = tl.minimum(Nk, start_m + BLOCK_M)
+        n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
+    else:
+        j_hi = Nk
+        n_full = Nk // BLOCK_N
+    dQ_i = _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, 0, n_full * BLOCK_N,
+                         Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN)
+    dQ_i = _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, n_full * BLOCK_N, j_hi,
+                         Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN)
+    # FA2 Alg.2 l.15 (flash2.py): write dQ_i (times τ) to HBM, once per row block.
+    tl.store(dQ + q_ptrs, (dQ_i * sm_scale).to(dQ.dtype.element_ty), mask=offs_m[:, None] < Nq)
+
+
+# --------------------------------------------------------------------------------------------
+# configurations
+# --------------------------------------------------------------------------------------------
+
+def _even(args):
+    return args["Nq"] % args["BLOCK_M"] == 0 and args["Nk"] % args["BLOCK_N"] == 0
+
+
+def _configs(pairs):
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in pairs]
+
+
+# Forward: BLOCK_M = 128 rows per program; BLOCK_N and warps tuned per (d, N, causal).
+FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3)])
+# dK/dV: the program's column block is BLOCK_N (outer), the inner row block BLOCK_M.
+DKDV_CONFIGS = _configs([(64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2)])
+# dQ: the program's row block is BLOCK_M (outer), the inner column block BLOCK_N.
+DQ_CONFIGS = _configs([(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (128, 64, 4, 2)])
+
+INTERPRET_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16}  # the CPU interpreter: small fixed tiles, no tuning
+
+_KEY = ["Nq", "Nk", "HEAD_D", "CAUSAL"]
+
+
+def _build(kernel, configs):
+    with_even = triton.heuristics({"EVEN": _even})(kernel)
+    if INTERPRET:
+        return with_even
+    return triton.autotune(configs=configs, key=_KEY)(with_even)
+
+
+fwd = _build(_fwd_kernel, FWD_CONFIGS)
+bwd_dkdv = _build(_bwd_dkdv_kernel, DKDV_CONFIGS)
+bwd_dq = _build(_bwd_dq_kernel, DQ_CONFIGS)
+bwd_preprocess = _bwd_preprocess
+
+
+def launch_meta():
+    """Extra keyword arguments for a launch: the fixed blocks under the interpreter, none otherwise."""
+    return dict(INTERPRET_BLOCKS) if INTERPRET else {}
+
+
+def best_config(kernel):
+    """The autotuner's choice for the last key (None under the interpreter)."""
+    return getattr(kernel, "best_config", None)
