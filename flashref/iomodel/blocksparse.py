@@ -1,0 +1,87 @@
+"""Closed forms for block-sparse FlashAttention (Algorithm 5 and its backward), and Proposition 4.
+
+Both passes run on the grid :func:`flashref.blocksparse.grid` resolves (one (Br, Bc) for both).
+Row block i holds r_i rows; ``R = Σ_{(i,j): M_ij ≠ 0} r_i`` sums them over the nonzero blocks
+(``R = Br·nnz`` when no block row is ragged). Per head:
+
+forward (Algorithm 5 = Algorithm 2 + "if M_ij ≠ 0")   reads             writes
+  Alg.5 l.2   O = 0, ℓ = 0, m = -inf                                    Nq·d + 2·Nq
+  Alg.5 l.6   K_j, V_j, for every j (even empty ones)   2·Nk·d
+  Alg.5 l.9   Q_i, O_i, ℓ_i, m_i per nonzero block      (2d + 2)·R
+  Alg.5 l.15  O_i per nonzero block                                     d·R
+  Alg.5 l.16  ℓ_i, m_i per nonzero block                                2·R
+
+backward (Algorithm 4 with the same skip)
+  Alg.4 l.5   dQ = 0, dK = 0, dV = 0                                    Nq·d + 2·Nk·d
+  Alg.4 l.7   K_j, V_j, for every j                     2·Nk·d
+  Alg.4 l.10  Q_i, O_i, dO_i, dQ_i, ℓ_i, m_i per block  (4d + 2)·R
+  Alg.4 l.21  dQ_i per nonzero block                                    d·R
+  Alg.4 l.24  dK_j, dV_j                                                2·Nk·d
+
+So the IO is an affine function of the number of nonzero blocks: slope ``(3d + 4)·Br`` elements
+per block forward, ``(5d + 2)·Br`` backward. With Tc = Θ(Nd/M) and R = s·Tc·Nq this is
+Proposition 4's Θ(Nd + N²d²M⁻¹s) (:func:`prop4`). The forward delegates to
+:func:`flashref.iomodel.flash1.forward` with the block mask (the same loop runs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import Tally
+from . import flash1 as _flash1
+
+__all__ = ["forward", "backward", "prop4", "grid", "nonzero_rows"]
+
+
+def grid(*, Nq, Nk, d, sram_size=None, block_sizes=None, dtype_bytes=2, dropout_p=0.0):
+    """The block grid of ``blocksparse.forward``/``backward`` for these options."""
+    from .. import blocksparse
+
+    return blocksparse.grid(Nq, Nk, d, sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=dtype_bytes,
+                            dropout_p=dropout_p)
+
+
+def _mask(block_mask, g):
+    from .. import blocksparse
+
+    return blocksparse.check_block_mask(block_mask, g)
+
+
+def nonzero_rows(block_mask, Nq: int, Br: int) -> int:
+    """R = Σ over nonzero blocks (i, j) of r_i, the rows of row block i."""
+    M = np.asarray(block_mask, dtype=bool)
+    return _flash1.visited_rows(Nq, Br, M.shape[1], M)
+
+
+def forward(*, Nq, Nk, d, block_mask, heads=1, sram_size=None, block_sizes=None, dtype_bytes=2, dropout_p=0.0,
+            **_):
+    g = grid(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=dtype_bytes,
+             dropout_p=dropout_p)
+    M = _mask(block_mask, g)
+    # Algorithm 5 is flash1's loop with the skip: its closed form with the block mask, on this grid.
+    return _flash1.forward(Nq=Nq, Nk=Nk, d=d, heads=heads, block_sizes=(g.Br, g.Bc), dtype_bytes=dtype_bytes,
+                           block_mask=M)
+
+
+def backward(*, Nq, Nk, d, block_mask, heads=1, sram_size=None, block_sizes=None, dtype_bytes=2, dropout_p=0.0,
+             **_):
+    g = grid(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=dtype_bytes,
+             dropout_p=dropout_p)
+    R = nonzero_rows(_mask(block_mask, g), Nq, g.Br)
+    t = Tally(heads, dtype_bytes)
+    t.add("Alg.4 l.5", writes=Nq * d + 2 * Nk * d)
+    t.add("Alg.4 l.7", reads=2 * Nk * d)
+    t.add("Alg.4 l.10", reads=(4 * d + 2) * R)
+    t.add("Alg.4 l.21", writes=d * R)
+    t.add("Alg.4 l.24", writes=2 * Nk * d)
+    return t.prediction()
+
+
+def prop4(N, d, M, s):
+    """Proposition 4's order of growth, constant 1: ``N·d + N²·d²·s / M`` HBM accesses (elements).
+
+    ``s`` is the fraction of nonzero blocks; ``M`` the SRAM size in elements. Θ(·) hides the
+    constant; the figures compare shapes (slopes), not values.
+    """
+    return N * d + N**2 * d**2 * s / M

@@ -1,0 +1,127 @@
+"""Split-KV decoding: equals standard attention for any number of splits; IO equals the closed form."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from reference import attention_ref
+from strategies import problems
+
+from flashref import decoding, iomodel
+
+
+def _heads(lead):
+    return int(np.prod(lead)) if lead else 1
+
+
+@st.composite
+def decode_problems(draw):
+    """A problem from the shared strategy plus a number of splits (≤ Nk) and maybe block sizes."""
+    pb = draw(problems(max_len=20))
+    pb["num_splits"] = draw(st.integers(1, pb["Nk"]))
+    if draw(st.booleans()):
+        pb["opts"]["block_sizes"] = (draw(st.integers(1, 6)), draw(st.integers(1, 6)))
+    return pb
+
+
+@given(decode_problems())
+def test_forward_equals_standard_attention_for_any_split(pb):
+    res = decoding.forward(pb["Q"], pb["K"], pb["V"], num_splits=pb["num_splits"], **pb["opts"])
+    ref_opts = {k: v for k, v in pb["opts"].items() if k != "block_sizes"}
+    O_ref, _, lse_ref = attention_ref(pb["Q"], pb["K"], pb["V"], **ref_opts)
+    assert res.O.shape == O_ref.shape and np.isfinite(res.O).all()
+    assert np.abs(res.O - O_ref).max() <= 1e-12 * max(1.0, np.abs(O_ref).max())
+    # merged statistics: m + log ℓ is the row log-sum-exp; fully masked rows have ℓ = 0, m = -inf
+    seen = res.l > 0
+    with np.errstate(divide="ignore"):
+        lse = res.m + np.log(np.where(seen, res.l, 1.0))
+    assert np.array_equal(seen, np.isfinite(lse_ref))
+    assert np.allclose(lse[seen], lse_ref[seen], rtol=0, atol=1e-12)
+    assert np.all(res.m[~seen] == -np.inf)
+    assert res.num_splits == pb["num_splits"]
+    assert res.O_partial.shape == pb["lead"] + (pb["num_splits"], pb["Nq"], pb["d"])
+
+
+@given(decode_problems())
+def test_io_equals_closed_form(pb):
+    res = decoding.forward(pb["Q"], pb["K"], pb["V"], num_splits=pb["num_splits"], **pb["opts"])
+    opts = {k: v for k, v in pb["opts"].items() if k != "mask"}
+    pred = iomodel.predict("decoding", "forward", Nq=pb["Nq"], Nk=pb["Nk"], d=pb["d"],
+                           heads=_heads(pb["lead"]), num_splits=pb["num_splits"], **opts)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    assert res.work_items == _heads(pb["lead"]) * -(-pb["Nq"] // res.block_sizes[0]) * pb["num_splits"]
+
+
+def test_partials_merge_to_the_output_and_each_is_a_softmax_over_its_chunk(rng):
+    Q = rng.standard_normal((2, 1, 8))
+    K, V = rng.standard_normal((2, 50, 8)), rng.standard_normal((2, 50, 8))
+    res = decoding.forward(Q, K, V, num_splits=4, block_sizes=(1, 5))
+    for s, (k0, k1) in enumerate(decoding.split_bounds(50, 4)):
+        O_s, _, lse_s = attention_ref(Q, K[:, k0:k1], V[:, k0:k1])
+        assert np.allclose(res.O_partial[:, s], O_s, rtol=0, atol=1e-12)
+        assert np.allclose(res.m_partial[:, s] + np.log(res.l_partial[:, s]), lse_s, rtol=0, atol=1e-12)
+    w = np.exp(res.m_partial - res.m[:, None]) * res.l_partial / res.l[:, None]  # (2, S, 1)
+    assert np.allclose((w[..., None] * res.O_partial).sum(axis=1), res.O, rtol=0, atol=1e-12)
+
+
+def test_split_whose_chunk_is_fully_masked_contributes_nothing():
+    rng = np.random.default_rng(1)
+    Q, K, V = rng.standard_normal((2, 4)), rng.standard_normal((12, 4)), rng.standard_normal((12, 4))
+    mask = np.ones((2, 12), dtype=bool)
+    mask[:, 6:] = False  # the second of two splits sees only masked keys
+    mask[1] = False  # and query 1 sees nothing at all
+    with np.errstate(all="raise"):
+        res = decoding.forward(Q, K, V, num_splits=2, mask=mask)
+    O_ref, _, _ = attention_ref(Q, K, V, mask=mask)
+    assert np.abs(res.O - O_ref).max() < 1e-12
+    assert np.all(res.O[1] == 0) and res.l[1] == 0 and res.m[1] == -np.inf
+    assert res.l_partial[1, 0] == 0 and np.all(res.O_partial[1] == 0)
+
+
+def test_split_cost_is_extra_q_reads_and_partials_only():
+    # per head: S·Nq·d Q reads, 2·Nk·d cache reads, and 2·S·(Nq·d + 2·Nq) + Nq·d + 2·Nq for partials/output
+    Nq, Nk, d = 1, 4096, 64
+    base = iomodel.predict("decoding", "forward", Nq=Nq, Nk=Nk, d=d, num_splits=1)
+    for S in (2, 8, 32):
+        p = iomodel.predict("decoding", "forward", Nq=Nq, Nk=Nk, d=d, num_splits=S)
+        assert p.total - base.total == (S - 1) * Nq * d + 2 * S * (Nq * d + 2 * Nq)
+        assert p.total < 1.2 * base.total  # the cache dominates
+
+
+def test_peak_sram_equals_footprint(rng):
+    Q, K, V = rng.standard_normal((4, 6)), rng.standard_normal((40, 6)), rng.standard_normal((40, 6))
+    for p in (0.0, 0.2):
+        res = decoding.forward(Q, K, V, num_splits=3, block_sizes=(4, 5), dropout_p=p)
+        assert res.io.peak_sram == decoding.footprint(4, 5, 6, dropout=p > 0)
+        assert decoding.merge_footprint(4, 6) <= res.io.peak_sram
+
+
+def test_parallelism_and_default_splits():
+    # 32 heads, one query: FlashAttention offers 32 work items on 132 SMs; splitting fills the waves.
+    assert decoding.parallelism(32, 132)["utilisation"] == pytest.approx(32 / 132)
+    S = decoding.choose_num_splits(32, Tc=64, Nk=8192, sms=132)
+    util = decoding.parallelism(32 * S, 132)["utilisation"]
+    assert S > 1 and util >= 0.85 * max(decoding.parallelism(32 * s, 132)["utilisation"] for s in range(1, 65))
+    assert decoding.choose_num_splits(200, Tc=64, Nk=8192, sms=132) == 1  # already a full wave
+    assert decoding.choose_num_splits(32, Tc=1, Nk=8192, sms=132) == 1  # one K/V block: nothing to split
+    rng = np.random.default_rng(0)
+    Q, K, V = rng.standard_normal((8, 1, 16)), rng.standard_normal((8, 256, 16)), rng.standard_normal((8, 256, 16))
+    res = decoding.forward(Q, K, V, block_sizes=(1, 16), sms=132)
+    assert res.num_splits == decoding.choose_num_splits(8, Tc=16, Nk=256, sms=132)
+    assert res.work_items == 8 * res.num_splits and res.parallelism["work_items"] == res.work_items
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError),
+                                      ("4", TypeError), (11, ValueError)])
+def test_bad_num_splits_named(bad, exc, rng):
+    Q, K, V = rng.standard_normal((1, 4)), rng.standard_normal((10, 4)), rng.standard_normal((10, 4))
+    with pytest.raises(exc, match="num_splits"):
+        decoding.forward(Q, K, V, num_splits=bad)
+
+
+def test_bad_sms_and_inputs_named(rng):
+    Q, K, V = rng.standard_normal((1, 4)), rng.standard_normal((10, 4)), rng.standard_normal((10, 4))
+    with pytest.raises(ValueError, match="sms"):
+        decoding.forward(Q, K, V, sms=0)
+    with pytest.raises(ValueError, match="V"):
+        decoding.forward(Q, K, V[:9], num_splits=2)
