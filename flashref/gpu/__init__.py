@@ -87,8 +87,14 @@ def _forward(q, k, v, causal, scale):
     Nk = k.shape[2]
     o = torch.empty_like(q)
     L2 = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
-    kernels.fwd[_grid(Nq, B * H, "BLOCK_M")](q, k, v, o, L2, Nq, Nk, scale * kernels.LOG2E,
-                                             HEAD_D=d, CAUSAL=causal, **kernels.launch_meta())
+    tma = kernels.use_tma(q.device)
+    descs = (None, None, None)
+    if tma:  # 2-D (B·H·N, d) views; block shapes are set per config by the autotuner's pre-hook
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        descs = tuple(TensorDescriptor(x, [x.shape[0] * x.shape[1] * x.shape[2], d], [d, 1], [64, d])
+                      for x in (q, k, v))
+    kernels.fwd[_grid(Nq, B * H, "BLOCK_M")](q, k, v, o, L2, *descs, Nq, Nk, scale * kernels.LOG2E,
+                                             HEAD_D=d, CAUSAL=causal, TMA=tma, **kernels.launch_meta())
     return o, L2
 
 

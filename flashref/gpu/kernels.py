@@ -37,27 +37,45 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def use_tma(device) -> bool:
+    """Load Q, K, V through TMA descriptors (Hopper and later, not in the interpreter).
+
+    ``FLASHREF_TMA=0`` forces plain pointer loads (both paths compute the same thing)."""
+    if INTERPRET or os.environ.get("FLASHREF_TMA", "1") != "1" or device.type != "cuda":
+        return False
+    import torch
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
 # --------------------------------------------------------------------------------------------
 # forward (FlashAttention-2 Algorithm 1)
 # --------------------------------------------------------------------------------------------
 
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, offs_m, offs_d, j_lo, j_hi, Nk, qk_scale,
-               BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, CAUSAL: tl.constexpr,
-               MASKED: tl.constexpr, EVEN: tl.constexpr):
+def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d, j_lo, j_hi, Nk,
+               qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, CAUSAL: tl.constexpr,
+               MASKED: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(j_lo, j_hi, BLOCK_N):  # FA2 Alg.1 l.6 (flash2.py): for 1 <= j <= Tc
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
         # FA2 Alg.1 l.7 (flash2.py): load K_j (as K_jᵀ, d × Bc) and V_j (Bc × d) from HBM.
-        kT_ptrs = K_base + offs_n[None, :] * HEAD_D + offs_d[:, None]  # (d, Bc)
-        v_ptrs = V_base + offs_n[:, None] * HEAD_D + offs_d[None, :]  # (Bc, d)
-        if EVEN:
-            K_jT = tl.load(kT_ptrs)
-            V_j = tl.load(v_ptrs)
+        if TMA:  # the Hopper bulk tensor copy engine (TMA); rows past this head's Nk are masked below
+            K_jT = tl.trans(desc_k.load([kv_row0 + start_n, 0]))  # (d, Bc)
+            V_j = desc_v.load([kv_row0 + start_n, 0])  # (Bc, d)
         else:
-            K_jT = tl.load(kT_ptrs, mask=offs_n[None, :] < Nk, other=0.0)
-            V_j = tl.load(v_ptrs, mask=offs_n[:, None] < Nk, other=0.0)
+            kT_ptrs = K_base + offs_n[None, :] * HEAD_D + offs_d[:, None]  # (d, Bc)
+            v_ptrs = V_base + offs_n[:, None] * HEAD_D + offs_d[None, :]  # (Bc, d)
+            if EVEN:
+                K_jT = tl.load(kT_ptrs)
+                V_j = tl.load(v_ptrs)
+            else:
+                K_jT = tl.load(kT_ptrs, mask=offs_n[None, :] < Nk, other=0.0)
+                V_j = tl.load(v_ptrs, mask=offs_n[:, None] < Nk, other=0.0)
         # FA2 Alg.1 l.8 (flash2.py): S_ij = τ Q_i K_jᵀ, here in base-2 units (τ·log2 e folded in).
         S_ij = tl.dot(Q_i, K_jT) * qk_scale  # (Br, Bc) fp32
         if MASKED:  # only the blocks the diagonal or a ragged end crosses (FA2 §3.1.1)
@@ -80,8 +98,8 @@ def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, offs_m, offs_d, j_lo, j_hi, N
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, O, L2, Nq, Nk, qk_scale,
-                HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
+def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
+                HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; this program is one i of l.3's loop
     # (and one (batch, head)). Causal: the longest rows are launched first (reversed order).
@@ -99,11 +117,14 @@ def _fwd_kernel(Q, K, V, O, L2, Nq, Nk, qk_scale,
     K_base = K + bh * Nk * HEAD_D
     V_base = V + bh * Nk * HEAD_D
     # FA2 Alg.1 l.4 (flash2.py): load Q_i from HBM, once per row block.
-    q_ptrs = Q_base + offs_m[:, None] * HEAD_D + offs_d[None, :]  # (Br, d)
-    if EVEN:
-        Q_i = tl.load(q_ptrs)
+    if TMA:  # rows past Nq belong to the next head (or are zero past the tensor): never stored
+        Q_i = desc_q.load([(bh * Nq + start_m).to(tl.int32), 0])  # (Br, d)
     else:
-        Q_i = tl.load(q_ptrs, mask=offs_m[:, None] < Nq, other=0.0)
+        q_ptrs = Q_base + offs_m[:, None] * HEAD_D + offs_d[None, :]  # (Br, d)
+        if EVEN:
+            Q_i = tl.load(q_ptrs)
+        else:
+            Q_i = tl.load(q_ptrs, mask=offs_m[:, None] < Nq, other=0.0)
     # FA2 Alg.1 l.5 (flash2.py): on chip O_i = 0, ℓ_i = 0, m_i = -inf (fp32 accumulators).
     acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -116,10 +137,11 @@ def _fwd_kernel(Q, K, V, O, L2, Nq, Nk, qk_scale,
     else:
         j_hi = Nk
         n_full = Nk // BLOCK_N
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, offs_m, offs_d, 0, n_full * BLOCK_N,
-                               Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, offs_m, offs_d, n_full * BLOCK_N, j_hi,
-                               Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN)
+    kv_row0 = (bh * Nk).to(tl.int32)  # this head's first row in the (B·H·Nk, d) descriptors
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
+                               0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN, TMA)
+    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
+                               n_full * BLOCK_N, j_hi, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN, TMA)
     # FA2 Alg.1 l.11 (flash2.py): end for.
     # FA2 Alg.1 l.12 (flash2.py): O_i = diag(ℓ_i)^{-1} O_i, once per row block. (ℓ_i > 0 always:
     # key 0 is visible to every query, top-left causal included.)
@@ -328,12 +350,24 @@ def _even(args):
     return args["Nq"] % args["BLOCK_M"] == 0 and args["Nk"] % args["BLOCK_N"] == 0
 
 
-def _configs(pairs):
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in pairs]
+def _set_descriptor_blocks(nargs):
+    """Autotune pre-hook: the host-side TMA descriptors take the config's tile shape."""
+    if nargs.get("desc_q") is None:
+        return
+    d = nargs["HEAD_D"]
+    nargs["desc_q"].block_shape = [nargs["BLOCK_M"], d]
+    nargs["desc_k"].block_shape = [nargs["BLOCK_N"], d]
+    nargs["desc_v"].block_shape = [nargs["BLOCK_N"], d]
+
+
+def _configs(pairs, pre_hook=None):
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=pre_hook)
+            for bm, bn, w, s in pairs]
 
 
 # Forward: BLOCK_M = 128 rows per program; BLOCK_N and warps tuned per (d, N, causal).
-FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3)])
+FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3)],
+                       pre_hook=_set_descriptor_blocks)
 # dK/dV: the program's column block is BLOCK_N (outer), the inner row block BLOCK_M.
 DKDV_CONFIGS = _configs([(64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2)])
 # dQ: the program's row block is BLOCK_M (outer), the inner column block BLOCK_N.

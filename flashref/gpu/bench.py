@@ -1,0 +1,304 @@
+"""``python -m flashref bench``: flashref's Triton kernel against PyTorch's SDPA backends, one run.
+
+Shapes and FLOP convention follow FlashAttention-2's benchmark (§4.1): total tokens 16384
+(batch = 16384 / N), hidden 2048 (heads = 2048 / d), fp16; forward FLOPs ``4·B·H·N²·d``, halved
+when causal; forward+backward ``3.5×`` that. Each time is the median of CUDA-event-timed calls
+after warm-up (``triton.testing.do_bench``, which also flushes L2 between calls). Ratios of
+flashref to SDPA flash and cuDNN are taken from the same run.
+
+Also: extra peak memory of one forward+backward against N (batch 1, 16 heads, d = 64) up to 65536.
+Writes ``<out>/<device>.json`` and ``<out>/<device>.png`` (+ ``-memory.png``).
+
+Options: ``--out DIR`` (figures/gpu), ``--d 64,128``, ``--N 512,...,16384``, ``--causal both|true|false``,
+``--modes fwd,fwd_bwd``, ``--backends flashref,flash,cudnn,efficient,math``, ``--mem-N ...``,
+``--no-memory``, ``--dtype float16|bfloat16``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+BACKENDS = ("flashref", "flash", "cudnn", "efficient", "math")
+NS = (512, 1024, 2048, 4096, 8192, 16384)
+MEM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+TOKENS, HIDDEN = 16384, 2048
+
+
+def flops(mode, B, H, N, d, causal):
+    """FlashAttention-2's convention: forward 4·B·H·N²·d (÷2 causal); fwd+bwd 3.5× that."""
+    f = 4 * B * H * N * N * d / (2 if causal else 1)
+    return f if mode == "fwd" else 3.5 * f
+
+
+def device_slug(name: str) -> str:
+    s = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I).lower()
+    return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "gpu"
+
+
+def _fn(backend, causal):
+    import torch.nn.functional as F  # noqa: N812
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if backend == "flashref":
+        from . import attention
+        return lambda q, k, v: attention(q, k, v, causal=causal)
+    sdp = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+           "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend]
+
+    def run(q, k, v):
+        with sdpa_kernel(sdp):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def _math_too_big(mode, B, H, N):
+    # eager math materialises fp32 (B, H, N, N) scores several times over (and more for backward)
+    elems = B * H * N * N
+    return elems > (2 ** 31 if mode == "fwd" else 2 ** 30)
+
+
+def _progress(total):
+    try:
+        from tqdm import tqdm
+        return tqdm(total=total, file=sys.stdout, mininterval=2.0, ascii=True)
+    except ImportError:
+        class _P:
+            n = 0
+
+            def update(self, k=1):
+                self.n += k
+                if self.n % 10 == 0 or self.n == total:
+                    print(f"  [{self.n}/{total}]", flush=True)
+
+            def set_postfix_str(self, s):
+                pass
+
+            def close(self):
+                pass
+        return _P()
+
+
+def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100):
+    """Median milliseconds of one call (fwd) or one forward+backward, or None if it fails."""
+    import torch
+    from triton.testing import do_bench
+
+    g = torch.Generator(device="cuda").manual_seed(N + d)
+    q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g) for _ in range(4))
+    f = _fn(backend, causal)
+    try:
+        if mode == "fwd":
+            with torch.no_grad():
+                return do_bench(lambda: f(q, k, v), warmup=25, rep=rep, return_mode="median")
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+        return do_bench(lambda: f(q, k, v).backward(do), warmup=25, rep=rep, grad_to_none=[q, k, v],
+                        return_mode="median")
+    except (RuntimeError, torch.OutOfMemoryError) as e:  # backend refuses the shape, or OOM
+        print(f"  {backend} {mode} d={d} N={N} causal={causal}: {type(e).__name__}: {str(e)[:120]}")
+        return None
+    finally:
+        torch.cuda.empty_cache()
+
+
+def peak_memory(backend, N, d=64, H=16, dtype=None):
+    """Extra peak bytes of one forward+backward beyond q, k, v, dO (batch 1), or None on OOM."""
+    import torch
+
+    dtype = dtype or torch.float16
+    f = _fn(backend, causal=False)
+    torch.cuda.empty_cache()
+    try:
+        q, k, v, do = (torch.randn(1, H, N, d, device="cuda", dtype=dtype) for _ in range(4))
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+        f(q, k, v).backward(do)  # warm-up (compilation, autotuning)
+        q.grad = k.grad = v.grad = None
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        f(q, k, v).backward(do)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    except torch.OutOfMemoryError:
+        return None
+    finally:
+        q = k = v = do = None
+        torch.cuda.empty_cache()
+
+
+def _flashref_configs():
+    from . import kernels
+    out = {}
+    for name, kern in (("fwd", kernels.fwd), ("dkdv", kernels.bwd_dkdv), ("dq", kernels.bwd_dq)):
+        c = kernels.best_config(kern)
+        if c is not None:
+            out[name] = f"{c.kwargs} w{c.num_warps} s{c.num_stages}"
+    return out
+
+
+def run(args) -> dict:
+    import torch
+    import triton
+
+    dtype = getattr(torch, args.dtype)
+    causals = {"both": (False, True), "true": (True,), "false": (False,)}[args.causal]
+    cases = [(m, d, c, N, b) for m in args.modes for d in args.d for c in causals for N in args.N
+             for b in args.backends]
+    rows = []
+    bar = _progress(len(cases))
+    t0 = time.time()
+    for mode, d, causal, N, backend in cases:
+        B, H = TOKENS // N, HIDDEN // d
+        bar.set_postfix_str(f"{mode} d={d} causal={causal} N={N} {backend}")
+        if backend == "math" and _math_too_big(mode, B, H, N):
+            bar.update()
+            continue
+        ms = time_one(mode, backend, B, H, N, d, causal, dtype, rep=args.rep)
+        bar.update()
+        if ms is None:
+            continue
+        row = dict(mode=mode, d=d, N=N, causal=causal, backend=backend, B=B, H=H, ms=round(ms, 5),
+                   tflops=round(flops(mode, B, H, N, d, causal) / (ms * 1e-3) / 1e12, 2))
+        if backend == "flashref":
+            row["configs"] = _flashref_configs()
+        rows.append(row)
+    bar.close()
+    by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in rows}
+    for r in rows:
+        if r["backend"] == "flashref":
+            for other in ("flash", "cudnn"):
+                o = by.get((r["mode"], r["d"], r["N"], r["causal"], other))
+                if o:
+                    r[f"ratio_vs_sdpa_{other}"] = round(r["tflops"] / o["tflops"], 3)
+    memory = []
+    if not args.no_memory:
+        for N in args.mem_N:
+            for backend in ("flashref", "flash", "cudnn", "math"):
+                if backend == "math" and N > 16384:
+                    continue
+                b = peak_memory(backend, N, dtype=dtype)
+                memory.append(dict(N=N, backend=backend, B=1, H=16, d=64,
+                                   peak_extra_mib=None if b is None else round(b / 2 ** 20, 2)))
+                print(f"  memory N={N} {backend}: {memory[-1]['peak_extra_mib']} MiB", flush=True)
+    props = torch.cuda.get_device_properties(0)
+    meta = dict(device=torch.cuda.get_device_name(0), sms=props.multi_processor_count,
+                torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
+                date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), dtype=args.dtype,
+                tokens=TOKENS, hidden=HIDDEN, timing="triton.testing.do_bench median, warmup 25 ms, rep "
+                f"{args.rep} ms", flop_convention="fwd 4BHN^2d (/2 causal); fwd_bwd 3.5x fwd",
+                seconds=round(time.time() - t0, 1))
+    return dict(metadata=meta, rows=rows, memory=memory)
+
+
+def plot(result):
+    """Figure: TFLOP/s against N, one panel per (mode, d, causal)."""
+    from ..plots import COLORS, figure
+
+    rows = result["rows"]
+    meta = result["metadata"]
+    keys = sorted({(r["mode"], r["d"], r["causal"]) for r in rows}, key=lambda t: (t[0] != "fwd", t[1], t[2]))
+    ncols = max(1, len({(d, c) for _, d, c in keys}))
+    nrows = max(1, len({m for m, _, _ in keys}))
+    fig, axes = figure(f"Attention TFLOP/s on {meta['device']} ({meta['dtype']}, {TOKENS} tokens, hidden "
+                       f"{HIDDEN}; torch {meta['torch']}, triton {meta['triton']})",
+                       ncols=ncols, nrows=nrows, width=3.2 * ncols, height=2.8 * nrows)
+    import numpy as np
+    axes = np.atleast_2d(axes)
+    cols = sorted({(d, c) for _, d, c in keys})
+    modes = sorted({m for m, _, _ in keys}, key=lambda m: m != "fwd")
+    for (mode, d, causal) in keys:
+        ax = axes[modes.index(mode), cols.index((d, causal))]
+        for backend in BACKENDS:
+            pts = sorted((r["N"], r["tflops"]) for r in rows
+                         if (r["mode"], r["d"], r["causal"], r["backend"]) == (mode, d, causal, backend))
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3, color=COLORS.get(backend), label=backend,
+                        lw=2 if backend == "flashref" else 1)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{mode}, d={d}, causal={causal}")
+        ax.set_xlabel("N")
+        ax.set_ylabel("TFLOP/s")
+    axes.flat[0].legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_memory(result):
+    from ..plots import COLORS, figure
+
+    meta = result["metadata"]
+    fig, ax = figure(f"Extra peak memory of forward+backward on {meta['device']} (batch 1, 16 heads, d=64, "
+                     f"{meta['dtype']})")
+    for backend in ("flashref", "flash", "cudnn", "math"):
+        pts = sorted((m["N"], m["peak_extra_mib"]) for m in result["memory"]
+                     if m["backend"] == backend and m["peak_extra_mib"] is not None)
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=3, color=COLORS.get(backend), label=backend)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("N")
+    ax.set_ylabel("MiB")
+    ax.legend()
+    return fig
+
+
+def table(result) -> str:
+    lines = [f"{'mode':7} {'d':>3} {'causal':6} {'N':>6} {'flashref':>8} {'flash':>6} {'cudnn':>6} "
+             f"{'effic':>6} {'math':>5} {'xflash':>6} {'xcudnn':>6}"]
+    by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in result["rows"]}
+    keys = sorted({(r["mode"], r["d"], r["causal"], r["N"]) for r in result["rows"]},
+                  key=lambda t: (t[0] != "fwd", t[1], t[2], t[3]))
+    for mode, d, causal, N in keys:
+        def g(b, field="tflops", fmt="{:.0f}", key=(mode, d, N, causal)):
+            r = by.get(key + (b,))
+            return fmt.format(r[field]) if r and field in r else "-"
+        lines.append(f"{mode:7} {d:>3} {causal!s:6} {N:>6} {g('flashref'):>8} {g('flash'):>6} {g('cudnn'):>6} "
+                     f"{g('efficient'):>6} {g('math'):>5} {g('flashref', 'ratio_vs_sdpa_flash', '{:.2f}'):>6} "
+                     f"{g('flashref', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6}")
+    for m in result.get("memory", []):
+        lines.append(f"memory N={m['N']:>6} {m['backend']:9} {m['peak_extra_mib']} MiB")
+    return "\n".join(lines)
+
+
+def _ints(s):
+    return tuple(int(x) for x in s.split(",") if x)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flashref bench", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="figures/gpu")
+    p.add_argument("--d", type=_ints, default=(64, 128))
+    p.add_argument("--N", type=_ints, default=NS)
+    p.add_argument("--causal", default="both", choices=("both", "true", "false"))
+    p.add_argument("--modes", type=lambda s: tuple(s.split(",")), default=("fwd", "fwd_bwd"))
+    p.add_argument("--backends", type=lambda s: tuple(s.split(",")), default=BACKENDS)
+    p.add_argument("--mem-N", dest="mem_N", type=_ints, default=MEM_NS)
+    p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    p.add_argument("--name", default=None, help="output stem (default: the device slug)")
+    args = p.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("bench needs a CUDA GPU; the recorded results are in figures/gpu/*.json", file=sys.stderr)
+        return 1
+    for b in args.backends:
+        if b not in BACKENDS:
+            p.error(f"--backends: unknown backend {b!r}; choose from {BACKENDS}")
+    result = run(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = args.name or device_slug(result["metadata"]["device"])
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    fig = plot(result)
+    fig.savefig(out / f"{stem}.png", dpi=110)
+    if result["memory"]:
+        plot_memory(result).savefig(out / f"{stem}-memory.png", dpi=110)
+    print(table(result))
+    print(f"wrote {out / (stem + '.json')}")
+    return 0
