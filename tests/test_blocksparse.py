@@ -8,6 +8,7 @@ from reference import attention_ref, torch_grads
 from strategies import problems
 
 from flashref import blocksparse, flash1, iomodel, standard
+from flashref.iomodel import blocksparse as io_blocksparse
 
 
 def _heads(lead):
@@ -164,7 +165,7 @@ def test_prop4_scaling_at_density_n_to_the_minus_half():
     Bc = blocksparse.grid(Ns[0], Ns[0], d, sram_size=M).Bc
     c1, c2 = (3 * d + 2) / d, (3 * d + 4) * M / (Bc * d**2)
     for t, N in zip(io, Ns):
-        ratio = t / iomodel.blocksparse.prop4(N, d, M, N**-0.5)
+        ratio = t / io_blocksparse.prop4(N, d, M, N**-0.5)
         assert 0.99 * min(c1, c2) <= ratio <= 1.01 * max(c1, c2)
     # the log-log slope climbs from 1 (the Nd term) towards 1.5 (N√N)
     slopes = np.diff(np.log(io)) / np.diff(np.log(Ns))
