@@ -71,3 +71,45 @@ def forward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dtype_bytes
     t.add("Alg.1 l.12", writes=d * R)
     t.add("Alg.1 l.13", writes=2 * R)
     return t.prediction()
+
+
+# ---------------------------------------------------------------------------------------------
+# Algorithm 4 (backward), appended by the backward pass's author.
+# ---------------------------------------------------------------------------------------------
+
+
+def backward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dropout_p=0.0, dtype_bytes=2,
+             block_mask=None, **_):
+    """Algorithm 4 as ``flash1.backward`` runs it, line by line, per head (Tally multiplies by ``heads``).
+
+    ``causal``, ``mask`` and ``scale`` change no IO: MASK is applied on chip and Algorithm 4 visits
+    every tile, as written (skipping causal blocks is FlashAttention-2's). Dropout changes only the
+    block sizes (its Z_ij tile is on chip: :func:`flashref.flash1_bwd.footprint`). With R = Σ r_i over
+    visited tiles (Tc·Nq without a ``block_mask``)::
+
+        Alg.4 l.5   initialise dQ, dK, dV                   writes Nq·d + 2·Nk·d
+        Alg.4 l.7   load K_j, V_j once per j                reads  2·Nk·d
+        Alg.4 l.10  load Q_i, O_i, dO_i, dQ_i, ℓ_i, m_i     reads  (4d + 2)·R
+        Alg.4 l.21  write dQ_i per visited (j, i)           writes d·R
+        Alg.4 l.24  write dK_j, dV_j once per j             writes 2·Nk·d
+
+    Total Θ(Tc·Nq·d) = Θ(N²d²/M) since Bc = Θ(M/d): Theorem 5.
+    """
+    from ..flash1_bwd import footprint as backward_footprint
+
+    has_dropout = dropout_p > 0
+    Br, Bc = block_sizes_fn(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=dtype_bytes,
+                            footprint=lambda Br_, Bc_, d_: backward_footprint(Br_, Bc_, d_, dropout=has_dropout))
+    Tc = -(-Nk // Bc)
+    R = visited_rows(Nq, Br, Tc, block_mask)
+    t = Tally(heads, dtype_bytes)
+    t.add("Alg.4 l.5", writes=Nq * d + 2 * Nk * d)
+    t.add("Alg.4 l.7", reads=2 * Nk * d)
+    t.add("Alg.4 l.10", reads=(4 * d + 2) * R)
+    t.add("Alg.4 l.21", writes=d * R)
+    t.add("Alg.4 l.24", writes=2 * Nk * d)
+    return t.prediction()
+
+
+block_sizes_fn = block_sizes  # the module-level resolver; backward's parameter ``block_sizes`` shadows it
+__all__ += ["backward"]
