@@ -107,8 +107,9 @@ class SmemTraffic:
 
     ``operand_reads``: Q, K, V tiles read from shared memory into warp registers.
     ``exchange_writes`` / ``exchange_reads``: partial results written and read back between warps.
-    ``exchange_buffer``: shared memory the partials occupy (elements). ``syncs``: barriers between
-    the partial writes and their reads. ``per_tile`` divides by the number of (i, j) tiles.
+    ``exchange_buffer``: shared memory the partials occupy (elements). ``syncs``: barriers around
+    the exchange of partials only (both schemes also need one after each HBM-to-shared-memory tile
+    load, not counted here). ``per_tile`` divides by the number of (i, j) tiles.
     """
 
     scheme: str
