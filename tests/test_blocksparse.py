@@ -163,7 +163,8 @@ def test_prop4_scaling_at_density_n_to_the_minus_half():
         mask = blocksparse.random_blocks(g.Tr, g.Tc, N**-0.5, seed=0)
         io.append(iomodel.predict("blocksparse", "forward", Nq=N, Nk=N, d=d, block_mask=mask, sram_size=M).total)
     Bc = blocksparse.grid(Ns[0], Ns[0], d, sram_size=M).Bc
-    c1, c2 = (3 * d + 2) / d, (3 * d + 4) * M / (Bc * d**2)
+    c1, c2 = io_blocksparse.prop4_constants(d, M, Bc)
+    assert (c1, c2) == ((3 * d + 2) / d, (3 * d + 4) * M / (Bc * d**2))
     for t, N in zip(io, Ns):
         ratio = t / io_blocksparse.prop4(N, d, M, N**-0.5)
         assert 0.99 * min(c1, c2) <= ratio <= 1.01 * max(c1, c2)

@@ -3,7 +3,8 @@
 ``blocksparse_io_vs_density``: forward and backward HBM traffic of Algorithm 5 (and its backward)
 at N = 1024, d = 64 against the fraction s of nonzero blocks, for random block masks and the
 named patterns (butterfly, local, causal). The points are affine in the number of nonzero blocks;
-Proposition 4's Θ(Nd + N²d²s/M) is drawn with its constant fitted at s = 1. The smallest
+Proposition 4's Θ(Nd + N²d²s/M) is drawn with the two constants Θ hides
+(:func:`flashref.iomodel.blocksparse.prop4_constants`). The smallest
 densities are also *simulated* (``blocksparse.forward``) and must equal the closed form.
 
 ``blocksparse_io_vs_n``: forward IO against N on log-log axes for s = 1 (dense), s = N^(-1/2)
@@ -76,9 +77,9 @@ def density_plot(rows):
         slope = np.polyfit([r["nonzero_blocks"] for r in rnd], y, 1)[0]
         ax.annotate(f"{slope:,.0f} elements per nonzero block", (s[len(s) // 2], y[len(s) // 2] / 1e6),
                     textcoords="offset points", xytext=(8, -12 if key == "forward_io" else 6), fontsize=7)
-    p4 = np.array([r["prop4"] for r in rnd])
-    c = rnd[-1]["forward_io"] / p4[-1]
-    ax.plot(s, c * p4 / 1e6, "--", color=COLORS["bound"], label=f"Prop. 4: {c:.1f}·(Nd + N²d²s/M)")
+    c1, c2 = io_blocksparse.prop4_constants(D, SRAM, rows[0]["Bc"])
+    p4 = c1 * N_DENSITY * D + c2 * N_DENSITY**2 * D**2 * s / SRAM
+    ax.plot(s, p4 / 1e6, "--", color=COLORS["bound"], label=f"Prop. 4 form {c1:.2f}·Nd + {c2:.1f}·N²d²s/M")
     for r, marker in zip([r for r in rows if r["kind"] != "random"], ("*", "D", "^")):
         ax.plot(r["density"], r["forward_io"] / 1e6, marker, color="k", ms=7, ls="none",
                 label=f"{r['pattern']} (s={r['density']:.2f})")

@@ -31,7 +31,7 @@ import numpy as np
 from . import Tally
 from . import flash1 as _flash1
 
-__all__ = ["forward", "backward", "prop4", "grid", "nonzero_rows"]
+__all__ = ["forward", "backward", "prop4", "prop4_constants", "grid", "nonzero_rows"]
 
 
 def grid(*, Nq, Nk, d, sram_size=None, block_sizes=None, dtype_bytes=2, dropout_p=0.0):
@@ -85,3 +85,13 @@ def prop4(N, d, M, s):
     constant; the figures compare shapes (slopes), not values.
     """
     return N * d + N**2 * d**2 * s / M
+
+
+def prop4_constants(d, M, Bc) -> tuple[float, float]:
+    """The constants Θ hides, for the forward: IO = c1·Nd + c2·N²d²s/M with square grids and full blocks.
+
+    From the table above with Nq = Nk = N and R = s·N²/Bc: ``c1 = (3d + 2)/d`` (initialisation and
+    the K_j, V_j loads) and ``c2 = (3d + 4)·M/(Bc·d²)`` (the nonzero blocks). With the paper's
+    Bc = M/4d, c2 = 4(3d + 4)/d ≈ 12.
+    """
+    return (3 * d + 2) / d, (3 * d + 4) * M / (Bc * d**2)
