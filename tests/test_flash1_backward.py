@@ -209,3 +209,30 @@ def test_bad_saved_tensors_get_clear_errors(rng):
         flash1.backward(Q, K, V, O, dO, l, m, block_sizes=4)
     with pytest.raises(SRAMOverflowError, match="sram_size"):
         flash1.backward(Q, K, V, O, dO, l, m, block_sizes=(6, 6), sram_size=50)
+
+
+def test_figure2_table_comes_from_counts():
+    from flashref.figures.backward import FIG2, figure2_data
+
+    rows = figure2_data()
+    heads = FIG2["heads"] * FIG2["batch"]
+    N, d = FIG2["N"], FIG2["d"]
+    for r in rows:
+        opts = {"mask": True} if r["setting"] == "key-padding mask" else {}
+        if r["algorithm"] == "flash1":
+            Br, Bc = (int(x) for x in r["blocks_BrxBc"].split(" / ")[0].split("x"))
+            Br_b, Bc_b = (int(x) for x in r["blocks_BrxBc"].split(" / ")[1].split("x"))
+            fwd = iomodel.predict("flash1", "forward", Nq=N, Nk=N, d=d, heads=heads, block_sizes=(Br, Bc))
+            bwd = iomodel.predict("flash1", "backward", Nq=N, Nk=N, d=d, heads=heads, block_sizes=(Br_b, Bc_b))
+        else:
+            fwd = iomodel.predict("standard", "forward", Nq=N, Nk=N, d=d, heads=heads, **opts)
+            bwd = iomodel.predict("standard", "backward", Nq=N, Nk=N, d=d, heads=heads, **opts)
+        assert r["hbm_gb"] * 1e9 == pytest.approx((fwd.bytes + bwd.bytes), rel=1e-12)
+    std = {r["setting"]: r for r in rows if r["algorithm"] == "standard"}
+    for r in rows:
+        if r["algorithm"] == "flash1" and "v1 kernel" in r["implementation"]:
+            # several times less HBM traffic, more FLOPs (the recomputation): Figure 2's point
+            assert std[r["setting"]]["hbm_gb"] / r["hbm_gb"] > 4
+            assert r["gflops"] > std[r["setting"]]["gflops"]
+            # matmul FLOPs: 4N²d forward, 10N²d backward (5 matmuls), as tridao counts in issue #741
+            assert r["gflops_matmul"] * 1e9 == 14 * N * N * d * heads

@@ -141,3 +141,12 @@ def test_bad_inputs_get_clear_errors():
         scaled_dot_product_attention(q, k, v, dropout_p=1.5, algorithm="standard")
     with pytest.raises(TypeError, match="block_sizes"):
         scaled_dot_product_attention(q, k, v, block_sizes=3, algorithm=ALGOS[-1])
+
+
+def test_tiny_training_run_matches_torch():
+    from flashref.figures.backward import train_tiny
+
+    ours = np.array(train_tiny("flash1", steps=25))
+    ref = np.array(train_tiny("torch", steps=25))
+    assert ref[-1] < 0.5 * ref[0]  # it does learn
+    assert np.abs(ours - ref).max() <= 1e-12 * ref.max()
