@@ -20,15 +20,14 @@ backward (Algorithm 4 with the same skip)
 
 So the IO is an affine function of the number of nonzero blocks: slope ``(3d + 4)·Br`` elements
 per block forward, ``(5d + 2)·Br`` backward. With Tc = Θ(Nd/M) and R = s·Tc·Nq this is
-Proposition 4's Θ(Nd + N²d²M⁻¹s) (:func:`prop4`). The forward delegates to
-:func:`flashref.iomodel.flash1.forward` with the block mask (the same loop runs).
+Proposition 4's Θ(Nd + N²d²M⁻¹s) (:func:`prop4`). Both delegate to
+:mod:`flashref.iomodel.flash1`'s closed forms with the block mask (the same loops run).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import Tally
 from . import flash1 as _flash1
 
 __all__ = ["forward", "backward", "prop4", "prop4_constants", "grid", "nonzero_rows"]
@@ -68,14 +67,10 @@ def backward(*, Nq, Nk, d, block_mask, heads=1, sram_size=None, block_sizes=None
              **_):
     g = grid(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=dtype_bytes,
              dropout_p=dropout_p)
-    R = nonzero_rows(_mask(block_mask, g), Nq, g.Br)
-    t = Tally(heads, dtype_bytes)
-    t.add("Alg.4 l.5", writes=Nq * d + 2 * Nk * d)
-    t.add("Alg.4 l.7", reads=2 * Nk * d)
-    t.add("Alg.4 l.10", reads=(4 * d + 2) * R)
-    t.add("Alg.4 l.21", writes=d * R)
-    t.add("Alg.4 l.24", writes=2 * Nk * d)
-    return t.prediction()
+    M = _mask(block_mask, g)
+    # Algorithm 4 with the same skip is flash1's backward loop: its closed form with the block mask, on this grid.
+    return _flash1.backward(Nq=Nq, Nk=Nk, d=d, heads=heads, block_sizes=(g.Br, g.Bc), dtype_bytes=dtype_bytes,
+                            dropout_p=dropout_p, block_mask=M)
 
 
 def prop4(N, d, M, s):
