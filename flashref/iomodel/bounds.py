@@ -21,13 +21,15 @@ elements"). The theorems hold for d ≤ M ≤ Nd (:func:`in_theorem_range`).
 
 from __future__ import annotations
 
+import numbers
+
 __all__ = ["in_theorem_range", "standard_theta", "flash1_theta", "flash1_forward_leading",
            "prop3_lower_bound", "standard_backward_theta", "flash1_backward_theta"]
 
 
 def _check(**kw):
     for name, v in kw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0:
             raise ValueError(f"{name}: expected a positive number, got {v!r}")
 
 
