@@ -31,6 +31,7 @@ import importlib
 
 import numpy as np
 import torch
+from torch.autograd.function import once_differentiable
 
 __all__ = ["scaled_dot_product_attention", "ALGORITHMS", "available_algorithms"]
 
@@ -105,6 +106,7 @@ class _Attention(torch.autograd.Function):
         return _to_torch(fwd.O, query)
 
     @staticmethod
+    @once_differentiable  # the reference backward is numpy: no graph through it (no double backward)
     def backward(ctx, grad_out):
         mod = _module(ctx.algorithm)
         spec = ALGORITHMS[ctx.algorithm]

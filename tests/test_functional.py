@@ -64,6 +64,17 @@ def test_float32_keeps_dtype_and_matches():
     assert q.grad.dtype == torch.float32 and q.grad.shape == q.shape
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_in_and_out(dtype):
+    q, k, v = _qkv((2, 8, 4), (2, 8, 4), dtype=dtype)
+    out = scaled_dot_product_attention(q, k, v, is_causal=True, algorithm="flash1", block_sizes=(3, 3))
+    assert out.dtype == dtype
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    assert (out.float() - want).abs().max().item() < 2e-2
+    out.float().pow(2).sum().backward()
+    assert q.grad.dtype == dtype and torch.isfinite(q.grad.float()).all()
+
+
 def test_gradients_only_where_required():
     q, k, v = _qkv((6, 4), (5, 4), requires_grad=False)
     v.requires_grad_(True)
