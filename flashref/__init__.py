@@ -3,13 +3,43 @@
 Algorithms (numpy, each reads like its paper's algorithm box):
 ``standard`` (Algorithms 0, 3), ``flash1`` (Algorithms 1/2, 4), ``flash2`` (FlashAttention-2),
 ``blocksparse`` (Algorithm 5), ``decoding`` (split-KV). Closed forms in ``iomodel``; GPU specs in
-``hardware``; PyTorch front in ``functional``; real GPUs in ``gpu`` (imported lazily).
+``hardware``; work items in ``parallelism``. ``functional`` (the PyTorch front, imports torch)
+and ``gpu`` (Triton kernels, needs CUDA or TRITON_INTERPRET=1) are imported on first use, so
+``import flashref`` needs neither torch nor triton.
 """
 
-from . import dropout, flops, iomodel, masks, memory, softmax, standard
+import importlib
+
+from . import (
+    blocks,
+    blocksparse,
+    decoding,
+    dropout,
+    flash1,
+    flash2,
+    flops,
+    hardware,
+    iomodel,
+    masks,
+    memory,
+    parallelism,
+    softmax,
+    standard,
+)
 from .memory import IOReport, Memory, SRAMOverflowError
 
 __version__ = "0.1.0"
 
-__all__ = ["dropout", "flops", "iomodel", "masks", "memory", "softmax", "standard",
+_LAZY = ("functional", "gpu", "figures")
+
+
+def __getattr__(name):
+    # torch and triton are heavy (or absent): load those modules only when first touched.
+    if name in _LAZY:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["blocks", "blocksparse", "decoding", "dropout", "flash1", "flash2", "flops", "hardware", "iomodel",
+           "masks", "memory", "parallelism", "softmax", "standard", "functional", "gpu", "figures",
            "IOReport", "Memory", "SRAMOverflowError"]
