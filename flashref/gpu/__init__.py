@@ -94,7 +94,8 @@ def _forward(q, k, v, causal, scale):
         descs = tuple(TensorDescriptor(x, [x.shape[0] * x.shape[1] * x.shape[2], d], [d, 1], [64, d])
                       for x in (q, k, v))
     kernels.fwd[_grid(Nq, B * H, "BLOCK_M")](q, k, v, o, L2, *descs, Nq, Nk, scale * kernels.LOG2E,
-                                             HEAD_D=d, CAUSAL=causal, TMA=tma, **kernels.launch_meta())
+                                             HEAD_D=d, CAUSAL=causal, TMA=tma,
+                                             LAZY=kernels.lazy_rescale(), **kernels.launch_meta())
     return o, L2
 
 

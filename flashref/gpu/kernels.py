@@ -33,8 +33,14 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+RESCALE_SLACK = tl.constexpr(8.0)  # lazy rescaling: P̃ may reach 2^8 before O_i, ℓ_i are rescaled
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def lazy_rescale() -> bool:
+    """Skip the O_i rescale while no row's max grew by more than 2^RESCALE_SLACK (``FLASHREF_LAZY=0``: never)."""
+    return os.environ.get("FLASHREF_LAZY", "1") == "1"
 
 
 def use_tma(device) -> bool:
@@ -58,7 +64,8 @@ def use_tma(device) -> bool:
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d, j_lo, j_hi, Nk,
                qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, CAUSAL: tl.constexpr,
-               MASKED: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr):
+               MASKED: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr, LAZY: tl.constexpr,
+               RESCALE_SLACK: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in range(j_lo, j_hi, BLOCK_N):  # FA2 Alg.1 l.6 (flash2.py): for 1 <= j <= Tc
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -76,31 +83,43 @@ def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs
             else:
                 K_jT = tl.load(kT_ptrs, mask=offs_n[None, :] < Nk, other=0.0)
                 V_j = tl.load(v_ptrs, mask=offs_n[:, None] < Nk, other=0.0)
-        # FA2 Alg.1 l.8 (flash2.py): S_ij = τ Q_i K_jᵀ, here in base-2 units (τ·log2 e folded in).
-        S_ij = tl.dot(Q_i, K_jT) * qk_scale  # (Br, Bc) fp32
+        # FA2 Alg.1 l.8 (flash2.py): S_ij = τ Q_i K_jᵀ; τ·log2(e) is applied below, fused with the
+        # max subtraction into one FMA per element.
+        S_ij = tl.dot(Q_i, K_jT)  # (Br, Bc) fp32, unscaled
         if MASKED:  # only the blocks the diagonal or a ragged end crosses (FA2 §3.1.1)
             attend = offs_n[None, :] < Nk
             if CAUSAL:  # top-left: query i sees keys j <= i
                 attend = attend & (offs_m[:, None] >= offs_n[None, :])
             S_ij = tl.where(attend, S_ij, float("-inf"))
-        # FA2 Alg.1 l.9 (flash2.py): m_i^new = max(m_i, rowmax(S_ij)); P̃_ij = exp(S_ij − m_i^new);
-        # ℓ_i^new = e^{m_i − m_i^new} ℓ_i + rowsum(P̃_ij).
-        m_new = tl.maximum(m_i, tl.max(S_ij, 1))  # (Br,)
-        P_tilde_ij = tl.math.exp2(S_ij - m_new[:, None])  # (Br, Bc)
-        alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
-        l_i = l_i * alpha + tl.sum(P_tilde_ij, 1)
-        # FA2 Alg.1 l.10 (flash2.py): O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j (un-scaled O;
-        # the printed ^{-1} is a typo, flash2.py's docstring).
-        acc = acc * alpha[:, None]
+        # FA2 Alg.1 l.9 (flash2.py): m_i^new = max(m_i, rowmax(S_ij)) (base 2) ...
+        m_new = tl.maximum(m_i, tl.max(S_ij, 1) * qk_scale)  # (Br,)
+        if LAZY:
+            # ... rescaled lazily (FlashAttention-4's trick): keep the old m_i unless some row's max
+            # grew by more than RESCALE_SLACK (log2 units), so P̃ <= 2^RESCALE_SLACK and the O_i, ℓ_i
+            # rescale of l.9-10 is skipped for the whole block in almost every iteration. Exact:
+            # l.12-13 divide by the ℓ_i that belongs to the m_i kept.
+            if tl.max(m_new - m_i, 0) > RESCALE_SLACK:
+                alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
+                acc = acc * alpha[:, None]  # l.10's diag(e^{m_i − m_i^new}) O_i
+                l_i = l_i * alpha  # l.9's e^{m_i − m_i^new} ℓ_i
+                m_i = m_new
+        else:
+            alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
+            acc = acc * alpha[:, None]  # l.10's diag(e^{m_i − m_i^new}) O_i (the printed ^{-1} is a typo)
+            l_i = l_i * alpha  # l.9's e^{m_i − m_i^new} ℓ_i
+            m_i = m_new
+        # FA2 Alg.1 l.9 (flash2.py): P̃_ij = exp(S_ij − m_i^new); ℓ_i^new = ... + rowsum(P̃_ij).
+        P_tilde_ij = tl.math.exp2(S_ij * qk_scale - m_i[:, None])  # (Br, Bc)
+        l_i = l_i + tl.sum(P_tilde_ij, 1)
+        # FA2 Alg.1 l.10 (flash2.py): O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j (un-scaled O).
         acc = tl.dot(P_tilde_ij.to(V_j.dtype), V_j, acc)  # (Br, d) fp32
-        m_i = m_new
     return acc, l_i, m_i
 
 
 @triton.jit
 def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
                 HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                LAZY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; this program is one i of l.3's loop
     # (and one (batch, head)). Causal: the longest rows are launched first (reversed order).
     Tr = tl.cdiv(Nq, BLOCK_M)
@@ -139,9 +158,11 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
         n_full = Nk // BLOCK_N
     kv_row0 = (bh * Nk).to(tl.int32)  # this head's first row in the (B·H·Nk, d) descriptors
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                               0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN, TMA)
+                               0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN, TMA,
+                               LAZY, RESCALE_SLACK)
     acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                               n_full * BLOCK_N, j_hi, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN, TMA)
+                               n_full * BLOCK_N, j_hi, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN, TMA,
+                               LAZY, RESCALE_SLACK)
     # FA2 Alg.1 l.11 (flash2.py): end for.
     # FA2 Alg.1 l.12 (flash2.py): O_i = diag(ℓ_i)^{-1} O_i, once per row block. (ℓ_i > 0 always:
     # key 0 is visible to every query, top-left causal included.)
