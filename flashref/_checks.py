@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Problem", "attention_problem", "check_like", "check_block_sizes"]
+__all__ = ["Problem", "attention_problem", "check_like", "check_block_sizes", "check_block_mask",
+           "check_flash_stats", "positive_int"]
 
 
 @dataclass
@@ -59,7 +60,7 @@ def _finite(a: np.ndarray, name: str) -> None:
         raise ValueError(f"{name}: contains NaN or inf")
 
 
-def _positive_int(x, name: str) -> int:
+def positive_int(x, name: str) -> int:
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name}: expected a positive integer, got {x!r}")
     if x <= 0:
@@ -72,8 +73,8 @@ def check_block_sizes(block_sizes) -> tuple[int, int] | None:
         return None
     if not isinstance(block_sizes, (tuple, list)) or len(block_sizes) != 2:
         raise TypeError(f"block_sizes: expected a pair (Br, Bc), got {block_sizes!r}")
-    return (_positive_int(block_sizes[0], "block_sizes[0] (Br)"),
-            _positive_int(block_sizes[1], "block_sizes[1] (Bc)"))
+    return (positive_int(block_sizes[0], "block_sizes[0] (Br)"),
+            positive_int(block_sizes[1], "block_sizes[1] (Bc)"))
 
 
 def attention_problem(Q, K, V, *, scale=None, causal=False, mask=None, dropout_p=0.0, seed=0,
@@ -120,9 +121,9 @@ def attention_problem(Q, K, V, *, scale=None, causal=False, mask=None, dropout_p
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed: expected an integer, got {seed!r}")
     if sram_size is not None:
-        sram_size = _positive_int(sram_size, "sram_size")
+        sram_size = positive_int(sram_size, "sram_size")
     block_sizes = check_block_sizes(block_sizes)
-    dtype_bytes = _positive_int(dtype_bytes, "dtype_bytes")
+    dtype_bytes = positive_int(dtype_bytes, "dtype_bytes")
     return Problem(Q, K, V, lead, Nq, Nk, d, float(scale), bool(causal), mask, float(dropout_p),
                    int(seed), sram_size, block_sizes, dtype_bytes)
 
@@ -137,3 +138,28 @@ def check_like(x, name: str, shape: tuple, dtype) -> np.ndarray:
 
 def check_finite(a: np.ndarray, name: str) -> None:
     _finite(a, name)
+
+
+def check_block_mask(block_mask, Tr: int, Tc: int) -> np.ndarray:
+    """A block-sparsity mask must be boolean of shape (Tr, Tc), one entry per tile."""
+    a = np.asarray(block_mask)
+    if a.dtype != np.bool_:
+        raise TypeError(f"block_mask: expected a boolean array of shape (Tr, Tc) = ({Tr}, {Tc}), got dtype {a.dtype}")
+    if a.shape != (Tr, Tc):
+        raise ValueError(f"block_mask: expected shape (Tr, Tc) = ({Tr}, {Tc}), got {a.shape}")
+    return a
+
+
+def check_flash_stats(pb: Problem, O, dO, l, m):
+    """Check the tensors FlashAttention's backward takes from its forward (Alg.4's Require line)."""
+    O = check_like(O, "O", pb.Q.shape, pb.dtype)
+    dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)
+    l = check_like(l, "l", pb.lead_shape + (pb.Nq,), pb.dtype)
+    m = check_like(m, "m", pb.lead_shape + (pb.Nq,), pb.dtype)
+    for a, name in ((O, "O"), (dO, "dO"), (l, "l")):
+        _finite(a, name)
+    if np.isnan(m).any() or np.isposinf(m).any():
+        raise ValueError("m: expected finite row maxima (or -inf for fully masked rows)")
+    if (l < 0).any():
+        raise ValueError("l: expected non-negative row sums")
+    return O, dO, l, m

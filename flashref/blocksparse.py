@@ -46,7 +46,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import blocks, flash1, flash1_bwd
-from ._checks import attention_problem, check_finite, check_like
+from ._checks import attention_problem, check_flash_stats
 from .results import BackwardResult, ForwardResult
 
 __all__ = ["forward", "backward", "grid", "Grid", "footprint", "check_block_mask", "element_mask", "density",
@@ -77,12 +77,12 @@ def grid(Nq: int, Nk: int, d: int, *, sram_size=None, block_sizes=None, dtype_by
     """The block grid that :func:`forward` and :func:`backward` use for these shapes and options."""
     from types import SimpleNamespace
 
-    from ._checks import _positive_int, check_block_sizes
+    from ._checks import check_block_sizes, positive_int
 
-    pb = SimpleNamespace(Nq=_positive_int(Nq, "Nq"), Nk=_positive_int(Nk, "Nk"), d=_positive_int(d, "d"),
-                         sram_size=None if sram_size is None else _positive_int(sram_size, "sram_size"),
+    pb = SimpleNamespace(Nq=positive_int(Nq, "Nq"), Nk=positive_int(Nk, "Nk"), d=positive_int(d, "d"),
+                         sram_size=None if sram_size is None else positive_int(sram_size, "sram_size"),
                          block_sizes=check_block_sizes(block_sizes),
-                         dtype_bytes=_positive_int(dtype_bytes, "dtype_bytes"),
+                         dtype_bytes=positive_int(dtype_bytes, "dtype_bytes"),
                          dropout_p=float(dropout_p))
     return _grid_of(pb)
 
@@ -137,16 +137,7 @@ def backward(Q, K, V, O, dO, l, m, block_mask, **opts) -> BackwardResult:
     Gradients equal those of standard attention with the element mask :func:`element_mask` implies.
     """
     pb, g, M = _problem_and_grid(Q, K, V, block_mask, opts)
-    O = check_like(O, "O", pb.Q.shape, pb.dtype)
-    dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)
-    l = check_like(l, "l", pb.lead_shape + (pb.Nq,), pb.dtype)
-    m = check_like(m, "m", pb.lead_shape + (pb.Nq,), pb.dtype)
-    for a, name in ((O, "O"), (dO, "dO"), (l, "l")):
-        check_finite(a, name)
-    if np.isnan(m).any() or np.isposinf(m).any():
-        raise ValueError("m: expected finite row maxima (or -inf for rows with nothing to attend to)")
-    if (l < 0).any():
-        raise ValueError("l: expected non-negative row sums")
+    O, dO, l, m = check_flash_stats(pb, O, dO, l, m)
     res = flash1_bwd._backward(pb, O, dO, l, m, block_mask=M)
     res.block_mask, res.density = M, density(M)
     return res

@@ -43,13 +43,12 @@ Example::
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
 from . import blocks, dropout, masks, softmax
 from . import parallelism as _par
-from ._checks import attention_problem
+from ._checks import attention_problem, positive_int
 from .flops import FlopCounter
 from .memory import Memory
 from .results import ForwardResult
@@ -93,13 +92,6 @@ def split_bounds(Nk: int, num_splits: int) -> list[tuple[int, int]]:
     return [(s * Nk // num_splits, (s + 1) * Nk // num_splits) for s in range(num_splits)]
 
 
-def _check_count(x, name: str) -> int:
-    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name}: expected a positive integer, got {x!r}")
-    if x <= 0:
-        raise ValueError(f"{name}: expected a positive integer, got {x}")
-    return int(x)
-
 
 def parallelism(work_items: int, sms: int = DEFAULT_SMS) -> dict:
     """Waves and SM utilisation of ``work_items`` independent thread blocks on ``sms`` SMs.
@@ -108,7 +100,7 @@ def parallelism(work_items: int, sms: int = DEFAULT_SMS) -> dict:
     memory), so the items run in ``waves = ⌈items / sms⌉`` and the last wave may leave SMs idle:
     ``utilisation = items / (waves · sms)`` — wave quantisation (:mod:`flashref.parallelism`).
     """
-    work_items, sms = _check_count(work_items, "work_items"), _check_count(sms, "sms")
+    work_items, sms = positive_int(work_items, "work_items"), positive_int(sms, "sms")
     return {"work_items": work_items, "sms": sms, "waves": _par.waves(work_items, sms),
             "busy_sms_first_wave": min(work_items, sms), "utilisation": _par.efficiency(work_items, sms)}
 
@@ -132,10 +124,10 @@ def choose_num_splits(items: int, Tc: int, Nk: int, sms: int = DEFAULT_SMS, max_
 
 def resolve_num_splits(num_splits, heads: int, Tr: int, Tc: int, Nk: int, sms) -> int:
     """Check ``num_splits`` (a positive int ≤ Nk) or pick one with :func:`choose_num_splits`."""
-    sms = DEFAULT_SMS if sms is None else _check_count(sms, "sms")
+    sms = DEFAULT_SMS if sms is None else positive_int(sms, "sms")
     if num_splits is None:
         return choose_num_splits(heads * Tr, Tc, Nk, sms)
-    num_splits = _check_count(num_splits, "num_splits")
+    num_splits = positive_int(num_splits, "num_splits")
     if num_splits > Nk:
         raise ValueError(f"num_splits: expected at most Nk = {Nk} splits (each split needs a key), got {num_splits}")
     return num_splits

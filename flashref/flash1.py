@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import blocks, dropout, masks
-from ._checks import attention_problem
+from ._checks import attention_problem, check_block_mask
 from .flops import FlopCounter
 from .memory import Memory
 from .results import ForwardResult
@@ -64,15 +64,6 @@ def block_sizes_for(pb) -> tuple[int, int]:
     return blocks.resolve(pb, footprint)
 
 
-def _check_block_mask(block_mask, Tr: int, Tc: int) -> np.ndarray:
-    a = np.asarray(block_mask)
-    if a.dtype != np.bool_:
-        raise TypeError(f"block_mask: expected a boolean array of shape (Tr, Tc) = ({Tr}, {Tc}), got dtype {a.dtype}")
-    if a.shape != (Tr, Tc):
-        raise ValueError(f"block_mask: expected shape (Tr, Tc) = ({Tr}, {Tc}), got {a.shape}")
-    return a
-
-
 def forward(Q, K, V, **opts) -> ForwardResult:
     """Algorithm 1 (with Algorithm 2's scale τ, MASK and dropout): ``O = dropout(softmax(MASK(τ QKᵀ))) V``.
 
@@ -93,7 +84,7 @@ def _forward(pb, block_mask=None) -> ForwardResult:
     # Alg.1 l.3-4: Tr row blocks of Q, O, ℓ, m; Tc column blocks of K, V (last blocks may be ragged).
     Tr, Tc = -(-Nq // Br), -(-Nk // Bc)
     if block_mask is not None:
-        block_mask = _check_block_mask(block_mask, Tr, Tc)
+        block_mask = check_block_mask(block_mask, Tr, Tc)
     mem = Memory(pb.sram_size, pb.dtype_bytes, lead)
     fc = FlopCounter()
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V)):

@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 from . import blocks, dropout, masks
-from ._checks import attention_problem, check_finite, check_like
+from ._checks import attention_problem, check_block_mask, check_flash_stats
 from .flops import FlopCounter
 from .memory import Memory
 from .results import BackwardResult
@@ -79,26 +79,8 @@ def backward(Q, K, V, O, dO, l, m, **opts) -> BackwardResult:
     ``block_sizes``, ``dtype_bytes``. Returns ``.dQ``, ``.dK``, ``.dV``, ``.io``, ``.flops``, ``.events``.
     """
     pb = attention_problem(Q, K, V, **opts)
-    O = check_like(O, "O", pb.Q.shape, pb.dtype)
-    dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)
-    l = check_like(l, "l", pb.lead_shape + (pb.Nq,), pb.dtype)
-    m = check_like(m, "m", pb.lead_shape + (pb.Nq,), pb.dtype)
-    for a, name in ((O, "O"), (dO, "dO"), (l, "l")):
-        check_finite(a, name)
-    if np.isnan(m).any() or np.isposinf(m).any():
-        raise ValueError("m: expected finite row maxima (or -inf for fully masked rows)")
-    if (l < 0).any():
-        raise ValueError("l: expected non-negative row sums")
+    O, dO, l, m = check_flash_stats(pb, O, dO, l, m)
     return _backward(pb, O, dO, l, m)
-
-
-def _check_block_mask(block_mask, Tr: int, Tc: int) -> np.ndarray:
-    a = np.asarray(block_mask)
-    if a.dtype != np.bool_:
-        raise TypeError(f"block_mask: expected a boolean array of shape (Tr, Tc) = ({Tr}, {Tc}), got dtype {a.dtype}")
-    if a.shape != (Tr, Tc):
-        raise ValueError(f"block_mask: expected shape (Tr, Tc) = ({Tr}, {Tc}), got {a.shape}")
-    return a
 
 
 def _backward(pb, O, dO, l, m, block_mask=None) -> BackwardResult:
@@ -124,7 +106,7 @@ def _backward(pb, O, dO, l, m, block_mask=None) -> BackwardResult:
     # Alg.4 l.3-4: divide Q, O, dO, ℓ, m into Tr row blocks of Br, and K, V into Tc blocks of Bc.
     Tr, Tc = math.ceil(Nq / Br), math.ceil(Nk / Bc)
     if block_mask is not None:
-        block_mask = _check_block_mask(block_mask, Tr, Tc)
+        block_mask = check_block_mask(block_mask, Tr, Tc)
 
     # Alg.4 l.5: initialise dQ = 0 (Nq x d), dK = dV = 0 (Nk x d) in HBM: Nq·d + 2·Nk·d writes (rule 3).
     mem.alloc("dQ", (Nq, d), 0.0, dtype=pb.dtype, line="Alg.4 l.5")
