@@ -63,8 +63,20 @@ class Event:
     line: str = ""
 
 
+class Traffic:
+    """``total`` and ``bytes`` from ``reads``, ``writes`` and ``dtype_bytes`` (shared with iomodel's predictions)."""
+
+    @property
+    def total(self) -> int:
+        return self.reads + self.writes
+
+    @property
+    def bytes(self) -> int:
+        return self.total * self.dtype_bytes
+
+
 @dataclass
-class IOReport:
+class IOReport(Traffic):
     """HBM traffic of one run, in elements. Reports add: ``fwd.io + bwd.io``."""
 
     by_tensor: dict[str, TensorIO] = field(default_factory=dict)
@@ -78,14 +90,6 @@ class IOReport:
     @property
     def writes(self) -> int:
         return sum(t.writes for t in self.by_tensor.values())
-
-    @property
-    def total(self) -> int:
-        return self.reads + self.writes
-
-    @property
-    def bytes(self) -> int:
-        return self.total * self.dtype_bytes
 
     def __add__(self, other: IOReport) -> IOReport:
         if not isinstance(other, IOReport):

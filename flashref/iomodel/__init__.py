@@ -20,27 +20,21 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
+from ..memory import Traffic
+
 __all__ = ["Prediction", "predict", "ALGORITHMS"]
 
 ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
 
 
 @dataclass
-class Prediction:
+class Prediction(Traffic):
     """Predicted HBM traffic in elements; ``by_line`` says where it comes from."""
 
     reads: int
     writes: int
     dtype_bytes: int = 2
     by_line: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return self.reads + self.writes
-
-    @property
-    def bytes(self) -> int:
-        return self.total * self.dtype_bytes
 
 
 class Tally:
