@@ -21,6 +21,7 @@ import torch
 
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (flashref.gpu imports it lazily)
+os.environ.setdefault("FLASHREF_AUTOTUNE", "0")  # fixed per-d configs: no tuning run per new shape
 
 pytest.importorskip("triton")
 

@@ -67,10 +67,6 @@ def _check(q, k, v, causal, scale):
     return float(scale)
 
 
-def _grid(n_rows, bh, key):
-    return lambda meta: (-(-n_rows // meta[key]), bh)
-
-
 def forward(q, k, v, *, causal=False, scale=None):
     """Run the forward kernel; returns ``(o, L)`` with ``L`` the natural-log log-sum-exp, (B, H, Nq) fp32."""
     scale = _check(q, k, v, causal, scale)
@@ -84,18 +80,9 @@ def _forward(q, k, v, causal, scale):
     from . import kernels
 
     B, H, Nq, d = q.shape
-    Nk = k.shape[2]
     o = torch.empty_like(q)
-    L2 = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
-    tma = kernels.use_tma(q.device)
-    descs = (None, None, None)
-    if tma:  # 2-D (B·H·N, d) views; block shapes are set per config by the autotuner's pre-hook
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        descs = tuple(TensorDescriptor(x, [x.shape[0] * x.shape[1] * x.shape[2], d], [d, 1], [64, d])
-                      for x in (q, k, v))
-    kernels.fwd[_grid(Nq, B * H, "BLOCK_M")](q, k, v, o, L2, *descs, Nq, Nk, scale * kernels.LOG2E,
-                                             HEAD_D=d, CAUSAL=causal, TMA=tma,
-                                             LAZY=kernels.lazy_rescale(), **kernels.launch_meta())
+    L2 = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)  # base-2 LSE
+    kernels.forward(q, k, v, o, L2, causal, scale)
     return o, L2
 
 
@@ -105,18 +92,9 @@ def _backward(q, k, v, o, L2, do, causal, scale):
     from . import kernels
 
     B, H, Nq, d = q.shape
-    Nk = k.shape[2]
-    do = do.contiguous()
     D = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
-    kernels.bwd_preprocess[(-(-Nq // 64), B * H)](o, do, D, Nq, HEAD_D=d, BLOCK_M=64)
-    dq = torch.empty_like(q)
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
-    qk_scale = scale * kernels.LOG2E
-    kernels.bwd_dkdv[_grid(Nk, B * H, "BLOCK_N")](q, k, v, do, L2, D, dk, dv, Nq, Nk, scale, qk_scale,
-                                                  HEAD_D=d, CAUSAL=causal, **kernels.launch_meta())
-    kernels.bwd_dq[_grid(Nq, B * H, "BLOCK_M")](q, k, v, do, L2, D, dq, Nq, Nk, scale, qk_scale,
-                                                HEAD_D=d, CAUSAL=causal, **kernels.launch_meta())
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    kernels.backward(q, k, v, o, L2, do.contiguous(), dq, dk, dv, D, causal, scale)
     return dq, dk, dv
 
 

@@ -40,7 +40,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 def lazy_rescale() -> bool:
     """Skip the O_i rescale while no row's max grew by more than 2^RESCALE_SLACK (``FLASHREF_LAZY=0``: never)."""
-    return os.environ.get("FLASHREF_LAZY", "1") == "1"
+    return os.environ.get("FLASHREF_LAZY", "0") == "1"
 
 
 def use_tma(device) -> bool:
@@ -62,6 +62,62 @@ def use_tma(device) -> bool:
 # --------------------------------------------------------------------------------------------
 
 @triton.jit
+def _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_d, Nk,
+             HEAD_D: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr):
+    # FA2 Alg.1 l.7 (flash2.py): load K_j (as K_jᵀ, d × Bc) and V_j (Bc × d) from HBM.
+    if TMA:  # the Hopper bulk tensor copy engine (TMA); rows past this head's Nk are masked later
+        K_jT = tl.trans(desc_k.load([kv_row0 + start_n, 0]))  # (d, Bc)
+        V_j = desc_v.load([kv_row0 + start_n, 0])  # (Bc, d)
+    else:
+        kT_ptrs = K_base + offs_n[None, :] * HEAD_D + offs_d[:, None]  # (d, Bc)
+        v_ptrs = V_base + offs_n[:, None] * HEAD_D + offs_d[None, :]  # (Bc, d)
+        if EVEN:
+            K_jT = tl.load(kT_ptrs)
+            V_j = tl.load(v_ptrs)
+        else:
+            K_jT = tl.load(kT_ptrs, mask=offs_n[None, :] < Nk, other=0.0)
+            V_j = tl.load(v_ptrs, mask=offs_n[:, None] < Nk, other=0.0)
+    return K_jT, V_j
+
+
+@triton.jit
+def _mask_scores(S_ij, offs_m, offs_n, Nk, CAUSAL: tl.constexpr):
+    # only in the blocks the diagonal or a ragged end crosses (FA2 §3.1.1)
+    attend = offs_n[None, :] < Nk
+    if CAUSAL:  # top-left: query i sees keys j <= i
+        attend = attend & (offs_m[:, None] >= offs_n[None, :])
+    return tl.where(attend, S_ij, float("-inf"))
+
+
+@triton.jit
+def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, LAZY: tl.constexpr, RESCALE_SLACK: tl.constexpr):
+    # FA2 Alg.1 l.9 (flash2.py): m_i^new = max(m_i, rowmax(S_ij)), in base 2 (τ·log2 e applied here,
+    # and below fused with the max subtraction into one FMA per element) ...
+    m_new = tl.maximum(m_i, tl.max(S_ij, 1) * qk_scale)  # (Br,)
+    if LAZY:
+        # ... rescaled lazily (FlashAttention-4's trick): keep the old m_i unless some row's max grew
+        # by more than RESCALE_SLACK (log2 units), so P̃ <= 2^RESCALE_SLACK and the O_i, ℓ_i rescale
+        # of l.9-10 is skipped for the whole block in most iterations. Exact: l.12-13 divide by the
+        # ℓ_i that belongs to the m_i kept. (Measured slower on an H100 at d=128: off by default.)
+        if tl.max(m_new - m_i, 0) > RESCALE_SLACK:
+            alpha = tl.math.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+    else:
+        alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
+        acc = acc * alpha[:, None]  # l.10's diag(e^{m_i − m_i^new}) O_i (the printed ^{-1} is a typo)
+        l_i = l_i * alpha  # l.9's e^{m_i − m_i^new} ℓ_i
+        m_i = m_new
+    # FA2 Alg.1 l.9 (flash2.py): P̃_ij = exp(S_ij − m_i^new); ℓ_i^new = e^{..} ℓ_i + rowsum(P̃_ij).
+    P_tilde_ij = tl.math.exp2(S_ij * qk_scale - m_i[:, None])  # (Br, Bc)
+    l_i = l_i + tl.sum(P_tilde_ij, 1)
+    # FA2 Alg.1 l.10 (flash2.py): O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j (un-scaled O).
+    acc = tl.dot(P_tilde_ij.to(V_j.dtype), V_j, acc)  # (Br, d) fp32
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d, j_lo, j_hi, Nk,
                qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, CAUSAL: tl.constexpr,
                MASKED: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr, LAZY: tl.constexpr,
@@ -70,99 +126,57 @@ def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs
     for start_n in range(j_lo, j_hi, BLOCK_N):  # FA2 Alg.1 l.6 (flash2.py): for 1 <= j <= Tc
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
-        # FA2 Alg.1 l.7 (flash2.py): load K_j (as K_jᵀ, d × Bc) and V_j (Bc × d) from HBM.
-        if TMA:  # the Hopper bulk tensor copy engine (TMA); rows past this head's Nk are masked below
-            K_jT = tl.trans(desc_k.load([kv_row0 + start_n, 0]))  # (d, Bc)
-            V_j = desc_v.load([kv_row0 + start_n, 0])  # (Bc, d)
-        else:
-            kT_ptrs = K_base + offs_n[None, :] * HEAD_D + offs_d[:, None]  # (d, Bc)
-            v_ptrs = V_base + offs_n[:, None] * HEAD_D + offs_d[None, :]  # (Bc, d)
-            if EVEN:
-                K_jT = tl.load(kT_ptrs)
-                V_j = tl.load(v_ptrs)
-            else:
-                K_jT = tl.load(kT_ptrs, mask=offs_n[None, :] < Nk, other=0.0)
-                V_j = tl.load(v_ptrs, mask=offs_n[:, None] < Nk, other=0.0)
-        # FA2 Alg.1 l.8 (flash2.py): S_ij = τ Q_i K_jᵀ; τ·log2(e) is applied below, fused with the
-        # max subtraction into one FMA per element.
+        # FA2 Alg.1 l.7 (flash2.py): load K_j, V_j.
+        K_jT, V_j = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_d, Nk, HEAD_D, EVEN, TMA)
+        # FA2 Alg.1 l.8 (flash2.py): S_ij = τ Q_i K_jᵀ (τ applied in l.9's FMA).
         S_ij = tl.dot(Q_i, K_jT)  # (Br, Bc) fp32, unscaled
-        if MASKED:  # only the blocks the diagonal or a ragged end crosses (FA2 §3.1.1)
-            attend = offs_n[None, :] < Nk
-            if CAUSAL:  # top-left: query i sees keys j <= i
-                attend = attend & (offs_m[:, None] >= offs_n[None, :])
-            S_ij = tl.where(attend, S_ij, float("-inf"))
-        # FA2 Alg.1 l.9 (flash2.py): m_i^new = max(m_i, rowmax(S_ij)) (base 2) ...
-        m_new = tl.maximum(m_i, tl.max(S_ij, 1) * qk_scale)  # (Br,)
-        if LAZY:
-            # ... rescaled lazily (FlashAttention-4's trick): keep the old m_i unless some row's max
-            # grew by more than RESCALE_SLACK (log2 units), so P̃ <= 2^RESCALE_SLACK and the O_i, ℓ_i
-            # rescale of l.9-10 is skipped for the whole block in almost every iteration. Exact:
-            # l.12-13 divide by the ℓ_i that belongs to the m_i kept.
-            if tl.max(m_new - m_i, 0) > RESCALE_SLACK:
-                alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
-                acc = acc * alpha[:, None]  # l.10's diag(e^{m_i − m_i^new}) O_i
-                l_i = l_i * alpha  # l.9's e^{m_i − m_i^new} ℓ_i
-                m_i = m_new
-        else:
-            alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
-            acc = acc * alpha[:, None]  # l.10's diag(e^{m_i − m_i^new}) O_i (the printed ^{-1} is a typo)
-            l_i = l_i * alpha  # l.9's e^{m_i − m_i^new} ℓ_i
-            m_i = m_new
-        # FA2 Alg.1 l.9 (flash2.py): P̃_ij = exp(S_ij − m_i^new); ℓ_i^new = ... + rowsum(P̃_ij).
-        P_tilde_ij = tl.math.exp2(S_ij * qk_scale - m_i[:, None])  # (Br, Bc)
-        l_i = l_i + tl.sum(P_tilde_ij, 1)
-        # FA2 Alg.1 l.10 (flash2.py): O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j (un-scaled O).
-        acc = tl.dot(P_tilde_ij.to(V_j.dtype), V_j, acc)  # (Br, d) fp32
+        if MASKED:
+            S_ij = _mask_scores(S_ij, offs_m, offs_n, Nk, CAUSAL)
+        # FA2 Alg.1 l.9-10 (flash2.py): online softmax and O_i update.
+        m_i, l_i, acc = _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, LAZY, RESCALE_SLACK)
     return acc, l_i, m_i
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
-                HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-                LAZY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; this program is one i of l.3's loop
-    # (and one (batch, head)). Causal: the longest rows are launched first (reversed order).
-    Tr = tl.cdiv(Nq, BLOCK_M)
-    pid = tl.program_id(0)
-    if CAUSAL:
-        i = Tr - 1 - pid
-    else:
-        i = pid
-    bh = tl.program_id(1).to(tl.int64)
-    start_m = i * BLOCK_M
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_D)
-    Q_base = Q + bh * Nq * HEAD_D
-    K_base = K + bh * Nk * HEAD_D
-    V_base = V + bh * Nk * HEAD_D
+def _fwd_inner_split(acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k, desc_v, kv_row0, offs_m0,
+                     offs_m1, offs_d, j_lo, j_hi, Nk, qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
+                     CAUSAL: tl.constexpr, MASKED: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
+                     LAZY: tl.constexpr, RESCALE_SLACK: tl.constexpr):
+    # The same loop for two row blocks Q0, Q1 sharing each K_j, V_j. Both S matmuls are issued
+    # before either softmax, so the tensor cores work on one half while the other's exp2 runs
+    # (FlashAttention-3's intra-warpgroup overlap, left to Triton's scheduler).
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(j_lo, j_hi, BLOCK_N):  # FA2 Alg.1 l.6 (flash2.py)
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + offs_n0
+        K_jT, V_j = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_d, Nk, HEAD_D, EVEN, TMA)
+        S0 = tl.dot(Q0, K_jT)  # FA2 Alg.1 l.8, first half
+        S1 = tl.dot(Q1, K_jT)  # FA2 Alg.1 l.8, second half
+        if MASKED:
+            S0 = _mask_scores(S0, offs_m0, offs_n, Nk, CAUSAL)
+            S1 = _mask_scores(S1, offs_m1, offs_n, Nk, CAUSAL)
+        m0, l0, acc0 = _online_softmax(S0, m0, l0, acc0, V_j, qk_scale, LAZY, RESCALE_SLACK)  # l.9-10
+        m1, l1, acc1 = _online_softmax(S1, m1, l1, acc1, V_j, qk_scale, LAZY, RESCALE_SLACK)  # l.9-10
+    return acc0, l0, m0, acc1, l1, m1
+
+
+@triton.jit
+def _load_q(Q_base, desc_q, q_row0, offs_m, offs_d, Nq, HEAD_D: tl.constexpr, EVEN: tl.constexpr,
+            TMA: tl.constexpr):
     # FA2 Alg.1 l.4 (flash2.py): load Q_i from HBM, once per row block.
     if TMA:  # rows past Nq belong to the next head (or are zero past the tensor): never stored
-        Q_i = desc_q.load([(bh * Nq + start_m).to(tl.int32), 0])  # (Br, d)
+        Q_i = desc_q.load([q_row0, 0])  # (Br, d)
     else:
         q_ptrs = Q_base + offs_m[:, None] * HEAD_D + offs_d[None, :]  # (Br, d)
         if EVEN:
             Q_i = tl.load(q_ptrs)
         else:
             Q_i = tl.load(q_ptrs, mask=offs_m[:, None] < Nq, other=0.0)
-    # FA2 Alg.1 l.5 (flash2.py): on chip O_i = 0, ℓ_i = 0, m_i = -inf (fp32 accumulators).
-    acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-    # Causal block skipping (FA2 §3.1.1): keys past the block's last query are never visited;
-    # blocks wholly at or below the first query need no mask.
-    if CAUSAL:
-        j_hi = tl.minimum(Nk, start_m + BLOCK_M)
-        n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
-    else:
-        j_hi = Nk
-        n_full = Nk // BLOCK_N
-    kv_row0 = (bh * Nk).to(tl.int32)  # this head's first row in the (B·H·Nk, d) descriptors
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                               0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN, TMA,
-                               LAZY, RESCALE_SLACK)
-    acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                               n_full * BLOCK_N, j_hi, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN, TMA,
-                               LAZY, RESCALE_SLACK)
+    return Q_i
+
+
+@triton.jit
+def _finish(acc, l_i, m_i, O, L2, bh, offs_m, offs_d, Nq, HEAD_D: tl.constexpr):
     # FA2 Alg.1 l.11 (flash2.py): end for.
     # FA2 Alg.1 l.12 (flash2.py): O_i = diag(ℓ_i)^{-1} O_i, once per row block. (ℓ_i > 0 always:
     # key 0 is visible to every query, top-left causal included.)
@@ -173,6 +187,74 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
     o_ptrs = O + bh * Nq * HEAD_D + offs_m[:, None] * HEAD_D + offs_d[None, :]
     tl.store(o_ptrs, O_i.to(O.dtype.element_ty), mask=offs_m[:, None] < Nq)
     tl.store(L2 + bh * Nq + offs_m, L2_i, mask=offs_m < Nq)
+
+
+@triton.jit
+def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
+                HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
+                LAZY: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; this program is one i of l.3's loop
+    # (and one (batch, head)). Causal: the longest rows are launched first (reversed order).
+    Tr = tl.cdiv(Nq, BLOCK_M)
+    pid = tl.program_id(0)
+    if CAUSAL:
+        i = Tr - 1 - pid
+    else:
+        i = pid
+    bh = tl.program_id(1).to(tl.int64)
+    start_m = i * BLOCK_M
+    offs_d = tl.arange(0, HEAD_D)
+    Q_base = Q + bh * Nq * HEAD_D
+    K_base = K + bh * Nk * HEAD_D
+    V_base = V + bh * Nk * HEAD_D
+    q_row0 = (bh * Nq + start_m).to(tl.int32)  # this block's first row in the (B·H·Nq, d) descriptor
+    kv_row0 = (bh * Nk).to(tl.int32)  # this head's first row in the (B·H·Nk, d) descriptors
+    # Causal block skipping (FA2 §3.1.1): keys past the block's last query are never visited;
+    # blocks wholly at or below the first query need no mask.
+    if CAUSAL:
+        j_hi = tl.minimum(Nk, start_m + BLOCK_M)
+        n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
+    else:
+        j_hi = Nk
+        n_full = Nk // BLOCK_N
+    if SPLIT:
+        HALF: tl.constexpr = BLOCK_M // 2
+        offs_m0 = start_m + tl.arange(0, HALF)
+        offs_m1 = start_m + HALF + tl.arange(0, HALF)
+        Q0 = _load_q(Q_base, desc_q, q_row0, offs_m0, offs_d, Nq, HEAD_D, EVEN, TMA)  # l.4
+        Q1 = _load_q(Q_base, desc_q, q_row0 + HALF, offs_m1, offs_d, Nq, HEAD_D, EVEN, TMA)  # l.4
+        # FA2 Alg.1 l.5 (flash2.py): on chip O_i = 0, ℓ_i = 0, m_i = -inf, for both halves.
+        acc0 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
+        acc1 = tl.zeros([HALF, HEAD_D], dtype=tl.float32)
+        l0 = tl.zeros([HALF], dtype=tl.float32)
+        l1 = tl.zeros([HALF], dtype=tl.float32)
+        m0 = tl.zeros([HALF], dtype=tl.float32) - float("inf")
+        m1 = tl.zeros([HALF], dtype=tl.float32) - float("inf")
+        acc0, l0, m0, acc1, l1, m1 = _fwd_inner_split(
+            acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k, desc_v, kv_row0, offs_m0, offs_m1,
+            offs_d, 0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN, TMA, LAZY,
+            RESCALE_SLACK)
+        acc0, l0, m0, acc1, l1, m1 = _fwd_inner_split(
+            acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k, desc_v, kv_row0, offs_m0, offs_m1,
+            offs_d, n_full * BLOCK_N, j_hi, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN, TMA, LAZY,
+            RESCALE_SLACK)
+        _finish(acc0, l0, m0, O, L2, bh, offs_m0, offs_d, Nq, HEAD_D)  # l.11-15
+        _finish(acc1, l1, m1, O, L2, bh, offs_m1, offs_d, Nq, HEAD_D)  # l.11-15
+    else:
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        # FA2 Alg.1 l.4 (flash2.py): load Q_i.
+        Q_i = _load_q(Q_base, desc_q, q_row0, offs_m, offs_d, Nq, HEAD_D, EVEN, TMA)
+        # FA2 Alg.1 l.5 (flash2.py): on chip O_i = 0, ℓ_i = 0, m_i = -inf (fp32 accumulators).
+        acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
+                                   0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN, TMA,
+                                   LAZY, RESCALE_SLACK)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
+                                   n_full * BLOCK_N, j_hi, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN, TMA,
+                                   LAZY, RESCALE_SLACK)
+        _finish(acc, l_i, m_i, O, L2, bh, offs_m, offs_d, Nq, HEAD_D)  # l.11-15
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,11 +454,11 @@ def _even(args):
 
 
 def _set_descriptor_blocks(nargs):
-    """Autotune pre-hook: the host-side TMA descriptors take the config's tile shape."""
+    """Pre-hook: the host-side TMA descriptors take the config's tile shape."""
     if nargs.get("desc_q") is None:
         return
     d = nargs["HEAD_D"]
-    nargs["desc_q"].block_shape = [nargs["BLOCK_M"], d]
+    nargs["desc_q"].block_shape = [nargs["BLOCK_M"] // (2 if nargs.get("SPLIT") else 1), d]
     nargs["desc_k"].block_shape = [nargs["BLOCK_N"], d]
     nargs["desc_v"].block_shape = [nargs["BLOCK_N"], d]
 
@@ -386,37 +468,100 @@ def _configs(pairs, pre_hook=None):
             for bm, bn, w, s in pairs]
 
 
-# Forward: BLOCK_M = 128 rows per program; BLOCK_N and warps tuned per (d, N, causal).
-FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3)],
+# (BLOCK_M, BLOCK_N, num_warps, num_stages). Forward: BLOCK_M query rows per program.
+FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3), (128, 128, 8, 2)],
                        pre_hook=_set_descriptor_blocks)
+# SPLIT forward: two halves of BLOCK_M rows interleaved in one program.
+FWD_SPLIT_CONFIGS = _configs([(256, 64, 8, 2), (256, 64, 8, 3), (256, 128, 8, 2), (128, 64, 4, 3),
+                              (128, 128, 4, 2)], pre_hook=_set_descriptor_blocks)
 # dK/dV: the program's column block is BLOCK_N (outer), the inner row block BLOCK_M.
 DKDV_CONFIGS = _configs([(64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2)])
 # dQ: the program's row block is BLOCK_M (outer), the inner column block BLOCK_N.
 DQ_CONFIGS = _configs([(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (128, 64, 4, 2)])
 
+# Without autotuning (FLASHREF_AUTOTUNE=0, as the tests run): the configs the autotuner chose on
+# an H100 (figures/gpu/NOTES.md), by head dimension.
+FIXED = {
+    "fwd": {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (128, 128, 4, 3), 128: (128, 128, 8, 3)},
+    "fwd_split": {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (256, 64, 8, 2), 128: (256, 64, 8, 2)},
+    "dkdv": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 128, 4, 2), 128: (64, 128, 8, 3)},
+    "dq": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 3)},
+}
 INTERPRET_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16}  # the CPU interpreter: small fixed tiles, no tuning
 
 _KEY = ["Nq", "Nk", "HEAD_D", "CAUSAL"]
 
 
+def autotune_on() -> bool:
+    return not INTERPRET and os.environ.get("FLASHREF_AUTOTUNE", "1") == "1"
+
+
+def split_on() -> bool:
+    """Two interleaved row halves per forward program (``FLASHREF_SPLIT=1``)."""
+    return os.environ.get("FLASHREF_SPLIT", "0") == "1"
+
+
 def _build(kernel, configs):
     with_even = triton.heuristics({"EVEN": _even})(kernel)
-    if INTERPRET:
+    if not autotune_on():
         return with_even
     return triton.autotune(configs=configs, key=_KEY)(with_even)
 
 
 fwd = _build(_fwd_kernel, FWD_CONFIGS)
+fwd_split = _build(_fwd_kernel, FWD_SPLIT_CONFIGS)
 bwd_dkdv = _build(_bwd_dkdv_kernel, DKDV_CONFIGS)
 bwd_dq = _build(_bwd_dq_kernel, DQ_CONFIGS)
 bwd_preprocess = _bwd_preprocess
 
 
-def launch_meta():
-    """Extra keyword arguments for a launch: the fixed blocks under the interpreter, none otherwise."""
-    return dict(INTERPRET_BLOCKS) if INTERPRET else {}
+def launch_meta(name, d):
+    """Launch keywords: fixed 16×16 blocks in the interpreter, none when autotuning, else FIXED[name][d]."""
+    if INTERPRET:
+        return dict(INTERPRET_BLOCKS)
+    if autotune_on():
+        return {}
+    bm, bn, w, st = FIXED[name][d]
+    return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
 
 
 def best_config(kernel):
-    """The autotuner's choice for the last key (None under the interpreter)."""
+    """The autotuner's choice for the last key (None when not autotuning)."""
     return getattr(kernel, "best_config", None)
+
+
+def _grid(n_rows, bh, key):
+    return lambda meta: (triton.cdiv(n_rows, meta[key]), bh)
+
+
+def forward(q, k, v, o, L2, causal, scale):
+    """Launch Algorithm 1 on contiguous (B, H, N, d) tensors; fills o and the base-2 LSE L2."""
+    B, H, Nq, d = q.shape
+    Nk = k.shape[2]
+    tma = use_tma(q.device)
+    split = split_on()
+    name = "fwd_split" if split else "fwd"
+    meta = launch_meta(name, d)
+    descs = (None, None, None)
+    if tma:  # 2-D (B·H·N, d) views; block shapes set by the pre-hook (autotune) or here
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        descs = tuple(TensorDescriptor(x, [x.shape[0] * x.shape[1] * x.shape[2], d], [d, 1], [64, d])
+                      for x in (q, k, v))
+        if meta:
+            _set_descriptor_blocks(dict(desc_q=descs[0], desc_k=descs[1], desc_v=descs[2], HEAD_D=d,
+                                        SPLIT=split, **meta))
+    kern = fwd_split if split else fwd
+    kern[_grid(Nq, B * H, "BLOCK_M")](q, k, v, o, L2, *descs, Nq, Nk, scale * LOG2E, HEAD_D=d, CAUSAL=causal,
+                                      TMA=tma, LAZY=lazy_rescale(), SPLIT=split, **meta)
+
+
+def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale):
+    """Launch Algorithm 2: D pre-pass, dK/dV over column blocks, dQ over row blocks."""
+    B, H, Nq, d = q.shape
+    Nk = k.shape[2]
+    _bwd_preprocess[(triton.cdiv(Nq, 64), B * H)](o, do, D, Nq, HEAD_D=d, BLOCK_M=64)
+    qk_scale = scale * LOG2E
+    bwd_dkdv[_grid(Nk, B * H, "BLOCK_N")](q, k, v, do, L2, D, dk, dv, Nq, Nk, scale, qk_scale,
+                                          HEAD_D=d, CAUSAL=causal, **launch_meta("dkdv", d))
+    bwd_dq[_grid(Nq, B * H, "BLOCK_M")](q, k, v, do, L2, D, dq, Nq, Nk, scale, qk_scale,
+                                        HEAD_D=d, CAUSAL=causal, **launch_meta("dq", d))
