@@ -468,12 +468,14 @@ def _configs(pairs, pre_hook=None):
             for bm, bn, w, s in pairs]
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages). Forward: BLOCK_M query rows per program.
-FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3), (128, 128, 8, 2)],
-                       pre_hook=_set_descriptor_blocks)
-# SPLIT forward: two halves of BLOCK_M rows interleaved in one program.
-FWD_SPLIT_CONFIGS = _configs([(256, 64, 8, 2), (256, 64, 8, 3), (256, 128, 8, 2), (128, 64, 4, 3),
-                              (128, 128, 4, 2)], pre_hook=_set_descriptor_blocks)
+# (BLOCK_M, BLOCK_N, num_warps, num_stages). Forward: BLOCK_M query rows per program; with
+# SPLIT, two halves of BLOCK_M // 2 rows interleaved in one program. The autotuner picks.
+FWD_CONFIGS = ([triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT": False}, num_warps=w, num_stages=st,
+                              pre_hook=_set_descriptor_blocks)
+                for bm, bn, w, st in [(128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3), (128, 64, 4, 3)]]
+               + [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT": True}, num_warps=w, num_stages=st,
+                                pre_hook=_set_descriptor_blocks)
+                  for bm, bn, w, st in [(256, 64, 8, 2), (256, 64, 8, 3), (256, 128, 8, 2), (128, 64, 4, 3)]])
 # dK/dV: the program's column block is BLOCK_N (outer), the inner row block BLOCK_M.
 DKDV_CONFIGS = _configs([(64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2)])
 # dQ: the program's row block is BLOCK_M (outer), the inner column block BLOCK_N.
@@ -483,7 +485,6 @@ DQ_CONFIGS = _configs([(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (128, 6
 # an H100 (figures/gpu/NOTES.md), by head dimension.
 FIXED = {
     "fwd": {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (128, 128, 4, 3), 128: (128, 128, 8, 3)},
-    "fwd_split": {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (256, 64, 8, 2), 128: (256, 64, 8, 2)},
     "dkdv": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 128, 4, 2), 128: (64, 128, 8, 3)},
     "dq": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 3)},
 }
@@ -497,7 +498,7 @@ def autotune_on() -> bool:
 
 
 def split_on() -> bool:
-    """Two interleaved row halves per forward program (``FLASHREF_SPLIT=1``)."""
+    """Two interleaved row halves per forward program (``FLASHREF_SPLIT=1``; when autotuning, the tuner picks)."""
     return os.environ.get("FLASHREF_SPLIT", "0") == "1"
 
 
@@ -509,7 +510,6 @@ def _build(kernel, configs):
 
 
 fwd = _build(_fwd_kernel, FWD_CONFIGS)
-fwd_split = _build(_fwd_kernel, FWD_SPLIT_CONFIGS)
 bwd_dkdv = _build(_bwd_dkdv_kernel, DKDV_CONFIGS)
 bwd_dq = _build(_bwd_dq_kernel, DQ_CONFIGS)
 bwd_preprocess = _bwd_preprocess
@@ -539,20 +539,18 @@ def forward(q, k, v, o, L2, causal, scale):
     B, H, Nq, d = q.shape
     Nk = k.shape[2]
     tma = use_tma(q.device)
-    split = split_on()
-    name = "fwd_split" if split else "fwd"
-    meta = launch_meta(name, d)
+    meta = launch_meta("fwd", d)
+    if not autotune_on():
+        meta["SPLIT"] = split_on()
     descs = (None, None, None)
     if tma:  # 2-D (B·H·N, d) views; block shapes set by the pre-hook (autotune) or here
         from triton.tools.tensor_descriptor import TensorDescriptor
         descs = tuple(TensorDescriptor(x, [x.shape[0] * x.shape[1] * x.shape[2], d], [d, 1], [64, d])
                       for x in (q, k, v))
-        if meta:
-            _set_descriptor_blocks(dict(desc_q=descs[0], desc_k=descs[1], desc_v=descs[2], HEAD_D=d,
-                                        SPLIT=split, **meta))
-    kern = fwd_split if split else fwd
-    kern[_grid(Nq, B * H, "BLOCK_M")](q, k, v, o, L2, *descs, Nq, Nk, scale * LOG2E, HEAD_D=d, CAUSAL=causal,
-                                      TMA=tma, LAZY=lazy_rescale(), SPLIT=split, **meta)
+        if not autotune_on():
+            _set_descriptor_blocks(dict(desc_q=descs[0], desc_k=descs[1], desc_v=descs[2], HEAD_D=d, **meta))
+    fwd[_grid(Nq, B * H, "BLOCK_M")](q, k, v, o, L2, *descs, Nq, Nk, scale * LOG2E, HEAD_D=d, CAUSAL=causal,
+                                     TMA=tma, LAZY=lazy_rescale(), **meta)
 
 
 def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale):
