@@ -131,8 +131,11 @@ def peak_memory(backend, N, d=64, H=16, dtype=None):
         torch.cuda.empty_cache()
 
 
-def _flashref_configs():
+def _flashref_configs(d):
+    """The (BLOCK_M, BLOCK_N, warps, stages) each flashref kernel ran with for head dim d."""
     from . import kernels
+    if not kernels.autotune_on():
+        return {name: f"{kernels.FIXED[name][d]} (fixed)" for name in ("fwd", "dkdv", "dq")}
     out = {}
     for name, kern in (("fwd", kernels.fwd), ("dkdv", kernels.bwd_dkdv), ("dq", kernels.bwd_dq)):
         c = kernels.best_config(kern)
@@ -165,7 +168,7 @@ def run(args) -> dict:
         row = dict(mode=mode, d=d, N=N, causal=causal, backend=backend, B=B, H=H, ms=round(ms, 5),
                    tflops=round(flops(mode, B, H, N, d, causal) / (ms * 1e-3) / 1e12, 2))
         if backend == "flashref":
-            row["configs"] = _flashref_configs()
+            row["configs"] = _flashref_configs(d)
         rows.append(row)
     bar.close()
     by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in rows}
