@@ -524,6 +524,9 @@ def launch_meta(name, d):
     if autotune_on():
         return {}
     bm, bn, w, st = FIXED[name][d]
+    override = os.environ.get(f"FLASHREF_CONFIG_{name.upper()}")  # "BM,BN,warps,stages" (sweep.py)
+    if override:
+        bm, bn, w, st = (int(x) for x in override.split(","))
     return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=st)
 
 
