@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import re
 import sys
 import time
@@ -135,7 +136,11 @@ def _flashref_configs(d):
     """The (BLOCK_M, BLOCK_N, warps, stages) each flashref kernel ran with for head dim d."""
     from . import kernels
     if not kernels.autotune_on():
-        return {name: f"{kernels.FIXED[name][d]} (fixed)" for name in ("fwd", "dkdv", "dq")}
+        out = {name: f"{kernels.FIXED[name][d]} (fixed)" for name in ("fwd", "dkdv", "dq")}
+        ov = {n: os.environ.get(f"FLASHREF_CONFIG_{n.upper()}") for n in out}
+        out.update({n: f"({v}) (override)" for n, v in ov.items() if v})
+        out["fwd"] += " SPLIT" if kernels.split_on(d) else ""
+        return out
     out = {}
     for name, kern in (("fwd", kernels.fwd), ("dkdv", kernels.bwd_dkdv), ("dq", kernels.bwd_dq)):
         c = kernels.best_config(kern)

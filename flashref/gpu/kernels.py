@@ -484,10 +484,12 @@ DQ_CONFIGS = _configs([(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (128, 6
 # Without autotuning (the default): the configs the autotuner chose most often on an H100 at
 # N >= 4096 (figures/gpu/NOTES.md), by head dimension.
 FIXED = {
-    "fwd": {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (128, 128, 4, 3), 128: (128, 128, 8, 3)},
+    "fwd": {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (128, 128, 4, 3), 128: (256, 64, 8, 3)},
     "dkdv": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 3)},
     "dq": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 3)},
 }
+# d = 128 forward: two interleaved halves of 128 rows (SPLIT), best geometric mean in sweep.py's run
+FIXED_SPLIT = {16: False, 32: False, 64: False, 128: True}
 INTERPRET_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16}  # the CPU interpreter: small fixed tiles, no tuning
 
 _KEY = ["Nq", "Nk", "HEAD_D", "CAUSAL"]
@@ -499,9 +501,13 @@ def autotune_on() -> bool:
     return not INTERPRET and os.environ.get("FLASHREF_AUTOTUNE", "0") == "1"
 
 
-def split_on() -> bool:
-    """Two interleaved row halves per forward program (``FLASHREF_SPLIT=1``; when autotuning, the tuner picks)."""
-    return os.environ.get("FLASHREF_SPLIT", "0") == "1"
+def split_on(d) -> bool:
+    """Two interleaved row halves per forward program: ``FLASHREF_SPLIT=0/1``, else FIXED_SPLIT[d]
+    (never under the interpreter unless asked; when autotuning, the tuner picks)."""
+    env = os.environ.get("FLASHREF_SPLIT")
+    if env is not None:
+        return env == "1"
+    return not INTERPRET and FIXED_SPLIT.get(d, False)
 
 
 def _build(kernel, configs):
@@ -546,7 +552,7 @@ def forward(q, k, v, o, L2, causal, scale):
     tma = use_tma(q.device)
     meta = launch_meta("fwd", d)
     if not autotune_on():
-        meta["SPLIT"] = split_on()
+        meta["SPLIT"] = split_on(d)
     descs = (None, None, None)
     if tma:  # 2-D (B·H·N, d) views; block shapes set by the pre-hook (autotune) or here
         from triton.tools.tensor_descriptor import TensorDescriptor

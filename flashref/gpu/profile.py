@@ -140,7 +140,10 @@ def _child(impl, B, H, N, d, out_json):
             if c is not None:
                 info[name] = [c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]]
             elif not kernels.autotune_on():
-                info[name] = list(kernels.FIXED[name][d][:2])
+                ov = os.environ.get(f"FLASHREF_CONFIG_{name.upper()}")
+                bm, bn = (int(x) for x in ov.split(",")[:2]) if ov else kernels.FIXED[name][d][:2]
+                # with SPLIT the two halves share each K_j, V_j load: the IO row block is still BLOCK_M
+                info[name] = [bm, bn]
     Path(out_json).write_text(json.dumps(info))
 
 
