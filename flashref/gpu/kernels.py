@@ -23,6 +23,16 @@ does for the simulated memory (``# FA2 Alg.1 l.9 (flash2.py): ...``). What chang
 Ragged ends (N not a multiple of the block) are masked: out-of-range rows load as 0 and are
 never stored; out-of-range keys get score -inf. ``EVEN`` (both lengths multiples of the blocks)
 compiles the loads without bound masks.
+
+Speed (figures/gpu/NOTES.md has every version's numbers on an H100):
+
+* on Hopper, Q, K, V are loaded through TMA tensor descriptors (``TMA``; +6–34% over pointers);
+* ``SPLIT``: one program runs two row blocks of BLOCK_M // 2 rows that share each K_j, V_j load, and
+  issues both S matmuls before either softmax, so exp2 of one half can overlap the tensor cores'
+  work on the other (d = 128 default);
+* tiles come from the ``FIXED`` table per head dimension (``FLASHREF_AUTOTUNE=1`` autotunes instead;
+  ``FLASHREF_CONFIG_FWD=BM,BN,warps,stages`` overrides, as ``sweep.py`` does);
+* ``LAZY`` (off; ``FLASHREF_LAZY=1``): FlashAttention-4's conditional rescaling, measured slower here.
 """
 
 from __future__ import annotations
