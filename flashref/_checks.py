@@ -39,6 +39,12 @@ class Problem:
     def dtype(self):
         return self.Q.dtype
 
+    def dropout_Z(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
+        """Z of the tile ``rows x cols`` (Alg.4 l.14), regenerated from the seed: never stored."""
+        from .dropout import scale_mask
+
+        return scale_mask(self.seed, self.dropout_p, self.lead_shape, rows, cols, self.dtype.type)
+
 
 def _array(x, name: str) -> np.ndarray:
     try:

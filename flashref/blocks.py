@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from .memory import SRAMOverflowError
 
-__all__ = ["DEFAULT_SRAM_BYTES", "paper_block_sizes", "default_sram_size", "resolve"]
+__all__ = ["DEFAULT_SRAM_BYTES", "paper_block_sizes", "default_sram_size", "resolve", "tile"]
 
 DEFAULT_SRAM_BYTES = 100_000
 
@@ -32,6 +32,11 @@ def paper_block_sizes(M: int, d: int) -> tuple[int, int]:
     """Alg.1 l.1: ``(Br, Bc) = (min(⌈M/4d⌉, d), ⌈M/4d⌉)``."""
     Bc = math.ceil(M / (4 * d))
     return min(Bc, d), Bc
+
+
+def tile(i: int, B: int, N: int) -> tuple[int, int]:
+    """Half-open range of block ``i`` of size ``B`` along a length-``N`` axis (the last block may be ragged)."""
+    return (i * B, min((i + 1) * B, N))
 
 
 def default_sram_size(dtype_bytes: int = 2) -> int:

@@ -46,7 +46,7 @@ import math
 
 import numpy as np
 
-from . import blocks, dropout, masks, softmax
+from . import blocks, masks, softmax
 from . import parallelism as _par
 from ._checks import attention_problem, positive_int
 from .flops import FlopCounter
@@ -156,7 +156,6 @@ def forward(Q, K, V, *, num_splits=None, sms=None, **opts) -> ForwardResult:
     fc = FlopCounter()
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V)):
         mem.put(name, X)  # inputs start in HBM at no cost (rule 1)
-    dt = pb.dtype.type
     # Output buffers are allocated, not initialised (torch.empty): every element is written once
     # by a store below, so no initialisation writes are counted (rule 3 counts only initialised ones).
     if S == 1:
@@ -173,7 +172,7 @@ def forward(Q, K, V, *, num_splits=None, sms=None, **opts) -> ForwardResult:
     # Each (split s, query block i) is an independent work item: heads × Tr × S thread blocks.
     for s, (k0, k1) in enumerate(split_bounds(Nk, S)):
         for i in range(Tr):
-            rows = (i * Br, min((i + 1) * Br, Nq))
+            rows = blocks.tile(i, Br, Nq)
             # Load Q_i from HBM to on-chip SRAM (every split loads the queries: S·Nq·d reads).
             Q_i = mem.load("Q", rows=rows, as_="Q_i", line="split: load Q_i")  # (Br, d)
             # Initialise on chip the accumulator O_i = 0 and the statistics m_i = -inf, ℓ_i = 0.
@@ -206,8 +205,7 @@ def forward(Q, K, V, *, num_splits=None, sms=None, **opts) -> ForwardResult:
                 fc.elementwise(m_new, ops=9)
                 if pb.dropout_p > 0:
                     # On chip, P̃_ij^dropped = dropout(P̃_ij): the same entries as every algorithm.
-                    Z_ij = mem.hold("Z_ij", dropout.scale_mask(pb.seed, pb.dropout_p, pb.lead_shape,
-                                                               rows, cols, dt))
+                    Z_ij = mem.hold("Z_ij", pb.dropout_Z(rows, cols))
                     P_tilde_ij = mem.hold("P_dropped_ij", P_tilde_ij * Z_ij)
                     fc.elementwise(P_tilde_ij)
                 # On chip, O_i ← e^{m_i − m_new} O_i + e^{m̃_ij − m_new} P̃_ij^dropped V_j
@@ -256,7 +254,7 @@ def _merge_pass(mem: Memory, fc: FlopCounter, pb, S: int, Br: int, Tr: int) -> N
     mem.put("m", np.zeros(pb.lead_shape + (Nq,), dtype=pb.dtype))
     # One work item per (head, query block): heads × Tr, each streaming its S partials.
     for i in range(Tr):
-        rows = (i * Br, min((i + 1) * Br, Nq))
+        rows = blocks.tile(i, Br, Nq)
         n = rows[1] - rows[0]
         O_acc = mem.hold("O_acc", np.zeros(pb.lead_shape + (n, d), dtype=pb.dtype))  # (Br, d)
         m = mem.hold("m", np.full(pb.lead_shape + (n, 1), -np.inf, dtype=pb.dtype))  # (Br, 1)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blocks, dropout, masks
+from . import blocks, masks
 from ._checks import attention_problem, check_block_mask
 from .flops import FlopCounter
 from .memory import Memory
@@ -43,11 +43,6 @@ __all__ = ["forward", "backward", "footprint", "block_sizes_for"]
 
 def _T(X: np.ndarray) -> np.ndarray:
     return X.swapaxes(-1, -2)
-
-
-def _block(i: int, B: int, N: int) -> tuple[int, int]:
-    """Half-open range of block i of size B along a length-N axis (the last block may be ragged)."""
-    return (i * B, min((i + 1) * B, N))
 
 
 def footprint(Br: int, Bc: int, d: int) -> int:
@@ -96,14 +91,14 @@ def _forward(pb, block_mask=None) -> ForwardResult:
     mem.alloc("m", (Nq,), -np.inf, dtype=pb.dtype, line="Alg.1 l.2")
 
     for j in range(Tc):  # Alg.1 l.5
-        cols = _block(j, Bc, Nk)
+        cols = blocks.tile(j, Bc, Nk)
         # Alg.1 l.6: load K_j, V_j from HBM to on-chip SRAM (once per j; Alg.5 l.6 too, even if
         # every block of column j is zero in the block mask).
         K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.1 l.6")  # (Bc, d)
         V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.1 l.6")  # (Bc, d)
 
         for i in range(Tr):  # Alg.1 l.7
-            rows = _block(i, Br, Nq)
+            rows = blocks.tile(i, Br, Nq)
             # Alg.5 l.8: if M_ij ≠ 0 (block-sparse only): a zero block is skipped entirely.
             if block_mask is not None and not block_mask[i, j]:
                 continue
@@ -141,7 +136,7 @@ def _forward(pb, block_mask=None) -> ForwardResult:
 
             # Alg.2 l.14: P̃_ij^dropped = dropout(P̃_ij), in place. ℓ above summed the undropped P̃_ij.
             if pb.dropout_p > 0:
-                Z_ij = dropout.scale_mask(pb.seed, pb.dropout_p, lead, rows, cols, pb.dtype.type)
+                Z_ij = pb.dropout_Z(rows, cols)
                 P_tilde_ij = mem.hold("S_ij", P_tilde_ij * Z_ij)  # (Br, Bc), the same entries as standard
                 fc.elementwise(P_tilde_ij)
 

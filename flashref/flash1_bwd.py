@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from . import blocks, dropout, masks
+from . import blocks, masks
 from ._checks import attention_problem, check_block_mask, check_flash_stats
 from .flops import FlopCounter
 from .memory import Memory
@@ -96,11 +96,10 @@ def _backward(pb, O, dO, l, m, block_mask=None) -> BackwardResult:
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V), ("O", O), ("dO", dO), ("l", l), ("m", m)):
         mem.put(name, X)  # inputs start in HBM at no cost (rule 1)
     Nq, Nk, d, tau = pb.Nq, pb.Nk, pb.d, pb.scale
-    dt = pb.dtype.type
     has_dropout = pb.dropout_p > 0
 
-    # Alg.4 l.1: set the pseudo-random number generator state to R (here: the forward's seed).
-    seed = pb.seed
+    # Alg.4 l.1: set the pseudo-random number generator state to R: the forward's seed, pb.seed,
+    # from which pb.dropout_Z regenerates every tile's Z (l.14).
     # Alg.4 l.2: set block sizes (the paper's rule, shrunk until the real footprint fits M).
     Br, Bc = block_sizes_for(pb)
     # Alg.4 l.3-4: divide Q, O, dO, ℓ, m into Tr row blocks of Br, and K, V into Tc blocks of Bc.
@@ -115,7 +114,7 @@ def _backward(pb, O, dO, l, m, block_mask=None) -> BackwardResult:
 
     # Alg.4 l.6: for 1 ≤ j ≤ Tc
     for j in range(Tc):
-        cols = (j * Bc, min((j + 1) * Bc, Nk))
+        cols = blocks.tile(j, Bc, Nk)
         # Alg.4 l.7: load K_j, V_j from HBM to on-chip SRAM.
         K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.4 l.7")  # (Bc, d)
         V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.4 l.7")  # (Bc, d)
@@ -130,7 +129,7 @@ def _backward(pb, O, dO, l, m, block_mask=None) -> BackwardResult:
             # its arithmetic are skipped altogether.
             if block_mask is not None and not block_mask[i, j]:
                 continue
-            rows = (i * Br, min((i + 1) * Br, Nq))
+            rows = blocks.tile(i, Br, Nq)
             # Alg.4 l.10: load Q_i, O_i, dO_i, dQ_i, ℓ_i, m_i from HBM to on-chip SRAM.
             Q_i = mem.load("Q", rows=rows, as_="Q_i", line="Alg.4 l.10")  # (Br, d)
             O_i = mem.load("O", rows=rows, as_="O_i", line="Alg.4 l.10")  # (Br, d)
@@ -161,7 +160,7 @@ def _backward(pb, O, dO, l, m, block_mask=None) -> BackwardResult:
             if has_dropout:
                 # Alg.4 l.14: on chip, Z_ij: 1/(1-p) w.p. 1-p, else 0, regenerated from the seed
                 # (the same entries the forward dropped, whatever the tiling: never stored).
-                Z_ij = mem.hold("Z_ij", dropout.scale_mask(seed, pb.dropout_p, pb.lead_shape, rows, cols, dt))
+                Z_ij = mem.hold("Z_ij", pb.dropout_Z(rows, cols))
                 # Alg.4 l.15: on chip, P_ij^dropped = P_ij ∘ Z_ij.
                 P_dropped_ij = mem.hold("P_dropped_ij", P_ij * Z_ij)  # (Br, Bc)
                 fc.elementwise(P_dropped_ij)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blocks, dropout, masks
+from . import blocks, masks
 from ._checks import attention_problem, check_like
 from .flops import FlopCounter
 from .memory import Memory
@@ -47,11 +47,6 @@ __all__ = ["forward", "backward", "footprint_forward", "footprint_backward", "bl
 
 def _T(X: np.ndarray) -> np.ndarray:
     return X.swapaxes(-1, -2)
-
-
-def _rows(i: int, B: int, N: int) -> tuple[int, int]:
-    """Half-open range of block i of size B in a length-N axis (the last block may be ragged)."""
-    return (i * B, min((i + 1) * B, N))
 
 
 def block_visited(causal: bool, rows: tuple[int, int], cols: tuple[int, int]) -> bool:
@@ -83,10 +78,6 @@ def footprint_backward(Br: int, Bc: int, d: int) -> int:
     return 4 * Bc * d + 3 * Br * d + 2 * Br * Bc + 2 * Br
 
 
-def _dropout_Z(pb, rows, cols):
-    return dropout.scale_mask(pb.seed, pb.dropout_p, pb.lead_shape, rows, cols, pb.dtype.type)
-
-
 def forward(Q, K, V, **opts) -> ForwardResult:
     """Algorithm 1 of FlashAttention-2, with scale τ, mask, dropout and causal block skipping.
 
@@ -109,7 +100,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     mem.put("L", np.zeros(lead + (Nq,), dtype=pb.dtype))
 
     for i in range(Tr):  # Alg.1 l.3
-        rows = _rows(i, Br, Nq)
+        rows = blocks.tile(i, Br, Nq)
         # Alg.1 l.4: load Q_i from HBM to on-chip SRAM, once per row block.
         Q_i = mem.load("Q", rows=rows, as_="Q_i", line="Alg.1 l.4")  # (Br, d)
         # Alg.1 l.5: on chip, O_i = 0 (Br×d), ℓ_i = 0 (Br), m_i = -inf (Br).
@@ -118,7 +109,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         m_i = mem.hold("m_i", np.full(Q_i.shape[:-1], -np.inf, dtype=pb.dtype))  # (Br,)
 
         for j in range(Tc):  # Alg.1 l.6
-            cols = _rows(j, Bc, Nk)
+            cols = blocks.tile(j, Bc, Nk)
             if not block_visited(pb.causal, rows, cols):
                 # Causal: every key of this block is later than every query: skip it whole, and
                 # every later j too (their keys are later still).
@@ -152,7 +143,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
             if pb.dropout_p > 0:
                 # Dropout on the tile, regenerated from (seed, head, row, column): the same entries
                 # as standard.forward drops. ℓ_i above sums P̃ *before* dropout, as in FA1's Alg.2.
-                P_tilde = mem.hold("S_ij", P_tilde * _dropout_Z(pb, rows, cols))
+                P_tilde = mem.hold("S_ij", P_tilde * pb.dropout_Z(rows, cols))
                 fc.elementwise(P_tilde)
             # Alg.1 l.10: O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j.
             # (The paper prints diag(e^{m^(j−1) − m^(j)})^{−1}; the inverse is a typo: the old
@@ -211,7 +202,7 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     # Alg.2 l.4: pre-pass D = rowsum(dO ∘ O) ∈ R^Nq (the paper prints R^d), written to HBM.
     mem.put("D", np.zeros(lead + (Nq,), dtype=pb.dtype))
     for i in range(Tr):
-        rows = _rows(i, Br, Nq)
+        rows = blocks.tile(i, Br, Nq)
         dO_i = mem.load("dO", rows=rows, as_="dO_i", line="Alg.2 l.4")  # Br*d reads
         O_i = mem.load("O", rows=rows, as_="O_i", line="Alg.2 l.4")  # Br*d reads
         D_i = mem.hold("D_i", (dO_i * O_i).sum(axis=-1))  # (Br,)
@@ -220,11 +211,11 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
         mem.free("dO_i", "O_i", "D_i")
 
     for j in range(Tc):  # Alg.2 l.5
-        cols = _rows(j, Bc, Nk)
+        cols = blocks.tile(j, Bc, Nk)
         # Causal: row blocks whose every query precedes every key of this column block are
         # skipped; they are the first ones, so the visited ones are i >= i_start.
         i_start = 0
-        while i_start < Tr and not block_visited(pb.causal, _rows(i_start, Br, Nq), cols):
+        while i_start < Tr and not block_visited(pb.causal, blocks.tile(i_start, Br, Nq), cols):
             i_start += 1
         if i_start == Tr:
             # No query may see these keys: their gradients are zero. Skip the loads, write zeros.
@@ -240,7 +231,7 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
         dV_j = mem.hold("dV_j", np.zeros(V_j.shape, dtype=pb.dtype))  # (Bc, d)
 
         for i in range(i_start, Tr):  # Alg.2 l.8
-            rows = _rows(i, Br, Nq)
+            rows = blocks.tile(i, Br, Nq)
             # Alg.2 l.9: load Q_i, dO_i, dQ_i, L_i, D_i. (The paper also loads O_i, which is not
             # needed once D_i is precomputed: we skip that redundant load.)
             Q_i = mem.load("Q", rows=rows, as_="Q_i", line="Alg.2 l.9")  # (Br, d)
@@ -260,7 +251,7 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
             # subtract 0 there, so P_ij = 0 without NaN.
             P_ij = mem.hold("P_ij", np.exp(S_ij - _finite_or_zero(L_i)[..., None]))  # (Br, Bc)
             fc.elementwise(P_ij, ops=2)  # subtract, exp
-            Z_ij = _dropout_Z(pb, rows, cols) if pb.dropout_p > 0 else None
+            Z_ij = pb.dropout_Z(rows, cols) if pb.dropout_p > 0 else None
             # Alg.2 l.12: dV_j ← dV_j + (P_ij ∘ Z_ij)ᵀ dO_i (Z regenerated from the seed).
             P_dropped = P_ij
             if Z_ij is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dropout, masks
+from . import masks
 from ._checks import attention_problem, check_like
 from .flops import FlopCounter
 from .memory import Memory
@@ -33,11 +33,6 @@ __all__ = ["forward", "backward"]
 
 def _T(X: np.ndarray) -> np.ndarray:
     return X.swapaxes(-1, -2)
-
-
-def _dropout_Z(pb):
-    """The dropout scale mask Z of the whole matrix, regenerated from the seed (nothing stored)."""
-    return dropout.scale_mask(pb.seed, pb.dropout_p, pb.lead_shape, (0, pb.Nq), (0, pb.Nk), pb.dtype.type)
 
 
 def forward(Q, K, V, **opts) -> ForwardResult:
@@ -83,7 +78,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     if pb.dropout_p > 0:
         # dropout(P), one more pass as eager PyTorch's dropout: read Nq*Nk, write Nq*Nk.
         P_ = mem.load("P", line="dropout")
-        P_dropped = mem.hold("P_dropped", P_ * _dropout_Z(pb))
+        P_dropped = mem.hold("P_dropped", P_ * pb.dropout_Z((0, pb.Nq), (0, pb.Nk)))
         fc.elementwise(P_dropped)
         mem.store("P_dropped", P_dropped, line="dropout")
         mem.free("P", "P_dropped")
@@ -111,7 +106,7 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
         mem.put(name, X)
     attend = masks.full_mask(pb.mask, pb.causal, pb.Nq, pb.Nk)
     masked = pb.causal or pb.mask is not None
-    Z = _dropout_Z(pb) if pb.dropout_p > 0 else None
+    Z = pb.dropout_Z((0, pb.Nq), (0, pb.Nk)) if pb.dropout_p > 0 else None
 
     # Alg.3 l.1: load P, dO by blocks from HBM, compute dV = Pᵀ dO, write dV to HBM.
     P_ = mem.load("P", line="Alg.3 l.1")  # read Nq*Nk
