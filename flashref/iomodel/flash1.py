@@ -26,9 +26,20 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from .._checks import check_block_mask
 from . import Tally
 
-__all__ = ["forward", "block_sizes", "visited_rows"]
+__all__ = ["forward", "backward", "block_sizes", "visited_rows"]
+
+
+def _resolve(Nq, Nk, d, sram_size, block_sizes, dtype_bytes, footprint) -> tuple[int, int]:
+    # A plain-argument resolver: forward() and backward() take an option named ``block_sizes``,
+    # which would hide the public function of that name inside them.
+    from .. import blocks
+
+    pb = SimpleNamespace(d=d, Nq=Nq, Nk=Nk, sram_size=sram_size, dtype_bytes=dtype_bytes,
+                         block_sizes=None if block_sizes is None else tuple(block_sizes))
+    return blocks.resolve(pb, footprint)
 
 
 def block_sizes(*, Nq, Nk, d, sram_size=None, block_sizes=None, dtype_bytes=2, footprint=None) -> tuple[int, int]:
@@ -37,12 +48,9 @@ def block_sizes(*, Nq, Nk, d, sram_size=None, block_sizes=None, dtype_bytes=2, f
     ``footprint`` defaults to the forward's (:func:`flashref.flash1.footprint`); pass another (e.g.
     Algorithm 4's) to resolve the blocks of a different loop the same way.
     """
-    from .. import blocks
     from ..flash1 import footprint as forward_footprint
 
-    pb = SimpleNamespace(d=d, Nq=Nq, Nk=Nk, sram_size=sram_size, dtype_bytes=dtype_bytes,
-                         block_sizes=None if block_sizes is None else tuple(block_sizes))
-    return blocks.resolve(pb, footprint or forward_footprint)
+    return _resolve(Nq, Nk, d, sram_size, block_sizes, dtype_bytes, footprint or forward_footprint)
 
 
 def visited_rows(Nq, Br, Tc, block_mask=None) -> int:
@@ -51,17 +59,14 @@ def visited_rows(Nq, Br, Tc, block_mask=None) -> int:
     r = np.array([min(Br, Nq - i * Br) for i in range(Tr)], dtype=np.int64)  # (Tr,)
     if block_mask is None:
         return int(r.sum()) * Tc
-    bm = np.asarray(block_mask, dtype=bool)
-    if bm.shape != (Tr, Tc):
-        raise ValueError(f"block_mask: expected shape (Tr, Tc) = ({Tr}, {Tc}), got {bm.shape}")
+    bm = check_block_mask(block_mask, Tr, Tc)
     return int((r[:, None] * bm).sum())
 
 
 def forward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dtype_bytes=2, block_mask=None, **_):
-    from . import flash1 as _self
+    from ..flash1 import footprint
 
-    Br, Bc = _self.block_sizes(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, block_sizes=block_sizes,
-                               dtype_bytes=dtype_bytes)
+    Br, Bc = _resolve(Nq, Nk, d, sram_size, block_sizes, dtype_bytes, footprint)
     Tc = -(-Nk // Bc)
     R = visited_rows(Nq, Br, Tc, block_mask)
     t = Tally(heads, dtype_bytes)
@@ -74,7 +79,7 @@ def forward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dtype_bytes
 
 
 # ---------------------------------------------------------------------------------------------
-# Algorithm 4 (backward), appended by the backward pass's author.
+# Algorithm 4 (backward)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -98,8 +103,8 @@ def backward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dropout_p=
     from ..flash1_bwd import footprint as backward_footprint
 
     has_dropout = dropout_p > 0
-    Br, Bc = block_sizes_fn(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=dtype_bytes,
-                            footprint=lambda Br_, Bc_, d_: backward_footprint(Br_, Bc_, d_, dropout=has_dropout))
+    Br, Bc = _resolve(Nq, Nk, d, sram_size, block_sizes, dtype_bytes,
+                      lambda Br_, Bc_, d_: backward_footprint(Br_, Bc_, d_, dropout=has_dropout))
     Tc = -(-Nk // Bc)
     R = visited_rows(Nq, Br, Tc, block_mask)
     t = Tally(heads, dtype_bytes)
@@ -110,6 +115,3 @@ def backward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dropout_p=
     t.add("Alg.4 l.24", writes=2 * Nk * d)
     return t.prediction()
 
-
-block_sizes_fn = block_sizes  # the module-level resolver; backward's parameter ``block_sizes`` shadows it
-__all__ += ["backward"]
