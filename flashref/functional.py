@@ -27,57 +27,36 @@ Example::
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["scaled_dot_product_attention", "ALGORITHMS", "available_algorithms"]
+from . import flash1, flash2, standard
+
+__all__ = ["scaled_dot_product_attention", "ALGORITHMS"]
 
 
 class _Spec:
     """How to call one algorithm module: which saved statistics its forward returns and its
     backward takes (the tensors of the algorithm's *Require* line, in order)."""
 
-    def __init__(self, module: str, stats: tuple[str, ...], backward_takes_O: bool):
+    def __init__(self, module, stats: tuple[str, ...], backward_takes_O: bool):
         self.module, self.stats, self.backward_takes_O = module, stats, backward_takes_O
-
-    def load(self):
-        mod = importlib.import_module(f"flashref.{self.module}")
-        if not callable(getattr(mod, "forward", None)) or not callable(getattr(mod, "backward", None)):
-            raise ImportError(f"flashref.{self.module} has no forward/backward yet")
-        return mod
 
 
 # Dispatch by name. backward signatures (DESIGN.md): standard.backward(Q, K, V, dO, P),
 # flash1.backward(Q, K, V, O, dO, l, m), flash2.backward(Q, K, V, O, dO, L).
 ALGORITHMS = {
-    "standard": _Spec("standard", ("P",), backward_takes_O=False),
-    "flash1": _Spec("flash1", ("l", "m"), backward_takes_O=True),
-    "flash2": _Spec("flash2", ("L",), backward_takes_O=True),
+    "standard": _Spec(standard, ("P",), backward_takes_O=False),
+    "flash1": _Spec(flash1, ("l", "m"), backward_takes_O=True),
+    "flash2": _Spec(flash2, ("L",), backward_takes_O=True),
 }
 
 
-def available_algorithms() -> list[str]:
-    """The names in :data:`ALGORITHMS` whose module is importable and has a forward and backward."""
-    out = []
-    for name, spec in ALGORITHMS.items():
-        try:
-            spec.load()
-        except ImportError:
-            continue
-        out.append(name)
-    return out
-
-
-def _module(algorithm: str):
+def _spec(algorithm: str) -> _Spec:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: expected one of {sorted(ALGORITHMS)}, got {algorithm!r}")
-    try:
-        return ALGORITHMS[algorithm].load()
-    except ImportError as e:
-        raise ValueError(f"algorithm: {algorithm!r} is not available in this flashref ({e})") from e
+    return ALGORITHMS[algorithm]
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -96,10 +75,9 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, key, value, algorithm, opts):
-        mod = _module(algorithm)
-        spec = ALGORITHMS[algorithm]
+        spec = _spec(algorithm)
         Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
-        fwd = mod.forward(Q, K, V, **opts)
+        fwd = spec.module.forward(Q, K, V, **opts)
         ctx.algorithm, ctx.opts = algorithm, opts
         ctx.saved_arrays = (Q, K, V, fwd.O) + tuple(getattr(fwd, s) for s in spec.stats)
         ctx.shapes_like = (query, key, value)
@@ -108,12 +86,11 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     @once_differentiable  # the reference backward is numpy: no graph through it (no double backward)
     def backward(ctx, grad_out):
-        mod = _module(ctx.algorithm)
-        spec = ALGORITHMS[ctx.algorithm]
+        spec = _spec(ctx.algorithm)
         Q, K, V, O, *stats = ctx.saved_arrays
         dO = _to_numpy(grad_out).astype(O.dtype)
         args = (Q, K, V) + ((O,) if spec.backward_takes_O else ()) + (dO,) + tuple(stats)
-        bwd = mod.backward(*args, **ctx.opts)
+        bwd = spec.module.backward(*args, **ctx.opts)
         grads = []
         for need, g, like in zip(ctx.needs_input_grad[:3], (bwd.dQ, bwd.dK, bwd.dV), ctx.shapes_like):
             grads.append(_to_torch(g, like) if need else None)
@@ -140,7 +117,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     that require them.
     """
     query, key, value = (_check_tensor(t, n) for t, n in ((query, "query"), (key, "key"), (value, "value")))
-    _module(algorithm)  # a clear error before any work
+    _spec(algorithm)  # a clear error before any work
     mask = None
     if attn_mask is not None:
         if not isinstance(attn_mask, torch.Tensor):
