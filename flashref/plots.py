@@ -27,6 +27,7 @@ COLORS = {
     "cudnn": "#8c564b",
     "efficient": "#e377c2",
     "flashref": "#1f77b4",
+    "flashref_det": "#aec7e8",
 }
 
 _RC = {

@@ -78,11 +78,11 @@ def _oracle(q, k, v, do, causal, tau):
     return tuple(x.detach().cpu().numpy() for x in (O, q.grad, k.grad, v.grad))
 
 
-def _check(B, H, Nq, Nk, d, dtype, causal, seed=0, scale=None, grads=True):
+def _check(B, H, Nq, Nk, d, dtype, causal, seed=0, scale=None, grads=True, deterministic=False):
     q, k, v, do = _inputs(B, H, Nq, Nk, d, dtype, seed)
     tau = 1.0 / math.sqrt(d) if scale is None else scale
     q_, k_, v_ = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    o = gpu.attention(q_, k_, v_, causal=causal, scale=scale)
+    o = gpu.attention(q_, k_, v_, causal=causal, scale=scale, deterministic=deterministic)
     assert o.shape == q.shape and o.dtype == dtype and o.device == q.device
     O_ref, *refs = _oracle(q, k, v, do, causal, tau)
     plain = _plain(q, k, v, do, causal, tau)
@@ -108,10 +108,20 @@ SMALL = [  # (Nq, Nk, d, causal): lengths no block divides, Nq != Nk, single row
 ]
 
 
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "dq_kernel"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("Nq,Nk,d,causal", SMALL)
-def test_small_shapes_two_oracles(Nq, Nk, d, causal, dtype):
-    _check(1, 2, Nq, Nk, d, dtype, causal, seed=Nq * 100 + Nk)
+def test_small_shapes_two_oracles(Nq, Nk, d, causal, dtype, deterministic):
+    _check(1, 2, Nq, Nk, d, dtype, causal, seed=Nq * 100 + Nk, deterministic=deterministic)
+
+
+@pytest.mark.parametrize("variant", ["FLASHREF_SPLIT", "FLASHREF_PIPE", "FLASHREF_HEADS_FIRST"])
+@pytest.mark.parametrize("Nq,Nk,d,causal", [(33, 19, 16, True), (37, 37, 32, False), (40, 7, 32, True)])
+def test_forward_variants(variant, Nq, Nk, d, causal, monkeypatch):
+    """The forward's scheduling options (kernels.py: two row halves, one-block software pipelining,
+    heads-first grid) compute the same function."""
+    monkeypatch.setenv(variant, "1")
+    _check(1, 2, Nq, Nk, d, DTYPES[0], causal, seed=Nq + 7 * Nk, grads=False)
 
 
 def test_custom_scale_and_batch():
@@ -143,16 +153,37 @@ def test_forward_returns_logsumexp():
     assert np.max(np.abs(L.cpu().numpy() - lse)) <= tol
 
 
+def _grads(q, k, v, do, **kw):
+    xs = [x.clone().requires_grad_() for x in (q, k, v)]
+    gpu.attention(*xs, causal=True, **kw).backward(do)
+    return [x.grad for x in xs]
+
+
 def test_gradients_are_deterministic():
-    """No atomics: two backward passes give bit-identical gradients."""
+    """deterministic=True (no atomics): two backward passes give bit-identical gradients; the
+    atomic path agrees with them to rounding (its dK, dV come from the same code, bit for bit)."""
     q, k, v, do = _inputs(1, 2, 29, 31, 16, DTYPES[0], seed=11)
-    grads = []
-    for _ in range(2):
-        xs = [x.clone().requires_grad_() for x in (q, k, v)]
-        gpu.attention(*xs, causal=True).backward(do)
-        grads.append([x.grad for x in xs])
-    for a, b in zip(*grads):
+    first, second = _grads(q, k, v, do, deterministic=True), _grads(q, k, v, do, deterministic=True)
+    for a, b in zip(first, second):
         assert torch.equal(a, b)
+    dq, dk, dv = _grads(q, k, v, do, deterministic=False)
+    assert torch.equal(dk, first[1]) and torch.equal(dv, first[2])
+    torch.testing.assert_close(dq, first[0], rtol=0, atol=ATOL[DTYPES[0]])
+
+
+def test_deterministic_follows_torch_flag(monkeypatch):
+    """deterministic=None reads torch.are_deterministic_algorithms_enabled(); a non-bool is refused."""
+    from flashref.gpu import kernels
+    seen = []
+    real = kernels.backward
+    monkeypatch.setattr(kernels, "backward", lambda *a: seen.append(a[-1] is None) or real(*a))
+    q, k, v, do = _inputs(1, 1, 8, 8, 16, DTYPES[0], seed=2)
+    for flag in (True, False):
+        monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda flag=flag: flag)
+        _grads(q, k, v, do)
+    assert seen == [True, False]  # dq_acc is None exactly when deterministic
+    with pytest.raises(TypeError, match="deterministic"):
+        gpu.attention(q, k, v, deterministic="yes")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,6 +243,8 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 ])
 def test_cuda_large_shapes(B, H, Nq, Nk, d, causal, dtype):
     _check(B, H, Nq, Nk, d, dtype, causal, seed=Nq + d)
+    if dtype == torch.float16:
+        _check(B, H, Nq, Nk, d, dtype, causal, seed=Nq + d + 1, deterministic=True)
 
 
 @needs_cuda
@@ -219,3 +252,4 @@ def test_cuda_large_shapes(B, H, Nq, Nk, d, causal, dtype):
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_n16384(causal):
     _check(1, 2, 16384, 16384, 64, torch.float16, causal, seed=1)
+    _check(1, 2, 16384, 16384, 128, torch.float16, causal, seed=2, deterministic=True)

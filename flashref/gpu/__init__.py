@@ -86,7 +86,7 @@ def _forward(q, k, v, causal, scale):
     return o, L2
 
 
-def _backward(q, k, v, o, L2, do, causal, scale):
+def _backward(q, k, v, o, L2, do, causal, scale, deterministic):
     import torch
 
     from . import kernels
@@ -94,7 +94,9 @@ def _backward(q, k, v, o, L2, do, causal, scale):
     B, H, Nq, d = q.shape
     D = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    kernels.backward(q, k, v, o, L2, do.contiguous(), dq, dk, dv, D, causal, scale)
+    # FA2's atomic dQ needs an fp32 dQ in HBM (zeroed by the kernels' pre-pass)
+    dq_acc = None if deterministic else torch.empty(q.shape, device=q.device, dtype=torch.float32)
+    kernels.backward(q, k, v, o, L2, do.contiguous(), dq, dk, dv, D, causal, scale, dq_acc)
     return dq, dk, dv
 
 
@@ -103,18 +105,18 @@ def _function():
 
     class _Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, causal, scale):
+        def forward(ctx, q, k, v, causal, scale, deterministic):
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             o, L2 = _forward(q, k, v, causal, scale)
             ctx.save_for_backward(q, k, v, o, L2)  # FA2 §3.1.1: O and L only, never P
-            ctx.causal, ctx.scale = causal, scale
+            ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
             return o
 
         @staticmethod
         def backward(ctx, do):
             q, k, v, o, L2 = ctx.saved_tensors
-            dq, dk, dv = _backward(q, k, v, o, L2, do, ctx.causal, ctx.scale)
-            return dq, dk, dv, None, None
+            dq, dk, dv = _backward(q, k, v, o, L2, do, ctx.causal, ctx.scale, ctx.deterministic)
+            return dq, dk, dv, None, None, None
 
     return _Attention
 
@@ -122,14 +124,25 @@ def _function():
 _FN = None
 
 
-def attention(q, k, v, *, causal=False, scale=None):
+def attention(q, k, v, *, causal=False, scale=None, deterministic=None):
     """FlashAttention-2 in Triton: ``softmax(scale · q kᵀ [causal mask]) v`` with autograd.
 
     q: (B, H, Nq, d), k and v: (B, H, Nk, d); fp16 or bf16 CUDA tensors; d in (16, 32, 64, 128).
     scale defaults to 1/sqrt(d). causal masks key j for query i when j > i (top-left).
+
+    deterministic: the backward's dQ. False: FA2's scheme, every column block's program adds its
+    dS_ij K_j into an fp32 dQ in HBM with atomics (5 matmuls per block pair; the order of the adds,
+    and so the last bits of dQ, vary between runs). True: a second kernel over row blocks keeps dQ_i
+    on chip and recomputes S and dP (7 matmuls; bit-identical runs). None (default): follow
+    ``torch.are_deterministic_algorithms_enabled()``.
     """
     global _FN
     scale = _check(q, k, v, causal, scale)
+    if deterministic is None:
+        import torch
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     if _FN is None:
         _FN = _function()
-    return _FN.apply(q, k, v, causal, scale)
+    return _FN.apply(q, k, v, causal, scale, deterministic)

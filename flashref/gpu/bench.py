@@ -21,6 +21,7 @@ import datetime as _dt
 import json
 import os
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 BACKENDS = ("flashref", "flash", "cudnn", "efficient", "math")
 NS = (512, 1024, 2048, 4096, 8192, 16384)
 MEM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+MEM_BACKENDS = ("flashref", "flashref_det", "flash", "cudnn", "math")  # flashref_det: deterministic=True
 TOKENS, HIDDEN = 16384, 2048
 
 
@@ -42,13 +44,14 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "gpu"
 
 
-def _fn(backend, causal):
+def _fn(backend, causal, deterministic=None):
     import torch.nn.functional as F  # noqa: N812
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    if backend == "flashref":
+    if backend in ("flashref", "flashref_det"):
         from . import attention
-        return lambda q, k, v: attention(q, k, v, causal=causal)
+        deterministic = True if backend == "flashref_det" else deterministic
+        return lambda q, k, v: attention(q, k, v, causal=causal, deterministic=deterministic)
     sdp = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend]
 
@@ -85,14 +88,14 @@ def _progress(total):
         return _P()
 
 
-def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100):
+def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100, deterministic=None):
     """Median milliseconds of one call (fwd) or one forward+backward, or None if it fails."""
     import torch
     from triton.testing import do_bench
 
     g = torch.Generator(device="cuda").manual_seed(N + d)
     q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g) for _ in range(4))
-    f = _fn(backend, causal)
+    f = _fn(backend, causal, deterministic)
     try:
         if mode == "fwd":
             with torch.no_grad():
@@ -107,8 +110,11 @@ def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100):
         torch.cuda.empty_cache()
 
 
-def peak_memory(backend, N, d=64, H=16, dtype=None):
-    """Extra peak bytes of one forward+backward beyond q, k, v, dO (batch 1), or None on OOM."""
+def peak_memory(backend, N, d=64, H=16, dtype=None, breakdown=False):
+    """Extra peak bytes of one forward+backward beyond q, k, v, dO (batch 1), or None on OOM.
+
+    With ``breakdown``, returns ``(bytes, sizes)``: the sizes of the blocks allocated during the call
+    that are live at the peak, largest first (from the caching allocator's event history)."""
     import torch
 
     dtype = dtype or torch.float16
@@ -122,9 +128,16 @@ def peak_memory(backend, N, d=64, H=16, dtype=None):
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
+        if breakdown:
+            torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
         f(q, k, v).backward(do)
         torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
+        peak = torch.cuda.max_memory_allocated() - base
+        if not breakdown:
+            return peak
+        events = torch.cuda.memory._snapshot()["device_traces"][0]
+        torch.cuda.memory._record_memory_history(enabled=None)
+        return peak, _live_at_peak(events)
     except torch.OutOfMemoryError:
         return None
     finally:
@@ -132,14 +145,30 @@ def peak_memory(backend, N, d=64, H=16, dtype=None):
         torch.cuda.empty_cache()
 
 
+def _live_at_peak(events):
+    """Replay alloc/free events; the sizes live when their sum was largest, largest first."""
+    live, cur, best, at_best = {}, 0, -1, []
+    for e in events:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+            cur += e["size"]
+            if cur > best:
+                best, at_best = cur, sorted(live.values(), reverse=True)
+        elif e["action"] == "free_completed" and e["addr"] in live:
+            cur -= live.pop(e["addr"])
+    return at_best
+
+
 def _flashref_configs(d):
     """The (BLOCK_M, BLOCK_N, warps, stages) each flashref kernel ran with for head dim d."""
     from . import kernels
     if not kernels.autotune_on():
-        out = {name: f"{kernels.FIXED[name][d]} (fixed)" for name in ("fwd", "dkdv", "dq")}
+        out = {name: f"{kernels.FIXED[name][d]} (fixed)" for name in ("fwd", "dkdv", "dkdv_atomic", "dq")}
         ov = {n: os.environ.get(f"FLASHREF_CONFIG_{n.upper()}") for n in out}
         out.update({n: f"({v}) (override)" for n, v in ov.items() if v})
         out["fwd"] += " SPLIT" if kernels.split_on(d) else ""
+        out["fwd"] += " PIPE" if kernels.pipe_on() else ""
+        out["fwd"] += " HEADS_FIRST" if kernels.heads_first_on() else ""
         return out
     out = {}
     for name, kern in (("fwd", kernels.fwd), ("dkdv", kernels.bwd_dkdv), ("dq", kernels.bwd_dq)):
@@ -155,26 +184,34 @@ def run(args) -> dict:
 
     dtype = getattr(torch, args.dtype)
     causals = {"both": (False, True), "true": (True,), "false": (False,)}[args.causal]
-    cases = [(m, d, c, N, b) for m in args.modes for d in args.d for c in causals for N in args.N
-             for b in args.backends]
+    shapes = [(m, d, c, N) for m in args.modes for d in args.d for c in causals for N in args.N]
     rows = []
-    bar = _progress(len(cases))
+    bar = _progress(len(shapes) * len(args.backends) * args.rounds)
     t0 = time.time()
-    for mode, d, causal, N, backend in cases:
+    for mode, d, causal, N in shapes:
         B, H = TOKENS // N, HIDDEN // d
-        bar.set_postfix_str(f"{mode} d={d} causal={causal} N={N} {backend}")
-        if backend == "math" and _math_too_big(mode, B, H, N):
-            bar.update()
-            continue
-        ms = time_one(mode, backend, B, H, N, d, causal, dtype, rep=args.rep)
-        bar.update()
-        if ms is None:
-            continue
-        row = dict(mode=mode, d=d, N=N, causal=causal, backend=backend, B=B, H=H, ms=round(ms, 5),
-                   tflops=round(flops(mode, B, H, N, d, causal) / (ms * 1e-3) / 1e12, 2))
-        if backend == "flashref":
-            row["configs"] = _flashref_configs(d)
-        rows.append(row)
+        # The backends of one shape are timed in turn, `rounds` times over (each a `rep / rounds` ms
+        # do_bench), and each keeps the median of its rounds: clock drift during the run then moves
+        # every backend alike instead of whichever happened to run in a slow stretch.
+        times = {b: [] for b in args.backends}
+        for _ in range(args.rounds):
+            for backend in args.backends:
+                bar.set_postfix_str(f"{mode} d={d} causal={causal} N={N} {backend}")
+                bar.update()
+                if (backend == "math" and _math_too_big(mode, B, H, N)) or None in times[backend]:
+                    continue
+                times[backend].append(time_one(mode, backend, B, H, N, d, causal, dtype,
+                                               rep=max(10, args.rep // args.rounds)))
+        for backend, ms_list in times.items():
+            if not ms_list or None in ms_list:
+                continue
+            ms = statistics.median(ms_list)
+            row = dict(mode=mode, d=d, N=N, causal=causal, backend=backend, B=B, H=H, ms=round(ms, 5),
+                       tflops=round(flops(mode, B, H, N, d, causal) / (ms * 1e-3) / 1e12, 2),
+                       rounds_ms=[round(x, 5) for x in ms_list])
+            if backend == "flashref":
+                row["configs"] = _flashref_configs(d)
+            rows.append(row)
     bar.close()
     by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in rows}
     for r in rows:
@@ -183,24 +220,32 @@ def run(args) -> dict:
                 o = by.get((r["mode"], r["d"], r["N"], r["causal"], other))
                 if o:
                     r[f"ratio_vs_sdpa_{other}"] = round(r["tflops"] / o["tflops"], 3)
-    memory = []
+    memory, breakdown = [], {}
     if not args.no_memory:
         for N in args.mem_N:
-            for backend in ("flashref", "flash", "cudnn", "math"):
+            for backend in MEM_BACKENDS:
                 if backend == "math" and N > 16384:
                     continue
                 b = peak_memory(backend, N, dtype=dtype)
                 memory.append(dict(N=N, backend=backend, B=1, H=16, d=64,
                                    peak_extra_mib=None if b is None else round(b / 2 ** 20, 2)))
                 print(f"  memory N={N} {backend}: {memory[-1]['peak_extra_mib']} MiB", flush=True)
+        N = max(args.mem_N)  # what is live at the peak, by allocation, at the longest sequence
+        for backend in MEM_BACKENDS[:-1]:
+            got = peak_memory(backend, N, dtype=dtype, breakdown=True)
+            if got is not None:
+                breakdown[backend] = dict(N=N, peak_extra_mib=round(got[0] / 2 ** 20, 2),
+                                          live_at_peak_mib=[round(x / 2 ** 20, 2) for x in got[1]])
+                print(f"  at the peak, N={N} {backend}: {breakdown[backend]['live_at_peak_mib']} MiB", flush=True)
     props = torch.cuda.get_device_properties(0)
     meta = dict(device=torch.cuda.get_device_name(0), sms=props.multi_processor_count,
                 torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
                 date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), dtype=args.dtype,
-                tokens=TOKENS, hidden=HIDDEN, timing="triton.testing.do_bench median, warmup 25 ms, rep "
-                f"{args.rep} ms", flop_convention="fwd 4BHN^2d (/2 causal); fwd_bwd 3.5x fwd",
+                tokens=TOKENS, hidden=HIDDEN, timing=f"median of {args.rounds} interleaved rounds (backends of a "
+                f"shape in turn), each a triton.testing.do_bench median, warmup 25 ms, rep {args.rep // args.rounds} "
+                "ms", flop_convention="fwd 4BHN^2d (/2 causal); fwd_bwd 3.5x fwd",
                 seconds=round(time.time() - t0, 1))
-    return dict(metadata=meta, rows=rows, memory=memory)
+    return dict(metadata=meta, rows=rows, memory=memory, memory_breakdown=breakdown)
 
 
 def plot(result):
@@ -242,7 +287,7 @@ def plot_memory(result):
     meta = result["metadata"]
     fig, ax = figure(f"Extra peak memory of forward+backward on {meta['device']} (batch 1, 16 heads, d=64, "
                      f"{meta['dtype']})")
-    for backend in ("flashref", "flash", "cudnn", "math"):
+    for backend in MEM_BACKENDS:
         pts = sorted((m["N"], m["peak_extra_mib"]) for m in result["memory"]
                      if m["backend"] == backend and m["peak_extra_mib"] is not None)
         if pts:
@@ -288,7 +333,8 @@ def main(argv=None) -> int:
     p.add_argument("--mem-N", dest="mem_N", type=_ints, default=MEM_NS)
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    p.add_argument("--rep", type=int, default=120, help="do_bench repetition time per backend and shape, ms")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape (rep split among them)")
     p.add_argument("--name", default=None, help="output stem (default: the device slug)")
     args = p.parse_args(argv)
     import torch

@@ -171,6 +171,34 @@ def _fwd_inner_split(acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k,
 
 
 @triton.jit
+def _fwd_inner_pipelined(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_d, j_lo, j_hi, Nk,
+                         qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, EVEN: tl.constexpr,
+                         TMA: tl.constexpr, LAZY: tl.constexpr, RESCALE_SLACK: tl.constexpr):
+    # The unmasked blocks of _fwd_inner, software-pipelined by one block (FlashAttention-3's
+    # intra-warpgroup overlap): the S matmul of block j+1 is issued before block j's softmax, so the
+    # tensor cores can compute S_{i,j+1} while exp2 runs on S_ij. Same lines, reordered across j.
+    if j_hi > j_lo:
+        offs_n0 = tl.arange(0, BLOCK_N)
+        # FA2 Alg.1 l.7-8 (flash2.py) for the first block: load K_j, V_j; S_ij = Q_i K_jᵀ.
+        K_jT, V_j = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, j_lo, j_lo + offs_n0, offs_d, Nk, HEAD_D,
+                             EVEN, TMA)
+        S_ij = tl.dot(Q_i, K_jT)
+        for start_n in range(j_lo + BLOCK_N, j_hi, BLOCK_N):  # FA2 Alg.1 l.6, one block ahead
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            # FA2 Alg.1 l.7-8 (flash2.py) for block j+1: load K_{j+1}, V_{j+1}; S_{i,j+1} = Q_i K_{j+1}ᵀ.
+            K_nT, V_n = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, start_n + offs_n0, offs_d, Nk,
+                                 HEAD_D, EVEN, TMA)
+            S_next = tl.dot(Q_i, K_nT)
+            # FA2 Alg.1 l.9-10 (flash2.py) for block j.
+            m_i, l_i, acc = _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, LAZY, RESCALE_SLACK)
+            S_ij = S_next
+            V_j = V_n
+        # FA2 Alg.1 l.9-10 (flash2.py) for the last block.
+        m_i, l_i, acc = _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, LAZY, RESCALE_SLACK)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _load_q(Q_base, desc_q, q_row0, offs_m, offs_d, Nq, HEAD_D: tl.constexpr, EVEN: tl.constexpr,
             TMA: tl.constexpr):
     # FA2 Alg.1 l.4 (flash2.py): load Q_i from HBM, once per row block.
@@ -202,16 +230,23 @@ def _finish(acc, l_i, m_i, O, L2, bh, offs_m, offs_d, Nq, HEAD_D: tl.constexpr):
 @triton.jit
 def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
                 HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-                LAZY: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                LAZY: tl.constexpr, SPLIT: tl.constexpr, PIPE: tl.constexpr, HEADS_FIRST: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; this program is one i of l.3's loop
-    # (and one (batch, head)). Causal: the longest rows are launched first (reversed order).
+    # (and one (batch, head)). Causal: the longest rows are launched first (reversed order);
+    # HEADS_FIRST puts (batch, head) on the grid's fastest axis, so every head's longest row block
+    # is launched before any head's next one.
     Tr = tl.cdiv(Nq, BLOCK_M)
-    pid = tl.program_id(0)
+    if HEADS_FIRST:
+        pid = tl.program_id(1)
+        bh = tl.program_id(0).to(tl.int64)
+    else:
+        pid = tl.program_id(0)
+        bh = tl.program_id(1).to(tl.int64)
     if CAUSAL:
         i = Tr - 1 - pid
     else:
         i = pid
-    bh = tl.program_id(1).to(tl.int64)
     start_m = i * BLOCK_M
     offs_d = tl.arange(0, HEAD_D)
     Q_base = Q + bh * Nq * HEAD_D
@@ -258,9 +293,14 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
         acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                                   0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN, TMA,
-                                   LAZY, RESCALE_SLACK)
+        if PIPE:
+            acc, l_i, m_i = _fwd_inner_pipelined(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0,
+                                                 offs_d, 0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, EVEN,
+                                                 TMA, LAZY, RESCALE_SLACK)
+        else:
+            acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m,
+                                       offs_d, 0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False,
+                                       EVEN, TMA, LAZY, RESCALE_SLACK)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
                                    n_full * BLOCK_N, j_hi, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN, TMA,
                                    LAZY, RESCALE_SLACK)
@@ -272,7 +312,7 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
 # --------------------------------------------------------------------------------------------
 
 @triton.jit
-def _bwd_preprocess(O, dO, D, Nq, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr):
+def _bwd_preprocess(O, dO, D, dQacc, Nq, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, ATOMIC_DQ: tl.constexpr):
     # FA2 Alg.2 l.4 (flash2.py): D = rowsum(dO ∘ O), written to HBM (fp32).
     bh = tl.program_id(1).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -282,13 +322,24 @@ def _bwd_preprocess(O, dO, D, Nq, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr):
     O_i = tl.load(O + ptrs, mask=row_ok, other=0.0).to(tl.float32)
     dO_i = tl.load(dO + ptrs, mask=row_ok, other=0.0).to(tl.float32)
     tl.store(D + bh * Nq + offs_m, tl.sum(O_i * dO_i, 1), mask=offs_m < Nq)
+    if ATOMIC_DQ:
+        # FA2 Alg.2 l.3 (flash2.py): initialise dQ = 0 in HBM (the fp32 buffer the atomics add into).
+        tl.store(dQacc + ptrs, tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32), mask=row_ok)
 
 
 @triton.jit
-def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
+def _bwd_dq_scale(dQacc, dQ, n_elements, sm_scale, BLOCK: tl.constexpr):
+    # FA2 Alg.2 l.20 (flash2.py): return dQ, times τ (S = τ QKᵀ) and cast to the inputs' dtype.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n_elements
+    tl.store(dQ + offs, (tl.load(dQacc + offs, mask=ok) * sm_scale).to(dQ.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base, offs_n, offs_d,
                     i_lo, i_hi, Nq, Nk, qk_scale,
                     BLOCK_M: tl.constexpr, HEAD_D: tl.constexpr, CAUSAL: tl.constexpr,
-                    MASKED: tl.constexpr, EVEN: tl.constexpr):
+                    MASKED: tl.constexpr, EVEN: tl.constexpr, ATOMIC_DQ: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in range(i_lo, i_hi, BLOCK_M):  # FA2 Alg.2 l.8 (flash2.py): for 1 <= i <= Tr
         start_m = tl.multiple_of(start_m, BLOCK_M)
@@ -320,15 +371,24 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs
         # FA2 Alg.2 l.13 (flash2.py): dP_ij = dO_i V_jᵀ, transposed: dP_ijᵀ = V_j dO_iᵀ.
         dP_ijT = tl.dot(V_j, tl.trans(dO_i))  # (Bc, Br)
         # FA2 Alg.2 l.14 (flash2.py): dS_ij = P_ij ∘ (dP_ij − D_i).
-        dS_ijT = P_ijT * (dP_ijT - D_i[None, :])  # (Bc, Br)
+        dS_ijT = (P_ijT * (dP_ijT - D_i[None, :])).to(Q_iT.dtype)  # (Bc, Br)
+        if ATOMIC_DQ:
+            # FA2 Alg.2 l.15 (flash2.py): dQ_i += dS_ij K_j, read-modified-written in HBM: an fp32
+            # atomic add, since every column block's program adds into the same dQ_i (τ: at the end).
+            dQ_ij = tl.dot(tl.trans(dS_ijT), K_j)  # (Br, d)
+            dq_ptrs = dQ_base + offs_m[:, None] * HEAD_D + offs_d[None, :]
+            if MASKED:
+                tl.atomic_add(dq_ptrs, dQ_ij, mask=offs_m[:, None] < Nq, sem="relaxed")
+            else:
+                tl.atomic_add(dq_ptrs, dQ_ij, sem="relaxed")
         # FA2 Alg.2 l.16 (flash2.py): dK_j += dS_ijᵀ Q_i (τ applied once at the end).
-        dK_j = tl.dot(dS_ijT.to(Q_iT.dtype), tl.trans(Q_iT), dK_j)  # (Bc, d)
+        dK_j = tl.dot(dS_ijT, tl.trans(Q_iT), dK_j)  # (Bc, d)
     return dK_j, dV_j
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, Nq, Nk, sm_scale, qk_scale,
-                     HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
+def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Nq, Nk, sm_scale, qk_scale,
+                     HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr, ATOMIC_DQ: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # FA2 Alg.2 l.5 (flash2.py): this program is one column block j (and one (batch, head)).
     j = tl.program_id(0)
@@ -351,6 +411,10 @@ def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, Nq, Nk, sm_scale, qk_scale,
     dO_base = dO + bh * Nq * HEAD_D
     L2_base = L2 + bh * Nq
     D_base = D + bh * Nq
+    if ATOMIC_DQ:
+        dQ_base = dQacc + bh * Nq * HEAD_D  # this head's fp32 dQ, zeroed by the pre-pass
+    else:
+        dQ_base = dQacc  # None: dQ comes from the separate dQ kernel
     Nq_full = (Nq // BLOCK_M) * BLOCK_M  # row blocks that need no bound mask
     if CAUSAL:
         # causal skipping: row blocks wholly before key start_n are never visited; those crossing
@@ -358,18 +422,22 @@ def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, Nq, Nk, sm_scale, qk_scale,
         i_lo = (start_n // BLOCK_M) * BLOCK_M
         i_diag = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, Nq_full)
         i_diag = tl.maximum(i_diag, i_lo)
-        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
-                                     i_lo, i_diag, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL, True, EVEN)
-        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
-                                     i_diag, Nq_full, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL, False, EVEN)
+        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                     offs_n, offs_d, i_lo, i_diag, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL,
+                                     True, EVEN, ATOMIC_DQ)
+        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                     offs_n, offs_d, i_diag, Nq_full, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL,
+                                     False, EVEN, ATOMIC_DQ)
         i_tail = tl.maximum(Nq_full, i_diag)
     else:
-        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
-                                     0, Nq_full, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL, False, EVEN)
+        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                     offs_n, offs_d, 0, Nq_full, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL,
+                                     False, EVEN, ATOMIC_DQ)
         i_tail = Nq_full
     # the ragged last row block (empty when Nq is a multiple of Br)
-    dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, offs_n, offs_d,
-                                 i_tail, Nq, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL, True, EVEN)
+    dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                 offs_n, offs_d, i_tail, Nq, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL,
+                                 True, EVEN, ATOMIC_DQ)
     # FA2 Alg.2 l.17 (flash2.py): end for.
     # FA2 Alg.2 l.18 (flash2.py): write dK_j (times τ: S = τ QKᵀ) and dV_j to HBM, once.
     row_ok = offs_n[:, None] < Nk
@@ -497,12 +565,14 @@ FIXED = {
     "fwd": {16: (128, 64, 4, 3), 32: (128, 64, 4, 3), 64: (128, 128, 4, 3), 128: (256, 64, 8, 3)},
     "dkdv": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 3)},
     "dq": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 3)},
+    # dK/dV with the atomic dQ update: one more matmul and its (Br, d) fp32 tile per step
+    "dkdv_atomic": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 3)},
 }
 # d = 128 forward: two interleaved halves of 128 rows (SPLIT), best geometric mean in sweep.py's run
 FIXED_SPLIT = {16: False, 32: False, 64: False, 128: True}
 INTERPRET_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16}  # the CPU interpreter: small fixed tiles, no tuning
 
-_KEY = ["Nq", "Nk", "HEAD_D", "CAUSAL"]
+_KEY = ["Nq", "Nk", "HEAD_D", "CAUSAL"]  # the autotuner's cache key
 
 
 def autotune_on() -> bool:
@@ -520,15 +590,25 @@ def split_on(d) -> bool:
     return not INTERPRET and FIXED_SPLIT.get(d, False)
 
 
-def _build(kernel, configs):
+def pipe_on() -> bool:
+    """Software-pipeline the forward's unmasked blocks (``FLASHREF_PIPE=1``; not with SPLIT)."""
+    return os.environ.get("FLASHREF_PIPE", "0") == "1"
+
+
+def heads_first_on() -> bool:
+    """Launch the forward's grid as (heads, row blocks) instead of (row blocks, heads) (``FLASHREF_HEADS_FIRST=1``)."""
+    return os.environ.get("FLASHREF_HEADS_FIRST", "0") == "1"
+
+
+def _build(kernel, configs, key=tuple(_KEY)):
     with_even = triton.heuristics({"EVEN": _even})(kernel)
     if not autotune_on():
         return with_even
-    return triton.autotune(configs=configs, key=_KEY)(with_even)
+    return triton.autotune(configs=configs, key=list(key))(with_even)
 
 
 fwd = _build(_fwd_kernel, FWD_CONFIGS)
-bwd_dkdv = _build(_bwd_dkdv_kernel, DKDV_CONFIGS)
+bwd_dkdv = _build(_bwd_dkdv_kernel, DKDV_CONFIGS, key=(*_KEY, "ATOMIC_DQ"))
 bwd_dq = _build(_bwd_dq_kernel, DQ_CONFIGS)
 bwd_preprocess = _bwd_preprocess
 
@@ -570,17 +650,33 @@ def forward(q, k, v, o, L2, causal, scale):
                       for x in (q, k, v))
         if not autotune_on():
             _set_descriptor_blocks(dict(desc_q=descs[0], desc_k=descs[1], desc_v=descs[2], HEAD_D=d, **meta))
-    fwd[_grid(Nq, B * H, "BLOCK_M")](q, k, v, o, L2, *descs, Nq, Nk, scale * LOG2E, HEAD_D=d, CAUSAL=causal,
-                                     TMA=tma, LAZY=lazy_rescale(), **meta)
+    heads_first = heads_first_on()
+    grid = _grid(Nq, B * H, "BLOCK_M")
+    if heads_first:
+        grid = lambda meta: (B * H, triton.cdiv(Nq, meta["BLOCK_M"]))  # noqa: E731
+    fwd[grid](q, k, v, o, L2, *descs, Nq, Nk, scale * LOG2E, HEAD_D=d, CAUSAL=causal, TMA=tma, LAZY=lazy_rescale(),
+              PIPE=pipe_on(), HEADS_FIRST=heads_first, **meta)
 
 
-def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale):
-    """Launch Algorithm 2: D pre-pass, dK/dV over column blocks, dQ over row blocks."""
+def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, dq_acc=None):
+    """Launch Algorithm 2: the D pre-pass, then dK/dV over column blocks, and dQ either
+
+    * added by the same programs into ``dq_acc`` (fp32, same shape as q) with atomics, then
+      scaled and cast into ``dq`` (FA2's own scheme; 5 matmuls per block pair), or
+    * when ``dq_acc`` is None, by a second kernel over row blocks that keeps dQ_i on chip and
+      recomputes S and dP (7 matmuls per block pair; deterministic).
+    """
     B, H, Nq, d = q.shape
     Nk = k.shape[2]
-    _bwd_preprocess[(triton.cdiv(Nq, 64), B * H)](o, do, D, Nq, HEAD_D=d, BLOCK_M=64)
+    atomic = dq_acc is not None
+    _bwd_preprocess[(triton.cdiv(Nq, 64), B * H)](o, do, D, dq_acc, Nq, HEAD_D=d, BLOCK_M=64, ATOMIC_DQ=atomic)
     qk_scale = scale * LOG2E
-    bwd_dkdv[_grid(Nk, B * H, "BLOCK_N")](q, k, v, do, L2, D, dk, dv, Nq, Nk, scale, qk_scale,
-                                          HEAD_D=d, CAUSAL=causal, **launch_meta("dkdv", d))
-    bwd_dq[_grid(Nq, B * H, "BLOCK_M")](q, k, v, do, L2, D, dq, Nq, Nk, scale, qk_scale,
-                                        HEAD_D=d, CAUSAL=causal, **launch_meta("dq", d))
+    bwd_dkdv[_grid(Nk, B * H, "BLOCK_N")](q, k, v, do, L2, D, dk, dv, dq_acc, Nq, Nk, scale, qk_scale,
+                                          HEAD_D=d, CAUSAL=causal, ATOMIC_DQ=atomic,
+                                          **launch_meta("dkdv_atomic" if atomic else "dkdv", d))
+    if atomic:
+        n = dq.numel()
+        _bwd_dq_scale[(triton.cdiv(n, 1024),)](dq_acc, dq, n, scale, BLOCK=1024)
+    else:
+        bwd_dq[_grid(Nq, B * H, "BLOCK_M")](q, k, v, do, L2, D, dq, Nq, Nk, scale, qk_scale,
+                                            HEAD_D=d, CAUSAL=causal, **launch_meta("dq", d))

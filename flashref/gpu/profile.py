@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-IMPLS = ("plain", "math", "flash", "flashref")
+IMPLS = ("plain", "math", "flash", "flashref", "flashref_det")  # flashref_det: deterministic=True
 SHAPES = {"fig2": (8, 16, 1024, 64), "long": (1, 16, 8192, 64)}
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 
@@ -38,28 +38,39 @@ METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 # --------------------------------------------------------------------------------------------
 
 def kernel_model(B, H, N, d, blocks, causal=False, e=2):
-    """HBM bytes of flashref's four kernels as written (no cache): per (batch, head), then × B·H.
+    """HBM bytes of flashref's kernels as written (no cache): per (batch, head), then × B·H.
 
-    ``blocks`` = {"fwd": (BM, BN), "dkdv": (BM, BN), "dq": (BM, BN)}; L and D are fp32 (4 bytes).
+    ``blocks`` = {"fwd": (BM, BN), "dkdv_atomic": (BM, BN)} for the default backward (atomic dQ),
+    or {"fwd": ..., "dkdv": ..., "dq": ...} for the deterministic one; L, D and the atomic dQ are
+    fp32 (4 bytes).
     forward: Q once, K and V once per visited (i, j), O written, L written.
-    D pre-pass: read O and dO, write D.  dK/dV: K_j, V_j once; Q_i, dO_i (and L_i, D_i) per
-    visited (j, i); write dK, dV.  dQ: Q_i, dO_i, L_i, D_i once; K_j, V_j per visited (i, j); write dQ.
+    D pre-pass: read O and dO, write D (and zeros into the fp32 dQ).  dK/dV: K_j, V_j once; Q_i, dO_i
+    (and L_i, D_i) per visited (j, i); write dK, dV.  Atomic dQ: an fp32 read-modify-write of dQ_i per
+    visited (j, i), then one pass reading it and writing dQ.  dQ kernel: Q_i, dO_i, L_i, D_i once; K_j,
+    V_j per visited (i, j); write dQ.
     """
     from ..iomodel.flash2 import kv_per_row_block, q_per_column_block
 
-    (fm, fn), (km, kn), (qm, qn) = blocks["fwd"], blocks["dkdv"], blocks["dq"]
+    atomic = "dkdv_atomic" in blocks
+    (fm, fn), (km, kn) = blocks["fwd"], blocks["dkdv_atomic" if atomic else "dkdv"]
+    pairs_dkdv = sum(q_per_column_block(N, N, km, kn, causal))  # (j, i) pairs, in rows of Q
     lines = {
         "fwd: Q_i": (N * d * e, 0),
         "fwd: K_j, V_j per (i, j)": (2 * d * e * sum(kv_per_row_block(N, N, fm, fn, causal)), 0),
         "fwd: O_i, L_i": (0, N * d * e + 4 * N),
-        "D pre-pass": (2 * N * d * e, 4 * N),
+        "D pre-pass": (2 * N * d * e, 4 * N + (4 * N * d if atomic else 0)),
         "dkdv: K_j, V_j": (2 * N * d * e, 0),
-        "dkdv: Q_i, dO_i, L_i, D_i per (j, i)": ((2 * d * e + 8) * sum(q_per_column_block(N, N, km, kn, causal)), 0),
+        "dkdv: Q_i, dO_i, L_i, D_i per (j, i)": ((2 * d * e + 8) * pairs_dkdv, 0),
         "dkdv: dK_j, dV_j": (0, 2 * N * d * e),
-        "dq: Q_i, dO_i, L_i, D_i": ((2 * d * e + 8) * N, 0),
-        "dq: K_j, V_j per (i, j)": (2 * d * e * sum(kv_per_row_block(N, N, qm, qn, causal)), 0),
-        "dq: dQ_i": (0, N * d * e),
     }
+    if atomic:
+        lines["dkdv: dQ_i += dS_ij K_j (fp32 atomics) per (j, i)"] = (4 * d * pairs_dkdv, 4 * d * pairs_dkdv)
+        lines["dQ = τ dQ (fp32 → fp16)"] = (4 * N * d, N * d * e)
+    else:
+        qm, qn = blocks["dq"]
+        lines["dq: Q_i, dO_i, L_i, D_i"] = ((2 * d * e + 8) * N, 0)
+        lines["dq: K_j, V_j per (i, j)"] = (2 * d * e * sum(kv_per_row_block(N, N, qm, qn, causal)), 0)
+        lines["dq: dQ_i"] = (0, N * d * e)
     heads = B * H
     reads = heads * sum(r for r, _ in lines.values())
     writes = heads * sum(w for _, w in lines.values())
@@ -82,7 +93,7 @@ def predictions(B, H, N, d, blocks=None, causal=False):
         f2 = [iomodel.predict("flash2", "forward", Nq=N, Nk=N, d=d, heads=heads, causal=causal, dtype_bytes=2,
                               block_sizes=tuple(blocks["fwd"])),
               iomodel.predict("flash2", "backward", Nq=N, Nk=N, d=d, heads=heads, causal=causal, dtype_bytes=2,
-                              block_sizes=tuple(blocks["dkdv"]))]
+                              block_sizes=tuple(blocks.get("dkdv_atomic", blocks.get("dkdv"))))]
         out["flash2"] = dict(read_bytes=2 * sum(p.reads for p in f2), write_bytes=2 * sum(p.writes for p in f2),
                              total_bytes=sum(p.bytes for p in f2), block_sizes=blocks)
     except (ImportError, ValueError) as err:  # iomodel.flash2 missing, or blocks it refuses
@@ -91,7 +102,7 @@ def predictions(B, H, N, d, blocks=None, causal=False):
     return out
 
 
-DEFAULT_BLOCKS = {"fwd": (128, 128), "dkdv": (64, 128), "dq": (128, 64)}
+DEFAULT_BLOCKS = {"fwd": (128, 128), "dkdv_atomic": (64, 128)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,11 +122,12 @@ def _child(impl, B, H, N, d, out_json):
     if impl == "plain":  # standard attention as three fp16 PyTorch ops (Algorithm 0)
         def f():
             return torch.softmax((q @ k.transpose(-1, -2)) * scale, dim=-1) @ v
-    elif impl == "flashref":
+    elif impl in ("flashref", "flashref_det"):
         from . import attention
+        deterministic = impl == "flashref_det"
 
         def f():
-            return attention(q, k, v)
+            return attention(q, k, v, deterministic=deterministic)
     else:
         backend = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION,
                    "cudnn": SDPBackend.CUDNN_ATTENTION}[impl]
@@ -133,9 +145,11 @@ def _child(impl, B, H, N, d, out_json):
     torch.cuda.synchronize()
     cudart.cudaProfilerStop()
     info = {}
-    if impl == "flashref":
+    if impl in ("flashref", "flashref_det"):
         from . import kernels
-        for name, kern in (("fwd", kernels.fwd), ("dkdv", kernels.bwd_dkdv), ("dq", kernels.bwd_dq)):
+        used = ((("dkdv", kernels.bwd_dkdv), ("dq", kernels.bwd_dq)) if impl == "flashref_det"
+                else (("dkdv_atomic", kernels.bwd_dkdv),))
+        for name, kern in (("fwd", kernels.fwd), *used):
             c = kernels.best_config(kern)
             if c is not None:
                 info[name] = [c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]]
@@ -233,7 +247,8 @@ def plot(result):
     return fig
 
 
-PREDICTED_BY = {"plain": "standard", "math": "standard", "flash": "flash2", "flashref": "flash2"}
+PREDICTED_BY = {"plain": "standard", "math": "standard", "flash": "flash2", "flashref": "flash2",
+                "flashref_det": "flash2"}
 
 
 def main(argv=None) -> int:
