@@ -91,6 +91,7 @@ def _progress(total):
 def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100, deterministic=None):
     """Median milliseconds of one call (fwd) or one forward+backward, or None if it fails."""
     import torch
+    from triton.runtime.errors import OutOfResources
     from triton.testing import do_bench
 
     g = torch.Generator(device="cuda").manual_seed(N + d)
@@ -103,7 +104,7 @@ def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100, deterministic=No
         q, k, v = (x.requires_grad_() for x in (q, k, v))
         return do_bench(lambda: f(q, k, v).backward(do), warmup=25, rep=rep, grad_to_none=[q, k, v],
                         return_mode="median")
-    except (RuntimeError, torch.OutOfMemoryError) as e:  # backend refuses the shape, or OOM
+    except (RuntimeError, torch.OutOfMemoryError, OutOfResources) as e:  # refused shape, OOM, tile too big
         print(f"  {backend} {mode} d={d} N={N} causal={causal}: {type(e).__name__}: {str(e)[:120]}")
         return None
     finally:
@@ -167,8 +168,8 @@ def _flashref_configs(d):
         ov = {n: os.environ.get(f"FLASHREF_CONFIG_{n.upper()}") for n in out}
         out.update({n: f"({v}) (override)" for n, v in ov.items() if v})
         out["fwd"] += " SPLIT" if kernels.split_on(d) else ""
-        out["fwd"] += " PIPE" if kernels.pipe_on() else ""
-        out["fwd"] += " HEADS_FIRST" if kernels.heads_first_on() else ""
+        out["fwd"] += " HEADS_FIRST(causal)" if kernels.heads_first_on(d, True) else ""
+        out["dkdv_atomic"] += " STAGGER" if kernels.stagger_on() else ""
         return out
     out = {}
     for name, kern in (("fwd", kernels.fwd), ("dkdv", kernels.bwd_dkdv), ("dq", kernels.bwd_dq)):

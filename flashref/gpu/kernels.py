@@ -171,34 +171,6 @@ def _fwd_inner_split(acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k,
 
 
 @triton.jit
-def _fwd_inner_pipelined(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_d, j_lo, j_hi, Nk,
-                         qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, EVEN: tl.constexpr,
-                         TMA: tl.constexpr, LAZY: tl.constexpr, RESCALE_SLACK: tl.constexpr):
-    # The unmasked blocks of _fwd_inner, software-pipelined by one block (FlashAttention-3's
-    # intra-warpgroup overlap): the S matmul of block j+1 is issued before block j's softmax, so the
-    # tensor cores can compute S_{i,j+1} while exp2 runs on S_ij. Same lines, reordered across j.
-    if j_hi > j_lo:
-        offs_n0 = tl.arange(0, BLOCK_N)
-        # FA2 Alg.1 l.7-8 (flash2.py) for the first block: load K_j, V_j; S_ij = Q_i K_jᵀ.
-        K_jT, V_j = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, j_lo, j_lo + offs_n0, offs_d, Nk, HEAD_D,
-                             EVEN, TMA)
-        S_ij = tl.dot(Q_i, K_jT)
-        for start_n in range(j_lo + BLOCK_N, j_hi, BLOCK_N):  # FA2 Alg.1 l.6, one block ahead
-            start_n = tl.multiple_of(start_n, BLOCK_N)
-            # FA2 Alg.1 l.7-8 (flash2.py) for block j+1: load K_{j+1}, V_{j+1}; S_{i,j+1} = Q_i K_{j+1}ᵀ.
-            K_nT, V_n = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, start_n + offs_n0, offs_d, Nk,
-                                 HEAD_D, EVEN, TMA)
-            S_next = tl.dot(Q_i, K_nT)
-            # FA2 Alg.1 l.9-10 (flash2.py) for block j.
-            m_i, l_i, acc = _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, LAZY, RESCALE_SLACK)
-            S_ij = S_next
-            V_j = V_n
-        # FA2 Alg.1 l.9-10 (flash2.py) for the last block.
-        m_i, l_i, acc = _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, LAZY, RESCALE_SLACK)
-    return acc, l_i, m_i
-
-
-@triton.jit
 def _load_q(Q_base, desc_q, q_row0, offs_m, offs_d, Nq, HEAD_D: tl.constexpr, EVEN: tl.constexpr,
             TMA: tl.constexpr):
     # FA2 Alg.1 l.4 (flash2.py): load Q_i from HBM, once per row block.
@@ -230,7 +202,7 @@ def _finish(acc, l_i, m_i, O, L2, bh, offs_m, offs_d, Nq, HEAD_D: tl.constexpr):
 @triton.jit
 def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
                 HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-                LAZY: tl.constexpr, SPLIT: tl.constexpr, PIPE: tl.constexpr, HEADS_FIRST: tl.constexpr,
+                LAZY: tl.constexpr, SPLIT: tl.constexpr, HEADS_FIRST: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; this program is one i of l.3's loop
     # (and one (batch, head)). Causal: the longest rows are launched first (reversed order);
@@ -293,14 +265,9 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
         acc = tl.zeros([BLOCK_M, HEAD_D], dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-        if PIPE:
-            acc, l_i, m_i = _fwd_inner_pipelined(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0,
-                                                 offs_d, 0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, EVEN,
-                                                 TMA, LAZY, RESCALE_SLACK)
-        else:
-            acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m,
-                                       offs_d, 0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False,
-                                       EVEN, TMA, LAZY, RESCALE_SLACK)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
+                                   0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN, TMA,
+                                   LAZY, RESCALE_SLACK)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
                                    n_full * BLOCK_N, j_hi, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN, TMA,
                                    LAZY, RESCALE_SLACK)
@@ -389,7 +356,7 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
 @triton.jit
 def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Nq, Nk, sm_scale, qk_scale,
                      HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                     STAGGER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # FA2 Alg.2 l.5 (flash2.py): this program is one column block j (and one (batch, head)).
     j = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
@@ -430,8 +397,16 @@ def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Nq, Nk, sm_scale, qk_sca
                                      False, EVEN, ATOMIC_DQ)
         i_tail = tl.maximum(Nq_full, i_diag)
     else:
+        # STAGGER: start at this program's own row block and wrap around, so that the column blocks
+        # of one head do not all add into the same dQ_i at the same moment (atomic contention).
+        i_mid = 0
+        if STAGGER:
+            i_mid = tl.minimum((start_n // BLOCK_M) * BLOCK_M, Nq_full)
         dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
-                                     offs_n, offs_d, 0, Nq_full, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL,
+                                     offs_n, offs_d, i_mid, Nq_full, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL,
+                                     False, EVEN, ATOMIC_DQ)
+        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                     offs_n, offs_d, 0, i_mid, Nq, Nk, qk_scale, BLOCK_M, HEAD_D, CAUSAL,
                                      False, EVEN, ATOMIC_DQ)
         i_tail = Nq_full
     # the ragged last row block (empty when Nq is a multiple of Br)
@@ -570,6 +545,10 @@ FIXED = {
 }
 # d = 128 forward: two interleaved halves of 128 rows (SPLIT), best geometric mean in sweep.py's run
 FIXED_SPLIT = {16: False, 32: False, 64: False, 128: True}
+# causal forward, heads on the grid's fast axis (longest-first across heads): +1 to +7% at d = 128,
+# -2 to -12% at d = 64 in sweep.py's run (NOTES.md)
+HEADS_FIRST_CAUSAL = (128,)
+STAGGER = False  # see stagger_on
 INTERPRET_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16}  # the CPU interpreter: small fixed tiles, no tuning
 
 _KEY = ["Nq", "Nk", "HEAD_D", "CAUSAL"]  # the autotuner's cache key
@@ -590,14 +569,18 @@ def split_on(d) -> bool:
     return not INTERPRET and FIXED_SPLIT.get(d, False)
 
 
-def pipe_on() -> bool:
-    """Software-pipeline the forward's unmasked blocks (``FLASHREF_PIPE=1``; not with SPLIT)."""
-    return os.environ.get("FLASHREF_PIPE", "0") == "1"
+def heads_first_on(d, causal) -> bool:
+    """Launch the forward's grid as (heads, row blocks) instead of (row blocks, heads):
+    ``FLASHREF_HEADS_FIRST=0/1``, else for causal attention at the head dims in HEADS_FIRST_CAUSAL."""
+    env = os.environ.get("FLASHREF_HEADS_FIRST")
+    if env is not None:
+        return env == "1"
+    return causal and d in HEADS_FIRST_CAUSAL and not INTERPRET
 
 
-def heads_first_on() -> bool:
-    """Launch the forward's grid as (heads, row blocks) instead of (row blocks, heads) (``FLASHREF_HEADS_FIRST=1``)."""
-    return os.environ.get("FLASHREF_HEADS_FIRST", "0") == "1"
+def stagger_on() -> bool:
+    """Non-causal dK/dV programs start their row loop at their own column block (``FLASHREF_STAGGER``)."""
+    return os.environ.get("FLASHREF_STAGGER", "1" if STAGGER else "0") == "1"
 
 
 def _build(kernel, configs, key=tuple(_KEY)):
@@ -650,12 +633,12 @@ def forward(q, k, v, o, L2, causal, scale):
                       for x in (q, k, v))
         if not autotune_on():
             _set_descriptor_blocks(dict(desc_q=descs[0], desc_k=descs[1], desc_v=descs[2], HEAD_D=d, **meta))
-    heads_first = heads_first_on()
+    heads_first = heads_first_on(d, causal)
     grid = _grid(Nq, B * H, "BLOCK_M")
     if heads_first:
         grid = lambda meta: (B * H, triton.cdiv(Nq, meta["BLOCK_M"]))  # noqa: E731
     fwd[grid](q, k, v, o, L2, *descs, Nq, Nk, scale * LOG2E, HEAD_D=d, CAUSAL=causal, TMA=tma, LAZY=lazy_rescale(),
-              PIPE=pipe_on(), HEADS_FIRST=heads_first, **meta)
+              HEADS_FIRST=heads_first, **meta)
 
 
 def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, dq_acc=None):
@@ -672,7 +655,7 @@ def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, dq_acc=None):
     _bwd_preprocess[(triton.cdiv(Nq, 64), B * H)](o, do, D, dq_acc, Nq, HEAD_D=d, BLOCK_M=64, ATOMIC_DQ=atomic)
     qk_scale = scale * LOG2E
     bwd_dkdv[_grid(Nk, B * H, "BLOCK_N")](q, k, v, do, L2, D, dk, dv, dq_acc, Nq, Nk, scale, qk_scale,
-                                          HEAD_D=d, CAUSAL=causal, ATOMIC_DQ=atomic,
+                                          HEAD_D=d, CAUSAL=causal, ATOMIC_DQ=atomic, STAGGER=stagger_on(),
                                           **launch_meta("dkdv_atomic" if atomic else "dkdv", d))
     if atomic:
         n = dq.numel()

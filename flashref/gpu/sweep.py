@@ -1,14 +1,17 @@
-"""Time kernel variants over fixed configs in one process (the METHOD.md variant sweep).
+"""Time kernel variants against each other and the SDPA peers in one process (METHOD.md's sweep).
 
-``python -m flashref.gpu.sweep --d 128 --N 4096,16384 --configs 256,64,8,3:split 128,128,8,3:pipe``
+``python -m flashref.gpu.sweep --d 128 --N 4096,16384 --configs 256,64,8,3:split 128,128,8,3:heads``
 
-Each config is ``BM,BN,warps,stages`` with optional ``:flags`` joined by ``+``: ``split`` (two row
-halves per program), ``pipe`` (one-block software pipelining), ``heads`` (heads-first grid) for the
-forward. With ``--mode fwd_bwd`` the config sets the backward's dK/dV kernel instead
-(``--kernel dkdv_atomic|dkdv|dq``), and the flag ``det`` uses the deterministic dQ kernel.
-``--peers flash,cudnn`` times those SDPA backends at each shape before and after the configs, so
-ratios come from the same process. Prints one line per (config, N, causal), then each config's
-geometric-mean TFLOP/s and ratio to the peers.
+Each config is ``BM,BN,warps,stages`` (empty: the FIXED default) with optional ``:flags`` joined by
+``+``. Forward (``--mode fwd``): ``split`` (two row halves per program), ``heads`` (heads-first grid);
+a flag not given is off. Forward+backward (``--mode fwd_bwd``): the tiles set the backward's
+``--kernel`` (dkdv_atomic, dkdv or dq) and the flags are ``det`` (the deterministic dQ kernel) and
+``stagger`` (staggered dK/dV row loop); the forward keeps its defaults.
+
+For each shape, the peers (``--peers flash,cudnn``) and every config are timed in turn, ``--rounds``
+times over, and each keeps its median: drift in the GPU's clocks during the run then falls on all of
+them alike. Prints one line per shape and, last, each config's geometric mean and its ratios to the
+peers.
 """
 
 from __future__ import annotations
@@ -16,27 +19,33 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 
-FLAGS = {"split": "FLASHREF_SPLIT", "pipe": "FLASHREF_PIPE", "heads": "FLASHREF_HEADS_FIRST"}
+FLAGS = {"fwd": {"split": "FLASHREF_SPLIT", "heads": "FLASHREF_HEADS_FIRST"},
+         "fwd_bwd": {"stagger": "FLASHREF_STAGGER", "det": None}}
 
 
-def _set_env(cfg, mode, kernel):
+def _apply(cfg, mode, kernel):
+    """Set the environment for one config; returns its ``deterministic`` argument."""
     tiles, _, flags = cfg.partition(":")
     flags = set(filter(None, flags.split("+")))
-    unknown = flags - set(FLAGS) - {"det"}
+    unknown = flags - set(FLAGS[mode])
     if unknown:
-        raise SystemExit(f"--configs: unknown flag(s) {sorted(unknown)} in {cfg!r}")
-    for flag, var in FLAGS.items():  # forward flags; fwd_bwd runs leave the forward at its defaults
-        if mode == "fwd":
+        raise SystemExit(f"--configs: unknown flag(s) {sorted(unknown)} in {cfg!r} for --mode {mode}")
+    for flag, var in FLAGS[mode].items():
+        if var:
             os.environ[var] = "1" if flag in flags else "0"
-        else:
-            os.environ.pop(var, None)
     for name in ("FWD", "DKDV", "DKDV_ATOMIC", "DQ"):
         os.environ.pop(f"FLASHREF_CONFIG_{name}", None)
     if tiles:
         os.environ["FLASHREF_CONFIG_" + ("FWD" if mode == "fwd" else kernel.upper())] = tiles
     return "det" in flags
+
+
+def _geomean(xs):
+    good = [x for x in xs if x == x and x > 0]
+    return math.exp(sum(map(math.log, good)) / len(good)) if good and len(good) == len(xs) else float("nan")
 
 
 def main(argv=None) -> int:
@@ -51,52 +60,43 @@ def main(argv=None) -> int:
     p.add_argument("--kernel", default="dkdv_atomic", choices=("dkdv_atomic", "dkdv", "dq"))
     p.add_argument("--causal", default="both", choices=("both", "true", "false"))
     p.add_argument("--peers", default="flash,cudnn")
-    p.add_argument("--rep", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rep", type=int, default=30, help="do_bench ms per timing")
     p.add_argument("--configs", nargs="+", required=True)
     a = p.parse_args(argv)
-    Ns = [int(x) for x in a.N.split(",")]
     causals = {"both": (False, True), "true": (True,), "false": (False,)}[a.causal]
-    shapes = [(N, c) for c in causals for N in Ns]
-
-    def tflops(backend, N, causal, deterministic=None):
-        B, H = bench.TOKENS // N, bench.HIDDEN // a.d
-        ms = bench.time_one(a.mode, backend, B, H, N, a.d, causal, torch.float16, rep=a.rep,
-                            deterministic=deterministic)
-        return float("nan") if ms is None else bench.flops(a.mode, B, H, N, a.d, causal) / ms / 1e9
-
-    def geomean(xs):
-        good = [x for x in xs if x == x and x > 0]
-        return math.exp(sum(map(math.log, good)) / len(good)) if len(good) == len(xs) else float("nan")
-
+    shapes = [(N, c) for c in causals for N in (int(x) for x in a.N.split(","))]
     peers = [b for b in a.peers.split(",") if b]
-    peer_tf = {b: {s: [] for s in shapes} for b in peers}
-
-    def time_peers():
-        for b in peers:
-            for N, c in shapes:
-                tf = tflops(b, N, c)
-                peer_tf[b][(N, c)].append(tf)
-                print(f"{'[' + b + ']':22} N={N:6} causal={c!s:5} {tf:6.0f} TFLOP/s", flush=True)
-
-    time_peers()
-    scores = {}
-    for cfg in a.configs:
-        det = _set_env(cfg, a.mode, a.kernel)
-        scores[cfg] = [tflops("flashref", N, c, det) for N, c in shapes]
-        for (N, c), tf in zip(shapes, scores[cfg]):
-            print(f"{cfg:22} N={N:6} causal={c!s:5} {tf:6.0f} TFLOP/s", flush=True)
-    time_peers()
-    peer_mean = {b: [sum(v) / len(v) for v in peer_tf[b].values()] for b in peers}
-    print(f"\n{a.mode} d={a.d}: geomean TFLOP/s over N={Ns} causal={list(causals)}; ratios per shape to the "
-          "peers' mean of two timings")
+    entries = [("peer", b) for b in peers] + [("cfg", c) for c in a.configs]
+    tf = {e: [] for e in entries}  # entry -> TFLOP/s per shape (median of rounds)
+    for N, causal in shapes:
+        B, H = bench.TOKENS // N, bench.HIDDEN // a.d
+        times = {e: [] for e in entries}
+        for _ in range(a.rounds):
+            for kind, name in entries:
+                det = None
+                if kind == "cfg":
+                    det = _apply(name, a.mode, a.kernel)
+                backend = name if kind == "peer" else "flashref"
+                times[(kind, name)].append(bench.time_one(a.mode, backend, B, H, N, a.d, causal, torch.float16,
+                                                          rep=a.rep, deterministic=det))
+        line = []
+        for e, ms in times.items():
+            ok = [x for x in ms if x is not None]
+            t = bench.flops(a.mode, B, H, N, a.d, causal) / statistics.median(ok) / 1e9 if ok else float("nan")
+            tf[e].append(t)
+            spread = (max(ok) - min(ok)) / min(ok) if ok else float("nan")
+            line.append(f"{e[1]}={t:.0f}(±{100 * spread / 2:.0f}%)")
+        print(f"{a.mode} d={a.d} N={N} causal={causal}: " + "  ".join(line), flush=True)
+    print(f"\n{a.mode} d={a.d}, shapes {shapes}: geomean TFLOP/s; per-shape ratios to each peer")
     for b in peers:
-        first, last = (geomean([v[k] for v in peer_tf[b].values()]) for k in (0, -1))
-        print(f"  [{b}] {geomean(peer_mean[b]):.0f}  (first/second timing geomean: {first:.0f}/{last:.0f})")
-    for cfg, tfs in scores.items():
-        ratios = "  ".join(f"x{b} " + " ".join(f"{t / m:.2f}" for t, m in zip(tfs, peer_mean[b]))
+        print(f"  [{b}] {_geomean(tf[('peer', b)]):.0f}")
+    for cfg in a.configs:
+        ratios = "  ".join(f"x{b} " + " ".join(f"{t / m:.2f}" for t, m in zip(tf[("cfg", cfg)], tf[("peer", b)]))
                            for b in peers)
-        print(f"  {cfg:22} {geomean(tfs):5.0f}  {ratios}")
-    best = max(scores, key=lambda k: geomean(scores[k]) if geomean(scores[k]) == geomean(scores[k]) else -1)
+        print(f"  {cfg:24} {_geomean(tf[('cfg', cfg)]):5.0f}  {ratios}")
+    best = max(a.configs, key=lambda c: -1 if _geomean(tf[("cfg", c)]) != _geomean(tf[("cfg", c)])
+               else _geomean(tf[("cfg", c)]))
     print("BEST", best)
     return 0
 
