@@ -22,7 +22,8 @@ import os
 import statistics
 import sys
 
-FLAGS = {"fwd": {"split": "FLASHREF_SPLIT", "heads": "FLASHREF_HEADS_FIRST"},
+FLAGS = {"fwd": {"split": "FLASHREF_SPLIT", "heads": "FLASHREF_HEADS_FIRST", "lazy": "FLASHREF_LAZY",
+                 "poly": "FLASHREF_POLY"},
          "fwd_bwd": {"stagger": "FLASHREF_STAGGER", "det": None}}
 
 
