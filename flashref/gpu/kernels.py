@@ -100,23 +100,7 @@ def _mask_scores(S_ij, offs_m, offs_n, Nk, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _exp2_fma(x):
-    # 2^x on the FMA units instead of the special-function unit (FlashAttention-4's trick, for x <= 0):
-    # x = j + f with j = round(x) and |f| <= 1/2; 2^f by a cubic (least-squares fit of the relative
-    # error on [-1/2, 1/2], max 7.5e-5: below fp16's half ulp, 2.4e-4); 2^j by adding j to the
-    # exponent bits.
-    x = tl.maximum(x, -126.0)  # 2^-126, the smallest normal float; it rounds to 0 in fp16 P̃
-    t = x + 12582912.0  # 1.5 · 2^23: now the low mantissa bits of t hold round(x)
-    f = x - (t - 12582912.0)
-    p = (0.05517166 * f + 0.24261116) * f + 0.69326099
-    p = p * f + 0.99992807
-    j = t.to(tl.int32, bitcast=True) - 0x4B400000  # round(x) as an integer (0x4B400000 = bits of 1.5 · 2^23)
-    return (p.to(tl.int32, bitcast=True) + (j << 23)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, LAZY: tl.constexpr, RESCALE_SLACK: tl.constexpr,
-                    POLY: tl.constexpr = False):
+def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, LAZY: tl.constexpr, RESCALE_SLACK: tl.constexpr):
     # FA2 Alg.1 l.9 (flash2.py): m_i^new = max(m_i, rowmax(S_ij)), in base 2 (τ·log2 e applied here,
     # and below fused with the max subtraction into one FMA per element) ...
     m_new = tl.maximum(m_i, tl.max(S_ij, 1) * qk_scale)  # (Br,)
@@ -136,10 +120,7 @@ def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, LAZY: tl.constexpr, RESC
         l_i = l_i * alpha  # l.9's e^{m_i − m_i^new} ℓ_i
         m_i = m_new
     # FA2 Alg.1 l.9 (flash2.py): P̃_ij = exp(S_ij − m_i^new); ℓ_i^new = e^{..} ℓ_i + rowsum(P̃_ij).
-    if POLY:
-        P_tilde_ij = _exp2_fma(S_ij * qk_scale - m_i[:, None])  # (Br, Bc), on the FMA units
-    else:
-        P_tilde_ij = tl.math.exp2(S_ij * qk_scale - m_i[:, None])  # (Br, Bc)
+    P_tilde_ij = tl.math.exp2(S_ij * qk_scale - m_i[:, None])  # (Br, Bc)
     l_i = l_i + tl.sum(P_tilde_ij, 1)
     # FA2 Alg.1 l.10 (flash2.py): O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j (un-scaled O).
     acc = tl.dot(P_tilde_ij.to(V_j.dtype), V_j, acc)  # (Br, d) fp32
@@ -170,7 +151,7 @@ def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs
 def _fwd_inner_split(acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k, desc_v, kv_row0, offs_m0,
                      offs_m1, offs_d, j_lo, j_hi, Nk, qk_scale, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                      CAUSAL: tl.constexpr, MASKED: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-                     LAZY: tl.constexpr, RESCALE_SLACK: tl.constexpr, POLY: tl.constexpr):
+                     LAZY: tl.constexpr, RESCALE_SLACK: tl.constexpr):
     # The same loop for two row blocks Q0, Q1 sharing each K_j, V_j. Both S matmuls are issued
     # before either softmax, so the tensor cores work on one half while the other's exp2 runs
     # (FlashAttention-3's intra-warpgroup overlap, left to Triton's scheduler).
@@ -185,7 +166,7 @@ def _fwd_inner_split(acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k,
             S0 = _mask_scores(S0, offs_m0, offs_n, Nk, CAUSAL)
             S1 = _mask_scores(S1, offs_m1, offs_n, Nk, CAUSAL)
         m0, l0, acc0 = _online_softmax(S0, m0, l0, acc0, V_j, qk_scale, LAZY, RESCALE_SLACK)  # l.9-10
-        m1, l1, acc1 = _online_softmax(S1, m1, l1, acc1, V_j, qk_scale, LAZY, RESCALE_SLACK, POLY)  # l.9-10
+        m1, l1, acc1 = _online_softmax(S1, m1, l1, acc1, V_j, qk_scale, LAZY, RESCALE_SLACK)  # l.9-10
     return acc0, l0, m0, acc1, l1, m1
 
 
@@ -221,7 +202,7 @@ def _finish(acc, l_i, m_i, O, L2, bh, offs_m, offs_d, Nq, HEAD_D: tl.constexpr):
 @triton.jit
 def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
                 HEAD_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-                LAZY: tl.constexpr, SPLIT: tl.constexpr, HEADS_FIRST: tl.constexpr, POLY: tl.constexpr,
+                LAZY: tl.constexpr, SPLIT: tl.constexpr, HEADS_FIRST: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; this program is one i of l.3's loop
     # (and one (batch, head)). Causal: the longest rows are launched first (reversed order);
@@ -269,11 +250,11 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Nq, Nk, qk_scale,
         acc0, l0, m0, acc1, l1, m1 = _fwd_inner_split(
             acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k, desc_v, kv_row0, offs_m0, offs_m1,
             offs_d, 0, n_full * BLOCK_N, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, False, EVEN, TMA, LAZY,
-            RESCALE_SLACK, POLY)
+            RESCALE_SLACK)
         acc0, l0, m0, acc1, l1, m1 = _fwd_inner_split(
             acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k, desc_v, kv_row0, offs_m0, offs_m1,
             offs_d, n_full * BLOCK_N, j_hi, Nk, qk_scale, BLOCK_N, HEAD_D, CAUSAL, True, EVEN, TMA, LAZY,
-            RESCALE_SLACK, POLY)
+            RESCALE_SLACK)
         _finish(acc0, l0, m0, O, L2, bh, offs_m0, offs_d, Nq, HEAD_D)  # l.11-15
         _finish(acc1, l1, m1, O, L2, bh, offs_m1, offs_d, Nq, HEAD_D)  # l.11-15
     else:
@@ -560,14 +541,14 @@ FIXED = {
     "dkdv": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 3)},
     "dq": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (128, 64, 8, 3), 128: (128, 64, 8, 3)},
     # dK/dV with the atomic dQ update: one more matmul and its (Br, d) fp32 tile per step
-    "dkdv_atomic": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (64, 64, 4, 3), 128: (64, 128, 8, 3)},
+    "dkdv_atomic": {16: (64, 64, 4, 3), 32: (64, 64, 4, 3), 64: (128, 128, 8, 2), 128: (64, 128, 8, 3)},
 }
 # d = 128 forward: two interleaved halves of 128 rows (SPLIT), best geometric mean in sweep.py's run
 FIXED_SPLIT = {16: False, 32: False, 64: False, 128: True}
 # causal forward, heads on the grid's fast axis (longest-first across heads): +1 to +7% at d = 128,
 # -2 to -12% at d = 64 in sweep.py's run (NOTES.md)
 HEADS_FIRST_CAUSAL = (128,)
-STAGGER = False  # see stagger_on
+STAGGER = True  # see stagger_on: +2 to +4% fwd+bwd with atomic dQ in sweep.py's run (NOTES.md)
 INTERPRET_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16}  # the CPU interpreter: small fixed tiles, no tuning
 
 _KEY = ["Nq", "Nk", "HEAD_D", "CAUSAL"]  # the autotuner's cache key
@@ -595,13 +576,6 @@ def heads_first_on(d, causal) -> bool:
     if env is not None:
         return env == "1"
     return causal and d in HEADS_FIRST_CAUSAL and not INTERPRET
-
-
-def poly_on(dtype) -> bool:
-    """With SPLIT, the second half's exp2 on the FMA units (``FLASHREF_POLY=1``; 16-bit inputs only:
-    the cubic's 7.5e-5 relative error is below fp16's rounding of P̃, not below float32's)."""
-    import torch
-    return os.environ.get("FLASHREF_POLY", "0") == "1" and dtype in (torch.float16, torch.bfloat16)
 
 
 def stagger_on() -> bool:
@@ -664,7 +638,7 @@ def forward(q, k, v, o, L2, causal, scale):
     if heads_first:
         grid = lambda meta: (B * H, triton.cdiv(Nq, meta["BLOCK_M"]))  # noqa: E731
     fwd[grid](q, k, v, o, L2, *descs, Nq, Nk, scale * LOG2E, HEAD_D=d, CAUSAL=causal, TMA=tma, LAZY=lazy_rescale(),
-              HEADS_FIRST=heads_first, POLY=poly_on(q.dtype), **meta)
+              HEADS_FIRST=heads_first, **meta)
 
 
 def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, dq_acc=None):

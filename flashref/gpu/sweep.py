@@ -3,9 +3,9 @@
 ``python -m flashref.gpu.sweep --d 128 --N 4096,16384 --configs 256,64,8,3:split 128,128,8,3:heads``
 
 Each config is ``BM,BN,warps,stages`` (empty: the FIXED default) with optional ``:flags`` joined by
-``+``. Forward (``--mode fwd``): ``split`` (two row halves per program), ``heads`` (heads-first grid);
-a flag not given is off. Forward+backward (``--mode fwd_bwd``): the tiles set the backward's
-``--kernel`` (dkdv_atomic, dkdv or dq) and the flags are ``det`` (the deterministic dQ kernel) and
+``+``. Forward (``--mode fwd``): ``split`` (two row halves per program), ``heads`` (heads-first grid),
+``lazy`` (conditional O rescale); a flag not given is off. Forward+backward (``--mode fwd_bwd``): the
+tiles set the backward's ``--kernel`` (dkdv_atomic, dkdv or dq) and the flags are ``det`` (the deterministic dQ kernel) and
 ``stagger`` (staggered dK/dV row loop); the forward keeps its defaults.
 
 For each shape, the peers (``--peers flash,cudnn``) and every config are timed in turn, ``--rounds``
@@ -22,8 +22,7 @@ import os
 import statistics
 import sys
 
-FLAGS = {"fwd": {"split": "FLASHREF_SPLIT", "heads": "FLASHREF_HEADS_FIRST", "lazy": "FLASHREF_LAZY",
-                 "poly": "FLASHREF_POLY"},
+FLAGS = {"fwd": {"split": "FLASHREF_SPLIT", "heads": "FLASHREF_HEADS_FIRST", "lazy": "FLASHREF_LAZY"},
          "fwd_bwd": {"stagger": "FLASHREF_STAGGER", "det": None}}
 
 
