@@ -4,9 +4,9 @@
 
 Each config is ``BM,BN,warps,stages`` (empty: the FIXED default) with optional ``:flags`` joined by
 ``+``. Forward (``--mode fwd``): ``split`` (two row halves per program), ``heads`` (heads-first grid),
-``lazy`` (conditional O rescale); a flag not given is off. Forward+backward (``--mode fwd_bwd``): the
-tiles set the backward's ``--kernel`` (dkdv_atomic, dkdv or dq) and the flags are ``det`` (the deterministic dQ kernel) and
-``stagger`` (staggered dK/dV row loop); the forward keeps its defaults.
+``lazy`` (conditional O rescale); a flag not given is off. Forward+backward (``--mode fwd_bwd``):
+the tiles set the backward's ``--kernel`` (dkdv_atomic, dkdv or dq) and the flags are ``det`` (the
+deterministic dQ kernel) and ``stagger`` (staggered dK/dV row loop); the forward keeps its defaults.
 
 For each shape, the peers (``--peers flash,cudnn``) and every config are timed in turn, ``--rounds``
 times over, and each keeps its median: drift in the GPU's clocks during the run then falls on all of
