@@ -13,12 +13,13 @@ does for the simulated memory (``# FA2 Alg.1 l.9 (flash2.py): ...``). What chang
 * causal attention (FA2 §3.1.1): blocks entirely above the diagonal are never visited, and the
   mask is applied only in the blocks the diagonal (or a ragged end) crosses: a second call of the
   same inner loop with ``MASKED=True``.
-* the backward (Algorithm 2) runs as three kernels: D = rowsum(dO ∘ O) (Alg.2 l.4), then one
-  kernel over column blocks j that owns dK_j, dV_j (Alg.2 l.5–19 without l.15), and one kernel
-  over row blocks i that owns dQ_i on chip (Alg.2 l.15 moved to its own loop). FA2's CUDA code
-  instead adds dQ_i into HBM with atomics from every column block (issue #815); keeping dQ_i on
-  chip recomputes S and dP once more (7 matmuls instead of 5) but needs no atomics, no fp32 dQ
-  buffer in HBM, and gives bit-reproducible gradients.
+* the backward (Algorithm 2): a pre-pass computes D = rowsum(dO ∘ O) (Alg.2 l.4) and zeroes an
+  fp32 dQ in HBM (l.3); one kernel over column blocks j owns dK_j, dV_j on chip (l.5–19) and adds
+  each dS_ij K_j into dQ_i with fp32 atomic adds (l.15: every column block's program writes the
+  same dQ_i, as in FA2's CUDA code, issue #815); a last pass scales dQ by τ and casts it. With
+  ``deterministic=True`` (``dq_acc=None`` here) a second kernel over row blocks i keeps dQ_i on chip
+  instead: it recomputes S and dP (7 matmuls per block pair instead of 5) but needs no atomics and no
+  fp32 dQ buffer, and gives bit-reproducible gradients.
 
 Ragged ends (N not a multiple of the block) are masked: out-of-range rows load as 0 and are
 never stored; out-of-range keys get score -inf. ``EVEN`` (both lengths multiples of the blocks)
@@ -30,9 +31,18 @@ Speed (figures/gpu/NOTES.md has every version's numbers on an H100):
 * ``SPLIT``: one program runs two row blocks of BLOCK_M // 2 rows that share each K_j, V_j load, and
   issues both S matmuls before either softmax, so exp2 of one half can overlap the tensor cores'
   work on the other (d = 128 default);
+* ``HEADS_FIRST``: causal d = 128 launches (heads, row blocks) with the heads on the fast grid axis,
+  so every head's longest row blocks run first and the short ones fill the last wave;
+* ``STAGGER``: non-causal dK/dV programs start their row loop at their own block and wrap around,
+  so the atomic adds of one head's programs go to different dQ_i at any moment;
 * tiles come from the ``FIXED`` table per head dimension (``FLASHREF_AUTOTUNE=1`` autotunes instead;
   ``FLASHREF_CONFIG_FWD=BM,BN,warps,stages`` overrides, as ``sweep.py`` does);
 * ``LAZY`` (off; ``FLASHREF_LAZY=1``): FlashAttention-4's conditional rescaling, measured slower here.
+
+Tried and dropped (numbers in NOTES.md): software-pipelining the S matmul one block ahead (2× slower:
+Triton 3.6 waits for each wgmma to finish, ``wgmma.wait_group 0``, so nothing overlapped and the
+second S tile only added register pressure), an exp2 polynomial on the FMA units for half of the
+tile (FlashAttention-4; 0.93×), Triton's ``warp_specialize`` (no gain).
 """
 
 from __future__ import annotations
