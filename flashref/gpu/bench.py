@@ -286,13 +286,15 @@ def plot_memory(result):
     from ..plots import COLORS, figure
 
     meta = result["metadata"]
-    fig, ax = figure(f"Extra peak memory of forward+backward on {meta['device']} (batch 1, 16 heads, d=64, "
+    fig, ax = figure(f"Extra peak memory of forward+backward on {meta['device']}\n(batch 1, 16 heads, d=64, "
                      f"{meta['dtype']})")
     for backend in MEM_BACKENDS:
         pts = sorted((m["N"], m["peak_extra_mib"]) for m in result["memory"]
                      if m["backend"] == backend and m["peak_extra_mib"] is not None)
-        if pts:
-            ax.plot(*zip(*pts), marker="o", ms=3, color=COLORS.get(backend), label=backend)
+        if pts:  # flashref drawn on top, dashed: it coincides with cuDNN
+            ours = backend == "flashref"
+            ax.plot(*zip(*pts), marker="o", ms=3, color=COLORS.get(backend), label=backend,
+                    ls="--" if ours else "-", lw=2 if ours else 1, zorder=3 if ours else 2)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("N")

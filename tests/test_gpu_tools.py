@@ -1,0 +1,40 @@
+"""The CPU-side helpers of flashref.gpu's benchmark tools (no GPU, no triton needed)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from flashref.gpu import bench, sweep
+
+
+def test_live_at_peak_replays_the_allocator_history():
+    """The blocks live when the running total peaked, largest first; frees of blocks allocated
+    before recording started are ignored."""
+    events = [
+        {"action": "alloc", "addr": 1, "size": 10},
+        {"action": "alloc", "addr": 2, "size": 20},
+        {"action": "free_completed", "addr": 1, "size": 10},
+        {"action": "free_completed", "addr": 99, "size": 500},  # allocated before recording
+        {"action": "alloc", "addr": 3, "size": 5},
+        {"action": "alloc", "addr": 4, "size": 7},  # 20 + 5 + 7 = 32 > 30: the new peak
+        {"action": "free_completed", "addr": 2, "size": 20},
+    ]
+    assert bench._live_at_peak(events) == [20, 7, 5]
+    assert bench._live_at_peak([]) == []
+
+
+def test_sweep_flags_set_the_environment(monkeypatch):
+    for var in ("FLASHREF_SPLIT", "FLASHREF_HEADS_FIRST", "FLASHREF_LAZY", "FLASHREF_CONFIG_FWD",
+                "FLASHREF_STAGGER", "FLASHREF_CONFIG_DKDV_ATOMIC"):
+        monkeypatch.delenv(var, raising=False)
+    assert sweep._apply("256,64,8,3:split+heads", "fwd", "dkdv_atomic") is False
+    env = os.environ
+    assert (env["FLASHREF_SPLIT"], env["FLASHREF_HEADS_FIRST"], env["FLASHREF_LAZY"]) == ("1", "1", "0")
+    assert env["FLASHREF_CONFIG_FWD"] == "256,64,8,3"
+    assert sweep._apply("64,128,8,3:det+stagger", "fwd_bwd", "dkdv_atomic") is True
+    assert env["FLASHREF_STAGGER"] == "1" and env["FLASHREF_CONFIG_DKDV_ATOMIC"] == "64,128,8,3"
+    assert "FLASHREF_CONFIG_FWD" not in env
+    with pytest.raises(SystemExit, match="split"):
+        sweep._apply("128,128,4,3:split", "fwd_bwd", "dkdv_atomic")  # a forward flag in a backward sweep
