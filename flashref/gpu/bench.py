@@ -2,11 +2,14 @@
 
 Shapes and FLOP convention follow FlashAttention-2's benchmark (§4.1): total tokens 16384
 (batch = 16384 / N), hidden 2048 (heads = 2048 / d), fp16; forward FLOPs ``4·B·H·N²·d``, halved
-when causal; forward+backward ``3.5×`` that. Each time is the median of CUDA-event-timed calls
-after warm-up (``triton.testing.do_bench``, which also flushes L2 between calls). Ratios of
-flashref to SDPA flash and cuDNN are taken from the same run.
+when causal; forward+backward ``3.5×`` that. For each shape the backends are timed in turn,
+``--rounds`` times over; each timing is the median of CUDA-event-timed calls after warm-up
+(``triton.testing.do_bench``, which also flushes L2 between calls), and each backend keeps the
+median of its rounds. Ratios of flashref to SDPA flash and cuDNN are taken from the same run.
 
-Also: extra peak memory of one forward+backward against N (batch 1, 16 heads, d = 64) up to 65536.
+Also: extra peak memory of one forward+backward against N (batch 1, 16 heads, d = 64) up to 65536,
+for flashref (atomic dQ and ``deterministic=True``) and the SDPA backends, and what is live at the
+peak at the largest N, allocation by allocation.
 Writes ``<out>/<device>.json`` and ``<out>/<device>.png`` (+ ``-memory.png``).
 
 Options: ``--out DIR`` (figures/gpu), ``--d 64,128``, ``--N 512,...,16384``, ``--causal both|true|false``,

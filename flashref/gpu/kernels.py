@@ -555,10 +555,10 @@ FIXED = {
 }
 # d = 128 forward: two interleaved halves of 128 rows (SPLIT), best geometric mean in sweep.py's run
 FIXED_SPLIT = {16: False, 32: False, 64: False, 128: True}
-# causal forward, heads on the grid's fast axis (longest-first across heads): +1 to +7% at d = 128,
-# -2 to -12% at d = 64 in sweep.py's run (NOTES.md)
+# causal forward, heads on the grid's fast axis (longest-first across heads): +7 to +14% at d = 128,
+# -1 to -5% at d = 64 in sweep.py's interleaved run (NOTES.md, call 11)
 HEADS_FIRST_CAUSAL = (128,)
-STAGGER = True  # see stagger_on: +2 to +4% fwd+bwd with atomic dQ in sweep.py's run (NOTES.md)
+STAGGER = True  # see stagger_on: +2% fwd+bwd with atomic dQ at d = 64 and 128 (NOTES.md, call 11)
 INTERPRET_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16}  # the CPU interpreter: small fixed tiles, no tuning
 
 _KEY = ["Nq", "Nk", "HEAD_D", "CAUSAL"]  # the autotuner's cache key
