@@ -38,3 +38,23 @@ def test_sweep_flags_set_the_environment(monkeypatch):
     assert "FLASHREF_CONFIG_FWD" not in env
     with pytest.raises(SystemExit, match="split"):
         sweep._apply("128,128,4,3:split", "fwd_bwd", "dkdv_atomic")  # a forward flag in a backward sweep
+
+
+def test_memory_breakdown_reuses_the_largest_n_run(monkeypatch):
+    """Each (N, backend) is measured once; at the largest N the fused backends' single run gives
+    both the memory row and the allocation breakdown (math is never run past N = 16384)."""
+    calls = []
+
+    def fake_peak(backend, N, dtype=None, breakdown=False):
+        calls.append((backend, N, breakdown))
+        peak = N * (2 if backend == "flash" else 1) * 2 ** 20
+        return (peak, [peak // 2, peak // 2]) if breakdown else peak
+
+    monkeypatch.setattr(bench, "peak_memory", fake_peak)
+    memory, breakdown = bench.measure_memory((1024, 32768), dtype=None)
+    assert len(calls) == len(set((b, n) for b, n, _ in calls)) == 9  # 5 backends at 1024, 4 at 32768
+    assert [c for c in calls if c[2]] == [(b, 32768, True) for b in bench.MEM_BACKENDS[:-1]]
+    assert set(breakdown) == set(bench.MEM_BACKENDS[:-1])
+    assert breakdown["flash"] == dict(N=32768, peak_extra_mib=65536, live_at_peak_mib=[32768, 32768])
+    rows = {(m["backend"], m["N"]): m["peak_extra_mib"] for m in memory}
+    assert rows[("flash", 32768)] == 65536 and rows[("math", 1024)] == 1024 and ("math", 32768) not in rows

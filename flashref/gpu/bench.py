@@ -149,6 +149,28 @@ def peak_memory(backend, N, d=64, H=16, dtype=None, breakdown=False):
         torch.cuda.empty_cache()
 
 
+def measure_memory(mem_N, dtype):
+    """Memory rows for every N and backend (math only up to N = 16384), and, at the largest N, what
+    is live at the peak for each fused backend: that run's peak is also its memory row."""
+    memory, breakdown = [], {}
+    N_max = max(mem_N)
+    for N in mem_N:
+        for backend in MEM_BACKENDS:
+            if backend == "math" and N > 16384:
+                continue
+            with_breakdown = N == N_max and backend != "math"
+            got = peak_memory(backend, N, dtype=dtype, breakdown=with_breakdown)
+            peak = got[0] if with_breakdown and got is not None else got
+            memory.append(dict(N=N, backend=backend, B=1, H=16, d=64,
+                               peak_extra_mib=None if peak is None else round(peak / 2 ** 20, 2)))
+            print(f"  memory N={N} {backend}: {memory[-1]['peak_extra_mib']} MiB", flush=True)
+            if with_breakdown and got is not None:
+                breakdown[backend] = dict(N=N, peak_extra_mib=memory[-1]["peak_extra_mib"],
+                                          live_at_peak_mib=[round(x / 2 ** 20, 2) for x in got[1]])
+                print(f"  at the peak, N={N} {backend}: {breakdown[backend]['live_at_peak_mib']} MiB", flush=True)
+    return memory, breakdown
+
+
 def _live_at_peak(events):
     """Replay alloc/free events; the sizes live when their sum was largest, largest first."""
     live, cur, best, at_best = {}, 0, -1, []
@@ -224,23 +246,7 @@ def run(args) -> dict:
                 o = by.get((r["mode"], r["d"], r["N"], r["causal"], other))
                 if o:
                     r[f"ratio_vs_sdpa_{other}"] = round(r["tflops"] / o["tflops"], 3)
-    memory, breakdown = [], {}
-    if not args.no_memory:
-        for N in args.mem_N:
-            for backend in MEM_BACKENDS:
-                if backend == "math" and N > 16384:
-                    continue
-                b = peak_memory(backend, N, dtype=dtype)
-                memory.append(dict(N=N, backend=backend, B=1, H=16, d=64,
-                                   peak_extra_mib=None if b is None else round(b / 2 ** 20, 2)))
-                print(f"  memory N={N} {backend}: {memory[-1]['peak_extra_mib']} MiB", flush=True)
-        N = max(args.mem_N)  # what is live at the peak, by allocation, at the longest sequence
-        for backend in MEM_BACKENDS[:-1]:
-            got = peak_memory(backend, N, dtype=dtype, breakdown=True)
-            if got is not None:
-                breakdown[backend] = dict(N=N, peak_extra_mib=round(got[0] / 2 ** 20, 2),
-                                          live_at_peak_mib=[round(x / 2 ** 20, 2) for x in got[1]])
-                print(f"  at the peak, N={N} {backend}: {breakdown[backend]['live_at_peak_mib']} MiB", flush=True)
+    memory, breakdown = ([], {}) if args.no_memory else measure_memory(args.mem_N, dtype)
     props = torch.cuda.get_device_properties(0)
     meta = dict(device=torch.cuda.get_device_name(0), sms=props.multi_processor_count,
                 torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
