@@ -22,9 +22,10 @@ of m_i and m̃_ij, which are not needed again).
 
 Algorithm 4 (the backward) lives in :mod:`flashref.flash1_bwd` and is re-exported here as
 :func:`backward`; Algorithm 5 (block-sparse) in :mod:`flashref.blocksparse` runs the same tile
-step, :func:`tile_step`, inside its own loop with its ``if M_ij ≠ 0``. The paper's blocks Bc = ⌈M/4d⌉, Br = min(⌈M/4d⌉, d) occupy about 3M/4 + 2d² + 6d,
-which fits in M only when M ≥ 8d² + 24d; otherwise :func:`flashref.blocks.resolve` takes the largest
-blocks that fit.
+step, :func:`tile_step`, inside its own loop with its ``if M_ij ≠ 0``.
+
+The paper's blocks Bc = ⌈M/4d⌉, Br = min(⌈M/4d⌉, d) occupy about 3M/4 + 2d² + 6d, which fits in M
+only when M ≥ 8d² + 24d; otherwise :func:`flashref.blocks.resolve` takes the largest blocks that fit.
 
 Example::
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from .blocks import Grid
 
-__all__ = ["check_block_mask", "element_mask", "density", "causal_blocks", "local_blocks", "butterfly_blocks", "random_blocks"]
+__all__ = ["check_block_mask", "element_mask", "density", "causal_blocks", "local_blocks", "butterfly_blocks",
+           "random_blocks"]
 
 
 def check_block_mask(block_mask, g: Grid) -> np.ndarray:
