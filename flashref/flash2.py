@@ -68,10 +68,12 @@ def footprint_forward(Br: int, Bc: int, d: int, bias: bool = False) -> int:
     """Elements per head that Algorithm 1's inner loop holds on chip (equals the measured peak).
 
     Q_i, O_i (Br·d each), K_j, V_j (Bc·d each), S_ij (Br·Bc; P̃_ij takes its slot, as in
-    registers), and three row vectors ℓ_i, m_i, m_i^new (Br each); with a bias, its tile B_ij
-    (Br·Bc) is live while it is added to S_ij.
+    registers), and three row vectors ℓ_i, m_i, m_i^new (Br each). With a bias, the fullest moment
+    may instead be l.8, where its tile B_ij (Br·Bc) is live beside S_ij while m_i^new is not yet.
     """
-    return 2 * Br * d + 2 * Bc * d + (2 if bias else 1) * Br * Bc + 3 * Br
+    after_l9 = 2 * Br * d + 2 * Bc * d + Br * Bc + 3 * Br
+    at_l8_bias = 2 * Br * d + 2 * Bc * d + 2 * Br * Bc + 2 * Br
+    return max(after_l9, at_l8_bias) if bias else after_l9
 
 
 def footprint_backward(Br: int, Bc: int, d: int) -> int:

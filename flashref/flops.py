@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .problem import require_finite
+
 __all__ = ["FlopReport", "FlopCounter"]
 
 
@@ -75,9 +77,9 @@ class FlopCounter:
         Raises ``FloatingPointError`` if finite inputs overflow the compute dtype: every later
         step would turn the infinities into NaN.
         """
-        from .problem import require_finite
-
-        return require_finite(self.ew(self.matmul(Q_i, K_j.swapaxes(-1, -2)) * tau, "scale"), "scores τ·QKᵀ")
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, as an error
+            S = self.ew(self.matmul(Q_i, K_j.swapaxes(-1, -2)) * tau, "scale")
+        return require_finite(S, "scores τ·QKᵀ")
 
     def ew(self, X: np.ndarray, *ops: str) -> np.ndarray:
         """Return ``X``, counting one FLOP per element of ``X`` for each named operation that made it."""

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .dropout import scale_mask
+
 __all__ = ["Problem", "SHARED_OPTIONS", "check_options", "positive_int", "check_like", "check_finite",
            "check_block_sizes", "require_finite"]
 
@@ -205,8 +207,6 @@ class Problem:
 
     def dropout_Z(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
         """Z of the tile ``rows x cols`` (Alg.4 l.14), regenerated from the seed: never stored."""
-        from .dropout import scale_mask
-
         return scale_mask(self.seed, self.dropout_p, self.lead_shape, rows, cols, self.dtype.type)
 
     # ------------------------------------------------------------------ constructors
@@ -247,7 +247,7 @@ class Problem:
         ``mask`` and ``bias`` may be arrays (their last two axes must broadcast to ``(Nq, Nk)``) or
         ``True`` for "there is one": only their presence changes the IO.
         """
-        check_options(opts, set(SHARED_OPTIONS) | set(extra), where)
+        check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads"}, where)
         Nq, Nk, d = positive_int(Nq, "Nq"), positive_int(Nk, "Nk"), positive_int(d, "d")
         heads = _nonnegative_int(heads, "heads")
         for name in ("mask", "bias"):
