@@ -104,17 +104,17 @@ VALUES = {
 @settings(max_examples=60, deadline=None)
 @given(st.fixed_dictionaries({}, optional={k: st.sampled_from(v) for k, v in VALUES.items()}))
 def test_predict_and_simulator_accept_and_refuse_the_same_values(opts):
-    def outcome(f):
+    def outcome(f, *args, **kw):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
-                return f()
+                return f(*args, **kw)
         except Exception as e:  # the kind of refusal is what must agree
             return type(e)
 
     for algorithm, run in (("flash2", flash2.forward), ("standard", standard.forward), ("flash1", flash1.forward)):
-        sim = outcome(lambda: run(Q, K, V, **opts))
-        pred = outcome(lambda: iomodel.predict(algorithm, "forward", Nq=6, Nk=9, d=4, heads=2, **opts))
+        sim = outcome(run, Q, K, V, **opts)
+        pred = outcome(iomodel.predict, algorithm, "forward", Nq=6, Nk=9, d=4, heads=2, **opts)
         if isinstance(sim, type) or isinstance(pred, type):
             assert sim == pred, (algorithm, opts, sim, pred)
         else:
