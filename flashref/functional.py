@@ -179,10 +179,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     """``softmax(scale · query keyᵀ + mask) value`` with dropout, by a flashref reference algorithm.
 
     Parameters follow :func:`torch.nn.functional.scaled_dot_product_attention`; the keyword-only
-    options are flashref's: ``algorithm`` (``"standard"``, ``"flash1"``, ``"flash2"`` (default: it takes every option, float masks included)),
-    the simulated on-chip size ``sram_size`` (elements per head), ``block_sizes=(Br, Bc)`` and the
-    dropout ``seed`` (``None``: a fresh one from torch's default generator on every call). Returns
-    a tensor of query's dtype and device; gradients flow to the inputs that require them.
+    options are flashref's: ``algorithm`` (``"standard"``, ``"flash1"``, or ``"flash2"``, the
+    default: it takes every option, float masks included), the simulated on-chip size
+    ``sram_size`` (elements per head), ``block_sizes=(Br, Bc)`` and the dropout ``seed``
+    (``None``: a fresh one from torch's default generator on every call). Returns a tensor of
+    query's dtype and device; gradients flow to the inputs that require them.
     """
     check_options(options, OPTIONS, "flashref.functional.scaled_dot_product_attention")
     o = {**OPTIONS, **options}
@@ -195,7 +196,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"])
     key, value = _gqa(query, key, value, enable_gqa)
     query, key, value = _broadcast(query, key, value)
-    E, Ev, L, S = query.shape[-1], value.shape[-1], query.shape[-2], key.shape[-2]
+    E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
     out_shape = query.shape[:-1] + (Ev,)
     if query.numel() == 0 or value.numel() == 0 or S == 0:
         # Nothing to attend with or to: an empty result, or (no keys) the zeros of fully masked rows.
