@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import hardware
 from .memory import Memory
 from .problem import positive_int
 from .softmax import finite_or_zero
@@ -59,9 +60,7 @@ def sm_count(gpu) -> int:
         if gpu <= 0:
             raise ValueError(f"gpu: expected a positive SM count, got {gpu}")
         return int(gpu)
-    from . import hardware  # A100: 108 SMs, H100 SXM5: 132 SMs (NVIDIA whitepapers; see hardware.py)
-
-    return hardware.get(gpu).sms
+    return hardware.get(gpu).sms  # A100: 108 SMs, H100 SXM5: 132 SMs (NVIDIA whitepapers; see hardware.py)
 
 
 def _pos(x, name):
