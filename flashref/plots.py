@@ -44,10 +44,15 @@ _RC = {
 }
 
 
+#: No "Software" (matplotlib version) entry in the PNGs: the same numbers give the same bytes.
+PNG_METADATA = {"Software": None}
+
+
 def figure(title: str, ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3.8):
     """A new figure in the house style; ``title`` must name every fixed parameter."""
     with plt.rc_context(_RC):
-        fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False)
+        # constrained layout keeps a multi-line suptitle clear of the subplot titles, in notebooks too
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, layout="constrained")
         for ax in axes.flat:
             ax.grid(True, alpha=0.3)
             ax.spines["top"].set_visible(False)
@@ -74,7 +79,8 @@ def save(fig, rows: list[dict], path_stem: Path) -> None:
     """Write ``<stem>.png`` and ``<stem>.csv`` (the plotted data)."""
     path_stem = Path(path_stem)
     path_stem.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path_stem.with_suffix(".png"))
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.savefig(path_stem.with_suffix(".png"), metadata=PNG_METADATA)
     plt.close(fig)
     write_csv(path_stem.with_suffix(".csv"), rows)

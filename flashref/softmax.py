@@ -17,7 +17,7 @@ row one block at a time into a running state; Algorithm 1 does the same with til
 Fully masked rows: a row whose scores are all -inf (every key masked) has no maximum to subtract.
 PyTorch (since 2.5, ``_safe_softmax``) and the FlashAttention kernels (``softmax.h``: a -inf row
 max is replaced by 0) both return a zero row there. Here the empty state is ``(m, ℓ) = (-inf, 0)``;
-every exponent subtracts :func:`_finite_or_zero` of the maximum, so -inf − (-inf) never happens and
+every exponent subtracts :func:`finite_or_zero` of the maximum, so -inf − (-inf) never happens and
 there is no NaN and no RuntimeWarning.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["safe_max", "safe_softmax", "softmax_state", "merge", "online_softmax", "online_state",
-           "EMPTY_STATE"]
+           "EMPTY_STATE", "finite_or_zero"]
 
 #: The state of an empty (or fully masked) part of a row: no maximum yet, nothing summed.
 EMPTY_STATE = (-np.inf, 0.0)
@@ -37,9 +37,15 @@ def safe_max(S: np.ndarray, axis: int = -1, keepdims: bool = True) -> np.ndarray
     return np.max(S, axis=axis, keepdims=keepdims)
 
 
-def _finite_or_zero(m: np.ndarray) -> np.ndarray:
-    # A -inf maximum means "nothing to attend to": subtract 0 so exp(-inf - 0) = 0, never NaN.
+def finite_or_zero(m: np.ndarray) -> np.ndarray:
+    """The maximum to subtract in an exponent: ``m``, with 0 where ``m`` is -inf.
+
+    A -inf maximum means "nothing to attend to": subtracting 0 gives exp(-inf - 0) = 0, never NaN.
+    """
     return np.where(np.isneginf(m), 0.0, m)
+
+
+_finite_or_zero = finite_or_zero  # the name the algorithm modules import
 
 
 def safe_softmax(S: np.ndarray) -> np.ndarray:
