@@ -31,8 +31,8 @@ def _missing() -> str | None:
     if CHROMIUM is None:
         return "no chromium on PATH (apt-get install chromium; .ci/run installs it)"
     try:
-        import playwright.sync_api  # noqa: F401
         import jupyter_book  # noqa: F401
+        import playwright.sync_api  # noqa: F401
     except ImportError as e:
         return f"the site extra is not installed ({e.name}): pip install -e '.[site]'"
     from flashref.site import find_mathjax
@@ -162,7 +162,11 @@ def test_every_page_in_a_browser(site, browser, record_property):
         problems += [f"{rel}: console error: {e}" for e in errors]
         if rel == SCREENSHOT_PAGE:
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SCREENSHOT), full_page=False)
+            page.screenshot(path=str(SCREENSHOT), full_page=False)  # the top: title, navigation, math
+            # and the tile schedule's storyboard, the static twin of the animation above it
+            board = page.locator(".cell_output img").nth(1)
+            board.scroll_into_view_if_needed()
+            page.screenshot(path=str(SCREENSHOT.with_name(SCREENSHOT.stem + "-storyboard.png")), full_page=False)
         page.close()
     context.close()
     problems += [f"request left the machine: {u}" for u in sorted(set(outside))]
@@ -170,5 +174,5 @@ def test_every_page_in_a_browser(site, browser, record_property):
     assert checked_links > 50
     assert not problems, "\n".join(problems[:40])
     assert SCREENSHOT.stat().st_size > 20_000
-    record_property("screenshot", str(SCREENSHOT))
+    record_property("screenshot", f"{SCREENSHOT} (and {SCREENSHOT.stem}-storyboard.png beside it)")
     print(f"screenshot of {SCREENSHOT_PAGE}: {SCREENSHOT}")
