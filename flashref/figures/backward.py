@@ -10,8 +10,8 @@ curves overlap: the reference algorithms compute the same gradients as PyTorch's
 (N = 1024, d = 64, 16 heads, batch 64, fp16), forward + backward, standard attention against
 FlashAttention. flashref's GFLOPs and HBM GB come from the simulator's counts for one head
 multiplied by 16 x 64 = 1024 heads; its runtime is the A100 roofline of those counts. The paper's
-figures (both official versions) and the H100 DRAM measurement are citations, typed in as
-constants with their source.
+figures (both official versions) are citations, typed in as constants with their source; the H100
+DRAM measurements are loaded from the recorded runs in ``figures/gpu/``.
 """
 
 from __future__ import annotations
