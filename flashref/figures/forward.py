@@ -174,7 +174,7 @@ def io_vs_sram_data() -> list[dict]:
     for M in M_SWEEP:
         pred = iomodel.predict("flash1", "forward", Nq=N, Nk=N, d=d, sram_size=M)
         source = "iomodel"
-        Br, Bc = iomodel.flash1.block_sizes(Nq=N, Nk=N, d=d, sram_size=M)
+        Br, Bc = iomodel.block_sizes("flash1", "forward", Nq=N, Nk=N, d=d, sram_size=M)
         if M >= SIM_MIN_M:
             fwd = flash1.forward(Q, K, V, sram_size=M)
             _check(fwd.io, pred, f"M={M}")
@@ -228,7 +228,7 @@ def footprint_vs_sram_data() -> list[dict]:
             peak = flash1.forward(*_qkv(Br, Bc, d), block_sizes=(Br, Bc)).io.peak_sram
             if peak != flash1.footprint(Br, Bc, d):
                 raise RuntimeError("flash1.footprint disagrees with the measured peak")
-            Br_fit, Bc_fit = iomodel.flash1.block_sizes(Nq=1 << 20, Nk=1 << 20, d=d, sram_size=M)
+            Br_fit, Bc_fit = iomodel.block_sizes("flash1", "forward", Nq=1 << 20, Nk=1 << 20, d=d, sram_size=M)
             rows.append({"d": d, "M": M, "paper_Br": Br, "paper_Bc": Bc, "paper_footprint": peak,
                          "footprint_over_M": peak / M, "fits": peak <= M, "fitted_Br": Br_fit, "fitted_Bc": Bc_fit,
                          "fitted_footprint": flash1.footprint(Br_fit, Bc_fit, d),

@@ -27,9 +27,8 @@ import numpy as np
 from .. import flash1, flash1_bwd
 from ..problem import Problem
 from . import Prediction, Tally
-from . import block_sizes as _resolve  # the one resolver (defined before this module is imported)
 
-__all__ = ["forward", "backward", "block_sizes", "visited_rows", "LINES_FWD", "LINES_BWD"]
+__all__ = ["forward", "backward", "visited_rows", "LINES_FWD", "LINES_BWD"]
 
 #: Line names of the closed form; Algorithm 5 (``iomodel.blocksparse``) numbers the same lines its own way.
 LINES_FWD = {"init": "Alg.1 l.2", "K_j, V_j": "Alg.1 l.6", "load": "Alg.1 l.8", "write O": "Alg.1 l.12",
@@ -92,8 +91,3 @@ def backward(pb: Problem, *, grid=None, block_mask=None, lines=LINES_BWD) -> Pre
     t.add(lines["write dQ"], writes=d * R)
     t.add(lines["write dK, dV"], writes=2 * Nk * d)
     return t.prediction()
-
-
-def block_sizes(**kw) -> tuple[int, int]:
-    """``(Br, Bc)`` of Algorithm 1 for these shapes and options (:func:`flashref.iomodel.block_sizes`)."""
-    return _resolve("flash1", "forward", **kw)

@@ -33,9 +33,8 @@ from __future__ import annotations
 from .. import flash2
 from ..problem import Problem
 from . import Prediction, Tally
-from . import block_sizes as _resolve  # the one resolver (defined before this module is imported)
 
-__all__ = ["forward", "backward", "block_sizes", "kv_per_row_block", "q_per_column_block"]
+__all__ = ["forward", "backward", "kv_per_row_block", "q_per_column_block"]
 
 
 def kv_per_row_block(Nq, Nk, Br, Bc, causal) -> list[int]:
@@ -93,8 +92,3 @@ def backward(pb: Problem) -> Prediction:
     t.add("Alg.2 l.15", writes=d * sum(q))
     t.add("Alg.2 l.18", writes=2 * Nk * d)
     return t.prediction()
-
-
-def block_sizes(direction: str, **kw) -> tuple[int, int]:
-    """``(Br, Bc)`` of ``direction`` for these shapes and options (:func:`flashref.iomodel.block_sizes`)."""
-    return _resolve("flash2", direction, **kw)
