@@ -57,6 +57,9 @@ from .ring import positions as _positions
 __all__ = ["ring_attention", "shard", "unshard", "gather", "pieces", "block_forward", "block_backward",
            "collective_counts", "reset_counts", "CHECK_TIMEOUT_S", "LAYOUTS"]
 
+#: run the Triton pair kernels on CPU tensors too (tests, under ``TRITON_INTERPRET=1``)
+_FORCE_TRITON = False
+
 #: seconds every rank waits for the others at the input check before raising (never a hang)
 CHECK_TIMEOUT_S = 30.0
 
@@ -447,11 +450,12 @@ def ring_attention(q, k, v, *, group=None, causal=False, layout="zigzag", scale=
     backend = dist.get_backend(group)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     P = _agree(q, k, v, causal, layout, scale, group, device)
-    triton = q.is_cuda
-    if triton:
+    triton = q.is_cuda or _FORCE_TRITON
+    if triton:  # the same verdict on every rank: they agree on shapes, dtypes and devices by now
         from . import gpu
 
-        if q.dtype not in (torch.float16, torch.bfloat16) or q.dim() != 4 or q.shape[-1] not in gpu.HEAD_DIMS:
+        dtypes = (torch.float16, torch.bfloat16) + ((torch.float32,) if gpu._interpret() else ())
+        if q.dtype not in dtypes or q.dim() != 4 or q.shape[-1] not in gpu.HEAD_DIMS:
             raise ValueError(f"ring_attention: CUDA tensors run the Triton kernels, which need (B, H, n, d) fp16 or "
                              f"bf16 with d in {gpu.HEAD_DIMS}; got {tuple(q.shape)} {q.dtype}")
     r = dist.get_rank(group)
