@@ -60,6 +60,12 @@ __all__ = ["ring_attention", "shard", "unshard", "gather", "pieces", "block_forw
 #: run the Triton pair kernels on CPU tensors too (tests, under ``TRITON_INTERPRET=1``)
 _FORCE_TRITON = False
 
+#: skip every exchange (a compute-only timing run for the benchmark; the results are then wrong)
+_SKIP_COMM = False
+
+#: CUDA path: (batch x heads x tokens) per ring run; larger shards run one group of heads at a time
+HEAD_GROUP_SIZE = 2**18
+
 #: seconds every rank waits for the others at the input check before raising (never a hang)
 CHECK_TIMEOUT_S = 30.0
 
@@ -312,11 +318,36 @@ def _ring_backward(q, k, v, o, lse, do, cfg: _Config):
     return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
 
 
+def _head_groups(q, cfg: _Config) -> list:
+    """Slices of the head axis, each run as its own ring (CUDA path), so the ring's buffers stay bounded.
+
+    The ring holds, per (token, head) of its shard, a received K/V, fp32 dK/dV accumulators coming and
+    going, an fp32 dQ and the kernels' own outputs and fp32 dQ: about 17 bf16-tensors' worth beyond the
+    inputs and gradients themselves. Running groups of heads one after another bounds that to
+    :data:`HEAD_GROUP_SIZE` (batch × heads × tokens) at a time, so the peak per GPU falls with P almost
+    as the inputs do. One group (no split) on the CPU path and for small problems.
+    """
+    if not cfg.triton or q.dim() != 4:
+        return [slice(None)]
+    B, H, n, _ = q.shape
+    groups = max(1, min(H, (B * H * n) // HEAD_GROUP_SIZE))
+    hg = -(-H // groups)
+    return [slice(h, min(h + hg, H)) for h in range(0, H, hg)]
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cfg):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        o, lse = _ring_forward(q, k, v, cfg)
+        groups = _head_groups(q, cfg)
+        if len(groups) == 1:
+            o, lse = _ring_forward(q, k, v, cfg)
+        else:
+            o = torch.empty_like(q)
+            lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+            for h in groups:  # (B, heads of the group, n, d) each
+                o[:, h], lse[:, h] = _ring_forward(q[:, h].contiguous(), k[:, h].contiguous(), v[:, h].contiguous(),
+                                                   cfg)
         ctx.save_for_backward(q, k, v, o, lse)  # the shard's output and LSE, as FlashAttention-2 saves
         ctx.cfg = cfg
         return o
@@ -325,7 +356,16 @@ class _RingAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _ring_backward(q, k, v, o, lse, do.contiguous(), ctx.cfg)
+        do = do.contiguous()
+        groups = _head_groups(q, ctx.cfg)
+        if len(groups) == 1:
+            dq, dk, dv = _ring_backward(q, k, v, o, lse, do, ctx.cfg)
+        else:
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            for h in groups:
+                dq[:, h], dk[:, h], dv[:, h] = _ring_backward(
+                    *(x[:, h].contiguous() for x in (q, k, v, o)), lse[:, h].contiguous(), do[:, h].contiguous(),
+                    ctx.cfg)
         return dq, dk, dv, None
 
 
@@ -462,5 +502,6 @@ def ring_attention(q, k, v, *, group=None, causal=False, layout="zigzag", scale=
     world = group if group is not None else dist.group.WORLD
     cfg = _Config(group=group, rank=r, P=P, nxt=dist.get_global_rank(world, (r + 1) % P),
                   prv=dist.get_global_rank(world, (r - 1) % P), layout=layout, causal=causal,
-                  scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale), triton=triton)
+                  scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale), triton=triton,
+                  comm=not _SKIP_COMM)
     return _RingAttention.apply(q, k, v, cfg)

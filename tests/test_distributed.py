@@ -63,7 +63,7 @@ def _correctness(rank, P):
 
 def _triton_interpreted(rank, P):
     """The CUDA path's pieces and LSE handling, run by the Triton kernels in the CPU interpreter (float32)."""
-    fd._FORCE_TRITON = True
+    fd._FORCE_TRITON, fd.HEAD_GROUP_SIZE = True, 1  # and one ring per head (two groups)
     try:
         g = torch.Generator().manual_seed(1)
         N = 2 * P * 3
@@ -76,7 +76,7 @@ def _triton_interpreted(rank, P):
             for got, want in ((o_r, o), (mine[0].grad, dq), (mine[1].grad, dk), (mine[2].grad, dv)):
                 assert (got.double() - fd.shard(want, layout, rank, P)).abs().max().item() < 1e-5
     finally:
-        fd._FORCE_TRITON = False
+        fd._FORCE_TRITON, fd.HEAD_GROUP_SIZE = False, 2**18
 
 
 def _expect(fn, exc, match):
