@@ -335,17 +335,20 @@ def plot(res):
     a.set(xscale="log", xlabel="sequence length N", ylabel="speedup over contiguous", title="causal: load balance")
     a.legend()
     a = ax[1, 1]
-    mem, big = res.get("memory"), res.get("largest")
-    labels, vals = [], []
+    mem, big = res.get("memory"), res.get("largest") or {}
+    for who, label, color in (("one_gpu", "one GPU, whole N", COLORS["triton"]),
+                              ("ring", f"ring of {P}, per GPU", COLORS["flashref"])):
+        tries = [t for t in big.get(who, {}).get("tries", []) if t.get("fits") and t.get("peak_bytes")]
+        if tries:
+            a.plot([t["N"] for t in tries], [t["peak_bytes"] / 2**30 for t in tries], marker="o", color=color,
+                   label=f"{label}: largest N {big[who]['largest_N']:,}")
+    if big.get("gpu_bytes"):
+        a.axhline(big["gpu_bytes"] / 2**30, color="gray", ls=":", label="GPU memory")
     if mem and mem.get("one_gpu_peak_bytes"):
-        labels += [f"peak, one GPU\nN={mem['N']}", f"peak per GPU,\nring of {P}"]
-        vals += [mem["one_gpu_peak_bytes"] / 2**30, mem["ring_peak_bytes_per_gpu"] / 2**30]
-    bars = a.bar(labels, vals, color=[COLORS["triton"], COLORS["flashref"]][:len(vals)])
-    a.bar_label(bars, fmt="%.2f GiB")
-    a.set(ylabel="GiB", title="memory at the same N (fwd+bwd, causal)")
-    if big and big.get("one_gpu", {}).get("largest_N") and big.get("ring", {}).get("largest_N"):
-        a.text(0.5, 0.75, f"largest N that fits (B={big['B']}, H={big['H']}):\none GPU {big['one_gpu']['largest_N']:,}"
-               f"\nring of {P} {big['ring']['largest_N']:,}", transform=a.transAxes, ha="center")
+        a.set_title(f"peak memory, fwd+bwd causal, B={big.get('B')}, H={big.get('H')}\n"
+                    f"(at B={mem['B']}, H={mem['H']}, N={mem['N']}: ring/one GPU = {mem['ratio']:.2f})")
+    a.set(xscale="log", xlabel="sequence length N", ylabel="GiB")
+    a.legend()
     return fig
 
 
