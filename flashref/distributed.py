@@ -1,0 +1,507 @@
+"""Ring attention on ``torch.distributed``: each rank holds one shard of the sequence, with autograd.
+
+``ring_attention(q, k, v, *, group=None, causal=False, layout="zigzag", scale=None)`` is
+:mod:`flashref.ring` on real processes. Rank r keeps its query shard; K/V shards go round the ring
+(rank r sends to r+1 and receives from r−1) while the current one is computed: at each step the
+exchange of the *next* K/V shard is started with ``batch_isend_irecv`` before the attention of the
+current pair, and waited for after it. Partial results are merged with the log-sum-exp rule. The
+backward (a ``torch.autograd.Function``) runs the ring again with the final output and LSE; dQ
+stays home, the dK/dV accumulators (fp32) travel with their K/V and take one more hop home.
+
+Per block pair, where the attention of one (query shard, K/V shard) pair is computed:
+
+* on CUDA tensors (NCCL): flashref's Triton FlashAttention-2 kernels, through ``flashref.gpu``:
+  ``gpu.forward`` returns the output *and* its log-sum-exp, which the merge needs; the backward
+  kernel is called with the final (merged) LSE, so it returns the pair's share of dQ, dK, dV;
+* on CPU tensors (gloo): a small torch implementation here (:func:`block_forward`,
+  :func:`block_backward`), because the torch front ``flashref.functional`` returns only the
+  output, not the LSE. It is plain softmax attention in float64 (float32 for other dtypes).
+
+Both kernels take a top-left causal flag only, so each layout's causal pattern between shards is
+cut into pieces that are either full or top-left causal (:func:`pieces`): contiguous skips later
+shards; zigzag (chunks r and 2P−1−r) attends all queries to the first half of an earlier shard and
+the second half of the queries to all of a later shard; striped is causal on the diagonal and
+earlier shards, and "strictly causal" (query i sees keys j < i, i.e. ``q[1:]`` against ``k[:-1]``)
+on later ones.
+
+Before any ring step every rank all-gathers a small descriptor of its inputs (layout, causal,
+scale, dtypes, shapes, device) with a timeout (:data:`CHECK_TIMEOUT_S`), so that bad input — an
+unknown layout, shards of unequal or wrong length, a sequence too short for the layout, ranks that
+disagree — raises the same clear error on every rank instead of a hang in a send/receive.
+
+Shards have equal lengths here (a ring exchanges equal buffers): ``N`` must be a multiple of P
+(of 2P for zigzag). ``shard(x, layout, rank, world_size)`` cuts a full sequence, ``unshard``
+puts the shards back. :func:`collective_counts` counts what this process issued.
+
+Example (``torchrun --nproc_per_node 2 examples/ring_attention.py``)::
+
+    q_r, k_r, v_r = (shard(x, "zigzag", rank, world) for x in (q, k, v))
+    o_r = ring_attention(q_r, k_r, v_r, causal=True, layout="zigzag")
+    o_r.backward(do_r)          # q_r.grad, k_r.grad, v_r.grad: this rank's shards of the gradients
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.autograd.function import once_differentiable
+
+from .ring import LAYOUTS, min_length
+from .ring import positions as _positions
+
+__all__ = ["ring_attention", "shard", "unshard", "gather", "pieces", "block_forward", "block_backward",
+           "collective_counts", "reset_counts", "CHECK_TIMEOUT_S", "LAYOUTS"]
+
+#: run the Triton pair kernels on CPU tensors too (tests, under ``TRITON_INTERPRET=1``)
+_FORCE_TRITON = False
+
+#: skip every exchange (a compute-only timing run for the benchmark; the results are then wrong)
+_SKIP_COMM = False
+
+#: CUDA path: (batch x heads x tokens) per ring run; larger shards run one group of heads at a time
+HEAD_GROUP_SIZE = 2**18
+
+#: seconds every rank waits for the others at the input check before raising (never a hang)
+CHECK_TIMEOUT_S = 30.0
+
+_COUNTS: Counter = Counter()
+
+
+def collective_counts() -> dict:
+    """What this process issued since :func:`reset_counts`: ``all_gather`` (input checks), ``kv`` and
+    ``dkv`` (ring exchanges, one ``batch_isend_irecv`` of a send and a receive each), ``p2p`` (ops)."""
+    return dict(_COUNTS)
+
+
+def reset_counts() -> None:
+    _COUNTS.clear()
+
+
+# ---------------------------------------------------------------- layouts
+
+def _check_layout(layout):
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+
+
+def _equal_shards(N: int, P: int, layout: str, name: str = "x") -> None:
+    parts = 2 * P if layout == "zigzag" else P
+    if N < min_length(layout, P):
+        raise ValueError(f"{name}: sequence of length {N} is too short for the {layout} layout over {P} ranks "
+                         f"(needs at least {min_length(layout, P)})")
+    if N % parts:
+        raise ValueError(f"{name}: ring_attention needs shards of equal length, so N={N} must be a multiple of "
+                         f"{parts} ({'2 x ' if layout == 'zigzag' else ''}world_size) for the {layout} layout")
+
+
+def shard(x: torch.Tensor, layout: str, rank: int, world_size: int, dim: int = -2) -> torch.Tensor:
+    """Rank ``rank``'s shard of the full sequence ``x`` (sequence on axis ``dim``), for ``layout``."""
+    _check_layout(layout)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    for name, val in (("world_size", world_size), ("rank", rank)):
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise TypeError(f"{name}: expected an int, got {val!r}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank: expected 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    N = x.shape[dim]
+    _equal_shards(N, world_size, layout)
+    idx = torch.as_tensor(_positions(N, world_size, layout)[rank], device=x.device)
+    return x.index_select(dim, idx)
+
+
+def unshard(shards, layout: str, dim: int = -2) -> torch.Tensor:
+    """The full sequence from every rank's shard (a list in rank order): the inverse of :func:`shard`."""
+    _check_layout(layout)
+    shards = list(shards)
+    P = len(shards)
+    if P == 0:
+        raise ValueError("shards: expected one tensor per rank, got none")
+    lengths = [s.shape[dim] for s in shards]
+    if len(set(lengths)) != 1:
+        raise ValueError(f"shards: expected equal lengths, got {lengths}")
+    N = sum(lengths)
+    _equal_shards(N, P, layout, "shards")
+    perm = torch.as_tensor([int(i) for p in _positions(N, P, layout) for i in p], device=shards[0].device)
+    inverse = torch.argsort(perm)  # where each global token sits in the concatenation
+    return torch.cat(shards, dim=dim).index_select(dim, inverse)
+
+
+def gather(x: torch.Tensor, layout: str, group=None, dim: int = -2) -> torch.Tensor:
+    """All-gather every rank's shard and :func:`unshard` them (no autograd), on every rank."""
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, x.contiguous(), group=group)
+    return unshard(parts, layout, dim)
+
+
+def pieces(layout: str, causal: bool, r: int, s: int, n: int) -> list:
+    """Sub-blocks ``(query rows, key rows, causal)`` of the pair (queries of rank r, keys of rank s).
+
+    Each piece is full or top-left causal, so a kernel with a causal flag computes it; together they
+    cover exactly the (query, key) pairs with global ``key position <= query position``.
+    """
+    full = slice(0, n)
+    if not causal:
+        return [(full, full, False)]
+    if s == r:  # the diagonal: positions increase along the shard, so global causal = local causal
+        return [(full, full, True)]
+    if layout == "contiguous":  # an earlier shard is seen whole, a later one not at all
+        return [(full, full, False)] if s < r else []
+    if layout == "zigzag":
+        h = n // 2  # chunks r | 2P-1-r of the queries, s | 2P-1-s of the keys
+        if s < r:  # keys' first chunk precedes both query chunks; their second follows both
+            return [(full, slice(0, h), False)]
+        return [(slice(h, n), full, False)]  # later s: only the late query chunk sees it, wholly
+    # striped: query i at r + P·i, key j at s + P·j; s < r: j <= i; s > r: j < i
+    if s < r:
+        return [(full, full, True)]
+    return [(slice(1, n), slice(0, n - 1), True)] if n > 1 else []
+
+
+# ---------------------------------------------------------------- one block pair
+
+def _acc_dtype(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def block_forward(q, k, v, causal: bool, scale: float):
+    """CPU pair attention: ``(o, lse)`` of ``softmax(scale q kᵀ) v`` (top-left causal), accumulation dtype.
+
+    A row that sees no key has ``lse = -inf`` and ``o = 0``.
+    """
+    acc = _acc_dtype(q)
+    S = (q.to(acc) @ k.to(acc).transpose(-1, -2)) * scale  # (..., nq, nk)
+    if causal:
+        S = S.masked_fill(~torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril(), float("-inf"))
+    lse = torch.logsumexp(S, dim=-1)  # (..., nq)
+    P = torch.exp(S - lse.masked_fill(torch.isinf(lse), 0.0)[..., None])
+    return P @ v.to(acc), lse
+
+
+def block_backward(q, k, v, do, lse, delta, causal: bool, scale: float):
+    """CPU pair backward with the *final* ``lse`` and ``delta = rowsum(dO ∘ O)``: this pair's dq, dk, dv."""
+    acc = _acc_dtype(q)
+    q, k, v, do = q.to(acc), k.to(acc), v.to(acc), do.to(acc)
+    S = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        S = S.masked_fill(~torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril(), float("-inf"))
+    P = torch.exp(S - lse.masked_fill(torch.isinf(lse), 0.0)[..., None])  # (..., nq, nk), the final softmax
+    dv = P.transpose(-1, -2) @ do
+    dS = P * (do @ v.transpose(-1, -2) - delta[..., None]) * scale
+    return dS @ k, dS.transpose(-1, -2) @ q, dv
+
+
+_LN2 = math.log(2.0)
+
+
+def _triton_forward(q, k, v, causal, scale):
+    from . import gpu
+
+    o, L = gpu.forward(q, k, v, causal=causal, scale=scale)  # L: natural-log LSE, fp32
+    return o, L
+
+
+def _triton_backward(q, k, v, o, do, lse, causal, scale):
+    from . import gpu
+
+    # the kernels keep the base-2 LSE (exp2 in the inner loop): hand them the merged one in base 2
+    L2 = (lse / _LN2).contiguous()
+    return gpu._backward(q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), L2, do.contiguous(),
+                         causal, scale, False)
+
+
+def _merge(o_acc, lse_acc, o_blk, lse_blk):
+    """In place: fold a partial (o_blk, lse_blk) of the same rows into (o_acc, lse_acc), §3.1's rule."""
+    lse_new = torch.logaddexp(lse_acc, lse_blk)
+    safe = lse_new.masked_fill(torch.isinf(lse_new), 0.0)  # both -inf: weights e^{-inf} = 0, never NaN
+    o_acc.mul_(torch.exp(lse_acc - safe)[..., None]).add_(torch.exp(lse_blk - safe)[..., None] * o_blk.to(o_acc.dtype))
+    lse_acc.copy_(lse_new)
+
+
+# ---------------------------------------------------------------- the ring
+
+@dataclass
+class _Config:
+    group: object
+    rank: int
+    P: int
+    nxt: int  # global rank of r + 1
+    prv: int  # global rank of r - 1
+    layout: str
+    causal: bool
+    scale: float
+    triton: bool
+    comm: bool = True  # False: skip every exchange (a compute-only timing run; wrong numbers)
+
+
+def _exchange(cfg: _Config, send: torch.Tensor, recv: torch.Tensor, tag: str):
+    """Start sending ``send`` to r+1 and receiving ``recv`` from r−1; returns the requests."""
+    if not cfg.comm or cfg.P == 1:
+        return None
+    _COUNTS[tag] += 1
+    _COUNTS["p2p"] += 2
+    ops = [dist.P2POp(dist.isend, send, cfg.nxt, cfg.group), dist.P2POp(dist.irecv, recv, cfg.prv, cfg.group)]
+    return dist.batch_isend_irecv(ops)
+
+
+def _wait(reqs):
+    for req in reqs or ():
+        req.wait()
+
+
+def _ring_forward(q, k, v, cfg: _Config):
+    n, r, P = q.shape[-2], cfg.rank, cfg.P
+    acc = torch.float32 if cfg.triton else _acc_dtype(q)
+    o = torch.zeros(q.shape, dtype=acc, device=q.device)  # (..., n, d), merged output so far
+    lse = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)  # (..., n)
+    kv = torch.stack([k, v])  # (2, ..., n, d): K and V travel in one message
+    for t in range(P):
+        nxt_kv, reqs = None, None
+        if t < P - 1 and cfg.comm:
+            nxt_kv = torch.empty_like(kv)
+            reqs = _exchange(cfg, kv, nxt_kv, "kv")  # the next K/V moves while this one is computed
+        s = (r - t) % P  # whose K/V this rank holds at step t
+        for qs, ks, c in pieces(cfg.layout, cfg.causal, r, s, n):
+            q_p, k_p, v_p = q[..., qs, :], kv[0][..., ks, :], kv[1][..., ks, :]
+            if cfg.triton:
+                o_p, lse_p = _triton_forward(q_p, k_p, v_p, c, cfg.scale)
+            else:
+                o_p, lse_p = block_forward(q_p, k_p, v_p, c, cfg.scale)
+            _merge(o[..., qs, :], lse[..., qs], o_p, lse_p)
+        if reqs is not None:
+            _wait(reqs)
+            kv = nxt_kv
+    return o.to(q.dtype), lse
+
+
+def _ring_backward(q, k, v, o, lse, do, cfg: _Config):
+    n, r, P = q.shape[-2], cfg.rank, cfg.P
+    acc = torch.float32 if cfg.triton else _acc_dtype(q)
+    dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+    delta = None if cfg.triton else (do.to(acc) * o.to(acc)).sum(-1)  # D = rowsum(dO ∘ O); Triton's pre-pass does it
+    kv = torch.stack([k, v])
+    incoming = None  # (requests, buffer): the dK/dV accumulator arriving from r - 1
+    dkv = None
+    for t in range(P):
+        nxt_kv, kv_reqs = None, None
+        if t < P - 1 and cfg.comm:
+            nxt_kv = torch.empty_like(kv)
+            kv_reqs = _exchange(cfg, kv, nxt_kv, "kv")
+        s = (r - t) % P
+        dkv = torch.zeros(kv.shape, dtype=acc, device=q.device)  # this rank's share of dK_s, dV_s
+        for qs, ks, c in pieces(cfg.layout, cfg.causal, r, s, n):
+            args = (q[..., qs, :], kv[0][..., ks, :], kv[1][..., ks, :])
+            if cfg.triton:
+                dq_p, dk_p, dv_p = _triton_backward(*args, o[..., qs, :], do[..., qs, :], lse[..., qs], c, cfg.scale)
+            else:
+                dq_p, dk_p, dv_p = block_backward(*args, do[..., qs, :], lse[..., qs], delta[..., qs], c, cfg.scale)
+            dq[..., qs, :] += dq_p
+            dkv[0][..., ks, :] += dk_p
+            dkv[1][..., ks, :] += dv_p
+        if incoming is not None:  # what ranks before this one added to dK_s, dV_s
+            _wait(incoming[0])
+            dkv += incoming[1]
+        if P > 1 and cfg.comm:
+            buf = torch.empty_like(dkv)
+            incoming = (_exchange(cfg, dkv, buf, "dkv"), buf)  # on to r + 1 (the last hop: home)
+        if kv_reqs is not None:
+            _wait(kv_reqs)
+            kv = nxt_kv
+    if incoming is not None:
+        _wait(incoming[0])
+        dkv = incoming[1]  # this rank's own dK, dV, back from its trip round the ring
+    return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
+
+
+def _head_groups(q, cfg: _Config) -> list:
+    """Slices of the head axis, each run as its own ring (CUDA path), so the ring's buffers stay bounded.
+
+    The ring holds, per (token, head) of its shard, a received K/V, fp32 dK/dV accumulators coming and
+    going, an fp32 dQ and the kernels' own outputs and fp32 dQ: about 17 bf16-tensors' worth beyond the
+    inputs and gradients themselves. Running groups of heads one after another bounds that to
+    :data:`HEAD_GROUP_SIZE` (batch × heads × tokens) at a time, so the peak per GPU falls with P almost
+    as the inputs do. One group (no split) on the CPU path and for small problems.
+    """
+    if not cfg.triton or q.dim() != 4:
+        return [slice(None)]
+    B, H, n, _ = q.shape
+    groups = max(1, min(H, (B * H * n) // HEAD_GROUP_SIZE))
+    hg = -(-H // groups)
+    return [slice(h, min(h + hg, H)) for h in range(0, H, hg)]
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cfg):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        groups = _head_groups(q, cfg)
+        if len(groups) == 1:
+            o, lse = _ring_forward(q, k, v, cfg)
+        else:
+            o = torch.empty_like(q)
+            lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+            for h in groups:  # (B, heads of the group, n, d) each
+                o[:, h], lse[:, h] = _ring_forward(q[:, h].contiguous(), k[:, h].contiguous(), v[:, h].contiguous(),
+                                                   cfg)
+        ctx.save_for_backward(q, k, v, o, lse)  # the shard's output and LSE, as FlashAttention-2 saves
+        ctx.cfg = cfg
+        return o
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        do = do.contiguous()
+        groups = _head_groups(q, ctx.cfg)
+        if len(groups) == 1:
+            dq, dk, dv = _ring_backward(q, k, v, o, lse, do, ctx.cfg)
+        else:
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            for h in groups:
+                dq[:, h], dk[:, h], dv[:, h] = _ring_backward(
+                    *(x[:, h].contiguous() for x in (q, k, v, o)), lse[:, h].contiguous(), do[:, h].contiguous(),
+                    ctx.cfg)
+        return dq, dk, dv, None
+
+
+# ---------------------------------------------------------------- the input check, on every rank
+
+_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+_MAXDIM = 6
+_LOCAL_ERRORS = {
+    1: (TypeError, "q, k and v must be torch.Tensors"),
+    2: (TypeError, "q, k and v must be floating-point tensors (float64, float32, float16 or bfloat16)"),
+    3: (ValueError, f"q, k and v must have between 2 and {_MAXDIM} axes, (..., n, d)"),
+    4: (TypeError, "causal must be True or False"),
+    5: (ValueError, "scale must be a positive finite number or None"),
+}
+
+
+def _descriptor(q, k, v, causal, layout, scale, device):
+    """A small int64 vector describing this rank's call, or the code of what is wrong with it."""
+    err = 0
+    if not all(isinstance(x, torch.Tensor) for x in (q, k, v)):
+        err = 1
+    elif not all(x.dtype in _DTYPES for x in (q, k, v)):
+        err = 2
+    elif not all(2 <= x.dim() <= _MAXDIM for x in (q, k, v)):
+        err = 3
+    elif not isinstance(causal, bool):
+        err = 4
+    elif scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                                or not math.isfinite(scale) or scale <= 0):
+        err = 5
+    desc = [7741, LAYOUTS.index(layout) if layout in LAYOUTS else -1, int(causal is True), err]
+    scale_bits = torch.tensor([-1.0 if scale is None or err else float(scale)], dtype=torch.float64)
+    desc.append(int(scale_bits.view(torch.int64).item()))
+    for x in (q, k, v):
+        ok = not err
+        desc.append(_DTYPES.index(x.dtype) if ok else -1)
+        desc.append(x.dim() if ok else -1)
+        shape = list(x.shape) if ok else []
+        desc.extend(shape + [-1] * (_MAXDIM - len(shape)))
+        desc.append(int(x.is_cuda) if ok else -1)
+    return torch.tensor(desc, dtype=torch.int64, device=device)
+
+
+def _shape(row, i):
+    base = 5 + i * (3 + _MAXDIM)
+    ndim = int(row[base + 1])
+    return _DTYPES[int(row[base])], tuple(int(x) for x in row[base + 2: base + 2 + ndim]), int(row[base + 2 + _MAXDIM])
+
+
+def _agree(q, k, v, causal, layout, scale, group, device):
+    """All-gather every rank's descriptor (bounded wait); raise the same error on every rank if any is bad."""
+    P = dist.get_world_size(group)
+    mine = _descriptor(q, k, v, causal, layout, scale, device)
+    table = [torch.empty_like(mine) for _ in range(P)]
+    _COUNTS["all_gather"] += 1
+    work = dist.all_gather(table, mine, group=group, async_op=True)
+    try:
+        work.wait(timeout=datetime.timedelta(seconds=CHECK_TIMEOUT_S))
+    except Exception as e:  # a rank never arrived: it raised before the call, or called something else
+        raise RuntimeError(f"ring_attention: not every rank of the group reached the input check within "
+                           f"{CHECK_TIMEOUT_S:g} s (a rank raised before calling, skipped the call, or called "
+                           f"another collective): {e}") from e
+    rows = [t.cpu().tolist() for t in table]
+    for r, row in enumerate(rows):
+        if row[3]:
+            cls, msg = _LOCAL_ERRORS[row[3]]
+            raise cls(f"ring_attention: on rank {r}: {msg}")
+    bad = [r for r, row in enumerate(rows) if row[1] < 0]
+    if bad:
+        here = f"; this rank passed {layout!r}" if layout not in LAYOUTS else ""
+        raise ValueError(f"ring_attention: layout: expected one of {LAYOUTS} on every rank; rank(s) {bad} passed "
+                         f"an unknown layout{here}")
+    for col, name in ((1, "layout"), (2, "causal"), (4, "scale")):
+        if len({row[col] for row in rows}) > 1:
+            vals = [LAYOUTS[row[1]] if col == 1 else bool(row[2]) if col == 2 else "differ" for row in rows]
+            raise ValueError(f"ring_attention: ranks disagree on {name}: {vals} by rank")
+    desc = [[_shape(row, i) for i in range(3)] for row in rows]
+    for r, ((qd, qs, qc), (kd, ks, kc), (vd, vs, vc)) in enumerate(desc):
+        if not qd == kd == vd:
+            raise TypeError(f"ring_attention: on rank {r}: q, k, v must share a dtype, got {qd}, {kd}, {vd}")
+        if not qc == kc == vc:
+            raise ValueError(f"ring_attention: on rank {r}: q, k, v must be on the same device type")
+        if ks != vs or ks[:-2] != qs[:-2] or ks[-1] != qs[-1]:
+            raise ValueError(f"ring_attention: on rank {r}: k and v must have q's leading axes and head dimension, "
+                             f"and each other's shape; got q {qs}, k {ks}, v {vs}")
+        if ks[-2] != qs[-2]:
+            raise ValueError(f"ring_attention: on rank {r}: wrong shard length: k and v hold {ks[-2]} tokens but q "
+                             f"holds {qs[-2]} (every rank holds the same tokens of q, k and v)")
+    if len({d[0][0] for d in desc}) > 1:
+        raise ValueError(f"ring_attention: ranks disagree on dtype: {[str(d[0][0]) for d in desc]} by rank")
+    if len({d[0][2] for d in desc}) > 1:
+        raise ValueError("ring_attention: ranks disagree on the device type (some CUDA, some CPU)")
+    lengths = [d[0][1][-2] for d in desc]
+    if len(set(lengths)) > 1:
+        raise ValueError(f"ring_attention: shards of unequal length {lengths} by rank: every rank must hold "
+                         f"N/world_size tokens (use flashref.distributed.shard)")
+    if len({d[0][1] for d in desc}) > 1:
+        raise ValueError(f"ring_attention: ranks disagree on shapes: {[d[0][1] for d in desc]} by rank")
+    n = lengths[0]
+    need = 2 if layout == "zigzag" else 1
+    if n < need:
+        raise ValueError(f"ring_attention: sequence too short for the {layout} layout: each of the {P} ranks "
+                         f"holds {n} token(s), it needs at least {need} (N >= {min_length(layout, P)})")
+    if layout == "zigzag" and n % 2:
+        raise ValueError(f"ring_attention: wrong shard length for zigzag: {n} tokens is odd, but a zigzag shard is "
+                         f"two equal chunks (r and 2P-1-r), so N must be a multiple of 2 x world_size")
+    return P
+
+
+def ring_attention(q, k, v, *, group=None, causal=False, layout="zigzag", scale=None):
+    """Attention of this rank's query shard against the whole sequence, by ring attention, with autograd.
+
+    q, k, v: this rank's shards, ``(..., n, d)``, laid out by :func:`shard` with the same ``layout``
+    on every rank of ``group`` (default: the world). CUDA fp16/bf16 tensors with ``(B, H, n, d)``
+    and d in 16..128 run flashref's Triton kernels over NCCL; CPU tensors (any float dtype) run the
+    torch pair attention over gloo. ``causal`` is causal in global positions. ``scale`` defaults to
+    1/√d. Returns this rank's shard of the output; ``.backward`` gives this rank's shards of dq, dk, dv.
+    """
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("ring_attention: torch.distributed is not initialised (call "
+                           "torch.distributed.init_process_group, or launch with torchrun)")
+    backend = dist.get_backend(group)
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    P = _agree(q, k, v, causal, layout, scale, group, device)
+    triton = q.is_cuda or _FORCE_TRITON
+    if triton:  # the same verdict on every rank: they agree on shapes, dtypes and devices by now
+        from . import gpu
+
+        dtypes = (torch.float16, torch.bfloat16) + ((torch.float32,) if gpu._interpret() else ())
+        if q.dtype not in dtypes or q.dim() != 4 or q.shape[-1] not in gpu.HEAD_DIMS:
+            raise ValueError(f"ring_attention: CUDA tensors run the Triton kernels, which need (B, H, n, d) fp16 or "
+                             f"bf16 with d in {gpu.HEAD_DIMS}; got {tuple(q.shape)} {q.dtype}")
+    r = dist.get_rank(group)
+    world = group if group is not None else dist.group.WORLD
+    cfg = _Config(group=group, rank=r, P=P, nxt=dist.get_global_rank(world, (r + 1) % P),
+                  prv=dist.get_global_rank(world, (r - 1) % P), layout=layout, causal=causal,
+                  scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale), triton=triton,
+                  comm=not _SKIP_COMM)
+    return _RingAttention.apply(q, k, v, cfg)

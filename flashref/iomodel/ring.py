@@ -1,0 +1,151 @@
+"""Closed forms for ring attention's communication, and the condition under which it hides.
+
+Shards (``flashref.ring.positions``): contiguous ``n_r = ⌊N/P⌋ + [r < N mod P]``; zigzag
+``n_r = c_r + c_{2P−1−r}`` with chunk lengths ``c_k = ⌊N/2P⌋ + [k < N mod 2P]``; striped
+``n_r = ⌈(N − r)/P⌉``. At step t device r holds the K/V shard of ``s = (r − t) mod P`` and sends it
+to ``r + 1``; with H = the product of the leading (batch, head) axes, b bytes per K/V element and
+g bytes per dK/dV element::
+
+    forward   sent[r, t] = 2·H·d·b·n_s                 for t < P − 1, else 0
+    backward  sent[r, t] = 2·H·d·(b·[t < P − 1] + g)·n_s
+    received[r, t] = sent[r − 1, t]
+
+With equal shards n = N/P the forward sends ``2(P−1)/P · N·H·d·b`` bytes per rank — every rank
+sees every other K/V shard once — independent of P for large P. Ulysses (DeepSpeed-Ulysses,
+Jacobs et al. 2023) instead does an all-to-all of Q, K, V before attention and of O after it, each
+rank keeping 1/P of its (N/P)·H·d tensor: ``4·(P−1)/P² · N·H·d·b`` bytes per rank, P/2 times
+less, but it needs P to divide the number of heads.
+
+Overlap. One step computes a (n × n) block pair, ``4·n²·d·H`` matmul FLOPs forward (half of that
+causal, on average over a zigzag ring) against ``2·n·d·H·b`` bytes on the link; with peak F and link
+bandwidth W per direction the communication hides when ``4n²dH/F ≥ 2ndHb/W``, i.e.
+``n ≥ F·b / (2W)`` tokens per device — the ring attention paper's ``c ≥ F/B`` (Liu et al. 2023,
+§3) in these units. It does not depend on d or H. The backward step does 2.5 times the forward's FLOPs and sends
+``(b + g)/b`` times its bytes (K/V and the dK/dV accumulators): :func:`overlap` gives both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import hardware
+
+__all__ = ["shard_lengths", "comm", "ring_bytes_per_rank", "ulysses_bytes_per_rank", "min_tokens_per_device",
+           "overlap", "NVLINK", "NVLINK_SOURCES", "Comm"]
+
+# NVLink bandwidth per GPU and per direction, bytes/s. NVIDIA's datasheets quote the bidirectional
+# total per GPU: 900 GB/s for H100 SXM and H200 SXM (NVLink 4: 18 links x 50 GB/s, 25 GB/s each
+# way), 600 GB/s for A100 SXM (NVLink 3: 12 links). A ring sends one way and receives the other,
+# so each direction carries half.
+NVLINK = {"A100-40GB": 300e9, "A100-80GB": 300e9, "H100": 450e9, "H200": 450e9}
+NVLINK_SOURCES = {
+    "H200": "NVIDIA H200 Tensor Core GPU datasheet (2024): 'NVLink: 900GB/s' per GPU (SXM), bidirectional; "
+            "450 GB/s each way",
+    "H100": "NVIDIA H100 datasheet: NVLink 900 GB/s (SXM5); H100 whitepaper: 18 NVLink 4 links, 50 GB/s each "
+            "(25 GB/s per direction)",
+    "A100": "NVIDIA A100 datasheet: NVLink 600 GB/s (SXM4), 12 NVLink 3 links",
+}
+
+
+def _pos(x, name):
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x <= 0:
+        raise ValueError(f"{name}: expected a positive integer, got {x!r}")
+    return int(x)
+
+
+def shard_lengths(N: int, world_size: int, layout: str = "contiguous") -> list[int]:
+    """Tokens each device holds (equals ``[len(p) for p in ring.positions(N, P, layout)]``)."""
+    N, P = _pos(N, "N"), _pos(world_size, "world_size")
+    if layout == "contiguous":
+        return [N // P + (r < N % P) for r in range(P)]
+    if layout == "zigzag":
+        c = [N // (2 * P) + (k < N % (2 * P)) for k in range(2 * P)]
+        return [c[r] + c[2 * P - 1 - r] for r in range(P)]
+    if layout == "striped":
+        return [-(-(N - r) // P) for r in range(P)]
+    raise ValueError(f"layout: expected one of ('contiguous', 'zigzag', 'striped'), got {layout!r}")
+
+
+class Comm:
+    """Predicted bytes ``sent[r, t]`` and ``received[r, t]`` (numpy int arrays, (P, P))."""
+
+    def __init__(self, sent, received):
+        self.sent, self.received = sent, received
+
+    @property
+    def per_rank(self) -> np.ndarray:
+        return self.sent.sum(axis=1)
+
+    @property
+    def total(self) -> int:
+        return int(self.sent.sum())
+
+
+def comm(direction: str, *, N: int, d: int, world_size: int, layout: str = "contiguous", heads: int = 1,
+         dtype_bytes: int = 2, grad_bytes: int = 4) -> Comm:
+    """Exact bytes per rank per step of ``flashref.ring.forward`` / ``backward`` (the simulator's ``.comm``)."""
+    if direction not in ("forward", "backward"):
+        raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
+    d, H = _pos(d, "d"), _pos(heads, "heads")
+    b, g = _pos(dtype_bytes, "dtype_bytes"), _pos(grad_bytes, "grad_bytes")
+    n = shard_lengths(N, world_size, layout)
+    P = len(n)
+    sent = np.zeros((P, P), dtype=np.int64)
+    for r in range(P):
+        for t in range(P):
+            s = (r - t) % P  # the shard device r holds at step t
+            kv = 2 * H * d * b * n[s] if t < P - 1 else 0  # K_s and V_s on to r + 1
+            dkv = 2 * H * d * g * n[s] if direction == "backward" else 0  # their gradients, always
+            sent[r, t] = kv + dkv
+    received = np.roll(sent, 1, axis=0)  # received[r] = sent[r - 1]
+    return Comm(sent, received)
+
+
+def ring_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2) -> float:
+    """Forward bytes each rank sends, equal shards: ``2(P−1)/P · N·H·d·b``."""
+    P = world_size
+    return 2 * (P - 1) / P * N * heads * d * dtype_bytes
+
+
+def ulysses_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2) -> float:
+    """Forward bytes each rank sends with Ulysses' all-to-alls (Q, K, V in, O out): ``4(P−1)/P² · N·H·d·b``."""
+    P = world_size
+    return 4 * (P - 1) / P**2 * N * heads * d * dtype_bytes
+
+
+def min_tokens_per_device(gpu="H200", *, link_bandwidth=None, dtype_bytes=2, flops=None, causal=False) -> float:
+    """Smallest shard n = N/P at which one forward step's compute covers its communication.
+
+    ``n ≥ F·b / (2W)`` (non-causal); causal blocks do half the work on average, so ``n ≥ F·b / W``.
+    ``flops`` defaults to the GPU's dense matmul peak, ``link_bandwidth`` to :data:`NVLINK`.
+    """
+    F = hardware.get(gpu).peak("matmul") if flops is None else float(flops)
+    W = NVLINK[_key(gpu)] if link_bandwidth is None else float(link_bandwidth)
+    return F * dtype_bytes / (2 * W) * (2 if causal else 1)
+
+
+def _key(gpu) -> str:
+    g = hardware.get(gpu)
+    return next(k for k, v in hardware.GPUS.items() if v is g)
+
+
+def overlap(*, N, d, world_size, heads=1, causal=False, gpu="H200", link_bandwidth=None, flops=None,
+            dtype_bytes=2, grad_bytes=4) -> dict:
+    """Compute time against communication time of one ring step, forward and backward.
+
+    Equal shards ``n = N/P``. Forward step: ``4n²dH`` FLOPs (×1/2 causal) against
+    ``2ndH·b`` bytes; backward step: ``10n²dH`` FLOPs (2.5× the forward: five matmuls, recomputing
+    S) against ``2ndH·(b + g)`` bytes. Times are ``FLOPs / F`` and ``bytes / W``; the step hides its
+    communication when ``ratio = t_compute / t_comm ≥ 1``.
+    """
+    P = _pos(world_size, "world_size")
+    n = N / P
+    F = hardware.get(gpu).peak("matmul") if flops is None else float(flops)
+    W = NVLINK[_key(gpu)] if link_bandwidth is None else float(link_bandwidth)
+    frac = 0.5 if causal else 1.0
+    out = {"n": n, "flops_per_s": F, "link_bytes_per_s": W}
+    for name, fl, by in (("forward", 4 * n * n * d * heads * frac, 2 * n * d * heads * dtype_bytes),
+                         ("backward", 10 * n * n * d * heads * frac, 2 * n * d * heads * (dtype_bytes + grad_bytes))):
+        tc, tm = fl / F, by / W
+        out[name] = {"t_compute": tc, "t_comm": tm, "ratio": tc / tm, "hidden": tc >= tm}
+    return out

@@ -1,0 +1,350 @@
+"""Ring attention, simulated: the sequence split over ``world_size`` devices, K/V passed round a ring.
+
+FlashAttention's inner loop visits the K/V tiles of a row block one after another and folds each
+into a running softmax state. Ring attention (Liu, Zaharia, Abbeel 2023) does the same across
+devices: device ``r`` keeps its query shard ``Q_r`` and, at step ``t = 0 … P−1``, holds the K/V
+shard of device ``s = (r − t) mod P``. It runs FlashAttention-2 on the pair ``(Q_r, K_s, V_s)``,
+which returns a partial output ``O_rs`` and its log-sum-exp ``L_rs``, merges them into its
+running ``(O_r, L_r)`` with the exact log-sum-exp rule of §3.1 (:func:`flashref.softmax.merge`),
+and passes ``K_s, V_s`` on to device ``r + 1`` while receiving ``K_{s−1}, V_{s−1}`` from ``r − 1``.
+
+The backward runs the same ring with FlashAttention-2's Algorithm 2 on each pair, using the
+*final* ``O_r`` and ``L_r``: then ``P_ij = exp(S_ij − L_i)`` is already the normalised softmax and
+each pair's dQ, dK, dV are simply its share of the sum. dQ stays home; the dK/dV accumulators
+travel with their K/V, and a last hop brings them home (P sends of dK, dV; P − 1 of K, V).
+
+Layouts (how the N tokens are dealt out; :func:`positions` gives each device's token indices):
+
+* ``contiguous``: device r holds the r-th slice (``numpy.array_split``: the first ``N mod P``
+  devices hold one token more). Causal attention is unbalanced: device P−1 computes P times the
+  work of device 0 and the ring's step takes as long as the busiest device.
+* ``zigzag``: the sequence is cut into ``2P`` chunks (``array_split``), device r holds chunks
+  ``r`` and ``2P−1−r`` — one early, one late — so every device does the same causal work.
+* ``striped``: token i lives on device ``i mod P`` (Brandon et al., Striped Attention, 2023).
+
+Each device has its own counted :class:`~flashref.memory.Memory` (its HBM traffic is the sum of
+its FlashAttention-2 calls plus the merges), and the ring's link counts the bytes every device
+sends and receives at every step in ``.comm``; :mod:`flashref.iomodel.ring` predicts both the
+communication (exactly) and whether it hides behind the compute.
+
+Example::
+
+    fwd = ring.forward(Q, K, V, world_size=4, layout="zigzag", causal=True)
+    bwd = ring.backward(Q, K, V, fwd.O, dO, fwd.L, world_size=4, layout="zigzag", causal=True)
+    fwd.comm.sent          # (P, P) bytes sent by rank r at step t
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import flash2, softmax
+from ._checks import attention_problem, check_like, positive_int
+from .memory import Memory
+from .results import BackwardResult, ForwardResult
+
+__all__ = ["LAYOUTS", "positions", "forward", "backward", "CommReport", "CommEvent", "merge_lse",
+           "pair_mask", "OPTIONS"]
+
+LAYOUTS = ("contiguous", "zigzag", "striped")
+#: options a ring call accepts: FlashAttention-2's, less mask and dropout, plus the dK/dV wire width.
+OPTIONS = ("scale", "causal", "sram_size", "block_sizes", "dtype_bytes", "grad_bytes")
+
+
+def check_layout(layout) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    return layout
+
+
+def min_length(layout: str, world_size: int) -> int:
+    """Shortest sequence a layout can deal out so that every device holds a token: P, zigzag 2P."""
+    return 2 * world_size if layout == "zigzag" else world_size
+
+
+def positions(N: int, world_size: int, layout: str = "contiguous") -> list[np.ndarray]:
+    """The global token indices each device holds, in the order it holds them (increasing)."""
+    N, P = positive_int(N, "N"), positive_int(world_size, "world_size")
+    check_layout(layout)
+    if N < min_length(layout, P):
+        raise ValueError(f"N: the {layout} layout over world_size={P} needs at least "
+                         f"{min_length(layout, P)} tokens (one per {'chunk' if layout == 'zigzag' else 'device'}), "
+                         f"got N={N}")
+    tokens = np.arange(N)
+    if layout == "contiguous":
+        return np.array_split(tokens, P)
+    if layout == "zigzag":
+        chunks = np.array_split(tokens, 2 * P)  # 2P chunks: device r takes r and 2P-1-r
+        return [np.concatenate([chunks[r], chunks[2 * P - 1 - r]]) for r in range(P)]
+    return [tokens[r::P] for r in range(P)]  # striped: token i on device i mod P
+
+
+def pair_mask(pos_q: np.ndarray, pos_k: np.ndarray, causal: bool):
+    """How device q's queries see device k's keys: None (all), False (none) or a boolean mask."""
+    if not causal:
+        return None
+    m = pos_q[:, None] >= pos_k[None, :]  # (n_q, n_k): query i sees key j <= i, in global positions
+    if m.all():
+        return None
+    if not m.any():
+        return False
+    return m
+
+
+def _flash2_opts(m, opts):
+    """FlashAttention-2 options for one pair: a plain causal call where the mask is top-left causal."""
+    o = {k: v for k, v in opts.items() if k not in ("causal", "grad_bytes")}
+    if m is None:
+        return o
+    nq, nk = m.shape
+    if np.array_equal(m, np.tri(nq, nk, dtype=bool)):
+        return {**o, "causal": True}  # the diagonal pair: block skipping, as a single device does
+    return {**o, "mask": m}  # a strided pattern (striped, uneven shards): an explicit boolean mask
+
+
+def merge_lse(O1, L1, O2, L2):
+    """Merge two partial attentions of the same queries over disjoint keys (exact, §3.1).
+
+    ``(O_k, L_k)`` are normalised outputs and their log-sum-exps. As softmax states they are
+    ``(m, ℓ) = (L_k, 1)`` with numerator ``O_k``; :func:`flashref.softmax.merge` combines the
+    states and the outputs are reweighted by ``e^{L_k − m} / ℓ``. A part with ``L = -inf`` (no key
+    visible) weighs 0; two such parts give ``(0, -inf)``.
+    """
+    ones = np.ones_like(L1)
+    m, l = softmax.merge(L1, ones, L2, ones)
+    m_safe = softmax._finite_or_zero(m)
+    l_safe = np.where(l == 0, 1.0, l)
+    O = (np.exp(L1 - m_safe)[..., None] * O1 + np.exp(L2 - m_safe)[..., None] * O2) / l_safe[..., None]
+    L = np.where(l == 0, -np.inf, m + np.log(l_safe))
+    return O, L
+
+
+@dataclass(frozen=True)
+class CommEvent:
+    """One transfer on the ring: at ``step``, ``src`` sends ``tensor`` (shard ``shard``) to ``dst``."""
+
+    step: int
+    src: int
+    dst: int
+    tensor: str
+    shard: int
+    elements: int
+    bytes: int
+
+
+@dataclass
+class CommReport:
+    """Bytes each rank sends and receives at each step: ``sent[r, t]``, ``received[r, t]``."""
+
+    sent: np.ndarray
+    received: np.ndarray
+    events: list = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.sent.shape[0]
+
+    @property
+    def per_rank(self) -> np.ndarray:
+        """Bytes sent by each rank over all steps."""
+        return self.sent.sum(axis=1)
+
+    @property
+    def total(self) -> int:
+        """Bytes on all links together (each sent byte is received once)."""
+        return int(self.sent.sum())
+
+    @property
+    def messages(self) -> int:
+        """Ring exchanges (steps at which some rank sends), one collective each per tensor group."""
+        return len({(e.step, e.tensor[0] == "d") for e in self.events})
+
+    def __add__(self, other: CommReport) -> CommReport:
+        # forward then backward: the steps follow one another
+        steps = self.sent.shape[1]
+        shifted = [CommEvent(e.step + steps, e.src, e.dst, e.tensor, e.shard, e.elements, e.bytes)
+                   for e in other.events]
+        return CommReport(np.concatenate([self.sent, other.sent], axis=1),
+                          np.concatenate([self.received, other.received], axis=1), self.events + shifted)
+
+    def __str__(self) -> str:
+        P, T = self.sent.shape
+        head = "rank  " + "  ".join(f"step {t:>2}" for t in range(T)) + "    total"
+        rows = [head]
+        for r in range(P):
+            cells = "  ".join(f"{int(b):>7,}" for b in self.sent[r])
+            rows.append(f"{r:>4}  {cells}  {int(self.sent[r].sum()):>7,}")
+        return "bytes sent per rank per step\n" + "\n".join(rows)
+
+    __repr__ = __str__
+
+
+class _Ring:
+    """P devices, each with its own Memory, and a link that counts what crosses it."""
+
+    def __init__(self, P, steps, dtype_bytes, lead):
+        self.P, self.lead = P, lead
+        self.heads = int(np.prod(lead, dtype=np.int64)) if lead else 1
+        self.mems = [Memory(None, dtype_bytes, lead) for _ in range(P)]
+        self.sent = np.zeros((P, steps), dtype=np.int64)
+        self.received = np.zeros((P, steps), dtype=np.int64)
+        self.events: list[CommEvent] = []
+
+    def send(self, step, src, tensor, shard, X, elt_bytes):
+        """``src`` sends ``X`` to ``src + 1``; both ends count its bytes."""
+        dst = (src + 1) % self.P
+        n = int(X.size)
+        self.sent[src, step] += n * elt_bytes
+        self.received[dst, step] += n * elt_bytes
+        self.events.append(CommEvent(step, src, dst, tensor, shard, n, n * elt_bytes))
+        return X.copy()  # what arrives is a copy in the receiver's HBM
+
+    def comm(self) -> CommReport:
+        return CommReport(self.sent, self.received, self.events)
+
+
+def _problem(Q, K, V, world_size, layout, opts):
+    unknown = set(opts) - set(OPTIONS)
+    if unknown:
+        raise TypeError(f"ring: unknown option(s) {sorted(unknown)}; valid options: {list(OPTIONS)} "
+                        "(mask and dropout are not supported across the ring)")
+    grad_bytes = positive_int(opts.get("grad_bytes", 4), "grad_bytes")
+    pb = attention_problem(Q, K, V, **{k: v for k, v in opts.items() if k != "grad_bytes"})
+    P = positive_int(world_size, "world_size")
+    if pb.Nq != pb.Nk:
+        raise ValueError(f"K: ring attention shards one sequence, so Nk must equal Nq; got Nq={pb.Nq}, Nk={pb.Nk}")
+    pos = positions(pb.Nq, P, layout)
+    return pb, P, pos, grad_bytes
+
+
+def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResult:
+    """Ring attention over ``world_size`` simulated devices: FlashAttention-2 per (Q, K/V) shard pair.
+
+    Options: ``scale``, ``causal``, ``sram_size``, ``block_sizes``, ``dtype_bytes`` (as
+    :func:`flashref.flash2.forward`) and ``grad_bytes`` (unused here). Returns ``.O`` and ``.L``
+    for the whole sequence (equal to a single device's), ``.O_shards``/``.L_shards`` per device,
+    ``.positions``, ``.comm`` (:class:`CommReport`), ``.io`` and ``.flops`` (lists, one per device),
+    ``.work[r, t]`` (query-key pairs device r scores at step t), ``.source[r, t]`` (whose K/V it holds).
+    """
+    pb, P, pos, _ = _problem(Q, K, V, world_size, layout, opts)
+    lead, d = pb.lead_shape, pb.d
+    ring = _Ring(P, P, pb.dtype_bytes, lead)
+    fa_opts = {k: v for k, v in opts.items() if k != "grad_bytes"}
+    O_r = [np.zeros(lead + (len(p), d), dtype=pb.dtype) for p in pos]  # (..., n_r, d)
+    L_r = [np.full(lead + (len(p),), -np.inf, dtype=pb.dtype) for p in pos]  # (..., n_r)
+    # Step 0: each device holds its own K/V shard (placed in its HBM, like the inputs: no cost).
+    kv = [(pb.K[..., p, :], pb.V[..., p, :]) for p in pos]
+    io = [None] * P
+    flops = [None] * P
+    work = np.zeros((P, P), dtype=np.int64)
+    source = np.zeros((P, P), dtype=np.int64)
+    for r, mem in enumerate(ring.mems):
+        mem.put("Q", pb.Q[..., pos[r], :])
+        mem.put("O", O_r[r])
+        mem.put("L", L_r[r])
+
+    for t in range(P):
+        for r in range(P):  # every device, in parallel on a real machine
+            s = (r - t) % P
+            source[r, t] = s
+            K_s, V_s = kv[r]  # (..., n_s, d): its own at t = 0, then what arrived from r - 1
+            m = pair_mask(pos[r], pos[s], pb.causal)
+            if m is False:
+                continue  # every key of shard s is later than every query of shard r: nothing to do
+            work[r, t] = len(pos[r]) * len(pos[s]) if m is None else int(m.sum())
+            blk = flash2.forward(pb.Q[..., pos[r], :], K_s, V_s, **_flash2_opts(m, fa_opts))
+            io[r] = blk.io if io[r] is None else io[r] + blk.io
+            flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
+            # Merge (one elementwise pass in HBM): read O_r, L_r and the block's O_rs, L_rs; write O_r, L_r.
+            mem = ring.mems[r]
+            mem.put("O_rs", blk.O)
+            mem.put("L_rs", blk.L)
+            O_old, L_old = mem.load("O", as_="O_r"), mem.load("L", as_="L_r")
+            O_b, L_b = mem.load("O_rs"), mem.load("L_rs")
+            O_new, L_new = merge_lse(O_old, L_old, O_b, L_b)
+            mem.store("O", O_new)
+            mem.store("L", L_new)
+            mem.free("O_r", "L_r", "O_rs", "L_rs")
+        if t < P - 1:
+            # Communication of step t (overlapped with its compute on a real machine): K_s, V_s on to r + 1.
+            arriving = [None] * P
+            for r in range(P):
+                s = (r - t) % P
+                K_s, V_s = kv[r]
+                arriving[(r + 1) % P] = (ring.send(t, r, "K", s, K_s, pb.dtype_bytes),
+                                         ring.send(t, r, "V", s, V_s, pb.dtype_bytes))
+            kv = arriving
+
+    O_shards = [ring.mems[r].result("O") for r in range(P)]
+    L_shards = [ring.mems[r].result("L") for r in range(P)]
+    for r in range(P):
+        io[r] = ring.mems[r].report() if io[r] is None else io[r] + ring.mems[r].report()
+    O = np.zeros_like(pb.Q)
+    L = np.zeros(lead + (pb.Nq,), dtype=pb.dtype)
+    for r, p in enumerate(pos):
+        O[..., p, :] = O_shards[r]
+        L[..., p] = L_shards[r]
+    return ForwardResult(O=O, L=L, O_shards=O_shards, L_shards=L_shards, positions=pos, comm=ring.comm(),
+                         io=io, flops=flops, work=work, source=source, layout=layout, world_size=P)
+
+
+def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> BackwardResult:
+    """The ring backward: FlashAttention-2's Algorithm 2 per shard pair; dK/dV travel home.
+
+    ``O`` and ``L`` are the forward's (whole sequence); same options as :func:`forward`, plus
+    ``grad_bytes`` (default 4: the dK/dV accumulators travel in fp32, as real implementations
+    keep them). Returns ``.dQ``, ``.dK``, ``.dV`` (whole sequence), ``.comm``, ``.io``, ``.flops``
+    (lists per device), ``.work`` and ``.source`` as the forward's.
+    """
+    pb, P, pos, grad_bytes = _problem(Q, K, V, world_size, layout, opts)
+    lead, d = pb.lead_shape, pb.d
+    O = check_like(O, "O", pb.Q.shape, pb.dtype)
+    dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)
+    L = check_like(L, "L", lead + (pb.Nq,), pb.dtype)
+    ring = _Ring(P, P, pb.dtype_bytes, lead)
+    fa_opts = {k: v for k, v in opts.items() if k != "grad_bytes"}
+    dQ_r = [np.zeros(lead + (len(p), d), dtype=pb.dtype) for p in pos]
+    kv = [(pb.K[..., p, :], pb.V[..., p, :]) for p in pos]
+    dkv = [None] * P  # the dK/dV accumulator of the shard each device holds
+    io, flops = [None] * P, [None] * P
+    work = np.zeros((P, P), dtype=np.int64)
+    source = np.zeros((P, P), dtype=np.int64)
+
+    for t in range(P):
+        for r in range(P):
+            s = (r - t) % P
+            source[r, t] = s
+            K_s, V_s = kv[r]
+            if dkv[r] is None:
+                dkv[r] = (np.zeros_like(K_s), np.zeros_like(V_s))
+            m = pair_mask(pos[r], pos[s], pb.causal)
+            if m is False:
+                continue
+            work[r, t] = len(pos[r]) * len(pos[s]) if m is None else int(m.sum())
+            p = pos[r]
+            blk = flash2.backward(pb.Q[..., p, :], K_s, V_s, O[..., p, :], dO[..., p, :], L[..., p],
+                                  **_flash2_opts(m, fa_opts))
+            io[r] = blk.io if io[r] is None else io[r] + blk.io
+            flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
+            dQ_r[r] += blk.dQ  # dQ stays home
+            dkv[r] = (dkv[r][0] + blk.dK, dkv[r][1] + blk.dV)  # dK_s, dV_s travel with K_s, V_s
+        # Communication of step t: K_s, V_s on (not after the last step), dK_s, dV_s always.
+        arriving_kv, arriving_dkv = [None] * P, [None] * P
+        for r in range(P):
+            s = (r - t) % P
+            nxt = (r + 1) % P
+            if t < P - 1:
+                arriving_kv[nxt] = (ring.send(t, r, "K", s, kv[r][0], pb.dtype_bytes),
+                                    ring.send(t, r, "V", s, kv[r][1], pb.dtype_bytes))
+            arriving_dkv[nxt] = (ring.send(t, r, "dK", s, dkv[r][0], grad_bytes),
+                                 ring.send(t, r, "dV", s, dkv[r][1], grad_bytes))
+        kv, dkv = arriving_kv, arriving_dkv
+    # After P sends each accumulator is home: device r holds dK_r, dV_r.
+    dQ, dK, dV = np.zeros_like(pb.Q), np.zeros_like(pb.K), np.zeros_like(pb.V)
+    for r, p in enumerate(pos):
+        dQ[..., p, :] = dQ_r[r]
+        dK[..., p, :], dV[..., p, :] = dkv[r]
+    return BackwardResult(dQ=dQ, dK=dK, dV=dV, comm=ring.comm(), io=io, flops=flops, work=work, source=source,
+                          positions=pos, layout=layout, world_size=P)
