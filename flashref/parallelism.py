@@ -213,14 +213,14 @@ def smem_traffic(scheme: str, *, Br: int = DEFAULT_BLOCK, Bc: int = DEFAULT_BLOC
     states, plain = [], []
     if scheme == "split-Q":
         Q_i = rng.standard_normal((Br, d))
-        smem.put("Q", Q_i)
+        smem.input("Q", Q_i)
         rq = Br // W
         # Each warp reads its Br/W query rows once; they stay in registers for the whole loop.
         Q_w = [smem.load("Q", rows=(w * rq, (w + 1) * rq), as_=f"w{w}.Q") for w in range(W)]
         for _ in range(inner):
             K_j, V_j = rng.standard_normal((Bc, d)), rng.standard_normal((Bc, d))
-            smem.put("K", K_j)
-            smem.put("V", V_j)
+            smem.input("K", K_j)
+            smem.input("V", V_j)
             parts = []
             for w in range(W):
                 K_ = smem.load("K", as_=f"w{w}.K")  # every warp reads all Bc keys
@@ -231,20 +231,20 @@ def smem_traffic(scheme: str, *, Br: int = DEFAULT_BLOCK, Bc: int = DEFAULT_BLOC
         buffer = 0
     else:
         K_j, V_j = rng.standard_normal((Bc, d)), rng.standard_normal((Bc, d))
-        smem.put("K", K_j)
-        smem.put("V", V_j)
+        smem.input("K", K_j)
+        smem.input("V", V_j)
         ck, rq = Bc // W, Br // W
         # Each warp reads its Bc/W keys once; they stay in registers for the whole loop.
         KV_w = [(smem.load("K", rows=(w * ck, (w + 1) * ck), as_=f"w{w}.K"),
                  smem.load("V", rows=(w * ck, (w + 1) * ck), as_=f"w{w}.V")) for w in range(W)]
         # The exchange buffer: W partial states of Br rows each (allocated, not initialised).
-        smem.put("m_part", np.zeros(W * Br))
-        smem.put("l_part", np.zeros(W * Br))
-        smem.put("O_part", np.zeros((W * Br, d)))
+        smem.output("m_part", (W * Br,))
+        smem.output("l_part", (W * Br,))
+        smem.output("O_part", (W * Br, d))
         buffer = W * Br * (d + 2)
         for _ in range(inner):
             Q_i = rng.standard_normal((Br, d))
-            smem.put("Q", Q_i)
+            smem.input("Q", Q_i)
             for w in range(W):
                 Q_ = smem.load("Q", as_=f"w{w}.Q")  # every warp reads all Br queries
                 m_w, l_w, O_w = _tile_state(Q_, *KV_w[w], scale)  # partial: only keys of warp w

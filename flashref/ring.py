@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import flash2, softmax
-from ._checks import attention_problem, check_like, positive_int
+from .problem import Problem, check_finite, check_like, check_options, positive_int
 from .memory import Memory
 from .results import BackwardResult, ForwardResult
 
@@ -114,7 +114,7 @@ def merge_lse(O1, L1, O2, L2):
     """
     ones = np.ones_like(L1)
     m, l = softmax.merge(L1, ones, L2, ones)
-    m_safe = softmax._finite_or_zero(m)
+    m_safe = softmax.finite_or_zero(m)
     l_safe = np.where(l == 0, 1.0, l)
     O = (np.exp(L1 - m_safe)[..., None] * O1 + np.exp(L2 - m_safe)[..., None] * O2) / l_safe[..., None]
     L = np.where(l == 0, -np.inf, m + np.log(l_safe))
@@ -206,12 +206,10 @@ class _Ring:
 
 
 def _problem(Q, K, V, world_size, layout, opts):
-    unknown = set(opts) - set(OPTIONS)
-    if unknown:
-        raise TypeError(f"ring: unknown option(s) {sorted(unknown)}; valid options: {list(OPTIONS)} "
-                        "(mask and dropout are not supported across the ring)")
+    # mask and dropout are not supported across the ring: they are not among the valid options.
+    check_options(opts, OPTIONS, "ring")
     grad_bytes = positive_int(opts.get("grad_bytes", 4), "grad_bytes")
-    pb = attention_problem(Q, K, V, **{k: v for k, v in opts.items() if k != "grad_bytes"})
+    pb = Problem.from_arrays(Q, K, V, where="ring", **{k: v for k, v in opts.items() if k != "grad_bytes"})
     P = positive_int(world_size, "world_size")
     if pb.Nq != pb.Nk:
         raise ValueError(f"K: ring attention shards one sequence, so Nk must equal Nq; got Nq={pb.Nq}, Nk={pb.Nk}")
@@ -241,9 +239,9 @@ def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResul
     work = np.zeros((P, P), dtype=np.int64)
     source = np.zeros((P, P), dtype=np.int64)
     for r, mem in enumerate(ring.mems):
-        mem.put("Q", pb.Q[..., pos[r], :])
-        mem.put("O", O_r[r])
-        mem.put("L", L_r[r])
+        mem.input("Q", pb.Q[..., pos[r], :])
+        mem.input("O", O_r[r])
+        mem.input("L", L_r[r])
 
     for t in range(P):
         for r in range(P):  # every device, in parallel on a real machine
@@ -259,8 +257,8 @@ def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResul
             flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
             # Merge (one elementwise pass in HBM): read O_r, L_r and the block's O_rs, L_rs; write O_r, L_r.
             mem = ring.mems[r]
-            mem.put("O_rs", blk.O)
-            mem.put("L_rs", blk.L)
+            mem.input("O_rs", blk.O)
+            mem.input("L_rs", blk.L)
             O_old, L_old = mem.load("O", as_="O_r"), mem.load("L", as_="L_r")
             O_b, L_b = mem.load("O_rs"), mem.load("L_rs")
             O_new, L_new = merge_lse(O_old, L_old, O_b, L_b)
@@ -303,6 +301,8 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
     O = check_like(O, "O", pb.Q.shape, pb.dtype)
     dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)
     L = check_like(L, "L", lead + (pb.Nq,), pb.dtype)
+    check_finite(O, "O")
+    check_finite(dO, "dO")
     ring = _Ring(P, P, pb.dtype_bytes, lead)
     fa_opts = {k: v for k, v in opts.items() if k != "grad_bytes"}
     dQ_r = [np.zeros(lead + (len(p), d), dtype=pb.dtype) for p in pos]

@@ -8,7 +8,7 @@ from flashref.memory import IOReport, Memory, SRAMOverflowError, TensorIO
 
 def test_load_store_count_elements_and_events():
     mem = Memory(sram_size=100, lead_shape=(3,))
-    mem.put("Q", np.arange(3 * 10 * 4, dtype=float).reshape(3, 10, 4))
+    mem.input("Q", np.arange(3 * 10 * 4, dtype=float).reshape(3, 10, 4))
     tile = mem.load("Q", rows=(8, 12), as_="Q_i", line="l.8")  # ragged: only rows 8, 9 exist
     assert tile.shape == (3, 2, 4)
     assert mem.report().reads == 3 * 2 * 4
