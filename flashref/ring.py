@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import flash2, softmax
-from .problem import Problem, check_finite, check_like, check_options, positive_int
 from .memory import Memory
+from .problem import Problem, check_finite, check_like, check_options, positive_int
 from .results import BackwardResult, ForwardResult
 
 __all__ = ["LAYOUTS", "positions", "forward", "backward", "CommReport", "CommEvent", "merge_lse",
