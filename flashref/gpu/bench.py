@@ -12,8 +12,9 @@ for flashref (atomic dQ and ``deterministic=True``) and the SDPA backends, and w
 peak at the largest N, allocation by allocation.
 Writes ``<out>/<device>.json`` and ``<out>/<device>.png`` (+ ``-memory.png``).
 
-Options: ``--out DIR`` (figures/gpu), ``--d 64,128``, ``--N 512,...,16384``, ``--causal both|true|false``,
-``--modes fwd,fwd_bwd``, ``--backends flashref,flash,cudnn,efficient,math``, ``--mem-N ...``,
+Options: ``--out DIR`` (figures/gpu), ``--d 64,96,128,256``, ``--N 512,...,16384``, ``--causal both|true|false``,
+``--modes fwd,fwd_bwd``, ``--backends flashref,flashref1,flash,cudnn,efficient,math`` (flashref1:
+kernel 1, the readable one), ``--mem-N ...``,
 ``--no-memory``, ``--dtype float16|bfloat16``.
 """
 
@@ -332,7 +333,7 @@ def _ints(s):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m flashref bench", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="figures/gpu")
-    p.add_argument("--d", type=_ints, default=(64, 128))
+    p.add_argument("--d", type=_ints, default=(64, 96, 128, 256))
     p.add_argument("--N", type=_ints, default=NS)
     p.add_argument("--causal", default="both", choices=("both", "true", "false"))
     p.add_argument("--modes", type=lambda s: tuple(s.split(",")), default=("fwd", "fwd_bwd"))
