@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from flashref.gpu import bench, sweep
@@ -25,19 +23,32 @@ def test_live_at_peak_replays_the_allocator_history():
     assert bench._live_at_peak([]) == []
 
 
-def test_sweep_flags_set_the_environment(monkeypatch):
-    for var in ("FLASHREF_SPLIT", "FLASHREF_HEADS_FIRST", "FLASHREF_LAZY", "FLASHREF_CONFIG_FWD",
-                "FLASHREF_STAGGER", "FLASHREF_CONFIG_DKDV_ATOMIC"):
-        monkeypatch.delenv(var, raising=False)
-    assert sweep._apply("256,64,8,3:split+heads", "fwd", "dkdv_atomic") is False
-    env = os.environ
-    assert (env["FLASHREF_SPLIT"], env["FLASHREF_HEADS_FIRST"], env["FLASHREF_LAZY"]) == ("1", "1", "0")
-    assert env["FLASHREF_CONFIG_FWD"] == "256,64,8,3"
-    assert sweep._apply("64,128,8,3:det+stagger", "fwd_bwd", "dkdv_atomic") is True
-    assert env["FLASHREF_STAGGER"] == "1" and env["FLASHREF_CONFIG_DKDV_ATOMIC"] == "64,128,8,3"
-    assert "FLASHREF_CONFIG_FWD" not in env
+def test_sweep_flags_build_a_config():
+    """sweep's --configs entries become kernels.Config objects: no environment variables."""
+    from flashref.gpu.kernels import Config, Tiles
+
+    cfg, det = sweep.parse_config("256,64,8,3:split+heads", "fwd")
+    assert det is None and cfg == Config(fwd=Tiles(256, 64, 8, 3), split=True, heads_first=True, persistent=False,
+                                          warp_specialize=False, lazy=False, tma=True)
+    assert sweep.parse_config("default", "fwd") == (Config(), None)
+    assert sweep.parse_config(":v1+notma", "fwd")[0] == Config(version=1, split=False, heads_first=False, tma=False)
+    cfg, det = sweep.parse_config("64,128,8,3:det+stagger+ws", "fwd_bwd")
+    assert det is True and cfg.dkdv == Tiles(64, 128, 8, 3) and cfg.stagger and cfg.warp_specialize
+    assert cfg.fwd is None and cfg.split is None  # the forward keeps its defaults
     with pytest.raises(SystemExit, match="split"):
-        sweep._apply("128,128,4,3:split", "fwd_bwd", "dkdv_atomic")  # a forward flag in a backward sweep
+        sweep.parse_config("128,128,4,3:split", "fwd_bwd")  # a forward flag in a backward sweep
+
+
+def test_kernels_read_no_environment_variables():
+    """Only TRITON_INTERPRET (how Triton itself is told to interpret) is read by the kernels."""
+    import re
+    from pathlib import Path
+
+    import flashref.gpu as g
+    for name in ("__init__.py", "kernels.py", "kernel1.py"):
+        src = (Path(g.__file__).parent / name).read_text()
+        reads = re.findall(r"os\.environ(?:\.get)?\(?\[?\s*\"([A-Z_]+)\"", src)
+        assert set(reads) <= {"TRITON_INTERPRET"}, (name, reads)
 
 
 def test_memory_breakdown_reuses_the_largest_n_run(monkeypatch):

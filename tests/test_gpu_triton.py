@@ -1,13 +1,14 @@
-"""flashref.gpu's Triton kernels against the float64 oracle, with the two-oracle rule.
+"""flashref.gpu's Triton kernels (kernel 1, readable, and kernel 2, fast) against the float64 oracle.
 
 Without a CUDA GPU (CI) the kernels run in Triton's CPU interpreter: ``TRITON_INTERPRET=1`` is set
 here before triton is imported, and the inputs are CPU tensors in float32 and float16 (the
 interpreter computes bfloat16 wrongly: numpy has no bfloat16, so bfloat16 is tested on CUDA only).
 With a GPU the same small-shape tests run natively in float16 and bfloat16, and the ``cuda`` tests
-add large shapes (N up to 16384).
+add the FlashAttention repository's full test grid and large shapes (N up to 16384).
 
 Two-oracle rule (flash-attention's test suite): the kernel's error against float64 must be at most
-twice the error of plain attention computed in the kernel's input precision, plus a small atol.
+twice the error of plain attention computed in the kernel's input precision (three times for the
+gradients), plus a small atol.
 """
 
 from __future__ import annotations
@@ -21,19 +22,20 @@ import torch
 
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (flashref.gpu imports it lazily)
-os.environ.setdefault("FLASHREF_AUTOTUNE", "0")  # fixed per-d configs: no tuning run per new shape
 
 pytest.importorskip("triton")
 
-from reference import attention_ref, torch_grads  # noqa: E402
+from reference import attention_ref  # noqa: E402
 
-from flashref import gpu  # noqa: E402
+from flashref import dropout, gpu  # noqa: E402
+from flashref.gpu.kernels import Config, Tiles  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
 DTYPES = (torch.float32, torch.float16) if INTERPRET else (torch.float16, torch.bfloat16)
 # atol per input dtype, added to the two-oracle bound (covers results whose plain error is ~0)
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+KERNELS = {"kernel1": Config(version=1), "kernel2": Config()}
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRET, reason="needs a CUDA GPU")
 
@@ -44,57 +46,61 @@ def _inputs(B, H, Nq, Nk, d, dtype, seed, device=DEVICE):
     return [x.to(device=device, dtype=dtype) for x in (q, k, v, do)]
 
 
-def _plain(q, k, v, do, causal, scale):
-    """Plain attention in the inputs' precision (the second oracle), with autograd."""
-    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+def _attention(q, k, v, do, causal, scale, Z, dtype):
+    """softmax(scale q kᵀ) (∘ Z) v and its gradients, in ``dtype`` (softmax in at least fp32)."""
+    q, k, v = (x.detach().to(dtype).requires_grad_() for x in (q, k, v))
     S = (q @ k.transpose(-1, -2)) * scale
     if causal:
         Nq, Nk = S.shape[-2:]
         S = S.masked_fill(~torch.ones(Nq, Nk, dtype=torch.bool, device=S.device).tril(), float("-inf"))
-    O = torch.softmax(S.float(), dim=-1).to(q.dtype) @ v
-    O.backward(do)
+    P = torch.softmax(S.to(torch.promote_types(dtype, torch.float32)), dim=-1).to(dtype)
+    if Z is not None:
+        P = P * Z.to(dtype)
+    O = P @ v
+    O.backward(do.to(dtype))
     return O.detach(), q.grad, k.grad, v.grad
 
 
 def _err(x, ref):
-    return float(np.max(np.abs(x.detach().double().cpu().numpy() - ref)))
+    return float((x.detach().double() - ref.double()).abs().max())
 
 
-def _oracle(q, k, v, do, causal, tau):
-    """float64 truth: O, dQ, dK, dV as numpy arrays.
+def _check(B, H, Nq, Nk, d, dtype, causal, seed=0, scale=None, grads=True, **opts):
+    """Run gpu.attention and hold it to the two-oracle rule: float64 truth, plain computation in dtype.
 
-    On the CPU the shared numpy/torch oracles of tests/reference.py; on a GPU the same formula in
-    torch float64 on the device (the CPU would take minutes at N = 16384)."""
-    if q.device.type == "cpu":
-        n64 = [x.double().numpy() for x in (q, k, v, do)]
-        return (attention_ref(*n64[:3], scale=tau, causal=causal)[0],) + torch_grads(*n64, scale=tau, causal=causal)
-    q, k, v = (x.double().requires_grad_() for x in (q, k, v))
-    S = (q @ k.transpose(-1, -2)) * tau
-    if causal:
-        Nq, Nk = S.shape[-2:]
-        S = S.masked_fill(~torch.ones(Nq, Nk, dtype=torch.bool, device=S.device).tril(), float("-inf"))
-    O = torch.softmax(S, dim=-1) @ v
-    O.backward(do.double())
-    return tuple(x.detach().cpu().numpy() for x in (O, q.grad, k.grad, v.grad))
-
-
-def _check(B, H, Nq, Nk, d, dtype, causal, seed=0, scale=None, grads=True, deterministic=False):
+    ``seed`` makes the inputs. With ``dropout_p`` among ``opts``, the kernel gets the dropout seed
+    ``seed + 1`` and both oracles use flashref.dropout's keyed mask for it: only a kernel that drops
+    exactly those entries passes."""
     q, k, v, do = _inputs(B, H, Nq, Nk, d, dtype, seed)
     tau = 1.0 / math.sqrt(d) if scale is None else scale
+    Z = None
+    if opts.get("dropout_p", 0) > 0:
+        opts["seed"] = seed + 1
+        Z = torch.from_numpy(dropout.scale_mask(seed + 1, opts["dropout_p"], (B, H), (0, Nq), (0, Nk)))
+        Z = Z.to(q.device)
     q_, k_, v_ = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    o = gpu.attention(q_, k_, v_, causal=causal, scale=scale, deterministic=deterministic)
+    o = gpu.attention(q_, k_, v_, causal=causal, scale=scale, **opts)
     assert o.shape == q.shape and o.dtype == dtype and o.device == q.device
-    O_ref, *refs = _oracle(q, k, v, do, causal, tau)
-    plain = _plain(q, k, v, do, causal, tau)
-    assert np.isfinite(o.detach().double().cpu().numpy()).all()
-    assert _err(o, O_ref) <= 2 * _err(plain[0], O_ref) + ATOL[dtype], (_err(o, O_ref), _err(plain[0], O_ref))
+    truth = _attention(q, k, v, do, causal, tau, Z, torch.float64)
+    plain = _attention(q, k, v, do, causal, tau, Z, dtype)
+    assert torch.isfinite(o).all()
+    assert _err(o, truth[0]) <= 2 * _err(plain[0], truth[0]) + ATOL[dtype], (_err(o, truth[0]), _err(plain[0], truth[0]))
     if not grads:
         return
     o.backward(do)
-    for name, got, pl, ref in zip(("dq", "dk", "dv"), (q_.grad, k_.grad, v_.grad), plain[1:], refs):
+    for name, got, pl, ref in zip(("dq", "dk", "dv"), (q_.grad, k_.grad, v_.grad), plain[1:], truth[1:]):
         assert got is not None and got.shape == ref.shape, name
-        bound = 2 * _err(pl, ref) + ATOL[dtype] * max(1.0, float(np.abs(ref).max()))
+        bound = 3 * _err(pl, ref) + ATOL[dtype] * max(1.0, float(ref.abs().max()))
         assert _err(got, ref) <= bound, (name, _err(got, ref), _err(pl, ref))
+
+
+def test_oracle_is_the_reference():
+    """The float64 torch formula used above is tests/reference.py's attention_ref, dropout included."""
+    q, k, v, do = _inputs(1, 2, 13, 21, 8, torch.float64, seed=1, device="cpu")
+    Z = torch.from_numpy(dropout.scale_mask(5, 0.25, (1, 2), (0, 13), (0, 21)))
+    O = _attention(q, k, v, do, True, 0.4, Z, torch.float64)[0]
+    ref = attention_ref(*(x.numpy() for x in (q, k, v)), scale=0.4, causal=True, dropout_p=0.25, seed=5)[0]
+    np.testing.assert_allclose(O.numpy(), ref, rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,13 +121,36 @@ def test_small_shapes_two_oracles(Nq, Nk, d, causal, dtype, deterministic):
     _check(1, 2, Nq, Nk, d, dtype, causal, seed=Nq * 100 + Nk, deterministic=deterministic)
 
 
-@pytest.mark.parametrize("variant", ["FLASHREF_SPLIT", "FLASHREF_HEADS_FIRST", "FLASHREF_STAGGER"])
-@pytest.mark.parametrize("Nq,Nk,d,causal", [(33, 19, 16, True), (37, 37, 32, False), (40, 70, 32, False)])
-def test_scheduling_variants(variant, Nq, Nk, d, causal, monkeypatch):
-    """The kernels' scheduling options (kernels.py: two row halves and a heads-first grid in the
-    forward, a staggered row loop in dK/dV) compute the same function."""
-    monkeypatch.setenv(variant, "1")
-    _check(1, 2, Nq, Nk, d, DTYPES[0], causal, seed=Nq + 7 * Nk)
+# The FlashAttention repository's test grid (tests/test_flash_attn.py): head dims and odd lengths.
+FA_HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 256)
+FA_LENGTHS = [(113, 203), (128, 217), (113, 211), (108, 256), (256, 512), (512, 256), (1024, 1024),
+              (1023, 1024), (1024, 1023), (2048, 2048), (1, 239), (239, 1)]
+# In CI (the interpreter) a handful of them, every head dim once, both kernels, fp16.
+FA_CI = [(40, 113, 203, True, "kernel2"), (59, 1, 239, False, "kernel2"), (80, 108, 71, True, "kernel1"),
+         (96, 37, 53, False, "kernel2"), (111, 23, 1, False, "kernel1"), (160, 29, 45, True, "kernel2"),
+         (192, 17, 33, False, "kernel1"), (256, 24, 40, True, "kernel2"), (1, 9, 20, True, "kernel2"),
+         (3, 20, 9, False, "kernel1")]
+
+
+@pytest.mark.parametrize("d,Nq,Nk,causal,kernel", FA_CI)
+def test_any_head_dim_two_oracles(d, Nq, Nk, causal, kernel):
+    """Head dims that are not powers of two: padded on chip (masked loads), never in HBM."""
+    _check(1, 2, Nq, Nk, d, DTYPES[-1] if INTERPRET else torch.float16, causal, seed=d + Nq, config=KERNELS[kernel])
+
+
+VARIANTS = {
+    "kernel1": Config(version=1), "split": Config(split=True), "heads_first": Config(heads_first=True),
+    "persistent": Config(persistent=True), "persistent_heads_first": Config(persistent=True, heads_first=True),
+    "no_stagger": Config(stagger=False), "lazy": Config(lazy=True), "warp_specialize": Config(warp_specialize=True, split=True),  # (Triton 3.6 crashes without split)
+    "tiles": Config(fwd=Tiles(32, 16, 4, 2), dkdv=Tiles(16, 32, 4, 2)),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("Nq,Nk,d,causal", [(33, 19, 16, True), (37, 37, 32, False), (40, 70, 24, False)])
+def test_config_variants(variant, Nq, Nk, d, causal):
+    """Every kernel and schedule of kernels.Config computes the same function."""
+    _check(1, 2, Nq, Nk, d, DTYPES[0], causal, seed=Nq + 7 * Nk, config=VARIANTS[variant])
 
 
 def test_custom_scale_and_batch():
@@ -152,6 +181,43 @@ def test_forward_returns_logsumexp():
     tol = 1e-5 if DTYPES[0] == torch.float32 else 1e-2
     assert np.max(np.abs(L.cpu().numpy() - lse)) <= tol
 
+
+# ---------------------------------------------------------------------------------------------
+# dropout: the kernels' mask is flashref.dropout's, entry for entry
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("p,seed", [(0.1, 0), (0.5, 123), (0.9, 2 ** 63 + 5), (1e-9, 7)])
+def test_dropout_mask_equals_numpy(p, seed):
+    """The Triton hash (uint64) keeps exactly the entries numpy's keep_mask keeps."""
+    B, H, Nq, Nk = 2, 3, 37, 70
+    got = gpu.dropout_mask(B, H, Nq, Nk, p, seed).cpu().numpy()
+    want = dropout.keep_mask(seed, p, (B, H), (0, Nq), (0, Nk))
+    assert got.shape == want.shape and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("Nq,Nk,d,causal,p", [(29, 41, 16, False, 0.3), (41, 29, 40, True, 0.6)])
+def test_dropout_in_the_kernel_drops_the_reference_entries(kernel, Nq, Nk, d, causal, p):
+    """Forward and backward with the oracle's Z = keep_mask/(1-p) for the same seed: a kernel that
+    dropped other entries (or another mask in the backward) would miss by far more than rounding."""
+    _check(1, 2, Nq, Nk, d, DTYPES[0], causal, dropout_p=p, seed=Nq + 1000, config=KERNELS[kernel])
+
+
+def test_dropout_zero_is_no_dropout_and_seedless_calls_differ():
+    q, k, v, _ = _inputs(1, 2, 20, 24, 16, DTYPES[0], seed=4)
+    torch.testing.assert_close(gpu.attention(q, k, v, dropout_p=0.0), gpu.attention(q, k, v), rtol=0, atol=0)
+    a, b = gpu.attention(q, k, v, dropout_p=0.5), gpu.attention(q, k, v, dropout_p=0.5)
+    assert not torch.equal(a, b)  # a fresh seed per call from torch's generator ...
+    torch.manual_seed(3)
+    c = gpu.attention(q, k, v, dropout_p=0.5)
+    torch.manual_seed(3)
+    assert torch.equal(c, gpu.attention(q, k, v, dropout_p=0.5))  # ... which torch.manual_seed fixes
+    assert torch.equal(gpu.attention(q, k, v, dropout_p=0.5, seed=11), gpu.attention(q, k, v, dropout_p=0.5, seed=11))
+
+
+# ---------------------------------------------------------------------------------------------
+# gradients: determinism, double backward
+# ---------------------------------------------------------------------------------------------
 
 def _grads(q, k, v, do, **kw):
     xs = [x.clone().requires_grad_() for x in (q, k, v)]
@@ -186,6 +252,13 @@ def test_deterministic_follows_torch_flag(monkeypatch):
         gpu.attention(q, k, v, deterministic="yes")
 
 
+def test_double_backward_is_a_clear_error():
+    q, k, v, _ = (x.requires_grad_() for x in _inputs(1, 1, 8, 8, 16, DTYPES[0], seed=2))
+    o = gpu.attention(q, k, v)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(o.sum(), q, create_graph=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # bad inputs
 # ---------------------------------------------------------------------------------------------
@@ -209,9 +282,9 @@ def test_bad_inputs_name_the_argument(change, arg, exc):
 
 def test_bad_head_dim_dtype_scale_causal():
     q, k, v = _ok(d=16)
-    q24, k24, v24 = (torch.randn(1, 1, 4, 24, device=DEVICE, dtype=DTYPES[0]) for _ in range(3))
+    q9, k9, v9 = (torch.randn(1, 1, 4, 257, device=DEVICE, dtype=DTYPES[0]) for _ in range(3))
     with pytest.raises(ValueError, match="head dimension"):
-        gpu.attention(q24, k24, v24)
+        gpu.attention(q9, k9, v9)
     with pytest.raises(TypeError, match="q must be float16"):
         gpu.attention(q.to(torch.int32), k, v)
     with pytest.raises(ValueError, match="scale"):
@@ -220,6 +293,22 @@ def test_bad_head_dim_dtype_scale_causal():
         gpu.attention(q, k, v, scale=float("nan"))
     with pytest.raises(TypeError, match="causal"):
         gpu.attention(q, k, v, causal="yes")
+    with pytest.raises(ValueError, match="dropout_p"):
+        gpu.attention(q, k, v, dropout_p=1.0)
+    with pytest.raises(TypeError, match="seed"):
+        gpu.attention(q, k, v, dropout_p=0.1, seed=1.5)
+    with pytest.raises(TypeError, match="config"):
+        gpu.attention(q, k, v, config={"version": 1})
+    with pytest.raises(ValueError, match="version"):
+        Config(version=3)
+
+
+@pytest.mark.parametrize("name", ["casual", "block_sizes", "is_causal"])
+def test_unknown_options_are_refused(name):
+    """A misspelt option is an error naming it and the valid ones, not a silent default."""
+    q, k, v = _ok()
+    with pytest.raises(TypeError, match=rf"{name}.*valid options are causal, scale, deterministic"):
+        gpu.attention(q, k, v, **{name: True})
 
 
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
@@ -230,8 +319,44 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# CUDA only: large shapes
+# CUDA only: the FlashAttention test grid in full, and large shapes
 # ---------------------------------------------------------------------------------------------
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("Nq,Nk", FA_LENGTHS)
+@pytest.mark.parametrize("d", FA_HEAD_DIMS)
+def test_cuda_flash_attn_grid(d, Nq, Nk, causal, dtype):
+    _check(2, 3, Nq, Nk, d, dtype, causal, seed=d * 7 + Nq + Nk)
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel", ["kernel1", "det"])
+@pytest.mark.parametrize("d", FA_HEAD_DIMS)
+def test_cuda_flash_attn_grid_other_kernels(d, kernel):
+    """Kernel 1 and the deterministic dQ kernel over every head dim, odd lengths, causal."""
+    opts = dict(config=KERNELS["kernel1"]) if kernel == "kernel1" else dict(deterministic=True)
+    _check(2, 3, 113, 203, d, torch.float16, True, seed=d, **opts)
+    _check(2, 3, 1023, 1024, d, torch.bfloat16, False, seed=d + 1, **opts)
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("d,causal", [(64, True), (96, False), (128, True), (256, False)])
+def test_cuda_dropout(kernel, d, causal):
+    _check(2, 4, 1000, 1031, d, torch.float16, causal, dropout_p=0.17, seed=d, config=KERNELS[kernel])
+
+
+@needs_cuda
+@pytest.mark.cuda
+def test_cuda_dropout_mask_large():
+    got = gpu.dropout_mask(2, 3, 1000, 777, 0.3, 99).cpu().numpy()
+    assert np.array_equal(got, dropout.keep_mask(99, 0.3, (2, 3), (0, 1000), (0, 777)))
+
 
 @needs_cuda
 @pytest.mark.cuda
@@ -239,12 +364,20 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 @pytest.mark.parametrize("B,H,Nq,Nk,d,causal", [
     (2, 3, 1000, 1000, 64, True), (1, 2, 777, 1531, 128, False), (1, 2, 1531, 777, 128, True),
     (2, 2, 1024, 1024, 16, False), (2, 2, 2048, 2048, 32, True), (1, 4, 4096, 4096, 128, True),
-    (1, 2, 4099, 4097, 64, False),
+    (1, 2, 4099, 4097, 64, False), (1, 2, 4096, 4096, 256, True), (1, 2, 4096, 4096, 96, False),
 ])
 def test_cuda_large_shapes(B, H, Nq, Nk, d, causal, dtype):
     _check(B, H, Nq, Nk, d, dtype, causal, seed=Nq + d)
     if dtype == torch.float16:
         _check(B, H, Nq, Nk, d, dtype, causal, seed=Nq + d + 1, deterministic=True)
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cuda_config_variants_large(variant):
+    for d, causal in ((64, True), (128, False), (128, True)):
+        _check(2, 4, 2048, 2048, d, torch.float16, causal, seed=d, config=VARIANTS[variant])
 
 
 @needs_cuda

@@ -1,10 +1,13 @@
 """flashref on a real GPU: FlashAttention-2 (forward and backward) in Triton, with autograd.
 
-``attention(q, k, v, *, causal=False, scale=None)`` takes ``(B, H, N, d)`` fp16/bf16 CUDA tensors
-(``d`` in 16, 32, 64, 128; ``Nq`` may differ from ``Nk``; causal is top-left, as flashref and
-PyTorch's SDPA: query i sees keys j <= i) and returns ``softmax(scale · q kᵀ) v``; gradients flow
-through Triton kernels (``flashref/gpu/kernels.py``), whose every step is tagged with the line of
-FlashAttention-2's Algorithm 1 or 2 (and of ``flashref/flash2.py``) it implements.
+``attention(q, k, v, *, causal=False, scale=None, deterministic=None, dropout_p=0.0, seed=None,
+config=None)`` takes ``(B, H, N, d)`` fp16/bf16 CUDA tensors (any head dimension 1 <= d <= 256;
+``Nq`` may differ from ``Nk``; causal is top-left, as flashref and PyTorch's SDPA: query i sees keys
+j <= i) and returns ``softmax(scale · q kᵀ) v``; gradients flow through Triton kernels
+(``flashref/gpu/kernels.py``: kernel 2, the fast one; ``kernel1.py``: kernel 1, the readable one),
+whose every step is tagged with the line of FlashAttention-2's Algorithm 1 or 2 (and of
+``flashref/flash2.py``) it implements. ``config=kernels.Config(...)`` picks the kernel, its tiles
+and its schedules; nothing is read from the environment.
 
 torch and triton are imported only when this module is used: ``import flashref`` needs neither.
 Under ``TRITON_INTERPRET=1`` (set before triton is imported) the kernels run on the CPU in
@@ -19,9 +22,10 @@ from __future__ import annotations
 import math
 import os
 
-__all__ = ["attention", "forward", "HEAD_DIMS"]
+__all__ = ["attention", "forward", "dropout_mask", "MAX_HEAD_DIM", "OPTIONS"]
 
-HEAD_DIMS = (16, 32, 64, 128)
+MAX_HEAD_DIM = 256  # kernels.MAX_HEAD_DIM (kept here so that checking needs no triton import)
+OPTIONS = ("causal", "scale", "deterministic", "dropout_p", "seed", "config")
 
 
 def _interpret() -> bool:
@@ -48,8 +52,8 @@ def _check(q, k, v, causal, scale):
         raise ValueError(f"q must be a CUDA tensor (got device {q.device}); CPU tensors run only in "
                          "Triton's interpreter, TRITON_INTERPRET=1")
     B, H, Nq, d = q.shape
-    if d not in HEAD_DIMS:
-        raise ValueError(f"q's head dimension d={d} is not supported; use one of {HEAD_DIMS}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"q's head dimension d={d} is not supported; use 1 <= d <= {MAX_HEAD_DIM}")
     if Nq < 1:
         raise ValueError("q must have at least one query (N >= 1)")
     if k.shape[:2] != (B, H) or k.shape[-1] != d:
@@ -67,14 +71,59 @@ def _check(q, k, v, causal, scale):
     return float(scale)
 
 
-def forward(q, k, v, *, causal=False, scale=None):
-    """Run the forward kernel; returns ``(o, L)`` with ``L`` the natural-log log-sum-exp, (B, H, Nq) fp32."""
+def _check_options(options, d, causal, deterministic):
+    """The options beside q, k, v: unknown names refused; returns (dropout or None, resolved config)."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; valid options are {', '.join(OPTIONS)}")
+    p = options.get("dropout_p", 0.0)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_p must be a number in [0, 1), got {p!r}")
+    seed = options.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    from . import kernels
+
+    config = options.get("config")
+    if config is None:
+        config = kernels.Config()
+    if not isinstance(config, kernels.Config):
+        raise TypeError(f"config must be a flashref.gpu.kernels.Config, got {type(config).__name__}")
+    dropout = None
+    if p > 0:
+        if seed is None:  # a fresh mask per call, from torch's default generator (torch.manual_seed)
+            import torch
+            seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
+        dropout = (float(p), seed)
+    return dropout, config.resolve(d, causal, deterministic)
+
+
+def forward(q, k, v, *, causal=False, scale=None, **options):
+    """Run the forward kernel; returns ``(o, L)`` with ``L`` the natural-log log-sum-exp, (B, H, Nq) fp32.
+
+    Takes attention's options except ``deterministic`` (a backward option)."""
     scale = _check(q, k, v, causal, scale)
-    o, L2 = _forward(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale)
+    if "deterministic" in options:
+        raise TypeError("unknown option deterministic for forward (it chooses the backward's dQ scheme)")
+    dropout, cfg = _check_options(options, q.shape[-1], causal, False)
+    o, L2 = _forward(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, cfg, dropout)
     return o, L2 * math.log(2.0)
 
 
-def _forward(q, k, v, causal, scale):
+def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
+    """The keep mask the kernels use for (p, seed): bool (B, H, Nq, Nk), computed by the same Triton
+    code (``kernels._keep``); equal to ``flashref.dropout.keep_mask(seed, p, (B, H), (0, Nq), (0, Nk))``."""
+    import torch
+
+    from . import kernels
+
+    device = device or ("cpu" if _interpret() else "cuda")
+    mask = torch.empty((B, H, Nq, Nk), dtype=torch.int8, device=device)
+    kernels.dropout_mask(mask, float(p), int(seed))
+    return mask.bool()
+
+
+def _forward(q, k, v, causal, scale, cfg, dropout):
     import torch
 
     from . import kernels
@@ -82,21 +131,20 @@ def _forward(q, k, v, causal, scale):
     B, H, Nq, d = q.shape
     o = torch.empty_like(q)
     L2 = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)  # base-2 LSE
-    kernels.forward(q, k, v, o, L2, causal, scale)
+    kernels.forward(q, k, v, o, L2, causal, scale, cfg, dropout)
     return o, L2
 
 
-def _backward(q, k, v, o, L2, do, causal, scale, deterministic):
+def _backward(q, k, v, o, L2, do, causal, scale, deterministic, cfg, dropout):
     import torch
 
     from . import kernels
 
-    B, H, Nq, d = q.shape
-    D = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)
+    D = torch.empty(L2.shape, device=q.device, dtype=torch.float32)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     # FA2's atomic dQ needs an fp32 dQ in HBM (zeroed by the kernels' pre-pass)
     dq_acc = None if deterministic else torch.empty(q.shape, device=q.device, dtype=torch.float32)
-    kernels.backward(q, k, v, o, L2, do.contiguous(), dq, dk, dv, D, causal, scale, dq_acc)
+    kernels.backward(q, k, v, o, L2, do.contiguous(), dq, dk, dv, D, causal, scale, cfg, dropout, dq_acc)
     return dq, dk, dv
 
 
@@ -105,18 +153,22 @@ def _function():
 
     class _Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, causal, scale, deterministic):
+        def forward(ctx, q, k, v, causal, scale, deterministic, cfg, dropout):
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-            o, L2 = _forward(q, k, v, causal, scale)
-            ctx.save_for_backward(q, k, v, o, L2)  # FA2 §3.1.1: O and L only, never P
-            ctx.causal, ctx.scale, ctx.deterministic = causal, scale, deterministic
+            o, L2 = _forward(q, k, v, causal, scale, cfg, dropout)
+            ctx.save_for_backward(q, k, v, o, L2)  # FA2 §3.1.1: O and L only, never P (nor the mask)
+            ctx.args = causal, scale, deterministic, cfg, dropout
             return o
 
         @staticmethod
         def backward(ctx, do):
+            if torch.is_grad_enabled():  # backward(create_graph=True): the kernels have no derivative
+                raise RuntimeError("flashref.gpu.attention does not support double backward (create_graph=True, "
+                                   "e.g. a gradient penalty): its backward is a Triton kernel with no derivative "
+                                   "of its own; use torch's scaled_dot_product_attention with the math backend")
             q, k, v, o, L2 = ctx.saved_tensors
-            dq, dk, dv = _backward(q, k, v, o, L2, do, ctx.causal, ctx.scale, ctx.deterministic)
-            return dq, dk, dv, None, None, None
+            dq, dk, dv = _backward(q, k, v, o, L2, do, *ctx.args)
+            return dq, dk, dv, None, None, None, None, None
 
     return _Attention
 
@@ -124,17 +176,24 @@ def _function():
 _FN = None
 
 
-def attention(q, k, v, *, causal=False, scale=None, deterministic=None):
+def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **options):
     """FlashAttention-2 in Triton: ``softmax(scale · q kᵀ [causal mask]) v`` with autograd.
 
-    q: (B, H, Nq, d), k and v: (B, H, Nk, d); fp16 or bf16 CUDA tensors; d in (16, 32, 64, 128).
-    scale defaults to 1/sqrt(d). causal masks key j for query i when j > i (top-left).
+    q: (B, H, Nq, d), k and v: (B, H, Nk, d); fp16 or bf16 CUDA tensors; any d in 1..256 (the
+    kernels pad it to a power of two on chip). scale defaults to 1/sqrt(d). causal masks key j for
+    query i when j > i (top-left).
 
     deterministic: the backward's dQ. False: FA2's scheme, every column block's program adds its
     dS_ij K_j into an fp32 dQ in HBM with atomics (5 matmuls per block pair; the order of the adds,
     and so the last bits of dQ, vary between runs). True: a second kernel over row blocks keeps dQ_i
     on chip and recomputes S and dP (7 matmuls; bit-identical runs). None (default): follow
     ``torch.are_deterministic_algorithms_enabled()``.
+
+    Other options: ``dropout_p`` (default 0) drops each attention weight with that probability
+    (kept ones scaled by 1/(1-p)); ``seed`` (int) makes the mask flashref.dropout's keyed mask,
+    the same entries numpy's reference drops; without it every call draws a fresh seed from torch's
+    default generator. ``config``: a ``kernels.Config`` (kernel version, tiles, schedules).
+    An unknown option raises a TypeError that lists the valid ones.
     """
     global _FN
     scale = _check(q, k, v, causal, scale)
@@ -143,6 +202,7 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None):
         deterministic = torch.are_deterministic_algorithms_enabled()
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
+    dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     if _FN is None:
         _FN = _function()
-    return _FN.apply(q, k, v, causal, scale, deterministic)
+    return _FN.apply(q, k, v, causal, scale, deterministic, cfg, dropout)

@@ -12,8 +12,9 @@ for flashref (atomic dQ and ``deterministic=True``) and the SDPA backends, and w
 peak at the largest N, allocation by allocation.
 Writes ``<out>/<device>.json`` and ``<out>/<device>.png`` (+ ``-memory.png``).
 
-Options: ``--out DIR`` (figures/gpu), ``--d 64,128``, ``--N 512,...,16384``, ``--causal both|true|false``,
-``--modes fwd,fwd_bwd``, ``--backends flashref,flash,cudnn,efficient,math``, ``--mem-N ...``,
+Options: ``--out DIR`` (figures/gpu), ``--d 64,96,128,256``, ``--N 512,...,16384``, ``--causal both|true|false``,
+``--modes fwd,fwd_bwd``, ``--backends flashref,flashref1,flash,cudnn,efficient,math`` (flashref1:
+kernel 1, the readable one), ``--mem-N ...``,
 ``--no-memory``, ``--dtype float16|bfloat16``.
 """
 
@@ -22,14 +23,13 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
-BACKENDS = ("flashref", "flash", "cudnn", "efficient", "math")
+BACKENDS = ("flashref", "flashref1", "flash", "cudnn", "efficient", "math")  # flashref1: kernel 1 (readable)
 NS = (512, 1024, 2048, 4096, 8192, 16384)
 MEM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 MEM_BACKENDS = ("flashref", "flashref_det", "flash", "cudnn", "math")  # flashref_det: deterministic=True
@@ -47,14 +47,17 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "gpu"
 
 
-def _fn(backend, causal, deterministic=None):
+def _fn(backend, causal, deterministic=None, config=None):
     import torch.nn.functional as F  # noqa: N812
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    if backend in ("flashref", "flashref_det"):
+    if backend in ("flashref", "flashref_det", "flashref1"):
         from . import attention
+        from .kernels import Config
         deterministic = True if backend == "flashref_det" else deterministic
-        return lambda q, k, v: attention(q, k, v, causal=causal, deterministic=deterministic)
+        if backend == "flashref1":
+            config, deterministic = Config(version=1), False  # kernel 1: atomic dQ only
+        return lambda q, k, v: attention(q, k, v, causal=causal, deterministic=deterministic, config=config)
     sdp = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend]
 
@@ -91,7 +94,7 @@ def _progress(total):
         return _P()
 
 
-def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100, deterministic=None):
+def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100, deterministic=None, config=None):
     """Median milliseconds of one call (fwd) or one forward+backward, or None if it fails."""
     import torch
     from triton.runtime.errors import OutOfResources
@@ -99,7 +102,7 @@ def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100, deterministic=No
 
     g = torch.Generator(device="cuda").manual_seed(N + d)
     q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g) for _ in range(4))
-    f = _fn(backend, causal, deterministic)
+    f = _fn(backend, causal, deterministic, config)
     try:
         if mode == "fwd":
             with torch.no_grad():
@@ -185,22 +188,14 @@ def _live_at_peak(events):
     return at_best
 
 
-def _flashref_configs(d):
-    """The (BLOCK_M, BLOCK_N, warps, stages) each flashref kernel ran with for head dim d."""
-    from . import kernels
-    if not kernels.autotune_on():
-        out = {name: f"{kernels.FIXED[name][d]} (fixed)" for name in ("fwd", "dkdv", "dkdv_atomic", "dq")}
-        ov = {n: os.environ.get(f"FLASHREF_CONFIG_{n.upper()}") for n in out}
-        out.update({n: f"({v}) (override)" for n, v in ov.items() if v})
-        out["fwd"] += " SPLIT" if kernels.split_on(d) else ""
-        out["fwd"] += " HEADS_FIRST(causal)" if kernels.heads_first_on(d, True) else ""
-        out["dkdv_atomic"] += " STAGGER" if kernels.stagger_on() else ""
-        return out
-    out = {}
-    for name, kern in (("fwd", kernels.fwd), ("dkdv", kernels.bwd_dkdv), ("dq", kernels.bwd_dq)):
-        c = kernels.best_config(kern)
-        if c is not None:
-            out[name] = f"{c.kwargs} w{c.num_warps} s{c.num_stages}"
+def _flashref_configs(backend, d, causal, mode):
+    """The tiles and flags each flashref kernel ran with (``kernels.Config.describe``)."""
+    from .kernels import Config
+    cfg = Config(version=1 if backend == "flashref1" else 2)
+    out = cfg.resolve(d, causal, deterministic=False).describe()
+    if mode == "fwd":
+        out.pop("dkdv", None)
+    out.pop("dq", None)  # the deterministic dQ kernel does not run (atomic dQ is the default)
     return out
 
 
@@ -235,13 +230,13 @@ def run(args) -> dict:
             row = dict(mode=mode, d=d, N=N, causal=causal, backend=backend, B=B, H=H, ms=round(ms, 5),
                        tflops=round(flops(mode, B, H, N, d, causal) / (ms * 1e-3) / 1e12, 2),
                        rounds_ms=[round(x, 5) for x in ms_list])
-            if backend == "flashref":
-                row["configs"] = _flashref_configs(d)
+            if backend.startswith("flashref"):
+                row["configs"] = _flashref_configs(backend, d, causal, mode)
             rows.append(row)
     bar.close()
     by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in rows}
     for r in rows:
-        if r["backend"] == "flashref":
+        if r["backend"].startswith("flashref"):
             for other in ("flash", "cudnn"):
                 o = by.get((r["mode"], r["d"], r["N"], r["causal"], other))
                 if o:
@@ -316,7 +311,7 @@ def plot_memory(result):
 
 
 def table(result) -> str:
-    lines = [f"{'mode':7} {'d':>3} {'causal':6} {'N':>6} {'flashref':>8} {'flash':>6} {'cudnn':>6} "
+    lines = [f"{'mode':7} {'d':>3} {'causal':6} {'N':>6} {'flashref':>8} {'kern1':>6} {'flash':>6} {'cudnn':>6} "
              f"{'effic':>6} {'math':>5} {'xflash':>6} {'xcudnn':>6}"]
     by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in result["rows"]}
     keys = sorted({(r["mode"], r["d"], r["causal"], r["N"]) for r in result["rows"]},
@@ -325,7 +320,8 @@ def table(result) -> str:
         def g(b, field="tflops", fmt="{:.0f}", key=(mode, d, N, causal)):
             r = by.get(key + (b,))
             return fmt.format(r[field]) if r and field in r else "-"
-        lines.append(f"{mode:7} {d:>3} {causal!s:6} {N:>6} {g('flashref'):>8} {g('flash'):>6} {g('cudnn'):>6} "
+        lines.append(f"{mode:7} {d:>3} {causal!s:6} {N:>6} {g('flashref'):>8} {g('flashref1'):>6} {g('flash'):>6} "
+                     f"{g('cudnn'):>6} "
                      f"{g('efficient'):>6} {g('math'):>5} {g('flashref', 'ratio_vs_sdpa_flash', '{:.2f}'):>6} "
                      f"{g('flashref', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6}")
     for m in result.get("memory", []):
@@ -340,7 +336,7 @@ def _ints(s):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m flashref bench", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="figures/gpu")
-    p.add_argument("--d", type=_ints, default=(64, 128))
+    p.add_argument("--d", type=_ints, default=(64, 96, 128, 256))
     p.add_argument("--N", type=_ints, default=NS)
     p.add_argument("--causal", default="both", choices=("both", "true", "false"))
     p.add_argument("--modes", type=lambda s: tuple(s.split(",")), default=("fwd", "fwd_bwd"))

@@ -11,7 +11,7 @@ runs one warm-up forward+backward, then one more between ``cudaProfilerStart``/`
 so every kernel of that call is counted, including the backward's, which PyTorch launches from
 its autograd thread. The sums go to ``<out>/<device>-dram.json`` beside ``iomodel``'s predictions
 for the same shapes (``standard``; ``flash2`` with the kernel's block sizes; and the closed form of
-the kernels as implemented here, :func:`kernel_model`), and a bar chart to ``<device>-dram.png``.
+the kernels as implemented here, ``iomodel.triton.kernel_model``), and a bar chart to ``<device>-dram.png``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..iomodel.triton import kernel_model
+
 IMPLS = ("plain", "math", "flash", "flashref", "flashref_det")  # flashref_det: deterministic=True
 SHAPES = {"fig2": (8, 16, 1024, 64), "long": (1, 16, 8192, 64)}
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
@@ -36,47 +38,6 @@ METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 # --------------------------------------------------------------------------------------------
 # predictions (CPU only)
 # --------------------------------------------------------------------------------------------
-
-def kernel_model(B, H, N, d, blocks, causal=False, e=2):
-    """HBM bytes of flashref's kernels as written (no cache): per (batch, head), then × B·H.
-
-    ``blocks`` = {"fwd": (BM, BN), "dkdv_atomic": (BM, BN)} for the default backward (atomic dQ),
-    or {"fwd": ..., "dkdv": ..., "dq": ...} for the deterministic one; L, D and the atomic dQ are
-    fp32 (4 bytes).
-    forward: Q once, K and V once per visited (i, j), O written, L written.
-    D pre-pass: read O and dO, write D (and zeros into the fp32 dQ).  dK/dV: K_j, V_j once; Q_i, dO_i
-    (and L_i, D_i) per visited (j, i); write dK, dV.  Atomic dQ: an fp32 read-modify-write of dQ_i per
-    visited (j, i), then one pass reading it and writing dQ.  dQ kernel: Q_i, dO_i, L_i, D_i once; K_j,
-    V_j per visited (i, j); write dQ.
-    """
-    from ..iomodel.flash2 import kv_per_row_block, q_per_column_block
-
-    atomic = "dkdv_atomic" in blocks
-    (fm, fn), (km, kn) = blocks["fwd"], blocks["dkdv_atomic" if atomic else "dkdv"]
-    pairs_dkdv = sum(q_per_column_block(N, N, km, kn, causal))  # (j, i) pairs, in rows of Q
-    lines = {
-        "fwd: Q_i": (N * d * e, 0),
-        "fwd: K_j, V_j per (i, j)": (2 * d * e * sum(kv_per_row_block(N, N, fm, fn, causal)), 0),
-        "fwd: O_i, L_i": (0, N * d * e + 4 * N),
-        "D pre-pass": (2 * N * d * e, 4 * N + (4 * N * d if atomic else 0)),
-        "dkdv: K_j, V_j": (2 * N * d * e, 0),
-        "dkdv: Q_i, dO_i, L_i, D_i per (j, i)": ((2 * d * e + 8) * pairs_dkdv, 0),
-        "dkdv: dK_j, dV_j": (0, 2 * N * d * e),
-    }
-    if atomic:
-        lines["dkdv: dQ_i += dS_ij K_j (fp32 atomics) per (j, i)"] = (4 * d * pairs_dkdv, 4 * d * pairs_dkdv)
-        lines["dQ = τ dQ (fp32 → fp16)"] = (4 * N * d, N * d * e)
-    else:
-        qm, qn = blocks["dq"]
-        lines["dq: Q_i, dO_i, L_i, D_i"] = ((2 * d * e + 8) * N, 0)
-        lines["dq: K_j, V_j per (i, j)"] = (2 * d * e * sum(kv_per_row_block(N, N, qm, qn, causal)), 0)
-        lines["dq: dQ_i"] = (0, N * d * e)
-    heads = B * H
-    reads = heads * sum(r for r, _ in lines.values())
-    writes = heads * sum(w for _, w in lines.values())
-    return dict(read_bytes=reads, write_bytes=writes, total_bytes=reads + writes,
-                by_line={k: (heads * r, heads * w) for k, (r, w) in lines.items()})
-
 
 def predictions(B, H, N, d, blocks=None, causal=False):
     """iomodel's forward+backward bytes for this shape: standard, flash2 at the kernel's blocks, kernel_model."""
@@ -146,18 +107,13 @@ def _child(impl, B, H, N, d, out_json):
     cudart.cudaProfilerStop()
     info = {}
     if impl in ("flashref", "flashref_det"):
-        from . import kernels
-        used = ((("dkdv", kernels.bwd_dkdv), ("dq", kernels.bwd_dq)) if impl == "flashref_det"
-                else (("dkdv_atomic", kernels.bwd_dkdv),))
-        for name, kern in (("fwd", kernels.fwd), *used):
-            c = kernels.best_config(kern)
-            if c is not None:
-                info[name] = [c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]]
-            elif not kernels.autotune_on():
-                ov = os.environ.get(f"FLASHREF_CONFIG_{name.upper()}")
-                bm, bn = (int(x) for x in ov.split(",")[:2]) if ov else kernels.FIXED[name][d][:2]
-                # with SPLIT the two halves share each K_j, V_j load: the IO row block is still BLOCK_M
-                info[name] = [bm, bn]
+        from .kernels import Config
+        cfg = Config().resolve(d, False, impl == "flashref_det")
+        # with split the two halves share each K_j, V_j load: the IO row block is still BLOCK_M
+        used = ("fwd", "dkdv", "dq") if impl == "flashref_det" else ("fwd", "dkdv")
+        for name in used:
+            t = getattr(cfg, name)
+            info[name if impl == "flashref_det" or name == "fwd" else "dkdv_atomic"] = [t.block_m, t.block_n]
     Path(out_json).write_text(json.dumps(info))
 
 

@@ -1,12 +1,15 @@
 """Time kernel variants against each other and the SDPA peers in one process (METHOD.md's sweep).
 
-``python -m flashref.gpu.sweep --d 128 --N 4096,16384 --configs 256,64,8,3:split 128,128,8,3:heads``
+``python -m flashref.gpu.sweep --d 128 --N 4096,16384 --configs default 256,64,8,3:split 128,128,8,3:heads+ws``
 
-Each config is ``BM,BN,warps,stages`` (empty: the FIXED default) with optional ``:flags`` joined by
-``+``. Forward (``--mode fwd``): ``split`` (two row halves per program), ``heads`` (heads-first grid),
-``lazy`` (conditional O rescale); a flag not given is off. Forward+backward (``--mode fwd_bwd``):
-the tiles set the backward's ``--kernel`` (dkdv_atomic, dkdv or dq) and the flags are ``det`` (the
-deterministic dQ kernel) and ``stagger`` (staggered dK/dV row loop); the forward keeps its defaults.
+Each config is ``default`` (``kernels.Config()``: every default for the head dim) or
+``BM,BN,warps,stages`` (empty: the default tiles) with optional ``:flags`` joined by ``+``; a flag
+not given is off. Forward (``--mode fwd``): ``split`` (two row halves per program), ``heads``
+(heads-first grid), ``persistent`` (one program per SM, longest tiles first), ``ws`` (Triton's warp
+specialisation of the K/V loop), ``lazy`` (conditional O rescale), ``notma`` (pointer loads), ``v1``
+(kernel 1, the readable one). Forward+backward (``--mode fwd_bwd``): the tiles set the backward's
+``--kernel`` (dkdv or dq) and the flags are ``det`` (the deterministic dQ kernel), ``stagger``
+(staggered dK/dV row loop), ``ws`` and ``v1``; the forward keeps its defaults.
 
 For each shape, the peers (``--peers flash,cudnn``) and every config are timed in turn, ``--rounds``
 times over, and each keeps its median: drift in the GPU's clocks during the run then falls on all of
@@ -18,29 +21,33 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 
-FLAGS = {"fwd": {"split": "FLASHREF_SPLIT", "heads": "FLASHREF_HEADS_FIRST", "lazy": "FLASHREF_LAZY"},
-         "fwd_bwd": {"stagger": "FLASHREF_STAGGER", "det": None}}
+FLAGS = {"fwd": {"split": "split", "heads": "heads_first", "persistent": "persistent", "ws": "warp_specialize",
+                 "lazy": "lazy", "notma": None, "v1": None},
+         "fwd_bwd": {"stagger": "stagger", "det": None, "ws": "warp_specialize", "v1": None}}
 
 
-def _apply(cfg, mode, kernel):
-    """Set the environment for one config; returns its ``deterministic`` argument."""
-    tiles, _, flags = cfg.partition(":")
+def parse_config(spec, mode, kernel="dkdv"):
+    """One ``--configs`` entry: returns ``(kernels.Config, deterministic)``."""
+    from .kernels import Config, Tiles
+
+    if spec == "default":
+        return Config(), None
+    tiles, _, flags = spec.partition(":")
     flags = set(filter(None, flags.split("+")))
     unknown = flags - set(FLAGS[mode])
     if unknown:
-        raise SystemExit(f"--configs: unknown flag(s) {sorted(unknown)} in {cfg!r} for --mode {mode}")
-    for flag, var in FLAGS[mode].items():
-        if var:
-            os.environ[var] = "1" if flag in flags else "0"
-    for name in ("FWD", "DKDV", "DKDV_ATOMIC", "DQ"):
-        os.environ.pop(f"FLASHREF_CONFIG_{name}", None)
+        raise SystemExit(f"--configs: unknown flag(s) {sorted(unknown)} in {spec!r} for --mode {mode}; "
+                         f"valid: {sorted(FLAGS[mode])}")
+    fields = {field: flag in flags for flag, field in FLAGS[mode].items() if field}
+    if mode == "fwd":
+        fields["tma"] = "notma" not in flags
+    fields["version"] = 1 if "v1" in flags else 2
     if tiles:
-        os.environ["FLASHREF_CONFIG_" + ("FWD" if mode == "fwd" else kernel.upper())] = tiles
-    return "det" in flags
+        fields["fwd" if mode == "fwd" else kernel] = Tiles.parse(tiles)
+    return Config(**fields), ("det" in flags if mode == "fwd_bwd" else None)
 
 
 def _geomean(xs):
@@ -57,7 +64,7 @@ def main(argv=None) -> int:
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--N", default="4096,16384")
     p.add_argument("--mode", default="fwd", choices=("fwd", "fwd_bwd"))
-    p.add_argument("--kernel", default="dkdv_atomic", choices=("dkdv_atomic", "dkdv", "dq"))
+    p.add_argument("--kernel", default="dkdv", choices=("dkdv", "dq"))
     p.add_argument("--causal", default="both", choices=("both", "true", "false"))
     p.add_argument("--peers", default="flash,cudnn")
     p.add_argument("--rounds", type=int, default=3)
@@ -68,18 +75,17 @@ def main(argv=None) -> int:
     shapes = [(N, c) for c in causals for N in (int(x) for x in a.N.split(","))]
     peers = [b for b in a.peers.split(",") if b]
     entries = [("peer", b) for b in peers] + [("cfg", c) for c in a.configs]
+    parsed = {c: parse_config(c, a.mode, a.kernel) for c in a.configs}
     tf = {e: [] for e in entries}  # entry -> TFLOP/s per shape (median of rounds)
     for N, causal in shapes:
         B, H = bench.TOKENS // N, bench.HIDDEN // a.d
         times = {e: [] for e in entries}
         for _ in range(a.rounds):
             for kind, name in entries:
-                det = None
-                if kind == "cfg":
-                    det = _apply(name, a.mode, a.kernel)
+                cfg, det = parsed[name] if kind == "cfg" else (None, None)
                 backend = name if kind == "peer" else "flashref"
                 times[(kind, name)].append(bench.time_one(a.mode, backend, B, H, N, a.d, causal, torch.float16,
-                                                          rep=a.rep, deterministic=det))
+                                                          rep=a.rep, deterministic=det, config=cfg))
         line = []
         for e, ms in times.items():
             ok = [x for x in ms if x is not None]

@@ -1,0 +1,79 @@
+"""Closed forms for flashref's Triton kernels as written (``flashref/gpu/kernels.py``, kernel 2).
+
+* :func:`kernel_model`: the HBM bytes of one forward+backward, line by line of the kernels, with no
+  cache (what ``python -m flashref profile`` compares with Nsight Compute's DRAM and L2 counters);
+* :func:`padding_waste`: the share of the matmul work spent on the zero columns that pad a head
+  dimension to the next power of two on chip (``kernels.pad_dim``); :func:`padding_table` tabulates it.
+
+Needs neither torch nor triton.
+"""
+
+from __future__ import annotations
+
+from .flash2 import kv_per_row_block, q_per_column_block
+
+__all__ = ["kernel_model", "pad_dim", "padding_waste", "padding_table", "FA_TEST_HEAD_DIMS"]
+
+# The head dimensions of the FlashAttention repository's test grid (tests/test_flash_attn.py)
+FA_TEST_HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 256)
+
+
+def pad_dim(d: int) -> int:
+    """The tile width the kernels use for head dimension d: the next power of two, at least 16
+    (``tl.arange`` needs a power of two, ``tl.dot`` at least 16). Same rule as ``kernels.pad_dim``."""
+    if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= 256:
+        raise ValueError(f"d: expected an integer in 1..256, got {d!r}")
+    return max(16, 1 << (d - 1).bit_length())
+
+
+def padding_waste(d: int) -> float:
+    """Fraction of the kernels' matmul FLOPs spent on padding: ``1 − d / pad_dim(d)``.
+
+    Every matmul of Algorithms 1 and 2 has d as its inner dimension (S = Q Kᵀ, dP = dO Vᵀ) or as
+    one outer dimension (P V, dS K, Pᵀ dO, dSᵀ Q), so each runs over pad_dim(d) columns where d
+    carry data. The HBM traffic is not padded: the loads mask the extra columns (they read d)."""
+    return 1.0 - d / pad_dim(d)
+
+
+def padding_table(dims=FA_TEST_HEAD_DIMS) -> list[tuple[int, int, float]]:
+    """``(d, pad_dim(d), padding_waste(d))`` for each d."""
+    return [(d, pad_dim(d), padding_waste(d)) for d in dims]
+
+
+def kernel_model(B, H, N, d, blocks, causal=False, e=2):
+    """HBM bytes of flashref's kernels as written (no cache): per (batch, head), then × B·H.
+
+    ``blocks`` = {"fwd": (BM, BN), "dkdv_atomic": (BM, BN)} for the default backward (atomic dQ),
+    or {"fwd": ..., "dkdv": ..., "dq": ...} for the deterministic one; L, D and the atomic dQ are
+    fp32 (4 bytes).
+    forward: Q once, K and V once per visited (i, j), O written, L written.
+    D pre-pass: read O and dO, write D (and zeros into the fp32 dQ).  dK/dV: K_j, V_j once; Q_i, dO_i
+    (and L_i, D_i) per visited (j, i); write dK, dV.  Atomic dQ: an fp32 read-modify-write of dQ_i per
+    visited (j, i), then one pass reading it and writing dQ.  dQ kernel: Q_i, dO_i, L_i, D_i once; K_j,
+    V_j per visited (i, j); write dQ.
+    """
+    atomic = "dkdv_atomic" in blocks
+    (fm, fn), (km, kn) = blocks["fwd"], blocks["dkdv_atomic" if atomic else "dkdv"]
+    pairs_dkdv = sum(q_per_column_block(N, N, km, kn, causal))  # (j, i) pairs, in rows of Q
+    lines = {
+        "fwd: Q_i": (N * d * e, 0),
+        "fwd: K_j, V_j per (i, j)": (2 * d * e * sum(kv_per_row_block(N, N, fm, fn, causal)), 0),
+        "fwd: O_i, L_i": (0, N * d * e + 4 * N),
+        "D pre-pass": (2 * N * d * e, 4 * N + (4 * N * d if atomic else 0)),
+        "dkdv: K_j, V_j": (2 * N * d * e, 0),
+        "dkdv: Q_i, dO_i, L_i, D_i per (j, i)": ((2 * d * e + 8) * pairs_dkdv, 0),
+        "dkdv: dK_j, dV_j": (0, 2 * N * d * e),
+    }
+    if atomic:
+        lines["dkdv: dQ_i += dS_ij K_j (fp32 atomics) per (j, i)"] = (4 * d * pairs_dkdv, 4 * d * pairs_dkdv)
+        lines["dQ = τ dQ (fp32 → fp16)"] = (4 * N * d, N * d * e)
+    else:
+        qm, qn = blocks["dq"]
+        lines["dq: Q_i, dO_i, L_i, D_i"] = ((2 * d * e + 8) * N, 0)
+        lines["dq: K_j, V_j per (i, j)"] = (2 * d * e * sum(kv_per_row_block(N, N, qm, qn, causal)), 0)
+        lines["dq: dQ_i"] = (0, N * d * e)
+    heads = B * H
+    reads = heads * sum(r for r, _ in lines.values())
+    writes = heads * sum(w for _, w in lines.values())
+    return dict(read_bytes=reads, write_bytes=writes, total_bytes=reads + writes,
+                by_line={k: (heads * r, heads * w) for k, (r, w) in lines.items()})
