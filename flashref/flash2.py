@@ -83,7 +83,16 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
     Returns ``.O``, ``.L`` (row log-sum-exp of the scaled, masked scores; -inf for a fully masked
     row), ``.io``, ``.flops``, ``.events`` and ``.block_sizes = (Br, Bc)``.
+
+    Low precision (``fp8``, ``p_fp8``, ``fp8_scaling``, ``incoherent``, ``incoherent_seed``,
+    ``p_scale``, ``key_order``): FlashAttention-3's FP8 forward, run by :func:`flashref.lowp.forward`.
     """
+    # --- issue 17: the low-precision options run lowp's copy of this loop (FP8 lines marked there).
+    from . import lowp
+    if lowp.requested(opts):
+        return lowp.forward(Q, K, V, **opts)
+    opts = {k: v for k, v in opts.items() if k not in lowp.OPTIONS}  # explicit defaults: the plain loop
+    # --- end issue 17
     pb = attention_problem(Q, K, V, **opts)
     Br, Bc = blocks.resolve(pb, footprint_forward)
     Nq, Nk, d, lead = pb.Nq, pb.Nk, pb.d, pb.lead_shape

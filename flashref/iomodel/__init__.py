@@ -29,12 +29,23 @@ ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
 
 @dataclass
 class Prediction(Traffic):
-    """Predicted HBM traffic in elements; ``by_line`` says where it comes from."""
+    """Predicted HBM traffic in elements; ``by_line`` says where it comes from.
+
+    ``line_bytes`` gives a line its own bytes per element (FP8 tiles, float32 scales: see
+    ``iomodel.lowp``); ``bytes`` weighs each line by it, the others by ``dtype_bytes``.
+    """
 
     reads: int
     writes: int
     dtype_bytes: int = 2
     by_line: dict[str, tuple[int, int]] = field(default_factory=dict)
+    line_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        if not self.line_bytes:
+            return self.total * self.dtype_bytes
+        return sum((r + w) * self.line_bytes.get(line, self.dtype_bytes) for line, (r, w) in self.by_line.items())
 
 
 class Tally:
@@ -43,8 +54,12 @@ class Tally:
     def __init__(self, heads: int = 1, dtype_bytes: int = 2):
         self.heads, self.dtype_bytes = heads, dtype_bytes
         self.lines: dict[str, list[int]] = {}
+        self.line_bytes: dict[str, int] = {}
 
-    def add(self, line: str, reads: int = 0, writes: int = 0) -> None:
+    def add(self, line: str, reads: int = 0, writes: int = 0, dtype_bytes: int | None = None) -> None:
+        """Count ``reads``/``writes`` per head on ``line``; ``dtype_bytes`` if the line moves another precision."""
+        if dtype_bytes is not None:
+            self.line_bytes[line] = int(dtype_bytes)
         acc = self.lines.setdefault(line, [0, 0])
         acc[0] += reads * self.heads
         acc[1] += writes * self.heads
@@ -52,7 +67,7 @@ class Tally:
     def prediction(self) -> Prediction:
         by_line = {k: (r, w) for k, (r, w) in self.lines.items()}
         return Prediction(sum(r for r, _ in by_line.values()), sum(w for _, w in by_line.values()),
-                          self.dtype_bytes, by_line)
+                          self.dtype_bytes, by_line, dict(self.line_bytes))
 
 
 def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, **opts) -> Prediction:

@@ -70,8 +70,13 @@ def q_per_column_block(Nq, Nk, Br, Bc, causal) -> list[int]:
     return out
 
 
-def forward(*, Nq, Nk, d, heads=1, causal=False, sram_size=None, block_sizes=None, dtype_bytes=2, **_):
+def forward(*, Nq, Nk, d, heads=1, causal=False, sram_size=None, block_sizes=None, dtype_bytes=2, **rest):
     from . import flash2 as _self
+    from . import lowp as _lowp  # issue 17: the FP8 options are counted by iomodel.lowp
+
+    if _lowp.requested(rest):
+        return _lowp.forward(Nq=Nq, Nk=Nk, d=d, heads=heads, causal=causal, sram_size=sram_size,
+                             block_sizes=block_sizes, dtype_bytes=dtype_bytes, **rest)
 
     Br, Bc = _self.block_sizes("forward", Nq=Nq, Nk=Nk, d=d, sram_size=sram_size,
                                block_sizes=block_sizes, dtype_bytes=dtype_bytes)
