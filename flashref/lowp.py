@@ -45,7 +45,7 @@ from .memory import Memory
 from .results import ForwardResult
 from .softmax import _finite_or_zero
 
-__all__ = ["FORMATS", "OPTIONS", "fmax", "cast", "fwht", "random_signs", "rotate", "quantize",
+__all__ = ["FORMATS", "OPTIONS", "fmax", "cast", "decode", "fwht", "random_signs", "rotate", "quantize",
            "check_options", "requested", "footprint", "forward"]
 
 FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
@@ -64,6 +64,15 @@ def cast(X: np.ndarray, dtype) -> np.ndarray:
     """Round X to ``dtype`` with saturation: clip to ±max first (ml_dtypes would give NaN or inf)."""
     m = fmax(dtype)
     return np.clip(X, -m, m).astype(dtype)
+
+
+def decode(X: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """Exact values of a 1-byte float array as ``dtype``, by a 256-entry table (numpy's astype is slow)."""
+    X = np.asarray(X)
+    if X.dtype.itemsize != 1:
+        return X.astype(dtype)
+    table = np.arange(256, dtype=np.uint8).view(X.dtype).astype(dtype)
+    return table[X.view(np.uint8)]
 
 
 def fwht(X: np.ndarray) -> np.ndarray:
@@ -199,7 +208,10 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
             mem.put(f"{n}_scale", s, dtype_bytes=SCALE_BYTES)
     for name, (X, nbytes) in inputs.items():
         mem.put(name, X, dtype_bytes=nbytes)  # FP8: Q, K, V stored in 1 byte per element
-    up = (lambda X: X.astype(cdt))  # FP8 → fp32 operands of the tensor-core matmul (exact)
+
+    def up(X):  # FP8 → fp32 operands of the tensor-core matmul (exact)
+        return decode(X, cdt)
+
     one = np.ones(lead + (1,), dtype=cdt)
     s_q = s_k = s_v = one
     underflow = np.zeros(lead + (Nq, Nk), dtype=bool) if p is not None else None
