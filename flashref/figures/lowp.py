@@ -12,9 +12,9 @@ and against their fraction (standard deviation 10).
 
 ``lowp_p_underflow``: the fraction of non-sink entries of P̃·p_scale that the e4m3 cast sends to
 0, against the sink's score offset Δ, for forward and reverse key order, p_scale 1 and 2⁸, with
-Q, K, V kept in fp32 to isolate the P cast (as arXiv 2606.06521 does); the dashed line is that
-paper's leading-order prediction Φ(Δ + δ_k − ln(2¹⁰) − ln S) for forward order, δ_k = E[max of
-k_sink standard normals].
+Q, K, V kept in fp32 to isolate the P cast (as arXiv 2606.06521 does); the dotted line is that
+paper's leading-order prediction Φ(Δ + δ_k − ln(2¹⁰) − ln S) for forward order, δ_k =
+E[max of k_sink standard normals].
 
 Every FP8 FlashAttention row casts P to e4m3 with FlashAttention-3's P handling (p_scale 2⁸, reverse key order),
 so the rows differ only in how Q, K, V are stored. Outputs are kept in fp32 (the FP16 rows round
@@ -146,9 +146,10 @@ def table_plot(rows):
     ax.plot([i - 0.19 for i in px], [PAPER[METHODS[i]] for i in px], "k*", ms=10,
             label="FlashAttention-3 Table 3 (outliers)")
     ax.set_yscale("log")
+    ax.set_ylim(top=0.5)  # room for the legend above the bars
     ax.set_xticks(x, [m.replace(" ", "\n", 1) for m in METHODS])
     ax.set_ylabel("RMSE")
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper center", ncol=3, fontsize=7)
     return fig
 
 
@@ -233,7 +234,7 @@ def underflow_data():
 
 def underflow_plot(rows):
     fig, axes = figure(f"P̃ cast to e4m3: non-sink entries that underflow to 0, B·H={SINK_H}, N={SINK_N}, "
-                       f"d={SINK_D}, {K_SINK} sink keys,\nBr=Bc={BLOCK[0]}, Q, K, V in fp32; dashed: "
+                       f"d={SINK_D}, {K_SINK} sink keys,\nBr=Bc={BLOCK[0]}, Q, K, V in fp32; dotted: "
                        "Φ(Δ + δ_k − ln 2¹⁰ − ln S) (arXiv 2606.06521)", ncols=2, width=9.0, height=3.9)
     axes = axes[0]
     colors = {1.0: "#d62728", 256.0: "#1f77b4"}
