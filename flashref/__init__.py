@@ -30,7 +30,7 @@ from .memory import IOReport, Memory, SRAMOverflowError
 
 __version__ = "0.1.0"
 
-_LAZY = ("functional", "gpu", "figures")
+_LAZY = ("functional", "gpu", "figures", "lowp")
 
 
 def __getattr__(name):
@@ -41,5 +41,5 @@ def __getattr__(name):
 
 
 __all__ = ["blocks", "blocksparse", "decoding", "dropout", "flash1", "flash2", "flops", "hardware", "iomodel",
-           "masks", "memory", "parallelism", "softmax", "standard", "functional", "gpu", "figures",
+           "masks", "memory", "parallelism", "softmax", "standard", "functional", "gpu", "figures", "lowp",
            "IOReport", "Memory", "SRAMOverflowError"]

@@ -58,6 +58,19 @@ def test_incoherent_forward_equals_plain_in_float64(rng):
     np.testing.assert_allclose(b.L, a.L, atol=1e-12)
 
 
+def test_lowp_loop_keeps_mask_causal_and_dropout(rng):
+    Q, K, V = _qkv(rng, (2,), 45, 37, 16)
+    mask = rng.random((45, 37)) < 0.7
+    mask[3] = False  # a fully masked row
+    opts = dict(block_sizes=(16, 8), mask=mask, causal=True, dropout_p=0.2, seed=4)
+    a = flash2.forward(Q, K, V, **opts)
+    b = flash2.forward(Q, K, V, incoherent=True, key_order="reverse", **opts)
+    np.testing.assert_allclose(b.O, a.O, atol=1e-12)
+    assert not b.O[:, 3].any() and np.isneginf(b.L[:, 3]).all()
+    c = flash2.forward(Q, K, V, fp8="e4m3", p_fp8="e4m3", p_scale=256.0, **opts)
+    assert np.isfinite(c.O).all() and np.abs(c.O - a.O).max() < 0.2
+
+
 # ---------------------------------------------------------------- scales
 def test_block_scales_equal_tensor_scales_when_blocks_span_the_tensor(rng):
     Q, K, V = _qkv(rng, (2, 3), 40, 56, 16)
