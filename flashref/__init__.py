@@ -23,10 +23,13 @@ from . import (
     masks,
     memory,
     parallelism,
+    patterns,
+    problem,
     softmax,
     standard,
 )
 from .memory import IOReport, Memory, SRAMOverflowError
+from .problem import Problem
 
 __version__ = "0.1.0"
 
@@ -40,6 +43,8 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["blocks", "blocksparse", "decoding", "dropout", "flash1", "flash2", "flops", "hardware", "iomodel",
-           "masks", "memory", "parallelism", "softmax", "standard", "functional", "gpu", "figures", "lowp",
-           "IOReport", "Memory", "SRAMOverflowError"]
+# What ``from flashref import *`` gives: the numpy core only. ``functional``, ``gpu`` and ``figures``
+# stay out of the star-import (they need torch, triton or matplotlib); import them by name.
+__all__ = ["blocks", "blocksparse", "decoding", "dropout", "flash1", "flash2", "flops", "hardware", "iomodel", "lowp",
+           "masks", "memory", "parallelism", "patterns", "problem", "softmax", "standard",
+           "IOReport", "Memory", "Problem", "SRAMOverflowError"]

@@ -1,4 +1,4 @@
-"""Block sizes: the paper's rule, and the largest blocks whose real on-chip footprint fits in M.
+"""Tiling, in one place: block sizes, the grid of tiles, and the row range of each tile.
 
 Algorithm 1 l.1 sets ``Bc = ⌈M/4d⌉, Br = min(⌈M/4d⌉, d)``. The constant 4 is there "so that the
 proof works out" (tridao, flash-attention issue #175): those blocks keep Bc·d (K_j), Bc·d (V_j),
@@ -11,26 +11,42 @@ simulated memory measures), and :func:`resolve` picks:
 2. else the paper's sizes for ``M = sram_size`` if their footprint fits;
 3. else the largest blocks that fit, shrinking Bc and keeping the paper's shape ``Br = min(Bc, d)``.
 
-Without ``sram_size`` the default M is :data:`DEFAULT_SRAM_BYTES` bytes ("M around 100KB", §3.2 of
-the paper) divided by ``dtype_bytes``. Blocks longer than the sequence are clipped to it: one
-block then covers everything and moves the same data.
+Without ``sram_size`` the default M is :data:`DEFAULT_SRAM_BYTES` = 100,000 bytes ("M around
+100KB", §3.2 of the paper) divided by ``dtype_bytes``: 50,000 elements of fp16. Blocks longer
+than the sequence are clipped to it: one block then covers everything and moves the same data.
+
+Every algorithm module exposes ``footprint(Br, Bc, d)`` and ``grid(pb)``; :mod:`flashref.iomodel`
+calls the same ``grid`` on a shapes-only problem, so the closed forms tile exactly as the
+simulator does.
+
+Example::
+
+    g = blocks.grid_for(pb, flash2.footprint_forward)
+    for i in range(g.Tr):
+        rows = g.rows(i)          # (start, stop) of row block i; the last may be ragged
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .memory import SRAMOverflowError
 
-__all__ = ["DEFAULT_SRAM_BYTES", "paper_block_sizes", "default_sram_size", "resolve", "tile"]
+__all__ = ["DEFAULT_SRAM_BYTES", "paper_block_sizes", "default_sram_size", "resolve", "tile", "cdiv", "Grid",
+           "grid_for"]
 
 DEFAULT_SRAM_BYTES = 100_000
 
 
+def cdiv(a: int, b: int) -> int:
+    """⌈a / b⌉ for non-negative integers (the number of blocks of size ``b`` covering ``a``)."""
+    return -(-a // b)
+
+
 def paper_block_sizes(M: int, d: int) -> tuple[int, int]:
     """Alg.1 l.1: ``(Br, Bc) = (min(⌈M/4d⌉, d), ⌈M/4d⌉)``."""
-    Bc = math.ceil(M / (4 * d))
+    Bc = cdiv(M, 4 * d)
     return min(Bc, d), Bc
 
 
@@ -40,7 +56,47 @@ def tile(i: int, B: int, N: int) -> tuple[int, int]:
 
 
 def default_sram_size(dtype_bytes: int = 2) -> int:
+    """The default M in elements: 100 KB of on-chip memory at ``dtype_bytes`` per element."""
     return DEFAULT_SRAM_BYTES // dtype_bytes
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Block sizes ``(Br, Bc)`` and counts ``Tr = ⌈Nq/Br⌉``, ``Tc = ⌈Nk/Bc⌉`` (Alg.1 l.3-4).
+
+    It unpacks, and indexes, as the four numbers ``(Br, Bc, Tr, Tc)``, so ``Br, Bc, Tr, Tc = g``.
+    """
+
+    Br: int
+    Bc: int
+    Tr: int
+    Tc: int
+    Nq: int
+    Nk: int
+
+    @classmethod
+    def of(cls, Br: int, Bc: int, Nq: int, Nk: int) -> Grid:
+        return cls(Br, Bc, cdiv(Nq, Br), cdiv(Nk, Bc), Nq, Nk)
+
+    def rows(self, i: int) -> tuple[int, int]:
+        """Rows of row block i (of Q, O, ℓ, m, L)."""
+        return tile(i, self.Br, self.Nq)
+
+    def cols(self, j: int) -> tuple[int, int]:
+        """Keys of column block j (rows of K, V)."""
+        return tile(j, self.Bc, self.Nk)
+
+    def _four(self):
+        return (self.Br, self.Bc, self.Tr, self.Tc)
+
+    def __iter__(self):
+        return iter(self._four())
+
+    def __getitem__(self, k):
+        return self._four()[k]
+
+    def __len__(self):
+        return 4
 
 
 def resolve(pb, footprint: Callable[[int, int, int], int]) -> tuple[int, int]:
@@ -65,3 +121,9 @@ def resolve(pb, footprint: Callable[[int, int, int], int]) -> tuple[int, int]:
     raise SRAMOverflowError(
         f"even 1x1 blocks need an on-chip footprint of {footprint(1, 1, d)} elements per head "
         f"with d={d}, more than sram_size={M}")
+
+
+def grid_for(pb, footprint: Callable[[int, int, int], int]) -> Grid:
+    """The grid of problem ``pb`` for a loop whose on-chip footprint is ``footprint``: the one resolver."""
+    Br, Bc = resolve(pb, footprint)
+    return Grid.of(Br, Bc, pb.Nq, pb.Nk)

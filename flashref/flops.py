@@ -6,15 +6,19 @@ fp16 matmul but 19.5 TFLOP/s of fp32 non-matmul, so a non-matmul FLOP costs 16x 
 * ``matmul``: a product of an (m, k) and a (k, n) matrix costs ``2 * m * k * n`` (a multiply and
   an add per term), counted from the shapes of the arrays really multiplied.
 * ``nonmatmul``: one FLOP per element per elementwise operation or reduction step (scale, mask,
-  max, subtract, exp, sum, divide, dropout multiply...). The algorithm names how many operations
-  it applies to an array; the counter takes the array's size from the array itself.
+  max, subtract, exp, sum, divide, dropout multiply...).
 
-Example::
+The counting rides on the operation, so each formula of the paper stays one statement: the
+counter's methods compute *and* count, and each elementwise count names its operations::
 
     fc = FlopCounter()
-    S = fc.matmul(Q_i, K_j.swapaxes(-1, -2))      # 2 * Br * d * Bc (times heads)
-    fc.elementwise(S, ops=3)                       # max, subtract, exp: 3 * Br * Bc
+    S_ij = fc.scores(Q_i, K_j, tau)                                  # τ Q_i K_jᵀ: 2·Br·d·Bc + Br·Bc
+    m_ij = fc.rowmax(S_ij)                                           # Br·Bc comparisons
+    P_ij = fc.ew(np.exp(S_ij - m_ij[..., None]), "subtract", "exp")  # 2·Br·Bc
     print(fc.report())
+
+A matmul's accumulate into an existing block (``O_i + P̃_ij V_j``) is the matmul's own add, not
+counted again: tensor cores do ``D = A·B + C`` in one instruction.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from .problem import require_finite
 
 __all__ = ["FlopReport", "FlopCounter"]
 
@@ -65,8 +71,33 @@ class FlopCounter:
         self._matmul += 2 * int(C.size) * int(k)
         return C
 
+    def scores(self, Q_i: np.ndarray, K_j: np.ndarray, tau: float) -> np.ndarray:
+        """``S = τ Q Kᵀ``: the matmul and the scale in its epilogue (rule 5).
+
+        Raises ``FloatingPointError`` if finite inputs overflow the compute dtype: every later
+        step would turn the infinities into NaN.
+        """
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, as an error
+            S = self.ew(self.matmul(Q_i, K_j.swapaxes(-1, -2)) * tau, "scale")
+        return require_finite(S, "scores τ·QKᵀ")
+
+    def ew(self, X: np.ndarray, *ops: str) -> np.ndarray:
+        """Return ``X``, counting one FLOP per element of ``X`` for each named operation that made it."""
+        self._nonmatmul += len(ops) * int(np.size(X))
+        return X
+
+    def rowmax(self, X: np.ndarray) -> np.ndarray:
+        """``rowmax(X)`` over the last axis: one comparison per element of ``X``."""
+        self._nonmatmul += int(np.size(X))
+        return X.max(axis=-1)
+
+    def rowsum(self, X: np.ndarray) -> np.ndarray:
+        """``rowsum(X)`` over the last axis: one addition per element of ``X``."""
+        self._nonmatmul += int(np.size(X))
+        return X.sum(axis=-1)
+
     def elementwise(self, X, ops: int = 1) -> None:
-        """Count ``ops`` non-matmul FLOPs for every element of ``X``."""
+        """Count ``ops`` non-matmul FLOPs for every element of ``X`` (the first arc's form of :meth:`ew`)."""
         self._nonmatmul += int(ops) * int(np.size(X))
 
     def report(self) -> FlopReport:

@@ -1,22 +1,35 @@
-"""A PyTorch front for the reference algorithms: ``scaled_dot_product_attention`` with autograd.
+"""A PyTorch front for the reference algorithms: a drop-in ``scaled_dot_product_attention`` with autograd.
 
-Same signature and conventions as :func:`torch.nn.functional.scaled_dot_product_attention`
-(query ``(..., L, E)``, key and value ``(..., S, E)``; a boolean ``attn_mask`` with True = take
-part in attention; ``is_causal`` top-left aligned; ``scale`` keyword, default 1/√E; ``dropout_p``
-always applied, as PyTorch does), plus keyword-only options that pick the algorithm and its
-simulated SRAM. The forward and the backward run the numpy reference algorithms on the CPU, so a
-model can train on FlashAttention's Algorithm 2 and 4 (or standard attention, or FlashAttention-2)
-and be checked against PyTorch's own kernels. It is slow; it is for teaching and testing.
+It accepts what :func:`torch.nn.functional.scaled_dot_product_attention` accepts, and agrees with it:
+query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)`` with ``Ev`` free; leading axes
+that broadcast against each other; a boolean ``attn_mask`` (True = take part in attention) or a
+float one (added to the scores); ``is_causal`` (top-left aligned); ``scale`` (default 1/√E);
+``dropout_p`` (always applied, as PyTorch does); ``enable_gqa`` (K, V with fewer heads on axis -3);
+empty inputs. A fully masked row gives zeros, as PyTorch ≥ 2.5 does. The forward and the backward
+run the numpy reference algorithms on the CPU, so a model can train on FlashAttention's
+Algorithms 2 and 4 (or standard attention, or FlashAttention-2) and be checked against PyTorch's
+own kernels. It is slow; it is for teaching and testing.
+
+How each PyTorch feature reaches the numpy algorithms (the first three in torch, before the
+autograd function, so that autograd sums their gradients exactly as for PyTorch's own ops):
+
+* ``enable_gqa``: K and V heads are repeated ``Hq / Hkv`` times (``repeat_interleave``);
+* broadcast leading axes: ``torch.broadcast_tensors`` over the leading axes;
+* ``Ev != E``: the narrower side is zero-padded to the wider head dim (zero columns of Q and K add
+  nothing to QKᵀ; zero columns of V give zero output columns, sliced off), with the scale of the
+  original E; the counted IO is that of the padded problem;
+* a boolean mask is the algorithms' ``mask``; a float mask is their ``bias`` (``standard`` and
+  ``flash2`` only, which read it from HBM tile by tile).
 
 Differences from PyTorch, all deliberate:
 
-* only boolean masks: a float ``attn_mask`` (an additive bias) raises a ``TypeError`` — the
-  papers' MASK function sets scores to -inf, it does not add a bias;
 * ``attn_mask`` and ``is_causal`` may be given together (PyTorch refuses): both apply;
-* dropout is reproducible: ``seed`` fixes the mask, and the backward regenerates it from the seed
-  (Alg.4 l.1), never storing it;
-* value must have the same head dimension as query and key (``E == Ev``), as in the papers;
-* no ``enable_gqa``.
+* dropout draws a fresh mask on every call from torch's default generator (so
+  ``torch.manual_seed`` makes runs reproducible), but the random numbers are flashref's keyed hash
+  of (seed, head, row, column), not Philox: pass ``seed=`` to ask for the reference's keyed mask;
+  the backward regenerates the same mask from the seed (Alg.4 l.1), never storing it;
+* a float ``attn_mask`` that requires grad is refused: its gradient is not computed;
+* double backward (``create_graph=True``) raises a ``RuntimeError``: the backward is numpy.
 
 Example::
 
@@ -27,11 +40,13 @@ Example::
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import flash1, flash2, standard
+from .problem import check_options
 
 __all__ = ["scaled_dot_product_attention", "ALGORITHMS"]
 
@@ -40,17 +55,21 @@ class _Spec:
     """How to call one algorithm module: which saved statistics its forward returns and its
     backward takes (the tensors of the algorithm's *Require* line, in order)."""
 
-    def __init__(self, module, stats: tuple[str, ...], backward_takes_O: bool):
+    def __init__(self, module, stats: tuple[str, ...], backward_takes_O: bool, takes_bias: bool):
         self.module, self.stats, self.backward_takes_O = module, stats, backward_takes_O
+        self.takes_bias = takes_bias
 
 
 # Dispatch by name. backward signatures (DESIGN.md): standard.backward(Q, K, V, dO, P),
 # flash1.backward(Q, K, V, O, dO, l, m), flash2.backward(Q, K, V, O, dO, L).
 ALGORITHMS = {
-    "standard": _Spec(standard, ("P",), backward_takes_O=False),
-    "flash1": _Spec(flash1, ("l", "m"), backward_takes_O=True),
-    "flash2": _Spec(flash2, ("L",), backward_takes_O=True),
+    "standard": _Spec(standard, ("P",), backward_takes_O=False, takes_bias=True),
+    "flash1": _Spec(flash1, ("l", "m"), backward_takes_O=True, takes_bias=False),
+    "flash2": _Spec(flash2, ("L",), backward_takes_O=True, takes_bias=True),
 }
+
+#: flashref's keyword-only options beyond PyTorch's signature.
+OPTIONS = {"algorithm": "flash2", "sram_size": None, "block_sizes": None, "seed": None}
 
 
 def _spec(algorithm: str) -> _Spec:
@@ -84,8 +103,12 @@ class _Attention(torch.autograd.Function):
         return _to_torch(fwd.O, query)
 
     @staticmethod
-    @once_differentiable  # the reference backward is numpy: no graph through it (no double backward)
     def backward(ctx, grad_out):
+        if torch.is_grad_enabled():
+            # create_graph=True runs the backward with grad mode on: a gradient of this gradient is
+            # asked for, and the numpy backward has no graph to give one.
+            raise RuntimeError("flashref.functional.scaled_dot_product_attention: double backward "
+                               "(create_graph=True) is not supported; the reference backward runs in numpy")
         spec = _spec(ctx.algorithm)
         Q, K, V, O, *stats = ctx.saved_arrays
         dO = _to_numpy(grad_out).astype(O.dtype)
@@ -102,31 +125,92 @@ def _check_tensor(t, name: str) -> torch.Tensor:
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if not t.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
+    if t.dim() < 2:
+        raise ValueError(f"{name}: expected shape (..., N, E) with at least 2 dims, got {tuple(t.shape)}")
     return t
 
 
+def _gqa(query, key, value, enable_gqa: bool):
+    """K, V heads repeated to Q's (PyTorch's convention: query head h uses K/V head h // (Hq // Hkv))."""
+    if not enable_gqa:
+        return key, value
+    if query.dim() < 3 or key.dim() < 3:
+        raise ValueError("enable_gqa: expected query and key with a head axis at -3, "
+                         f"got shapes {tuple(query.shape)} and {tuple(key.shape)}")
+    Hq, Hkv = query.shape[-3], key.shape[-3]
+    if value.shape[-3] != Hkv:
+        raise ValueError(f"enable_gqa: value has {value.shape[-3]} heads, key has {Hkv}")
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"enable_gqa: query heads Hq={Hq} must be a multiple of key/value heads Hkv={Hkv}")
+    g = Hq // Hkv
+    return key.repeat_interleave(g, dim=-3), value.repeat_interleave(g, dim=-3)
+
+
+def _broadcast(query, key, value):
+    """Broadcast the leading axes of the three tensors against each other (their last two axes stay)."""
+    try:
+        lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"query, key, value: leading axes {tuple(query.shape[:-2])}, {tuple(key.shape[:-2])}, "
+                         f"{tuple(value.shape[:-2])} do not broadcast") from None
+    return tuple(t.expand(lead + t.shape[-2:]) for t in (query, key, value))
+
+
+def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str) -> dict:
+    if attn_mask is None:
+        return {}
+    if not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"attn_mask: expected a torch.Tensor (bool or float), got {type(attn_mask).__name__}")
+    if attn_mask.dtype == torch.bool:
+        return {"mask": attn_mask.detach().to("cpu").numpy()}
+    if not attn_mask.is_floating_point():
+        raise TypeError(f"attn_mask: expected a bool or float tensor, got dtype {attn_mask.dtype}")
+    if attn_mask.requires_grad:
+        raise ValueError("attn_mask: a float mask that requires grad is not supported (its gradient is not "
+                         "computed); pass attn_mask.detach()")
+    if not spec.takes_bias:
+        raise ValueError(f"attn_mask: a float mask is an additive bias, read from HBM tile by tile; "
+                         f"algorithm={algorithm!r} has no bias (use 'flash2' or 'standard')")
+    return {"bias": _to_numpy(attn_mask)}
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                                 scale=None, *, algorithm="flash1", sram_size=None, block_sizes=None,
-                                 seed=0) -> torch.Tensor:
-    """``softmax(MASK(scale · query keyᵀ)) value`` with dropout, by a flashref reference algorithm.
+                                 scale=None, enable_gqa=False, **options) -> torch.Tensor:
+    """``softmax(scale · query keyᵀ + mask) value`` with dropout, by a flashref reference algorithm.
 
     Parameters follow :func:`torch.nn.functional.scaled_dot_product_attention`; the keyword-only
-    ones are flashref's: ``algorithm`` (``"standard"``, ``"flash1"``, ``"flash2"``), the
-    simulated on-chip size ``sram_size`` (elements per head), ``block_sizes=(Br, Bc)`` and the
-    dropout ``seed``. Returns a tensor of query's dtype and device; gradients flow to the inputs
-    that require them.
+    options are flashref's: ``algorithm`` (``"standard"``, ``"flash1"``, or ``"flash2"``, the
+    default: it takes every option, float masks included), the simulated on-chip size
+    ``sram_size`` (elements per head), ``block_sizes=(Br, Bc)`` and the dropout ``seed``
+    (``None``: a fresh one from torch's default generator on every call). Returns a tensor of
+    query's dtype and device; gradients flow to the inputs that require them.
     """
+    check_options(options, OPTIONS, "flashref.functional.scaled_dot_product_attention")
+    o = {**OPTIONS, **options}
+    spec = _spec(o["algorithm"])  # a clear error before any work
     query, key, value = (_check_tensor(t, n) for t, n in ((query, "query"), (key, "key"), (value, "value")))
-    _spec(algorithm)  # a clear error before any work
-    mask = None
-    if attn_mask is not None:
-        if not isinstance(attn_mask, torch.Tensor):
-            raise TypeError(f"attn_mask: expected a boolean torch.Tensor, got {type(attn_mask).__name__}")
-        if attn_mask.dtype != torch.bool:
-            raise TypeError(f"attn_mask: only boolean masks (True = attend) are supported, got dtype "
-                            f"{attn_mask.dtype}; a float mask is an additive bias, which the papers' MASK "
-                            f"function does not model")
-        mask = attn_mask.detach().to("cpu").numpy()
-    opts = dict(scale=scale, causal=bool(is_causal), mask=mask, dropout_p=dropout_p, seed=seed,
-                sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=query.element_size())
-    return _Attention.apply(query, key, value, algorithm, opts)
+    if key.shape[-1] != query.shape[-1]:
+        raise ValueError(f"key: head dimension {key.shape[-1]} does not match query's {query.shape[-1]}")
+    if value.shape[-2] != key.shape[-2]:
+        raise ValueError(f"value: length {value.shape[-2]} does not match key's {key.shape[-2]}")
+    mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"])
+    key, value = _gqa(query, key, value, enable_gqa)
+    query, key, value = _broadcast(query, key, value)
+    E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
+    out_shape = query.shape[:-1] + (Ev,)
+    if query.numel() == 0 or value.numel() == 0 or S == 0:
+        # Nothing to attend with or to: an empty result, or (no keys) the zeros of fully masked rows.
+        return (query.sum() * 0 + key.sum() * 0 + value.sum() * 0).expand(out_shape).clone()
+    scale = 1.0 / math.sqrt(E) if scale is None else scale
+    if Ev < E:  # zero columns of V give zero columns of O, sliced off below
+        value = torch.nn.functional.pad(value, (0, E - Ev))
+    elif Ev > E:  # zero columns of Q and K add nothing to Q Kᵀ
+        query, key = (torch.nn.functional.pad(t, (0, Ev - E)) for t in (query, key))
+    seed = o["seed"]
+    if seed is None and dropout_p > 0:
+        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))  # torch's default generator: fresh per call
+    opts = dict(scale=scale, causal=bool(is_causal), dropout_p=dropout_p, seed=0 if seed is None else seed,
+                sram_size=o["sram_size"], block_sizes=o["block_sizes"], dtype_bytes=query.element_size(),
+                **mask_opts)
+    out = _Attention.apply(query, key, value, o["algorithm"], opts)
+    return out[..., :Ev] if Ev < out.shape[-1] else out

@@ -39,11 +39,11 @@ import ml_dtypes
 import numpy as np
 
 from . import blocks, flash2, masks
-from ._checks import attention_problem
 from .flops import FlopCounter
 from .memory import Memory
+from .problem import Problem
 from .results import ForwardResult
-from .softmax import _finite_or_zero
+from .softmax import finite_or_zero
 
 __all__ = ["FORMATS", "OPTIONS", "fmax", "cast", "decode", "fwht", "random_signs", "rotate", "quantize",
            "check_options", "requested", "footprint", "forward"]
@@ -129,9 +129,12 @@ def _format(value, name: str):
     raise ValueError(f"{name}: expected None or one of {sorted(FORMATS)}, got {value!r}")
 
 
-def check_options(*, d: int, block_sizes, fp8=None, p_fp8=None, fp8_scaling=None, incoherent=False,
+def check_options(pb: Problem, *, fp8=None, p_fp8=None, fp8_scaling=None, incoherent=False,
                   incoherent_seed=0, p_scale=1.0, key_order="forward") -> dict:
     """Normalise the low-precision options (shared by the simulator and ``iomodel``); clear errors."""
+    d, block_sizes = pb.d, pb.block_sizes
+    if pb.bias is not None:
+        raise ValueError("bias: not supported with the low-precision options (FlashAttention-3's FP8 forward has none)")
     qkv, p = _format(fp8, "fp8"), _format(p_fp8, "p_fp8")
     if fp8_scaling is not None and fp8_scaling not in ("tensor", "block"):
         raise ValueError(f"fp8_scaling: expected 'tensor' or 'block', got {fp8_scaling!r}")
@@ -178,8 +181,8 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     None) and ``.p_underflow`` (boolean ``(..., Nq, Nk)``, or None without ``p_fp8``).
     """
     lp_opts = {k: opts.pop(k) for k in list(opts) if k in OPTIONS}
-    pb = attention_problem(Q, K, V, **opts)
-    lp = check_options(d=pb.d, block_sizes=pb.block_sizes, **lp_opts)
+    pb = Problem.from_arrays(Q, K, V, where="flash2.forward", extra=flash2.OPTIONS + tuple(OPTIONS), **opts)
+    lp = check_options(pb, **lp_opts)
     return run(pb, **lp)
 
 
@@ -205,9 +208,9 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
         inputs = {n: (X8, 1) for n, (X8, _) in q.items()}
         scales = {n: s for n, (_, s) in q.items()}
         for n, s in scales.items():
-            mem.put(f"{n}_scale", s, dtype_bytes=SCALE_BYTES)
+            mem.input(f"{n}_scale", s, dtype_bytes=SCALE_BYTES)
     for name, (X, nbytes) in inputs.items():
-        mem.put(name, X, dtype_bytes=nbytes)  # FP8: Q, K, V stored in 1 byte per element
+        mem.input(name, X, dtype_bytes=nbytes)  # FP8: Q, K, V stored in 1 byte per element
 
     def up(X):  # FP8 → fp32 operands of the tensor-core matmul (exact)
         return decode(X, cdt)
@@ -217,8 +220,8 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
     underflow = np.zeros(lead + (Nq, Nk), dtype=bool) if p is not None else None
 
     Tr, Tc = -(-Nq // Br), -(-Nk // Bc)  # Alg.1 l.1
-    mem.put("O", np.zeros(lead + (Nq, d), dtype=cdt))
-    mem.put("L", np.zeros(lead + (Nq,), dtype=cdt))
+    mem.output("O", (Nq, d), dtype=cdt)
+    mem.output("L", (Nq,), dtype=cdt)
     for i in range(Tr):  # Alg.1 l.3
         rows = blocks.tile(i, Br, Nq)
         Q_i = mem.load("Q", rows=rows, as_="Q_i", line="Alg.1 l.4")  # (Br, d), FP8
@@ -252,7 +255,7 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
             m_new = mem.hold("m_new", np.maximum(m_i, S_ij.max(axis=-1)))  # (Br,)
             fc.elementwise(S_ij)
             fc.elementwise(m_new)
-            m_safe = _finite_or_zero(m_new)
+            m_safe = finite_or_zero(m_new)
             P_tilde = mem.hold("S_ij", np.exp(S_ij - m_safe[..., None]))  # (Br, Bc)
             fc.elementwise(P_tilde, ops=2)
             alpha = mem.hold("m_i", np.exp(m_i - m_safe))  # (Br,)

@@ -1,10 +1,30 @@
 """The simulated GPU: a large slow HBM, a small fast SRAM, and a counter on the wire between them.
 
-Every algorithm in flashref runs against a :class:`Memory`. Its inputs are placed in HBM for free
-(rule 1 of DESIGN.md); from then on the algorithm can only reach HBM through :meth:`Memory.load`
-and :meth:`Memory.store`, and each of those counts the elements it moves. Arrays the algorithm
-keeps on chip are registered with :meth:`Memory.hold` (loads register themselves), so the on-chip
-footprint is *measured* from what the code really holds, not assumed from a formula.
+Every algorithm in flashref runs against a :class:`Memory`. Its verbs say the counting rules
+(docs/counting-rules.md) as they apply them:
+
+=============================  ==============================================================
+``mem.input(name, X)``         an input starts in HBM at no cost (rule 1)
+``mem.output(name, shape)``    an HBM output buffer, allocated but *not* initialised
+                               (``torch.empty``): free; each block is written once by a store
+``mem.init(name, shape, v)``   an HBM buffer initialised to ``v`` (Alg.1 l.2 ``O = 0``):
+                               counted as writes (rule 3)
+``mem.load(name, rows)``       HBM → SRAM: counted as reads (rule 2), held on chip
+``mem.store(name, X, rows)``   SRAM → HBM: counted as writes (rule 2)
+``mem.hold(name, X)``          keep a quantity on chip (counted in the footprint)
+``mem.reuse(old, new, X)``     ``X`` takes the slot of ``old`` ("we use S for P", as
+                               flash-attention-minimal puts it): ``old`` is gone
+``mem.free(*names)``           release on-chip slots
+``mem.result(name)``           hand an HBM tensor back to the caller (not counted)
+=============================  ==============================================================
+
+**What counts as on chip** (one rule, applied by every algorithm): each quantity that the
+algorithm box names — a tile such as ``Q_i``, ``S_ij``, ``P̃_ij``, or a row vector such as
+``m_i``, ``ℓ_i^new`` — is held from the statement that computes it until it is freed or its slot
+is reused. Sub-expressions inside one statement (``e^{m_i − m_i^new}`` used once, the product
+before a scale) are registers and are not counted; a factor used by two statements is named and
+held. So the footprint is *measured* from what the code keeps, not assumed from a formula, and
+each module's ``footprint(Br, Bc, d)`` is tested equal to the measured peak.
 
 Leading axes (batch, heads) are simulated in lockstep: one load of ``Q[..., rows, :]`` moves the
 tile of every head, and counts ``heads * rows * d`` elements. The footprint is counted per head,
@@ -14,7 +34,7 @@ batch and heads; an SM's shared memory belongs to the block running on it).
 Example::
 
     mem = Memory(sram_size=1024)
-    mem.put("Q", Q)                                   # inputs start in HBM at no cost
+    mem.input("Q", Q)                                  # inputs start in HBM at no cost
     Q_1 = mem.load("Q", rows=(0, 16), as_="Q_i")       # 16*d reads per head, held on chip
     mem.store("O", O_1, rows=(0, 16))                  # 16*d writes per head
     print(mem.report())
@@ -26,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Memory", "IOReport", "TensorIO", "Event", "SRAMOverflowError"]
+__all__ = ["Memory", "IOReport", "TensorIO", "Event", "SRAMOverflowError", "io_by_line"]
 
 
 class SRAMOverflowError(MemoryError):
@@ -92,6 +112,8 @@ class IOReport(Traffic):
     by_tensor: dict[str, TensorIO] = field(default_factory=dict)
     peak_sram: int = 0
     dtype_bytes: int = 2
+    #: (reads, writes) per algorithm line, in elements, as ``iomodel``'s ``Prediction.by_line``.
+    by_line: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def reads(self) -> int:
@@ -114,7 +136,11 @@ class IOReport(Traffic):
             m = merged.setdefault(name, TensorIO(dtype_bytes=t.dtype_bytes))
             m.reads += t.reads
             m.writes += t.writes
-        return IOReport(merged, max(self.peak_sram, other.peak_sram), self.dtype_bytes)
+        lines = dict(self.by_line)
+        for line, (r, w) in other.by_line.items():
+            r0, w0 = lines.get(line, (0, 0))
+            lines[line] = (r0 + r, w0 + w)
+        return IOReport(merged, max(self.peak_sram, other.peak_sram), self.dtype_bytes, lines)
 
     def __radd__(self, other):
         # lets sum([io1, io2, ...]) start from 0
@@ -137,6 +163,15 @@ class IOReport(Traffic):
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def io_by_line(events) -> dict[str, tuple[int, int]]:
+    """(reads, writes) in elements per algorithm line, from a run's memory events."""
+    out: dict[str, list[int]] = {}
+    for e in events:
+        acc = out.setdefault(e.line, [0, 0])
+        acc[0 if e.direction == "read" else 1] += e.elements
+    return {k: (r, w) for k, (r, w) in out.items()}
 
 
 def _range(r, n: int) -> tuple[int, int]:
@@ -168,14 +203,14 @@ class Memory:
         self.heads = int(np.prod(self.lead_shape, dtype=np.int64)) if self.lead_shape else 1
         self._hbm: dict[str, np.ndarray] = {}
         self._is_vector: dict[str, bool] = {}
-        self._bytes: dict[str, int] = {}  # tensors stored in their own precision (put(..., dtype_bytes=))
         self._sram: dict[str, int] = {}  # on-chip buffer name -> elements per head
         self._io: dict[str, TensorIO] = {}
+        self._bytes: dict[str, int] = {}  # tensors stored in their own precision (input(..., dtype_bytes=))
         self.peak_sram = 0
         self.events: list[Event] = []
 
     # ---------------------------------------------------------------- HBM
-    def put(self, name: str, array: np.ndarray, dtype_bytes: int | None = None) -> None:
+    def input(self, name: str, array: np.ndarray, dtype_bytes: int | None = None) -> None:
         """Place an input in HBM. Inputs start in HBM at no cost (rule 1).
 
         ``dtype_bytes`` gives this tensor its own bytes per element (e.g. 1 for FP8) in the
@@ -188,7 +223,16 @@ class Memory:
         self._hbm[name] = array.copy()
         self._is_vector[name] = array.ndim == len(self.lead_shape) + 1
 
-    def alloc(self, name: str, shape: tuple, fill: float, dtype=np.float64, line: str = "") -> None:
+    def output(self, name: str, shape: tuple, dtype=np.float64) -> None:
+        """Allocate an HBM output buffer without initialising it: free, since nothing is written yet.
+
+        Use it for a buffer whose every block is written exactly once by :meth:`store` (FA2's O and L).
+        Its content before those stores is undefined on a GPU; here it is zeros, never read.
+        """
+        self._hbm[name] = np.zeros(self.lead_shape + tuple(shape), dtype=dtype)
+        self._is_vector[name] = len(shape) == 1
+
+    def init(self, name: str, shape: tuple, fill: float, dtype=np.float64, line: str = "") -> None:
         """Initialise a buffer in HBM (e.g. Alg.1 l.2 ``O = 0``): the initialisation counts as writes (rule 3)."""
         full = self.lead_shape + tuple(shape)
         self._hbm[name] = np.full(full, fill, dtype=dtype)
@@ -196,6 +240,10 @@ class Memory:
         rows = (0, shape[0])
         cols = (0, shape[1]) if len(shape) == 2 else (0, 1)
         self._count(name, "write", rows, cols, self._hbm[name].size, line)
+
+    # The first arc's names for the same verbs, kept so older notebooks and user code still run.
+    put = input
+    alloc = init
 
     def load(self, name: str, rows=None, cols=None, *, as_: str | None = None, line: str = "") -> np.ndarray:
         """Copy a tile of HBM tensor ``name`` into SRAM, count its elements as reads, and return it.
@@ -245,7 +293,10 @@ class Memory:
     # ---------------------------------------------------------------- SRAM
     def hold(self, name: str, value):
         """Keep ``value`` on chip under ``name``; returns ``value``. Replaces an earlier holding of ``name``."""
-        n = int(np.size(value)) // self.heads if np.ndim(value) > len(self.lead_shape) else 1
+        # Elements per head: the trailing (non-leading) axes. Counted from the shape, not by
+        # dividing by the number of heads, so an empty batch (0 heads) holds what one head would.
+        shape = np.shape(value)
+        n = int(np.prod(shape[len(self.lead_shape):], dtype=np.int64)) if len(shape) > len(self.lead_shape) else 1
         self._sram[name] = n
         used = sum(self._sram.values())
         if self.sram_size is not None and used > self.sram_size:
@@ -254,6 +305,15 @@ class Memory:
                 f"on-chip footprint of {used} elements per head ({parts}) exceeds sram_size={self.sram_size}")
         self.peak_sram = max(self.peak_sram, used)
         return value
+
+    def reuse(self, old: str, new: str, value):
+        """``value`` takes the on-chip slot of ``old``, which is no longer needed (``old`` is freed).
+
+        The paper's algorithms overwrite in place: P̃_ij = exp(S_ij − m̃_ij) where S_ij was, as
+        registers would. Naming the reuse keeps the footprint honest and the names the paper's.
+        """
+        self._sram.pop(old, None)
+        return self.hold(new, value)
 
     def free(self, *names: str) -> None:
         """Release on-chip buffers."""
@@ -281,4 +341,4 @@ class Memory:
     def report(self) -> IOReport:
         """The IO of everything run so far."""
         by_tensor = {k: TensorIO(v.reads, v.writes, v.dtype_bytes) for k, v in self._io.items()}
-        return IOReport(by_tensor, self.peak_sram, self.dtype_bytes)
+        return IOReport(by_tensor, self.peak_sram, self.dtype_bytes, io_by_line(self.events))

@@ -35,11 +35,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import hardware
 from .memory import Memory
-from .softmax import _finite_or_zero
+from .problem import positive_int
+from .softmax import finite_or_zero
 
 __all__ = ["work_items", "waves", "efficiency", "occupancy", "sm_count", "SmemTraffic", "smem_traffic",
-           "DEFAULT_BLOCK", "SCHEMES"]
+           "DEFAULT_BLOCK", "SCHEMES", "DEFAULT_SMS", "wave_utilisation", "choose_num_splits",
+           "resolve_num_splits"]
+
+# H100 SXM5 has 132 SMs (NVIDIA H100 whitepaper; also flashref.hardware.H100.sms).
+DEFAULT_SMS = 132
 
 # FlashAttention-2's CUDA kernels use 128-row blocks in the forward (flash-attention issue #437:
 # "each thread block will take care of 128 rows (or sometimes 64 rows)") and 128-key column
@@ -54,9 +60,7 @@ def sm_count(gpu) -> int:
         if gpu <= 0:
             raise ValueError(f"gpu: expected a positive SM count, got {gpu}")
         return int(gpu)
-    from . import hardware  # A100: 108 SMs, H100 SXM5: 132 SMs (NVIDIA whitepapers; see hardware.py)
-
-    return hardware.get(gpu).sms
+    return hardware.get(gpu).sms  # A100: 108 SMs, H100 SXM5: 132 SMs (NVIDIA whitepapers; see hardware.py)
 
 
 def _pos(x, name):
@@ -100,6 +104,47 @@ def occupancy(algorithm: str, direction: str, *, batch: int, heads: int, Nq: int
     return {"items": items, "slots": slots, "waves": waves(items, slots), "efficiency": efficiency(items, slots)}
 
 
+# ------------------------------------------------------------------ split-KV decoding's schedule
+def wave_utilisation(work_items: int, sms: int = DEFAULT_SMS) -> dict:
+    """Waves and SM utilisation of ``work_items`` independent thread blocks on ``sms`` SMs.
+
+    One work item per SM at a time (a FlashAttention thread block uses most of an SM's shared
+    memory), so the items run in ``waves = ⌈items / sms⌉`` and the last wave may leave SMs idle:
+    ``utilisation = items / (waves · sms)`` — wave quantisation.
+    """
+    work_items, sms = positive_int(work_items, "work_items"), positive_int(sms, "sms")
+    return {"work_items": work_items, "sms": sms, "waves": waves(work_items, sms),
+            "busy_sms_first_wave": min(work_items, sms), "utilisation": efficiency(work_items, sms)}
+
+
+def choose_num_splits(items: int, Tc: int, Nk: int, sms: int = DEFAULT_SMS, max_splits: int = 128) -> int:
+    """A default ``num_splits`` for split-KV decoding: the fewest splits within 85% of the best utilisation.
+
+    ``items`` is the number of work items without splitting (heads × query blocks). Splitting
+    below one K/V block per split buys nothing, so at most ``Tc`` splits (and at most ``Nk``).
+    Already a full wave or more: 1 split. This mirrors the idea of the FlashAttention repository's
+    heuristic (fill the SMs in whole waves, prefer fewer splits because each adds merge traffic);
+    the code is our own.
+    """
+    if items >= sms:
+        return 1
+    limit = max(1, min(Tc, Nk, max_splits))
+    util = {s: wave_utilisation(items * s, sms)["utilisation"] for s in range(1, limit + 1)}
+    best = max(util.values())
+    return min(s for s, u in util.items() if u >= 0.85 * best)
+
+
+def resolve_num_splits(num_splits, heads: int, Tr: int, Tc: int, Nk: int, sms) -> int:
+    """Check ``num_splits`` (a positive int ≤ Nk) or pick one with :func:`choose_num_splits`."""
+    sms = DEFAULT_SMS if sms is None else positive_int(sms, "sms")
+    if num_splits is None:
+        return choose_num_splits(heads * Tr, Tc, Nk, sms)
+    num_splits = positive_int(num_splits, "num_splits")
+    if num_splits > Nk:
+        raise ValueError(f"num_splits: expected at most Nk = {Nk} splits (each split needs a key), got {num_splits}")
+    return num_splits
+
+
 # ------------------------------------------------------------------ inside one thread block
 @dataclass
 class SmemTraffic:
@@ -134,7 +179,7 @@ def _tile_state(Q, K, V, scale):
     """(m, ℓ, Õ) of one tile: rowmax, rowsum of e^{S−m}, and e^{S−m} V (unnormalised)."""
     S = scale * Q @ K.T  # (rows, keys)
     m = S.max(axis=-1)
-    P = np.exp(S - _finite_or_zero(m)[:, None])
+    P = np.exp(S - finite_or_zero(m)[:, None])
     return m, P.sum(axis=-1), P @ V
 
 
@@ -217,7 +262,7 @@ def smem_traffic(scheme: str, *, Br: int = DEFAULT_BLOCK, Bc: int = DEFAULT_BLOC
                     ls.append(smem.load("l_part", rows=rows, as_=f"w{w}.l{v}"))
                     Os.append(smem.load("O_part", rows=rows, as_=f"w{w}.O{v}"))
                 m = np.max(ms, axis=0)
-                a = [np.exp(mv - _finite_or_zero(m)) for mv in ms]  # rescale each partial to the common max
+                a = [np.exp(mv - finite_or_zero(m)) for mv in ms]  # rescale each partial to the common max
                 merged.append((m, sum(av * lv for av, lv in zip(a, ls)),
                                sum(av[:, None] * Ov for av, Ov in zip(a, Os))))
             syncs += 1  # the buffer is reused by the next tile: wait until every warp has read it

@@ -17,7 +17,7 @@ row one block at a time into a running state; Algorithm 1 does the same with til
 Fully masked rows: a row whose scores are all -inf (every key masked) has no maximum to subtract.
 PyTorch (since 2.5, ``_safe_softmax``) and the FlashAttention kernels (``softmax.h``: a -inf row
 max is replaced by 0) both return a zero row there. Here the empty state is ``(m, ℓ) = (-inf, 0)``;
-every exponent subtracts :func:`_finite_or_zero` of the maximum, so -inf − (-inf) never happens and
+every exponent subtracts :func:`finite_or_zero` of the maximum, so -inf − (-inf) never happens and
 there is no NaN and no RuntimeWarning.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["safe_max", "safe_softmax", "softmax_state", "merge", "online_softmax", "online_state",
+__all__ = ["safe_max", "finite_or_zero", "safe_softmax", "softmax_state", "merge", "online_softmax", "online_state",
            "EMPTY_STATE"]
 
 #: The state of an empty (or fully masked) part of a row: no maximum yet, nothing summed.
@@ -37,14 +37,17 @@ def safe_max(S: np.ndarray, axis: int = -1, keepdims: bool = True) -> np.ndarray
     return np.max(S, axis=axis, keepdims=keepdims)
 
 
-def _finite_or_zero(m: np.ndarray) -> np.ndarray:
-    # A -inf maximum means "nothing to attend to": subtract 0 so exp(-inf - 0) = 0, never NaN.
+def finite_or_zero(m: np.ndarray) -> np.ndarray:
+    """A row maximum to subtract: -inf ("nothing to attend to") becomes 0, so exp(-inf - 0) = 0, never NaN."""
     return np.where(np.isneginf(m), 0.0, m)
+
+
+_finite_or_zero = finite_or_zero  # the first arc's private name, kept for older notebooks
 
 
 def safe_softmax(S: np.ndarray) -> np.ndarray:
     """Row-wise softmax over the last axis; a fully masked (all -inf) row gives zeros."""
-    m = _finite_or_zero(safe_max(S))  # (..., N, 1)
+    m = finite_or_zero(safe_max(S))  # (..., N, 1)
     P_tilde = np.exp(S - m)  # (..., N, Nk), 0 where masked
     l = P_tilde.sum(axis=-1, keepdims=True)  # (..., N, 1)
     return P_tilde / np.where(l == 0, 1.0, l)
@@ -62,7 +65,7 @@ def softmax_state(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         shape = x.shape[:-1]
         return np.full(shape, -np.inf), np.zeros(shape)
     m = np.max(x, axis=-1)  # (...,)
-    f = np.exp(x - _finite_or_zero(m)[..., None])  # f(x), 0 where x = -inf
+    f = np.exp(x - finite_or_zero(m)[..., None])  # f(x), 0 where x = -inf
     return m, f.sum(axis=-1)
 
 
@@ -73,7 +76,7 @@ def merge(m1, l1, m2, l2) -> tuple[np.ndarray, np.ndarray]:
     identity; two empty parts give ``(-inf, 0)`` without NaN.
     """
     m = np.maximum(m1, m2)
-    m_safe = _finite_or_zero(m)  # when m = -inf both parts are empty: e^{-inf - 0} = 0
+    m_safe = finite_or_zero(m)  # when m = -inf both parts are empty: e^{-inf - 0} = 0
     l = np.exp(m1 - m_safe) * l1 + np.exp(m2 - m_safe) * l2
     return m, l
 
@@ -98,5 +101,5 @@ def online_softmax(x: np.ndarray, block: int = 1) -> np.ndarray:
     """
     x = np.asarray(x)
     m, l = online_state(x, block)
-    f = np.exp(x - _finite_or_zero(m)[..., None])
+    f = np.exp(x - finite_or_zero(m)[..., None])
     return f / np.where(l == 0, 1.0, l)[..., None]

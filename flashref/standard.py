@@ -7,6 +7,9 @@ with enough on-chip memory, so the IO of standard attention does not depend on t
 (tridao, flash-attention issue #1260). A mask and dropout each cost one more read and write of
 the Nq x Nk matrix, as eager PyTorch's ``masked_fill`` and ``dropout`` do (rule 7).
 
+A ``bias`` (a float array added to the scaled scores, PyTorch's float ``attn_mask``) is one more
+pass too, as eager PyTorch's ``S + bias``: read S and the bias, write S (2·Nq·Nk reads, Nq·Nk writes).
+
 The option ``sram_size`` is accepted for a common signature and checked, but does not limit this
 algorithm: the memory records the footprint it really held, which is the whole matrices.
 
@@ -22,13 +25,16 @@ from __future__ import annotations
 import numpy as np
 
 from . import masks
-from ._checks import attention_problem, check_like
 from .flops import FlopCounter
 from .memory import Memory
+from .problem import Problem, check_finite, check_like
 from .results import BackwardResult, ForwardResult
 from .softmax import safe_softmax
 
-__all__ = ["forward", "backward"]
+__all__ = ["forward", "backward", "OPTIONS"]
+
+#: Options beyond the shared ones.
+OPTIONS = ("bias",)
 
 
 def _T(X: np.ndarray) -> np.ndarray:
@@ -36,41 +42,47 @@ def _T(X: np.ndarray) -> np.ndarray:
 
 
 def forward(Q, K, V, **opts) -> ForwardResult:
-    """Algorithm 0 with the Appendix B.3 additions: ``O = dropout(softmax(MASK(scale * Q Kᵀ))) V``.
+    """Algorithm 0 with the Appendix B.3 additions: ``O = dropout(softmax(MASK(scale * Q Kᵀ + bias))) V``.
 
     Returns ``.O``, ``.P`` (the softmax before dropout, which Algorithm 3 needs), ``.io``, ``.flops``.
     """
-    pb = attention_problem(Q, K, V, **opts)
+    pb = Problem.from_arrays(Q, K, V, where="standard.forward", extra=OPTIONS, **opts)
     mem = Memory(None, pb.dtype_bytes, pb.lead_shape)
     fc = FlopCounter()
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V)):
-        mem.put(name, X)
+        mem.input(name, X)
     attend = masks.full_mask(pb.mask, pb.causal, pb.Nq, pb.Nk)
     masked = pb.causal or pb.mask is not None  # eager PyTorch runs the pass even if nothing is hidden
 
     # Alg.0 l.1: load Q, K by blocks from HBM, compute S = QKᵀ, write S to HBM.
     Q_ = mem.load("Q", line="Alg.0 l.1")  # read Nq*d
     K_ = mem.load("K", line="Alg.0 l.1")  # read Nk*d
-    S = fc.matmul(Q_, _T(K_))  # (..., Nq, Nk)
-    fc.elementwise(S)  # the scale, folded into the matmul's epilogue (rule 5)
-    S = mem.hold("S", S * pb.scale)
+    S = mem.hold("S", fc.scores(Q_, K_, pb.scale))  # (..., Nq, Nk), the scale in the matmul's epilogue (rule 5)
     mem.store("S", S, line="Alg.0 l.1")  # write Nq*Nk
     mem.free("Q", "K", "S")
     s_name = "S"
 
+    if pb.bias is not None:
+        # S + bias, one more pass as eager PyTorch's add: read Nq*Nk twice (S, bias), write Nq*Nk.
+        mem.input("bias", pb.bias)
+        S = mem.load("S", line="bias")
+        B = mem.load("bias", line="bias")
+        S = mem.hold("S", fc.ew(S + B, "add bias"))
+        mem.store("S_biased", S, line="bias")
+        mem.free("S", "bias")
+        s_name = "S_biased"
+
     if masked:
         # MASK(S), one more pass as eager PyTorch's masked_fill: read Nq*Nk, write Nq*Nk.
-        S = mem.load("S", line="mask")
-        S = mem.hold("S", masks.apply(S, attend))
-        fc.elementwise(S)
+        S = mem.load(s_name, as_="S", line="mask")
+        S = mem.hold("S", fc.ew(masks.apply(S, attend), "mask"))
         mem.store("S_masked", S, line="mask")
         mem.free("S")
         s_name = "S_masked"
 
     # Alg.0 l.2: read S from HBM, compute P = softmax(S), write P to HBM.
     S = mem.load(s_name, as_="S", line="Alg.0 l.2")  # read Nq*Nk
-    P = mem.hold("P", safe_softmax(S))
-    fc.elementwise(S, ops=5)  # rowmax, subtract, exp, rowsum, divide
+    P = mem.hold("P", fc.ew(safe_softmax(S), "rowmax", "subtract", "exp", "rowsum", "divide"))
     mem.store("P", P, line="Alg.0 l.2")  # write Nq*Nk
     mem.free("S", "P")
     p_name = "P"
@@ -78,8 +90,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     if pb.dropout_p > 0:
         # dropout(P), one more pass as eager PyTorch's dropout: read Nq*Nk, write Nq*Nk.
         P_ = mem.load("P", line="dropout")
-        P_dropped = mem.hold("P_dropped", P_ * pb.dropout_Z((0, pb.Nq), (0, pb.Nk)))
-        fc.elementwise(P_dropped)
+        P_dropped = mem.hold("P_dropped", fc.ew(P_ * pb.dropout_Z((0, pb.Nq), (0, pb.Nk)), "dropout"))
         mem.store("P_dropped", P_dropped, line="dropout")
         mem.free("P", "P_dropped")
         p_name = "P_dropped"
@@ -97,13 +108,15 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
 def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     """Algorithm 3: gradients from the stored softmax ``P`` (the forward's ``.P``)."""
-    pb = attention_problem(Q, K, V, **opts)
+    pb = Problem.from_arrays(Q, K, V, where="standard.backward", extra=OPTIONS, **opts)
     dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)
     P = check_like(P, "P", pb.lead_shape + (pb.Nq, pb.Nk), pb.dtype)
+    check_finite(dO, "dO")
+    check_finite(P, "P")
     mem = Memory(None, pb.dtype_bytes, pb.lead_shape)
     fc = FlopCounter()
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V), ("dO", dO), ("P", P)):
-        mem.put(name, X)
+        mem.input(name, X)
     attend = masks.full_mask(pb.mask, pb.causal, pb.Nq, pb.Nk)
     masked = pb.causal or pb.mask is not None
     Z = pb.dropout_Z((0, pb.Nq), (0, pb.Nk)) if pb.dropout_p > 0 else None
@@ -113,8 +126,7 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     dO_ = mem.load("dO", line="Alg.3 l.1")  # read Nq*d
     if Z is not None:
         # With dropout, dV = (P ∘ Z)ᵀ dO; Z is regenerated on chip from the seed, so no extra IO.
-        P_ = mem.hold("P", P_ * Z)
-        fc.elementwise(P_)
+        P_ = mem.hold("P", fc.ew(P_ * Z, "dropout"))
     dV = mem.hold("dV", fc.matmul(_T(P_), dO_))  # (..., Nk, d)
     mem.store("dV", dV, line="Alg.3 l.1")  # write Nk*d
     mem.free("P", "dO", "dV")
@@ -130,17 +142,15 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     if Z is not None:
         # dropout backward, one more pass: dP = dP_dropped ∘ Z. Read Nq*Nk, write Nq*Nk.
         dP = mem.load("dP_dropped", as_="dP", line="dropout")
-        dP = mem.hold("dP", dP * Z)
-        fc.elementwise(dP)
+        dP = mem.hold("dP", fc.ew(dP * Z, "dropout"))
         mem.store("dP", dP, line="dropout")
         mem.free("dP")
 
     # Alg.3 l.3: read P, dP from HBM, compute dS_ij = P_ij (dP_ij − Σ_l P_il dP_il), write dS.
     P_ = mem.load("P", line="Alg.3 l.3")  # read Nq*Nk
     dP = mem.load("dP", line="Alg.3 l.3")  # read Nq*Nk
-    D = (P_ * dP).sum(axis=-1, keepdims=True)  # (..., Nq, 1)
-    dS = mem.hold("dS", P_ * (dP - D))  # (..., Nq, Nk)
-    fc.elementwise(dS, ops=4)  # multiply, rowsum, subtract, multiply
+    D = (P_ * dP).sum(axis=-1, keepdims=True)  # (..., Nq, 1), counted with dS below
+    dS = mem.hold("dS", fc.ew(P_ * (dP - D), "multiply", "rowsum", "subtract", "multiply"))  # (..., Nq, Nk)
     ds_name = "dS_masked" if masked else "dS"
     mem.store(ds_name, dS, line="Alg.3 l.3")  # write Nq*Nk
     mem.free("P", "dP", "dS")
@@ -148,26 +158,21 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     if masked:
         # masked_fill backward, one more pass: zero the gradient where the mask blocked attention.
         dS = mem.load("dS_masked", as_="dS", line="mask")
-        dS = mem.hold("dS", dS if attend is None else np.where(attend, dS, 0.0))
-        fc.elementwise(dS)
+        dS = mem.hold("dS", fc.ew(dS if attend is None else np.where(attend, dS, 0.0), "mask"))
         mem.store("dS", dS, line="mask")
         mem.free("dS")
 
     # Alg.3 l.4: load dS and K by blocks from HBM, compute dQ = dS K, write dQ to HBM.
     dS = mem.load("dS", line="Alg.3 l.4")  # read Nq*Nk
     K_ = mem.load("K", line="Alg.3 l.4")  # read Nk*d
-    dQ = fc.matmul(dS, K_)  # (..., Nq, d)
-    fc.elementwise(dQ)  # the scale τ, folded into the matmul's epilogue
-    dQ = mem.hold("dQ", dQ * pb.scale)
+    dQ = mem.hold("dQ", fc.ew(fc.matmul(dS, K_) * pb.scale, "scale"))  # (..., Nq, d); τ in the epilogue
     mem.store("dQ", dQ, line="Alg.3 l.4")  # write Nq*d
     mem.free("dS", "K", "dQ")
 
     # Alg.3 l.5: load dS and Q by blocks from HBM, compute dK = dSᵀ Q, write dK to HBM.
     dS = mem.load("dS", line="Alg.3 l.5")  # read Nq*Nk
     Q_ = mem.load("Q", line="Alg.3 l.5")  # read Nq*d
-    dK = fc.matmul(_T(dS), Q_)  # (..., Nk, d)
-    fc.elementwise(dK)
-    dK = mem.hold("dK", dK * pb.scale)
+    dK = mem.hold("dK", fc.ew(fc.matmul(_T(dS), Q_) * pb.scale, "scale"))  # (..., Nk, d)
     mem.store("dK", dK, line="Alg.3 l.5")  # write Nk*d
 
     # Alg.3 l.6: return dQ, dK, dV.

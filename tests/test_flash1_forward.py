@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from reference import attend_mask, attention_ref, rel_err
 from strategies import problems
 
-from flashref import blocks, flash1, iomodel, standard
+from flashref import blocks, blocksparse, flash1, iomodel, standard
 from flashref.iomodel import bounds
 from flashref.memory import SRAMOverflowError
 
@@ -133,30 +133,29 @@ def test_load_schedule_is_the_papers():
     assert [e.line for e in ev[:3]] == ["Alg.1 l.2"] * 3
 
 
-def test_block_mask_skips_tiles_but_loads_every_K_j():
-    """The private loop with Algorithm 5's block mask: all-ones = Algorithm 1; zeros skip tiles."""
-    from flashref._checks import attention_problem
-
+def test_algorithm5_with_all_ones_is_algorithm1_and_zeros_skip_tiles_but_load_every_K_j():
+    """Algorithm 5's loop (blocksparse.forward): all-ones block mask = Algorithm 1, IO included."""
     rng = np.random.default_rng(4)
     Q, K, V = (rng.standard_normal((12, 5)) for _ in range(3))
-    pb = attention_problem(Q, K, V, block_sizes=(4, 3))
-    full = flash1._forward(pb, np.ones((3, 4), dtype=bool))
+    full = blocksparse.forward(Q, K, V, np.ones((3, 4), dtype=bool), block_sizes=(4, 3))
     plain = flash1.forward(Q, K, V, block_sizes=(4, 3))
     np.testing.assert_array_equal(full.O, plain.O)
-    assert full.io.total == plain.io.total
+    assert (full.io.reads, full.io.writes) == (plain.io.reads, plain.io.writes)
+    assert full.flops == plain.flops
     bm = np.eye(3, 4, dtype=bool)
-    sparse = flash1._forward(pb, bm)
+    sparse = blocksparse.forward(Q, K, V, bm, block_sizes=(4, 3))
     assert sparse.io.by_tensor["K"].reads == 12 * 5  # every K_j, even for the empty column 3
     assert sparse.io.by_tensor["Q"].reads == 3 * 4 * 5  # only the 3 visited tiles
-    pred = iomodel.predict("flash1", "forward", Nq=12, Nk=12, d=5, block_sizes=(4, 3), block_mask=bm)
+    pred = iomodel.predict("blocksparse", "forward", Nq=12, Nk=12, d=5, block_sizes=(4, 3), block_mask=bm)
     assert (sparse.io.reads, sparse.io.writes) == (pred.reads, pred.writes)
+    assert sparse.io.by_line == pred.by_line
     # equals attention restricted to the kept blocks
     allowed = np.kron(bm, np.ones((4, 3), dtype=bool))
     assert rel_err(sparse.O, attention_ref(Q, K, V, mask=allowed)[0]) < 1e-12
     with pytest.raises(ValueError, match="block_mask"):
-        flash1._forward(pb, np.ones((4, 3), dtype=bool))
+        blocksparse.forward(Q, K, V, np.ones((4, 3), dtype=bool), block_sizes=(4, 3))
     with pytest.raises(TypeError, match="block_mask"):
-        flash1._forward(pb, np.ones((3, 4)))
+        blocksparse.forward(Q, K, V, np.ones((3, 4)), block_sizes=(4, 3))
 
 
 def test_explicit_blocks_too_big_raise_sram_overflow_naming_the_footprint():

@@ -140,13 +140,15 @@ def test_inside_an_nn_module(algorithm):
 
 def test_bad_inputs_get_clear_errors():
     q, k, v = _qkv((4, 3), (5, 3), requires_grad=False)
-    with pytest.raises(TypeError, match="only boolean masks"):
-        scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(4, 5), algorithm="standard")
+    with pytest.raises(ValueError, match="additive bias.*'flash1' has no bias"):
+        scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(4, 5), algorithm="flash1")
+    with pytest.raises(TypeError, match="unknown option 'casual'"):
+        scaled_dot_product_attention(q, k, v, casual=True)
     with pytest.raises(ValueError, match="algorithm"):
         scaled_dot_product_attention(q, k, v, algorithm="flash9")
     with pytest.raises(TypeError, match="query"):
         scaled_dot_product_attention(q.numpy(), k, v, algorithm="standard")
-    with pytest.raises(ValueError, match="mask"):
+    with pytest.raises(ValueError, match="mask: shape"):
         scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(3, 3, dtype=torch.bool), algorithm="standard")
     with pytest.raises(ValueError, match="dropout_p"):
         scaled_dot_product_attention(q, k, v, dropout_p=1.5, algorithm="standard")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import hardware, iomodel, standard
+from ..memory import io_by_line
 from ..plots import figure
 from . import Figure
 
@@ -45,15 +46,6 @@ def line_flops(Nq: int, Nk: int, d: int) -> dict[str, tuple[int, int]]:
     """
     return {"Alg.0 l.1": (2 * Nq * Nk * d, Nq * Nk), "mask": (0, Nq * Nk), "Alg.0 l.2": (0, 5 * Nq * Nk),
             "dropout": (0, Nq * Nk), "Alg.0 l.3": (2 * Nq * Nk * d, 0)}
-
-
-def io_by_line(events) -> dict[str, tuple[int, int]]:
-    """(reads, writes) in elements per algorithm line, from a run's memory events."""
-    out: dict[str, list[int]] = {}
-    for e in events:
-        acc = out.setdefault(e.line, [0, 0])
-        acc[0 if e.direction == "read" else 1] += e.elements
-    return {k: (r, w) for k, (r, w) in out.items()}
 
 
 def _qkv(N, d, seed=0, lead=()):

@@ -5,10 +5,13 @@ that the simulator counts for the same shapes and options, *exactly*: the tests 
 Each algorithm's formulas live in their own module (``iomodel.standard``, ``iomodel.flash1``...)
 and follow the algorithm's lines one by one, so a formula can be read beside the code it counts.
 
-Options are those of the algorithms (``causal``, ``mask``, ``dropout_p``, ``sram_size``,
+Options are those of the algorithm (``causal``, ``mask``, ``dropout_p``, ``sram_size``,
 ``block_sizes``, ``dtype_bytes``...) plus ``heads``: the number of (batch, head) pairs, i.e. the
-product of the leading axes. A ``mask`` may be passed as the array or as ``True``; only whether
-there is one matters to the IO.
+product of the leading axes (0 is an empty batch: no traffic). They are checked by the same code
+as the simulator's (:class:`flashref.problem.Problem`), so ``predict`` accepts and refuses exactly
+what the algorithm does: an unknown option (``casual=True``, ``M=8192``, ``batch=64``) is a
+``TypeError`` listing the valid ones. A ``mask`` (or ``bias``) may be passed as the array or as
+``True``; only whether there is one matters to the IO.
 
 Example::
 
@@ -17,14 +20,27 @@ Example::
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 
+from .. import blocksparse as _blocksparse
+from .. import decoding as _decoding
+from .. import flash1 as _flash1
+from .. import flash1_bwd as _flash1_bwd
+from .. import flash2 as _flash2
+from .. import lowp as _lowp
+from .. import standard as _standard
+from ..blocks import Grid
 from ..memory import Traffic
+from ..problem import Problem
 
-__all__ = ["Prediction", "predict", "ALGORITHMS"]
+__all__ = ["Prediction", "predict", "grid", "block_sizes", "ALGORITHMS"]
 
 ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
+
+#: Options each algorithm takes beyond the shared ones (the same lists its simulator checks).
+_EXTRA = {"standard": _standard.OPTIONS, "flash1": (), "flash2": _flash2.OPTIONS + tuple(_lowp.OPTIONS),
+          "blocksparse": ("block_mask",),
+          "decoding": _decoding.OPTIONS}
 
 
 @dataclass
@@ -70,17 +86,49 @@ class Tally:
                           self.dtype_bytes, by_line, dict(self.line_bytes))
 
 
-def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, **opts) -> Prediction:
+def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int = 1, **opts) -> Prediction:
     """Exact reads and writes of ``algorithm``'s ``direction`` ("forward" or "backward")."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: expected one of {ALGORITHMS}, got {algorithm!r}")
     if direction not in ("forward", "backward"):
         raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
-    for name, v in (("Nq", Nq), ("Nk", Nk), ("d", d)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-    module = importlib.import_module(f"{__name__}.{algorithm}")
-    fn = getattr(module, direction, None)
-    if fn is None:
-        raise ValueError(f"direction: {algorithm} has no {direction} pass")
-    return fn(Nq=Nq, Nk=Nk, d=d, **opts)
+    if algorithm == "decoding" and direction == "backward":
+        raise ValueError("direction: decoding has no backward pass")
+    where = f"iomodel.predict({algorithm!r}, {direction!r})"
+    extra = {k: opts.pop(k) for k in _EXTRA[algorithm] if k in opts and k != "bias"}
+    pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_EXTRA[algorithm], **opts)
+    module = _MODULES[algorithm]
+    return getattr(module, direction)(pb, **extra)
+
+
+#: Each tiled algorithm's own grid function, per direction: the one block-size resolver, shared with the simulator.
+_GRIDS = {("flash1", "forward"): _flash1.grid, ("flash1", "backward"): _flash1_bwd.grid,
+          ("flash2", "forward"): _flash2.grid_forward, ("flash2", "backward"): _flash2.grid_backward,
+          ("blocksparse", "forward"): _blocksparse.grid_of, ("blocksparse", "backward"): _blocksparse.grid_of,
+          ("decoding", "forward"): _decoding.grid}
+
+
+def grid(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int = 1, **opts) -> Grid:
+    """The tiling (Br, Bc, Tr, Tc) that ``algorithm``'s ``direction`` runs with, from shapes alone."""
+    if (algorithm, direction) not in _GRIDS:
+        raise ValueError(f"algorithm, direction: expected one of {sorted(_GRIDS)}, got {(algorithm, direction)!r}")
+    where = f"iomodel.grid({algorithm!r}, {direction!r})"
+    opts.pop("block_mask", None)  # the grid is fixed before the block mask is looked at
+    for k in ("num_splits", "sms"):
+        if algorithm == "decoding":
+            opts.pop(k, None)
+    pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_EXTRA[algorithm], **opts)
+    return _GRIDS[algorithm, direction](pb)
+
+
+def block_sizes(algorithm: str, direction: str, **kw) -> tuple[int, int]:
+    """``(Br, Bc)`` of :func:`grid`."""
+    g = grid(algorithm, direction, **kw)
+    return g.Br, g.Bc
+
+
+# The per-algorithm closed forms import Tally and Prediction from this package, so they come last.
+from . import blocksparse, decoding, flash1, flash2, standard  # noqa: E402
+
+_MODULES = {"standard": standard, "flash1": flash1, "flash2": flash2, "blocksparse": blocksparse,
+            "decoding": decoding}

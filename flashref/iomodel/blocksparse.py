@@ -21,30 +21,23 @@ backward (Algorithm 4 with the same skip)
 So the IO is an affine function of the number of nonzero blocks: slope ``(3d + 4)·Br`` elements
 per block forward, ``(5d + 2)·Br`` backward. With Tc = Θ(Nd/M) and R = s·Tc·Nq this is
 Proposition 4's Θ(Nd + N²d²M⁻¹s) (:func:`prop4`). Both delegate to
-:mod:`flashref.iomodel.flash1`'s closed forms with the block mask (the same loops run).
+:mod:`flashref.iomodel.flash1`'s closed forms with the block mask (the same tile steps run).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .. import blocksparse
+from ..problem import Problem
+from . import Prediction
 from . import flash1 as _flash1
 
-__all__ = ["forward", "backward", "prop4", "prop4_constants", "grid", "nonzero_rows"]
+__all__ = ["forward", "backward", "prop4", "prop4_constants", "nonzero_rows"]
 
-
-def grid(*, Nq, Nk, d, sram_size=None, block_sizes=None, dtype_bytes=2, dropout_p=0.0):
-    """The block grid of ``blocksparse.forward``/``backward`` for these options."""
-    from .. import blocksparse
-
-    return blocksparse.grid(Nq, Nk, d, sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=dtype_bytes,
-                            dropout_p=dropout_p)
-
-
-def _mask(block_mask, g):
-    from .. import blocksparse
-
-    return blocksparse.check_block_mask(block_mask, g)
+#: Algorithm 5's numbers for the lines its forward shares with Algorithm 1.
+LINES_ALG5 = {"init": "Alg.5 l.2", "K_j, V_j": "Alg.5 l.6", "load": "Alg.5 l.9", "write O": "Alg.5 l.15",
+              "write l, m": "Alg.5 l.16"}
 
 
 def nonzero_rows(block_mask, Nq: int, Br: int) -> int:
@@ -53,24 +46,18 @@ def nonzero_rows(block_mask, Nq: int, Br: int) -> int:
     return _flash1.visited_rows(Nq, Br, M.shape[1], M)
 
 
-def forward(*, Nq, Nk, d, block_mask, heads=1, sram_size=None, block_sizes=None, dtype_bytes=2, dropout_p=0.0,
-            **_):
-    g = grid(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=dtype_bytes,
-             dropout_p=dropout_p)
-    M = _mask(block_mask, g)
-    # Algorithm 5 is flash1's loop with the skip: its closed form with the block mask, on this grid.
-    return _flash1.forward(Nq=Nq, Nk=Nk, d=d, heads=heads, block_sizes=(g.Br, g.Bc), dtype_bytes=dtype_bytes,
-                           block_mask=M)
+def forward(pb: Problem, *, block_mask) -> Prediction:
+    g = blocksparse.grid_of(pb)
+    M = blocksparse.check_block_mask(block_mask, g)
+    # Algorithm 5 runs Algorithm 1's tile step behind "if M_ij ≠ 0": the same closed form, on this grid.
+    return _flash1.forward(pb, grid=g, block_mask=M, lines=LINES_ALG5)
 
 
-def backward(*, Nq, Nk, d, block_mask, heads=1, sram_size=None, block_sizes=None, dtype_bytes=2, dropout_p=0.0,
-             **_):
-    g = grid(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, block_sizes=block_sizes, dtype_bytes=dtype_bytes,
-             dropout_p=dropout_p)
-    M = _mask(block_mask, g)
-    # Algorithm 4 with the same skip is flash1's backward loop: its closed form with the block mask, on this grid.
-    return _flash1.backward(Nq=Nq, Nk=Nk, d=d, heads=heads, block_sizes=(g.Br, g.Bc), dtype_bytes=dtype_bytes,
-                            dropout_p=dropout_p, block_mask=M)
+def backward(pb: Problem, *, block_mask) -> Prediction:
+    g = blocksparse.grid_of(pb)
+    M = blocksparse.check_block_mask(block_mask, g)
+    # Algorithm 4 with the same skip: its closed form with the block mask, on this grid.
+    return _flash1.backward(pb, grid=g, block_mask=M)
 
 
 def prop4(N, d, M, s):

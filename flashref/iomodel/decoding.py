@@ -18,31 +18,30 @@ Streaming the cache (2·Nk·d) dominates; splitting adds ``(S−1)·Nq·d`` Q re
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from .. import decoding
+from ..parallelism import resolve_num_splits
+from ..problem import Problem
+from . import Prediction, Tally
 
-from . import Tally
-
-__all__ = ["forward", "resolve"]
-
-
-def resolve(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, sram_size=None, block_sizes=None,
-            dropout_p=0.0, dtype_bytes=2) -> tuple[int, int, int]:
-    """``(Br, Bc, num_splits)`` exactly as ``decoding.forward`` resolves them."""
-    from .. import decoding
-
-    pb = SimpleNamespace(Nq=Nq, Nk=Nk, d=d, sram_size=sram_size, dtype_bytes=dtype_bytes, dropout_p=dropout_p,
-                         block_sizes=None if block_sizes is None else tuple(block_sizes))
-    Br, Bc = decoding.block_sizes_for(pb)
-    Tr, Tc = -(-Nq // Br), -(-Nk // Bc)
-    return Br, Bc, decoding.resolve_num_splits(num_splits, heads, Tr, Tc, Nk, sms)
+__all__ = ["forward", "resolve", "work_items"]
 
 
-def forward(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, sram_size=None, block_sizes=None,
-            dropout_p=0.0, dtype_bytes=2, **_):
-    Br, _Bc, S = resolve(Nq=Nq, Nk=Nk, d=d, heads=heads, num_splits=num_splits, sms=sms, sram_size=sram_size,
-                         block_sizes=block_sizes, dropout_p=dropout_p, dtype_bytes=dtype_bytes)
+def resolve(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, **opts) -> tuple[int, int, int]:
+    """``(Br, Bc, num_splits)`` exactly as ``decoding.forward`` resolves them, from shapes and options."""
+    pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where="iomodel.decoding.resolve", **opts)
+    return _resolve(pb, num_splits, sms)
+
+
+def _resolve(pb: Problem, num_splits, sms) -> tuple[int, int, int]:
+    g = decoding.grid(pb)
+    return g.Br, g.Bc, resolve_num_splits(num_splits, max(pb.heads, 1), g.Tr, g.Tc, pb.Nk, sms)
+
+
+def forward(pb: Problem, *, num_splits=None, sms=None) -> Prediction:
+    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
+    Br, _Bc, S = _resolve(pb, num_splits, sms)
     Tr = -(-Nq // Br)
-    t = Tally(heads, dtype_bytes)
+    t = Tally(pb.heads, pb.dtype_bytes)
     t.add("split: load Q_i", reads=S * Nq * d)
     t.add("split: load K_j, V_j", reads=Tr * 2 * Nk * d)
     if S == 1:
@@ -57,4 +56,4 @@ def forward(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, sram_size=None, bl
 def work_items(*, Nq, Nk, d, heads=1, **opts) -> int:
     """Independent thread blocks of the split pass: heads × Tr × num_splits."""
     Br, _Bc, S = resolve(Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
-    return heads * -(-Nq // Br) * S
+    return max(heads, 1) * -(-Nq // Br) * S

@@ -1,7 +1,7 @@
 """Closed forms for FlashAttention (Algorithms 1/2 as ``flashref.flash1`` runs them), line by line.
 
 Per head, with Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉ and the block sizes ``flash1`` resolves for the same
-options (:func:`block_sizes`). Row block i holds r_i rows (the last may be ragged), so Σ_i r_i = Nq.
+options (:func:`flashref.flash1.grid`). Row block i holds r_i rows (the last may be ragged), so Σ_i r_i = Nq.
 
 forward                                  reads                    writes
   Alg.1 l.2   O = 0, ℓ = 0, m = -inf                              Nq·d + 2·Nq
@@ -22,59 +22,42 @@ paper's Bc = M/4d the constant is about 3·4 = 12 (3Nd per pass: read Q, read O,
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 
-from .._checks import check_block_mask
-from . import Tally
+from .. import flash1, flash1_bwd
+from ..problem import Problem
+from . import Prediction, Tally
+from . import block_sizes as _resolve  # the one resolver (defined before this module is imported)
 
-__all__ = ["forward", "backward", "block_sizes", "visited_rows"]
+__all__ = ["forward", "backward", "block_sizes", "visited_rows", "LINES_FWD", "LINES_BWD"]
 
-
-def _resolve(Nq, Nk, d, sram_size, block_sizes, dtype_bytes, footprint) -> tuple[int, int]:
-    # A plain-argument resolver: forward() and backward() take an option named ``block_sizes``,
-    # which would hide the public function of that name inside them.
-    from .. import blocks
-
-    pb = SimpleNamespace(d=d, Nq=Nq, Nk=Nk, sram_size=sram_size, dtype_bytes=dtype_bytes,
-                         block_sizes=None if block_sizes is None else tuple(block_sizes))
-    return blocks.resolve(pb, footprint)
-
-
-def block_sizes(*, Nq, Nk, d, sram_size=None, block_sizes=None, dtype_bytes=2, footprint=None) -> tuple[int, int]:
-    """The ``(Br, Bc)`` that ``flash1.forward`` resolves for these options (no simulation).
-
-    ``footprint`` defaults to the forward's (:func:`flashref.flash1.footprint`); pass another (e.g.
-    Algorithm 4's) to resolve the blocks of a different loop the same way.
-    """
-    from ..flash1 import footprint as forward_footprint
-
-    return _resolve(Nq, Nk, d, sram_size, block_sizes, dtype_bytes, footprint or forward_footprint)
+#: Line names of the closed form; Algorithm 5 (``iomodel.blocksparse``) numbers the same lines its own way.
+LINES_FWD = {"init": "Alg.1 l.2", "K_j, V_j": "Alg.1 l.6", "load": "Alg.1 l.8", "write O": "Alg.1 l.12",
+             "write l, m": "Alg.1 l.13"}
+LINES_BWD = {"init": "Alg.4 l.5", "K_j, V_j": "Alg.4 l.7", "load": "Alg.4 l.10", "write dQ": "Alg.4 l.21",
+             "write dK, dV": "Alg.4 l.24"}
 
 
 def visited_rows(Nq, Br, Tc, block_mask=None) -> int:
-    """Σ over visited tiles (i, j) of r_i, the rows in row block i."""
+    """Σ over visited tiles (i, j) of r_i, the rows in row block i (``block_mask``: checked by the caller)."""
     Tr = -(-Nq // Br)
     r = np.array([min(Br, Nq - i * Br) for i in range(Tr)], dtype=np.int64)  # (Tr,)
     if block_mask is None:
         return int(r.sum()) * Tc
-    bm = check_block_mask(block_mask, Tr, Tc)
-    return int((r[:, None] * bm).sum())
+    return int((r[:, None] * np.asarray(block_mask, dtype=bool)).sum())
 
 
-def forward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dtype_bytes=2, block_mask=None, **_):
-    from ..flash1 import footprint
-
-    Br, Bc = _resolve(Nq, Nk, d, sram_size, block_sizes, dtype_bytes, footprint)
-    Tc = -(-Nk // Bc)
-    R = visited_rows(Nq, Br, Tc, block_mask)
-    t = Tally(heads, dtype_bytes)
-    t.add("Alg.1 l.2", writes=Nq * d + 2 * Nq)
-    t.add("Alg.1 l.6", reads=2 * Nk * d)
-    t.add("Alg.1 l.8", reads=(2 * d + 2) * R)
-    t.add("Alg.1 l.12", writes=d * R)
-    t.add("Alg.1 l.13", writes=2 * R)
+def forward(pb: Problem, *, grid=None, block_mask=None, lines=LINES_FWD) -> Prediction:
+    """Algorithm 1's reads and writes; on ``grid`` with ``block_mask`` it is Algorithm 5's."""
+    g = grid or flash1.grid(pb)
+    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
+    R = visited_rows(Nq, g.Br, g.Tc, block_mask)
+    t = Tally(pb.heads, pb.dtype_bytes)
+    t.add(lines["init"], writes=Nq * d + 2 * Nq)
+    t.add(lines["K_j, V_j"], reads=2 * Nk * d)
+    t.add(lines["load"], reads=(2 * d + 2) * R)
+    t.add(lines["write O"], writes=d * R)
+    t.add(lines["write l, m"], writes=2 * R)
     return t.prediction()
 
 
@@ -83,8 +66,7 @@ def forward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dtype_bytes
 # ---------------------------------------------------------------------------------------------
 
 
-def backward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dropout_p=0.0, dtype_bytes=2,
-             block_mask=None, **_):
+def backward(pb: Problem, *, grid=None, block_mask=None, lines=LINES_BWD) -> Prediction:
     """Algorithm 4 as ``flash1.backward`` runs it, line by line, per head (Tally multiplies by ``heads``).
 
     ``causal``, ``mask`` and ``scale`` change no IO: MASK is applied on chip and Algorithm 4 visits
@@ -100,18 +82,18 @@ def backward(*, Nq, Nk, d, heads=1, sram_size=None, block_sizes=None, dropout_p=
 
     Total Θ(Tc·Nq·d) = Θ(N²d²/M) since Bc = Θ(M/d): Theorem 5.
     """
-    from ..flash1_bwd import footprint as backward_footprint
-
-    has_dropout = dropout_p > 0
-    Br, Bc = _resolve(Nq, Nk, d, sram_size, block_sizes, dtype_bytes,
-                      lambda Br_, Bc_, d_: backward_footprint(Br_, Bc_, d_, dropout=has_dropout))
-    Tc = -(-Nk // Bc)
-    R = visited_rows(Nq, Br, Tc, block_mask)
-    t = Tally(heads, dtype_bytes)
-    t.add("Alg.4 l.5", writes=Nq * d + 2 * Nk * d)
-    t.add("Alg.4 l.7", reads=2 * Nk * d)
-    t.add("Alg.4 l.10", reads=(4 * d + 2) * R)
-    t.add("Alg.4 l.21", writes=d * R)
-    t.add("Alg.4 l.24", writes=2 * Nk * d)
+    g = grid or flash1_bwd.grid(pb)
+    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
+    R = visited_rows(Nq, g.Br, g.Tc, block_mask)
+    t = Tally(pb.heads, pb.dtype_bytes)
+    t.add(lines["init"], writes=Nq * d + 2 * Nk * d)
+    t.add(lines["K_j, V_j"], reads=2 * Nk * d)
+    t.add(lines["load"], reads=(4 * d + 2) * R)
+    t.add(lines["write dQ"], writes=d * R)
+    t.add(lines["write dK, dV"], writes=2 * Nk * d)
     return t.prediction()
 
+
+def block_sizes(**kw) -> tuple[int, int]:
+    """``(Br, Bc)`` of Algorithm 1 for these shapes and options (:func:`flashref.iomodel.block_sizes`)."""
+    return _resolve("flash1", "forward", **kw)

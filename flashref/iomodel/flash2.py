@@ -5,7 +5,8 @@ Per head, Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉, with the block sizes ``flash2`` re
 forward                               reads                      writes
   Alg.1 l.4   Q_i, once per i         Nq·d
   Alg.1 l.7   K_j, V_j per (i, j)     2·d·Σ_i kv_i               (kv_i = Nk, or causal: the keys of
-  Alg.1 l.14  O_i, once per i                                    Nq·d    the blocks j not skipped)
+  Alg.1 l.8   bias B_ij (if any)      Σ_i r_i·kv_i                the blocks j not skipped)
+  Alg.1 l.14  O_i, once per i                                    Nq·d
   Alg.1 l.15  L_i, once per i                                    Nq
 
 backward
@@ -14,11 +15,13 @@ backward
   Alg.2 l.6   K_j, V_j per visited j  2·d·Σ_j Bc_j [j visited]
   Alg.2 l.9   Q_i, dO_i, dQ_i, L_i,   (3d + 2)·Σ_j q_j           (q_j = Nq, or causal: the queries
               D_i per (j, i)                                      of the row blocks not skipped)
+  Alg.2 l.10  bias B_ij (if any)      Σ_j q_j·Bc_j
   Alg.2 l.15  dQ_i per (j, i)                                    d·Σ_j q_j
   Alg.2 l.18  dK_j, dV_j once per j                              2·Nk·d
 
 Without causal masking: forward ``Nq·d + 2·Tr·Nk·d`` reads and ``Nq·d + Nq`` writes. A mask or
-dropout changes no count (both are applied on chip). Causal skipping makes Σ_i kv_i and Σ_j q_j
+dropout changes no count (both are applied on chip); a bias adds ``Nq·Nk`` reads per pass (fewer
+with causal skipping), the Θ(N²) term that MASK as a function avoids. Causal skipping makes Σ_i kv_i and Σ_j q_j
 about half of Tr·Nk and Tc·Nq for Nq = Nk ≫ Br, Bc: kv_i = min(Nk, Bc·⌈r_i/Bc⌉) where r_i is the
 last query row of block i plus one; a column block j is visited by the row blocks
 i ≥ ⌊j·Bc/Br⌋, so q_j = Nq − Br·⌊j·Bc/Br⌋ when j·Bc < Nq, else 0 (and then K_j, V_j are not loaded
@@ -27,22 +30,12 @@ but dK_j = dV_j = 0 are still written).
 
 from __future__ import annotations
 
-from . import Tally
+from .. import flash2
+from ..problem import Problem
+from . import Prediction, Tally
+from . import block_sizes as _resolve  # the one resolver (defined before this module is imported)
 
 __all__ = ["forward", "backward", "block_sizes", "kv_per_row_block", "q_per_column_block"]
-
-
-def block_sizes(direction: str, *, Nq, Nk, d, sram_size=None, block_sizes=None, dtype_bytes=2) -> tuple[int, int]:
-    """The ``(Br, Bc)`` that ``flash2.forward``/``backward`` resolve for these options (no simulation)."""
-    from types import SimpleNamespace
-
-    from .. import blocks
-    from ..flash2 import footprint_backward, footprint_forward
-
-    fp = footprint_forward if direction == "forward" else footprint_backward
-    pb = SimpleNamespace(d=d, Nq=Nq, Nk=Nk, sram_size=sram_size, dtype_bytes=dtype_bytes,
-                         block_sizes=None if block_sizes is None else tuple(block_sizes))
-    return blocks.resolve(pb, fp)
 
 
 def kv_per_row_block(Nq, Nk, Br, Bc, causal) -> list[int]:
@@ -70,36 +63,46 @@ def q_per_column_block(Nq, Nk, Br, Bc, causal) -> list[int]:
     return out
 
 
-def forward(*, Nq, Nk, d, heads=1, causal=False, sram_size=None, block_sizes=None, dtype_bytes=2, **rest):
-    from . import flash2 as _self
-    from . import lowp as _lowp  # issue 17: the FP8 options are counted by iomodel.lowp
+def forward(pb: Problem, **lowp_opts) -> Prediction:
+    from . import lowp  # issue 17: the FP8 options are counted by iomodel.lowp
 
-    if _lowp.requested(rest):
-        return _lowp.forward(Nq=Nq, Nk=Nk, d=d, heads=heads, causal=causal, sram_size=sram_size,
-                             block_sizes=block_sizes, dtype_bytes=dtype_bytes, **rest)
-
-    Br, Bc = _self.block_sizes("forward", Nq=Nq, Nk=Nk, d=d, sram_size=sram_size,
-                               block_sizes=block_sizes, dtype_bytes=dtype_bytes)
-    t = Tally(heads, dtype_bytes)
+    if lowp.requested(lowp_opts):
+        return lowp.forward(pb, **lowp_opts)
+    g = flash2.grid_forward(pb)
+    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
+    kv = kv_per_row_block(Nq, Nk, g.Br, g.Bc, pb.causal)
+    t = Tally(pb.heads, pb.dtype_bytes)
     t.add("Alg.1 l.4", reads=Nq * d)
-    t.add("Alg.1 l.7", reads=2 * d * sum(kv_per_row_block(Nq, Nk, Br, Bc, causal)))
+    t.add("Alg.1 l.7", reads=2 * d * sum(kv))
+    if pb.bias is not None:
+        r = [g.rows(i)[1] - g.rows(i)[0] for i in range(g.Tr)]
+        t.add("Alg.1 l.8", reads=sum(r_i * kv_i for r_i, kv_i in zip(r, kv)))
     t.add("Alg.1 l.14", writes=Nq * d)
     t.add("Alg.1 l.15", writes=Nq)
     return t.prediction()
 
 
-def backward(*, Nq, Nk, d, heads=1, causal=False, sram_size=None, block_sizes=None, dtype_bytes=2, **_):
-    from . import flash2 as _self
+def backward(pb: Problem, **lowp_opts) -> Prediction:
+    from . import lowp  # issue 17: the low-precision options are the forward's
 
-    Br, Bc = _self.block_sizes("backward", Nq=Nq, Nk=Nk, d=d, sram_size=sram_size,
-                               block_sizes=block_sizes, dtype_bytes=dtype_bytes)
-    t = Tally(heads, dtype_bytes)
-    q = q_per_column_block(Nq, Nk, Br, Bc, causal)
-    Bc_j = [min(Bc, Nk - j * Bc) for j in range(len(q))]
+    if lowp.requested(lowp_opts):
+        raise TypeError(f"{', '.join(sorted(lowp_opts))}: the low-precision options apply to flash2's forward only")
+    g = flash2.grid_backward(pb)
+    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
+    t = Tally(pb.heads, pb.dtype_bytes)
+    q = q_per_column_block(Nq, Nk, g.Br, g.Bc, pb.causal)
+    Bc_j = [g.cols(j)[1] - g.cols(j)[0] for j in range(g.Tc)]
     t.add("Alg.2 l.3", writes=Nq * d)
     t.add("Alg.2 l.4", reads=2 * Nq * d, writes=Nq)
     t.add("Alg.2 l.6", reads=2 * d * sum(b for b, qj in zip(Bc_j, q) if qj > 0))
     t.add("Alg.2 l.9", reads=(3 * d + 2) * sum(q))
+    if pb.bias is not None:
+        t.add("Alg.2 l.10", reads=sum(qj * b for qj, b in zip(q, Bc_j)))
     t.add("Alg.2 l.15", writes=d * sum(q))
     t.add("Alg.2 l.18", writes=2 * Nk * d)
     return t.prediction()
+
+
+def block_sizes(direction: str, **kw) -> tuple[int, int]:
+    """``(Br, Bc)`` of ``direction`` for these shapes and options (:func:`flashref.iomodel.block_sizes`)."""
+    return _resolve("flash2", direction, **kw)

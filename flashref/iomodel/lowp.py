@@ -21,11 +21,9 @@ negligible. P never leaves the chip: ``p_fp8``, ``p_scale``, ``key_order`` and `
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from .. import blocks, lowp
-from .._checks import check_block_sizes
-from . import Tally
+from ..problem import Problem
+from . import Prediction, Tally
 from .flash2 import kv_per_row_block
 
 __all__ = ["forward", "requested"]
@@ -33,18 +31,16 @@ __all__ = ["forward", "requested"]
 requested = lowp.requested
 
 
-def forward(*, Nq, Nk, d, heads=1, causal=False, sram_size=None, block_sizes=None, dtype_bytes=2, **opts):
-    lp = lowp.check_options(d=d, block_sizes=check_block_sizes(block_sizes),
-                            **{k: v for k, v in opts.items() if k in lowp.OPTIONS})
+def forward(pb: Problem, **opts) -> Prediction:
+    lp = lowp.check_options(pb, **opts)
     scaled = lp["scaling"] is not None
-    pb = SimpleNamespace(d=d, Nq=Nq, Nk=Nk, sram_size=sram_size, dtype_bytes=dtype_bytes,
-                         block_sizes=check_block_sizes(block_sizes))
+    Nq, Nk, d, causal = pb.Nq, pb.Nk, pb.d, pb.causal
     Br, Bc = blocks.resolve(pb, lambda r, c, dd: lowp.footprint(r, c, dd, scaled))
     Tr = -(-Nq // Br)
     kv = kv_per_row_block(Nq, Nk, Br, Bc, causal)
     nb = [-(-k // Bc) for k in kv]
     fp8 = 1 if lp["qkv"] is not None else None
-    t = Tally(heads, dtype_bytes)
+    t = Tally(pb.heads, pb.dtype_bytes)
     t.add("Alg.1 l.4", reads=Nq * d, dtype_bytes=fp8)
     if lp["scaling"] == "tensor":
         t.add("Alg.1 l.4 descales", reads=3 * Tr, dtype_bytes=lowp.SCALE_BYTES)

@@ -5,6 +5,7 @@ Per head, with Nq queries, Nk keys and head dimension d (Appendix C, proof of Th
 
 forward                      reads            writes
   Alg.0 l.1  S = QKᵀ         Nq·d + Nk·d      Nq·Nk
+  bias       (if any)        2·Nq·Nk          Nq·Nk
   mask       (if any)        Nq·Nk            Nq·Nk
   Alg.0 l.2  P = softmax(S)  Nq·Nk            Nq·Nk
   dropout    (if p > 0)      Nq·Nk            Nq·Nk
@@ -22,35 +23,40 @@ backward
 
 from __future__ import annotations
 
-from . import Tally
+from ..problem import Problem
+from . import Prediction, Tally
 
 __all__ = ["forward", "backward"]
 
 
-def _has_mask(causal, mask) -> bool:
-    return bool(causal) or mask is not None and mask is not False
+def _has_mask(pb: Problem) -> bool:
+    return pb.causal or pb.mask is not None
 
 
-def forward(*, Nq, Nk, d, heads=1, causal=False, mask=None, dropout_p=0.0, dtype_bytes=2, **_):
-    t = Tally(heads, dtype_bytes)
+def forward(pb: Problem) -> Prediction:
+    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
+    t = Tally(pb.heads, pb.dtype_bytes)
     t.add("Alg.0 l.1", reads=Nq * d + Nk * d, writes=Nq * Nk)
-    if _has_mask(causal, mask):
+    if pb.bias is not None:
+        t.add("bias", reads=2 * Nq * Nk, writes=Nq * Nk)
+    if _has_mask(pb):
         t.add("mask", reads=Nq * Nk, writes=Nq * Nk)
     t.add("Alg.0 l.2", reads=Nq * Nk, writes=Nq * Nk)
-    if dropout_p > 0:
+    if pb.dropout_p > 0:
         t.add("dropout", reads=Nq * Nk, writes=Nq * Nk)
     t.add("Alg.0 l.3", reads=Nq * Nk + Nk * d, writes=Nq * d)
     return t.prediction()
 
 
-def backward(*, Nq, Nk, d, heads=1, causal=False, mask=None, dropout_p=0.0, dtype_bytes=2, **_):
-    t = Tally(heads, dtype_bytes)
+def backward(pb: Problem) -> Prediction:
+    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
+    t = Tally(pb.heads, pb.dtype_bytes)
     t.add("Alg.3 l.1", reads=Nq * Nk + Nq * d, writes=Nk * d)
     t.add("Alg.3 l.2", reads=Nq * d + Nk * d, writes=Nq * Nk)
-    if dropout_p > 0:
+    if pb.dropout_p > 0:
         t.add("dropout", reads=Nq * Nk, writes=Nq * Nk)
     t.add("Alg.3 l.3", reads=2 * Nq * Nk, writes=Nq * Nk)
-    if _has_mask(causal, mask):
+    if _has_mask(pb):
         t.add("mask", reads=Nq * Nk, writes=Nq * Nk)
     t.add("Alg.3 l.4", reads=Nq * Nk + Nk * d, writes=Nq * d)
     t.add("Alg.3 l.5", reads=Nq * Nk + Nq * d, writes=Nk * d)

@@ -1,0 +1,279 @@
+"""One way in: every option of every entry point is checked here, by the same rules.
+
+An attention *problem* is the shapes (``Nq``, ``Nk``, ``d``, the leading batch/head axes) plus the
+options shared by all algorithms. It is built either from the arrays (:meth:`Problem.from_arrays`,
+what ``standard.forward`` and friends call) or from shapes alone (:meth:`Problem.from_shapes`,
+what ``iomodel.predict`` calls). Both go through the same option checks, so the simulator and the
+closed forms accept and refuse exactly the same values: an unknown option is a ``TypeError`` that
+names it and lists the valid ones; a bad value is a ``ValueError``/``TypeError`` naming the option.
+
+The shared options (DESIGN contract):
+
+=================  ===========================================================================
+``scale``          ``None`` (1/√d, as PyTorch) or a finite real
+``causal``         ``True``/``False``: query ``i`` sees keys ``j <= i`` (top-left aligned)
+``mask``           ``None`` or a boolean array broadcastable to ``(..., Nq, Nk)``, True = attend
+``bias``           ``None`` or a float array broadcastable to ``(..., Nq, Nk)``, added to the
+                   scaled scores and read from HBM (``standard`` and ``flash2`` only)
+``dropout_p``      a probability in [0, 1)
+``seed``           an integer: the dropout mask is a pure function of (seed, head, row, column)
+``sram_size``      ``None`` or a positive integer: M, in elements per head
+``block_sizes``    ``None`` or a pair of positive integers ``(Br, Bc)``
+``dtype_bytes``    a positive integer: bytes per element, for ``io.bytes``
+=================  ===========================================================================
+
+Algorithm-specific options (``num_splits`` and ``sms`` of ``decoding``) are declared by the
+module that uses them and checked by it; this module only knows which names are allowed.
+
+Example::
+
+    pb = Problem.from_shapes(Nq=1024, Nk=1024, d=64, heads=16, causal=True)
+    pb.Nq, pb.heads, pb.causal
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dropout import scale_mask
+
+__all__ = ["Problem", "SHARED_OPTIONS", "check_options", "positive_int", "check_like", "check_finite",
+           "check_block_sizes", "require_finite"]
+
+#: The options every algorithm takes, with their defaults.
+SHARED_OPTIONS = {"scale": None, "causal": False, "mask": None, "dropout_p": 0.0, "seed": 0,
+                  "sram_size": None, "block_sizes": None, "dtype_bytes": 2}
+
+
+def check_options(opts: dict, allowed, where: str) -> None:
+    """Refuse an option ``where`` does not know, naming it and listing the valid ones."""
+    unknown = [k for k in opts if k not in allowed]
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        raise TypeError(f"{where}: unknown option{'s' if len(unknown) > 1 else ''} {names}; "
+                        f"valid options are {', '.join(sorted(allowed))}")
+
+
+# --------------------------------------------------------------------------- single values
+
+
+def positive_int(x, name: str) -> int:
+    """A positive integer (Python or numpy), else a clear error naming ``name``."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name}: expected a positive integer, got {x!r}")
+    if x <= 0:
+        raise ValueError(f"{name}: expected a positive integer, got {x}")
+    return int(x)
+
+
+def _nonnegative_int(x, name: str) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name}: expected a non-negative integer, got {x!r}")
+    if x < 0:
+        raise ValueError(f"{name}: expected a non-negative integer, got {x}")
+    return int(x)
+
+
+def check_block_sizes(block_sizes) -> tuple[int, int] | None:
+    if block_sizes is None:
+        return None
+    if not isinstance(block_sizes, (tuple, list)) or len(block_sizes) != 2:
+        raise TypeError(f"block_sizes: expected a pair (Br, Bc) of positive integers, got {block_sizes!r}")
+    return (positive_int(block_sizes[0], "block_sizes[0] (Br)"),
+            positive_int(block_sizes[1], "block_sizes[1] (Bc)"))
+
+
+def _scale(scale, d: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+        raise ValueError(f"scale: expected a finite real number or None, got {scale!r}")
+    return float(scale)
+
+
+def _causal(causal) -> bool:
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal: expected True or False, got {causal!r}")
+    return bool(causal)
+
+
+def _dropout_p(p) -> float:
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not (0.0 <= p < 1.0):
+        raise ValueError(f"dropout_p: expected a probability in [0, 1), got {p!r}")
+    return float(p)
+
+
+def _seed(seed) -> int:
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed: expected an integer, got {seed!r}")
+    return int(seed)
+
+
+def _scores_array(x, name: str, kind: str, target: tuple):
+    """A ``mask`` (boolean) or ``bias`` (float) array broadcast to ``target = lead + (Nq, Nk)``."""
+    if x is None:
+        return None
+    a = np.asarray(x)
+    if kind == "mask" and a.dtype != np.bool_:
+        raise TypeError(f"mask: expected a boolean array (True = attend), got dtype {a.dtype}")
+    if kind == "bias":
+        if not np.issubdtype(a.dtype, np.floating):
+            raise TypeError(f"bias: expected a float array added to the scores, got dtype {a.dtype}")
+        if np.isnan(a).any() or np.isposinf(a).any():
+            raise ValueError("bias: expected finite values or -inf (a masked entry), got NaN or +inf")
+    try:
+        return np.broadcast_to(a, target)
+    except ValueError:
+        raise ValueError(f"{name}: shape {a.shape} does not broadcast to (..., Nq, Nk) = {target}") from None
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def _array(x, name: str) -> np.ndarray:
+    try:
+        a = np.asarray(x)
+    except Exception as e:  # e.g. a CUDA tensor
+        raise TypeError(f"{name}: expected a numpy array of floats, got {type(x).__name__}") from e
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"{name}: expected a real floating-point array, got dtype {a.dtype}")
+    return a
+
+
+def check_finite(a: np.ndarray, name: str) -> None:
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name}: contains NaN or inf")
+
+
+def require_finite(X: np.ndarray, what: str) -> np.ndarray:
+    """Raise ``FloatingPointError`` if a computed array overflowed (finite inputs, infinite result)."""
+    # Called on τ·QKᵀ before MASK and bias (which may add -inf on purpose) and on results.
+    if not np.isfinite(X).all():
+        raise FloatingPointError(
+            f"{what} overflowed {X.dtype}: the inputs are finite but too large for this precision; "
+            f"pass float64 arrays (e.g. Q.astype(np.float64)) or scale the inputs down")
+    return X
+
+
+def check_like(x, name: str, shape: tuple, dtype) -> np.ndarray:
+    """A saved tensor or upstream gradient (``dO``, ``O``, ``P``, ``l``, ``m``, ``L``) of ``shape``."""
+    a = _array(x, name)
+    if a.shape != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
+    return a.astype(dtype)
+
+
+# --------------------------------------------------------------------------- the problem
+
+
+@dataclass
+class Problem:
+    """Shapes and checked options of one attention call. ``Q``, ``K``, ``V`` are None for shapes only."""
+
+    Nq: int
+    Nk: int
+    d: int
+    lead_shape: tuple
+    scale: float
+    causal: bool
+    mask: np.ndarray | None  # broadcast to lead + (Nq, Nk), or None
+    bias: np.ndarray | None  # broadcast to lead + (Nq, Nk), or None
+    dropout_p: float
+    seed: int
+    sram_size: int | None
+    block_sizes: tuple[int, int] | None
+    dtype_bytes: int
+    Q: np.ndarray | None = None
+    K: np.ndarray | None = None
+    V: np.ndarray | None = None
+
+    @property
+    def dtype(self):
+        return self.Q.dtype if self.Q is not None else np.dtype(np.float64)
+
+    @property
+    def heads(self) -> int:
+        """The number of (batch, head) pairs: the product of the leading axes."""
+        return int(np.prod(self.lead_shape, dtype=np.int64)) if self.lead_shape else 1
+
+    def with_blocks(self, Br: int, Bc: int) -> Problem:
+        """The same problem with its block sizes pinned (block-sparse passes share one grid)."""
+        return dataclasses.replace(self, block_sizes=(Br, Bc))
+
+    def dropout_Z(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
+        """Z of the tile ``rows x cols`` (Alg.4 l.14), regenerated from the seed: never stored."""
+        return scale_mask(self.seed, self.dropout_p, self.lead_shape, rows, cols, self.dtype.type)
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_arrays(cls, Q, K, V, *, where: str, extra=(), **opts) -> Problem:
+        """Check ``Q``, ``K``, ``V`` and the options; ``extra`` names options beyond the shared ones."""
+        check_options(opts, set(SHARED_OPTIONS) | set(extra), where)
+        Q, K, V = _array(Q, "Q"), _array(K, "K"), _array(V, "V")
+        for a, name, rows in ((Q, "Q", "Nq"), (K, "K", "Nk"), (V, "V", "Nk")):
+            if a.ndim < 2:
+                raise ValueError(f"{name}: expected shape (..., {rows}, d) with at least 2 axes, got {a.shape}")
+            if a.shape[-1] == 0 or a.shape[-2] == 0:
+                raise ValueError(f"{name}: expected non-empty {rows} and d, got shape {a.shape}")
+        if K.shape[-1] != Q.shape[-1]:
+            raise ValueError(f"K: head dimension {K.shape[-1]} does not match Q's {Q.shape[-1]}")
+        if V.shape[-1] != Q.shape[-1]:
+            raise ValueError(f"V: head dimension {V.shape[-1]} does not match Q's {Q.shape[-1]}")
+        if V.shape[-2] != K.shape[-2]:
+            raise ValueError(f"V: length {V.shape[-2]} does not match K's {K.shape[-2]} (K and V pair up row by row)")
+        lead = Q.shape[:-2]
+        for a, name in ((K, "K"), (V, "V")):
+            if a.shape[:-2] != lead:
+                raise ValueError(f"{name}: leading (batch, head) axes {a.shape[:-2]} do not match Q's {lead}")
+        for a, name in ((Q, "Q"), (K, "K"), (V, "V")):
+            check_finite(a, name)
+        # float64 stays float64; float16/float32/integers compute in at least float32.
+        dt = np.result_type(Q.dtype, K.dtype, V.dtype, np.float32)
+        pb = cls._checked(Q.shape[-2], K.shape[-2], Q.shape[-1], lead, opts)
+        pb.Q, pb.K, pb.V = Q.astype(dt), K.astype(dt), V.astype(dt)
+        if pb.bias is not None:
+            pb.bias = pb.bias.astype(dt)
+        return pb
+
+    @classmethod
+    def from_shapes(cls, *, Nq, Nk, d, heads=1, where: str, extra=(), **opts) -> Problem:
+        """The same checks from shapes alone (``heads`` = product of the leading axes; 0 is an empty batch).
+
+        ``mask`` and ``bias`` may be arrays (their last two axes must broadcast to ``(Nq, Nk)``) or
+        ``True`` for "there is one": only their presence changes the IO.
+        """
+        check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads"}, where)
+        Nq, Nk, d = positive_int(Nq, "Nq"), positive_int(Nk, "Nk"), positive_int(d, "d")
+        heads = _nonnegative_int(heads, "heads")
+        for name in ("mask", "bias"):
+            v = opts.get(name)
+            if v is not None and not isinstance(v, np.ndarray):
+                if isinstance(v, (bool, np.bool_)) and name == "mask":
+                    opts[name] = np.asarray(bool(v))
+                elif v is True:
+                    opts[name] = np.zeros(())  # "a bias is present"
+            elif isinstance(v, np.ndarray) and v.ndim > 2:
+                opts[name] = v.reshape((-1,) + v.shape[-2:])[:1]  # leading axes do not change the IO
+        return cls._checked(Nq, Nk, d, (heads,), opts)
+
+    @classmethod
+    def _checked(cls, Nq, Nk, d, lead, opts) -> Problem:
+        o = {**SHARED_OPTIONS, **{k: v for k, v in opts.items() if k in SHARED_OPTIONS}}
+        target = tuple(lead) + (Nq, Nk)
+        return cls(
+            Nq=Nq, Nk=Nk, d=d, lead_shape=tuple(lead),
+            scale=_scale(o["scale"], d),
+            causal=_causal(o["causal"]),
+            mask=_scores_array(o["mask"], "mask", "mask", target),
+            bias=_scores_array(opts.get("bias"), "bias", "bias", target),
+            dropout_p=_dropout_p(o["dropout_p"]),
+            seed=_seed(o["seed"]),
+            sram_size=None if o["sram_size"] is None else positive_int(o["sram_size"], "sram_size"),
+            block_sizes=check_block_sizes(o["block_sizes"]),
+            dtype_bytes=positive_int(o["dtype_bytes"], "dtype_bytes"),
+        )

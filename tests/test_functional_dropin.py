@@ -1,0 +1,113 @@
+"""The torch front is a drop-in for torch.nn.functional.scaled_dot_product_attention (float64)."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812  (the usual name)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashref import dropout
+from flashref.functional import scaled_dot_product_attention as sdpa
+
+
+@st.composite
+def sdpa_cases(draw):
+    """Shapes and options as real models pass them: GQA, Ev != E, broadcast, bool/float masks, causal."""
+    B, Hkv = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    gqa = draw(st.booleans())
+    Hq = Hkv * (draw(st.integers(1, 3)) if gqa else 1)
+    L, S, E, Ev = (draw(st.integers(1, 9)) for _ in range(4))
+    seed = draw(st.integers(0, 2**16))
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, L, E, generator=g, dtype=torch.float64)
+    k_lead = (B, Hkv) if draw(st.booleans()) else (1, Hkv)  # broadcast batch axis
+    k = torch.randn(*k_lead, S, E, generator=g, dtype=torch.float64)
+    v = torch.randn(*k_lead, S, Ev, generator=g, dtype=torch.float64)
+    kind = draw(st.sampled_from(["none", "bool", "float", "padding"]))
+    mask = None
+    if kind == "bool":
+        mask = torch.rand(L, S, generator=g) < 0.7
+    elif kind == "float":
+        mask = torch.randn(B, 1, L, S, generator=g, dtype=torch.float64)
+        mask[..., 0, :] = float("-inf")  # a fully masked row
+    elif kind == "padding":  # an HF-style key-padding mask, (B, 1, 1, S), additive
+        keep = torch.rand(B, 1, 1, S, generator=g) < 0.8
+        mask = torch.zeros(B, 1, 1, S, dtype=torch.float64).masked_fill(~keep, torch.finfo(torch.float64).min)
+    causal = mask is None and draw(st.booleans())  # PyTorch refuses both together
+    scale = draw(st.sampled_from([None, 0.3]))
+    return dict(q=q, k=k, v=v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
+
+
+@settings(max_examples=40, deadline=None)
+@given(sdpa_cases(), st.sampled_from(["flash2", "standard"]))
+def test_agrees_with_torch_sdpa_forward_and_backward(case, algorithm):
+    q, k, v = (case[n].clone().requires_grad_(True) for n in "qkv")
+    kw = {n: case[n] for n in ("attn_mask", "is_causal", "scale", "enable_gqa")}
+    ours = sdpa(q, k, v, algorithm=algorithm, block_sizes=(3, 2), **kw)
+    ref_q, ref_k, ref_v = (case[n].clone().requires_grad_(True) for n in "qkv")
+    ref = F.scaled_dot_product_attention(ref_q, ref_k, ref_v, **kw)
+    assert ours.shape == ref.shape
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    g = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ours.backward(g)
+    ref.backward(g)
+    for a, b in ((q, ref_q), (k, ref_k), (v, ref_v)):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("L,S", [(0, 5), (4, 0), (0, 0)])
+def test_empty_inputs_as_torch(L, S):
+    q, k, v = torch.randn(2, 3, L, 4), torch.randn(2, 3, S, 4), torch.randn(2, 3, S, 6)
+    ours, ref = sdpa(q, k, v), F.scaled_dot_product_attention(q, k, v)
+    assert ours.shape == ref.shape and torch.equal(ours, ref)
+
+
+def test_empty_batch():
+    q = torch.randn(0, 2, 5, 4, dtype=torch.float64, requires_grad=True)
+    out = sdpa(q, q, q, is_causal=True)
+    assert out.shape == (0, 2, 5, 4)
+    out.sum().backward()
+    assert q.grad.shape == q.shape
+
+
+def test_dropout_draws_a_fresh_mask_per_call_from_torchs_generator():
+    q = torch.randn(2, 16, 8, dtype=torch.float64)
+    torch.manual_seed(0)
+    a, b = sdpa(q, q, q, dropout_p=0.5), sdpa(q, q, q, dropout_p=0.5)
+    assert not torch.equal(a, b)  # every step, every layer: a new mask
+    torch.manual_seed(0)
+    assert torch.equal(sdpa(q, q, q, dropout_p=0.5), a)  # torch.manual_seed reproduces a run
+
+
+def test_dropout_statistics_and_the_keyed_mask_on_request():
+    p, N = 0.3, 64
+    v = torch.eye(N, dtype=torch.float64).expand(4, N, N)
+    q = torch.zeros(4, N, 8, dtype=torch.float64)  # uniform attention: O = P∘Z with P = 1/N
+    out = sdpa(q, q[..., :N, :], v, dropout_p=p, seed=17)
+    kept = (out > 0).double().mean().item()
+    assert abs(kept - (1 - p)) < 4 * np.sqrt(p * (1 - p) / out.numel())
+    assert torch.allclose(out[out > 0], torch.tensor(1 / (N * (1 - p)), dtype=torch.float64))
+    keep = dropout.keep_mask(17, p, (4,), (0, N), (0, N))
+    assert np.array_equal(out.numpy() > 0, keep)  # seed=... gives exactly the reference's keyed mask
+    # the mean over many fresh masks is the undropped output (dropout is unbiased)
+    torch.manual_seed(1)
+    mean = sum(sdpa(q, q, v, dropout_p=p) for _ in range(200)) / 200
+    assert abs(mean.mean().item() - 1 / N) < 0.05 / N
+
+
+def test_double_backward_is_a_clear_error():
+    q = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    out = sdpa(q, q, q)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
+    (g,) = torch.autograd.grad(sdpa(q, q, q).sum(), q)  # a first-order gradient still works
+    assert g.shape == q.shape and not g.requires_grad
+
+
+def test_gqa_bad_head_counts_are_named():
+    q, k = torch.randn(1, 6, 3, 4), torch.randn(1, 4, 3, 4)
+    with pytest.raises(ValueError, match="enable_gqa: query heads Hq=6 must be a multiple of key/value heads Hkv=4"):
+        sdpa(q, k, k, enable_gqa=True)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        sdpa(q, k, k)

@@ -1,0 +1,256 @@
+"""One way in: every entry point checks options by the same rules; edge cases behave as the contract says."""
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import attention_ref, rel_err
+
+from flashref import Memory, blocksparse, decoding, flash1, flash2, iomodel, standard
+
+rng = np.random.default_rng(0)
+Q, K, V = rng.standard_normal((2, 6, 4)), rng.standard_normal((2, 9, 4)), rng.standard_normal((2, 9, 4))
+dO = rng.standard_normal((2, 6, 4))
+
+
+def _bm(**opts):
+    g = blocksparse.grid(6, 9, 4, **{k: v for k, v in opts.items() if k in ("sram_size", "block_sizes")})
+    return np.ones((g.Tr, g.Tc), dtype=bool)
+
+
+# Each entry point as a function of its options.
+ENTRY_POINTS = {
+    "standard.forward": lambda **o: standard.forward(Q, K, V, **o),
+    "standard.backward": lambda **o: standard.backward(Q, K, V, dO, standard.forward(Q, K, V).P, **o),
+    "flash1.forward": lambda **o: flash1.forward(Q, K, V, **o),
+    "flash1.backward": lambda **o: flash1.backward(Q, K, V, *_f1(), **o),
+    "flash2.forward": lambda **o: flash2.forward(Q, K, V, **o),
+    "flash2.backward": lambda **o: flash2.backward(Q, K, V, *_f2(), **o),
+    "blocksparse.forward": lambda **o: blocksparse.forward(Q, K, V, _bm(**o), **o),
+    "decoding.forward": lambda **o: decoding.forward(Q, K, V, **o),
+    "iomodel.predict": lambda **o: iomodel.predict("flash2", "forward", Nq=6, Nk=9, d=4, heads=2, **o),
+    "iomodel.grid": lambda **o: iomodel.grid("flash1", "forward", Nq=6, Nk=9, d=4, **o),
+}
+
+
+def _f1():
+    f = flash1.forward(Q, K, V)
+    return f.O, dO, f.l, f.m
+
+
+def _f2():
+    f = flash2.forward(Q, K, V)
+    return f.O, dO, f.L
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("typo", ["casual", "M", "block_size", "dropout", "batch"])
+def test_unknown_option_is_a_type_error_naming_it_and_the_valid_ones(entry, typo):
+    with pytest.raises(TypeError, match=rf"unknown option '{typo}'; valid options are .*causal"):
+        ENTRY_POINTS[entry](**{typo: 1})
+
+
+# The first arc's hostile inputs to iomodel.predict, each with what it must raise now.
+PREDICT_FINDINGS = [
+    (dict(heads=-3), ValueError, "heads"),
+    (dict(heads=2.5), TypeError, "heads"),
+    (dict(dropout_p=2.0), ValueError, "dropout_p"),
+    (dict(causal="no"), TypeError, "causal"),
+    (dict(block_sizes=(-1, 4)), ValueError, r"block_sizes\[0\]"),
+    (dict(dtype_bytes=0), ValueError, "dtype_bytes"),
+    (dict(block_sizes=(0, 4)), ValueError, r"block_sizes\[0\]"),
+    (dict(sram_size=-5), ValueError, "sram_size"),
+]
+
+
+@pytest.mark.parametrize("opts,exc,msg", PREDICT_FINDINGS, ids=[str(c[0]) for c in PREDICT_FINDINGS])
+def test_predict_refuses_what_the_simulator_refuses(opts, exc, msg):
+    with pytest.raises(exc, match=msg):
+        iomodel.predict("flash1", "forward", Nq=64, Nk=64, d=8, **opts)
+    sim_opts = {k: v for k, v in opts.items() if k != "heads"}
+    if sim_opts:
+        with pytest.raises(exc, match=msg):
+            flash1.forward(Q, K, V, **sim_opts)
+
+
+def test_numpy_integers_are_integers_everywhere():
+    i = np.int64
+    p = iomodel.predict("flash2", "forward", Nq=i(64), Nk=i(48), d=i(8), heads=i(3), block_sizes=(i(16), i(8)),
+                        sram_size=i(10_000), dtype_bytes=i(2))
+    assert p == iomodel.predict("flash2", "forward", Nq=64, Nk=48, d=8, heads=3, block_sizes=(16, 8),
+                                sram_size=10_000, dtype_bytes=2)
+    f = flash2.forward(Q, K, V, block_sizes=(i(4), i(4)), seed=i(3), dropout_p=0.1)
+    assert f.block_sizes == (4, 4)
+
+
+# A pool of option values, good and bad; the simulator and predict must agree on each draw.
+VALUES = {
+    "causal": [True, False, np.bool_(True), "no", 1, None],
+    "dropout_p": [0.0, 0.25, np.float32(0.5), 1.0, -0.1, True, "0.1"],
+    "sram_size": [None, 500, np.int32(800), 0, -5, 2.5, 10**9],
+    "block_sizes": [None, (2, 3), (np.int64(4), 4), (0, 4), (-1, 4), (2,), 8, (2.0, 4), (100, 100)],
+    "dtype_bytes": [1, 2, np.int8(4), 0, -2, 1.5],
+    "scale": [None, 0.5, 1, float("nan"), float("inf"), True, "x"],
+    "seed": [0, 7, np.uint16(3), 1.5, None],
+    "mask": [None, True, np.ones((6, 9), bool), np.ones((6, 9)), np.ones((5, 9), bool)],
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.fixed_dictionaries({}, optional={k: st.sampled_from(v) for k, v in VALUES.items()}))
+def test_predict_and_simulator_accept_and_refuse_the_same_values(opts):
+    def outcome(f, *args, **kw):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                return f(*args, **kw)
+        except Exception as e:  # the kind of refusal is what must agree
+            return type(e)
+
+    for algorithm, run in (("flash2", flash2.forward), ("standard", standard.forward), ("flash1", flash1.forward)):
+        sim = outcome(run, Q, K, V, **opts)
+        pred = outcome(iomodel.predict, algorithm, "forward", Nq=6, Nk=9, d=4, heads=2, **opts)
+        if isinstance(sim, type) or isinstance(pred, type):
+            assert sim == pred, (algorithm, opts, sim, pred)
+        else:
+            assert (sim.io.reads, sim.io.writes) == (pred.reads, pred.writes)
+
+
+@pytest.mark.parametrize("lead", [(0,), (0, 3), (2, 0)])
+def test_empty_leading_axes_give_empty_results(lead):
+    q, k, v = np.zeros(lead + (5, 4)), np.zeros(lead + (7, 4)), np.zeros(lead + (7, 4))
+    g = np.zeros(lead + (5, 4))
+    s = standard.forward(q, k, v, causal=True)
+    assert s.O.shape == q.shape and s.io.total == 0
+    assert standard.backward(q, k, v, g, s.P).dK.shape == k.shape
+    f1 = flash1.forward(q, k, v, dropout_p=0.2)
+    assert f1.O.shape == q.shape and f1.io.total == 0
+    assert flash1.backward(q, k, v, f1.O, g, f1.l, f1.m, dropout_p=0.2).dV.shape == v.shape
+    f2 = flash2.forward(q, k, v, causal=True)
+    assert f2.O.shape == q.shape and f2.L.shape == lead + (5,)
+    assert flash2.backward(q, k, v, f2.O, g, f2.L, causal=True).dQ.shape == q.shape
+    assert decoding.forward(q, k, v, num_splits=2).O.shape == q.shape
+    heads = int(np.prod(lead))
+    assert iomodel.predict("flash2", "forward", Nq=5, Nk=7, d=4, heads=heads).total == 0
+
+
+def test_every_backward_rejects_nan_and_inf():
+    s, f1, f2 = standard.forward(Q, K, V), flash1.forward(Q, K, V), flash2.forward(Q, K, V)
+    bad = dO.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="dO: contains NaN"):
+        standard.backward(Q, K, V, bad, s.P)
+    P = s.P.copy()
+    P[0, 1, 1] = np.inf
+    with pytest.raises(ValueError, match="P: contains NaN or inf"):
+        standard.backward(Q, K, V, dO, P)
+    O = f2.O.copy()
+    O[1, 2, 3] = np.nan
+    with pytest.raises(ValueError, match="O: contains NaN"):
+        flash2.backward(Q, K, V, O, dO, f2.L)
+    with pytest.raises(ValueError, match="dO: contains NaN"):
+        flash2.backward(Q, K, V, f2.O, bad, f2.L)
+    with pytest.raises(ValueError, match="dO: contains NaN"):
+        flash1.backward(Q, K, V, f1.O, bad, f1.l, f1.m)
+
+
+@pytest.mark.parametrize("module", [standard, flash1, flash2, decoding])
+def test_overflowing_scores_raise_naming_the_cure(module):
+    big = np.full((4, 3), 1e20, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning on the way
+        with pytest.raises(FloatingPointError, match="float64"):
+            module.forward(big, big, big)
+    # float64 holds them: the same inputs give a finite answer
+    assert np.isfinite(module.forward(big.astype(np.float64), big.astype(np.float64), big.astype(np.float64)).O).all()
+
+
+def test_star_import_needs_neither_torch_nor_triton():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
+            "from flashref import *\n"
+            "print(flash2.forward, iomodel.predict, Memory)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "function forward" in out.stdout
+
+
+# ----------------------------------------------------------------- bias (a materialised float mask)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("module", [standard, flash2])
+def test_bias_matches_the_oracle_and_torch_and_is_counted_exactly(module, causal):
+    r = np.random.default_rng(3)
+    q, k, v, g = (r.standard_normal((2, n, 5)) for n in (7, 11, 11, 7))
+    bias = r.standard_normal((7, 11))
+    bias[2, :] = -np.inf  # a row the bias masks fully: zeros, no NaN
+    fwd = module.forward(q, k, v, bias=bias, causal=causal, block_sizes=(3, 4))
+    qt, kt, vt = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    S = qt @ kt.transpose(-1, -2) / np.sqrt(5) + torch.tensor(bias)
+    if causal:
+        S = S.masked_fill(~torch.ones(7, 11, dtype=torch.bool).tril(), float("-inf"))
+    row_any = torch.isfinite(S).any(dim=-1, keepdim=True)  # a fully masked row: zeros and zero gradients
+    P = torch.softmax(S.masked_fill(~row_any, 0.0), dim=-1) * row_any
+    O = P @ vt
+    assert rel_err(fwd.O, O.detach().numpy()) < 1e-12
+    assert np.all(fwd.O[:, 2] == 0)
+    O.backward(torch.tensor(g))
+    stat = (fwd.P,) if module is standard else (fwd.O, g, fwd.L)
+    args = (q, k, v, g, *stat) if module is standard else (q, k, v, *stat)
+    bwd = module.backward(*args, bias=bias, causal=causal, block_sizes=(3, 4))
+    for ours, theirs in ((bwd.dQ, qt.grad), (bwd.dK, kt.grad), (bwd.dV, vt.grad)):
+        assert rel_err(ours, theirs.numpy()) < 1e-11
+    name = "standard" if module is standard else "flash2"
+    for res, direction in ((fwd, "forward"), (bwd, "backward")):
+        pred = iomodel.predict(name, direction, Nq=7, Nk=11, d=5, heads=2, bias=True, causal=causal,
+                               block_sizes=(3, 4))
+        assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+        assert res.io.by_line == pred.by_line
+
+
+def test_bias_costs_a_read_per_visited_score_where_mask_costs_nothing():
+    N, d = 64, 8
+    plain = iomodel.predict("flash2", "forward", Nq=N, Nk=N, d=d, block_sizes=(16, 16), mask=True)
+    biased = iomodel.predict("flash2", "forward", Nq=N, Nk=N, d=d, block_sizes=(16, 16), bias=True)
+    assert biased.reads - plain.reads == N * N
+
+
+def test_bias_footprint_equals_the_measured_peak():
+    r = np.random.default_rng(1)
+    q, k, v = (r.standard_normal((16, 4)) for _ in range(3))
+    fwd = flash2.forward(q, k, v, bias=r.standard_normal((16, 16)), block_sizes=(8, 4))
+    assert fwd.io.peak_sram == flash2.footprint_forward(8, 4, 4, bias=True)
+    assert attention_ref(q, k, v)[0].shape == fwd.O.shape
+
+
+def test_bias_bad_input_is_named():
+    with pytest.raises(ValueError, match="bias: shape"):
+        flash2.forward(Q, K, V, bias=np.zeros((5, 9)))
+    with pytest.raises(TypeError, match="bias: expected a float array"):
+        flash2.forward(Q, K, V, bias=np.zeros((6, 9), dtype=bool))
+    with pytest.raises(ValueError, match="bias: expected finite values or -inf"):
+        flash2.forward(Q, K, V, bias=np.full((6, 9), np.nan))
+    with pytest.raises(TypeError, match="unknown option 'bias'"):
+        flash1.forward(Q, K, V, bias=np.zeros((6, 9)))
+
+
+# ----------------------------------------------------------------- Memory verbs
+
+
+def test_memory_verbs_say_the_counting_rule():
+    mem = Memory(sram_size=100)
+    mem.input("Q", np.ones((4, 2)))  # free
+    mem.output("O", (4, 2))  # allocated, not initialised: free
+    mem.init("l", (4,), 0.0, line="init")  # initialised: counted
+    assert mem.report().total == 4 and mem.report().by_line == {"init": (0, 4)}
+    S = mem.load("Q", rows=(0, 2), as_="S")  # 4 reads, 4 on chip
+    mem.reuse("S", "P", S * 2)  # P takes S's slot: still 4 on chip
+    assert mem.sram_in_use == 4
+    mem.store("O", S, rows=(0, 2), line="store")
+    r = mem.report()
+    assert (r.reads, r.writes, r.peak_sram) == (4, 8, 4)
