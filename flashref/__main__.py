@@ -1,4 +1,4 @@
-"""``python -m flashref {figures,bench,profile}``."""
+"""``python -m flashref {figures,site,bench,profile}``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ USAGE = """usage: python -m flashref COMMAND [options]
 
 commands:
   figures   regenerate every figure (PNG + CSV) in figures/ on the CPU
+  site      build the course website (README, docs, every notebook) into OUT_DIR, offline
   bench     time flashref's Triton kernel against PyTorch SDPA backends (needs CUDA)
   profile   measure DRAM traffic with Nsight Compute (needs CUDA and ncu)
 """
@@ -21,6 +22,8 @@ def main(argv=None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "figures":
         from .figures import main as run
+    elif cmd == "site":
+        from .site import main as run
     elif cmd == "bench":
         from .gpu.bench import main as run
     elif cmd == "profile":

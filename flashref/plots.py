@@ -11,7 +11,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-__all__ = ["COLORS", "figure", "save", "write_csv", "read_csv"]
+__all__ = ["COLORS", "figure", "save", "write_csv", "read_csv", "storyboard", "STORYBOARD_DIR"]
 
 # One colour per algorithm, used by every figure and notebook.
 COLORS = {
@@ -44,10 +44,15 @@ _RC = {
 }
 
 
+#: No "Software" (matplotlib version) entry in the PNGs: the same numbers give the same bytes.
+PNG_METADATA = {"Software": None}
+
+
 def figure(title: str, ncols: int = 1, nrows: int = 1, width: float = 6.0, height: float = 3.8):
     """A new figure in the house style; ``title`` must name every fixed parameter."""
     with plt.rc_context(_RC):
-        fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False)
+        # constrained layout keeps a multi-line suptitle clear of the subplot titles, in notebooks too
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, layout="constrained")
         for ax in axes.flat:
             ax.grid(True, alpha=0.3)
             ax.spines["top"].set_visible(False)
@@ -74,7 +79,41 @@ def save(fig, rows: list[dict], path_stem: Path) -> None:
     """Write ``<stem>.png`` and ``<stem>.csv`` (the plotted data)."""
     path_stem = Path(path_stem)
     path_stem.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path_stem.with_suffix(".png"))
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.savefig(path_stem.with_suffix(".png"), metadata=PNG_METADATA)
     plt.close(fig)
     write_csv(path_stem.with_suffix(".csv"), rows)
+
+
+#: Where :func:`storyboard` writes: ``figures/storyboards/`` of the checkout.
+STORYBOARD_DIR = Path(__file__).resolve().parents[1] / "figures" / "storyboards"
+
+
+def storyboard(fig, draw, frames, name: str, ncols: int = 4, folder: Path | None = None) -> Path:
+    """Save the key frames of an animation as one PNG, ``<folder>/<name>.png``, and return its path.
+
+    An animation made with ``FuncAnimation(fig, draw, ...)`` plays only where JavaScript runs; GitHub,
+    a PDF or a slide shows its controls and no figure. This calls ``draw(k)`` for each ``k`` of
+    ``frames``, renders ``fig`` and tiles the images ``ncols`` to a row, so the same frames are also a
+    static picture. The bytes depend only on the frames (no date or version in the file).
+    """
+    import numpy as np
+    from matplotlib.image import imsave
+
+    images = []
+    for k in frames:
+        draw(k)
+        fig.canvas.draw()
+        images.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())
+    h, w = images[0].shape[:2]
+    pad = 12
+    nrows = -(-len(images) // ncols)
+    sheet = np.full((nrows * (h + pad) - pad, ncols * (w + pad) - pad, 3), 255, dtype=np.uint8)
+    for n, img in enumerate(images):
+        r, c = divmod(n, ncols)
+        sheet[r * (h + pad):r * (h + pad) + img.shape[0], c * (w + pad):c * (w + pad) + img.shape[1]] = img
+    path = Path(folder or STORYBOARD_DIR) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    imsave(path, sheet, metadata=PNG_METADATA)
+    return path

@@ -14,3 +14,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+# ----------------------------------------------------------------------------- run summary
+# Tests may record a line for the reader with record_property("screenshot", path) (tests/test_site.py);
+# it reaches the controller under pytest-xdist too, and is printed at the end of the run.
+_SUMMARY: list[str] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _SUMMARY.extend(f"{report.nodeid}: {k} {v}" for k, v in report.user_properties if k == "screenshot")
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in _SUMMARY:
+        terminalreporter.write_line(f"look at the {line.split(': ', 1)[1]}  ({line.split(': ', 1)[0]})")

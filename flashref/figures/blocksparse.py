@@ -72,11 +72,10 @@ def density_plot(rows):
     s = np.array([r["density"] for r in rnd])
     for key, style, label in (("forward_io", "-o", "forward (Alg. 5)"), ("backward_io", "-s", "backward")):
         y = np.array([r[key] for r in rnd], dtype=float)
-        ax.plot(s, y / 1e6, style, color=COLORS["blocksparse"], ms=3.5, label=f"{label}, random masks",
+        slope = np.polyfit([r["nonzero_blocks"] for r in rnd], y, 1)[0]  # named in the legend, not on the plot
+        ax.plot(s, y / 1e6, style, color=COLORS["blocksparse"], ms=3.5,
+                label=f"{label}, random masks: {slope:,.0f} elements per nonzero block",
                 alpha=1.0 if key == "forward_io" else 0.6)
-        slope = np.polyfit([r["nonzero_blocks"] for r in rnd], y, 1)[0]
-        ax.annotate(f"{slope:,.0f} elements per nonzero block", (s[len(s) // 2], y[len(s) // 2] / 1e6),
-                    textcoords="offset points", xytext=(8, -12 if key == "forward_io" else 6), fontsize=7)
     c1, c2 = io_blocksparse.prop4_constants(D, SRAM, rows[0]["Bc"])
     p4 = c1 * N_DENSITY * D + c2 * N_DENSITY**2 * D**2 * s / SRAM
     ax.plot(s, p4 / 1e6, "--", color=COLORS["bound"], label=f"Prop. 4 form {c1:.2f}·Nd + {c2:.1f}·N²d²s/M")
@@ -85,7 +84,9 @@ def density_plot(rows):
                 label=f"{r['pattern']} (s={r['density']:.2f})")
     ax.set_xlabel("fraction of nonzero blocks s")
     ax.set_ylabel("HBM traffic (million elements)")
-    ax.legend(loc="upper left")
+    top = max(r["backward_io"] for r in rows) / 1e6
+    ax.set_ylim(-0.03 * top, 1.8 * top)  # room above the curves for the legend
+    ax.legend(loc="upper left", fontsize=7)
     return fig
 
 
@@ -189,7 +190,7 @@ def decoding_plot(rows):
     c.set_title(f"Nk = {DEC_FIXED_NK}: more splits, more partials")
     h1, l1 = c.get_legend_handles_labels()
     h2, l2 = c2.get_legend_handles_labels()
-    c.legend(h1 + h2, l1 + l2, loc="center right")
+    c.legend(h1 + h2, l1 + l2, loc="lower right")  # below both curves there: covers no point
     return fig
 
 

@@ -78,12 +78,18 @@ def io_vs_block_size_plot(rows):
     ax.plot(Bc, [r["flash1_gb"] for r in rows], "o-", color=COLORS["flash1"], label="FlashAttention (Alg. 1)")
     ax.axhline(r0["standard_gb"], color=COLORS["standard"], ls="--",
                label=f"standard attention (Alg. 0): {r0['standard_gb']:.2f} GB")
+    m_kb = blocks.DEFAULT_SRAM_BYTES / 1024
     for r in rows:
-        ax.annotate(f"{r['flash1_gb']:.2f} GB\nSRAM {r['footprint_kb']:.0f} KB", (r["Bc"], r["flash1_gb"]),
-                    textcoords="offset points", xytext=(4, 6), fontsize=7)
+        over = r["footprint_kb"] > m_kb
+        ax.annotate(f"{r['flash1_gb']:.2f} GB\nSRAM {r['footprint_kb']:.0f} KB" + (" > M" if over else ""),
+                    (r["Bc"], r["flash1_gb"]), textcoords="offset points", xytext=(4, 6), fontsize=7,
+                    color=COLORS["standard"] if over else "k", zorder=5,
+                    bbox=dict(boxstyle="square,pad=0.15", fc="white", ec="none"))
     ax.set_xscale("log", base=2)
+    ax.set_xlim(Bc[0] / 1.3, Bc[-1] * 1.9)  # room for the last label
     ax.set_xticks(Bc, [str(b) for b in Bc])
-    ax.set_xlabel("block size Bc (annotated: GB moved, on-chip footprint per head in KB)")
+    ax.set_xlabel("block size Bc (annotated: GB moved, on-chip footprint per head in KB; red: more than "
+                  f"M = {blocks.DEFAULT_SRAM_BYTES // 1000} KB)")
     ax.set_ylabel("HBM reads + writes (GB)")
     ax.set_ylim(0, max(r["flash1_gb"] for r in rows) * 1.15)
     ax.legend(loc="upper right")
