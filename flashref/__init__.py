@@ -33,7 +33,7 @@ from .problem import Problem
 
 __version__ = "0.1.0"
 
-_LAZY = ("functional", "gpu", "figures")
+_LAZY = ("functional", "gpu", "figures", "lowp")
 
 
 def __getattr__(name):
@@ -45,6 +45,6 @@ def __getattr__(name):
 
 # What ``from flashref import *`` gives: the numpy core only. ``functional``, ``gpu`` and ``figures``
 # stay out of the star-import (they need torch, triton or matplotlib); import them by name.
-__all__ = ["blocks", "blocksparse", "decoding", "dropout", "flash1", "flash2", "flops", "hardware", "iomodel",
+__all__ = ["blocks", "blocksparse", "decoding", "dropout", "flash1", "flash2", "flops", "hardware", "iomodel", "lowp",
            "masks", "memory", "parallelism", "patterns", "problem", "softmax", "standard",
            "IOReport", "Memory", "Problem", "SRAMOverflowError"]

@@ -118,7 +118,16 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
     Returns ``.O``, ``.L`` (row log-sum-exp of the scaled, masked scores; -inf for a fully masked
     row), ``.io``, ``.flops``, ``.events`` and ``.block_sizes = (Br, Bc)``.
+
+    Low precision (``fp8``, ``p_fp8``, ``fp8_scaling``, ``incoherent``, ``incoherent_seed``,
+    ``p_scale``, ``key_order``): FlashAttention-3's FP8 forward, run by :func:`flashref.lowp.forward`.
     """
+    # --- issue 17: the low-precision options run lowp's copy of this loop (FP8 lines marked there).
+    from . import lowp
+    if lowp.requested(opts):
+        return lowp.forward(Q, K, V, **opts)
+    opts = {k: v for k, v in opts.items() if k not in lowp.OPTIONS}  # explicit defaults: the plain loop
+    # --- end issue 17
     pb = Problem.from_arrays(Q, K, V, where="flash2.forward", extra=OPTIONS, **opts)
     # Alg.1 l.1: Tr = ⌈Nq/Br⌉ row blocks Q_i, Tc = ⌈Nk/Bc⌉ column blocks K_j, V_j.
     g = grid_forward(pb)

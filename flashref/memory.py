@@ -55,10 +55,16 @@ class SRAMOverflowError(MemoryError):
 
 @dataclass
 class TensorIO:
-    """Elements read from and written to HBM for one named tensor."""
+    """Elements read from and written to HBM for one named tensor.
+
+    ``dtype_bytes`` is ``None`` (the report's own ``dtype_bytes``) unless the tensor is stored in
+    another precision, as the FP8 Q, K, V (1 byte) and their float32 scales (4 bytes) of
+    :mod:`flashref.lowp`.
+    """
 
     reads: int = 0
     writes: int = 0
+    dtype_bytes: int | None = None
 
     @property
     def total(self) -> int:
@@ -97,7 +103,11 @@ class Traffic:
 
 @dataclass
 class IOReport(Traffic):
-    """HBM traffic of one run, in elements. Reports add: ``fwd.io + bwd.io``."""
+    """HBM traffic of one run, in elements. Reports add: ``fwd.io + bwd.io``.
+
+    ``bytes`` weighs each tensor's elements by its own ``dtype_bytes`` where it has one (mixed
+    precision), else by the report's: without such tensors ``bytes == total * dtype_bytes``.
+    """
 
     by_tensor: dict[str, TensorIO] = field(default_factory=dict)
     peak_sram: int = 0
@@ -113,12 +123,17 @@ class IOReport(Traffic):
     def writes(self) -> int:
         return sum(t.writes for t in self.by_tensor.values())
 
+    @property
+    def bytes(self) -> int:
+        return sum(t.total * (self.dtype_bytes if t.dtype_bytes is None else t.dtype_bytes)
+                   for t in self.by_tensor.values())
+
     def __add__(self, other: IOReport) -> IOReport:
         if not isinstance(other, IOReport):
             return NotImplemented
-        merged = {name: TensorIO(t.reads, t.writes) for name, t in self.by_tensor.items()}
+        merged = {name: TensorIO(t.reads, t.writes, t.dtype_bytes) for name, t in self.by_tensor.items()}
         for name, t in other.by_tensor.items():
-            m = merged.setdefault(name, TensorIO())
+            m = merged.setdefault(name, TensorIO(dtype_bytes=t.dtype_bytes))
             m.reads += t.reads
             m.writes += t.writes
         lines = dict(self.by_line)
@@ -141,7 +156,9 @@ class IOReport(Traffic):
                  for r in rows]
         lines.insert(1, "-" * len(lines[0]))
         lines.insert(len(lines) - 1, "-" * len(lines[0]))
-        lines.append(f"elements moved: {self.total:,}  bytes ({self.dtype_bytes} B/elt): {self.bytes:,}"
+        own = [f"{n} {t.dtype_bytes}" for n, t in self.by_tensor.items() if t.dtype_bytes is not None]
+        per = f"{self.dtype_bytes} B/elt" + (f"; {', '.join(own)}" if own else "")
+        lines.append(f"elements moved: {self.total:,}  bytes ({per}): {self.bytes:,}"
                      f"  peak SRAM: {self.peak_sram:,} elements")
         return "\n".join(lines)
 
@@ -188,13 +205,20 @@ class Memory:
         self._is_vector: dict[str, bool] = {}
         self._sram: dict[str, int] = {}  # on-chip buffer name -> elements per head
         self._io: dict[str, TensorIO] = {}
+        self._bytes: dict[str, int] = {}  # tensors stored in their own precision (input(..., dtype_bytes=))
         self.peak_sram = 0
         self.events: list[Event] = []
 
     # ---------------------------------------------------------------- HBM
-    def input(self, name: str, array: np.ndarray) -> None:
-        """Place an input in HBM. Inputs start in HBM at no cost (rule 1)."""
+    def input(self, name: str, array: np.ndarray, dtype_bytes: int | None = None) -> None:
+        """Place an input in HBM. Inputs start in HBM at no cost (rule 1).
+
+        ``dtype_bytes`` gives this tensor its own bytes per element (e.g. 1 for FP8) in the
+        report's ``bytes``; ``None`` uses the memory's.
+        """
         array = np.asarray(array)
+        if dtype_bytes is not None:
+            self._bytes[name] = int(dtype_bytes)
         self._check_lead(name, array)
         self._hbm[name] = array.copy()
         self._is_vector[name] = array.ndim == len(self.lead_shape) + 1
@@ -302,7 +326,7 @@ class Memory:
 
     # ---------------------------------------------------------------- report
     def _count(self, name, direction, rows, cols, elements, line):
-        t = self._io.setdefault(name, TensorIO())
+        t = self._io.setdefault(name, TensorIO(dtype_bytes=self._bytes.get(name)))
         if direction == "read":
             t.reads += int(elements)
         else:
@@ -316,5 +340,5 @@ class Memory:
 
     def report(self) -> IOReport:
         """The IO of everything run so far."""
-        by_tensor = {k: TensorIO(v.reads, v.writes) for k, v in self._io.items()}
+        by_tensor = {k: TensorIO(v.reads, v.writes, v.dtype_bytes) for k, v in self._io.items()}
         return IOReport(by_tensor, self.peak_sram, self.dtype_bytes, io_by_line(self.events))

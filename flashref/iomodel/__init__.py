@@ -27,6 +27,7 @@ from .. import decoding as _decoding
 from .. import flash1 as _flash1
 from .. import flash1_bwd as _flash1_bwd
 from .. import flash2 as _flash2
+from .. import lowp as _lowp
 from .. import standard as _standard
 from ..blocks import Grid
 from ..memory import Traffic
@@ -37,18 +38,30 @@ __all__ = ["Prediction", "predict", "grid", "block_sizes", "ALGORITHMS"]
 ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
 
 #: Options each algorithm takes beyond the shared ones (the same lists its simulator checks).
-_EXTRA = {"standard": _standard.OPTIONS, "flash1": (), "flash2": _flash2.OPTIONS, "blocksparse": ("block_mask",),
+_EXTRA = {"standard": _standard.OPTIONS, "flash1": (), "flash2": _flash2.OPTIONS + tuple(_lowp.OPTIONS),
+          "blocksparse": ("block_mask",),
           "decoding": _decoding.OPTIONS}
 
 
 @dataclass
 class Prediction(Traffic):
-    """Predicted HBM traffic in elements; ``by_line`` says where it comes from."""
+    """Predicted HBM traffic in elements; ``by_line`` says where it comes from.
+
+    ``line_bytes`` gives a line its own bytes per element (FP8 tiles, float32 scales: see
+    ``iomodel.lowp``); ``bytes`` weighs each line by it, the others by ``dtype_bytes``.
+    """
 
     reads: int
     writes: int
     dtype_bytes: int = 2
     by_line: dict[str, tuple[int, int]] = field(default_factory=dict)
+    line_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        if not self.line_bytes:
+            return self.total * self.dtype_bytes
+        return sum((r + w) * self.line_bytes.get(line, self.dtype_bytes) for line, (r, w) in self.by_line.items())
 
 
 class Tally:
@@ -57,8 +70,12 @@ class Tally:
     def __init__(self, heads: int = 1, dtype_bytes: int = 2):
         self.heads, self.dtype_bytes = heads, dtype_bytes
         self.lines: dict[str, list[int]] = {}
+        self.line_bytes: dict[str, int] = {}
 
-    def add(self, line: str, reads: int = 0, writes: int = 0) -> None:
+    def add(self, line: str, reads: int = 0, writes: int = 0, dtype_bytes: int | None = None) -> None:
+        """Count ``reads``/``writes`` per head on ``line``; ``dtype_bytes`` if the line moves another precision."""
+        if dtype_bytes is not None:
+            self.line_bytes[line] = int(dtype_bytes)
         acc = self.lines.setdefault(line, [0, 0])
         acc[0] += reads * self.heads
         acc[1] += writes * self.heads
@@ -66,7 +83,7 @@ class Tally:
     def prediction(self) -> Prediction:
         by_line = {k: (r, w) for k, (r, w) in self.lines.items()}
         return Prediction(sum(r for r, _ in by_line.values()), sum(w for _, w in by_line.values()),
-                          self.dtype_bytes, by_line)
+                          self.dtype_bytes, by_line, dict(self.line_bytes))
 
 
 def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int = 1, **opts) -> Prediction:

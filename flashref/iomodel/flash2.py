@@ -62,7 +62,11 @@ def q_per_column_block(Nq, Nk, Br, Bc, causal) -> list[int]:
     return out
 
 
-def forward(pb: Problem) -> Prediction:
+def forward(pb: Problem, **lowp_opts) -> Prediction:
+    from . import lowp  # issue 17: the FP8 options are counted by iomodel.lowp
+
+    if lowp.requested(lowp_opts):
+        return lowp.forward(pb, **lowp_opts)
     g = flash2.grid_forward(pb)
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
     kv = kv_per_row_block(Nq, Nk, g.Br, g.Bc, pb.causal)
@@ -77,7 +81,11 @@ def forward(pb: Problem) -> Prediction:
     return t.prediction()
 
 
-def backward(pb: Problem) -> Prediction:
+def backward(pb: Problem, **lowp_opts) -> Prediction:
+    from . import lowp  # issue 17: the low-precision options are the forward's
+
+    if lowp.requested(lowp_opts):
+        raise TypeError(f"{', '.join(sorted(lowp_opts))}: the low-precision options apply to flash2's forward only")
     g = flash2.grid_backward(pb)
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
     t = Tally(pb.heads, pb.dtype_bytes)
