@@ -67,8 +67,9 @@ def _score_memory(ex: Exercise, rep: Report, res, budget) -> Report:
             n = wrong[0]
             got, want = c.outputs[n], c.setup.expected[n]
             unstored = int(np.isnan(got).sum())
-            why = (f"{unstored} element(s) never stored" if unstored else
-                   f"max error {float(np.nanmax(np.abs(np.where(np.isfinite(want), got - want, 0)))):.3g}")
+            with np.errstate(invalid="ignore"):
+                err = np.abs(np.where(np.isfinite(want) & np.isfinite(got), got - want, 0))
+            why = f"{unstored} element(s) never stored" if unstored else f"max error {float(err.max()):.3g}"
             notes.append(f"case {k + 1} ({_shape(ex, k)}): {', '.join(wrong)} wrong ({n}: {why})")
         bt = b["by_tensor"]
         st = {name: [t.reads, t.writes] for name, t in c.io.by_tensor.items()}

@@ -280,7 +280,7 @@ def _student_tb(path):
     etype, e, tb = sys.exc_info()
     frames = [f for f in traceback.extract_tb(tb) if os.path.abspath(f.filename) == os.path.abspath(path)]
     out = io.StringIO()
-    out.write("".join(traceback.format_list(frames[-3:])))
+    out.write("".join(traceback.format_list(frames[-3:])).replace(os.path.dirname(os.path.abspath(path)) + os.sep, ""))
     out.write(f"{etype.__name__}: {e}")
     return out.getvalue()[-1500:]
 
