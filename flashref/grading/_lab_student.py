@@ -72,7 +72,10 @@ def main(cases_path, student_path, out_path):
                          o.stride(1), Nq, Nk, case["scale"], D=d, BLOCK_M=case["BLOCK_M"],
                          BLOCK_N=case["BLOCK_N"], CAUSAL=case["causal"])
         except BaseException as e:  # noqa: BLE001
-            tb = traceback.format_exc()[-1200:]
+            frames = [f for f in traceback.extract_tb(e.__traceback__)
+                      if os.path.abspath(f.filename) == os.path.abspath(student_path)]
+            tb = "".join(traceback.format_list(frames[-3:])).replace(
+                os.path.dirname(os.path.abspath(student_path)) + os.sep, "")[-1200:]
             result["error"] = f"your kernel raised: {type(e).__name__}: {str(e)[:500]}\n{tb}"
             break
         result["cases"].append({"O": o.tolist(), "L": lse.tolist(), "counts": dict(counts)})

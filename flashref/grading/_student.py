@@ -44,7 +44,7 @@ BLOCKED = ("flashref.flash1", "flashref.flash1_bwd", "flashref.flash2", "flashre
 VERBS = ("load", "store", "hold", "reuse", "free", "init")
 
 
-class Refused(Exception):
+class Refused(Exception):  # noqa: N818 - the student reads this name in their traceback
     """Raised into the student's code when it tries to get around the counted memory."""
 
 

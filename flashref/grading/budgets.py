@@ -31,13 +31,13 @@ def solution_path(ex: Exercise) -> str:
     return os.path.join(SOLUTIONS, ex.solution)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _released() -> dict:
     with open(RELEASED) as f:
         return json.load(f)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def budgets(name: str) -> list[dict]:
     """One budget per case: ``{"by_tensor": {name: [reads, writes]}, "peak_sram": int, "sram_size": int}``
     (for a choice exercise ``{"choices": [[Br, Bc, io], ...]}``)."""

@@ -138,10 +138,10 @@ def _percent(ex) -> str:
 
 
 def build(numbers=None, execute=True) -> list[str]:
+    import nbformat
+
     from .._nbrun import execute as run
     from .._nbrun import percent_to_notebook
-
-    import nbformat
 
     os.makedirs(OUT, exist_ok=True)
     written = []

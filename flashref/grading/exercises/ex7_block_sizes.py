@@ -31,6 +31,7 @@ def choices(case):
 EXERCISE = Exercise(
     number=7, name="07-block-sizes", title="Choosing (Br, Bc) to minimise FlashAttention-2's IO under M",
     function="choose_blocks", signature="(Nq, Nk, d, M, causal)", kind="choice", cases=CASES,
-    setup=lambda case, rng: Setup(spec=dict(case), args=[case["Nq"], case["Nk"], case["d"], case["M"], case.get("causal", False)]),
+    setup=lambda case, rng: Setup(spec=dict(case),
+                                  args=[case["Nq"], case["Nk"], case["d"], case["M"], case.get("causal", False)]),
     solution="ex7_block_sizes.py", lines=8, points=(5, 5, 0),
 )
