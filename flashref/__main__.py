@@ -1,4 +1,4 @@
-"""``python -m flashref {figures,site,bench,profile}``."""
+"""``python -m flashref {figures,site,bench,profile,grade,student-release,autograder}``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ commands:
   site      build the course website (README, docs, every notebook) into OUT_DIR, offline
   bench     time flashref's Triton kernel against PyTorch SDPA backends (needs CUDA)
   profile   measure DRAM traffic with Nsight Compute (needs CUDA and ncu)
+  grade EXERCISE FILE [--json OUT]
+            grade an exercise file on correctness, counted IO and on-chip footprint
+  student-release OUT_DIR
+            write the course for students: notebooks and exercises as stubs, no solutions
+  autograder OUT.zip
+            write a Gradescope bundle (setup.sh, run_autograder, results.json writer)
 """
 
 
@@ -28,6 +34,12 @@ def main(argv=None) -> int:
         from .gpu.bench import main as run
     elif cmd == "profile":
         from .gpu.profile import main as run
+    elif cmd == "grade":
+        from .grading.cli import grade_main as run
+    elif cmd == "student-release":
+        from .grading.cli import release_main as run
+    elif cmd == "autograder":
+        from .grading.cli import autograder_main as run
     else:
         print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -122,12 +122,13 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     Low precision (``fp8``, ``p_fp8``, ``fp8_scaling``, ``incoherent``, ``incoherent_seed``,
     ``p_scale``, ``key_order``): FlashAttention-3's FP8 forward, run by :func:`flashref.lowp.forward`.
     """
-    # --- issue 17: the low-precision options run lowp's copy of this loop (FP8 lines marked there).
+    # The low-precision options run lowp's copy of this loop (its FP8 lines are marked there).
+    # lowp builds on this module (grids, footprints), so it is imported here, when called, not above.
     from . import lowp
+
     if lowp.requested(opts):
         return lowp.forward(Q, K, V, **opts)
-    opts = {k: v for k, v in opts.items() if k not in lowp.OPTIONS}  # explicit defaults: the plain loop
-    # --- end issue 17
+    opts = {k: v for k, v in opts.items() if k not in lowp.OPTIONS}  # FP8 options at their defaults: the plain loop
     pb = Problem.from_arrays(Q, K, V, where="flash2.forward", extra=OPTIONS, **opts)
     # Alg.1 l.1: Tr = ⌈Nq/Br⌉ row blocks Q_i, Tc = ⌈Nk/Bc⌉ column blocks K_j, V_j.
     g = grid_forward(pb)

@@ -77,7 +77,7 @@ class Tiles:
     stages: int = 2
 
     @classmethod
-    def parse(cls, text: str) -> "Tiles":
+    def parse(cls, text: str) -> Tiles:
         """``"BM,BN,warps,stages"`` (the command-line tools' spelling)."""
         try:
             bm, bn, w, s = (int(x) for x in text.split(","))
@@ -140,7 +140,7 @@ class Config:
             if t is not None and not isinstance(t, Tiles):
                 raise TypeError(f"Config.{name} must be a Tiles or None, got {type(t).__name__}")
 
-    def resolve(self, d: int, causal: bool, deterministic: bool) -> "Config":
+    def resolve(self, d: int, causal: bool, deterministic: bool) -> Config:
         """A copy with every ``None`` filled in for head dimension d (fixed 16×16 tiles, no split,
         no heads-first grid under the interpreter)."""
         D = pad_dim(d)

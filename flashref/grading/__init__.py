@@ -1,0 +1,175 @@
+"""Grading the course's exercises on correctness, counted IO and on-chip footprint.
+
+    report = flashref.grading.grade("03", "my_flash1.py")
+    report.correct, report.io_ok, report.footprint_ok, report.points, report.max_points
+    print(report)                      # the score table: your IO against the budget, per tensor
+
+or ``python -m flashref grade 03 my_flash1.py [--json out.json]`` (exit status 0 only at full marks).
+
+How a file is graded (``harness``): the student's function runs in its own process and meets a
+*memory* whose verbs are requests to the grader, which alone holds the data and the counter. It is
+given no arrays: to see Q it must ``mem.load`` it (counted), to produce O it must ``mem.store`` it
+(counted; the grader reads the output only from HBM). The run is checked against a float64
+oracle (``oracle``), its IO per tensor against the reference solution's (``budgets``), and its peak
+on-chip footprint against the reference's, under an SRAM of 1.5× that peak (more is refused).
+Points: correctness, then IO and footprint (these two only for a correct run).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import budgets as _budgets
+from . import harness
+from .exercises import EXERCISES, Exercise, get
+from .report import Report
+
+__all__ = ["grade", "Report", "EXERCISES", "get"]
+
+RTOL, ATOL = 1e-7, 1e-9
+
+
+def grade(exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT) -> Report:
+    """Grade the file ``path`` on ``exercise`` (name or number). Never raises for a bad student file."""
+    ex = get(exercise)
+    if ex.kind == "triton":
+        from . import lab
+
+        return lab.grade(ex, path, timeout=max(timeout, 120.0))
+    budget = _budgets.budgets(ex.name)
+    rng = np.random.default_rng(seed)
+    setups = [ex.setup(case, rng) for case in ex.cases]
+    sram = [b.get("sram_size") for b in budget]
+    res = harness.run(ex, path, setups, sram, timeout=timeout)
+    rep = Report(exercise=ex.name, title=ex.title, max_points=ex.max_points, output=res.output[-2000:],
+                 parts={"correctness": (0, ex.points[0]), "io": (0, ex.points[1]), "footprint": (0, ex.points[2])})
+    if res.refused or res.error:
+        rep.refused = res.refused is not None
+        rep.message = res.refused or res.error
+        return rep
+    if ex.kind == "choice":
+        return _score_choice(ex, rep, res, budget)
+    return _score_memory(ex, rep, res, budget)
+
+
+def _close(a, b) -> bool:
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=RTOL, atol=ATOL))
+
+
+def _score_memory(ex: Exercise, rep: Report, res, budget) -> Report:
+    totals: dict[str, list[int]] = {}
+    all_correct = all_io = all_fp = True
+    notes = []
+    peak = bpeak = 0
+    for k, (c, b) in enumerate(zip(res.cases, budget)):
+        wrong = [n for n in c.setup.expected if not _close(c.outputs[n], c.setup.expected[n])]
+        if wrong:
+            n = wrong[0]
+            got, want = c.outputs[n], c.setup.expected[n]
+            unstored = int(np.isnan(got).sum())
+            with np.errstate(invalid="ignore"):
+                err = np.abs(np.where(np.isfinite(want) & np.isfinite(got), got - want, 0))
+            why = f"{unstored} element(s) never stored" if unstored else f"max error {float(err.max()):.3g}"
+            notes.append(f"case {k + 1} ({_shape(ex, k)}): {', '.join(wrong)} wrong ({n}: {why})")
+        bt = b["by_tensor"]
+        st = {name: [t.reads, t.writes] for name, t in c.io.by_tensor.items()}
+        io_ok = _io_ok(ex.io_rule, st, bt)
+        fp_ok = c.io.peak_sram <= b["peak_sram"]
+        if not io_ok:
+            notes.append(f"case {k + 1} ({_shape(ex, k)}): IO {sum(map(sum, st.values())):,} elements against a "
+                         f"budget of {sum(map(sum, bt.values())):,}" +
+                         (" (Algorithm 0 moves exactly the budget, line by line)" if ex.io_rule == "equal" else ""))
+        if not fp_ok:
+            notes.append(f"case {k + 1}: peak on-chip footprint {c.io.peak_sram:,} > budget {b['peak_sram']:,}")
+        for name in list(bt) + [n for n in st if n not in bt]:
+            acc = totals.setdefault(name, [0, 0, 0, 0])
+            s_rw, b_rw = st.get(name, [0, 0]), bt.get(name, [0, 0])
+            acc[0] += s_rw[0]; acc[1] += s_rw[1]; acc[2] += b_rw[0]; acc[3] += b_rw[1]  # noqa: E702
+        peak, bpeak = max(peak, c.io.peak_sram), max(bpeak, b["peak_sram"])
+        rep.cases.append({"case": _shape(ex, k), "correct": not wrong, "io_ok": io_ok, "footprint_ok": fp_ok,
+                          "io": sum(map(sum, st.values())), "budget_io": sum(map(sum, bt.values())),
+                          "peak_sram": int(c.io.peak_sram), "budget_peak_sram": b["peak_sram"]})
+        all_correct &= not wrong
+        all_io &= io_ok
+        all_fp &= fp_ok
+    for name, (r, w, br, bw) in totals.items():
+        over = r > br or w > bw
+        ok = (r == br and w == bw) if ex.io_rule == "equal" else not over
+        rep.table.append({"tensor": name, "reads": r, "writes": w, "budget_reads": br, "budget_writes": bw,
+                          "ok": ok, "over": over})
+    rep.table.append({"tensor": "all", "reads": sum(v[0] for v in totals.values()),
+                      "writes": sum(v[1] for v in totals.values()), "budget_reads": sum(v[2] for v in totals.values()),
+                      "budget_writes": sum(v[3] for v in totals.values()), "ok": all_io, "over": not all_io})
+    rep.peak_sram, rep.budget_peak_sram = int(peak), int(bpeak)
+    return _points(ex, rep, all_correct, all_io, all_fp, notes)
+
+
+def _io_ok(rule, st, bt) -> bool:
+    if rule == "equal":
+        return st == bt
+    tot = lambda t, i: sum(v[i] for v in t.values())  # noqa: E731
+    if tot(st, 0) > tot(bt, 0) or tot(st, 1) > tot(bt, 1):
+        return False
+    return all(st.get(n, [0, 0])[0] <= r and st.get(n, [0, 0])[1] <= w for n, (r, w) in bt.items())
+
+
+def _points(ex, rep, correct, io_ok, fp_ok, notes) -> Report:
+    rep.correct = correct
+    rep.io_ok, rep.footprint_ok = correct and io_ok, correct and fp_ok
+    c, i, f = ex.points
+    rep.parts = {"correctness": (c if correct else 0, c), "io": (i if rep.io_ok else 0, i),
+                 "footprint": (f if rep.footprint_ok else 0, f)}
+    rep.points = float(sum(v[0] for v in rep.parts.values()))
+    if not correct:
+        notes.insert(0, "not correct, so no points for IO or footprint either")
+    rep.message = "\n".join(notes) if notes else "full marks"
+    return rep
+
+
+def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
+    """Exercise 7: each case's choice ranked by counted IO among every feasible choice."""
+    feasible = correct = True
+    fractions, notes = [], []
+    for k, (c, b) in enumerate(zip(res.cases, budget)):
+        table = {(Br, Bc): io for Br, Bc, io in b["choices"]}
+        v = c.value
+        pick = tuple(v) if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) for x in v) \
+            else None
+        best = min(table.values())
+        if pick not in table:
+            feasible = correct = False
+            notes.append(f"case {k + 1}: {v!r} is not a feasible (Br, Bc) (multiples of 8, within the lengths, "
+                         f"footprint within M={c.setup.spec['M']})")
+            fractions.append(0.0)
+            rep.cases.append({"case": c.setup.spec, "choice": v, "feasible": False})
+            continue
+        io = table[pick]
+        worse = sum(1 for x in table.values() if x >= io)  # choices this one beats or ties
+        frac = worse / len(table)
+        rank = 1 + sum(1 for x in set(table.values()) if x < io)
+        fractions.append(frac)
+        rep.cases.append({"case": c.setup.spec, "choice": list(pick), "io": io, "best_io": best, "rank": rank,
+                          "distinct_ios": len(set(table.values())), "choices": len(table)})
+        rep.table.append({"tensor": f"case {k + 1}: ({pick[0]}, {pick[1]})", "reads": io, "writes": 0,
+                          "budget_reads": best, "budget_writes": 0, "ok": io == best, "over": io > best})
+        if io > best:
+            notes.append(f"case {k + 1}: ({pick[0]}, {pick[1]}) moves {io:,} elements, rank {rank} of "
+                         f"{len(set(table.values()))} distinct IOs; the best moves {best:,}")
+    rep.correct = correct
+    rep.io_ok = correct and all(r.get("io") == r.get("best_io") for r in rep.cases)
+    rep.footprint_ok = feasible
+    c_pts, i_pts, f_pts = ex.points
+    io_pts = round(i_pts * sum(fractions) / len(fractions), 2) if correct else 0
+    rep.parts = {"correctness": (c_pts if correct else 0, c_pts), "io": (io_pts, i_pts),
+                 "footprint": (f_pts if feasible else 0, f_pts)}
+    rep.points = float(sum(v[0] for v in rep.parts.values()))
+    rep.message = "\n".join(notes) if notes else "full marks"
+    return rep
+
+
+def _shape(ex, k) -> str:
+    c = ex.cases[k]
+    keys = [x for x in ("Nq", "Nk", "n", "d", "heads", "Br", "Bc", "num_splits") if x in c]
+    flags = [x for x in ("causal",) if c.get(x)] + (["masked row"] if c.get("masked_row") is not None else []) \
+        + ([f"dropout {c['dropout_p']}"] if c.get("dropout_p") else [])
+    return ", ".join([f"{x}={c[x]}" for x in keys] + flags)

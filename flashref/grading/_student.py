@@ -1,0 +1,289 @@
+"""The student's side of the grader: a separate process that holds no input data.
+
+Run by :mod:`flashref.grading.harness` as a script (``python _student.py FD``), never imported by
+the grader itself. The grader's process owns the counted :class:`~flashref.memory.Memory`; this
+process gets a :class:`StudentMemory` whose verbs (load, store, hold, reuse, free, init) are
+requests over a socket. So a load is the only way to see input data, a store the only way to write
+the output, and the count lives where the student's code cannot patch it.
+
+What the student's code meets here, besides the verbs:
+
+* ``flashref``'s package ``__init__`` is not run, and a meta-path hook refuses the modules that hold
+  the answers (the algorithms, ``iomodel``, the grader and its solutions): an import is a refusal;
+* any other attribute of ``mem`` (``mem._hbm``, ``mem._count``, ``mem.result``...) is a refusal;
+* the classes of :mod:`flashref.memory` are checked unchanged after the call (patching the counter
+  is a refusal, although it could not change the grader's count anyway);
+* returning an array instead of storing it is a refusal: the grader reads only HBM.
+
+Every refusal is reported to the grader before the student's code sees the exception, so catching
+it does not hide it. Messages go over the socket as a JSON header plus raw float64 bytes: the grader
+never unpickles anything this process sends.
+"""
+
+import importlib.abc
+import importlib.util
+import inspect
+import io
+import json
+import os
+import pickle
+import socket
+import struct
+import sys
+import traceback
+import types
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PKG = os.path.dirname(_HERE)  # .../flashref
+
+#: Modules a student's file may not import: they hold the answers (or the grader).
+BLOCKED = ("flashref.flash1", "flashref.flash1_bwd", "flashref.flash2", "flashref.standard", "flashref.decoding",
+           "flashref.blocksparse", "flashref.iomodel", "flashref.functional", "flashref.gpu", "flashref.figures",
+           "flashref.grading")
+
+VERBS = ("load", "store", "hold", "reuse", "free", "init")
+
+
+class Refused(Exception):  # noqa: N818 - the student reads this name in their traceback
+    """Raised into the student's code when it tries to get around the counted memory."""
+
+
+def _send(sock, header, payload=b""):
+    h = json.dumps(header).encode()
+    sock.sendall(struct.pack("!II", len(h), len(payload)) + h + payload)
+
+
+def _recv_exact(sock, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError("the grader closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv(sock):
+    nh, npay = struct.unpack("!II", _recv_exact(sock, 8))
+    return json.loads(_recv_exact(sock, nh)), _recv_exact(sock, npay)
+
+
+class _Blocker(importlib.abc.MetaPathFinder):
+    def __init__(self, refuse):
+        self.refuse = refuse
+
+    def find_spec(self, name, path=None, target=None):
+        for b in BLOCKED:
+            if name == b or name.startswith(b + "."):
+                self.refuse(f"import {name} refused: the exercise is to write this yourself, and the modules "
+                            f"that hold the answers ({', '.join(m.split('.')[-1] for m in BLOCKED)}) are "
+                            f"closed to exercise code")
+        return None
+
+
+def _stub_package():
+    """Make ``import flashref.masks`` load only masks.py: the package __init__ (which imports every
+    algorithm) is replaced by an empty package on the same path."""
+    pkg = types.ModuleType("flashref")
+    pkg.__path__ = [_PKG]
+    pkg.__file__ = os.path.join(_PKG, "__init__.py")
+    sys.modules["flashref"] = pkg
+
+
+def main(fd):
+    if sys.path and os.path.abspath(sys.path[0] or '.') == _HERE:
+        sys.path.pop(0)  # the grader's folder is not the student's import path
+    import numpy as np
+
+    _stub_package()
+    import flashref.memory as fm
+    from flashref import dropout, masks
+
+    sock = socket.socket(fileno=fd)
+
+    def refuse(message):
+        _send(sock, {"op": "refused", "message": message})
+        raise Refused(message)
+
+    def request(header, payload=b""):
+        _send(sock, header, payload)
+        reply, data = _recv(sock)
+        if reply.get("error"):
+            kind = {"SRAMOverflowError": fm.SRAMOverflowError, "KeyError": KeyError,
+                    "TypeError": TypeError}.get(reply["error"], ValueError)
+            raise kind(reply["message"])
+        return reply, data
+
+    def shape_of(value):
+        a = np.asarray(value)
+        if a.dtype == object:
+            raise TypeError("expected a numeric array")
+        return list(a.shape)
+
+    class StudentMemory:
+        """The counted memory as exercise code sees it: only the verbs (see the exercise's spec)."""
+
+        __slots__ = ()
+
+        def load(self, name, rows=None, cols=None, *, as_=None, line=""):
+            """HBM → SRAM: returns the tile (counted as reads, held on chip as ``as_`` until freed)."""
+            reply, data = request({"op": "load", "name": str(name), "rows": _pair(rows), "cols": _pair(cols),
+                                   "as": None if as_ is None else str(as_), "line": str(line)})
+            return np.frombuffer(data, dtype=np.float64).reshape(reply["shape"]).copy()
+
+        def store(self, name, value, rows=None, cols=None, *, line=""):
+            """SRAM → HBM: writes ``value`` into a tile of ``name`` (counted as writes)."""
+            a = np.ascontiguousarray(np.asarray(value, dtype=np.float64))
+            request({"op": "store", "name": str(name), "rows": _pair(rows), "cols": _pair(cols),
+                     "shape": list(a.shape), "line": str(line)}, a.tobytes())
+
+        def init(self, name, shape, fill, line=""):
+            """Initialise an HBM buffer to ``fill`` (counted as writes, rule 3)."""
+            request({"op": "init", "name": str(name), "shape": [int(s) for s in shape], "fill": float(fill),
+                     "line": str(line)})
+
+        def hold(self, name, value):
+            """Keep ``value`` on chip under ``name`` (counted in the footprint); returns ``value``."""
+            request({"op": "hold", "name": str(name), "shape": shape_of(value)})
+            return value
+
+        def reuse(self, old, new, value):
+            """``value`` takes the on-chip slot of ``old``; returns ``value``."""
+            request({"op": "reuse", "old": str(old), "new": str(new), "shape": shape_of(value)})
+            return value
+
+        def free(self, *names):
+            """Release on-chip slots."""
+            request({"op": "free", "names": [str(n) for n in names]})
+
+        def __getattr__(self, name):
+            if name.startswith("_"):
+                refuse(f"mem.{name} refused: the memory's internals are the grader's; exercise code moves "
+                       f"data only through the verbs {', '.join(VERBS)}")
+            refuse(f"mem.{name} refused: not a verb of the exercise memory (the verbs are {', '.join(VERBS)}; "
+                   f"the grader reads your output from HBM after your function returns)")
+
+        def __setattr__(self, name, value):
+            refuse(f"setting mem.{name} refused: the exercise memory cannot be changed")
+
+        def __repr__(self):
+            return f"<exercise memory: verbs {', '.join(VERBS)}>"
+
+    def _pair(r):
+        if r is None:
+            return None
+        return [int(r[0]), int(r[1])]
+
+    # The classes whose methods count: remembered now, compared after the student's call.
+    watched = {cls: dict(vars(cls)) for cls in (fm.Memory, fm.IOReport, fm.TensorIO)}
+    watched[StudentMemory] = dict(vars(StudentMemory))
+
+    start, _ = _recv(sock)
+    job = pickle.loads(bytes.fromhex(start["job"]))  # from the grader: trusted
+    sys.meta_path.insert(0, _Blocker(refuse))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(job["path"])))
+
+    # Student output goes to this process's stdout (a file the grader reads), never to the socket.
+    try:
+        spec = importlib.util.spec_from_file_location("student_solution", job["path"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Refused:
+        return
+    except BaseException as e:  # noqa: BLE001 - any failure to import is reported, not raised
+        _send(sock, {"op": "error", "stage": "import", "message": f"{type(e).__name__}: {e}",
+                     "traceback": _student_tb(job["path"])})
+        return
+    fn = getattr(module, job["function"], None)
+    if fn is None or not callable(fn):
+        _send(sock, {"op": "error", "stage": "signature",
+                     "message": f"your file defines no function {job['function']}{job['signature']}"})
+        return
+    want = job["params"]
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        ok = len(params) == len(want)
+    except (TypeError, ValueError):
+        ok = True  # a builtin or a triton kernel: let the call decide
+    if not ok:
+        _send(sock, {"op": "error", "stage": "signature",
+                     "message": f"{job['function']} takes {len(params)} argument(s); the exercise calls "
+                                f"{job['function']}{job['signature']}"})
+        return
+
+    mem = StudentMemory()
+    while True:
+        header, _ = _recv(sock)
+        if header["op"] == "exit":
+            return
+        case = pickle.loads(bytes.fromhex(header["case"]))
+        args = [mem, _Spec(case, masks, dropout, np)] if job["kind"] == "memory" else case["args"]
+        try:
+            returned = fn(*args)
+        except Refused:
+            return
+        except fm.SRAMOverflowError as e:
+            _send(sock, {"op": "refused", "message": f"SRAMOverflowError: {e}. Keep on chip only what the spec "
+                                                      f"allows: free tiles you no longer need"})
+            return
+        except BaseException as e:  # noqa: BLE001
+            _send(sock, {"op": "error", "stage": "run", "message": f"{type(e).__name__}: {e}",
+                         "traceback": _student_tb(job["path"])})
+            return
+        for cls, before in watched.items():
+            now = dict(vars(cls))
+            changed = sorted(k for k in set(before) | set(now) if before.get(k) is not now.get(k))
+            if changed:
+                _send(sock, {"op": "refused", "message": f"{cls.__name__}.{changed[0]} was changed: the counter "
+                                                          f"is the grader's, and patching it is refused"})
+                return
+        if job["kind"] == "memory":
+            if returned is not None:
+                what = type(returned).__name__
+                _send(sock, {"op": "refused", "message": f"{job['function']} returned a {what}: the grader reads "
+                                                         f"the output only from HBM, so store it with mem.store "
+                                                         f"and return nothing"})
+                return
+            _send(sock, {"op": "done"})
+        else:
+            try:
+                value = json.loads(json.dumps(returned, default=lambda o: o.tolist() if hasattr(o, "tolist")
+                                              else str(o)))
+            except (TypeError, ValueError):
+                value = repr(returned)
+            _send(sock, {"op": "done", "value": value})
+
+
+class _Spec:
+    """What the exercise tells the student's function: shapes, options, and two helpers."""
+
+    def __init__(self, case, masks, dropout, np):
+        self.__dict__.update(case["spec"])
+        self._masks, self._dropout, self._np = masks, dropout, np
+
+    def tile_mask(self, rows, cols):
+        """The attend-mask of tile ``rows x cols`` (causal and/or mask; True = attend), or None if all attend."""
+        return self._masks.tile_mask(self.mask, self.causal, rows, cols)
+
+    def dropout_Z(self, rows, cols):
+        """Z of tile ``rows x cols``: 1/(1-p) where kept, 0 where dropped (from the seed, never stored)."""
+        return self._dropout.scale_mask(self.seed, self.dropout_p, self.lead_shape, rows, cols)
+
+    def __repr__(self):
+        shown = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in ("mask", "block_mask")}
+        return f"spec({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+def _student_tb(path):
+    """The traceback's frames in the student's file only (the grader's frames say nothing to them)."""
+    etype, e, tb = sys.exc_info()
+    frames = [f for f in traceback.extract_tb(tb) if os.path.abspath(f.filename) == os.path.abspath(path)]
+    out = io.StringIO()
+    out.write("".join(traceback.format_list(frames[-3:])).replace(os.path.dirname(os.path.abspath(path)) + os.sep, ""))
+    out.write(f"{etype.__name__}: {e}")
+    return out.getvalue()[-1500:]
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

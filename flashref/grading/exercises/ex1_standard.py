@@ -1,0 +1,15 @@
+"""Exercise 1: standard attention (Algorithm 0), graded on the IO of each of its three lines."""
+
+from . import Exercise, attention_setup
+
+CASES = [
+    {"Nq": 7, "Nk": 5, "d": 3, "heads": 2},
+    {"Nq": 4, "Nk": 9, "d": 5, "heads": 1, "scale": 1.0},
+]
+
+EXERCISE = Exercise(
+    number=1, name="01-standard", title="Standard attention (Algorithm 0)",
+    function="standard_forward", signature="(mem, spec)", kind="memory", cases=CASES,
+    setup=lambda case, rng: attention_setup(case, rng, ("O",)),
+    solution="ex1_standard.py", lines=14, io_rule="equal",
+)

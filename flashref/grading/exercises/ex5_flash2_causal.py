@@ -1,0 +1,17 @@
+"""Exercise 5: the FlashAttention-2 forward, skipping the blocks a causal mask hides."""
+
+from . import Exercise, attention_setup
+
+CASES = [
+    {"Nq": 16, "Nk": 16, "d": 4, "heads": 2, "Br": 4, "Bc": 4, "causal": True},
+    {"Nq": 13, "Nk": 18, "d": 3, "heads": 1, "Br": 4, "Bc": 3, "causal": True},  # ragged, Nq != Nk
+    {"Nq": 10, "Nk": 10, "d": 4, "heads": 1, "Br": 4, "Bc": 4, "causal": True, "masked_row": 6},
+    {"Nq": 9, "Nk": 7, "d": 4, "heads": 1, "Br": 3, "Bc": 4, "dropout_p": 0.2},
+]
+
+EXERCISE = Exercise(
+    number=5, name="05-flash2-causal", title="FlashAttention-2 forward with causal block skipping",
+    function="flash2_forward", signature="(mem, spec)", kind="memory", cases=CASES,
+    setup=lambda case, rng: attention_setup(case, rng, ("O", "L")),
+    solution="ex5_flash2_causal.py", lines=30,
+)

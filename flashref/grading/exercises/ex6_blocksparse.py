@@ -1,0 +1,26 @@
+"""Exercise 6: a block-sparse forward that moves less than Algorithm 5 (no K_j, V_j for an empty column)."""
+
+import numpy as np
+
+from . import Exercise, attention_setup
+
+CASES = [
+    {"Nq": 12, "Nk": 16, "d": 4, "heads": 2, "Br": 4, "Bc": 4,
+     "block_mask": [[1, 0, 0, 1], [0, 0, 1, 1], [1, 0, 0, 0]]},  # column 1 empty
+    {"Nq": 10, "Nk": 11, "d": 3, "heads": 1, "Br": 4, "Bc": 3,
+     "block_mask": [[1, 0, 1, 0], [0, 0, 0, 0], [1, 0, 0, 1]]},  # ragged; row block 1 and column 1 empty
+]
+
+
+def setup(case, rng):
+    M = np.array(case["block_mask"], dtype=bool)  # (Tr, Tc)
+    Br, Bc = case["Br"], case["Bc"]
+    element = np.repeat(np.repeat(M, Br, axis=0), Bc, axis=1)[: case["Nq"], : case["Nk"]]  # M̃_kl = M_ij
+    return attention_setup(case, rng, ("O", "l", "m"), element_mask=element, extra_spec={"block_mask": M})
+
+
+EXERCISE = Exercise(
+    number=6, name="06-blocksparse", title="Block-sparse forward that moves less than Algorithm 5",
+    function="blocksparse_forward", signature="(mem, spec)", kind="memory", cases=CASES, setup=setup,
+    solution="ex6_blocksparse.py", lines=30,
+)

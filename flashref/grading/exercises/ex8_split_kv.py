@@ -1,0 +1,24 @@
+"""Exercise 8: split-KV decoding (Flash-Decoding): the split pass, then the log-sum-exp merge."""
+
+from . import Exercise, attention_setup
+
+CASES = [
+    {"Nq": 1, "Nk": 29, "d": 4, "heads": 3, "Br": 1, "Bc": 4, "num_splits": 3},
+    {"Nq": 2, "Nk": 17, "d": 3, "heads": 1, "Br": 2, "Bc": 5, "num_splits": 2},
+]
+
+
+def setup(case, rng):
+    S = case["num_splits"]
+    st = attention_setup(case, rng, ("O", "l", "m"), extra_spec={"num_splits": S})
+    # Scratch buffers for the partials: allocated (free), each row written once by the split pass.
+    st.outputs.update(O_partial=(S * case["Nq"], case["d"]), m_partial=(S * case["Nq"],),
+                      l_partial=(S * case["Nq"],))
+    return st
+
+
+EXERCISE = Exercise(
+    number=8, name="08-split-kv", title="Split-KV decoding: split pass and log-sum-exp merge",
+    function="split_kv_decode", signature="(mem, spec)", kind="memory", cases=CASES, setup=setup,
+    solution="ex8_split_kv.py", lines=35,
+)

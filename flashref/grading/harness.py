@@ -1,0 +1,230 @@
+"""The grader's side: run a student's file in its own process against a counted memory held here.
+
+:func:`run` starts ``_student.py`` in a subprocess with a time limit, serves its memory requests
+from a :class:`~flashref.memory.Memory` that only this process holds (inputs in HBM, outputs NaN
+until stored), and returns, per case, the counted IO, the measured peak on-chip footprint and the
+outputs read back from HBM. A crash, a wrong signature, an import error, a time-out or junk on
+stdout ends in a :class:`RunResult` with a message, never in an exception here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..memory import Memory, SRAMOverflowError
+from .exercises import Exercise, Setup, nan_like_outputs
+
+STUDENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_student.py")
+DEFAULT_TIMEOUT = 30.0
+MAX_MESSAGE = 64 * 1024 * 1024
+
+
+@dataclass
+class CaseRun:
+    """What one case left in the grader's memory."""
+
+    setup: Setup
+    io: object = None  # IOReport
+    outputs: dict = field(default_factory=dict)
+    value: object = None  # for "choice" exercises
+
+
+@dataclass
+class RunResult:
+    cases: list = field(default_factory=list)  # CaseRun, one per completed case
+    refused: str | None = None  # a refusal (cheating): the run scores zero
+    error: str | None = None  # a failure (crash, time-out, signature): the run scores zero
+    output: str = ""  # the tail of what the student's code printed
+
+
+def _send(sock, header, payload=b""):
+    h = json.dumps(header).encode()
+    sock.sendall(struct.pack("!II", len(h), len(payload)) + h + payload)
+
+
+def _recv(sock, deadline):
+    def exact(n):
+        buf = bytearray()
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
+            chunk = sock.recv(min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return bytes(buf)
+
+    nh, npay = struct.unpack("!II", exact(8))
+    if nh > MAX_MESSAGE or npay > MAX_MESSAGE:
+        raise ValueError("message too large")
+    return json.loads(exact(nh)), exact(npay)
+
+
+class _Served:
+    """One case's memory, and the rules the student's requests must follow."""
+
+    def __init__(self, setup: Setup, sram_size):
+        self.mem = Memory(sram_size, 2, setup.lead_shape)
+        self.inputs = set(setup.inputs)
+        for name, X in setup.inputs.items():
+            self.mem.input(name, np.asarray(X, dtype=np.float64))
+        for name, X in nan_like_outputs(setup).items():
+            self.mem.input(name, X)  # NaN until the student stores into it: free, like mem.output
+
+    def handle(self, h, payload):
+        """Reply header and payload for one request."""
+        mem, op = self.mem, h.get("op")
+        rows = None if h.get("rows") is None else tuple(h["rows"])
+        cols = None if h.get("cols") is None else tuple(h["cols"])
+        if op == "load":
+            if h["name"] not in mem._hbm:
+                raise KeyError(f"HBM has no tensor {h['name']!r}; it holds {', '.join(mem._hbm)}")
+            tile = mem.load(h["name"], rows, cols, as_=h.get("as"), line=h.get("line", ""))
+            tile = np.ascontiguousarray(tile, dtype=np.float64)
+            return {"shape": list(tile.shape)}, tile.tobytes()
+        if op == "store":
+            name = h["name"]
+            if name in self.inputs:
+                raise ValueError(f"{name} is an input: store your results into the outputs "
+                                 f"({', '.join(k for k in mem._hbm if k not in self.inputs)}) or a new tensor")
+            shape = tuple(int(s) for s in h["shape"])
+            if int(np.prod(shape, dtype=np.int64)) * 8 != len(payload):
+                raise ValueError("store: the value's bytes do not match its shape")
+            value = np.frombuffer(payload, dtype=np.float64).reshape(shape)
+            if name in mem._hbm:
+                dst = mem._hbm[name]
+                vec = mem._is_vector[name]
+                n_r = dst.shape[-1] if vec else dst.shape[-2]
+                r = (0, n_r) if rows is None else (max(0, min(rows[0], n_r)), max(0, min(rows[1], n_r)))
+                want = self.mem.lead_shape + (r[1] - r[0],)
+                if not vec:
+                    n_c = dst.shape[-1]
+                    c = (0, n_c) if cols is None else (max(0, min(cols[0], n_c)), max(0, min(cols[1], n_c)))
+                    want += (c[1] - c[0],)
+                if shape != want:
+                    raise ValueError(f"store {name}: a value of shape {shape} does not fit the tile rows={r}"
+                                     f"{'' if vec else f', cols={c}'} of shape {want}")
+            elif shape[: len(mem.lead_shape)] != mem.lead_shape or len(shape) not in (len(mem.lead_shape) + 1,
+                                                                                       len(mem.lead_shape) + 2):
+                raise ValueError(f"store {name}: a new tensor needs shape {mem.lead_shape} + (rows, cols), "
+                                 f"got {shape}")
+            mem.store(name, value, rows, cols, line=h.get("line", ""))
+            return {}, b""
+        if op == "init":
+            if h["name"] in self.inputs:
+                raise ValueError(f"{h['name']} is an input: it cannot be re-initialised")
+            shape = tuple(int(s) for s in h["shape"])
+            if not 1 <= len(shape) <= 2:
+                raise ValueError(f"init {h['name']}: expected a shape (rows,) or (rows, cols), got {shape}")
+            mem.init(h["name"], shape, float(h["fill"]), line=h.get("line", ""))
+            return {}, b""
+        if op in ("hold", "reuse"):
+            shape = tuple(int(s) for s in h["shape"])
+            stand_in = np.broadcast_to(np.float64(0), shape)  # only the shape counts on chip
+            if op == "hold":
+                mem.hold(h["name"], stand_in)
+            else:
+                mem.reuse(h["old"], h["new"], stand_in)
+            return {}, b""
+        if op == "free":
+            mem.free(*[str(n) for n in h["names"]])
+            return {}, b""
+        raise ValueError(f"unknown request {op!r}")
+
+
+def run(ex: Exercise, path, setups: list[Setup], sram_sizes: list, *, timeout: float = DEFAULT_TIMEOUT,
+        env: dict | None = None) -> RunResult:
+    """Run ``ex.function`` from the file ``path`` on every case, in one subprocess, within ``timeout`` seconds."""
+    path = os.path.abspath(path)
+    res = RunResult()
+    if not os.path.isfile(path):
+        res.error = f"no file {path}"
+        return res
+    parent, child = socket.socketpair()
+    with tempfile.TemporaryDirectory(prefix="flashref-grade-") as tmp, \
+            open(os.path.join(tmp, "stdout.txt"), "w+b") as out:
+        child_env = dict(os.environ if env is None else env)
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            [os.path.dirname(os.path.dirname(os.path.dirname(STUDENT)))] +
+            ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
+        proc = subprocess.Popen([sys.executable, STUDENT, str(child.fileno())], pass_fds=(child.fileno(),),
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=tmp,
+                                env=child_env)
+        child.close()
+        deadline = time.monotonic() + timeout
+        try:
+            job = {"path": path, "function": ex.function, "signature": ex.signature, "params": ex.params,
+                   "kind": ex.kind}
+            _send(parent, {"job": pickle.dumps(job).hex()})
+            for setup, M in zip(setups, sram_sizes):
+                spec = dict(setup.spec, sram_size=M)
+                case = {"spec": spec, "args": setup.args}
+                _send(parent, {"op": "case", "case": pickle.dumps(case).hex()})
+                served = _Served(setup, M) if ex.kind == "memory" else None
+                run_case = CaseRun(setup)
+                while True:
+                    h, payload = _recv(parent, deadline)
+                    op = h.get("op")
+                    if op == "done":
+                        if served is not None:
+                            run_case.io = served.mem.report()
+                            run_case.outputs = {k: served.mem.result(k) for k in setup.outputs}
+                        run_case.value = h.get("value")
+                        res.cases.append(run_case)
+                        break
+                    if op == "refused":
+                        res.refused = str(h.get("message"))[:2000]
+                        return res
+                    if op == "error":
+                        msg = {"import": "your file does not import", "signature": "wrong signature",
+                               "run": "your function raised"}.get(h.get("stage"), "error")
+                        res.error = f"{msg}: {str(h.get('message'))[:1000]}"
+                        if h.get("traceback"):
+                            res.error += "\n" + str(h["traceback"])
+                        return res
+                    if served is None:
+                        raise ValueError(f"unexpected request {op!r}")
+                    try:
+                        reply, data = served.handle(h, payload)
+                    except SRAMOverflowError as e:
+                        reply, data = {"error": "SRAMOverflowError", "message": str(e)}, b""
+                    except KeyError as e:
+                        reply, data = {"error": "KeyError", "message": str(e.args[0] if e.args else e)}, b""
+                    except (ValueError, TypeError, IndexError) as e:
+                        reply, data = {"error": type(e).__name__ if isinstance(e, TypeError) else "ValueError",
+                                       "message": str(e)}, b""
+                    _send(parent, reply, data)
+            _send(parent, {"op": "exit"})
+        except TimeoutError:
+            res.error = (f"time limit: your code ran past {timeout:g} s (an infinite loop, or far more work "
+                         f"than the exercise needs)")
+        except (EOFError, ConnectionError, OSError):
+            res.error = "your code ended the process (exit, crash, or killed) before finishing"
+        except ValueError as e:
+            res.error = f"the grader could not understand a request from your code ({e})"
+        finally:
+            parent.close()
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            out.seek(0)
+            text = out.read()[-4000:].decode("utf-8", "replace")
+            res.output = text
+            if res.error and "ended the process" in res.error and text.strip():
+                res.error += ":\n" + text[-1500:]
+    return res

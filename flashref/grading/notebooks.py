@@ -1,0 +1,162 @@
+"""Build the exercise notebooks (a maintainer's tool): ``python -m flashref.grading.notebooks [NN ...]``.
+
+Each notebook: what you will practise, the algorithm box, the spec (what ``mem`` and ``spec`` give
+you), a predict-then-run question (:mod:`flashref.quiz`), the stub (written to a file by
+``%%writefile``), hints, and a grading cell that prints the score table. The committed notebooks
+hold the stubs, so the grading cell prints a zero-score table; nothing in them raises.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .exercises import EXERCISES
+from .release import stub_source
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "notebooks", "exercises")
+
+MEMORY_SPEC = """**What you get.** `mem`, the grader's counted memory, with only its verbs:
+`mem.load(name, rows=None, cols=None, as_=None)` (HBM → SRAM, counted reads, held on chip until freed),
+`mem.store(name, value, rows=None, cols=None)` (SRAM → HBM, counted writes; storing to a new name
+creates that HBM tensor), `mem.init(name, shape, fill)` (an initialised HBM buffer: counted writes),
+`mem.hold(name, value)` / `mem.reuse(old, new, value)` (what you keep on chip) and `mem.free(*names)`.
+Tensors carry leading head axes: a tile of `Q` is `(heads, rows, d)`. You get no arrays: load what you need.
+`spec` holds the shapes and options (`Nq, Nk, d, lead_shape, scale, causal, dropout_p, Br, Bc,
+sram_size`...) and two helpers, `spec.tile_mask(rows, cols)` (the attend-mask of a tile, or None) and
+`spec.dropout_Z(rows, cols)` (the tile's dropout Z, regenerated from the seed).
+
+**Graded on** correctness against a float64 oracle (random data, ragged shapes, Nq ≠ Nk, causal, a
+fully masked row, dropout where the algorithm has it), your counted IO per tensor against the reference
+solution's, and your peak on-chip footprint against the reference's. On-chip capacity is
+`spec.sram_size` = 1.5× the reference's peak: keep more and the grader refuses the run. Return nothing:
+the grader reads your output from HBM."""
+
+TEXT = {
+    1: ("Algorithm 0 of the FlashAttention paper, one HBM pass per line:",
+        "1. Load **Q**, **K** by blocks from HBM, compute **S** = τ**QK**ᵀ, write **S** to HBM.\n"
+        "2. Read **S** from HBM, compute **P** = softmax(**S**), write **P** to HBM.\n"
+        "3. Load **P** and **V** by blocks from HBM, compute **O** = **PV**, write **O** to HBM.\n"
+        "4. Return **O**.",
+        "Outputs: store `O`; store `S` and `P` as new HBM tensors (those names). Graded on the IO of each "
+        "line: exactly what Algorithm 0 moves, no more and no less.",
+        ["Free what you loaded before the next line: each line starts from HBM.",
+         "`S.max(axis=-1, keepdims=True)` keeps the softmax safe."]),
+    2: ("Two parts of a row, each summarised by its state (m, ℓ, O) with O normalised by its own ℓ, "
+        "merge exactly (§3.1):",
+        "m = max(m⁽¹⁾, m⁽²⁾),  ℓ = e^{m⁽¹⁾−m} ℓ⁽¹⁾ + e^{m⁽²⁾−m} ℓ⁽²⁾,  "
+        "O = (e^{m⁽¹⁾−m} ℓ⁽¹⁾ O⁽¹⁾ + e^{m⁽²⁾−m} ℓ⁽²⁾ O⁽²⁾) / ℓ",
+        "HBM holds `m1, l1, O1, m2, l2, O2` (`spec.n` rows, `spec.d` columns); store `m, l, O`. Work in "
+        "row blocks of `spec.Br`. An empty part has (m, ℓ) = (−inf, 0); both empty gives zeros, never NaN.",
+        ["Subtract 0 instead of −inf when m = −inf: e^{−inf} = 0.", "Divide by 1 where ℓ = 0."]),
+    3: ("Algorithm 1 (with Algorithm 2's MASK and dropout), K_j, V_j in the outer loop:",
+        "2: O = 0, ℓ = 0, m = −inf in HBM. 5: for j: 6: load K_j, V_j. 7: for i: 8: load Q_i, O_i, ℓ_i, m_i. "
+        "9: S_ij = τQ_iK_jᵀ (MASK). 10: m̃_ij = rowmax, P̃_ij = exp(S_ij − m̃_ij), ℓ̃_ij = rowsum. "
+        "11: m_new = max(m_i, m̃_ij), ℓ_new = e^{m_i−m_new}ℓ_i + e^{m̃_ij−m_new}ℓ̃_ij. "
+        "12: O_i ← diag(ℓ_new)⁻¹(diag(ℓ_i)e^{m_i−m_new}O_i + e^{m̃_ij−m_new}P̃_ij^dropped V_j), write to HBM. "
+        "13: write ℓ_i ← ℓ_new, m_i ← m_new.",
+        "Outputs `O, l, m` (initialise them with `mem.init`, line 2). Blocks `spec.Br`, `spec.Bc`; the last "
+        "ones are ragged. ℓ sums P̃ *before* dropout.",
+        ["`spec.tile_mask(rows, cols)` covers causal and the mask.",
+         "A masked row of a tile has m̃ = −inf: subtract 0 there."]),
+    4: ("Algorithm 4, the backward, from O, ℓ, m (no stored P):",
+        "5: dQ, dK, dV = 0 in HBM. 6: for j: 7: load K_j, V_j; 8: d̃K_j = d̃V_j = 0 on chip. 9: for i: "
+        "10: load Q_i, O_i, dO_i, dQ_i, ℓ_i, m_i. 11-13: S_ij, MASK, P_ij = diag(ℓ_i)⁻¹exp(S_ij − m_i). "
+        "14-15: Z_ij, P_ij^dropped. 16: d̃V_j += (P_ij^dropped)ᵀdO_i. 17-18: dP_ij = dO_iV_jᵀ ∘ Z_ij. "
+        "19: D_i = rowsum(dO_i ∘ O_i). 20: dS_ij = P_ij ∘ (dP_ij − D_i). 21: dQ_i += τdS_ijK_j, write. "
+        "22: d̃K_j += τdS_ijᵀQ_i. 24: write dK_j, dV_j.",
+        "HBM holds `Q, K, V, O, dO, l, m`; outputs `dQ, dK, dV` (initialise with `mem.init`, line 5).",
+        ["D_i comes from O_i and dO_i, both loaded at line 10.", "A fully masked row: ℓ = 0, m = −inf → P = 0."]),
+    5: ("FlashAttention-2's forward, Q_i in the outer loop, skipping blocks above the causal diagonal:",
+        "3: for i: 4: load Q_i. 5: O_i = 0, ℓ_i = 0, m_i = −inf on chip. 6: for j (stop once every key of "
+        "K_j is later than every query of Q_i): 7: load K_j, V_j. 8: S_ij (MASK). 9: m_new = max(m_i, "
+        "rowmax S_ij), P̃_ij = exp(S_ij − m_new), ℓ_i = e^{m_i−m_new}ℓ_i + rowsum P̃_ij. 10: O_i = "
+        "diag(e^{m_i−m_new})O_i + P̃_ijV_j. 12: O_i /= ℓ_i. 13: L_i = m_i + log ℓ_i. 14-15: write O_i, L_i.",
+        "Outputs `O` and `L` (−inf for a fully masked row). Nothing is initialised in HBM.",
+        ["Block (i, j) is skipped when `cols[0] > rows[1] - 1`.", "O_i stays unnormalised until line 12."]),
+    6: ("Algorithm 5 (block-sparse) loads K_j, V_j at line 6 *before* looking at the block mask, so an "
+        "empty column still costs 2·Bc·d reads. Write one that does not:",
+        "for j: if column j of M has a nonzero block: load K_j, V_j; for i with M_ij ≠ 0: Algorithm 1's "
+        "tile step (l.8-13).",
+        "`spec.block_mask` is the boolean (Tr, Tc) block mask; outputs `O, l, m` initialised as in "
+        "Algorithm 1 (a row block with no nonzero block keeps O = 0, ℓ = 0, m = −inf). The budget is the "
+        "reference's, which moves less than Algorithm 5.",
+        ["`M[:, j].any()`.", "Exercise 3's tile step is the inner body."]),
+    7: ("Choose (Br, Bc), multiples of 8 within the lengths, to minimise FlashAttention-2's forward HBM "
+        "traffic under an on-chip capacity M (elements per head):",
+        "footprint(Br, Bc) = 2·Br·d + 2·Bc·d + Br·Bc + 3·Br ≤ M",
+        "`choose_blocks(Nq, Nk, d, M, causal)` returns `(Br, Bc)`. Scored by rank: your choice's counted IO "
+        "among every feasible choice (full IO points for the least).",
+        ["Count the reads of K and V: how often is each loaded?", "Does Bc appear in the count at all?"]),
+    8: ("Split-KV decoding (Flash-Decoding): cut the keys into S chunks, one work item each, then merge:",
+        "split s (keys [s·Nk//S, (s+1)·Nk//S)): for each query block: load Q_i, stream K_j, V_j with the "
+        "online softmax, write the normalised partial O⁽ˢ⁾ and m⁽ˢ⁾, ℓ⁽ˢ⁾ to rows s·Nq + i of `O_partial`, "
+        "`m_partial`, `l_partial`. Merge: for each query block, load the S partials and combine them by "
+        "log-sum-exp (exercise 2), write `O, m, l`.",
+        "`spec.num_splits` = S. With S = 1 write `O, m, l` directly (nothing to merge).",
+        ["Partial s of query row r lives at row s·Nq + r.", "The merge is exercise 2, S times."]),
+}
+
+LAB = """**The kernel.** One program per (query block, head): `grid = (⌈Nq/BLOCK_M⌉, B·H)`. Tensors are
+`(B·H, N, d)` float32, contiguous; `L` is `(B·H, Nq)`. Complete `flash2_kernel`: FlashAttention-2's forward
+(Algorithm 1 of FA2), with `CAUSAL` stopping the key loop after the block that holds the program's last
+query row. Loads and stores of rows past `Nq`/`Nk` must be masked.
+
+**Graded** on the CPU under `TRITON_INTERPRET=1` (small shapes: the interpreter is slow): correctness
+against the float64 oracle at a ragged and a causal shape, and the elements your `tl.load`/`tl.store`
+move (mask-true elements, counted per tensor in the interpreter) against FlashAttention-2's counted IO
+for these block sizes. On a GPU, time it with `python -m flashref bench`."""
+
+
+def _percent(ex) -> str:
+    stub_file = f"ex{ex.number:02d}_stub.py"
+    parts = [f"# %% [markdown]\n# # Exercise {ex.number}: {ex.title}\n#\n"]
+    qid = {1: "ex1-writes", 2: "ex2-identity", 3: "ex3-q-reads", 4: "ex4-d-reads", 5: "ex5-causal-kv",
+           6: "ex6-saved", 7: "ex7-bc", 8: "ex8-merge-io", 9: "lab-blocks"}[ex.number]
+    if ex.kind == "triton":
+        parts.append("# " + LAB.replace("\n", "\n# ") + "\n")
+    else:
+        intro, box, spec, hints = TEXT[ex.number]
+        parts.append(f"# {intro}\n#\n# > " + box.replace("\n", "\n# > ") + "\n#\n# **Spec.** " +
+                     spec.replace("\n", "\n# ") + "\n#\n")
+        if ex.kind == "memory":
+            parts.append("# " + MEMORY_SPEC.replace("\n", "\n# ") + "\n")
+    parts.append("\n# %% [markdown]\n# **Predict first.** Answer before you write the code.\n\n# %%\n"
+                 f"from flashref import quiz\n\nquiz.ask({qid!r})\nanswer = None  # your answer\n"
+                 f"quiz.check({qid!r}, answer)\n")
+    parts.append(f"\n# %% [markdown]\n# **Your code.** Fill in the function below (the cell writes it to "
+                 f"`{stub_file}`, which the grading cell grades).\n\n# %%\n%%writefile {stub_file}\n"
+                 + stub_source(ex))
+    if ex.kind != "triton":
+        parts.append("\n# %% [markdown]\n# **Hints.**\n" + "".join(f"# - {h}\n" for h in TEXT[ex.number][3]))
+    parts.append(f"\n# %% [markdown]\n# **Grade it.** The table shows your counted IO per tensor beside the "
+                 f"budget. Or, from a shell: `python -m flashref grade {ex.number:02d} {stub_file}`.\n\n# %%\n"
+                 f"from flashref import grading\n\nreport = grading.grade('{ex.number:02d}', {stub_file!r})\n"
+                 f"print(report)\n")
+    return "".join(parts)
+
+
+def build(numbers=None, execute=True) -> list[str]:
+    import nbformat
+
+    from .._nbrun import execute as run
+    from .._nbrun import percent_to_notebook
+
+    os.makedirs(OUT, exist_ok=True)
+    written = []
+    for ex in EXERCISES.values():
+        if numbers and ex.number not in numbers:
+            continue
+        path = os.path.join(OUT, f"{ex.number:02d}-{ex.name.split('-', 1)[1]}.ipynb")
+        nb = percent_to_notebook(_percent(ex))
+        if execute:
+            run(nb, OUT)
+        nbformat.write(nb, path)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for p in build([int(a) for a in sys.argv[1:]] or None):
+        print(p)

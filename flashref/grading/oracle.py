@@ -1,0 +1,58 @@
+"""The truth the grader checks against: plain float64 attention, forward and backward, on whole matrices.
+
+Written here, in a few lines of dense numpy, so that the student copy (which has none of the
+algorithm modules) grades with the same oracle as the repository. It follows the DESIGN semantics:
+``causal`` is top-left aligned, ``mask`` is True = attend, a fully masked row gives zeros (output
+and gradients), dropout is :func:`flashref.dropout.scale_mask` of (seed, head, row, column).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dropout import scale_mask
+from ..masks import full_mask
+
+
+def attend_mask(Nq, Nk, causal=False, mask=None, element_mask=None):
+    """The boolean (…, Nq, Nk) pattern of allowed pairs, or None if all are allowed."""
+    attend = full_mask(mask, causal, Nq, Nk)
+    if element_mask is not None:
+        attend = element_mask if attend is None else (attend & element_mask)
+    return attend
+
+
+def forward(Q, K, V, *, scale, attend=None, dropout_p=0.0, seed=0):
+    """``O``, row max ``m``, row sum ``l`` (of exp(S − m), before dropout), ``L = m + log l`` and ``P``."""
+    S = scale * Q @ K.swapaxes(-1, -2)  # (..., Nq, Nk)
+    if attend is not None:
+        S = np.where(attend, S, -np.inf)
+    m = S.max(axis=-1)  # (..., Nq); -inf for a fully masked row
+    m_safe = np.where(np.isneginf(m), 0.0, m)
+    P_tilde = np.exp(S - m_safe[..., None])
+    l = P_tilde.sum(axis=-1)
+    P = P_tilde / np.where(l == 0, 1.0, l)[..., None]
+    Z = _Z(Q, K, dropout_p, seed)
+    O = (P * Z if Z is not None else P) @ V
+    with np.errstate(divide="ignore"):
+        L = np.where(l == 0, -np.inf, m + np.log(np.where(l == 0, 1.0, l)))
+    return {"O": O, "m": m, "l": l, "L": L, "P": P}
+
+
+def backward(Q, K, V, dO, *, scale, attend=None, dropout_p=0.0, seed=0):
+    """``dQ``, ``dK``, ``dV`` of the forward above for upstream gradient ``dO``."""
+    P = forward(Q, K, V, scale=scale, attend=attend, dropout_p=0.0)["P"]
+    Z = _Z(Q, K, dropout_p, seed)
+    Pd = P * Z if Z is not None else P
+    dV = Pd.swapaxes(-1, -2) @ dO
+    dP = dO @ V.swapaxes(-1, -2)
+    if Z is not None:
+        dP = dP * Z
+    dS = P * (dP - (P * dP).sum(axis=-1, keepdims=True))
+    return {"dQ": scale * dS @ K, "dK": scale * dS.swapaxes(-1, -2) @ Q, "dV": dV}
+
+
+def _Z(Q, K, p, seed):
+    if p == 0:
+        return None
+    return scale_mask(seed, p, Q.shape[:-2], (0, Q.shape[-2]), (0, K.shape[-2]))

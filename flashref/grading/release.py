@@ -1,0 +1,172 @@
+"""The student copy and the Gradescope bundle.
+
+``python -m flashref student-release OUT_DIR`` writes the course without its answers:
+
+* the notebooks with every ``# BEGIN SOLUTION`` … ``# END SOLUTION`` region removed (a region that
+  assigns answers becomes ``name = None  # your answer``; code becomes ``raise NotImplementedError``);
+* the exercises as stubs (``exercises/exNN_*.py``), the solution regions replaced by
+  ``FILL ME IN (~N lines)``;
+* the package without the solutions folder and without the modules that *are* the answers
+  (:data:`EXCLUDED`: the algorithms and the closed forms); the grader there works from the budgets
+  measured now, at release (``budgets.json``), and its own float64 oracle.
+
+``python -m flashref autograder OUT.zip`` writes a Gradescope bundle: that student copy's package,
+``setup.sh``, ``run_autograder`` and the results writer (:mod:`flashref.grading.gradescope`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import zipfile
+
+from . import budgets as _budgets
+from .exercises import EXERCISES
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: Package paths left out of the student copy: they hold the answers (or import what does).
+EXCLUDED = ("flash1.py", "flash1_bwd.py", "flash2.py", "blocksparse.py", "decoding.py", "standard.py", "iomodel",
+            "functional.py", "gpu", "figures", os.path.join("grading", "solutions"), "__pycache__")
+
+_REGION = re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*# END SOLUTION[^\n]*\n?", re.S | re.M)
+
+STUDENT_INIT = '''"""flashref, student copy: the counted memory, masks, dropout, softmax helpers and the grader.
+
+The algorithm modules (standard, flash1, flash2, blocksparse, decoding) and the closed forms
+(iomodel) are what the exercises ask you to write, so they are not in this copy.
+"""
+
+from . import blocks, dropout, flops, hardware, masks, memory, problem, quiz, softmax
+from .memory import IOReport, Memory, SRAMOverflowError
+
+__version__ = "0.1.0-student"
+'''
+
+
+def strip_solutions(text: str, lines: int | None = None) -> str:
+    """Replace every solution region of ``text`` by a stub that says what to fill in."""
+
+    def stub(m):
+        indent, body = m.group(1), m.group(2)
+        code = [ln for ln in body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        names = [re.match(r"\s*([A-Za-z_]\w*)\s*=[^=]", ln) for ln in code]
+        if code and all(names) and len(code) <= 3:
+            return "".join(f"{indent}{n.group(1)} = None  # your answer\n" for n in names)
+        n = lines if lines is not None else len(code)
+        return (f"{indent}# FILL ME IN (~{n} lines)\n"
+                f"{indent}raise NotImplementedError(\"FILL ME IN (~{n} lines)\")\n")
+
+    return _REGION.sub(stub, text)
+
+
+def stub_source(ex) -> str:
+    """The exercise's stub: its reference solution with the solution region removed."""
+    with open(_budgets.solution_path(ex)) as f:
+        text = f.read()
+    text = text.replace("Reference solution, ", "Your solution to ")
+    return strip_solutions(text, ex.lines)
+
+
+def stub_name(ex) -> str:
+    return ex.solution  # exNN_name.py: the file the student hands in
+
+
+def _strip_notebook(src: str, dst: str) -> None:
+    with open(src) as f:
+        nb = json.load(f)
+    for cell in nb.get("cells", []):
+        text = "".join(cell.get("source", []))
+        if "# BEGIN SOLUTION" in text:
+            cell["source"] = strip_solutions(text)
+            cell["outputs"], cell["execution_count"] = [], None
+    with open(dst, "w") as f:
+        json.dump(nb, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
+def _copy_package(dst_pkg: str) -> None:
+    src_pkg = os.path.join(REPO, "flashref")
+
+    def ignore(folder, names):
+        rel = os.path.relpath(folder, src_pkg)
+        out = []
+        for n in names:
+            path = os.path.normpath(os.path.join(rel, n))
+            if path in EXCLUDED or n in EXCLUDED or n.endswith(".pyc") or n == "budgets.json":
+                out.append(n)
+        return out
+
+    shutil.copytree(src_pkg, dst_pkg, ignore=ignore)
+    with open(os.path.join(dst_pkg, "__init__.py"), "w") as f:
+        f.write(STUDENT_INIT)
+    with open(os.path.join(dst_pkg, "grading", "budgets.json"), "w") as f:
+        json.dump(_budgets.all_budgets(), f)
+
+
+def student_release(out_dir: str) -> str:
+    """Write the student copy into ``out_dir`` (created; must not exist or be empty)."""
+    if not _budgets.have_solutions():
+        raise RuntimeError("student-release needs the solution copy (flashref/grading/solutions)")
+    if os.path.exists(out_dir) and os.listdir(out_dir):
+        raise FileExistsError(f"{out_dir} exists and is not empty")
+    os.makedirs(out_dir, exist_ok=True)
+    _copy_package(os.path.join(out_dir, "flashref"))
+    for name in ("README.md", "COURSE.md", "pyproject.toml", "environment.yml"):
+        if os.path.exists(os.path.join(REPO, name)):
+            shutil.copy(os.path.join(REPO, name), out_dir)
+    if os.path.isdir(os.path.join(REPO, "figures")):
+        shutil.copytree(os.path.join(REPO, "figures"), os.path.join(out_dir, "figures"))
+    nb_src = os.path.join(REPO, "notebooks")
+    for folder, _, files in os.walk(nb_src):
+        rel = os.path.relpath(folder, nb_src)
+        os.makedirs(os.path.join(out_dir, "notebooks", rel), exist_ok=True)
+        for fn in files:
+            if fn.endswith(".ipynb"):
+                _strip_notebook(os.path.join(folder, fn), os.path.join(out_dir, "notebooks", rel, fn))
+    os.makedirs(os.path.join(out_dir, "exercises"))
+    for ex in EXERCISES.values():
+        with open(os.path.join(out_dir, "exercises", stub_name(ex)), "w") as f:
+            f.write(stub_source(ex))
+    return out_dir
+
+
+SETUP_SH = """#!/usr/bin/env bash
+# Gradescope: install what the grader needs (the Triton lab runs on the CPU interpreter).
+set -e
+apt-get install -y python3 python3-pip >/dev/null 2>&1 || true
+pip3 install -q numpy torch --index-url https://download.pytorch.org/whl/cpu
+pip3 install -q triton || true
+"""
+
+RUN_AUTOGRADER = """#!/usr/bin/env bash
+# Gradescope: grade every exercise file in the submission, write results/results.json.
+cd /autograder/source
+mkdir -p /autograder/results
+PYTHONPATH=/autograder/source python3 -m flashref.grading.gradescope /autograder/submission \\
+    /autograder/results/results.json
+"""
+
+
+def autograder(out_zip: str) -> str:
+    """Write the Gradescope bundle ``out_zip``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="flashref-autograder-") as tmp:
+        _copy_package(os.path.join(tmp, "flashref"))
+        for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
+            os.chmod(os.path.join(tmp, name), 0o755)
+        with zipfile.ZipFile(out_zip, "w", zipfile.ZIP_DEFLATED) as z:
+            for folder, _, files in os.walk(tmp):
+                for fn in sorted(files):
+                    full = os.path.join(folder, fn)
+                    info = zipfile.ZipInfo(os.path.relpath(full, tmp))
+                    info.external_attr = (stat.S_IMODE(os.stat(full).st_mode) | stat.S_IFREG) << 16
+                    with open(full, "rb") as f:
+                        z.writestr(info, f.read(), zipfile.ZIP_DEFLATED)
+    return out_zip

@@ -1,0 +1,71 @@
+"""The grade report: correctness, IO per tensor against the budget, footprint, points; a table and JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Report:
+    """What :func:`flashref.grading.grade` returns.
+
+    ``correct``, ``io_ok``, ``footprint_ok``; ``points`` out of ``max_points`` (split in ``parts``);
+    ``table``: one row per tensor, the counted reads and writes summed over the cases beside the
+    budget's; ``cases``: per case, its shape and what passed; ``message``: why points were lost
+    (a refusal or a failure says so first).
+    """
+
+    exercise: str
+    title: str
+    correct: bool = False
+    io_ok: bool = False
+    footprint_ok: bool = False
+    points: float = 0.0
+    max_points: int = 0
+    parts: dict = field(default_factory=dict)  # {"correctness": (got, max), "io": ..., "footprint": ...}
+    table: list = field(default_factory=list)  # rows: tensor, reads, writes, budget_reads, budget_writes, ok
+    peak_sram: int | None = None
+    budget_peak_sram: int | None = None
+    cases: list = field(default_factory=list)
+    refused: bool = False
+    message: str = ""
+    output: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.points == self.max_points
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["parts"] = {k: {"score": v[0], "max": v[1]} for k, v in self.parts.items()}
+        return d
+
+    def to_json(self, path=None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, default=str)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text + "\n")
+        return text
+
+    def __str__(self) -> str:
+        lines = [f"exercise {self.exercise}: {self.title}"]
+        if self.table:
+            head = ("tensor", "reads", "writes", "budget reads", "budget writes", "")
+            rows = [head] + [(r["tensor"], f"{r['reads']:,}", f"{r['writes']:,}", f"{r['budget_reads']:,}",
+                              f"{r['budget_writes']:,}", "ok" if r["ok"] else "OVER" if r["over"] else "DIFFERS")
+                             for r in self.table]
+            w = [max(len(r[k]) for r in rows) for k in range(len(head))]
+            fmt = lambda r: "  ".join(c.rjust(w[k]) if 0 < k < 5 else c.ljust(w[k]) for k, c in enumerate(r))  # noqa: E731
+            lines += [fmt(rows[0]), "-" * len(fmt(rows[0]))] + [fmt(r) for r in rows[1:]]
+        if self.peak_sram is not None:
+            lines.append(f"peak on-chip footprint: {self.peak_sram:,} elements per head "
+                         f"(budget {self.budget_peak_sram:,})")
+        for k, (got, mx) in self.parts.items():
+            lines.append(f"  {k:<12} {got:g} / {mx}")
+        lines.append(f"score: {self.points:g} / {self.max_points}")
+        if self.message:
+            lines.append(("REFUSED: " if self.refused else "") + self.message)
+        return "\n".join(lines)
+
+    __repr__ = __str__

@@ -1,0 +1,5 @@
+import os
+
+
+def merge_states(mem, spec):
+    os._exit(3)

@@ -1,0 +1,3 @@
+def merge_states(mem, spec):
+    while True:
+        pass

@@ -1,0 +1,2 @@
+def merge_states(mem, spec):
+    return 1 / 0

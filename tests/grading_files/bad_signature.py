@@ -1,0 +1,2 @@
+def merge_states(mem):
+    pass
