@@ -1,4 +1,4 @@
-"""``python -m flashref {figures,bench,profile}``."""
+"""``python -m flashref {figures,bench,profile,train}``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ commands:
   figures   regenerate every figure (PNG + CSV) in figures/ on the CPU
   bench     time flashref's Triton kernel against PyTorch SDPA backends (needs CUDA)
   profile   measure DRAM traffic with Nsight Compute (needs CUDA and ncu)
+  train     train GPT-2 on each attention backend: tokens/s, MFU, memory, attention share, loss parity
 """
 
 
@@ -25,6 +26,8 @@ def main(argv=None) -> int:
         from .gpu.bench import main as run
     elif cmd == "profile":
         from .gpu.profile import main as run
+    elif cmd == "train":
+        from .train import main as run
     else:
         print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
         return 2
