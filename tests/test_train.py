@@ -35,7 +35,8 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
-def _curve(backend, steps=6, device=torch.device("cpu")):
+def _curve(backend, steps=6, device=None):
+    device = device or torch.device("cpu")
     return train.train_curve(TINY, N=32, batch=2, steps=steps, backend=backend, device=device, seed=0, lr=1e-2,
                              warmup=0, amp=device.type == "cuda", data_vocab=16, period=4)
 
