@@ -84,7 +84,8 @@ def _check(B, H, Nq, Nk, d, dtype, causal, seed=0, scale=None, grads=True, **opt
     truth = _attention(q, k, v, do, causal, tau, Z, torch.float64)
     plain = _attention(q, k, v, do, causal, tau, Z, dtype)
     assert torch.isfinite(o).all()
-    assert _err(o, truth[0]) <= 2 * _err(plain[0], truth[0]) + ATOL[dtype], (_err(o, truth[0]), _err(plain[0], truth[0]))
+    assert _err(o, truth[0]) <= 2 * _err(plain[0], truth[0]) + ATOL[dtype], \
+        (_err(o, truth[0]), _err(plain[0], truth[0]))
     if not grads:
         return
     o.backward(do)
@@ -141,7 +142,8 @@ def test_any_head_dim_two_oracles(d, Nq, Nk, causal, kernel):
 VARIANTS = {
     "kernel1": Config(version=1), "split": Config(split=True), "heads_first": Config(heads_first=True),
     "persistent": Config(persistent=True), "persistent_heads_first": Config(persistent=True, heads_first=True),
-    "no_stagger": Config(stagger=False), "lazy": Config(lazy=True), "warp_specialize": Config(warp_specialize=True, split=True),  # (Triton 3.6 crashes without split)
+    "no_stagger": Config(stagger=False), "lazy": Config(lazy=True),
+    "warp_specialize": Config(warp_specialize=True, split=True),  # (Triton 3.6 crashes without split)
     "tiles": Config(fwd=Tiles(32, 16, 4, 2), dkdv=Tiles(16, 32, 4, 2)),
 }
 
