@@ -1,4 +1,4 @@
-"""``python -m flashref {figures,bench,profile}``."""
+"""``python -m flashref {figures,bench,profile,profile-l2}``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ commands:
   figures   regenerate every figure (PNG + CSV) in figures/ on the CPU
   bench     time flashref's Triton kernel against PyTorch SDPA backends (needs CUDA)
   profile   measure DRAM traffic with Nsight Compute (needs CUDA and ncu)
+  profile-l2  per-kernel DRAM and L2 bytes on a grid of shapes, for iomodel.dram (needs CUDA and ncu)
 """
 
 
@@ -25,6 +26,8 @@ def main(argv=None) -> int:
         from .gpu.bench import main as run
     elif cmd == "profile":
         from .gpu.profile import main as run
+    elif cmd == "profile-l2":
+        from .gpu.l2profile import main as run
     else:
         print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
         return 2
