@@ -160,7 +160,7 @@ def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_f
     launch = list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))  # causal: i = Tr - 1 - pid
     return ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                       sms * _pick(FLASHREF_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
-                      launch, heads_first=hf)
+                      launch, heads_first=hf, sms=sms)
 
 
 def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagger=True):
@@ -169,7 +169,7 @@ def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagge
     return ScanKernel("flashref dK/dV (atomic dQ)", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d, 2 * BN * d * e,
                       2 * BN * d * e, sms * _pick(FLASHREF_CTAS_PER_SM["dkdv_atomic"], d),
                       _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
-                      stagger=(BN // BM if BN >= BM else 1) if (stagger and not causal) else 0)
+                      stagger=(BN // BM if BN >= BM else 1) if (stagger and not causal) else 0, sms=sms)
 
 
 def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
@@ -177,7 +177,7 @@ def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     return ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                       sms * FA2_CTAS_PER_SM["fwd"], _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
-                      descending=True)
+                      descending=True, sms=sms)
 
 
 def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
@@ -185,7 +185,7 @@ def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     return ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
                       2 * BN * d * e, 2 * BN * d * e, sms * FA2_CTAS_PER_SM["bwd"],
-                      _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True)
+                      _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms)
 
 
 def waves(k: ScanKernel) -> float:

@@ -382,7 +382,8 @@ def main(argv=None) -> int:
         if left < 40:
             result["log"].append(dict(impl=impl, skipped="out of time"))
             continue
-        print(f"[{time.time() - t0:5.0f}s] {impl}: {len(runs_for(impl, todo))} shapes, timeout {share:.0f}s", flush=True)
+        print(f"[{time.time() - t0:5.0f}s] {impl}: {len(runs_for(impl, todo))} shapes, timeout {share:.0f}s",
+              flush=True)
         rows, klist, info, log, raw = run_impl(ncu, impl, runs_for(impl, todo), metrics,
                                           timeout=max(40, share if i < n_impl - 1 else left))
         result["rows"] += rows
@@ -394,8 +395,8 @@ def main(argv=None) -> int:
         (out / f"{stem}.json").write_text(json.dumps(result, indent=0))
         for r in rows:
             fb = r["fwd_bwd"]
-            print(f"  {r['shape']:22s} fwd {r['fwd']['total_bytes'] / 1e9:8.3f} GB  fwd+bwd {fb['total_bytes'] / 1e9:8.3f}"
-                  f" GB (r {fb['read_bytes'] / 1e9:.3f} w {fb['write_bytes'] / 1e9:.3f}, L2 "
+            print(f"  {r['shape']:22s} fwd {r['fwd']['total_bytes'] / 1e9:8.3f} GB  fwd+bwd "
+                  f"{fb['total_bytes'] / 1e9:8.3f} GB (r {fb['read_bytes'] / 1e9:.3f} w {fb['write_bytes'] / 1e9:.3f}, L2 "
                   f"{(fb['l2_bytes'] or 0) / 1e9:.2f}, {fb['kernels']} kernels) {r.get('error', '')}", flush=True)
         if log["errors"] or log["rc"] != 0:
             print(f"  rc={log['rc']} errors={log['errors']} {log['stderr_tail'][-500:]}", flush=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..memory import Traffic
 
-__all__ = ["Prediction", "predict", "ALGORITHMS"]
+__all__ = ["Prediction", "predict", "ALGORITHMS", "dram"]
 
 ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
 
@@ -69,3 +69,6 @@ def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, **opts)
     if fn is None:
         raise ValueError(f"direction: {algorithm} has no {direction} pass")
     return fn(Nq=Nq, Nk=Nk, d=d, **opts)
+
+
+from .dram import dram  # noqa: E402  (three-level model: DRAM bytes through a simulated L2)
