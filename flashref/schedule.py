@@ -194,8 +194,9 @@ def waves(k: ScanKernel) -> float:
 
 
 def describe(k: ScanKernel) -> str:
-    per = k.ctas_per_head
+    per, unit = k.ctas_per_head, k.tile_bytes + k.rmw_bytes
+    per_head = math.ceil(per / k.resident) if per > k.resident else 1
     return (f"{k.name}: {k.heads} heads x {per} CTAs, {k.resident} resident ({waves(k):.2f} waves), scans "
-            f"{k.n_tiles} tiles of {k.tile_bytes + k.rmw_bytes} B per head ({k.n_tiles * (k.tile_bytes + k.rmw_bytes) / 2**20:.1f} MiB), "
+            f"{k.n_tiles} tiles of {unit} B per head ({k.n_tiles * unit / 2**20:.1f} MiB), "
             f"{'heads first' if k.heads_first else 'head by head'}, {'descending' if k.descending else 'ascending'}"
-            f"{', staggered' if k.stagger else ''}; {math.ceil(per / k.resident) if per > k.resident else 1} waves per head")
+            f"{', staggered' if k.stagger else ''}; {per_head} waves per head")

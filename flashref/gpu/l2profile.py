@@ -396,8 +396,10 @@ def main(argv=None) -> int:
         for r in rows:
             fb = r["fwd_bwd"]
             print(f"  {r['shape']:22s} fwd {r['fwd']['total_bytes'] / 1e9:8.3f} GB  fwd+bwd "
-                  f"{fb['total_bytes'] / 1e9:8.3f} GB (r {fb['read_bytes'] / 1e9:.3f} w {fb['write_bytes'] / 1e9:.3f}, L2 "
-                  f"{(fb['l2_bytes'] or 0) / 1e9:.2f}, {fb['kernels']} kernels) {r.get('error', '')}", flush=True)
+                  f"{fb['total_bytes'] / 1e9:8.3f} GB (r {fb['read_bytes'] / 1e9:.3f} "
+                  f"w {fb['write_bytes'] / 1e9:.3f}, L2 "
+                  f"{(fb['l2_bytes'] or 0) / 1e9:.2f}, {fb['kernels']} kernels) {r.get('error', '')}",
+                  flush=True)
         if log["errors"] or log["rc"] != 0:
             print(f"  rc={log['rc']} errors={log['errors']} {log['stderr_tail'][-500:]}", flush=True)
     print(f"done in {time.time() - t0:.0f}s: {out / (stem + '.json')}")

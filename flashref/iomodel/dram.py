@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import schedule as S
+from .. import schedule as S  # noqa: N812
 from ..l2 import preset
 
 __all__ = ["dram", "DRAMPrediction", "PARAMS", "IMPLS", "MODES", "scan_bytes", "staggered_scan_bytes", "kernels"]
