@@ -31,8 +31,8 @@ D = importlib.import_module("flashref.iomodel.dram")  # the module (iomodel.dram
 GRID_JSON = Path(__file__).resolve().parents[2] / "figures" / "gpu" / "h100-l2-grid.json"
 FIG2 = dict(B=64, H=16, N=1024, d=64)
 MEASURED_B = 8  # the profiled batch of the "fig2" shape; bytes scale with the batch
-IMPL_LABEL = {"eager": "standard attention (eager PyTorch kernels)", "sdpa_flash": "FlashAttention-2 (SDPA flash)",
-              "flashref": "FlashAttention-2 (flashref Triton)"}
+IMPL_LABEL = {"eager": "standard (eager PyTorch)", "sdpa_flash": "FlashAttention-2 (SDPA flash)",
+              "flashref": "FlashAttention-2 (flashref)"}
 COLOR = {"eager": COLORS["standard"], "sdpa_flash": COLORS["flash"], "flashref": COLORS["flashref"]}
 
 
@@ -103,12 +103,12 @@ def figure2_l2_plot(rows):
               "–" if r["error_b64"] in (None, "") else
               f"{1 + float(r['error_b64']):.3f} / {1 + float(r['error_b8_x8']):.3f}"] for r in rows]
     table = ax.table(cellText=cells, colLabels=cols, colWidths=[0.26, 0.06, 0.09, 0.18, 0.08, 0.1, 0.11, 0.12],
-                     bbox=[0, 0.2, 1, 0.8], cellLoc="center")
+                     bbox=[0, 0.25, 1, 0.75], cellLoc="center")
     table.auto_set_font_size(False)
     table.set_fontsize(7.5)
-    ax.text(0.0, 0.12, "Two-level: iomodel.predict (standard: Alg. 0 + 3; flash2 at 128x128 tiles). Three-level: "
-            "iomodel.dram (eager: the 12 kernels PyTorch launches; FlashAttention: lockstep waves through a "
-            "simulated L2).\nMeasured: figures/gpu/h100-l2-grid.json, batch 8 scaled to 64. Model/measured: "
+    ax.text(0.0, 0.15, "Two-level: iomodel.predict (standard: Alg. 0 + 3; flash2 at 128x128 tiles). Three-level: "
+            "iomodel.dram (eager: the 12 kernels PyTorch launches;\nFlashAttention: lockstep waves through a "
+            "simulated L2). Measured: figures/gpu/h100-l2-grid.json, batch 8 scaled to 64.\nModel / measured: "
             "batch 64 / batch 8 x 8 (what stays dirty in L2 at each kernel's end does not grow with the batch).",
             transform=ax.transAxes, fontsize=7, va="top")
     return fig
@@ -153,9 +153,9 @@ def knee_plot(rows):
                                    block_sizes=(128, 128)).bytes for dr in
                    (("forward",) if mode == "fwd" else ("forward", "backward"))) / 1e9 for n in Ns]
         ax.plot(Ns, two, ":", color=COLORS["bound"], label="two-level count (flash2, 128x128)")
-        knee = C / (2 * 128 * 2)  # N where one head's K and V fill C_eff
+        knee = C / D.PARTITIONS / (2 * 128 * 2)  # N where one head's K and V, held in both partitions, fill C_eff
         ax.axvline(knee, color="k", lw=0.8, ls="--")
-        ax.text(knee, min(two) * 1.5, f" one head's K,V\n = C_eff ({C / 2**20:.0f} MiB)", fontsize=7)
+        ax.text(knee, min(two) * 1.5, f" one head's K,V\n = C_eff / 2 ({C / 2 / 2**20:.1f} MiB)", fontsize=7)
         ax.set(xscale="log", yscale="log", xlabel="N (heads = 2^18 / N)", ylabel="DRAM GB (read + written)",
                title="forward" if mode == "fwd" else "forward + backward")
         ax.set_xticks(SWEEP_NS, [f"{n // 1024}k" for n in SWEEP_NS])

@@ -58,6 +58,12 @@ GRID = [
 ]
 SWEEP_TOKENS = 2 ** 18
 SWEEP = [(f"sweep_{N}", 1, SWEEP_TOKENS // N, N, 128, False) for N in (4096, 8192, 16384, 32768, 65536, 131072, 262144)]
+# Out-of-sample shapes, predicted before they were measured (figures/gpu/h100-l2-check-predicted.json)
+CHECK = [(f"check64_{N}", 1, 2 ** 19 // N, N, 64, False) for N in (16384, 65536, 131072, 262144, 524288)] + [
+    ("check64_131k_causal", 1, 2, 131072, 64, True), ("check128_16k", 2, 8, 16384, 128, False),
+    ("check128_16k_causal", 2, 8, 16384, 128, True), ("check_eager64", 2, 8, 4096, 64, False),
+    ("check_eager128_causal", 1, 4, 8192, 128, True), ("check128_64k_causal", 1, 4, 65536, 128, True),
+]
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8}  # shares of the time budget
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
 MARKER = "spin_kernel"
@@ -80,6 +86,8 @@ def shapes(groups=("grid", "sweep")):
         out += [("grid", *s) for s in GRID]
     if "sweep" in groups:
         out += [("sweep", *s) for s in SWEEP]
+    if "check" in groups:
+        out += [("check", *s) for s in CHECK]
     return out
 
 
