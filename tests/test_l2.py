@@ -153,6 +153,11 @@ def test_dram_rejects_bad_arguments():
         iomodel.dram("eager", "fwd", B=1, H=1, Nq=0, Nk=8, d=8)
     with pytest.raises(ValueError, match="gpu"):
         iomodel.dram("eager", "fwd", B=1, H=1, Nq=8, Nk=8, d=8, gpu="tpu")
+    with pytest.raises(TypeError, match="windw.*valid"):
+        iomodel.dram("eager", "fwd", B=1, H=1, Nq=8, Nk=8, d=8, windw=3)
+    import numpy as np
+    a = iomodel.dram("flashref", "fwd", B=np.int64(2), H=2, Nq=np.int32(256), Nk=256, d=64, causal=np.bool_(True))
+    assert a.total_bytes == iomodel.dram("flashref", "fwd", B=2, H=2, Nq=256, Nk=256, d=64, causal=True).total_bytes
 
 
 def test_two_level_counts_unchanged():

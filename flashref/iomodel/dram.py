@@ -44,7 +44,10 @@ on an :class:`flashref.l2.L2Cache`) where both run, with ``kappa`` large (LRU).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .. import schedule as S  # noqa: N812
 from ..l2 import preset
@@ -251,20 +254,28 @@ def predict_kernels(seq, Nq, Nk, p=PARAMS):
     return rows
 
 
-def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2, params=None):
-    """Predicted DRAM bytes of one call (Nsight Compute's dram__bytes_read/write.sum over its kernels)."""
+def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2, **opts):
+    """Predicted DRAM bytes of one call (Nsight Compute's dram__bytes_read/write.sum over its kernels).
+
+    ``params=`` overrides entries of PARAMS (for fitting and for what-if sweeps)."""
+    unknown = set(opts) - {"params"}
+    if unknown:
+        raise TypeError(f"dram() got unknown option(s) {sorted(unknown)}; valid: B, H, Nq, Nk, d, causal, gpu, "
+                        f"dtype_bytes, params")
+    params = opts.get("params")
     if impl not in IMPLS:
         raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     for name, v in (("B", B), ("H", H), ("Nq", Nq), ("Nk", Nk), ("d", d), ("dtype_bytes", dtype_bytes)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-    if not isinstance(causal, bool):
+    B, H, Nq, Nk, d, dtype_bytes = (int(v) for v in (B, H, Nq, Nk, d, dtype_bytes))
+    if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
     spec = preset(gpu)
     p = dict(PARAMS, **(params or {}))
-    seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=causal, e=dtype_bytes, sms=spec.sms)
+    seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), e=dtype_bytes, sms=spec.sms)
     rows = predict_kernels(seq, Nq, Nk, p)
     return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows)
 
