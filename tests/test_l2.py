@@ -217,3 +217,30 @@ def test_profile_l2_splits_kernels_at_markers():
     assert row["fwd"]["total_bytes"] == 110 and row["fwd_bwd"]["total_bytes"] == 336
     assert row["fwd_bwd"]["l2_bytes"] == 1409 and row["fwd_bwd"]["kernels"] == 3
     assert lp.runs_for("eager", [("g", "big", 1, 16, 32768, 128, False)]) == []  # one N x N matrix over budget
+
+
+# ----------------------------------------------------------------------------- out of sample: predicted before measured
+
+CHECK = json.loads((REPO / "figures" / "gpu" / "h100-l2-check.json").read_text())
+CHECK_PRED = json.loads((REPO / "figures" / "gpu" / "h100-l2-check-predicted.json").read_text())
+CHECK_ROWS = [(p, [r for r in CHECK["rows"] if r["impl"] == p["impl"] and r["shape"] == p["shape"]][0])
+              for p in CHECK_PRED["rows"]]
+# Where the pre-registered predictions missed: FlashAttention-2's causal forward (the staggered-scan rule
+# transfers badly beyond the two d = 128 shapes it was fitted on) and flashref's d = 64 forward at long N.
+CHECK_MISSES = {("sdpa_flash", "check64_131k_causal", "fwd"), ("sdpa_flash", "check64_131k_causal", "fwd_bwd"),
+                ("sdpa_flash", "check128_16k_causal", "fwd"), ("sdpa_flash", "check128_16k_causal", "fwd_bwd"),
+                ("sdpa_flash", "check_eager128_causal", "fwd"), ("sdpa_flash", "check_eager128_causal", "fwd_bwd"),
+                ("sdpa_flash", "check128_64k_causal", "fwd"), ("flashref", "check64_131072", "fwd"),
+                ("flashref", "check64_524288", "fwd")}
+
+
+@pytest.mark.parametrize("pred,row", CHECK_ROWS, ids=[f"{p['impl']}-{p['shape']}-{p['mode']}" for p, _ in CHECK_ROWS])
+def test_preregistered_predictions(pred, row):
+    """The committed model still gives the predictions committed before the measurement; each is
+    within 25% of it, except the misses listed (expected failures, not hidden)."""
+    kw = dict(B=pred["B"], H=pred["H"], Nq=pred["N"], Nk=pred["N"], d=pred["d"], causal=pred["causal"])
+    assert iomodel.dram(pred["impl"], pred["mode"], **kw).total_bytes == pytest.approx(pred["predicted_bytes"])
+    err = pred["predicted_bytes"] / row[pred["mode"]]["total_bytes"] - 1
+    if (pred["impl"], pred["shape"], pred["mode"]) in CHECK_MISSES:
+        pytest.xfail(f"pre-registered miss: {err:+.0%}")
+    assert abs(err) <= 0.25, f"{err:+.1%}"
