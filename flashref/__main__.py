@@ -1,4 +1,4 @@
-"""``python -m flashref {figures,site,bench,profile,train,grade,student-release,autograder}``."""
+"""``python -m flashref {figures,site,bench,profile,profile-l2,train,grade,student-release,autograder}``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ commands:
   site      build the course website (README, docs, every notebook) into OUT_DIR, offline
   bench     time flashref's Triton kernel against PyTorch SDPA backends (needs CUDA)
   profile   measure DRAM traffic with Nsight Compute (needs CUDA and ncu)
+  profile-l2  per-kernel DRAM and L2 bytes on a grid of shapes, for iomodel.dram (needs CUDA and ncu)
   train     train GPT-2 on each attention backend: tokens/s, MFU, memory, attention share, loss parity
   grade EXERCISE FILE [--json OUT]
             grade an exercise file on correctness, counted IO and on-chip footprint
@@ -35,6 +36,8 @@ def main(argv=None) -> int:
         from .gpu.bench import main as run
     elif cmd == "profile":
         from .gpu.profile import main as run
+    elif cmd == "profile-l2":
+        from .gpu.l2profile import main as run
     elif cmd == "train":
         from .train import main as run
     elif cmd == "grade":

@@ -33,7 +33,7 @@ from ..blocks import Grid
 from ..memory import Traffic
 from ..problem import Problem
 
-__all__ = ["Prediction", "predict", "grid", "block_sizes", "ALGORITHMS"]
+__all__ = ["Prediction", "predict", "grid", "block_sizes", "dram", "ALGORITHMS"]
 
 ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
 
@@ -132,3 +132,5 @@ from . import blocksparse, decoding, flash1, flash2, standard  # noqa: E402
 
 _MODULES = {"standard": standard, "flash1": flash1, "flash2": flash2, "blocksparse": blocksparse,
             "decoding": decoding}
+
+from .dram import dram  # noqa: E402  (three-level model: DRAM bytes through a simulated L2)

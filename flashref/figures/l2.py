@@ -1,0 +1,169 @@
+"""Figures of the three-level model (HBM - L2 - SRAM): the Figure 2 table re-derived, and the knee.
+
+``l2_figure2_table``: the FlashAttention paper's Figure 2 (left) setting (N = 1024, d = 64, 16
+heads, batch 64, fp16, forward + backward) on an H100. Each row sets the two-level count (the
+paper's machine: every tile load goes to HBM) beside :func:`flashref.iomodel.dram`'s prediction
+of the DRAM bytes (standard attention as the kernels eager PyTorch launches; FlashAttention as
+SDPA's FlashAttention-2 kernels and as flashref's Triton kernels, from the three-level model) and
+beside the bytes Nsight Compute measures (``figures/gpu/h100-l2-grid.json``, batch 8 scaled to 64).
+The existing ``backward_figure2_table`` is unchanged: this table is an addition.
+
+``l2_knee_sweep``: B·H·N = 2^18 tokens, d = 128, non-causal, N from 4096 to 262144: DRAM bytes of
+forward and forward+backward, predicted (lines) and measured (points), with the two-level count.
+Past the knee (one head's K and V, 2·N·d·2 bytes, larger than the L2 can keep) every wave re-reads
+them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .. import iomodel
+from ..plots import COLORS, figure
+from . import Figure
+
+D = importlib.import_module("flashref.iomodel.dram")  # the module (iomodel.dram is the function)
+
+GRID_JSON = Path(__file__).resolve().parents[2] / "figures" / "gpu" / "h100-l2-grid.json"
+FIG2 = dict(B=64, H=16, N=1024, d=64)
+MEASURED_B = 8  # the profiled batch of the "fig2" shape; bytes scale with the batch
+IMPL_LABEL = {"eager": "standard (eager PyTorch)", "sdpa_flash": "FlashAttention-2 (SDPA flash)",
+              "flashref": "FlashAttention-2 (flashref)"}
+COLOR = {"eager": COLORS["standard"], "sdpa_flash": COLORS["flash"], "flashref": COLORS["flashref"]}
+
+
+def load_grid(path=GRID_JSON):
+    return json.loads(Path(path).read_text())
+
+
+def _measured(result, impl, shape, mode):
+    for r in result["rows"]:
+        if r["impl"] == impl and r["shape"] == shape and not r.get("error"):
+            return r[mode]["total_bytes"]
+    return None
+
+
+# kernel tiles (BM, BN) of the two-level count: forward / backward, as in flashref.schedule
+TWO_LEVEL_TILES = {"sdpa_flash": ((128, 128), (128, 128)), "flashref": ((128, 128), (128, 128))}
+
+
+def two_level(impl, B, H, N, d, causal=False):
+    """The paper's two-level count (bytes, forward + backward) at the kernel's tiles."""
+    heads = B * H
+    if impl == "eager":
+        algo, opts = "standard", [{}, {}]
+    else:
+        algo = "flash2"
+        fwd, bwd = TWO_LEVEL_TILES[impl]
+        opts = [dict(block_sizes=fwd), dict(block_sizes=bwd)]
+    return sum(iomodel.predict(algo, dr, Nq=N, Nk=N, d=d, heads=heads, causal=causal, dtype_bytes=2, **o).bytes
+               for dr, o in zip(("forward", "backward"), opts))
+
+
+def figure2_l2_data():
+    res = load_grid()
+    B, H, N, d = FIG2["B"], FIG2["H"], FIG2["N"], FIG2["d"]
+    rows = []
+    for impl in ("eager", "sdpa_flash", "flashref"):
+        pred = D.dram(impl, "fwd_bwd", B=B, H=H, Nq=N, Nk=N, d=d)
+        # like for like with the measurement: the model at batch 8, times 8 (the end-of-kernel
+        # residue in L2 does not grow with the batch, so batch 64 itself moves a little more)
+        like = D.dram(impl, "fwd_bwd", B=MEASURED_B, H=H, Nq=N, Nk=N, d=d).total_bytes * B / MEASURED_B / 1e9
+        m = _measured(res, impl, "fig2", "fwd_bwd")
+        meas = None if m is None else m * B / MEASURED_B / 1e9
+        rows.append(dict(implementation=IMPL_LABEL[impl], impl=impl, two_level_gb=two_level(impl, B, H, N, d) / 1e9,
+                         three_level_gb=pred.total_bytes / 1e9, three_level_read_gb=pred.read_bytes / 1e9,
+                         three_level_write_gb=pred.write_bytes / 1e9, l2_gb=pred.l2_bytes / 1e9,
+                         kernels=len(pred.by_kernel), three_level_b8_x8_gb=like, h100_measured_gb=meas,
+                         error_b64=None if meas is None else pred.total_bytes / 1e9 / meas - 1,
+                         error_b8_x8=None if meas is None else like / meas - 1))
+    return rows
+
+
+def figure2_l2_plot(rows):
+    c = FIG2
+    fig, ax = figure(f"Figure 2 (left) setting on an H100: fwd + bwd, N={c['N']}, d={c['d']}, {c['H']} heads, batch "
+                     f"{c['B']}, fp16: two-level count, three-level model, Nsight Compute", width=10, height=2.6)
+    ax.axis("off")
+    ax.grid(False)
+    cols = ["implementation", "kernels", "two-level\nHBM GB", "three-level\nDRAM GB (read + write)", "L2 <-> SM\nGB",
+            "three-level\nbatch 8 x 8", "H100 measured\nbatch 8 x 8", "model /\nmeasured"]
+
+    def f(x, fmt):
+        return "–" if x is None or x == "" else format(float(x), fmt)
+
+    cells = [[r["implementation"], str(r["kernels"]), f(r["two_level_gb"], ".2f"),
+              f"{float(r['three_level_gb']):.2f} ({float(r['three_level_read_gb']):.2f} + "
+              f"{float(r['three_level_write_gb']):.2f})", f(r["l2_gb"], ".1f"), f(r["three_level_b8_x8_gb"], ".2f"),
+              f(r["h100_measured_gb"], ".2f"),
+              "–" if r["error_b64"] in (None, "") else
+              f"{1 + float(r['error_b64']):.3f} / {1 + float(r['error_b8_x8']):.3f}"] for r in rows]
+    table = ax.table(cellText=cells, colLabels=cols, colWidths=[0.26, 0.06, 0.09, 0.18, 0.08, 0.1, 0.11, 0.12],
+                     bbox=[0, 0.25, 1, 0.75], cellLoc="center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(7.5)
+    ax.text(0.0, 0.15, "Two-level: iomodel.predict (standard: Alg. 0 + 3; flash2 at 128x128 tiles). Three-level: "
+            "iomodel.dram (eager: the 12 kernels PyTorch launches;\nFlashAttention: lockstep waves through a "
+            "simulated L2). Measured: figures/gpu/h100-l2-grid.json, batch 8 scaled to 64.\nModel / measured: "
+            "batch 64 / batch 8 x 8 (what stays dirty in L2 at each kernel's end does not grow with the batch).",
+            transform=ax.transAxes, fontsize=7, va="top")
+    return fig
+
+
+SWEEP_NS = [2 ** k for k in range(12, 19)]  # 4096 .. 262144
+TOKENS = 2 ** 18
+
+
+def knee_data():
+    res = load_grid()
+    rows = []
+    for impl in ("flashref", "sdpa_flash", "eager"):
+        for N in SWEEP_NS:
+            H = TOKENS // N
+            if impl == "eager" and H * N * N * 2 > 9e9:
+                continue
+            for mode in D.MODES:
+                pred = D.dram(impl, mode, B=1, H=H, Nq=N, Nk=N, d=128)
+                m = _measured(res, impl, f"sweep_{N}", mode)
+                rows.append(dict(impl=impl, mode=mode, N=N, H=H, kv_per_head_mb=2 * N * 128 * 2 / 2 ** 20,
+                                 predicted_gb=pred.total_bytes / 1e9, measured_gb=None if m is None else m / 1e9,
+                                 error=None if m is None else pred.total_bytes / m - 1))
+    return rows
+
+
+def knee_plot(rows):
+    fig, axes = figure("DRAM bytes across the knee, H100: B*H*N = 2^18 tokens, d = 128, fp16, non-causal; "
+                       "lines: iomodel.dram, points: Nsight Compute",
+                       ncols=2, width=11, height=4)
+    C = D.PARAMS["C_eff"]
+    for ax, mode in zip(axes.flat, D.MODES):
+        for impl in ("flashref", "sdpa_flash"):
+            rs = [r for r in rows if r["impl"] == impl and r["mode"] == mode]
+            N = np.array([r["N"] for r in rs])
+            ax.plot(N, [float(r["predicted_gb"]) for r in rs], "-", color=COLOR[impl], label=f"{impl} predicted")
+            mm = [(r["N"], float(r["measured_gb"])) for r in rs if r["measured_gb"] not in (None, "")]
+            ax.plot([a for a, _ in mm], [b for _, b in mm], "o", color=COLOR[impl], mfc="none",
+                    label=f"{impl} measured")
+        Ns = np.array(SWEEP_NS)
+        two = [sum(iomodel.predict("flash2", dr, Nq=int(n), Nk=int(n), d=128, heads=TOKENS // int(n), dtype_bytes=2,
+                                   block_sizes=(128, 128)).bytes for dr in
+                   (("forward",) if mode == "fwd" else ("forward", "backward"))) / 1e9 for n in Ns]
+        ax.plot(Ns, two, ":", color=COLORS["bound"], label="two-level count (flash2, 128x128)")
+        knee = C / D.PARTITIONS / (2 * 128 * 2)  # N where one head's K and V, held in both partitions, fill C_eff
+        ax.axvline(knee, color="k", lw=0.8, ls="--")
+        ax.text(knee, min(two) * 1.5, f" one head's K,V\n = C_eff / 2 ({C / 2 / 2**20:.1f} MiB)", fontsize=7)
+        ax.set(xscale="log", yscale="log", xlabel="N (heads = 2^18 / N)", ylabel="DRAM GB (read + written)",
+               title="forward" if mode == "fwd" else "forward + backward")
+        ax.set_xticks(SWEEP_NS, [f"{n // 1024}k" for n in SWEEP_NS])
+        ax.legend(fontsize=7)
+    return fig
+
+
+FIGURES = [
+    Figure("l2_figure2_table", figure2_l2_data, figure2_l2_plot),
+    Figure("l2_knee_sweep", knee_data, knee_plot),
+]

@@ -1,0 +1,443 @@
+"""``python -m flashref profile-l2``: DRAM and L2 bytes of every kernel, on a grid of shapes.
+
+The measurements that :func:`flashref.iomodel.dram` is checked against. For each implementation
+(``eager``: standard attention as plain fp16 PyTorch ops; ``sdpa_flash``; ``sdpa_cudnn``;
+``flashref``'s Triton kernels) one child Python process runs every shape of the grid: a warm-up
+forward+backward with the profiler off, then, between ``cudaProfilerStart``/``Stop``,
+
+    marker; O = f(q, k, v); marker; O.backward(dO); marker
+
+where a marker is ``torch.cuda._sleep`` (ATen's ``spin_kernel``, which none of the
+implementations launches). The child runs under
+
+    ncu --target-processes all --profile-from-start off --clock-control none --metrics M --csv
+        --page raw --print-units base
+
+so each kernel's row lands between two markers: the forward's kernels, then the backward's.
+Nsight Compute flushes the caches before every kernel it profiles (its default ``--cache-control
+all``), so each kernel starts with a cold L2: the model predicts exactly that.
+
+Metrics: ``dram__bytes_read.sum``, ``dram__bytes_write.sum`` (DRAM), ``lts__t_bytes.sum`` (all
+traffic through the L2 slices, hits included), ``lts__t_sectors_srcunit_ltcfabric.sum`` (sectors
+that one L2 partition fetched from the other: how the H100's two partitions share data), launch
+statistics (grid, block, registers, the occupancy limits) and the duration. A probe on a trivial
+kernel picks the largest metric set this ncu accepts.
+
+The result goes to ``<out>/<name>.json``: ``rows`` (one per implementation and shape: forward and
+forward+backward sums) and ``kernels`` (every kernel, with its phase). The grid (``GRID``) covers
+many heads with short N, few heads with long N, past the knee where one head's K and V (2·N·d·2
+bytes) no longer fit in the 50 MB L2, causal and not, d = 64 and 128; ``SWEEP`` holds the tokens
+fixed (B·H·N = 2^18, d = 128) and moves N across the knee.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+IMPLS = ("flashref", "sdpa_flash", "eager", "sdpa_cudnn")
+# (name, B, H, N, d, causal)
+GRID = [
+    ("fig2", 8, 16, 1024, 64, False), ("fig2_causal", 8, 16, 1024, 64, True),
+    ("long64", 1, 16, 8192, 64, False), ("long64_causal", 1, 16, 8192, 64, True),
+    ("many128", 4, 32, 2048, 128, False), ("many128_causal", 4, 32, 2048, 128, True),
+    ("few64_65k", 1, 4, 65536, 64, False),
+    ("knee64_262k", 1, 1, 262144, 64, False),
+    ("few128_32k_causal", 1, 8, 32768, 128, True),
+    ("knee128_131k_causal", 1, 2, 131072, 128, True),
+]
+SWEEP_TOKENS = 2 ** 18
+SWEEP = [(f"sweep_{N}", 1, SWEEP_TOKENS // N, N, 128, False) for N in (4096, 8192, 16384, 32768, 65536, 131072, 262144)]
+# Out-of-sample shapes, predicted before they were measured (figures/gpu/h100-l2-check-predicted.json)
+CHECK = [(f"check64_{N}", 1, 2 ** 19 // N, N, 64, False) for N in (16384, 65536, 131072, 262144, 524288)] + [
+    ("check64_131k_causal", 1, 2, 131072, 64, True), ("check128_16k", 2, 8, 16384, 128, False),
+    ("check128_16k_causal", 2, 8, 16384, 128, True), ("check_eager64", 2, 8, 4096, 64, False),
+    ("check_eager128_causal", 1, 4, 8192, 128, True), ("check128_64k_causal", 1, 4, 65536, 128, True),
+]
+WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8}  # shares of the time budget
+EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
+MARKER = "spin_kernel"
+
+BASE = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+METRIC_SETS = (
+    BASE + ("lts__t_bytes.sum", "lts__t_sectors_srcunit_ltcfabric.sum", "gpu__time_duration.sum",
+            "launch__grid_size", "launch__block_size", "launch__registers_per_thread",
+            "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
+            "launch__occupancy_limit_warps", "launch__occupancy_limit_blocks"),
+    BASE + ("lts__t_bytes.sum", "gpu__time_duration.sum", "launch__grid_size", "launch__block_size"),
+    BASE + ("lts__t_bytes.sum",),
+    BASE,
+)
+
+
+def shapes(groups=("grid", "sweep")):
+    out = []
+    if "grid" in groups:
+        out += [("grid", *s) for s in GRID]
+    if "sweep" in groups:
+        out += [("sweep", *s) for s in SWEEP]
+    if "check" in groups:
+        out += [("check", *s) for s in CHECK]
+    return out
+
+
+def runs_for(impl, shape_list):
+    """The shapes ``impl`` is measured at (eager only where one N×N fp16 matrix fits the budget)."""
+    keep = []
+    for g, name, B, H, N, d, causal in shape_list:
+        if impl == "eager" and B * H * N * N * 2 > EAGER_MAX_BYTES:
+            continue
+        keep.append((g, name, B, H, N, d, causal))
+    return keep
+
+
+# --------------------------------------------------------------------------------------------
+# the child: one process per implementation, every shape
+# --------------------------------------------------------------------------------------------
+
+def _make_fn(impl, q, k, v, causal):
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    d = q.shape[-1]
+    scale = d ** -0.5
+    if impl == "eager":  # standard attention as plain fp16 PyTorch ops (nanoGPT's order)
+        N = q.shape[-2]
+        mask = torch.ones(N, N, dtype=torch.bool, device=q.device).triu(1) if causal else None
+
+        def f():
+            s = (q @ k.transpose(-1, -2)) * scale
+            if mask is not None:
+                s = s.masked_fill(mask, float("-inf"))
+            return torch.softmax(s, dim=-1) @ v
+        return f
+    if impl == "flashref":
+        from . import attention
+
+        def f():
+            return attention(q, k, v, causal=causal)
+        return f
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}[impl]
+
+    def f():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return f
+
+
+def _marker():
+    import torch
+    torch.cuda._sleep(1)
+
+
+def _child(impl, shapes_json, out_json, deadline="inf"):
+    import torch
+
+    todo = json.loads(Path(shapes_json).read_text())
+    done = []
+    cudart = torch.cuda.cudart()
+    for g, name, B, H, N, d, causal in todo:
+        entry = dict(group=g, shape=name, B=B, H=H, N=N, d=d, causal=causal)
+        if time.time() > float(deadline):  # stop in time for ncu to print what it has
+            entry["error"] = "skipped: out of time"
+            done.append(entry)
+            continue
+        try:
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
+                           for _ in range(4))
+            q, k, v = (x.requires_grad_() for x in (q, k, v))
+            f = _make_fn(impl, q, k, v, causal)
+            f().backward(do)  # warm-up: compilation, plans, heuristics
+            q.grad = k.grad = v.grad = None
+            torch.cuda.synchronize()
+        except Exception as err:  # noqa: BLE001 - out of memory, unsupported shape: record and go on
+            entry["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+            done.append(entry)
+            Path(out_json).write_text(json.dumps(done))
+            q = k = v = do = f = None
+            torch.cuda.empty_cache()
+            continue
+        cudart.cudaProfilerStart()
+        marks = 0
+        try:
+            _marker()
+            marks += 1
+            o = f()
+            _marker()
+            marks += 1
+            o.backward(do)
+            _marker()
+            marks += 1
+            torch.cuda.synchronize()
+        except Exception as err:  # noqa: BLE001
+            entry["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+        finally:
+            for _ in range(3 - marks):  # always three markers, so the parent's segments stay aligned
+                _marker()
+            torch.cuda.synchronize()
+            cudart.cudaProfilerStop()
+        entry["measured"] = True
+        done.append(entry)
+        Path(out_json).write_text(json.dumps(done))
+        q = k = v = do = f = o = None
+        torch.cuda.empty_cache()
+    info = {}
+    if impl == "flashref":
+        from . import kernels
+        info = dict(fixed={k: {str(dd): list(c) for dd, c in v.items()} for k, v in kernels.FIXED.items()},
+                    split={str(dd): kernels.split_on(dd) for dd in (64, 128)},
+                    heads_first_causal=list(kernels.HEADS_FIRST_CAUSAL), stagger=kernels.stagger_on(),
+                    autotune=kernels.autotune_on())
+    Path(out_json).write_text(json.dumps(dict(measurements=done, info=info)))
+
+
+# --------------------------------------------------------------------------------------------
+# parsing ncu's output
+# --------------------------------------------------------------------------------------------
+
+def _num(s):
+    try:
+        return float(s.replace(",", ""))
+    except (ValueError, AttributeError):
+        return None
+
+
+def parse_kernels(text, metrics):
+    """ncu ``--csv --page raw`` text -> list of {name, metric: value, ...} in launch order."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if not lines:
+        return None
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    header = rows[0]
+    name_col = next((c for c in ("Kernel Name", "Function Name", "Name") if c in header), None)
+    if any(m not in header for m in metrics) or name_col is None:
+        return None
+    out = []
+    for r in rows[1:]:
+        if len(r) != len(header):
+            continue
+        rec = dict(zip(header, r))
+        vals = {m: _num(rec[m]) for m in metrics}
+        if vals[metrics[0]] is None:
+            continue  # the units row
+        rec_id = _num(rec.get("ID", ""))
+        out.append(dict(id=rec_id, name=rec[name_col], grid=rec.get("Grid Size"),
+                        block=rec.get("Block Size"), **vals))
+    out.sort(key=lambda x: (x["id"] is None, x["id"]))
+    return out
+
+
+def segment(kernels, measurements):
+    """Split the kernel list at the markers: three per measured shape (start, forward end, end).
+
+    Returns one dict per measured shape: its entry plus ``fwd`` and ``bwd`` kernel lists.
+    """
+    measured = [m for m in measurements if m.get("measured")]
+    seg, phases = 0, {}
+    for kern in kernels:
+        if MARKER in kern["name"]:
+            seg += 1
+            continue
+        if seg == 0 or seg % 3 == 0:
+            continue  # outside any measurement (should not happen)
+        i, ph = (seg - 1) // 3, ("fwd", "bwd")[(seg - 1) % 3]
+        phases.setdefault(i, {"fwd": [], "bwd": []})[ph].append(kern)
+    out = []
+    for i, m in enumerate(measured):
+        ph = phases.get(i, {"fwd": [], "bwd": []})
+        out.append(dict(m, **ph, markers_seen=seg))
+    return out
+
+
+def summarise(impl, seg, metrics):
+    """One row: forward and forward+backward sums of each byte metric."""
+    byte_metrics = [m for m in metrics if m.startswith(("dram__", "lts__"))]
+
+    def total(ks):
+        return {m: sum(k[m] or 0.0 for k in ks) for m in byte_metrics}
+
+    fwd, allk = total(seg["fwd"]), total(seg["fwd"] + seg["bwd"])
+    row = {k: seg[k] for k in ("group", "shape", "B", "H", "N", "d", "causal")}
+    row["impl"] = impl
+    if seg.get("error"):
+        row["error"] = seg["error"]
+    for mode, t, ks in (("fwd", fwd, seg["fwd"]), ("fwd_bwd", allk, seg["fwd"] + seg["bwd"])):
+        row[mode] = dict(read_bytes=t[BASE[0]], write_bytes=t[BASE[1]], total_bytes=t[BASE[0]] + t[BASE[1]],
+                         l2_bytes=t.get("lts__t_bytes.sum"),
+                         l2_fabric_bytes=(32 * t["lts__t_sectors_srcunit_ltcfabric.sum"]
+                                          if "lts__t_sectors_srcunit_ltcfabric.sum" in t else None),
+                         kernels=len(ks))
+    return row
+
+
+# --------------------------------------------------------------------------------------------
+# the parent
+# --------------------------------------------------------------------------------------------
+
+def _ncu_cmd(ncu, metrics, argv):
+    return [ncu, "--target-processes", "all", "--profile-from-start", "off", "--clock-control", "none",
+            "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base", *argv]
+
+
+PROBE = ("import torch; torch.cuda.cudart().cudaProfilerStart(); torch.cuda._sleep(1); "
+         "torch.cuda.synchronize(); torch.cuda.cudart().cudaProfilerStop()")
+
+
+def probe_metrics(ncu, timeout=120):
+    """The first metric set of METRIC_SETS that ncu accepts here."""
+    for metrics in METRIC_SETS:
+        proc = subprocess.run(_ncu_cmd(ncu, metrics, [sys.executable, "-c", PROBE]), capture_output=True,
+                              text=True, timeout=timeout)
+        ks = parse_kernels(proc.stdout, metrics)
+        if proc.returncode == 0 and ks:
+            if not any(MARKER in k["name"] for k in ks):
+                print(f"  warning: no {MARKER} among {[k['name'] for k in ks]}", flush=True)
+            return metrics
+        print(f"  metric set rejected ({len(metrics)} metrics): rc={proc.returncode} "
+              f"{proc.stdout[-400:]} {proc.stderr[-400:]}", flush=True)
+    return None
+
+
+def run_impl(ncu, impl, shape_list, metrics, timeout):
+    """Profile one implementation over its shapes: (rows, kernels, info, log).
+
+    The child starts no new shape after ``timeout`` - 20 s; the parent kills it at ``timeout`` + 90 s."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sj, oj = os.path.join(tmp, "shapes.json"), os.path.join(tmp, "out.json")
+        Path(sj).write_text(json.dumps(shape_list))
+        deadline = time.time() + max(10.0, timeout - 20)
+        cmd = _ncu_cmd(ncu, metrics, [sys.executable, "-m", "flashref.gpu.l2profile", "--child", impl, sj, oj,
+                                      str(deadline)])
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 90)
+            stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            stderr, rc = "timeout", -9
+        child = json.loads(Path(oj).read_text()) if os.path.exists(oj) else {}
+    if isinstance(child, list):  # the child died before its last write
+        child = dict(measurements=child, info={})
+    kernels = parse_kernels(stdout, metrics) or []
+    segs = segment(kernels, child.get("measurements", []))
+    rows = [summarise(impl, s, metrics) for s in segs]
+    errors = [dict(impl=impl, shape=m["shape"], error=m["error"]) for m in child.get("measurements", [])
+              if m.get("error") and not m.get("measured")]
+    klist = []
+    for s in segs:
+        for ph in ("fwd", "bwd"):
+            for kern in s[ph]:
+                klist.append(dict(impl=impl, shape=s["shape"], phase=ph,
+                                  **{k: v for k, v in kern.items() if k != "id"}))
+    log = dict(impl=impl, rc=rc, kernels=len(kernels), stderr_tail=stderr[-1500:],
+               stdout_tail="" if kernels else stdout[-1500:], errors=errors)
+    return rows, klist, child.get("info", {}), log, stdout
+
+
+def main(argv=None) -> int:
+    if argv and argv[0] == "--child":
+        _child(*argv[1:5])
+        return 0
+    p = argparse.ArgumentParser(prog="python -m flashref profile-l2", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="figures/gpu")
+    p.add_argument("--name", default=None, help="file stem (default: <device>-l2-grid)")
+    p.add_argument("--impls", type=lambda s: tuple(s.split(",")), default=IMPLS)
+    p.add_argument("--groups", type=lambda s: tuple(s.split(",")), default=("grid", "sweep"))
+    p.add_argument("--only", type=lambda s: tuple(s.split(",")), default=None, help="shape names")
+    p.add_argument("--budget", type=float, default=520.0, help="seconds for the whole run")
+    p.add_argument("--ncu", default=None)
+    p.add_argument("--raw", action="store_true", help="also save ncu's raw CSV per implementation")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    ncu = args.ncu or shutil.which("ncu")
+    if ncu is None:
+        print("profile-l2 needs Nsight Compute's ncu on PATH (and a CUDA GPU); recorded results are in "
+              "figures/gpu/*-l2-grid.json", file=sys.stderr)
+        return 1
+    device, versions = _device_info(ncu)
+    metrics = probe_metrics(ncu)
+    if metrics is None:
+        print("ncu accepted none of the metric sets", file=sys.stderr)
+        return 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = args.name or _slug(device) + "-l2-grid"
+    todo = shapes(args.groups)
+    if args.only:
+        todo = [s for s in todo if s[1] in args.only]
+    result = dict(metadata=dict(device=device, **versions, metrics=list(metrics),
+                                date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                                dtype="float16", ncu_cache_control="all (default: caches flushed before each kernel)",
+                                note="one forward+backward after one warm-up per shape; kernels split at "
+                                     "spin_kernel markers"),
+                  rows=[], kernels=[], info={}, log=[])
+    n_impl = len(args.impls)
+    for i, impl in enumerate(args.impls):
+        left = args.budget - (time.time() - t0)
+        # a weighted share of what is left (time a child does not use passes on), so a slow one cannot starve the rest
+        share = left * WEIGHT.get(impl, 1.0) / sum(WEIGHT.get(x, 1.0) for x in args.impls[i:])
+        if left < 40:
+            result["log"].append(dict(impl=impl, skipped="out of time"))
+            continue
+        print(f"[{time.time() - t0:5.0f}s] {impl}: {len(runs_for(impl, todo))} shapes, timeout {share:.0f}s",
+              flush=True)
+        rows, klist, info, log, raw = run_impl(ncu, impl, runs_for(impl, todo), metrics,
+                                          timeout=max(40, share if i < n_impl - 1 else left))
+        result["rows"] += rows
+        result["kernels"] += klist
+        result["info"][impl] = info
+        result["log"].append(log)
+        if args.raw:
+            (out / f"{stem}-{impl}-ncu.csv").write_text(raw)
+        (out / f"{stem}.json").write_text(json.dumps(result, indent=0))
+        for r in rows:
+            fb = r["fwd_bwd"]
+            print(f"  {r['shape']:22s} fwd {r['fwd']['total_bytes'] / 1e9:8.3f} GB  fwd+bwd "
+                  f"{fb['total_bytes'] / 1e9:8.3f} GB (r {fb['read_bytes'] / 1e9:.3f} "
+                  f"w {fb['write_bytes'] / 1e9:.3f}, L2 "
+                  f"{(fb['l2_bytes'] or 0) / 1e9:.2f}, {fb['kernels']} kernels) {r.get('error', '')}",
+                  flush=True)
+        if log["errors"] or log["rc"] != 0:
+            print(f"  rc={log['rc']} errors={log['errors']} {log['stderr_tail'][-500:]}", flush=True)
+    print(f"done in {time.time() - t0:.0f}s: {out / (stem + '.json')}")
+    return 0
+
+
+def _slug(name):
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+def _device_info(ncu):
+    try:
+        import torch
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "unknown"
+        props = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None
+        v = dict(torch=torch.__version__, sms=getattr(props, "multi_processor_count", None),
+                 l2_bytes=getattr(props, "L2_cache_size", None))
+    except ImportError:
+        name, v = "unknown", {}
+    try:
+        import triton
+        v["triton"] = triton.__version__
+    except ImportError:
+        pass
+    try:
+        v["ncu"] = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    except (OSError, IndexError):
+        pass
+    return name, v
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,341 @@
+"""Three-level memory (HBM - L2 - SRAM): the DRAM bytes Nsight Compute measures, predicted.
+
+``dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2)`` adds up, kernel
+by kernel, the bytes that cross the DRAM interface in one call (``mode="fwd"``: the forward;
+``"fwd_bwd"``: forward and backward), for
+
+* ``"eager"``: standard attention as plain PyTorch ops, the kernels PyTorch really launches
+  (Nsight Compute shows 12: forward ``bmm, mul, softmax, bmm``; backward ``bmm, bmm``, a binary
+  elementwise kernel and ``softmax_backward`` (SoftmaxBackward0 on CUDA), ``mul``, ``bmm, bmm`` and
+  the copy of dK into its layout; causal adds a ``masked_fill`` each way);
+* ``"sdpa_flash"``: PyTorch SDPA's flash backend (FlashAttention-2's CUDA kernels);
+* ``"flashref"``: flashref's Triton kernels (atomic dQ, the default backward).
+
+**The rule for each kernel.** Nsight flushes the L2 before every kernel, so every kernel starts
+cold and reads each byte it needs at least once (the compulsory reads). Beyond that:
+
+1. *Lockstep passes* (:func:`scan_bytes`). The CTAs of one wave that belong to one head walk the
+   same tiles at nearly the same time, so a tile read by one of them is an L2 hit for the rest:
+   one DRAM read per tile per *pass* (a wave, for one head), however many CTAs the pass holds.
+   This is why a FlashAttention kernel moves far less than Theorem 2 counts.
+2. *Reuse across passes.* The next pass over the same head's tiles finds them in L2 only if what
+   was touched in between - the reuse distance ``D``, here the footprint of one pass: every
+   head's scanned tiles in the wave plus the CTAs' own tiles - fits. The fraction that misses is
+   ``miss(D) = 1 / (1 + (C_eff / D) ** kappa)``: a step at ``C_eff`` (LRU) softened by ``kappa``
+   (a real L2 hashes addresses over sets and does not evict in exact LRU order). When one head's
+   K and V outgrow ``C_eff``, every pass re-reads them: the **knee**.
+3. *Staggered scans* (FlashAttention-2's causal forward, :func:`staggered_scan_bytes`): its CTAs
+   walk their key blocks from the diagonal down, start at different times and never line up, so
+   each CTA's reads reuse what the previous row block read, at a distance of about the whole
+   prefix of keys it covers.
+4. *Writes.* Every byte written reaches DRAM, except what is still dirty in L2 when the kernel
+   ends (Nsight counts neither side of its flush): ``min(alpha * W, rho)`` of a kernel's ``W``.
+
+**Fitted parameters** (``PARAMS``; :func:`fit` re-derives them from a recorded JSON):
+``C_eff`` (bytes of L2 that the scanned tiles get; the prior is one partition, 25 MB of the
+H100's 50, since a line read by SMs on both sides is held in both partitions), ``kappa``,
+``alpha`` and ``rho``. Everything else (tiles, grids, CTAs per SM, scan order) is read from the
+kernels' source and checked against Nsight's launch statistics (:mod:`flashref.schedule`).
+
+The closed forms are checked against the cache simulation (:func:`flashref.schedule.simulate`
+on an :class:`flashref.l2.L2Cache`) where both run, with ``kappa`` large (LRU).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import schedule as S  # noqa: N812
+from ..l2 import preset
+
+__all__ = ["dram", "DRAMPrediction", "PARAMS", "IMPLS", "MODES", "scan_bytes", "staggered_scan_bytes", "kernels"]
+
+IMPLS = ("eager", "sdpa_flash", "flashref")
+MODES = ("fwd", "fwd_bwd")
+MB = 2 ** 20
+
+# Fitted on figures/gpu/h100-l2-grid.json (fit set: every shape whose name does not start with
+# "sweep_"; held out: the fixed-token sweep across the knee). See fit().
+PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB)
+PARTITIONS = 2  # a tile read by a whole wave at once is held in both L2 partitions
+
+
+@dataclass
+class DRAMPrediction:
+    """Bytes across the DRAM interface (``read_bytes``, ``write_bytes``) and between L2 and the SMs."""
+
+    read_bytes: float
+    write_bytes: float
+    l2_bytes: float
+    by_kernel: list = field(default_factory=list, repr=False)  # (name, read, write, l2)
+
+    @property
+    def total_bytes(self):
+        return self.read_bytes + self.write_bytes
+
+
+def miss(D, C, kappa):
+    """Fraction of re-reads at reuse distance ``D`` that miss an L2 of effective capacity ``C``."""
+    if D <= 0:
+        return 0.0
+    r = C / D
+    if kappa == math.inf:
+        return 0.0 if r >= 1 else 1.0
+    x = kappa * math.log(r)
+    return 0.0 if x > 700 else 1.0 / (1.0 + math.exp(x))
+
+
+def _residue(W, p):
+    return min(p["alpha"] * W, p["rho"])
+
+
+# ------------------------------------------------------------------------- scan kernels, closed form
+
+def scan_bytes(k: S.ScanKernel, p=PARAMS):
+    """(DRAM reads, DRAM writes before the end-of-kernel residue, L2 request bytes) of a lockstep kernel.
+
+    Waves are consecutive runs of ``k.resident`` CTAs in grid order; within a wave, a head's CTAs
+    cover the union of their tile ranges once (one pass). A pass re-reads what the head's previous
+    pass covered with probability ``miss(D)``, ``D`` the footprint of the passes in between.
+    """
+    C, kappa = p["C_eff"], p["kappa"]
+    dup = p.get("partitions", PARTITIONS)
+    per_sm = max(1, k.resident // k.sms)
+    unit = k.tile_bytes + k.rmw_bytes
+    order = k.grid_order()
+    G, R = len(order), k.resident
+    passes = []  # per wave: {head: (lo, hi)}, footprint
+    for w0 in range(0, G, R):
+        heads = {}
+        for h, c in order[w0:w0 + R]:
+            lo, hi = k.ranges[c]
+            if h in heads:
+                a, z = heads[h]
+                heads[h] = (min(a, lo), max(z, hi))
+            else:
+                heads[h] = (lo, hi)
+        n = len(order[w0:w0 + R])
+        foot = sum(hi - lo for lo, hi in heads.values()) * unit + n * (k.private_read + k.private_write)
+        passes.append((heads, foot))
+    last = {}  # head -> (wave index, range)
+    reads = writes = 0.0
+    dirty_pending = {}  # head -> bytes of rmw data dirty from its last pass
+    for w, (heads, foot) in enumerate(passes):
+        for h, (lo, hi) in heads.items():
+            size = (hi - lo) * unit
+            if h in last:
+                w_prev, (plo, phi) = last[h]
+                ov = max(0, min(hi, phi) - max(lo, plo))
+                D = (passes[w_prev][1] + foot) / 2 + sum(passes[v][1] for v in range(w_prev + 1, w))
+                m = miss(dup * D, C, kappa)
+                # after the first wave, the CTAs sharing an SM drift apart: per_sm groups, out of phase
+                # by 1/per_sm of a scan; a group re-reads what the one ahead of it read if that was
+                # evicted, i.e. if 1/per_sm of the head's tiles (held twice) outgrow the L2
+                lag = miss(dup * ov * unit / per_sm, C, kappa) if per_sm > 1 else 0.0
+                spread = 1 + (per_sm - 1) * lag if w > 0 else 1
+                reads += size - ov * unit + ov * unit * m * spread
+                # the previous pass's dirty fp32 dQ: written back if evicted before this pass
+                writes += dirty_pending.get(h, 0.0) * m + dirty_pending.get(h, 0.0) * (1 - m) * (
+                    (phi - plo - ov) / max(1, phi - plo))
+            else:
+                reads += size
+                writes += 0.0
+            dirty_pending[h] = (hi - lo) * k.rmw_bytes
+            last[h] = (w, (lo, hi))
+    writes += sum(dirty_pending.values())  # the last pass's dirty data reaches DRAM eventually
+    T = k.ctas_per_head
+    reads += k.heads * T * k.private_read
+    writes += k.heads * T * k.private_write
+    accesses = k.heads * sum(hi - lo for lo, hi in k.ranges)
+    l2 = accesses * (k.tile_bytes + 2 * k.rmw_bytes) + k.heads * T * (k.private_read + k.private_write)
+    return reads, writes, l2
+
+
+def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
+    """FlashAttention-2's causal forward: CTAs launched shortest first, each walking its key
+    blocks from its diagonal down to 0, out of step with one another.
+
+    Row block i re-reads the keys that row block i - 1 read; between the two reads the resident
+    CTAs, spread over every position of the head's key prefix, have touched about all of it: the
+    reuse distance is the prefix ``hi_i`` tiles (times the heads in flight when a head has fewer
+    CTAs than there are slots). Few CTAs start or end in between, so their own tiles add little.
+    """
+    C, kappa = p["C_eff"], p["kappa"]
+    unit = k.tile_bytes
+    inflight = max(1.0, k.resident / k.ctas_per_head)  # heads whose CTAs are resident at once
+    his = [hi - lo for lo, hi in (k.ranges[c] for c in k.launch)]
+    per_head = his[0] * unit
+    for prev, cur in zip(his, his[1:]):
+        D = cur * unit * inflight
+        per_head += (cur - min(prev, cur)) * unit + min(prev, cur) * unit * miss(D, C, kappa)
+    T = k.ctas_per_head
+    reads = k.heads * (per_head + T * k.private_read)
+    writes = k.heads * T * k.private_write
+    l2 = k.heads * (sum(his) * unit + T * (k.private_read + k.private_write))
+    return reads, writes, l2
+
+
+# ------------------------------------------------------------------------- kernel sequences
+
+def _stream(name, R, W):
+    return ("stream", name, float(R), float(W))
+
+
+def _elementwise_chunks(numel):
+    """TensorIterator splits an elementwise kernel whose index would overflow int32 into halves."""
+    n = 1
+    while numel / n > 2 ** 31 - 1:
+        n *= 2
+    return n
+
+
+def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS):
+    """The kernels one call launches: ("scan", ScanKernel, staggered) or ("stream", name, R, W)."""
+    BH = B * H
+    Xq, Xk = BH * Nq * d * e, BH * Nk * d * e  # one Q-sized (K-sized) fp16 tensor
+    out = []
+    if impl == "eager":
+        Sb = BH * Nq * Nk * e
+        ch = _elementwise_chunks(BH * Nq * Nk)
+        out += [_stream("bmm S = Q K^T", Xq + Xk, Sb)]
+        out += [_stream("mul S * scale", Sb / ch, Sb / ch)] * ch
+        if causal:
+            out += [("mask", "masked_fill", Sb / ch, Sb / ch, ch, BH)] * ch
+        out += [_stream("softmax", Sb, Sb), _stream("bmm O = P V", Sb + Xk, Xq)]
+        if mode == "fwd_bwd":
+            out += [_stream("bmm dV = P^T dO", Sb + Xq, Xk), _stream("bmm dP = dO V^T", Xq + Xk, Sb)]
+            out += [_stream("binary (SoftmaxBackward0)", 2 * Sb / ch, Sb / ch)] * ch
+            out += [_stream("softmax_backward", 2 * Sb, Sb)]
+            out += [_stream("mul dS * scale", Sb / ch, Sb / ch)] * ch
+            if causal:
+                out += [("mask", "masked_fill backward", Sb / ch, Sb / ch, ch, BH)] * ch
+            out += [_stream("bmm dQ = dS K", Sb + Xk, Xq), _stream("bmm dK = dS^T Q", Sb + Xq, Xk),
+                    _stream("copy dK", Xk, Xk)]
+        return out
+    if impl == "flashref":
+        out.append(("scan", S.flashref_fwd(BH, Nq, Nk, d, causal, e, sms), False))
+        if mode == "fwd_bwd":
+            out.append(_stream("_bwd_preprocess (D, zero fp32 dQ)", 2 * Xq, 4 * BH * Nq + 2 * Xq))
+            out.append(("scan", S.flashref_dkdv(BH, Nq, Nk, d, causal, e, sms), False))
+            out.append(_stream("_bwd_dq_scale", 2 * Xq, Xq))
+        return out
+    if impl == "sdpa_flash":
+        out.append(("scan", S.fa2_fwd(BH, Nq, Nk, d, causal, e, sms), causal))
+        if mode == "fwd_bwd":
+            out += [_stream("copy (contiguous O)", Xq, Xq), _stream("copy (contiguous dO)", Xq, Xq),
+                    _stream("flash_bwd_dot_do_o (D, zero fp32 dQ)", 2 * Xq, 4 * BH * Nq + 2 * Xq),
+                    ("scan", S.fa2_bwd(BH, Nq, Nk, d, causal, e, sms), False),
+                    _stream("flash_bwd_convert_dq", 2 * Xq, Xq)]
+        return out
+    raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
+
+
+def predict_kernels(seq, Nq, Nk, p=PARAMS):
+    rows = []
+    for item in seq:
+        if item[0] == "scan":
+            _, k, stag = item
+            r, w, l2 = (staggered_scan_bytes if stag else scan_bytes)(k, p)
+            name = k.name
+        elif item[0] == "mask":  # masked_fill: S in and out, and the (Nq, Nk) bool mask, per head
+            _, name, Rb, Wb, ch, BH = item
+            mask = Nq * Nk
+            D = mask + 2 * Rb / max(1, BH / ch)  # between two heads' reads of the mask: one head's S in and out
+            r = Rb + mask * (1 + (BH / ch - 1) * miss(D, p["C_eff"], p["kappa"]))
+            w, l2 = Wb, Rb + Wb + mask * BH / ch
+        else:
+            _, name, r, w = item
+            l2 = r + w
+        rows.append((name, r, w - _residue(w, p), l2))
+    return rows
+
+
+def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2, **opts):
+    """Predicted DRAM bytes of one call (Nsight Compute's dram__bytes_read/write.sum over its kernels).
+
+    ``params=`` overrides entries of PARAMS (for fitting and for what-if sweeps)."""
+    unknown = set(opts) - {"params"}
+    if unknown:
+        raise TypeError(f"dram() got unknown option(s) {sorted(unknown)}; valid: B, H, Nq, Nk, d, causal, gpu, "
+                        f"dtype_bytes, params")
+    params = opts.get("params")
+    if impl not in IMPLS:
+        raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    for name, v in (("B", B), ("H", H), ("Nq", Nq), ("Nk", Nk), ("d", d), ("dtype_bytes", dtype_bytes)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    B, H, Nq, Nk, d, dtype_bytes = (int(v) for v in (B, H, Nq, Nk, d, dtype_bytes))
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+    spec = preset(gpu)
+    p = dict(PARAMS, **(params or {}))
+    seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), e=dtype_bytes, sms=spec.sms)
+    rows = predict_kernels(seq, Nq, Nk, p)
+    return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows)
+
+
+# ------------------------------------------------------------------------- fitting to measurements
+
+FIT_IMPLS = IMPLS
+
+
+def measured_rows(result, impls=FIT_IMPLS):
+    """(impl, shape, mode, shape kwargs, measured total bytes) of a ``profile-l2`` JSON."""
+    out = []
+    for r in result["rows"]:
+        if r["impl"] not in impls or r.get("error"):
+            continue
+        kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=bool(r["causal"]))
+        for mode in MODES:
+            out.append((r["impl"], r["shape"], mode, kw, r[mode]["total_bytes"]))
+    return out
+
+
+def is_held_out(shape: str) -> bool:
+    """The fixed-token sweep across the knee is held out of the fit."""
+    return shape.startswith("sweep_")
+
+
+def errors(rows, params=None):
+    """Relative error (predicted / measured - 1) of each row."""
+    return [dram(impl, mode, **kw, params=params).total_bytes / m - 1 for impl, _, mode, kw, m in rows]
+
+
+GRID = dict(C_eff=[MB * c for c in (20, 25, 30, 35, 40, 45, 50)], kappa=[1.5, 2, 3, 4, 6, 8, 12],
+            alpha=[0.3, 0.4, 0.5, 0.6, 0.7, 0.8],
+            rho=[MB * r for r in (12, 16, 20, 24, 28)])
+
+
+def fit(result, start=None, rounds=2, grid=None):
+    """Fit PARAMS on the fit set (every shape not held out): for each (C_eff, kappa) of the grid, a
+    coordinate search over the other parameters, minimising the mean squared log-ratio of predicted
+    to measured bytes. Returns (params, loss)."""
+    grid = grid or GRID
+    rows = [r for r in measured_rows(result) if not is_held_out(r[1])]
+
+    def loss(q):
+        return sum(math.log1p(e) ** 2 for e in errors(rows, q)) / len(rows)
+
+    best_p, best = None, math.inf
+    for C in grid["C_eff"]:
+        for kappa in grid["kappa"]:
+            p = dict(start or PARAMS, C_eff=C, kappa=kappa)
+            cur = loss(p)
+            for _ in range(rounds):
+                for name, values in grid.items():
+                    if name in ("C_eff", "kappa"):
+                        continue
+                    for v in values:
+                        q = dict(p, **{name: v})
+                        lq = loss(q)
+                        if lq < cur - 1e-12:
+                            cur, p = lq, q
+            if cur < best:
+                best, best_p = cur, p
+    return best_p, best

@@ -1,0 +1,202 @@
+"""How a kernel's thread blocks (CTAs) run: grid order, CTAs resident per SM, waves, scan order.
+
+A FlashAttention kernel is a grid of CTAs. Each one owns a private tile (the forward: a row block
+Q_i, written back as O_i; the dK/dV kernels: a column block K_j, V_j, written back as dK_j, dV_j)
+and *scans* the other operand of its head tile by tile (K_j, V_j for the forward; Q_i, dO_i, L_i,
+D_i and the fp32 dQ_i for the backward). ``SMs x blocks_per_sm`` CTAs are resident at once; the
+rest wait in grid order and start as slots free up. Whether a scanned tile comes from DRAM or from
+L2 depends on how long ago another CTA of the same head read it: this module says who reads what
+when, :mod:`flashref.l2` says what that costs, and :mod:`flashref.iomodel.dram` has the closed form.
+
+:class:`ScanKernel` describes one such kernel; :func:`simulate` runs it against an
+:class:`~flashref.l2.L2Cache`, one tile per resident CTA per step (every CTA of the kernel
+advances at the same speed, so CTAs launched together walk the same tiles in lockstep). The
+builders give the kernels modelled:
+
+* flashref's Triton kernels (``flashref/gpu/kernels.py``, its ``FIXED`` table): the forward over
+  row blocks (grid ``(Tr, B·H)``, row block fastest; causal: longest rows first, and for d = 128
+  heads fastest, ``HEADS_FIRST``), K/V scanned in ascending order; the dK/dV kernel over column
+  blocks (grid ``(Tc, B·H)``), rows scanned ascending, non-causal programs starting at their own
+  column block (``STAGGER``), with the fp32 dQ updated by atomics (read and written in L2);
+* FlashAttention-2's CUDA kernels as PyTorch's SDPA flash backend runs them (``flash_fwd_kernel``
+  with grid ``(Tr, B, H)``, 128 x 128 tiles at d = 64 and 128 x 64 at d = 128, two CTAs per SM,
+  each CTA walking its key blocks from the last to the first; ``flash_bwd_dq_dk_dv_loop_seqk_parallel``
+  with grid ``(Tc, B, H)``, 128 x 128 tiles at d = 64 and 64 x 128 at d = 128, one CTA per SM,
+  walking its row blocks from the last to the first, dQ accumulated in fp32 with atomics).
+
+The tiles, grids and CTAs per SM are what Nsight Compute reports for these launches
+(``figures/gpu/h100-l2-grid.json``: ``grid``, ``launch__occupancy_limit_*``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .l2 import L2Cache
+
+__all__ = ["ScanKernel", "simulate", "flashref_fwd", "flashref_dkdv", "fa2_fwd", "fa2_bwd", "SMS"]
+
+SMS = 132  # H100 SXM and H200
+
+
+@dataclass
+class ScanKernel:
+    """One kernel of CTAs that each scan a range of tiles of their head's operand.
+
+    ``ranges[c] = (lo, hi)``: CTA ``c`` of a head (by its block index) scans tiles lo..hi-1;
+    ``descending`` scans hi-1 down to lo; ``stagger`` starts CTA c's non-causal scan at tile
+    ``(c * stagger) % n_tiles`` and wraps. ``launch[p]`` is the block index the p-th CTA of a head
+    launched runs (causal: longest first). ``heads_first``: the grid's fastest axis is the head.
+    """
+
+    name: str
+    heads: int
+    n_tiles: int  # tiles of the scanned operand per head
+    tile_bytes: int  # bytes read per scanned tile
+    rmw_bytes: int  # bytes read and written back per scanned tile (fp32 dQ atomics)
+    private_read: int  # per CTA, read once at its start
+    private_write: int  # per CTA, written once at its end
+    resident: int  # CTAs resident at once (SMs x blocks per SM)
+    ranges: list = field(repr=False, default_factory=list)
+    launch: list = field(repr=False, default_factory=list)
+    heads_first: bool = False
+    descending: bool = False
+    stagger: int = 0
+    sms: int = SMS
+
+    @property
+    def ctas_per_head(self):
+        return len(self.ranges)
+
+    def grid_order(self):
+        """(head, block) of every CTA in the order the hardware launches them."""
+        T = self.ctas_per_head
+        if self.heads_first:
+            return [(h, self.launch[p]) for p in range(T) for h in range(self.heads)]
+        return [(h, self.launch[p]) for h in range(self.heads) for p in range(T)]
+
+    def tiles(self, c):
+        lo, hi = self.ranges[c]
+        if self.stagger and (lo, hi) == (0, self.n_tiles):
+            s = (c * self.stagger) % self.n_tiles
+            return [(s + t) % self.n_tiles for t in range(self.n_tiles)]
+        return list(range(hi - 1, lo - 1, -1)) if self.descending else list(range(lo, hi))
+
+
+def simulate(k: ScanKernel, cache: L2Cache) -> L2Cache:
+    """Run ``k`` against ``cache``: every resident CTA loads one scanned tile per step.
+
+    A CTA's private tile is read when it starts and written when it ends; a finished CTA's slot
+    takes the next CTA in grid order at the next step. Returns the cache, whose counters hold the
+    L2 and DRAM bytes (``dram_writes + dirty_bytes()`` = every write that eventually reaches DRAM).
+    """
+    order = k.grid_order()
+    nxt = 0
+    slots = []  # [head, block, remaining tiles (reversed list)]
+    while nxt < len(order) or slots:
+        while len(slots) < k.resident and nxt < len(order):
+            h, c = order[nxt]
+            nxt += 1
+            if k.private_read:
+                cache.access(("p", h, c), k.private_read)
+            slots.append([h, c, k.tiles(c)[::-1]])
+        done = []
+        for s in slots:
+            h, c, rest = s
+            if rest:
+                t = rest.pop()
+                cache.access(("s", h, t), k.tile_bytes)
+                if k.rmw_bytes:
+                    cache.access(("r", h, t), k.rmw_bytes)  # read ...
+                    cache.access(("r", h, t), k.rmw_bytes, write=True)  # ... modify, write (in L2)
+            if not rest:
+                done.append(s)
+        for s in done:
+            if k.private_write:
+                cache.access(("o", s[0], s[1]), k.private_write, write=True)
+            slots.remove(s)
+    return cache
+
+
+# ------------------------------------------------------------------------------------ builders
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _row_ranges(Tr, Tc, BM, BN, causal, Nk):
+    """Key-tile range [0, hi) of each row block (causal: up to the diagonal)."""
+    if not causal:
+        return [(0, Tc)] * Tr
+    return [(0, min(Tc, _cdiv(min(Nk, (i + 1) * BM), BN))) for i in range(Tr)]
+
+
+def _col_ranges(Tc, Tr, BM, BN, causal, Nq):
+    """Row-tile range [lo, Tr) of each column block (causal: from the diagonal down)."""
+    if not causal:
+        return [(0, Tr)] * Tc
+    return [(min(Tr, (j * BN) // BM), Tr) for j in range(Tc)]
+
+
+FLASHREF_FIXED = {  # flashref/gpu/kernels.py FIXED (BLOCK_M, BLOCK_N, warps, stages), SPLIT at d = 128
+    "fwd": {64: (128, 128), 128: (256, 64)},
+    "dkdv_atomic": {64: (128, 128), 128: (64, 128)},
+}
+FLASHREF_CTAS_PER_SM = {"fwd": {64: 2, 128: 1}, "dkdv_atomic": {64: 1, 128: 1}}  # ncu occupancy limits
+FLASHREF_HEADS_FIRST_CAUSAL = (128,)
+FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 128), 128: (64, 128)}}
+FA2_CTAS_PER_SM = {"fwd": 2, "bwd": 1}
+
+
+def _pick(table, d):
+    return table[min((k for k in table if k >= d), default=max(table))]
+
+
+def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_first=None):
+    BM, BN = blocks or _pick(FLASHREF_FIXED["fwd"], d)
+    Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
+    hf = (causal and d in FLASHREF_HEADS_FIRST_CAUSAL) if heads_first is None else heads_first
+    launch = list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))  # causal: i = Tr - 1 - pid
+    return ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
+                      sms * _pick(FLASHREF_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                      launch, heads_first=hf, sms=sms)
+
+
+def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagger=True):
+    BM, BN = blocks or _pick(FLASHREF_FIXED["dkdv_atomic"], d)
+    Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
+    return ScanKernel("flashref dK/dV (atomic dQ)", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d, 2 * BN * d * e,
+                      2 * BN * d * e, sms * _pick(FLASHREF_CTAS_PER_SM["dkdv_atomic"], d),
+                      _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
+                      stagger=(BN // BM if BN >= BM else 1) if (stagger and not causal) else 0, sms=sms)
+
+
+def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
+    BM, BN = _pick(FA2_TILES["fwd"], d)
+    Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
+    return ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
+                      sms * FA2_CTAS_PER_SM["fwd"], _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
+                      descending=True, sms=sms)
+
+
+def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
+    BM, BN = _pick(FA2_TILES["bwd"], d)
+    Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
+    return ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
+                      2 * BN * d * e, 2 * BN * d * e, sms * FA2_CTAS_PER_SM["bwd"],
+                      _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms)
+
+
+def waves(k: ScanKernel) -> float:
+    """CTAs of the grid over resident slots."""
+    return k.heads * k.ctas_per_head / k.resident
+
+
+def describe(k: ScanKernel) -> str:
+    per, unit = k.ctas_per_head, k.tile_bytes + k.rmw_bytes
+    per_head = math.ceil(per / k.resident) if per > k.resident else 1
+    return (f"{k.name}: {k.heads} heads x {per} CTAs, {k.resident} resident ({waves(k):.2f} waves), scans "
+            f"{k.n_tiles} tiles of {unit} B per head ({k.n_tiles * unit / 2**20:.1f} MiB), "
+            f"{'heads first' if k.heads_first else 'head by head'}, {'descending' if k.descending else 'ascending'}"
+            f"{', staggered' if k.stagger else ''}; {per_head} waves per head")

@@ -1,0 +1,246 @@
+"""The three-level model: the simulated L2, the CTA schedules, iomodel.dram against Nsight Compute."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from flashref import iomodel, schedule
+from flashref.l2 import L2Cache, preset
+
+D = importlib.import_module("flashref.iomodel.dram")  # the module; iomodel.dram is the function
+REPO = Path(__file__).resolve().parents[1]
+GRID_JSON = REPO / "figures" / "gpu" / "h100-l2-grid.json"
+
+
+# ----------------------------------------------------------------------------- the cache
+
+
+def _lru_reference(trace, capacity):
+    """Hits of an LRU of ``capacity`` one-byte blocks, by the definition: a reference hits iff fewer
+    than ``capacity`` distinct other blocks were touched since the previous reference to it."""
+    hits = []
+    for t, x in enumerate(trace):
+        prev = max((s for s in range(t) if trace[s] == x), default=None)
+        hits.append(prev is not None and len(set(trace[prev + 1:t]) - {x}) < capacity)
+    return hits
+
+
+@pytest.mark.parametrize("trace,capacity", [
+    ("ABCABCABC", 3),      # a cyclic scan that fits: only the first pass misses
+    ("ABCDABCDABCD", 3),   # one block too many: LRU misses every time
+    ("ABACADAEAFAB", 2),   # a hot block among cold ones stays
+    ("ABCDDCBAABCD", 2),
+])
+def test_lru_hits_and_misses_follow_reuse_distance(trace, capacity):
+    cache = L2Cache(capacity)
+    got = [cache.access(x, 1) for x in trace]
+    assert got == _lru_reference(trace, capacity)
+    assert cache.misses == got.count(False) and cache.dram_reads == got.count(False)
+
+
+def test_cyclic_scan_counts():
+    cache = L2Cache(4)
+    for _ in range(3):
+        for x in "ABCD":
+            cache.access(x, 1)
+    assert (cache.hits, cache.misses) == (8, 4)
+    cache = L2Cache(4)
+    for _ in range(3):
+        for x in "ABCDE":
+            cache.access(x, 1)
+    assert (cache.hits, cache.misses) == (0, 15)
+
+
+def test_write_back_and_dirty_residue():
+    cache = L2Cache(256, line_bytes=128)
+    cache.access("a", 100, write=True)   # rounds up to one 128-byte line, allocated dirty, no read
+    cache.access("b", 128)               # a clean line
+    assert (cache.dram_reads, cache.dram_writes, cache.dirty_bytes()) == (128, 0, 128)
+    cache.access("c", 128)               # evicts "a" (least recent): written back
+    assert (cache.dram_writes, cache.dirty_bytes()) == (128, 0)
+    cache.access("c", 128, write=True)   # a write hit makes the line dirty; nothing reaches DRAM yet
+    assert (cache.dram_writes, cache.dirty_bytes(), cache.hits) == (128, 128, 1)
+
+
+def test_presets_and_bad_input():
+    assert preset("h100").capacity == preset("H200").capacity == 50 * 2 ** 20
+    assert preset("h100").partitions == 2
+    with pytest.raises(ValueError, match="gpu"):
+        preset("a100")
+    with pytest.raises(ValueError, match="capacity"):
+        L2Cache(0)
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def test_grid_orders():
+    k = schedule.flashref_fwd(BH=2, Nq=512, Nk=512, d=64)  # 4 row blocks of 128 per head
+    assert k.grid_order()[:5] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
+    k = schedule.flashref_fwd(BH=2, Nq=512, Nk=512, d=128, causal=True)  # 2 row blocks of 256, heads first
+    assert k.heads_first and k.grid_order() == [(0, 1), (1, 1), (0, 0), (1, 0)]  # longest rows first
+    assert k.ranges == [(0, 4), (0, 8)]  # row block i sees keys up to its diagonal (64-key tiles)
+    fa = schedule.fa2_fwd(BH=1, Nq=512, Nk=512, d=128, causal=True)
+    assert fa.descending and fa.launch == [0, 1, 2, 3] and fa.tiles(1) == [3, 2, 1, 0]
+    dk = schedule.flashref_dkdv(BH=1, Nq=512, Nk=512, d=128)  # 64-row tiles, 128-column programs
+    assert dk.tiles(1)[:3] == [2, 3, 4] and sorted(dk.tiles(3)) == list(range(8))  # staggered, wraps
+
+
+# ----------------------------------------------------------------------------- closed form = simulation
+
+LRU = dict(D.PARAMS, kappa=math.inf, partitions=1)
+
+
+def _sim(k, C):
+    c = schedule.simulate(k, L2Cache(C))
+    return c.dram_reads, c.dram_writes + c.dirty_bytes(), c.reads + c.writes
+
+
+CASES = [  # (builder, BH, N, d, causal, sms, C): small machines so that the knee falls at small N
+    (schedule.flashref_fwd, 3, 2048, 64, False, 4, 2 ** 20),        # K,V of a head fit: read once
+    (schedule.flashref_fwd, 2, 4096, 64, False, 4, 2 ** 19),        # past the knee: once per wave
+    (schedule.flashref_fwd, 4, 2048, 128, True, 4, 2 ** 20),        # heads first, longest rows first
+    (schedule.flashref_dkdv, 2, 2048, 64, False, 4, 2 ** 21),       # staggered rows, fp32 dQ atomics
+    (schedule.flashref_dkdv, 2, 4096, 128, False, 4, 2 ** 20),
+    (schedule.fa2_bwd, 2, 4096, 64, True, 4, 2 ** 20),
+    (schedule.fa2_fwd, 3, 2048, 128, False, 2, 2 ** 20),
+]
+
+
+@pytest.mark.parametrize("builder,BH,N,d,causal,sms,C", CASES)
+def test_closed_form_equals_simulation(builder, BH, N, d, causal, sms, C):
+    k = builder(BH, N, N, d, causal, sms=sms)
+    r_sim, w_sim, l2_sim = _sim(k, C)
+    r, w, l2 = D.scan_bytes(k, dict(LRU, C_eff=C))
+    assert l2 == l2_sim  # every request reaches L2, in both
+    # equal where every CTA of a pass walks the same tiles in the same order; a staggered or causal
+    # scan also finds, at a wave's start, some tiles the previous wave read late: up to 10% fewer reads
+    rel = 1e-9 if (k.stagger == 0 and not causal) else 0.10
+    assert r == pytest.approx(r_sim, rel=rel)
+    assert w == pytest.approx(w_sim, rel=rel)
+
+
+def test_staggered_closed_form_against_simulation():
+    """FlashAttention-2's causal forward: the prefix rule follows the simulation across the knee."""
+    for C, rel in ((2 ** 22, 1e-9), (2 ** 20, 0.08), (2 ** 19, 0.08), (2 ** 18, 0.08)):
+        k = schedule.fa2_fwd(2, 8192, 8192, 64, True, sms=8)
+        r_sim = _sim(k, C)[0]
+        r = D.staggered_scan_bytes(k, dict(LRU, C_eff=C))[0]
+        assert r == pytest.approx(r_sim, rel=rel)
+
+
+def test_long_sequences_use_the_closed_form(monkeypatch):
+    """At N = 131072 nothing is simulated (the closed form takes well under a second)."""
+    def boom(*a, **k):
+        raise AssertionError("simulated")
+    monkeypatch.setattr(schedule, "simulate", boom)
+    for impl in D.IMPLS:
+        p = iomodel.dram(impl, "fwd_bwd", B=1, H=2, Nq=131072, Nk=131072, d=128, causal=True)
+        assert p.total_bytes == p.read_bytes + p.write_bytes > 0 and p.l2_bytes > p.read_bytes
+
+
+def test_dram_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="impl"):
+        iomodel.dram("math", "fwd", B=1, H=1, Nq=8, Nk=8, d=8)
+    with pytest.raises(ValueError, match="mode"):
+        iomodel.dram("eager", "bwd", B=1, H=1, Nq=8, Nk=8, d=8)
+    with pytest.raises(ValueError, match="Nq"):
+        iomodel.dram("eager", "fwd", B=1, H=1, Nq=0, Nk=8, d=8)
+    with pytest.raises(ValueError, match="gpu"):
+        iomodel.dram("eager", "fwd", B=1, H=1, Nq=8, Nk=8, d=8, gpu="tpu")
+    with pytest.raises(TypeError, match="windw.*valid"):
+        iomodel.dram("eager", "fwd", B=1, H=1, Nq=8, Nk=8, d=8, windw=3)
+    import numpy as np
+    a = iomodel.dram("flashref", "fwd", B=np.int64(2), H=2, Nq=np.int32(256), Nk=256, d=64, causal=np.bool_(True))
+    assert a.total_bytes == iomodel.dram("flashref", "fwd", B=2, H=2, Nq=256, Nk=256, d=64, causal=True).total_bytes
+
+
+def test_two_level_counts_unchanged():
+    """The three-level model adds; iomodel.predict's two-level count of the Figure 2 row stays 25.2 GB."""
+    p = [iomodel.predict("standard", dr, Nq=1024, Nk=1024, d=64, heads=1024) for dr in ("forward", "backward")]
+    assert sum(x.bytes for x in p) == 25232932864
+
+
+# ----------------------------------------------------------------------------- against Nsight Compute
+
+RESULT = json.loads(GRID_JSON.read_text())
+ROWS = D.measured_rows(RESULT)
+# One held-out point misses the ±25% band: FlashAttention-2's forward at N = 262144, one head, d = 128,
+# where its two CTAs per SM drift apart less than the model's half a scan (+27%).
+KNOWN_MISSES = {("sdpa_flash", "sweep_262144", "fwd")}
+
+
+@pytest.mark.parametrize("impl,shape,mode,kw,measured", ROWS, ids=[f"{r[0]}-{r[1]}-{r[2]}" for r in ROWS])
+def test_prediction_within_25_percent_of_nsight(impl, shape, mode, kw, measured):
+    err = iomodel.dram(impl, mode, **kw).total_bytes / measured - 1
+    if (impl, shape, mode) in KNOWN_MISSES:
+        assert abs(err) < 0.30
+        pytest.xfail(f"known miss: {err:+.1%}")
+    assert abs(err) <= 0.25, f"{err:+.1%}"
+
+
+def test_figure2_standard_row_within_15_percent():
+    measured = 39.0e9  # Nsight Compute, eager fp16 fwd + bwd, batch 8 scaled to 64
+    eager = [r for r in RESULT["rows"] if r["impl"] == "eager" and r["shape"] == "fig2"][0]
+    assert eager["fwd_bwd"]["total_bytes"] * 8 == pytest.approx(measured, rel=0.002)
+    for B, scale in ((64, 1), (8, 8)):
+        pred = iomodel.dram("eager", "fwd_bwd", B=B, H=16, Nq=1024, Nk=1024, d=64).total_bytes * scale
+        assert abs(pred / measured - 1) < 0.15
+
+
+# ----------------------------------------------------------------------------- profile-l2 parsing (no GPU)
+
+
+def test_profile_l2_splits_kernels_at_markers():
+    from flashref.gpu import l2profile as lp
+
+    metrics = lp.BASE + ("lts__t_bytes.sum",)
+    head = ["ID", "Kernel Name", "Grid Size", *metrics]
+    rows = [["0", "at::spin_kernel(long)", "(1,1,1)", "0", "0", "0"],
+            ["1", "fwd_kernel", "(8,1,1)", "100", "10", "500"],
+            ["2", "at::spin_kernel(long)", "(1,1,1)", "0", "0", "0"],
+            ["3", "bwd_a", "(8,1,1)", "200", "20", "900"], ["4", "bwd_b", "(8,1,1)", "5", "1", "9"],
+            ["5", "at::spin_kernel(long)", "(1,1,1)", "0", "0", "0"]]
+    text = "==PROF== noise\n" + "\n".join(",".join(f'"{x}"' for x in r) for r in
+                                           [head, ["", "", "", "byte", "byte", "byte"], *rows])
+    kernels = lp.parse_kernels(text, metrics)
+    assert [k["name"] for k in kernels][:2] == ["at::spin_kernel(long)", "fwd_kernel"]
+    meas = [dict(group="grid", shape="s", B=1, H=1, N=8, d=8, causal=False, measured=True)]
+    seg = lp.segment(kernels, meas)[0]
+    assert [k["name"] for k in seg["fwd"]] == ["fwd_kernel"] and [k["name"] for k in seg["bwd"]] == ["bwd_a", "bwd_b"]
+    row = lp.summarise("flashref", seg, metrics)
+    assert row["fwd"]["total_bytes"] == 110 and row["fwd_bwd"]["total_bytes"] == 336
+    assert row["fwd_bwd"]["l2_bytes"] == 1409 and row["fwd_bwd"]["kernels"] == 3
+    assert lp.runs_for("eager", [("g", "big", 1, 16, 32768, 128, False)]) == []  # one N x N matrix over budget
+
+
+# ----------------------------------------------------------------------------- out of sample: predicted before measured
+
+CHECK = json.loads((REPO / "figures" / "gpu" / "h100-l2-check.json").read_text())
+CHECK_PRED = json.loads((REPO / "figures" / "gpu" / "h100-l2-check-predicted.json").read_text())
+CHECK_ROWS = [(p, [r for r in CHECK["rows"] if r["impl"] == p["impl"] and r["shape"] == p["shape"]][0])
+              for p in CHECK_PRED["rows"]]
+# Where the pre-registered predictions missed: FlashAttention-2's causal forward (the staggered-scan rule
+# transfers badly beyond the two d = 128 shapes it was fitted on) and flashref's d = 64 forward at long N.
+CHECK_MISSES = {("sdpa_flash", "check64_131k_causal", "fwd"), ("sdpa_flash", "check64_131k_causal", "fwd_bwd"),
+                ("sdpa_flash", "check128_16k_causal", "fwd"), ("sdpa_flash", "check128_16k_causal", "fwd_bwd"),
+                ("sdpa_flash", "check_eager128_causal", "fwd"), ("sdpa_flash", "check_eager128_causal", "fwd_bwd"),
+                ("sdpa_flash", "check128_64k_causal", "fwd"), ("flashref", "check64_131072", "fwd"),
+                ("flashref", "check64_524288", "fwd")}
+
+
+@pytest.mark.parametrize("pred,row", CHECK_ROWS, ids=[f"{p['impl']}-{p['shape']}-{p['mode']}" for p, _ in CHECK_ROWS])
+def test_preregistered_predictions(pred, row):
+    """The committed model still gives the predictions committed before the measurement; each is
+    within 25% of it, except the misses listed (expected failures, not hidden)."""
+    kw = dict(B=pred["B"], H=pred["H"], Nq=pred["N"], Nk=pred["N"], d=pred["d"], causal=pred["causal"])
+    assert iomodel.dram(pred["impl"], pred["mode"], **kw).total_bytes == pytest.approx(pred["predicted_bytes"])
+    err = pred["predicted_bytes"] / row[pred["mode"]]["total_bytes"] - 1
+    if (pred["impl"], pred["shape"], pred["mode"]) in CHECK_MISSES:
+        pytest.xfail(f"pre-registered miss: {err:+.0%}")
+    assert abs(err) <= 0.25, f"{err:+.1%}"
