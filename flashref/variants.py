@@ -47,7 +47,7 @@ import dataclasses
 import numpy as np
 
 __all__ = ["pack_rows", "unpack_rows", "loop_problem", "band", "tile_visited", "tile_inside", "tile_attend",
-           "modify_scores", "slopes_of_rows", "sum_groups"]
+           "modify_scores", "softcap", "alibi", "slopes_of_rows", "sum_groups"]
 
 
 # --------------------------------------------------------------------------- GQA layouts
@@ -162,6 +162,22 @@ def slopes_of_rows(pb, slopes_i: np.ndarray, rows) -> np.ndarray:
     return slopes_i[..., np.arange(rows[0], rows[1]) % pb.q_group]
 
 
+def softcap(fc, pb, S, keep_dtanh=False):
+    """[softcap] ``S = c·tanh(S/c)``; with ``keep_dtanh`` also its derivative ``1 − tanh²(S/c)``."""
+    c = pb.softcap
+    T = np.tanh(S / c)  # on the exponential unit
+    S = fc.ew(c * T, "softcap divide", "tanh", "softcap multiply")
+    return S, (fc.ew(1.0 - T * T, "square", "subtract") if keep_dtanh else None)
+
+
+def alibi(fc, pb, S, rows, cols, slopes):
+    """[alibi] ``S = S − slope·|i − j|`` for the loop rows ``rows`` and keys ``cols``; no IO but the slopes."""
+    i = (np.arange(rows[0], rows[1]) // pb.q_group)[:, None]
+    j = np.arange(cols[0], cols[1])[None, :]
+    slope = slopes_of_rows(pb, slopes, rows)[..., None]  # (..., r, 1)
+    return fc.ew(S - slope * np.abs(i - j), "alibi distance", "alibi multiply", "alibi add")
+
+
 def modify_scores(fc, pb, S_ij, rows, cols, slopes_i=None, keep_dtanh=False):
     """[softcap] then [alibi] on the scaled scores of one tile. Returns ``(S_ij, dtanh_ij or None)``.
 
@@ -170,14 +186,7 @@ def modify_scores(fc, pb, S_ij, rows, cols, slopes_i=None, keep_dtanh=False):
     """
     dtanh = None
     if pb.softcap is not None:
-        c = pb.softcap
-        T = np.tanh(S_ij / c)  # (r, c), on the exponential unit
-        S_ij = fc.ew(c * T, "softcap divide", "tanh", "softcap multiply")
-        if keep_dtanh:
-            dtanh = fc.ew(1.0 - T * T, "square", "subtract")
+        S_ij, dtanh = softcap(fc, pb, S_ij, keep_dtanh)
     if slopes_i is not None:
-        i = (np.arange(rows[0], rows[1]) // pb.q_group)[:, None]
-        j = np.arange(cols[0], cols[1])[None, :]
-        slope = slopes_of_rows(pb, slopes_i, rows)[..., None]  # (..., r, 1)
-        S_ij = fc.ew(S_ij - slope * np.abs(i - j), "alibi distance", "alibi multiply", "alibi add")
+        S_ij = alibi(fc, pb, S_ij, rows, cols, slopes_i)
     return S_ij, dtanh

@@ -30,11 +30,14 @@ from .. import flash2 as _flash2
 from .. import standard as _standard
 from ..blocks import Grid
 from ..memory import Traffic
-from ..problem import Problem
+from ..problem import VARIANT_OPTIONS, Problem
 
 __all__ = ["Prediction", "predict", "grid", "block_sizes", "ALGORITHMS"]
 
 ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
+
+#: Options that are fields of the Problem (checked there), not arguments of a closed form.
+_PROBLEM_FIELDS = VARIANT_OPTIONS + ("gqa_packing",)
 
 #: Options each algorithm takes beyond the shared ones (the same lists its simulator checks).
 _EXTRA = {"standard": _standard.OPTIONS, "flash1": (), "flash2": _flash2.OPTIONS, "blocksparse": ("block_mask",),
@@ -49,6 +52,19 @@ class Prediction(Traffic):
     writes: int
     dtype_bytes: int = 2
     by_line: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def __add__(self, other: Prediction) -> Prediction:
+        """Predictions add as reports do (a varlen batch, a forward plus its backward)."""
+        if not isinstance(other, Prediction):
+            return NotImplemented
+        lines = dict(self.by_line)
+        for k, (r, w) in other.by_line.items():
+            r0, w0 = lines.get(k, (0, 0))
+            lines[k] = (r0 + r, w0 + w)
+        return Prediction(self.reads + other.reads, self.writes + other.writes, self.dtype_bytes, lines)
+
+    def __radd__(self, other):
+        return self if other == 0 else self.__add__(other)
 
 
 class Tally:
@@ -78,7 +94,7 @@ def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: 
     if algorithm == "decoding" and direction == "backward":
         raise ValueError("direction: decoding has no backward pass")
     where = f"iomodel.predict({algorithm!r}, {direction!r})"
-    extra = {k: opts.pop(k) for k in _EXTRA[algorithm] if k in opts and k != "bias"}
+    extra = {k: opts.pop(k) for k in _EXTRA[algorithm] if k in opts and k not in _PROBLEM_FIELDS}
     pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_EXTRA[algorithm], **opts)
     module = _MODULES[algorithm]
     return getattr(module, direction)(pb, **extra)
