@@ -32,7 +32,7 @@ from ..blocks import Grid
 from ..memory import Traffic
 from ..problem import VARIANT_OPTIONS, Problem
 
-__all__ = ["Prediction", "predict", "grid", "block_sizes", "ALGORITHMS"]
+__all__ = ["Prediction", "predict", "predict_varlen", "predict_paged", "grid", "block_sizes", "ALGORITHMS"]
 
 ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
 
@@ -98,6 +98,23 @@ def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: 
     pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_EXTRA[algorithm], **opts)
     module = _MODULES[algorithm]
     return getattr(module, direction)(pb, **extra)
+
+
+def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads: int = 1, **opts) -> Prediction:
+    """Exact reads and writes of ``flash2.forward_varlen`` / ``backward_varlen``: the sum, over the
+    sequences, of ``predict("flash2", direction, Nq=Nq_b, Nk=Nk_b, ...)``; no padding is counted."""
+    cq = _flash2.check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", int(cu_seqlens_q[-1]))
+    ck = _flash2.check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", int(cu_seqlens_k[-1]))
+    if cq.size != ck.size:
+        raise ValueError(f"cu_seqlens_k: {ck.size - 1} sequences, cu_seqlens_q has {cq.size - 1}")
+    return sum(predict("flash2", direction, Nq=int(cq[b + 1] - cq[b]), Nk=int(ck[b + 1] - ck[b]), d=d, heads=heads,
+                       **opts) for b in range(cq.size - 1))
+
+
+def predict_paged(*, Nq: int, d: int, heads: int, page_size: int, cache_seqlens, **opts) -> Prediction:
+    """Exact reads and writes of ``decoding.forward_paged`` (``heads`` = H per sequence); see
+    :func:`flashref.iomodel.decoding.forward_paged`."""
+    return decoding.forward_paged(Nq=Nq, d=d, heads=heads, page_size=page_size, cache_seqlens=cache_seqlens, **opts)
 
 
 #: Each tiled algorithm's own grid function, per direction: the one block-size resolver, shared with the simulator.
