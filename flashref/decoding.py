@@ -324,7 +324,8 @@ def forward_paged(Q, K_pages, V_pages, block_table, cache_seqlens, **opts) -> Fo
         try:
             slopes_all = np.broadcast_to(np.asarray(slopes_all, dtype=np.float64), (B, H))
         except ValueError:
-            raise ValueError(f"alibi_slopes: shape {np.shape(slopes_all)} does not broadcast to (B, H) = {(B, H)}") from None
+            raise ValueError(f"alibi_slopes: shape {np.shape(slopes_all)} does not broadcast to "
+                             f"(B, H) = {(B, H)}") from None
     # The cache as one HBM tensor per head: page p holds rows p·page_size … (p+1)·page_size − 1.
     K_cache = Kp.transpose(1, 0, 2, 3).reshape(H, num_pages * ps, d)  # (H, num_pages·ps, d)
     V_cache = Vp.transpose(1, 0, 2, 3).reshape(H, num_pages * ps, d)

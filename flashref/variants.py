@@ -18,8 +18,9 @@ flash-attn has no bias, which we add after ALiBi, as FlexAttention's ``score_mod
 **Window.** Query ``i`` sees keys ``i − left ≤ j ≤ i + right`` (-1: unbounded; with ``causal`` the
 right end is ``min(right, 0)``). A tile whose every (i, j) is outside the band is skipped whole
 (no load, no FLOP) at both ends; one inside it needs no MASK. Per row block about
-``⌈(w + Br)/Bc⌉ + 1`` K/V tiles are visited (``w = left + right + 1``), so the forward's K/V
-traffic is ``≈ 2·Nq·d·(w + Br + Bc)/Br``: linear in N, Θ(N·w·d²/M) with Br ≈ M/4d.
+``⌈(w − 1 + Br)/Bc⌉ (+ 1 if the band's edge is not on a tile edge)`` K/V tiles are visited
+(``w = left + right + 1``), so the forward's K/V traffic is ``2·Nq·d·(w − 1 + Br)/Br`` to
+``2·Nq·d·(w + Br + Bc)/Br``: linear in N, Θ(N·w·d²/M) with Br ≈ M/4d.
 
 **GQA** (``enable_gqa``). K and V have ``Hkv`` heads, Q has ``Hq = g·Hkv``; query head h uses K/V
 head ``h // g``. Two tile schedules:
