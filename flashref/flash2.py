@@ -70,7 +70,10 @@ OPTIONS = VARIANT_OPTIONS + ("gqa_packing",)
 
 
 def block_visited(causal: bool, rows: tuple[int, int], cols: tuple[int, int]) -> bool:
-    """False when causal and every key of the block comes after every query (j > i everywhere)."""
+    """False when causal and every key of the block comes after every query (j > i everywhere).
+
+    The causal-only case of :func:`flashref.variants.tile_visited`, which the loops use (it adds the window).
+    """
     return not causal or cols[0] <= rows[1] - 1
 
 
