@@ -2,7 +2,8 @@
 
 Algorithms (numpy, each reads like its paper's algorithm box):
 ``standard`` (Algorithms 0, 3), ``flash1`` (Algorithms 1/2, 4), ``flash2`` (FlashAttention-2),
-``blocksparse`` (Algorithm 5), ``decoding`` (split-KV). Closed forms in ``iomodel``; GPU specs in
+``blocksparse`` (Algorithm 5), ``decoding`` (split-KV, paged KV); ``variants`` holds the lines that
+GQA, sliding windows, ALiBi and softcapping add to them. Closed forms in ``iomodel``; GPU specs in
 ``hardware``; work items in ``parallelism``. ``functional`` (the PyTorch front, imports torch)
 and ``gpu`` (Triton kernels, needs CUDA or TRITON_INTERPRET=1) are imported on first use, so
 ``import flashref`` needs neither torch nor triton.
@@ -27,6 +28,7 @@ from . import (
     problem,
     softmax,
     standard,
+    variants,
 )
 from .memory import IOReport, Memory, SRAMOverflowError
 from .problem import Problem
@@ -46,5 +48,5 @@ def __getattr__(name):
 # What ``from flashref import *`` gives: the numpy core only. ``functional``, ``gpu`` and ``figures``
 # stay out of the star-import (they need torch, triton or matplotlib); import them by name.
 __all__ = ["blocks", "blocksparse", "decoding", "dropout", "flash1", "flash2", "flops", "hardware", "iomodel", "lowp",
-           "masks", "memory", "parallelism", "patterns", "problem", "softmax", "standard",
+           "masks", "memory", "parallelism", "patterns", "problem", "softmax", "standard", "variants",
            "IOReport", "Memory", "Problem", "SRAMOverflowError"]

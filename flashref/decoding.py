@@ -46,9 +46,11 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from . import blocks, masks
+from . import blocks, masks, variants
 from .flops import FlopCounter
 from .memory import Memory
 from .parallelism import DEFAULT_SMS, choose_num_splits, resolve_num_splits
@@ -58,7 +60,8 @@ from .results import ForwardResult
 from .softmax import finite_or_zero
 
 __all__ = ["forward", "footprint", "merge_footprint", "grid", "split_bounds", "choose_num_splits",
-           "resolve_num_splits", "parallelism", "DEFAULT_SMS", "OPTIONS"]
+           "resolve_num_splits", "parallelism", "DEFAULT_SMS", "OPTIONS", "forward_paged", "footprint_paged",
+           "paged_problem", "PAGED_OPTIONS"]
 
 #: Options beyond the shared ones: the number of splits, and the SM count that picks a default.
 OPTIONS = ("num_splits", "sms")
@@ -235,3 +238,157 @@ def _merge_pass(mem: Memory, fc: FlopCounter, pb: Problem, S: int, g: blocks.Gri
         mem.store("m", m[..., 0], rows=rows, line="merge: write O, l, m")  # Br writes
         mem.store("l", l[..., 0], rows=rows, line="merge: write O, l, m")  # Br writes
         mem.free("O_acc", "m", "l")
+
+
+# --------------------------------------------------------------------------- a paged KV cache
+
+#: Options of :func:`forward_paged` (the tile width is the page: no ``block_sizes``, no mask, no dropout).
+PAGED_OPTIONS = ("scale", "causal", "window", "alibi_slopes", "softcap", "sram_size", "dtype_bytes")
+
+
+def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens, opts):
+    from .problem import _array, check_finite, check_options
+    check_options(opts, PAGED_OPTIONS, "decoding.forward_paged")
+    Q, Kp, Vp = _array(Q, "Q"), _array(K_pages, "K_pages"), _array(V_pages, "V_pages")
+    if Q.ndim != 4:
+        raise ValueError(f"Q: expected shape (B, H, Nq, d), got {Q.shape}")
+    B, H, Nq, d = Q.shape
+    if Kp.ndim != 4 or Kp.shape[1] != H or Kp.shape[3] != d:
+        raise ValueError(f"K_pages: expected shape (num_pages, H={H}, page_size, d={d}), got {Kp.shape}")
+    if Vp.shape != Kp.shape:
+        raise ValueError(f"V_pages: expected K_pages' shape {Kp.shape}, got {Vp.shape}")
+    for a, name in ((Q, "Q"), (Kp, "K_pages"), (Vp, "V_pages")):
+        check_finite(a, name)
+    num_pages, page_size = Kp.shape[0], Kp.shape[2]
+    bt, L = np.asarray(block_table), np.asarray(cache_seqlens)
+    if bt.ndim != 2 or bt.shape[0] != B or not np.issubdtype(bt.dtype, np.integer):
+        raise TypeError(f"block_table: expected integers of shape (B={B}, max_pages), got {bt.dtype} {bt.shape}")
+    if L.shape != (B,) or not np.issubdtype(L.dtype, np.integer):
+        raise TypeError(f"cache_seqlens: expected integers of shape (B={B},), got {L.dtype} {L.shape}")
+    for b in range(B):
+        if L[b] < 0 or L[b] > bt.shape[1] * page_size:
+            raise ValueError(f"cache_seqlens: sequence {b} has length {int(L[b])}, beyond its "
+                             f"{bt.shape[1]} pages of {page_size} slots ({bt.shape[1] * page_size})")
+        used = bt[b, : -(-int(L[b]) // page_size)]
+        bad = np.flatnonzero((used < 0) | (used >= num_pages))
+        if bad.size:
+            p = int(bad[0])
+            raise ValueError(f"block_table: entry [{b}, {p}] = {int(used[p])} is out of range "
+                             f"[0, num_pages={num_pages})")
+    dt = np.result_type(Q.dtype, Kp.dtype, Vp.dtype, np.float32)
+    return Q.astype(dt), Kp.astype(dt), Vp.astype(dt), bt.astype(np.int64), L.astype(np.int64)
+
+
+def paged_problem(Nq, Nk, d, H, page_size, sram_size=None, **opts) -> tuple[Problem, int]:
+    """The problem of one sequence of a paged batch, and Br: the largest that fits M with Bc = page_size."""
+    pb = Problem.from_shapes(Nq=Nq, Nk=max(Nk, 1), d=d, heads=H, where="decoding.forward_paged",
+                             extra=("window", "alibi_slopes", "softcap"), sram_size=sram_size, **opts)
+    M = pb.sram_size if pb.sram_size is not None else blocks.default_sram_size(pb.dtype_bytes)
+    slopes = 1 if pb.alibi_slopes is not None else 0
+    for Br in range(Nq, 0, -1):
+        if footprint_paged(Br, page_size, d) + slopes <= M:
+            return pb, Br
+    raise blocks.SRAMOverflowError(f"a page of {page_size} slots needs a footprint of "
+                                   f"{footprint_paged(1, page_size, d) + slopes} elements, more than sram_size={M}")
+
+
+def footprint_paged(Br: int, page_size: int, d: int) -> int:
+    """On-chip elements per head of :func:`forward_paged`: Q_i, O_i, one page of K and V, S_ij,
+    ℓ_i, m_i, m_i^new and the page id (the ALiBi slope adds 1)."""
+    return 2 * Br * d + 2 * page_size * d + Br * page_size + 3 * Br + 1
+
+
+def forward_paged(Q, K_pages, V_pages, block_table, cache_seqlens, **opts) -> ForwardResult:
+    """Decoding against a paged KV cache (vLLM's PagedAttention layout, flash-attn's ``block_table``).
+
+    Q ``(B, H, Nq, d)``; the cache lives in pages ``K_pages``, ``V_pages`` of shape
+    ``(num_pages, H, page_size, d)``; sequence b's keys are the first ``cache_seqlens[b]`` slots of
+    pages ``block_table[b, 0], block_table[b, 1], …``. The result equals :func:`forward` on the
+    gathered cache (one split). It is FlashAttention-2's forward with one page as the K/V tile
+    (Bc = page_size); the extra lines are marked ``[paged]``:
+
+    * each visited page costs one block-table read per (head, row block) work item (1 element);
+    * loads are predicated on the sequence length: the last page's unused slots (up to
+      ``page_size − 1`` per sequence) are *not* read. They waste memory, not traffic: reported as
+      ``.wasted_slots`` (slots allocated but unused, per head).
+
+    Options: ``scale``, ``causal``, ``window``, ``alibi_slopes`` ((H,) or (B, H)), ``softcap``,
+    ``sram_size``, ``dtype_bytes``. Returns ``.O``, ``.L`` (B, H, Nq), ``.io``, ``.flops``,
+    ``.block_sizes`` ((Br, page_size)), ``.wasted_slots``.
+    """
+    Q, Kp, Vp, bt, lens = _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens, opts)
+    B, H, Nq, d = Q.shape
+    num_pages, ps = Kp.shape[0], Kp.shape[2]
+    slopes_all = opts.pop("alibi_slopes", None)
+    if slopes_all is not None:
+        try:
+            slopes_all = np.broadcast_to(np.asarray(slopes_all, dtype=np.float64), (B, H))
+        except ValueError:
+            raise ValueError(f"alibi_slopes: shape {np.shape(slopes_all)} does not broadcast to "
+                             f"(B, H) = {(B, H)}") from None
+    # The cache as one HBM tensor per head: page p holds rows p·page_size … (p+1)·page_size − 1.
+    K_cache = Kp.transpose(1, 0, 2, 3).reshape(H, num_pages * ps, d)  # (H, num_pages·ps, d)
+    V_cache = Vp.transpose(1, 0, 2, 3).reshape(H, num_pages * ps, d)
+    O, Lse = np.zeros(Q.shape, dtype=Q.dtype), np.full((B, H, Nq), -np.inf, dtype=Q.dtype)
+    io, fc, Br = None, FlopCounter(), Nq
+    for b in range(B):
+        Nk = int(lens[b])
+        pb, Br = paged_problem(Nq, Nk, d, H, ps, alibi_slopes=slopes_all is not None, **opts)
+        pb = dataclasses.replace(pb, Nk=Nk, lead_shape=(H,), kv_lead=(H,),
+                                 alibi_slopes=None if slopes_all is None else slopes_all[b][:, None])
+        mem = Memory(pb.sram_size, pb.dtype_bytes, (H,))
+        mem.input("Q", Q[b])
+        mem.input("K", K_cache)
+        mem.input("V", V_cache)
+        mem.input("block_table", np.broadcast_to(bt[b], (H, bt.shape[1])))  # every head's work item reads it
+        if pb.alibi_slopes is not None:
+            mem.input("alibi_slopes", pb.alibi_slopes)
+        mem.output("O", (Nq, d), dtype=Q.dtype)
+        mem.output("L", (Nq,), dtype=Q.dtype)
+        for i in range(-(-Nq // Br)):
+            rows = blocks.tile(i, Br, Nq)
+            _paged_item(mem, fc, pb, rows, ps, -(-Nk // ps))
+        O[b], Lse[b] = mem.result("O"), mem.result("L")
+        io = mem.report() if io is None else io + mem.report()
+    wasted = int(sum(-(-int(n) // ps) * ps - int(n) for n in lens))
+    return ForwardResult(O=O, L=Lse, io=io, flops=fc.report(), block_sizes=(Br, ps), wasted_slots=wasted)
+
+
+def _paged_item(mem, fc, pb, rows, ps, n_pages):
+    """One work item (head, row block): FlashAttention-2's Algorithm 1 over the sequence's pages."""
+    Q_i = mem.load("Q", rows=rows, as_="Q_i", line="load Q_i")  # (Br, d)
+    slopes_i = (None if pb.alibi_slopes is None
+                else mem.load("alibi_slopes", rows=(0, 1), as_="slopes_i", line="load Q_i"))
+    O_i = mem.hold("O_i", np.zeros(Q_i.shape, dtype=Q_i.dtype))  # (Br, d), unscaled
+    l_i = mem.hold("l_i", np.zeros(Q_i.shape[:-1], dtype=Q_i.dtype))  # (Br,)
+    m_i = mem.hold("m_i", np.full(Q_i.shape[:-1], -np.inf, dtype=Q_i.dtype))  # (Br,)
+    for p in range(n_pages):
+        cols = (p * ps, min((p + 1) * ps, pb.Nk))  # the logical keys of page p of the sequence
+        if not variants.tile_visited(pb, rows, cols):
+            continue  # causal ∧ window: the page is not needed, nor its block-table entry
+        # [paged] read the block-table entry: which physical page holds logical page p (1 element).
+        page = int(mem.load("block_table", rows=(p, p + 1), as_="page_id", line="[paged] block_table")[0, 0])
+        # [paged] load the page's used slots only (a predicated load: the last page may be partly empty).
+        phys = (page * ps, page * ps + cols[1] - cols[0])
+        K_j = mem.load("K", rows=phys, as_="K_j", line="[paged] load K_j, V_j")  # (≤ps, d)
+        V_j = mem.load("V", rows=phys, as_="V_j", line="[paged] load K_j, V_j")  # (≤ps, d)
+        S_ij = mem.hold("S_ij", fc.scores(Q_i, K_j, pb.scale))  # (Br, ≤ps)
+        S_ij = mem.hold("S_ij", variants.modify_scores(fc, pb, S_ij, rows, cols, slopes_i)[0])
+        attend = variants.tile_attend(pb, rows, cols)
+        if attend is not None:
+            S_ij = mem.hold("S_ij", fc.ew(masks.apply(S_ij, attend), "mask"))
+        # Alg.1 l.9-10 of FlashAttention-2 (see flash2.forward).
+        m_new = mem.hold("m_new", fc.ew(np.maximum(m_i, fc.rowmax(S_ij)), "max"))
+        m_safe = finite_or_zero(m_new)
+        P_ij = mem.reuse("S_ij", "P_tilde_ij", fc.ew(np.exp(S_ij - m_safe[..., None]), "subtract", "exp"))
+        alpha = mem.reuse("m_i", "alpha", fc.ew(np.exp(m_i - m_safe), "subtract", "exp"))
+        l_i = mem.hold("l_i", fc.ew(alpha * l_i + fc.rowsum(P_ij), "multiply", "add"))
+        O_i = mem.hold("O_i", fc.ew(alpha[..., None] * O_i, "rescale") + fc.matmul(P_ij, V_j))
+        m_i = mem.reuse("alpha", "m_i", m_new)
+        mem.free("K_j", "V_j", "P_tilde_ij", "m_new", "page_id")
+    O_i = mem.hold("O_i", fc.ew(O_i / np.where(l_i == 0, 1.0, l_i)[..., None], "divide"))
+    L_i = np.where(l_i == 0, -np.inf, m_i + np.log(np.where(l_i == 0, 1.0, l_i)))
+    L_i = mem.reuse("m_i", "L_i", fc.ew(L_i, "log", "add"))
+    mem.store("O", O_i, rows=rows, line="write O_i, L_i")
+    mem.store("L", L_i, rows=rows, line="write O_i, L_i")
+    mem.free("Q_i", "O_i", "l_i", "L_i", "slopes_i")

@@ -29,6 +29,21 @@ Options: those of every algorithm (``scale``, ``causal``, ``mask``, ``dropout_p`
 a bias is data: its tile B_ij is loaded from HBM for every visited tile (Br·Bc reads), so a
 materialised bias costs the Θ(Nq·Nk) traffic that FlashAttention otherwise avoids.
 
+The attention variants (:mod:`flashref.variants`, DESIGN "Attention variants") enter at the
+lines marked in the code:
+
+* ``[softcap]``, ``[alibi]``: on chip after S_ij = τ Q_i K_jᵀ (Alg.1 l.8, Alg.2 l.10), in
+  flash-attn's order (softcap, then ALiBi, then bias, then MASK); the backward multiplies dS_ij
+  by the softcap's derivative ``1 − tanh²`` (held on chip beside P_ij, dP_ij: one more Br×Bc
+  tile). ALiBi's slopes are loaded once per row block (forward) or column block (backward).
+* ``[window]``: tiles entirely outside causal ∧ window are skipped at both ends (l.6, l.8).
+* ``[gqa]``: ``enable_gqa`` with ``gqa_packing=False`` (default, FlashAttention-2's schedule: each
+  query head loads the tiles of its K/V head, and the backward sums dK, dV over each group in
+  one more pass) or ``gqa_packing=True`` (FA3's PackGQA: the g query heads of a group share each
+  K/V tile load; Q_i holds g·Br rows).
+* Variable-length batches: :func:`forward_varlen`, :func:`backward_varlen` run each sequence as
+  its own problem (its own grid, flash-attn's ``cu_seqlens``): the counts add, with no padding.
+
 Example::
 
     fwd = flash2.forward(Q, K, V, causal=True, block_sizes=(64, 64))
@@ -40,22 +55,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blocks, masks
+from . import blocks, masks, variants
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import Problem, check_finite, check_like
+from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like
 from .results import BackwardResult, ForwardResult
 from .softmax import finite_or_zero
 
-__all__ = ["forward", "backward", "footprint_forward", "footprint_backward", "grid_forward", "grid_backward",
-           "block_visited", "mask_needed", "OPTIONS"]
+__all__ = ["forward", "backward", "forward_varlen", "backward_varlen", "footprint_forward", "footprint_backward",
+           "grid_forward", "grid_backward", "block_visited", "mask_needed", "OPTIONS", "check_cu_seqlens"]
 
-#: Options beyond the shared ones.
-OPTIONS = ("bias",)
+#: Options beyond the shared ones: the attention variants, and the GQA tile schedule.
+OPTIONS = VARIANT_OPTIONS + ("gqa_packing",)
 
 
 def block_visited(causal: bool, rows: tuple[int, int], cols: tuple[int, int]) -> bool:
-    """False when causal and every key of the block comes after every query (j > i everywhere)."""
+    """False when causal and every key of the block comes after every query (j > i everywhere).
+
+    The causal-only case of :func:`flashref.variants.tile_visited`, which the loops use (it adds the window).
+    """
     return not causal or cols[0] <= rows[1] - 1
 
 
@@ -64,57 +82,81 @@ def mask_needed(causal: bool, rows: tuple[int, int], cols: tuple[int, int]) -> b
     return causal and cols[1] - 1 > rows[0]
 
 
-def footprint_forward(Br: int, Bc: int, d: int, bias: bool = False) -> int:
+def footprint_forward(Br: int, Bc: int, d: int, bias: bool = False, slopes: int = 0) -> int:
     """Elements per head that Algorithm 1's inner loop holds on chip (equals the measured peak).
 
     Q_i, O_i (Br·d each), K_j, V_j (Bc·d each), S_ij (Br·Bc; P̃_ij takes its slot, as in
     registers), and three row vectors ℓ_i, m_i, m_i^new (Br each). With a bias, the fullest moment
     may instead be l.8, where its tile B_ij (Br·Bc) is live beside S_ij while m_i^new is not yet.
+    With ALiBi, the ``slopes`` of the row block's heads stay on chip (1, or g packed). Packed GQA
+    holds g·Br rows: pass ``Br = g·Br``.
     """
     after_l9 = 2 * Br * d + 2 * Bc * d + Br * Bc + 3 * Br
     at_l8_bias = 2 * Br * d + 2 * Bc * d + 2 * Br * Bc + 2 * Br
-    return max(after_l9, at_l8_bias) if bias else after_l9
+    return (max(after_l9, at_l8_bias) if bias else after_l9) + slopes
 
 
-def footprint_backward(Br: int, Bc: int, d: int) -> int:
+def footprint_backward(Br: int, Bc: int, d: int, softcap: bool = False, slopes: int = 0) -> int:
     """Elements per head that Algorithm 2's inner loop holds on chip (equals the measured peak).
 
     K_j, V_j, dK_j, dV_j (Bc·d each), Q_i, dO_i, dQ_i (Br·d each), L_i, D_i (Br each) and two
     Br·Bc tiles: P_ij and dP_ij (dS_ij takes dP_ij's slot; with dropout P_ij∘Z is a temporary that
     is freed before dP_ij exists, and a bias tile is freed once added to S_ij, so the peak is the same).
+    A softcap keeps a third tile, its derivative 1 − tanh²; ALiBi keeps its ``slopes``.
     """
-    return 4 * Bc * d + 3 * Br * d + 2 * Br * Bc + 2 * Br
+    return 4 * Bc * d + 3 * Br * d + (3 if softcap else 2) * Br * Bc + 2 * Br + slopes
+
+
+def _loop_grid(pb: Problem, footprint) -> blocks.Grid:
+    """The tiling of the loop: blocks resolved for the query positions, rows ×g when GQA is packed."""
+    G = pb.group if pb.gqa_packing else 1
+    Br, Bc = blocks.resolve(pb, lambda Br, Bc, d: footprint(G * Br, Bc, d))
+    return blocks.Grid.of(G * Br, Bc, G * pb.Nq, pb.Nk)
 
 
 def grid_forward(pb: Problem) -> blocks.Grid:
-    """The tiling of Algorithm 1 for problem ``pb`` (Alg.1 l.1)."""
-    has_bias = pb.bias is not None
-    return blocks.grid_for(pb, lambda Br, Bc, d: footprint_forward(Br, Bc, d, bias=has_bias))
+    """The tiling of Algorithm 1 for problem ``pb`` (Alg.1 l.1); ``Br`` is g·Br with packed GQA."""
+    has_bias, G = pb.bias is not None, (pb.group if pb.gqa_packing else 1)
+    slopes = G if pb.alibi_slopes is not None else 0
+    return _loop_grid(pb, lambda Br, Bc, d: footprint_forward(Br, Bc, d, bias=has_bias, slopes=slopes))
 
 
 def grid_backward(pb: Problem) -> blocks.Grid:
-    """The tiling of Algorithm 2 for problem ``pb`` (Alg.2 l.1-2)."""
-    return blocks.grid_for(pb, footprint_backward)
+    """The tiling of Algorithm 2 for problem ``pb`` (Alg.2 l.1-2); ``Br`` is g·Br with packed GQA."""
+    G = pb.group if pb.gqa_packing else 1
+    slopes = G if pb.alibi_slopes is not None else 0
+    return _loop_grid(pb, lambda Br, Bc, d: footprint_backward(Br, Bc, d, pb.softcap is not None, slopes))
 
 
-def _scores(mem, fc, pb, Q_i, K_j, rows, cols, line):
-    """S_ij = τ Q_i K_jᵀ (+ B_ij, loaded from HBM), then MASK where needed. Held as S_ij."""
+def _scores(mem, fc, pb, Q_i, K_j, rows, cols, line, slopes_i=None, keep_dtanh=False):
+    """S_ij = τ Q_i K_jᵀ, [softcap], [alibi], (+ B_ij, loaded from HBM), then MASK where needed.
+
+    Held as S_ij (and, in the backward with a softcap, its derivative as dtanh_ij). Returns both.
+    """
+    dtanh_ij = None
     # S_ij = τ Q_i K_jᵀ (the scale folded into the matmul's epilogue, rule 5).
     S_ij = mem.hold("S_ij", fc.scores(Q_i, K_j, pb.scale))  # (Br, Bc)
+    if pb.softcap is not None or slopes_i is not None:
+        # [softcap] S_ij = c·tanh(S_ij/c); [alibi] S_ij −= slope·|i − j|: on chip, no IO.
+        S_ij, dtanh_ij = variants.modify_scores(fc, pb, S_ij, rows, cols, slopes_i, keep_dtanh)
+        S_ij = mem.hold("S_ij", S_ij)
+        if dtanh_ij is not None:
+            mem.hold("dtanh_ij", dtanh_ij)  # (Br, Bc): the softcap's derivative, for dS_ij
     if pb.bias is not None:
         # Bias: load B_ij from HBM (Br·Bc reads) and add it: data, not a function of (i, j).
         B_ij = mem.load("bias", rows=rows, cols=cols, as_="B_ij", line=line)  # (Br, Bc)
         S_ij = mem.hold("S_ij", fc.ew(S_ij + B_ij, "add bias"))
         mem.free("B_ij")
-    # MASK only where needed: the causal part only on blocks the diagonal crosses (no IO).
-    attend = masks.tile_mask(pb.mask, mask_needed(pb.causal, rows, cols), rows, cols)
+    # MASK only where needed: causal ∧ [window] only on blocks their edges cross (no IO).
+    attend = variants.tile_attend(pb, rows, cols)
     if attend is not None:
         S_ij = mem.hold("S_ij", fc.ew(masks.apply(S_ij, attend), "mask"))
-    return S_ij
+    return S_ij, dtanh_ij
 
 
 def forward(Q, K, V, **opts) -> ForwardResult:
-    """Algorithm 1 of FlashAttention-2, with scale τ, mask, bias, dropout and causal block skipping.
+    """Algorithm 1 of FlashAttention-2, with scale τ, mask, bias, dropout, causal block skipping and
+    the variants (GQA, window, ALiBi, softcap).
 
     Returns ``.O``, ``.L`` (row log-sum-exp of the scaled, masked scores; -inf for a fully masked
     row), ``.io``, ``.flops``, ``.events`` and ``.block_sizes = (Br, Bc)``.
@@ -129,9 +171,13 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     if lowp.requested(opts):
         return lowp.forward(Q, K, V, **opts)
     opts = {k: v for k, v in opts.items() if k not in lowp.OPTIONS}  # FP8 options at their defaults: the plain loop
-    pb = Problem.from_arrays(Q, K, V, where="flash2.forward", extra=OPTIONS, **opts)
+    pb0 = Problem.from_arrays(Q, K, V, where="flash2.forward", extra=OPTIONS, **opts)
     # Alg.1 l.1: Tr = ⌈Nq/Br⌉ row blocks Q_i, Tc = ⌈Nk/Bc⌉ column blocks K_j, V_j.
-    g = grid_forward(pb)
+    g = grid_forward(pb0)
+    # [gqa] the loop's layout: K/V head h // g per query head (unpacked), or g query heads' rows
+    # per K/V head (packed: row p is position p // g of head p mod g).
+    pb = variants.loop_problem(pb0, pb0.gqa_packing)
+    G = pb.q_group
     Nq, d = pb.Nq, pb.d
     mem = Memory(pb.sram_size, pb.dtype_bytes, pb.lead_shape)
     fc = FlopCounter()
@@ -139,6 +185,8 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         mem.input(name, X)
     if pb.bias is not None:
         mem.input("bias", pb.bias)
+    if pb.alibi_slopes is not None:
+        mem.input("alibi_slopes", pb.alibi_slopes)  # (..., G): one slope per query head
     # Alg.1 l.2: O and L are only divided into blocks: each block is written exactly once (l.14,
     # l.15), so, unlike FlashAttention's l.2, nothing is initialised in HBM and nothing is counted.
     mem.output("O", (Nq, d), dtype=pb.dtype)
@@ -148,6 +196,9 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         rows = g.rows(i)
         # Alg.1 l.4: load Q_i from HBM to on-chip SRAM, once per row block.
         Q_i = mem.load("Q", rows=rows, as_="Q_i", line="Alg.1 l.4")  # (Br, d)
+        # [alibi] load the slopes of this block's heads (1, or g packed), once per row block.
+        slopes_i = (None if pb.alibi_slopes is None
+                    else mem.load("alibi_slopes", rows=(0, G), as_="slopes_i", line="Alg.1 l.4"))
         # Alg.1 l.5: on chip, O_i = 0 (Br×d), ℓ_i = 0 (Br), m_i = -inf (Br).
         O_i = mem.hold("O_i", np.zeros(Q_i.shape, dtype=pb.dtype))  # (Br, d), unscaled
         l_i = mem.hold("l_i", np.zeros(Q_i.shape[:-1], dtype=pb.dtype))  # (Br,)
@@ -155,15 +206,15 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
         for j in range(g.Tc):  # Alg.1 l.6
             cols = g.cols(j)
-            if not block_visited(pb.causal, rows, cols):
-                # Causal: every key of this block is later than every query: skip it whole, and
-                # every later j too (their keys are later still).
-                break
+            if not variants.tile_visited(pb, rows, cols):
+                # Causal ∧ [window]: no query of the block may see a key of this one: skip it whole
+                # (the blocks left of the window and, causal or right-bounded, right of it).
+                continue
             # Alg.1 l.7: load K_j, V_j from HBM to on-chip SRAM.
             K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.1 l.7")  # (Bc, d)
             V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.1 l.7")  # (Bc, d)
             # Alg.1 l.8: S_ij = τ Q_i K_jᵀ (+ bias), masked where the diagonal crosses the block.
-            S_ij = _scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.1 l.8")  # (Br, Bc)
+            S_ij, _ = _scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.1 l.8", slopes_i)  # (Br, Bc)
             # Alg.1 l.9: m_i^new = max(m_i, rowmax(S_ij)); P̃_ij = exp(S_ij − m_i^new);
             #            ℓ_i^new = e^{m_i − m_i^new} ℓ_i + rowsum(P̃_ij).
             m_new = mem.hold("m_new", fc.ew(np.maximum(m_i, fc.rowmax(S_ij)), "max"))  # (Br,)
@@ -193,10 +244,11 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         # Alg.1 l.14: write O_i to HBM; l.15: write L_i to HBM. Once each per row block.
         mem.store("O", O_i, rows=rows, line="Alg.1 l.14")  # Br*d writes
         mem.store("L", L_i, rows=rows, line="Alg.1 l.15")  # Br writes
-        mem.free("Q_i", "O_i", "l_i", "L_i")
-    # Alg.1 l.17: return O and L.
-    return ForwardResult(O=mem.result("O"), L=mem.result("L"), io=mem.report(), flops=fc.report(),
-                         events=mem.events, block_sizes=(g.Br, g.Bc))
+        mem.free("Q_i", "O_i", "l_i", "L_i", "slopes_i")
+    # Alg.1 l.17: return O and L (in Q's head layout).
+    O, L = variants.unpack_rows(mem.result("O"), G), variants.unpack_rows(mem.result("L")[..., None], G)[..., 0]
+    return ForwardResult(O=O, L=L, io=mem.report(), flops=fc.report(), events=mem.events,
+                         block_sizes=(g.Br // G, g.Bc))
 
 
 def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
@@ -206,29 +258,38 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     (``block_sizes`` may differ: L is a per-row statistic, independent of the tiling).
     Returns ``.dQ``, ``.dK``, ``.dV``, ``.io``, ``.flops``, ``.events``, ``.block_sizes``.
     """
-    pb = Problem.from_arrays(Q, K, V, where="flash2.backward", extra=OPTIONS, **opts)
-    Nq, Nk, d, lead = pb.Nq, pb.Nk, pb.d, pb.lead_shape
-    O = check_like(O, "O", pb.Q.shape, pb.dtype)
-    dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)
-    L = check_like(L, "L", lead + (Nq,), pb.dtype)
+    pb0 = Problem.from_arrays(Q, K, V, where="flash2.backward", extra=OPTIONS, **opts)
+    O = check_like(O, "O", pb0.Q.shape, pb0.dtype)
+    dO = check_like(dO, "dO", pb0.Q.shape, pb0.dtype)
+    L = check_like(L, "L", pb0.lead_shape + (pb0.Nq,), pb0.dtype)
     check_finite(O, "O")
     check_finite(dO, "dO")
     if np.isnan(L).any() or np.isposinf(L).any():
         raise ValueError("L: expected the forward's log-sum-exp (finite, or -inf for a fully masked row)")
     # Alg.2 l.1-2: Tr row blocks of Q, O, dO, L; Tc column blocks of K, V.
-    g = grid_backward(pb)
+    g = grid_backward(pb0)
+    # [gqa] the loop's layout, as in the forward; O, dO, L follow Q.
+    pb = variants.loop_problem(pb0, pb0.gqa_packing)
+    G = pb.q_group
+    O, dO, L = (variants.pack_rows(O, G), variants.pack_rows(dO, G), variants.pack_rows(L[..., None], G)[..., 0])
+    Nq, Nk, d, lead = pb.Nq, pb.Nk, pb.d, pb.lead_shape
+    # [gqa] unpacked: each query head writes its own dK_h, dV_h; a last pass sums each group.
+    reduce_groups = pb0.group > 1 and not pb0.gqa_packing
+    dK_name, dV_name = ("dK_h", "dV_h") if reduce_groups else ("dK", "dV")
     mem = Memory(pb.sram_size, pb.dtype_bytes, lead)
     fc = FlopCounter()
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V), ("O", O), ("dO", dO), ("L", L)):
         mem.input(name, X)
     if pb.bias is not None:
         mem.input("bias", pb.bias)
+    if pb.alibi_slopes is not None:
+        mem.input("alibi_slopes", pb.alibi_slopes)  # (..., G): one slope per query head
 
     # Alg.2 l.3: initialise dQ = 0 in HBM (counts Nq*d writes, rule 3); dK, dV are only divided
     # into blocks: each dK_j, dV_j is written once, at l.18.
     mem.init("dQ", (Nq, d), 0.0, dtype=pb.dtype, line="Alg.2 l.3")
-    mem.output("dK", (Nk, d), dtype=pb.dtype)
-    mem.output("dV", (Nk, d), dtype=pb.dtype)
+    mem.output(dK_name, (Nk, d), dtype=pb.dtype)
+    mem.output(dV_name, (Nk, d), dtype=pb.dtype)
 
     # Alg.2 l.4: pre-pass D = rowsum(dO ∘ O) ∈ R^Nq (the paper prints R^d), written to HBM.
     mem.output("D", (Nq,), dtype=pb.dtype)
@@ -242,25 +303,26 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
 
     for j in range(g.Tc):  # Alg.2 l.5
         cols = g.cols(j)
-        # Causal: row blocks whose every query precedes every key of this column block are
-        # skipped; they are the first ones, so the visited ones are i >= i_start.
-        i_start = 0
-        while i_start < g.Tr and not block_visited(pb.causal, g.rows(i_start), cols):
-            i_start += 1
-        if i_start == g.Tr:
+        # Causal ∧ [window]: row blocks none of whose queries may see a key of this column block
+        # are skipped (causal: the first ones; a window: also the last ones).
+        visited = [i for i in range(g.Tr) if variants.tile_visited(pb, g.rows(i), cols)]
+        if not visited:
             # No query may see these keys: their gradients are zero. Skip the loads, write zeros.
             zeros = np.zeros(lead + (cols[1] - cols[0], d), dtype=pb.dtype)
-            mem.store("dK", zeros, rows=cols, line="Alg.2 l.18")
-            mem.store("dV", zeros, rows=cols, line="Alg.2 l.18")
+            mem.store(dK_name, zeros, rows=cols, line="Alg.2 l.18")
+            mem.store(dV_name, zeros, rows=cols, line="Alg.2 l.18")
             continue
         # Alg.2 l.6: load K_j, V_j from HBM to on-chip SRAM.
         K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.2 l.6")  # (Bc, d)
         V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.2 l.6")  # (Bc, d)
+        # [alibi] load the slopes of this block's query heads (1, or g packed), once per column block.
+        slopes_j = (None if pb.alibi_slopes is None
+                    else mem.load("alibi_slopes", rows=(0, G), as_="slopes_j", line="Alg.2 l.6"))
         # Alg.2 l.7: initialise dK_j = 0, dV_j = 0 on SRAM.
         dK_j = mem.hold("dK_j", np.zeros(K_j.shape, dtype=pb.dtype))  # (Bc, d)
         dV_j = mem.hold("dV_j", np.zeros(V_j.shape, dtype=pb.dtype))  # (Bc, d)
 
-        for i in range(i_start, g.Tr):  # Alg.2 l.8
+        for i in visited:  # Alg.2 l.8
             rows = g.rows(i)
             # Alg.2 l.9: load Q_i, dO_i, dQ_i, L_i, D_i. (The paper also loads O_i, which is not
             # needed once D_i is precomputed: we skip that redundant load.)
@@ -270,7 +332,8 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
             L_i = mem.load("L", rows=rows, as_="L_i", line="Alg.2 l.9")  # (Br,)
             D_i = mem.load("D", rows=rows, as_="D_i", line="Alg.2 l.9")  # (Br,)
             # Alg.2 l.10: S_ij = τ Q_i K_jᵀ (+ bias), masked where needed.
-            S_ij = _scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.2 l.10")  # (Br, Bc)
+            S_ij, dtanh_ij = _scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.2 l.10", slopes_j,
+                                     keep_dtanh=pb.softcap is not None)  # (Br, Bc)
             # Alg.2 l.11: P_ij = exp(S_ij − L_i), in S_ij's slot. A fully masked row has L_i = -inf
             # and S_ij = -inf: subtract 0 there, so P_ij = 0 without NaN.
             P_ij = mem.reuse("S_ij", "P_ij",
@@ -287,6 +350,10 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
             # Alg.2 l.14: dS_ij = P_ij ∘ (dP_ij − D_i), then τ (the scale's gradient), in dP_ij's slot.
             dS_ij = mem.reuse("dP_ij", "dS_ij",
                               fc.ew(P_ij * (dP_ij - D_i[..., None]) * pb.scale, "subtract", "multiply", "scale"))
+            if pb.softcap is not None:
+                # [softcap] through c·tanh(S/c): dS_ij ← dS_ij ∘ (1 − tanh²), then the tile is freed.
+                dS_ij = mem.hold("dS_ij", fc.ew(dS_ij * dtanh_ij, "softcap grad"))
+                mem.free("dtanh_ij")
             # Alg.2 l.15: dQ_i ← dQ_i + dS_ij K_j, written back to HBM. (The paper loads dQ_i here a
             # second time; it is on chip since l.9.) On a GPU this read-add-write is an atomic add.
             dQ_i = mem.hold("dQ_i", dQ_i + fc.matmul(dS_ij, K_j))  # (Br, d)
@@ -296,9 +363,118 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
             mem.free("Q_i", "dO_i", "dQ_i", "L_i", "D_i", "P_ij", "dS_ij")
         # Alg.2 l.17: end for.
         # Alg.2 l.18: write dK_j, dV_j to HBM, once per column block.
-        mem.store("dK", dK_j, rows=cols, line="Alg.2 l.18")  # Bc*d writes
-        mem.store("dV", dV_j, rows=cols, line="Alg.2 l.18")  # Bc*d writes
-        mem.free("K_j", "V_j", "dK_j", "dV_j")
+        mem.store(dK_name, dK_j, rows=cols, line="Alg.2 l.18")  # Bc*d writes
+        mem.store(dV_name, dV_j, rows=cols, line="Alg.2 l.18")  # Bc*d writes
+        mem.free("K_j", "V_j", "dK_j", "dV_j", "slopes_j")
+    io, events = mem.report(), list(mem.events)
+    dQ = variants.unpack_rows(mem.result("dQ"), G)
+    dK, dV = mem.result(dK_name), mem.result(dV_name)
+    if reduce_groups:
+        # [gqa] unpacked: dK = Σ over each group of the query heads' dK_h (and dV), one more pass.
+        dK, dV, red = _sum_groups(pb0, g, dK, dV, fc)
+        io, events = io + red.report(), events + red.events
     # Alg.2 l.20: return dQ, dK, dV.
-    return BackwardResult(dQ=mem.result("dQ"), dK=mem.result("dK"), dV=mem.result("dV"),
-                          io=mem.report(), flops=fc.report(), events=mem.events, block_sizes=(g.Br, g.Bc))
+    return BackwardResult(dQ=dQ, dK=dK, dV=dV, io=io, flops=fc.report(), events=events,
+                          block_sizes=(g.Br // G, g.Bc))
+
+
+def _sum_groups(pb0: Problem, g: blocks.Grid, dK_h, dV_h, fc):
+    """[gqa] The reduction after an unpacked backward: ``dK[h'] = Σ_{h: h // g = h'} dK_h[h]`` (and dV).
+
+    One work item per (K/V head, column block): it loads the g query heads' Bc×d tiles one by one
+    and writes their sum once. Reads 2·Hq·Nk·d, writes 2·Hkv·Nk·d (flash-attn's ``dk_expanded.sum``).
+    """
+    G, kv, Nk, d = pb0.group, tuple(pb0.kv_lead), pb0.Nk, pb0.d
+    mem = Memory(pb0.sram_size, pb0.dtype_bytes, kv)
+    out = []
+    for name, X in (("dK", dK_h), ("dV", dV_h)):
+        # (..., Hq, Nk, d) → (..., Hkv, g·Nk, d): the g query heads of a group one after another.
+        mem.input(name + "_h", X.reshape(kv + (G * Nk, d)))
+        mem.output(name, (Nk, d), dtype=X.dtype)
+        for j in range(g.Tc):
+            c0, c1 = g.cols(j)
+            acc = mem.hold("acc_j", np.zeros(kv + (c1 - c0, d), dtype=X.dtype))  # (Bc, d)
+            for k in range(G):
+                T = mem.load(name + "_h", rows=(k * Nk + c0, k * Nk + c1), as_="T_j", line="GQA: sum dK_h, dV_h")
+                acc = mem.hold("acc_j", fc.ew(acc + T, "add"))
+                mem.free("T_j")
+            mem.store(name, acc, rows=(c0, c1), line="GQA: sum dK_h, dV_h")
+            mem.free("acc_j")
+        out.append(mem.result(name))
+    return out[0], out[1], mem
+
+
+# --------------------------------------------------------------------------- variable-length batches
+
+
+def check_cu_seqlens(cu, name: str, total: int) -> np.ndarray:
+    """``cu_seqlens``: ints ``0 = cu[0] < cu[1] < … < cu[B] = total`` (flash-attn's convention)."""
+    a = np.asarray(cu)
+    if a.ndim != 1 or a.size < 2 or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name}: expected a 1-D integer array of B+1 offsets, got {a.dtype} of shape {a.shape}")
+    if a[0] != 0:
+        raise ValueError(f"{name}: expected to start at 0, got {int(a[0])}")
+    if np.any(np.diff(a) <= 0):
+        raise ValueError(f"{name}: expected strictly increasing offsets (no empty sequence), got {a.tolist()}")
+    if a[-1] != total:
+        raise ValueError(f"{name}: expected to end at the total length {total}, got {int(a[-1])}")
+    return a.astype(np.int64)
+
+
+def _varlen_args(Q, K, cu_seqlens_q, cu_seqlens_k, opts, where):
+    for name in ("mask", "bias"):
+        if opts.get(name) is not None:
+            raise ValueError(f"{where}: {name} is not supported with variable-length batches "
+                             f"(its (Nq, Nk) shape differs per sequence); use causal, window, alibi_slopes")
+    Q, K = np.asarray(Q), np.asarray(K)
+    if Q.ndim != 3 or K.ndim != 3:
+        raise ValueError(f"{where}: expected Q (H, total_q, d) and K, V (H, total_k, d), got {Q.shape}, {K.shape}")
+    cq = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", Q.shape[-2])
+    ck = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", K.shape[-2])
+    if cq.size != ck.size:
+        raise ValueError(f"cu_seqlens_k: {ck.size - 1} sequences, cu_seqlens_q has {cq.size - 1}")
+    return cq, ck
+
+
+def forward_varlen(Q, K, V, cu_seqlens_q, cu_seqlens_k, **opts) -> ForwardResult:
+    """Algorithm 1 on a packed batch of sequences of different lengths (flash-attn's ``varlen``).
+
+    Q ``(H, total_q, d)``, K and V ``(H, total_k, d)``; sequence b is rows ``cu[b]:cu[b+1]`` and
+    attends only within itself. Each sequence is tiled on its own (Tr_b = ⌈Nq_b/Br⌉ work items
+    per head), so the counts are the sums of the per-sequence counts, with no padding bytes;
+    ragged last tiles count what they hold. Returns ``.O`` (H, total_q, d), ``.L`` (H, total_q),
+    ``.io``, ``.flops``, ``.work_items`` (Σ_b H·Tr_b) and ``.seqlens`` (the (Nq_b, Nk_b) pairs).
+    """
+    cq, ck = _varlen_args(Q, K, cu_seqlens_q, cu_seqlens_k, opts, "flash2.forward_varlen")
+    Os, Ls, ios, flops, items = [], [], [], [], 0
+    for b in range(cq.size - 1):
+        q, k = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        fwd = forward(Q[..., q, :], K[..., k, :], V[..., k, :], **opts)
+        Os.append(fwd.O)
+        Ls.append(fwd.L)
+        ios.append(fwd.io)
+        flops.append(fwd.flops)
+        items += fwd.O.shape[0] * -(-(cq[b + 1] - cq[b]) // fwd.block_sizes[0])
+    return ForwardResult(O=np.concatenate(Os, axis=-2), L=np.concatenate(Ls, axis=-1), io=sum(ios),
+                         flops=sum(flops), work_items=int(items),
+                         seqlens=[(int(cq[b + 1] - cq[b]), int(ck[b + 1] - ck[b])) for b in range(cq.size - 1)])
+
+
+def backward_varlen(Q, K, V, O, dO, L, cu_seqlens_q, cu_seqlens_k, **opts) -> BackwardResult:
+    """Algorithm 2 on a packed batch (see :func:`forward_varlen`); ``O``, ``L`` from its forward."""
+    cq, ck = _varlen_args(Q, K, cu_seqlens_q, cu_seqlens_k, opts, "flash2.backward_varlen")
+    Q = np.asarray(Q)
+    O, dO = check_like(O, "O", Q.shape, O.dtype if hasattr(O, "dtype") else np.float64), np.asarray(dO)
+    dO = check_like(dO, "dO", Q.shape, dO.dtype)
+    L = check_like(L, "L", Q.shape[:-1], np.asarray(L).dtype)
+    dQs, dKs, dVs, ios, flops = [], [], [], [], []
+    for b in range(cq.size - 1):
+        q, k = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        bwd = backward(Q[..., q, :], K[..., k, :], V[..., k, :], O[..., q, :], dO[..., q, :], L[..., q], **opts)
+        dQs.append(bwd.dQ)
+        dKs.append(bwd.dK)
+        dVs.append(bwd.dV)
+        ios.append(bwd.io)
+        flops.append(bwd.flops)
+    return BackwardResult(dQ=np.concatenate(dQs, axis=-2), dK=np.concatenate(dKs, axis=-2),
+                          dV=np.concatenate(dVs, axis=-2), io=sum(ios), flops=sum(flops))

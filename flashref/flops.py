@@ -17,6 +17,11 @@ counter's methods compute *and* count, and each elementwise count names its oper
     P_ij = fc.ew(np.exp(S_ij - m_ij[..., None]), "subtract", "exp")  # 2·Br·Bc
     print(fc.report())
 
+Of the non-matmul FLOPs, those that run on the exponential unit (``exp``, ``log``, ``tanh``: the
+special-function unit of NVIDIA GPUs: an H100 SXM5 does 989 TFLOP/s of fp16 matmul but 3.9
+TFLOP/s of special functions, FlashAttention-3 §3) are also counted apart, as ``flops.exp``:
+softcapping's tanh adds one per score to the forward's one exp per score.
+
 A matmul's accumulate into an existing block (``O_i + P̃_ij V_j``) is the matmul's own add, not
 counted again: tensor cores do ``D = A·B + C`` in one instruction.
 """
@@ -31,6 +36,9 @@ from .problem import require_finite
 
 __all__ = ["FlopReport", "FlopCounter"]
 
+#: Operations that run on the exponential (special-function) unit.
+_EXP_UNIT = ("exp", "log", "tanh")
+
 
 @dataclass
 class FlopReport:
@@ -38,6 +46,7 @@ class FlopReport:
 
     matmul: int = 0
     nonmatmul: int = 0
+    exp: int = 0  # of ``nonmatmul``: the exponential-unit operations (exp, log, tanh)
 
     @property
     def total(self) -> int:
@@ -46,7 +55,7 @@ class FlopReport:
     def __add__(self, other: FlopReport) -> FlopReport:
         if not isinstance(other, FlopReport):
             return NotImplemented
-        return FlopReport(self.matmul + other.matmul, self.nonmatmul + other.nonmatmul)
+        return FlopReport(self.matmul + other.matmul, self.nonmatmul + other.nonmatmul, self.exp + other.exp)
 
     def __radd__(self, other):
         return self if other == 0 else self.__add__(other)
@@ -62,6 +71,7 @@ class FlopCounter:
     def __init__(self):
         self._matmul = 0
         self._nonmatmul = 0
+        self._exp = 0
 
     def matmul(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
         """Return ``A @ B`` and count ``2 * m * k * n`` for every leading (batch, head) index."""
@@ -84,6 +94,7 @@ class FlopCounter:
     def ew(self, X: np.ndarray, *ops: str) -> np.ndarray:
         """Return ``X``, counting one FLOP per element of ``X`` for each named operation that made it."""
         self._nonmatmul += len(ops) * int(np.size(X))
+        self._exp += sum(op in _EXP_UNIT for op in ops) * int(np.size(X))
         return X
 
     def rowmax(self, X: np.ndarray) -> np.ndarray:
@@ -101,4 +112,4 @@ class FlopCounter:
         self._nonmatmul += int(ops) * int(np.size(X))
 
     def report(self) -> FlopReport:
-        return FlopReport(self._matmul, self._nonmatmul)
+        return FlopReport(self._matmul, self._nonmatmul, self._exp)

@@ -13,13 +13,20 @@ own kernels. It is slow; it is for teaching and testing.
 How each PyTorch feature reaches the numpy algorithms (the first three in torch, before the
 autograd function, so that autograd sums their gradients exactly as for PyTorch's own ops):
 
-* ``enable_gqa``: K and V heads are repeated ``Hq / Hkv`` times (``repeat_interleave``);
+* ``enable_gqa``: passed to the algorithm natively where it has it (``standard``, ``flash2``), so
+  the counted IO is its GQA schedule (``gqa_packing=`` picks flash2's); for ``flash1`` K and V
+  heads are repeated ``Hq / Hkv`` times (``repeat_interleave``);
 * broadcast leading axes: ``torch.broadcast_tensors`` over the leading axes;
 * ``Ev != E``: the narrower side is zero-padded to the wider head dim (zero columns of Q and K add
   nothing to QKᵀ; zero columns of V give zero output columns, sliced off), with the scale of the
   original E; the counted IO is that of the padded problem;
 * a boolean mask is the algorithms' ``mask``; a float mask is their ``bias`` (``standard`` and
   ``flash2`` only, which read it from HBM tile by tile).
+
+flashref's attention variants are keyword options beyond PyTorch's signature, passed to the
+algorithm as they are (``standard`` and ``flash2``): ``window=(left, right)`` (a sliding window,
+-1 unbounded), ``alibi_slopes`` (one per head, a tensor or array broadcastable to the head axes),
+``softcap`` (a float > 0) and ``gqa_packing``.
 
 Differences from PyTorch, all deliberate:
 
@@ -58,6 +65,7 @@ class _Spec:
     def __init__(self, module, stats: tuple[str, ...], backward_takes_O: bool, takes_bias: bool):
         self.module, self.stats, self.backward_takes_O = module, stats, backward_takes_O
         self.takes_bias = takes_bias
+        self.variants = "enable_gqa" in getattr(module, "OPTIONS", ())  # the variants, GQA natively
 
 
 # Dispatch by name. backward signatures (DESIGN.md): standard.backward(Q, K, V, dO, P),
@@ -69,7 +77,11 @@ ALGORITHMS = {
 }
 
 #: flashref's keyword-only options beyond PyTorch's signature.
-OPTIONS = {"algorithm": "flash2", "sram_size": None, "block_sizes": None, "seed": None}
+OPTIONS = {"algorithm": "flash2", "sram_size": None, "block_sizes": None, "seed": None,
+           "window": None, "alibi_slopes": None, "softcap": None, "gqa_packing": None}
+
+#: The variant options, passed to the algorithm only when given.
+_VARIANTS = ("window", "alibi_slopes", "softcap", "gqa_packing")
 
 
 def _spec(algorithm: str) -> _Spec:
@@ -130,8 +142,9 @@ def _check_tensor(t, name: str) -> torch.Tensor:
     return t
 
 
-def _gqa(query, key, value, enable_gqa: bool):
-    """K, V heads repeated to Q's (PyTorch's convention: query head h uses K/V head h // (Hq // Hkv))."""
+def _gqa(query, key, value, enable_gqa: bool, native: bool = False):
+    """K, V heads repeated to Q's (PyTorch's convention: query head h uses K/V head h // (Hq // Hkv)),
+    or, ``native``, only checked: the algorithm takes K, V with their Hkv heads."""
     if not enable_gqa:
         return key, value
     if query.dim() < 3 or key.dim() < 3:
@@ -143,17 +156,20 @@ def _gqa(query, key, value, enable_gqa: bool):
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"enable_gqa: query heads Hq={Hq} must be a multiple of key/value heads Hkv={Hkv}")
     g = Hq // Hkv
+    if native:
+        return key, value
     return key.repeat_interleave(g, dim=-3), value.repeat_interleave(g, dim=-3)
 
 
-def _broadcast(query, key, value):
-    """Broadcast the leading axes of the three tensors against each other (their last two axes stay)."""
+def _broadcast(query, key, value, keep=2):
+    """Broadcast the leading axes of the three tensors against each other (their last ``keep`` axes
+    stay: 2, or 3 for native GQA, whose head axes differ)."""
     try:
-        lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        lead = torch.broadcast_shapes(query.shape[:-keep], key.shape[:-keep], value.shape[:-keep])
     except RuntimeError:
         raise ValueError(f"query, key, value: leading axes {tuple(query.shape[:-2])}, {tuple(key.shape[:-2])}, "
                          f"{tuple(value.shape[:-2])} do not broadcast") from None
-    return tuple(t.expand(lead + t.shape[-2:]) for t in (query, key, value))
+    return tuple(t.expand(lead + t.shape[-keep:]) for t in (query, key, value))
 
 
 def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str) -> dict:
@@ -194,8 +210,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if value.shape[-2] != key.shape[-2]:
         raise ValueError(f"value: length {value.shape[-2]} does not match key's {key.shape[-2]}")
     mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"])
-    key, value = _gqa(query, key, value, enable_gqa)
-    query, key, value = _broadcast(query, key, value)
+    variant_opts = {k: o[k] for k in _VARIANTS if o[k] is not None}
+    if "alibi_slopes" in variant_opts and isinstance(variant_opts["alibi_slopes"], torch.Tensor):
+        variant_opts["alibi_slopes"] = variant_opts["alibi_slopes"].detach().to("cpu", torch.float64).numpy()
+    native = bool(enable_gqa) and spec.variants and key.dim() >= 3 and key.shape[-3] != query.shape[-3]
+    key, value = _gqa(query, key, value, enable_gqa, native)
+    query, key, value = _broadcast(query, key, value, keep=3 if native else 2)
+    if native:
+        variant_opts["enable_gqa"] = True
     E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
     out_shape = query.shape[:-1] + (Ev,)
     if query.numel() == 0 or value.numel() == 0 or S == 0:
@@ -211,6 +233,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))  # torch's default generator: fresh per call
     opts = dict(scale=scale, causal=bool(is_causal), dropout_p=dropout_p, seed=0 if seed is None else seed,
                 sram_size=o["sram_size"], block_sizes=o["block_sizes"], dtype_bytes=query.element_size(),
-                **mask_opts)
+                **mask_opts, **variant_opts)
     out = _Attention.apply(query, key, value, o["algorithm"], opts)
     return out[..., :Ev] if Ev < out.shape[-1] else out

@@ -22,6 +22,23 @@ The shared options (DESIGN contract):
 ``dtype_bytes``    a positive integer: bytes per element, for ``io.bytes``
 =================  ===========================================================================
 
+The attention variants (DESIGN "Attention variants"; taken by the modules that list them in their
+``OPTIONS``, see :mod:`flashref.variants` for what each one does on chip and to the IO):
+
+=================  ===========================================================================
+``enable_gqa``     ``True``/``False``: K, V may have ``Hkv`` heads on axis -3 where Q has ``Hq``
+                   (``Hq`` a multiple of ``Hkv``); query head h uses K/V head ``h // (Hq // Hkv)``
+``gqa_packing``    ``True``/``False`` (flash2): the query heads of a group share one K/V tile load
+``window``         ``None`` or ``(left, right)``: query i sees keys ``i - left <= j <= i + right``;
+                   -1 is unbounded on that side; combinable with ``causal``
+``alibi_slopes``   ``None`` or a float array broadcastable to the leading (head) axes:
+                   ``-slope·|i - j|`` is added to the scaled (and capped) scores
+``softcap``        ``None`` or a float > 0: scores become ``softcap·tanh(scores/softcap)``
+=================  ===========================================================================
+
+From shapes, ``kv_heads`` (the product of K's leading axes, with ``enable_gqa``) says the group
+size, and ``alibi_slopes=True`` says "there are slopes" (only their presence changes the IO).
+
 Algorithm-specific options (``num_splits`` and ``sms`` of ``decoding``) are declared by the
 module that uses them and checked by it; this module only knows which names are allowed.
 
@@ -42,12 +59,15 @@ import numpy as np
 
 from .dropout import scale_mask
 
-__all__ = ["Problem", "SHARED_OPTIONS", "check_options", "positive_int", "check_like", "check_finite",
-           "check_block_sizes", "require_finite"]
+__all__ = ["Problem", "SHARED_OPTIONS", "VARIANT_OPTIONS", "check_options", "positive_int", "check_like",
+           "check_finite", "check_block_sizes", "require_finite"]
 
 #: The options every algorithm takes, with their defaults.
 SHARED_OPTIONS = {"scale": None, "causal": False, "mask": None, "dropout_p": 0.0, "seed": 0,
                   "sram_size": None, "block_sizes": None, "dtype_bytes": 2}
+
+#: The attention variants (DESIGN "Attention variants"), taken by ``standard`` and ``flash2``.
+VARIANT_OPTIONS = ("bias", "enable_gqa", "window", "alibi_slopes", "softcap")
 
 
 def check_options(opts: dict, allowed, where: str) -> None:
@@ -112,6 +132,70 @@ def _seed(seed) -> int:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed: expected an integer, got {seed!r}")
     return int(seed)
+
+
+def _bool(x, name: str) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected True or False, got {x!r}")
+    return bool(x)
+
+
+def _window(w):
+    """``None`` or ``(left, right)``, each an integer >= 0 or -1 (unbounded). ``(-1, -1)`` is no window."""
+    if w is None:
+        return None
+    bad = (not isinstance(w, (tuple, list)) or len(w) != 2
+           or any(isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral) for x in w))
+    if bad:
+        raise TypeError(f"window: expected two integers (left, right), each >= 0 or -1 for unbounded, got {w!r}")
+    left, right = int(w[0]), int(w[1])
+    if left < -1 or right < -1:
+        raise ValueError(f"window: expected (left, right) each >= 0 or -1 for unbounded, got {w!r}")
+    return None if (left, right) == (-1, -1) else (left, right)
+
+
+def _softcap(c):
+    if c is None:
+        return None
+    if isinstance(c, (bool, np.bool_)) or not isinstance(c, numbers.Real) or not math.isfinite(c) or c <= 0:
+        raise ValueError(f"softcap: expected a finite float > 0 (or None), got {c!r}")
+    return float(c)
+
+
+def _slopes(x, lead: tuple, from_shapes: bool):
+    """ALiBi slopes broadcast to the leading (batch, head) axes ``lead`` (one slope per head)."""
+    if x is None:
+        return None
+    if from_shapes and (x is True or isinstance(x, (bool, np.bool_))):
+        return np.zeros(lead) if x else None
+    a = np.asarray(x)
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)) or a.dtype == np.bool_:
+        raise TypeError(f"alibi_slopes: expected a float array of per-head slopes, got dtype {a.dtype}")
+    if not np.isfinite(a).all():
+        raise ValueError("alibi_slopes: contains NaN or inf")
+    if from_shapes:
+        return np.zeros(lead)  # the values do not change the IO; their presence does
+    try:
+        return np.broadcast_to(a.astype(np.float64), lead)
+    except ValueError:
+        raise ValueError(f"alibi_slopes: shape {a.shape} does not broadcast to the leading (batch, head) "
+                         f"axes {lead}") from None
+
+
+def _kv_lead(q_lead: tuple, kv_lead: tuple, enable_gqa: bool, what: str) -> tuple:
+    """K/V's leading axes: Q's, or with ``enable_gqa`` Q's with ``Hkv`` heads on axis -3, Hq % Hkv == 0."""
+    if kv_lead == q_lead:
+        return kv_lead
+    if not enable_gqa:
+        raise ValueError(f"{what}: leading (batch, head) axes {kv_lead} do not match Q's {q_lead} "
+                         f"(pass enable_gqa=True for fewer K/V heads)")
+    if len(kv_lead) != len(q_lead) or not q_lead or kv_lead[:-1] != q_lead[:-1]:
+        raise ValueError(f"enable_gqa: K/V leading axes {kv_lead} must equal Q's {q_lead} except the head "
+                         f"axis (-3)")
+    Hq, Hkv = q_lead[-1], kv_lead[-1]
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"enable_gqa: query heads Hq={Hq} must be a multiple of key/value heads Hkv={Hkv}")
+    return kv_lead
 
 
 def _scores_array(x, name: str, kind: str, target: tuple):
@@ -188,6 +272,16 @@ class Problem:
     sram_size: int | None
     block_sizes: tuple[int, int] | None
     dtype_bytes: int
+    enable_gqa: bool = False
+    kv_lead: tuple | None = None  # K/V's leading axes (Q's unless enable_gqa)
+    window: tuple[int, int] | None = None
+    alibi_slopes: np.ndarray | None = None  # broadcast to lead_shape: one slope per (batch, head)
+    softcap: float | None = None
+    gqa_packing: bool = False
+    #: Rows of the tile loop per query position: 1, or the group size in a packed-GQA loop
+    #: (:func:`flashref.variants.loop_problem`), whose row p is query position p // q_group.
+    q_group: int = 1
+    q_lead: tuple | None = None  # Q's own leading axes, when the loop runs over K/V's (packed GQA)
     Q: np.ndarray | None = None
     K: np.ndarray | None = None
     V: np.ndarray | None = None
@@ -201,13 +295,30 @@ class Problem:
         """The number of (batch, head) pairs: the product of the leading axes."""
         return int(np.prod(self.lead_shape, dtype=np.int64)) if self.lead_shape else 1
 
+    @property
+    def kv_heads(self) -> int:
+        """The product of K/V's leading axes (``heads`` unless ``enable_gqa``)."""
+        lead = self.kv_lead if self.kv_lead is not None else self.lead_shape
+        return int(np.prod(lead, dtype=np.int64)) if lead else 1
+
+    @property
+    def group(self) -> int:
+        """Query heads per K/V head (1 without GQA)."""
+        return self.heads // self.kv_heads if self.kv_heads else 1
+
     def with_blocks(self, Br: int, Bc: int) -> Problem:
         """The same problem with its block sizes pinned (block-sparse passes share one grid)."""
         return dataclasses.replace(self, block_sizes=(Br, Bc))
 
     def dropout_Z(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
         """Z of the tile ``rows x cols`` (Alg.4 l.14), regenerated from the seed: never stored."""
-        return scale_mask(self.seed, self.dropout_p, self.lead_shape, rows, cols, self.dtype.type)
+        G = self.q_group
+        if G == 1:
+            return scale_mask(self.seed, self.dropout_p, self.lead_shape, rows, cols, self.dtype.type)
+        # A packed-GQA loop: rows are (position, head in group) pairs; the mask is keyed by Q's heads.
+        from .variants import pack_rows
+        Z = scale_mask(self.seed, self.dropout_p, self.q_lead, (rows[0] // G, rows[1] // G), cols, self.dtype.type)
+        return pack_rows(Z, G)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -227,14 +338,15 @@ class Problem:
         if V.shape[-2] != K.shape[-2]:
             raise ValueError(f"V: length {V.shape[-2]} does not match K's {K.shape[-2]} (K and V pair up row by row)")
         lead = Q.shape[:-2]
-        for a, name in ((K, "K"), (V, "V")):
-            if a.shape[:-2] != lead:
-                raise ValueError(f"{name}: leading (batch, head) axes {a.shape[:-2]} do not match Q's {lead}")
+        gqa = _bool(opts.get("enable_gqa", False), "enable_gqa")
+        kv_lead = _kv_lead(lead, K.shape[:-2], gqa, "K")
+        if V.shape[:-2] != kv_lead:
+            raise ValueError(f"V: leading (batch, head) axes {V.shape[:-2]} do not match K's {kv_lead}")
         for a, name in ((Q, "Q"), (K, "K"), (V, "V")):
             check_finite(a, name)
         # float64 stays float64; float16/float32/integers compute in at least float32.
         dt = np.result_type(Q.dtype, K.dtype, V.dtype, np.float32)
-        pb = cls._checked(Q.shape[-2], K.shape[-2], Q.shape[-1], lead, opts)
+        pb = cls._checked(Q.shape[-2], K.shape[-2], Q.shape[-1], lead, opts, kv_lead=kv_lead)
         pb.Q, pb.K, pb.V = Q.astype(dt), K.astype(dt), V.astype(dt)
         if pb.bias is not None:
             pb.bias = pb.bias.astype(dt)
@@ -247,9 +359,13 @@ class Problem:
         ``mask`` and ``bias`` may be arrays (their last two axes must broadcast to ``(Nq, Nk)``) or
         ``True`` for "there is one": only their presence changes the IO.
         """
-        check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads"}, where)
+        check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads", "kv_heads"}, where)
         Nq, Nk, d = positive_int(Nq, "Nq"), positive_int(Nk, "Nk"), positive_int(d, "d")
         heads = _nonnegative_int(heads, "heads")
+        kv = opts.pop("kv_heads", None)
+        kv_lead = (heads,) if kv is None else (positive_int(kv, "kv_heads"),)
+        if kv_lead != (heads,):
+            kv_lead = _kv_lead((heads,), kv_lead, _bool(opts.get("enable_gqa", False), "enable_gqa"), "kv_heads")
         for name in ("mask", "bias"):
             v = opts.get(name)
             if v is not None and not isinstance(v, np.ndarray):
@@ -259,10 +375,10 @@ class Problem:
                     opts[name] = np.zeros(())  # "a bias is present"
             elif isinstance(v, np.ndarray) and v.ndim > 2:
                 opts[name] = v.reshape((-1,) + v.shape[-2:])[:1]  # leading axes do not change the IO
-        return cls._checked(Nq, Nk, d, (heads,), opts)
+        return cls._checked(Nq, Nk, d, (heads,), opts, kv_lead=kv_lead, from_shapes=True)
 
     @classmethod
-    def _checked(cls, Nq, Nk, d, lead, opts) -> Problem:
+    def _checked(cls, Nq, Nk, d, lead, opts, kv_lead=None, from_shapes=False) -> Problem:
         o = {**SHARED_OPTIONS, **{k: v for k, v in opts.items() if k in SHARED_OPTIONS}}
         target = tuple(lead) + (Nq, Nk)
         return cls(
@@ -276,4 +392,10 @@ class Problem:
             sram_size=None if o["sram_size"] is None else positive_int(o["sram_size"], "sram_size"),
             block_sizes=check_block_sizes(o["block_sizes"]),
             dtype_bytes=positive_int(o["dtype_bytes"], "dtype_bytes"),
+            enable_gqa=_bool(opts.get("enable_gqa", False), "enable_gqa"),
+            kv_lead=tuple(lead) if kv_lead is None else tuple(kv_lead),
+            window=_window(opts.get("window")),
+            alibi_slopes=_slopes(opts.get("alibi_slopes"), tuple(lead), from_shapes),
+            softcap=_softcap(opts.get("softcap")),
+            gqa_packing=_bool(opts.get("gqa_packing", False), "gqa_packing"),
         )

@@ -10,6 +10,14 @@ the Nq x Nk matrix, as eager PyTorch's ``masked_fill`` and ``dropout`` do (rule 
 A ``bias`` (a float array added to the scaled scores, PyTorch's float ``attn_mask``) is one more
 pass too, as eager PyTorch's ``S + bias``: read S and the bias, write S (2·Nq·Nk reads, Nq·Nk writes).
 
+The attention variants are passes too, as eager PyTorch runs them (lines marked in the code):
+``[softcap]`` one more pass over S (read, write; its backward recomputes tanh from Q and K by
+blocks, since the backward's *Require* line saves only P: reads Nq·d + Nk·d + Nq·Nk, writes
+Nq·Nk); ``[alibi]`` one more pass that reads S and the slopes and generates −slope·|i − j| in
+the pass (the distances are never read: Nq·Nk + 1 reads, Nq·Nk writes per head); ``[window]``
+is part of the mask pass. ``[gqa]``: the matmuls run on the packed layout (Q of a group's g heads
+as g·Nq rows against their K/V head), so a matmul "by blocks" reads each K/V head once (rule 6).
+
 The option ``sram_size`` is accepted for a common signature and checked, but does not limit this
 algorithm: the memory records the footprint it really held, which is the whole matrices.
 
@@ -24,17 +32,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import masks
+from . import masks, variants
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import Problem, check_finite, check_like
+from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like
 from .results import BackwardResult, ForwardResult
 from .softmax import safe_softmax
 
 __all__ = ["forward", "backward", "OPTIONS"]
 
-#: Options beyond the shared ones.
-OPTIONS = ("bias",)
+#: Options beyond the shared ones: the attention variants.
+OPTIONS = VARIANT_OPTIONS
 
 
 def _T(X: np.ndarray) -> np.ndarray:
@@ -46,13 +54,16 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
     Returns ``.O``, ``.P`` (the softmax before dropout, which Algorithm 3 needs), ``.io``, ``.flops``.
     """
-    pb = Problem.from_arrays(Q, K, V, where="standard.forward", extra=OPTIONS, **opts)
+    pb0 = Problem.from_arrays(Q, K, V, where="standard.forward", extra=OPTIONS, **opts)
+    pb = variants.loop_problem(pb0, packed=True)  # [gqa] g query heads as g·Nq rows per K/V head
+    G, everything = pb.q_group, ((0, pb.Nq), (0, pb.Nk))
     mem = Memory(None, pb.dtype_bytes, pb.lead_shape)
     fc = FlopCounter()
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V)):
         mem.input(name, X)
-    attend = masks.full_mask(pb.mask, pb.causal, pb.Nq, pb.Nk)
-    masked = pb.causal or pb.mask is not None  # eager PyTorch runs the pass even if nothing is hidden
+    attend = variants.tile_attend(pb, *everything)  # causal ∧ [window] ∧ mask
+    # eager PyTorch runs the pass even if nothing is hidden
+    masked = pb.causal or pb.mask is not None or pb.window is not None
 
     # Alg.0 l.1: load Q, K by blocks from HBM, compute S = QKᵀ, write S to HBM.
     Q_ = mem.load("Q", line="Alg.0 l.1")  # read Nq*d
@@ -62,10 +73,28 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     mem.free("Q", "K", "S")
     s_name = "S"
 
+    if pb.softcap is not None:
+        # [softcap] S = c·tanh(S/c), one more pass: read Nq*Nk, write Nq*Nk.
+        S = mem.load(s_name, as_="S", line="softcap")
+        S = mem.hold("S", variants.softcap(fc, pb, S)[0])
+        mem.store("S_capped", S, line="softcap")
+        mem.free("S")
+        s_name = "S_capped"
+
+    if pb.alibi_slopes is not None:
+        # [alibi] S −= slope·|i − j|, one more pass: read Nq*Nk and the slopes, write Nq*Nk.
+        mem.input("alibi_slopes", pb.alibi_slopes)
+        S = mem.load(s_name, as_="S", line="alibi")
+        slopes = mem.load("alibi_slopes", line="alibi")  # (..., G)
+        S = mem.hold("S", variants.alibi(fc, pb, S, *everything, slopes))
+        mem.store("S_alibi", S, line="alibi")
+        mem.free("S", "alibi_slopes")
+        s_name = "S_alibi"
+
     if pb.bias is not None:
         # S + bias, one more pass as eager PyTorch's add: read Nq*Nk twice (S, bias), write Nq*Nk.
         mem.input("bias", pb.bias)
-        S = mem.load("S", line="bias")
+        S = mem.load(s_name, as_="S", line="bias")
         B = mem.load("bias", line="bias")
         S = mem.hold("S", fc.ew(S + B, "add bias"))
         mem.store("S_biased", S, line="bias")
@@ -90,7 +119,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     if pb.dropout_p > 0:
         # dropout(P), one more pass as eager PyTorch's dropout: read Nq*Nk, write Nq*Nk.
         P_ = mem.load("P", line="dropout")
-        P_dropped = mem.hold("P_dropped", fc.ew(P_ * pb.dropout_Z((0, pb.Nq), (0, pb.Nk)), "dropout"))
+        P_dropped = mem.hold("P_dropped", fc.ew(P_ * pb.dropout_Z(*everything), "dropout"))
         mem.store("P_dropped", P_dropped, line="dropout")
         mem.free("P", "P_dropped")
         p_name = "P_dropped"
@@ -101,25 +130,28 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     O = mem.hold("O", fc.matmul(P_, V_))  # (..., Nq, d)
     mem.store("O", O, line="Alg.0 l.3")  # write Nq*d
 
-    # Alg.0 l.4: return O (and P, which the backward pass reads).
-    return ForwardResult(O=mem.result("O"), P=mem.result("P"), io=mem.report(), flops=fc.report(),
-                         events=mem.events)
+    # Alg.0 l.4: return O (and P, which the backward pass reads), in Q's head layout.
+    return ForwardResult(O=variants.unpack_rows(mem.result("O"), G), P=variants.unpack_rows(mem.result("P"), G),
+                         io=mem.report(), flops=fc.report(), events=mem.events)
 
 
 def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     """Algorithm 3: gradients from the stored softmax ``P`` (the forward's ``.P``)."""
-    pb = Problem.from_arrays(Q, K, V, where="standard.backward", extra=OPTIONS, **opts)
-    dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)
-    P = check_like(P, "P", pb.lead_shape + (pb.Nq, pb.Nk), pb.dtype)
+    pb0 = Problem.from_arrays(Q, K, V, where="standard.backward", extra=OPTIONS, **opts)
+    dO = check_like(dO, "dO", pb0.Q.shape, pb0.dtype)
+    P = check_like(P, "P", pb0.lead_shape + (pb0.Nq, pb0.Nk), pb0.dtype)
     check_finite(dO, "dO")
     check_finite(P, "P")
+    pb = variants.loop_problem(pb0, packed=True)  # [gqa] as in the forward
+    G, everything = pb.q_group, ((0, pb.Nq), (0, pb.Nk))
+    dO, P = variants.pack_rows(dO, G), variants.pack_rows(P, G)
     mem = Memory(None, pb.dtype_bytes, pb.lead_shape)
     fc = FlopCounter()
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V), ("dO", dO), ("P", P)):
         mem.input(name, X)
-    attend = masks.full_mask(pb.mask, pb.causal, pb.Nq, pb.Nk)
-    masked = pb.causal or pb.mask is not None
-    Z = pb.dropout_Z((0, pb.Nq), (0, pb.Nk)) if pb.dropout_p > 0 else None
+    attend = variants.tile_attend(pb, *everything)
+    masked = pb.causal or pb.mask is not None or pb.window is not None
+    Z = pb.dropout_Z(*everything) if pb.dropout_p > 0 else None
 
     # Alg.3 l.1: load P, dO by blocks from HBM, compute dV = Pᵀ dO, write dV to HBM.
     P_ = mem.load("P", line="Alg.3 l.1")  # read Nq*Nk
@@ -162,6 +194,16 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
         mem.store("dS", dS, line="mask")
         mem.free("dS")
 
+    if pb.softcap is not None:
+        # [softcap] backward, one more pass: dS ← dS ∘ (1 − tanh²(τQKᵀ/c)), tanh recomputed from
+        # Q, K by blocks (only P is saved). Read Nq*d + Nk*d + Nq*Nk, write Nq*Nk.
+        Q_, K_ = mem.load("Q", line="softcap"), mem.load("K", line="softcap")
+        dtanh = variants.softcap(fc, pb, fc.scores(Q_, K_, pb.scale), keep_dtanh=True)[1]
+        dS = mem.load("dS", line="softcap")
+        dS = mem.hold("dS", fc.ew(dS * dtanh, "softcap grad"))
+        mem.store("dS", dS, line="softcap")
+        mem.free("Q", "K", "dS")
+
     # Alg.3 l.4: load dS and K by blocks from HBM, compute dQ = dS K, write dQ to HBM.
     dS = mem.load("dS", line="Alg.3 l.4")  # read Nq*Nk
     K_ = mem.load("K", line="Alg.3 l.4")  # read Nk*d
@@ -176,5 +218,5 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     mem.store("dK", dK, line="Alg.3 l.5")  # write Nk*d
 
     # Alg.3 l.6: return dQ, dK, dV.
-    return BackwardResult(dQ=mem.result("dQ"), dK=mem.result("dK"), dV=mem.result("dV"),
+    return BackwardResult(dQ=variants.unpack_rows(mem.result("dQ"), G), dK=mem.result("dK"), dV=mem.result("dV"),
                           io=mem.report(), flops=fc.report(), events=mem.events)

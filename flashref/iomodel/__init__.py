@@ -31,11 +31,15 @@ from .. import lowp as _lowp
 from .. import standard as _standard
 from ..blocks import Grid
 from ..memory import Traffic
-from ..problem import Problem
+from ..problem import VARIANT_OPTIONS, Problem
 
-__all__ = ["Prediction", "predict", "grid", "block_sizes", "dram", "ALGORITHMS"]
+__all__ = ["Prediction", "predict", "predict_varlen", "predict_paged", "grid", "block_sizes", "dram",
+           "ALGORITHMS"]
 
 ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
+
+#: Options that are fields of the Problem (checked there), not arguments of a closed form.
+_PROBLEM_FIELDS = VARIANT_OPTIONS + ("gqa_packing",)
 
 #: Options each algorithm takes beyond the shared ones (the same lists its simulator checks).
 _EXTRA = {"standard": _standard.OPTIONS, "flash1": (), "flash2": _flash2.OPTIONS + tuple(_lowp.OPTIONS),
@@ -62,6 +66,20 @@ class Prediction(Traffic):
         if not self.line_bytes:
             return self.total * self.dtype_bytes
         return sum((r + w) * self.line_bytes.get(line, self.dtype_bytes) for line, (r, w) in self.by_line.items())
+
+    def __add__(self, other: Prediction) -> Prediction:
+        """Predictions add as reports do (a varlen batch, a forward plus its backward)."""
+        if not isinstance(other, Prediction):
+            return NotImplemented
+        lines = dict(self.by_line)
+        for k, (r, w) in other.by_line.items():
+            r0, w0 = lines.get(k, (0, 0))
+            lines[k] = (r0 + r, w0 + w)
+        return Prediction(self.reads + other.reads, self.writes + other.writes, self.dtype_bytes, lines,
+                          {**self.line_bytes, **other.line_bytes})
+
+    def __radd__(self, other):
+        return self if other == 0 else self.__add__(other)
 
 
 class Tally:
@@ -95,10 +113,27 @@ def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: 
     if algorithm == "decoding" and direction == "backward":
         raise ValueError("direction: decoding has no backward pass")
     where = f"iomodel.predict({algorithm!r}, {direction!r})"
-    extra = {k: opts.pop(k) for k in _EXTRA[algorithm] if k in opts and k != "bias"}
+    extra = {k: opts.pop(k) for k in _EXTRA[algorithm] if k in opts and k not in _PROBLEM_FIELDS}
     pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_EXTRA[algorithm], **opts)
     module = _MODULES[algorithm]
     return getattr(module, direction)(pb, **extra)
+
+
+def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads: int = 1, **opts) -> Prediction:
+    """Exact reads and writes of ``flash2.forward_varlen`` / ``backward_varlen``: the sum, over the
+    sequences, of ``predict("flash2", direction, Nq=Nq_b, Nk=Nk_b, ...)``; no padding is counted."""
+    cq = _flash2.check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", int(cu_seqlens_q[-1]))
+    ck = _flash2.check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", int(cu_seqlens_k[-1]))
+    if cq.size != ck.size:
+        raise ValueError(f"cu_seqlens_k: {ck.size - 1} sequences, cu_seqlens_q has {cq.size - 1}")
+    return sum(predict("flash2", direction, Nq=int(cq[b + 1] - cq[b]), Nk=int(ck[b + 1] - ck[b]), d=d, heads=heads,
+                       **opts) for b in range(cq.size - 1))
+
+
+def predict_paged(*, Nq: int, d: int, heads: int, page_size: int, cache_seqlens, **opts) -> Prediction:
+    """Exact reads and writes of ``decoding.forward_paged`` (``heads`` = H per sequence); see
+    :func:`flashref.iomodel.decoding.forward_paged`."""
+    return decoding.forward_paged(Nq=Nq, d=d, heads=heads, page_size=page_size, cache_seqlens=cache_seqlens, **opts)
 
 
 #: Each tiled algorithm's own grid function, per direction: the one block-size resolver, shared with the simulator.

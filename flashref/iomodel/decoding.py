@@ -18,12 +18,15 @@ Streaming the cache (2·Nk·d) dominates; splitting adds ``(S−1)·Nq·d`` Q re
 
 from __future__ import annotations
 
+import dataclasses
+
 from .. import decoding
 from ..parallelism import resolve_num_splits
 from ..problem import Problem
+from ..variants import band
 from . import Prediction, Tally
 
-__all__ = ["forward", "resolve", "work_items"]
+__all__ = ["forward", "forward_paged", "resolve", "work_items"]
 
 
 def resolve(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, **opts) -> tuple[int, int, int]:
@@ -57,3 +60,44 @@ def work_items(*, Nq, Nk, d, heads=1, **opts) -> int:
     """Independent thread blocks of the split pass: heads × Tr × num_splits."""
     Br, _Bc, S = resolve(Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
     return max(heads, 1) * -(-Nq // Br) * S
+
+
+def forward_paged(*, Nq, d, heads, page_size, cache_seqlens, alibi_slopes=None, **opts) -> Prediction:
+    """Exact reads and writes of ``decoding.forward_paged``, summed over the sequences of the batch.
+
+    Per head and sequence b of length N_b, with Tr = ⌈Nq/Br⌉ row blocks, and per row block i the
+    pages that meet the band [a_i − L, b_i + R] (all ⌈N_b/page_size⌉ pages without a window):
+
+    =====================================  ===============================  ===========
+    line                                   reads                            writes
+    load Q_i (+ ALiBi slope)               Nq·d (+ Tr)
+    [paged] block_table                    Σ_i pages_i
+    [paged] load K_j, V_j                  2·d·Σ_i keys_i (used slots only)
+    write O_i, L_i                                                          Nq·d + Nq
+    =====================================  ===============================  ===========
+
+    Leading term: ``2·N_b·d·Tr`` per head, the same bytes as a contiguous cache, plus
+    ``Tr·⌈N_b/page_size⌉`` block-table reads; the unused slots of the last page are not read.
+    """
+    total = None
+    for n in cache_seqlens:
+        n = int(n)
+        pb, Br = decoding.paged_problem(Nq, n, d, heads, page_size, alibi_slopes=alibi_slopes is not None
+                                        and alibi_slopes is not False, **opts)
+        L, R = band(dataclasses.replace(pb, Nk=n))
+        t = Tally(heads, pb.dtype_bytes)
+        Tr = -(-Nq // Br)
+        t.add("load Q_i", reads=Nq * d + (Tr if pb.alibi_slopes is not None else 0))
+        pages = keys = 0
+        for i in range(Tr):
+            a, b = i * Br, min((i + 1) * Br, Nq) - 1
+            lo, hi = max(0, a - L), min(n - 1, b + R)
+            if hi >= lo:
+                pages += hi // page_size - lo // page_size + 1
+                keys += min(n, (hi // page_size + 1) * page_size) - (lo // page_size) * page_size
+        if pages:
+            t.add("[paged] block_table", reads=pages)
+            t.add("[paged] load K_j, V_j", reads=2 * d * keys)
+        t.add("write O_i, L_i", writes=Nq * d + Nq)
+        total = t.prediction() if total is None else total + t.prediction()
+    return total

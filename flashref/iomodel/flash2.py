@@ -1,5 +1,21 @@
 """Closed forms for FlashAttention-2 (Algorithms 1 and 2 as ``flashref.flash2`` runs them), line by line.
 
+The counts below are per *loop head*: each (batch, query head), or with packed GQA each (batch,
+K/V head), whose row blocks then hold g·Br rows (Nq → g·Nq for Q, O, L, dO, dQ, D). The variants:
+
+* ``window`` (and causal): kv_i counts only the K/V tiles that meet the band [a_i − L, b_i + R]
+  of row block i's positions [a_i, b_i], at both ends. Leading term of the forward with a window
+  w = left + right + 1 (Nq = Nk = N ≫ w ≫ Br, Bc): ``2·N·d·(w − 1 + Br)/Br`` when the window's
+  edges fall on tile edges, at most ``2·N·d·(w + Br + Bc)/Br``; ≈ ``2·N·w·d/Br``, i.e.
+  Θ(N·w·d²/M), linear in N (against ≈ N²·d/Br causal, 2·N²·d/Br full, without it).
+* ``enable_gqa`` unpacked (default): the counts of Hq heads; the backward adds the group sum
+  ``2·Hq·Nk·d`` reads and ``2·Hkv·Nk·d`` writes. Packed: K/V reads are those of Hkv loop heads, so
+  the forward's leading term ``2·Hq·Nq·Nk·d/Br`` becomes ``2·Hkv·Nq·Nk·d/(g·Br')`` … with Br' the
+  (smaller) block the g-times taller tile allows: K/V traffic ÷ g at equal Br.
+* ``alibi_slopes``: g slopes (1 unpacked) per row block (forward) or visited column block
+  (backward): ``Hq·Tr`` reads, against the bias's ``Hq·Nq·Nk``.
+* ``softcap``: no IO (one more exp-unit FLOP per score; a third Br×Bc tile in the backward's footprint).
+
 Per head, Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉, with the block sizes ``flash2`` resolves for the same options.
 
 forward                               reads                      writes
@@ -32,71 +48,98 @@ from __future__ import annotations
 
 from .. import flash2
 from ..problem import Problem
+from ..variants import band
 from . import Prediction, Tally
 
 __all__ = ["forward", "backward", "kv_per_row_block", "q_per_column_block"]
 
+_UNBOUNDED = 1 << 62
 
-def kv_per_row_block(Nq, Nk, Br, Bc, causal) -> list[int]:
-    """Keys loaded (K_j, V_j rows) for each row block i of the forward."""
-    Tr = -(-Nq // Br)
+
+def kv_per_row_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> list[int]:
+    """Keys loaded (K_j, V_j rows) for each row block i of the forward (``Br`` query positions).
+
+    Row block i holds positions [a, b]; it sees keys [a − L, b + R] (R ≤ 0 if causal), so the
+    tiles from ⌊max(0, a − L)/Bc⌋ to ⌊min(Nk − 1, b + R)/Bc⌋ are loaded, whole.
+    """
+    R = min(R, 0) if causal else R
     out = []
-    for i in range(Tr):
-        r_end = min((i + 1) * Br, Nq)  # one past the last query of block i
-        # visited j: the blocks starting at or before the last query, j·Bc <= r_end − 1
-        out.append(min(Nk, Bc * ((r_end - 1) // Bc + 1)) if causal else Nk)
+    for i in range(-(-Nq // Br)):
+        a, b = i * Br, min((i + 1) * Br, Nq) - 1
+        lo, hi = max(0, a - L), min(Nk - 1, b + R)
+        out.append(0 if hi < lo else min(Nk, (hi // Bc + 1) * Bc) - (lo // Bc) * Bc)
     return out
 
 
-def q_per_column_block(Nq, Nk, Br, Bc, causal) -> list[int]:
-    """Queries visited (rows of Q_i, dO_i, dQ_i, L_i, D_i) for each column block j of the backward."""
-    Tc = -(-Nk // Bc)
+def q_per_column_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> list[int]:
+    """Query positions visited (rows of Q_i, dO_i, dQ_i, L_i, D_i) for each column block j of the backward.
+
+    Keys [c0, c1) are seen by positions [c0 − R, c1 − 1 + L]: the row blocks from
+    ⌊max(0, c0 − R)/Br⌋ to ⌊min(Nq − 1, c1 − 1 + L)/Br⌋ are visited, whole.
+    """
+    R = min(R, 0) if causal else R
     out = []
-    for j in range(Tc):
-        if not causal:
-            out.append(Nq)
-        elif j * Bc >= Nq:
-            out.append(0)  # no query reaches these keys
-        else:
-            out.append(Nq - Br * ((j * Bc) // Br))
+    for j in range(-(-Nk // Bc)):
+        c0, c1 = j * Bc, min((j + 1) * Bc, Nk)
+        lo, hi = max(0, c0 - R), min(Nq - 1, c1 - 1 + L)
+        out.append(0 if hi < lo else min(Nq, (hi // Br + 1) * Br) - (lo // Br) * Br)
     return out
+
+
+def _loop(pb: Problem, g):
+    """(loop heads, g rows per position, Br in positions, band L, R) of the tile loop."""
+    G = pb.group if pb.gqa_packing else 1
+    heads = pb.kv_heads if G > 1 else pb.heads
+    L, R = band(pb)
+    return heads, G, g.Br // G, L, R
 
 
 def forward(pb: Problem, **lowp_opts) -> Prediction:
-    from . import lowp  # issue 17: the FP8 options are counted by iomodel.lowp
+    from . import lowp  # iomodel.lowp builds on this module, so it is imported when called
 
     if lowp.requested(lowp_opts):
         return lowp.forward(pb, **lowp_opts)
     g = flash2.grid_forward(pb)
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
-    kv = kv_per_row_block(Nq, Nk, g.Br, g.Bc, pb.causal)
-    t = Tally(pb.heads, pb.dtype_bytes)
-    t.add("Alg.1 l.4", reads=Nq * d)
+    heads, G, Br, L, R = _loop(pb, g)
+    kv = kv_per_row_block(Nq, Nk, Br, g.Bc, pb.causal, L, R)
+    t = Tally(heads, pb.dtype_bytes)
+    t.add("Alg.1 l.4", reads=G * Nq * d + (G * g.Tr if pb.alibi_slopes is not None else 0))
     t.add("Alg.1 l.7", reads=2 * d * sum(kv))
     if pb.bias is not None:
-        r = [g.rows(i)[1] - g.rows(i)[0] for i in range(g.Tr)]
+        r = [G * (min((i + 1) * Br, Nq) - i * Br) for i in range(g.Tr)]  # loop rows of block i
         t.add("Alg.1 l.8", reads=sum(r_i * kv_i for r_i, kv_i in zip(r, kv)))
-    t.add("Alg.1 l.14", writes=Nq * d)
-    t.add("Alg.1 l.15", writes=Nq)
+    t.add("Alg.1 l.14", writes=G * Nq * d)
+    t.add("Alg.1 l.15", writes=G * Nq)
     return t.prediction()
 
 
 def backward(pb: Problem, **lowp_opts) -> Prediction:
-    from . import lowp  # issue 17: the low-precision options are the forward's
+    from . import lowp  # iomodel.lowp builds on this module, so it is imported when called
 
     if lowp.requested(lowp_opts):
         raise TypeError(f"{', '.join(sorted(lowp_opts))}: the low-precision options apply to flash2's forward only")
     g = flash2.grid_backward(pb)
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
-    t = Tally(pb.heads, pb.dtype_bytes)
-    q = q_per_column_block(Nq, Nk, g.Br, g.Bc, pb.causal)
+    heads, G, Br, L, R = _loop(pb, g)
+    t = Tally(heads, pb.dtype_bytes)
+    q = [G * qj for qj in q_per_column_block(Nq, Nk, Br, g.Bc, pb.causal, L, R)]  # loop rows
     Bc_j = [g.cols(j)[1] - g.cols(j)[0] for j in range(g.Tc)]
-    t.add("Alg.2 l.3", writes=Nq * d)
-    t.add("Alg.2 l.4", reads=2 * Nq * d, writes=Nq)
-    t.add("Alg.2 l.6", reads=2 * d * sum(b for b, qj in zip(Bc_j, q) if qj > 0))
+    visited = sum(1 for qj in q if qj > 0)
+    t.add("Alg.2 l.3", writes=G * Nq * d)
+    t.add("Alg.2 l.4", reads=2 * G * Nq * d, writes=G * Nq)
+    t.add("Alg.2 l.6", reads=2 * d * sum(b for b, qj in zip(Bc_j, q) if qj > 0)
+          + (G * visited if pb.alibi_slopes is not None else 0))
     t.add("Alg.2 l.9", reads=(3 * d + 2) * sum(q))
     if pb.bias is not None:
         t.add("Alg.2 l.10", reads=sum(qj * b for qj, b in zip(q, Bc_j)))
     t.add("Alg.2 l.15", writes=d * sum(q))
     t.add("Alg.2 l.18", writes=2 * Nk * d)
-    return t.prediction()
+    pred = t.prediction()
+    if pb.group > 1 and not pb.gqa_packing:
+        # [gqa] unpacked: dK = Σ_group dK_h (and dV): read the g query heads' tiles, write one.
+        red = Tally(pb.kv_heads, pb.dtype_bytes)
+        red.add("GQA: sum dK_h, dV_h", reads=2 * pb.group * Nk * d, writes=2 * Nk * d)
+        pred = pred + red.prediction()
+    return pred
+

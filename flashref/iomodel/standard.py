@@ -5,6 +5,8 @@ Per head, with Nq queries, Nk keys and head dimension d (Appendix C, proof of Th
 
 forward                      reads            writes
   Alg.0 l.1  S = QKᵀ         Nq·d + Nk·d      Nq·Nk
+  softcap    (if any)        Nq·Nk            Nq·Nk
+  alibi      (if any)        Nq·Nk + 1        Nq·Nk       (the slope; the distances are generated)
   bias       (if any)        2·Nq·Nk          Nq·Nk
   mask       (if any)        Nq·Nk            Nq·Nk
   Alg.0 l.2  P = softmax(S)  Nq·Nk            Nq·Nk
@@ -17,8 +19,17 @@ backward
   dropout    (if p > 0)      Nq·Nk            Nq·Nk
   Alg.3 l.3  dS              2·Nq·Nk          Nq·Nk
   mask       (if any)        Nq·Nk            Nq·Nk
+  softcap    (if any)        Nq·d + Nk·d      Nq·Nk       (tanh recomputed from Q, K)
+                             + Nq·Nk
   Alg.3 l.4  dQ = dS K       Nq·Nk + Nk·d     Nq·d
   Alg.3 l.5  dK = dSᵀ Q      Nq·Nk + Nq·d     Nk·d
+
+"mask" covers ``causal``, a boolean ``mask`` and a ``window`` (one pass for all of them). With
+``enable_gqa`` the rows above are those of one K/V head's group: Nq → g·Nq for Q, S, P, O, dO,
+dQ, dS (and g slopes), while K, V, dK, dV keep Nk·d: each K/V head is read once per matmul (rule 6),
+so standard attention's GQA saves (g − 1)/g of its Θ(N·d) K/V traffic, not of its Θ(N²) passes.
+A bias costs ``3·Nq·Nk`` per head; ALiBi ``2·Nq·Nk + 1`` in its own pass — the same Θ(N²) order,
+since standard attention materialises S anyway: the ALiBi/bias contrast is FlashAttention's.
 """
 
 from __future__ import annotations
@@ -30,13 +41,23 @@ __all__ = ["forward", "backward"]
 
 
 def _has_mask(pb: Problem) -> bool:
-    return pb.causal or pb.mask is not None
+    return pb.causal or pb.mask is not None or pb.window is not None
+
+
+def _shapes(pb: Problem):
+    """(g·Nq, Nk, d, g): one K/V head's group (g = 1 without GQA)."""
+    G = pb.group
+    return G * pb.Nq, pb.Nk, pb.d, G
 
 
 def forward(pb: Problem) -> Prediction:
-    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
-    t = Tally(pb.heads, pb.dtype_bytes)
+    Nq, Nk, d, G = _shapes(pb)
+    t = Tally(pb.kv_heads, pb.dtype_bytes)
     t.add("Alg.0 l.1", reads=Nq * d + Nk * d, writes=Nq * Nk)
+    if pb.softcap is not None:
+        t.add("softcap", reads=Nq * Nk, writes=Nq * Nk)
+    if pb.alibi_slopes is not None:
+        t.add("alibi", reads=Nq * Nk + G, writes=Nq * Nk)
     if pb.bias is not None:
         t.add("bias", reads=2 * Nq * Nk, writes=Nq * Nk)
     if _has_mask(pb):
@@ -49,8 +70,8 @@ def forward(pb: Problem) -> Prediction:
 
 
 def backward(pb: Problem) -> Prediction:
-    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
-    t = Tally(pb.heads, pb.dtype_bytes)
+    Nq, Nk, d, _ = _shapes(pb)
+    t = Tally(pb.kv_heads, pb.dtype_bytes)
     t.add("Alg.3 l.1", reads=Nq * Nk + Nq * d, writes=Nk * d)
     t.add("Alg.3 l.2", reads=Nq * d + Nk * d, writes=Nq * Nk)
     if pb.dropout_p > 0:
@@ -58,6 +79,8 @@ def backward(pb: Problem) -> Prediction:
     t.add("Alg.3 l.3", reads=2 * Nq * Nk, writes=Nq * Nk)
     if _has_mask(pb):
         t.add("mask", reads=Nq * Nk, writes=Nq * Nk)
+    if pb.softcap is not None:
+        t.add("softcap", reads=Nq * d + Nk * d + Nq * Nk, writes=Nq * Nk)
     t.add("Alg.3 l.4", reads=Nq * Nk + Nk * d, writes=Nq * d)
     t.add("Alg.3 l.5", reads=Nq * Nk + Nq * d, writes=Nk * d)
     return t.prediction()

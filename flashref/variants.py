@@ -1,0 +1,193 @@
+"""Attention as it is used today: the variants' on-chip lines, in one place.
+
+Each variant changes the scores of a tile ``S_ij`` or which tiles are visited, and nothing else.
+The tiled algorithms (``flash2``, ``standard``) call the helpers below at the line where the
+variant enters; the algorithm boxes mark those lines ``[gqa]``, ``[window]``, ``[alibi]``,
+``[softcap]`` and ``[bias]``.
+
+Order of application (the one of flash-attn's kernels, csrc/flash_attn/src/flash_fwd_kernel.h:
+``gemm`` → ``apply_softcap`` → ``mask.apply_mask``, which adds ALiBi and then masks causal/local;
+flash-attn has no bias, which we add after ALiBi, as FlexAttention's ``score_mod`` would)::
+
+    S = τ Q Kᵀ                         scale (in the matmul's epilogue)
+    S = c · tanh(S / c)                [softcap]   3 non-matmul FLOPs, 1 of them on the exp unit
+    S = S − slope_h · |i − j|          [alibi]     3 non-matmul FLOPs; IO: the slopes only
+    S = S + B                          [bias]      IO: the bias tile, Br·Bc per visited tile
+    S = MASK(S)                        causal ∧ window ∧ mask: a function of (i, j), no IO
+
+**Window.** Query ``i`` sees keys ``i − left ≤ j ≤ i + right`` (-1: unbounded; with ``causal`` the
+right end is ``min(right, 0)``). A tile whose every (i, j) is outside the band is skipped whole
+(no load, no FLOP) at both ends; one inside it needs no MASK. Per row block about
+``⌈(w − 1 + Br)/Bc⌉ (+ 1 if the band's edge is not on a tile edge)`` K/V tiles are visited
+(``w = left + right + 1``), so the forward's K/V traffic is ``2·Nq·d·(w − 1 + Br)/Br`` to
+``2·Nq·d·(w + Br + Bc)/Br``: linear in N, Θ(N·w·d²/M) with Br ≈ M/4d.
+
+**GQA** (``enable_gqa``). K and V have ``Hkv`` heads, Q has ``Hq = g·Hkv``; query head h uses K/V
+head ``h // g``. Two tile schedules:
+
+* unpacked (``gqa_packing=False``, the default: FlashAttention-2's kernel, one thread block per
+  (batch, query head, row block) reading K/V head ``h // g``): every query head loads its K/V
+  tiles, so K/V traffic is that of ``Hq`` heads, as if K and V were repeated; the backward
+  writes per-query-head ``dK_h, dV_h`` and one more pass sums each group (reads ``2·Hq·Nk·d``,
+  writes ``2·Hkv·Nk·d``), as flash-attn's ``dk_expanded.sum``;
+* packed (``gqa_packing=True``: FA3's ``PackGQA``): one thread block per (batch, K/V head, row
+  block) holds the ``g`` query heads' rows of the block, ``g·Br`` rows laid out position-major
+  (row ``p`` is position ``p // g`` of head ``p mod g`` in the group), so each K/V tile is
+  loaded once for the group: K/V traffic falls by ``g``, and dK_j, dV_j are reduced on chip.
+  The price is on chip: every row-sized buffer is ``g`` times taller (the footprint is that of
+  ``Br' = g·Br``), so for the same M the blocks are smaller.
+
+``standard`` with GQA runs its matmuls on the packed layout too: a batched matmul "by blocks"
+(rule 6) reads each K/V head once for its group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["pack_rows", "unpack_rows", "loop_problem", "band", "tile_visited", "tile_inside", "tile_attend",
+           "modify_scores", "softcap", "alibi", "slopes_of_rows", "sum_groups"]
+
+
+# --------------------------------------------------------------------------- GQA layouts
+
+
+def pack_rows(X: np.ndarray, G: int) -> np.ndarray:
+    """``(..., Hq, n, c) → (..., Hq/G, n·G, c)``: row ``r·G + k`` is row r of head k of the group."""
+    if G == 1:
+        return X
+    *lead, Hq, n, c = X.shape
+    Y = X.reshape(tuple(lead) + (Hq // G, G, n, c)).swapaxes(-3, -2)  # (..., Hkv, n, G, c)
+    return np.ascontiguousarray(Y).reshape(tuple(lead) + (Hq // G, n * G, c))
+
+
+def unpack_rows(X: np.ndarray, G: int) -> np.ndarray:
+    """Inverse of :func:`pack_rows`: ``(..., Hkv, n·G, c) → (..., Hkv·G, n, c)``."""
+    if G == 1:
+        return X
+    *lead, Hkv, nG, c = X.shape
+    Y = X.reshape(tuple(lead) + (Hkv, nG // G, G, c)).swapaxes(-3, -2)  # (..., Hkv, G, n, c)
+    return np.ascontiguousarray(Y).reshape(tuple(lead) + (Hkv * G, nG // G, c))
+
+
+def _pack_vec(x: np.ndarray, G: int) -> np.ndarray:
+    return pack_rows(x[..., None], G)[..., 0]
+
+
+def loop_problem(pb, packed: bool):
+    """The problem the tile loop runs on, in the GQA schedule asked for.
+
+    Without GQA (or a group of 1) it is ``pb``. Unpacked: K and V are K/V head ``h // g`` for every
+    query head h (each query head's loads are counted). Packed: Q, masks, biases and slopes are
+    laid out per K/V head with ``g·Nq`` rows (:func:`pack_rows`) and ``q_group = g``.
+    ALiBi slopes become a vector of ``q_group`` slopes per loop head (row p uses slope p mod q_group).
+    """
+    G = pb.group
+    slopes = pb.alibi_slopes
+    if G == 1:
+        return dataclasses.replace(pb, alibi_slopes=None if slopes is None else np.asarray(slopes)[..., None])
+    if not packed:
+        rep = {n: (None if getattr(pb, n) is None else np.repeat(getattr(pb, n), G, axis=-3)) for n in ("K", "V")}
+        return dataclasses.replace(pb, kv_lead=pb.lead_shape, **rep,
+                                   alibi_slopes=None if slopes is None else np.asarray(slopes)[..., None])
+    kv = tuple(pb.kv_lead)
+    return dataclasses.replace(
+        pb, Nq=pb.Nq * G, lead_shape=kv, q_group=G, q_lead=pb.lead_shape,
+        Q=None if pb.Q is None else pack_rows(pb.Q, G),
+        mask=None if pb.mask is None else pack_rows(np.broadcast_to(pb.mask, pb.lead_shape + (pb.Nq, pb.Nk)), G),
+        bias=None if pb.bias is None else pack_rows(np.broadcast_to(pb.bias, pb.lead_shape + (pb.Nq, pb.Nk)), G),
+        alibi_slopes=None if slopes is None else np.asarray(slopes).reshape(kv + (G,)))
+
+
+def sum_groups(X: np.ndarray, G: int) -> np.ndarray:
+    """``(..., Hq, n, c) → (..., Hq/G, n, c)``: the sum over each group of query heads."""
+    *lead, Hq, n, c = X.shape
+    return X.reshape(tuple(lead) + (Hq // G, G, n, c)).sum(axis=-3)
+
+
+# --------------------------------------------------------------------------- which (i, j) are seen
+
+
+def band(pb) -> tuple[int, int]:
+    """``(L, R)``: query i sees keys ``i − L ≤ j ≤ i + R`` (causal ∧ window; unbounded = Nq + Nk)."""
+    L = R = pb.Nq + pb.Nk
+    if pb.window is not None:
+        left, right = pb.window
+        L = left if left >= 0 else L
+        R = right if right >= 0 else R
+    if pb.causal:
+        R = min(R, 0)
+    return L, R
+
+
+def _positions(pb, rows) -> tuple[int, int]:
+    """First and last query position of the loop rows ``rows`` (row p is position p // q_group)."""
+    return rows[0] // pb.q_group, (rows[1] - 1) // pb.q_group
+
+
+def tile_visited(pb, rows, cols) -> bool:
+    """False when every (i, j) of the tile is outside causal ∧ window: skip it whole (no IO)."""
+    a, b = _positions(pb, rows)
+    L, R = band(pb)
+    return cols[0] <= b + R and cols[1] - 1 >= a - L
+
+
+def tile_inside(pb, rows, cols) -> bool:
+    """True when every (i, j) of the tile is inside causal ∧ window: no MASK needed for them."""
+    a, b = _positions(pb, rows)
+    L, R = band(pb)
+    return cols[0] >= b - L and cols[1] - 1 <= a + R
+
+
+def tile_attend(pb, rows, cols):
+    """The attend-mask of the tile (causal ∧ window ∧ the boolean ``mask``), or ``None``: all attend."""
+    out = None
+    if (pb.causal or pb.window is not None) and not tile_inside(pb, rows, cols):
+        L, R = band(pb)
+        i = (np.arange(rows[0], rows[1]) // pb.q_group)[:, None]
+        j = np.arange(cols[0], cols[1])[None, :]
+        out = (j >= i - L) & (j <= i + R)  # (r, c)
+    if pb.mask is not None:
+        m = pb.mask[..., rows[0]:rows[1], cols[0]:cols[1]]
+        out = m if out is None else (m & out)
+    return out
+
+
+# --------------------------------------------------------------------------- the score modifiers
+
+
+def slopes_of_rows(pb, slopes_i: np.ndarray, rows) -> np.ndarray:
+    """The slope of each loop row, ``(..., r)``, from the on-chip slopes ``(..., q_group)``."""
+    return slopes_i[..., np.arange(rows[0], rows[1]) % pb.q_group]
+
+
+def softcap(fc, pb, S, keep_dtanh=False):
+    """[softcap] ``S = c·tanh(S/c)``; with ``keep_dtanh`` also its derivative ``1 − tanh²(S/c)``."""
+    c = pb.softcap
+    T = np.tanh(S / c)  # on the exponential unit
+    S = fc.ew(c * T, "softcap divide", "tanh", "softcap multiply")
+    return S, (fc.ew(1.0 - T * T, "square", "subtract") if keep_dtanh else None)
+
+
+def alibi(fc, pb, S, rows, cols, slopes):
+    """[alibi] ``S = S − slope·|i − j|`` for the loop rows ``rows`` and keys ``cols``; no IO but the slopes."""
+    i = (np.arange(rows[0], rows[1]) // pb.q_group)[:, None]
+    j = np.arange(cols[0], cols[1])[None, :]
+    slope = slopes_of_rows(pb, slopes, rows)[..., None]  # (..., r, 1)
+    return fc.ew(S - slope * np.abs(i - j), "alibi distance", "alibi multiply", "alibi add")
+
+
+def modify_scores(fc, pb, S_ij, rows, cols, slopes_i=None, keep_dtanh=False):
+    """[softcap] then [alibi] on the scaled scores of one tile. Returns ``(S_ij, dtanh_ij or None)``.
+
+    ``dtanh_ij = 1 − tanh²(S/c)`` is the softcap's derivative, kept for the backward (flash-attn's
+    ``calculate_dtanh``).
+    """
+    dtanh = None
+    if pb.softcap is not None:
+        S_ij, dtanh = softcap(fc, pb, S_ij, keep_dtanh)
+    if slopes_i is not None:
+        S_ij = alibi(fc, pb, S_ij, rows, cols, slopes_i)
+    return S_ij, dtanh

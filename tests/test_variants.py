@@ -1,0 +1,210 @@
+"""Attention variants (DESIGN "Attention variants"): GQA (both tile schedules), sliding windows,
+ALiBi, softcapping and biases, in ``standard`` and ``flash2``, forward and backward, against the
+float64 oracle and torch autograd, with simulation == ``iomodel.predict`` for every one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import variant_grads, variant_ref
+
+from flashref import flash2, iomodel, standard
+
+
+def close(ours, ref, tol=1e-9):
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    assert ours.shape == ref.shape
+    assert np.all(np.isfinite(ours))
+    assert np.max(np.abs(ours - ref), initial=0.0) <= tol * (1.0 + np.max(np.abs(ref), initial=0.0))
+
+
+def shapes_opts(o: dict) -> dict:
+    """The options as iomodel.predict takes them (arrays → their presence)."""
+    return {k: (True if k in ("bias", "alibi_slopes") and v is not None else v) for k, v in o.items()}
+
+
+@st.composite
+def variant_problems(draw):
+    Hkv = draw(st.integers(1, 2))
+    g = draw(st.integers(1, 3))
+    Hq = Hkv * g
+    B = draw(st.integers(1, 2))
+    Nq, Nk, d = draw(st.integers(1, 13)), draw(st.integers(1, 13)), draw(st.integers(1, 6))
+    seed = draw(st.integers(0, 2**31 - 1))
+    r = np.random.default_rng(seed)
+    Q, dO = r.standard_normal((B, Hq, Nq, d)), r.standard_normal((B, Hq, Nq, d))
+    K, V = r.standard_normal((B, Hkv, Nk, d)), r.standard_normal((B, Hkv, Nk, d))
+    o = {"enable_gqa": True, "causal": draw(st.booleans())}
+    if draw(st.booleans()):
+        o["window"] = (draw(st.integers(-1, 6)), draw(st.integers(-1, 6)))
+    if draw(st.booleans()):
+        o["softcap"] = draw(st.sampled_from([0.5, 2.0, 30.0]))
+    if draw(st.booleans()):
+        o["alibi_slopes"] = r.uniform(0.0, 1.0, size=(Hq,))
+    if draw(st.booleans()):
+        bias = r.standard_normal((Nq, Nk))
+        if draw(st.booleans()):
+            bias[r.integers(0, Nq), :] = -np.inf  # a row the bias masks fully
+        o["bias"] = bias
+    if draw(st.booleans()):
+        mask = r.random((Nq, Nk)) < 0.7
+        mask[r.integers(0, Nq), :] = False  # a fully masked row
+        o["mask"] = mask
+    if draw(st.booleans()):
+        o["dropout_p"], o["seed"] = 0.3, draw(st.integers(0, 100))
+    if draw(st.booleans()):
+        o["scale"] = 0.7
+    blocks = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+    return dict(Q=Q, K=K, V=V, dO=dO, B=B, Hq=Hq, Hkv=Hkv, Nq=Nq, Nk=Nk, d=d, opts=o, blocks=blocks)
+
+
+def _check_io(name, direction, res, p, **extra):
+    pred = iomodel.predict(name, direction, Nq=p["Nq"], Nk=p["Nk"], d=p["d"], heads=p["B"] * p["Hq"],
+                           kv_heads=p["B"] * p["Hkv"], **shapes_opts(p["opts"]), **extra)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
+    assert res.io.by_line == pred.by_line
+
+
+@settings(max_examples=30)
+@given(variant_problems(), st.booleans())
+def test_flash2_every_variant_equals_the_oracle_and_its_prediction(p, packing):
+    Q, K, V, dO, o = p["Q"], p["K"], p["V"], p["dO"], p["opts"]
+    O, _, lse = variant_ref(Q, K, V, **o)
+    fwd = flash2.forward(Q, K, V, block_sizes=p["blocks"], gqa_packing=packing, **o)
+    close(fwd.O, O)
+    assert np.array_equal(np.isinf(fwd.L), np.isinf(lse))  # fully masked rows: L = -inf, O = 0
+    bwd = flash2.backward(Q, K, V, fwd.O, dO, fwd.L, block_sizes=p["blocks"], gqa_packing=packing, **o)
+    for ours, ref in zip((bwd.dQ, bwd.dK, bwd.dV), variant_grads(Q, K, V, dO, **o)):
+        close(ours, ref)
+    _check_io("flash2", "forward", fwd, p, block_sizes=p["blocks"], gqa_packing=packing)
+    _check_io("flash2", "backward", bwd, p, block_sizes=p["blocks"], gqa_packing=packing)
+
+
+@settings(max_examples=25)
+@given(variant_problems())
+def test_standard_every_variant_equals_the_oracle_and_its_prediction(p):
+    Q, K, V, dO, o = p["Q"], p["K"], p["V"], p["dO"], p["opts"]
+    O, P, _ = variant_ref(Q, K, V, **o)
+    fwd = standard.forward(Q, K, V, **o)
+    close(fwd.O, O)
+    close(fwd.P, P)
+    bwd = standard.backward(Q, K, V, dO, fwd.P, **o)
+    for ours, ref in zip((bwd.dQ, bwd.dK, bwd.dV), variant_grads(Q, K, V, dO, **o)):
+        close(ours, ref)
+    _check_io("standard", "forward", fwd, p)
+    _check_io("standard", "backward", bwd, p)
+
+
+# ----------------------------------------------------------------- what each variant does to the IO
+
+
+def test_window_makes_flash2_io_linear_in_n():
+    kw = dict(d=64, block_sizes=(64, 64), window=(256, 0), causal=True)
+    io = [iomodel.predict("flash2", "forward", Nq=N, Nk=N, **kw).total for N in (4096, 8192, 16384)]
+    assert io[2] - io[1] == 2 * (io[1] - io[0])  # affine in N (a·N − c: the first rows see fewer keys)
+    full = iomodel.predict("flash2", "forward", Nq=16384, Nk=16384, d=64, block_sizes=(64, 64), causal=True).total
+    assert full > 10 * io[2]
+    # leading term: 2·N·d·(w − 1 + Br)/Br for the K/V loads when tiles align (w = left + right + 1),
+    # at most 2·N·d·(w + Br + Bc)/Br
+    kv = iomodel.predict("flash2", "forward", Nq=16384, Nk=16384, **kw).by_line["Alg.1 l.7"][0]
+    assert 2 * 16384 * 64 * (256 + 64) / 64 * 0.98 < kv <= 2 * 16384 * 64 * (256 + 64) / 64
+    kw["window"] = (250, 0)  # misaligned: one more tile at most
+    kv = iomodel.predict("flash2", "forward", Nq=16384, Nk=16384, **kw).by_line["Alg.1 l.7"][0]
+    assert 2 * 16384 * 64 * (250 + 64) / 64 * 0.98 < kv <= 2 * 16384 * 64 * (251 + 64 + 64) / 64
+
+
+def test_packed_gqa_divides_kv_loads_by_the_group_size():
+    kw = dict(Nq=512, Nk=512, d=32, heads=8, kv_heads=1, enable_gqa=True, block_sizes=(16, 64))
+    unpacked = iomodel.predict("flash2", "forward", **kw).by_line
+    packed = iomodel.predict("flash2", "forward", gqa_packing=True, **kw).by_line
+    assert unpacked["Alg.1 l.7"][0] == 8 * packed["Alg.1 l.7"][0]
+    assert unpacked["Alg.1 l.4"] == packed["Alg.1 l.4"]  # Q is read once either way
+    # the backward: unpacked sums dK_h, dV_h over each group in one more pass; packed does not
+    ub = iomodel.predict("flash2", "backward", **kw).by_line
+    pb = iomodel.predict("flash2", "backward", gqa_packing=True, **kw).by_line
+    assert ub["GQA: sum dK_h, dV_h"] == (2 * 8 * 512 * 32, 2 * 512 * 32) and "GQA: sum dK_h, dV_h" not in pb
+    assert ub["Alg.2 l.18"][1] == 8 * pb["Alg.2 l.18"][1]
+
+
+def test_alibi_costs_its_slopes_where_a_bias_costs_n_squared():
+    kw = dict(Nq=1024, Nk=1024, d=64, heads=4, block_sizes=(64, 64))
+    plain = iomodel.predict("flash2", "forward", **kw)
+    alibi = iomodel.predict("flash2", "forward", alibi_slopes=True, **kw)
+    bias = iomodel.predict("flash2", "forward", bias=True, **kw)
+    assert alibi.reads - plain.reads == 4 * 1024 // 64  # one slope per head per row block
+    assert bias.reads - plain.reads == 4 * 1024 * 1024
+
+
+def test_softcap_moves_nothing_and_adds_one_exp_unit_op_per_score():
+    r = np.random.default_rng(0)
+    q, k, v = (r.standard_normal((2, 16, 8)) for _ in range(3))
+    a = flash2.forward(q, k, v, block_sizes=(8, 8))
+    b = flash2.forward(q, k, v, block_sizes=(8, 8), softcap=5.0)
+    assert (a.io.reads, a.io.writes) == (b.io.reads, b.io.writes)
+    assert b.flops.exp - a.flops.exp == 2 * 16 * 16
+    assert b.flops.nonmatmul - a.flops.nonmatmul == 3 * 2 * 16 * 16
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_footprints_equal_the_measured_peak(packing):
+    r = np.random.default_rng(2)
+    q, dO = r.standard_normal((1, 4, 12, 4)), r.standard_normal((1, 4, 12, 4))
+    k, v = r.standard_normal((1, 2, 12, 4)), r.standard_normal((1, 2, 12, 4))
+    o = dict(enable_gqa=True, gqa_packing=packing, softcap=3.0, alibi_slopes=np.ones(4), block_sizes=(4, 6))
+    G = 2 if packing else 1
+    fwd = flash2.forward(q, k, v, **o)
+    assert fwd.io.peak_sram == flash2.footprint_forward(G * 4, 6, 4, slopes=G)
+    bwd = flash2.backward(q, k, v, fwd.O, dO, fwd.L, **o)
+    assert bwd.io.peak_sram == flash2.footprint_backward(G * 4, 6, 4, softcap=True, slopes=G)
+
+
+def test_window_and_causal_rows_that_see_nothing_give_zeros():
+    r = np.random.default_rng(4)
+    q, k, v, dO = (r.standard_normal((9 if n == "q" else 4, 3)) for n in ("q", "k", "v", "q"))
+    # query i sees keys i - 1 <= j <= i: rows 5..8 have no key at all (Nk = 4)
+    fwd = flash2.forward(q, k, v, window=(1, 0), block_sizes=(2, 2))
+    assert np.all(fwd.O[5:] == 0) and np.all(np.isneginf(fwd.L[5:]))
+    bwd = flash2.backward(q, k, v, fwd.O, dO, fwd.L, window=(1, 0), block_sizes=(2, 2))
+    assert np.all(bwd.dQ[5:] == 0) and np.isfinite(bwd.dK).all()
+
+
+# ----------------------------------------------------------------- bad input, named
+
+
+Q, K, V = (np.zeros((1, 4, 6, 3)), np.zeros((1, 3, 9, 3)), np.zeros((1, 3, 9, 3)))
+
+
+@pytest.mark.parametrize("module", [standard, flash2])
+def test_bad_variant_input_is_named(module):
+    with pytest.raises(ValueError, match="enable_gqa: query heads Hq=4 must be a multiple of key/value heads Hkv=3"):
+        module.forward(Q, K, V, enable_gqa=True)
+    with pytest.raises(ValueError, match="pass enable_gqa=True"):
+        module.forward(Q, K[:, :2], V[:, :2])
+    q = np.zeros((6, 3))
+    for w in ((1, 2, 3), 5, (1.5, 2), (True, 1)):
+        with pytest.raises(TypeError, match="window: expected two integers"):
+            module.forward(q, q, q, window=w)
+    with pytest.raises(ValueError, match="window"):
+        module.forward(q, q, q, window=(-2, 1))
+    for c in (-1.0, 0.0, float("nan")):
+        with pytest.raises(ValueError, match="softcap: expected a finite float > 0"):
+            module.forward(q, q, q, softcap=c)
+    with pytest.raises(ValueError, match="alibi_slopes: shape"):
+        module.forward(Q, Q, Q, alibi_slopes=np.ones(3))
+    with pytest.raises(ValueError, match="bias: shape"):
+        module.forward(q, q, q, bias=np.zeros((5, 6)))
+    with pytest.raises(TypeError, match="enable_gqa: expected True or False"):
+        module.forward(q, q, q, enable_gqa=1)
+
+
+def test_predict_refuses_what_the_simulator_refuses():
+    with pytest.raises(ValueError, match="enable_gqa: query heads Hq=4"):
+        iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=2, heads=4, kv_heads=3, enable_gqa=True)
+    with pytest.raises(TypeError, match="window"):
+        iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=2, window=3)
+    with pytest.raises(ValueError, match="softcap"):
+        iomodel.predict("standard", "backward", Nq=4, Nk=4, d=2, softcap=-2.0)
+    with pytest.raises(TypeError, match="unknown option 'gqa_packing'"):
+        standard.forward(Q, Q, Q, gqa_packing=True)
