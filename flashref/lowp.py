@@ -135,6 +135,11 @@ def check_options(pb: Problem, *, fp8=None, p_fp8=None, fp8_scaling=None, incohe
     d, block_sizes = pb.d, pb.block_sizes
     if pb.bias is not None:
         raise ValueError("bias: not supported with the low-precision options (FlashAttention-3's FP8 forward has none)")
+    for name, on in (("enable_gqa", pb.enable_gqa), ("window", pb.window is not None),
+                     ("alibi_slopes", pb.alibi_slopes is not None), ("softcap", pb.softcap is not None)):
+        if on:
+            raise ValueError(f"{name}: not supported with the low-precision options (the FP8 loop here has "
+                             f"FlashAttention-2's plain lines only)")
     qkv, p = _format(fp8, "fp8"), _format(p_fp8, "p_fp8")
     if fp8_scaling is not None and fp8_scaling not in ("tensor", "block"):
         raise ValueError(f"fp8_scaling: expected 'tensor' or 'block', got {fp8_scaling!r}")

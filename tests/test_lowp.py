@@ -247,3 +247,17 @@ def test_incoherent_needs_a_power_of_two(rng):
         iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=48, incoherent=True)
     with pytest.raises(ValueError, match="power of two"):
         lowp.fwht(np.ones((2, 6)))
+
+
+@pytest.mark.parametrize("variant", [dict(enable_gqa=True), dict(window=(2, 2)), dict(softcap=5.0),
+                                     dict(alibi_slopes=np.ones(4))])
+def test_fp8_with_an_attention_variant_is_refused_by_name(variant):
+    rng = np.random.default_rng(0)
+    Q = rng.standard_normal((4, 16, 8))
+    K = Q[:2] if "enable_gqa" in variant else Q
+    name = next(iter(variant))
+    with pytest.raises(ValueError, match=f"{name}: not supported with the low-precision options"):
+        flash2.forward(Q, K, K, fp8="e4m3", **variant)
+    with pytest.raises(ValueError, match=f"{name}: not supported with the low-precision options"):
+        iomodel.predict("flash2", "forward", Nq=16, Nk=16, d=8, heads=4, fp8="e4m3",
+                        **({"kv_heads": 2, **variant} if "enable_gqa" in variant else variant))
