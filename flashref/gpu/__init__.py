@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 import os
 
+from ..problem import check_options
+
 __all__ = ["attention", "forward", "dropout_mask", "MAX_HEAD_DIM", "OPTIONS"]
 
 MAX_HEAD_DIM = 256  # kernels.MAX_HEAD_DIM (kept here so that checking needs no triton import)
@@ -73,9 +75,7 @@ def _check(q, k, v, causal, scale):
 
 def _check_options(options, d, causal, deterministic):
     """The options beside q, k, v: unknown names refused; returns (dropout or None, resolved config)."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TypeError(f"unknown option(s) {', '.join(unknown)}; valid options are {', '.join(OPTIONS)}")
+    check_options(options, OPTIONS, "gpu.attention")  # the rule every entry point shares (flashref.problem)
     p = options.get("dropout_p", 0.0)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
         raise ValueError(f"dropout_p must be a number in [0, 1), got {p!r}")

@@ -44,13 +44,13 @@ on an :class:`flashref.l2.L2Cache`) where both run, with ``kappa`` large (LRU).
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import schedule as S  # noqa: N812
 from ..l2 import preset
+from ..problem import check_options, positive_int
 
 __all__ = ["dram", "DRAMPrediction", "PARAMS", "IMPLS", "MODES", "scan_bytes", "staggered_scan_bytes", "kernels"]
 
@@ -258,21 +258,17 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     """Predicted DRAM bytes of one call (Nsight Compute's dram__bytes_read/write.sum over its kernels).
 
     ``params=`` overrides entries of PARAMS (for fitting and for what-if sweeps)."""
-    unknown = set(opts) - {"params"}
-    if unknown:
-        raise TypeError(f"dram() got unknown option(s) {sorted(unknown)}; valid: B, H, Nq, Nk, d, causal, gpu, "
-                        f"dtype_bytes, params")
+    check_options(opts, {"B", "H", "Nq", "Nk", "d", "causal", "gpu", "dtype_bytes", "params"}, "iomodel.dram")
     params = opts.get("params")
     if impl not in IMPLS:
         raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-    for name, v in (("B", B), ("H", H), ("Nq", Nq), ("Nk", Nk), ("d", d), ("dtype_bytes", dtype_bytes)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-    B, H, Nq, Nk, d, dtype_bytes = (int(v) for v in (B, H, Nq, Nk, d, dtype_bytes))
+    # The same value rules as every entry point (flashref.problem).
+    B, H, Nq, Nk, d, dtype_bytes = (positive_int(v, name) for v, name in (
+        (B, "B"), (H, "H"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"), (dtype_bytes, "dtype_bytes")))
     if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+        raise TypeError(f"causal: expected True or False, got {causal!r}")
     spec = preset(gpu)
     p = dict(PARAMS, **(params or {}))
     seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), e=dtype_bytes, sms=spec.sms)
