@@ -211,8 +211,10 @@ def _triton_backward(q, k, v, o, do, lse, causal, scale):
 
     # the kernels keep the base-2 LSE (exp2 in the inner loop): hand them the merged one in base 2
     L2 = (lse / _LN2).contiguous()
+    # no dropout across the ring; the kernels' default tiles for this head dim (atomic dQ)
+    dropout, cfg = gpu._check_options({}, q.shape[-1], causal, False)
     return gpu._backward(q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), L2, do.contiguous(),
-                         causal, scale, False)
+                         causal, scale, False, cfg, dropout)
 
 
 def _merge(o_acc, lse_acc, o_blk, lse_blk):
@@ -495,9 +497,9 @@ def ring_attention(q, k, v, *, group=None, causal=False, layout="zigzag", scale=
         from . import gpu
 
         dtypes = (torch.float16, torch.bfloat16) + ((torch.float32,) if gpu._interpret() else ())
-        if q.dtype not in dtypes or q.dim() != 4 or q.shape[-1] not in gpu.HEAD_DIMS:
+        if q.dtype not in dtypes or q.dim() != 4 or not 1 <= q.shape[-1] <= gpu.MAX_HEAD_DIM:
             raise ValueError(f"ring_attention: CUDA tensors run the Triton kernels, which need (B, H, n, d) fp16 or "
-                             f"bf16 with d in {gpu.HEAD_DIMS}; got {tuple(q.shape)} {q.dtype}")
+                             f"bf16 with 1 <= d <= {gpu.MAX_HEAD_DIM}; got {tuple(q.shape)} {q.dtype}")
     r = dist.get_rank(group)
     world = group if group is not None else dist.group.WORLD
     cfg = _Config(group=group, rank=r, P=P, nxt=dist.get_global_rank(world, (r + 1) % P),

@@ -39,7 +39,8 @@ _PKG = os.path.dirname(_HERE)  # .../flashref
 #: Modules a student's file may not import: they hold the answers (or the grader).
 BLOCKED = ("flashref.flash1", "flashref.flash1_bwd", "flashref.flash2", "flashref.standard", "flashref.decoding",
            "flashref.blocksparse", "flashref.iomodel", "flashref.functional", "flashref.gpu", "flashref.figures",
-           "flashref.grading")
+           "flashref.grading", "flashref.lowp", "flashref.variants", "flashref.ring", "flashref.distributed",
+           "flashref.train", "flashref.gpt", "flashref.parallelism")
 
 VERBS = ("load", "store", "hold", "reuse", "free", "init")
 

@@ -30,7 +30,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 #: Package paths left out of the student copy: they hold the answers (or import what does).
 EXCLUDED = ("flash1.py", "flash1_bwd.py", "flash2.py", "blocksparse.py", "decoding.py", "standard.py", "iomodel",
-            "functional.py", "gpu", "figures", os.path.join("grading", "solutions"), "__pycache__")
+            "functional.py", "gpu", "figures", os.path.join("grading", "solutions"), "__pycache__",
+            # later modules that run (or copy) an algorithm's loop: FP8's FlashAttention-2 forward, the
+            # variants' tile lines, ring attention, split-KV's scheduling, and what imports them
+            "lowp.py", "variants.py", "ring.py", "distributed.py", "train.py", "gpt.py", "parallelism.py")
 
 _REGION = re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*# END SOLUTION[^\n]*\n?", re.S | re.M)
 
