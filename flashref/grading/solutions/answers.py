@@ -11,8 +11,8 @@ ANSWERS = {
     "ex8-merge-io": 4 * (64 + 2),  # S partials of O (d), m and ℓ (1 each) per query row
     "lab-blocks": 3,  # ⌈37 / 16⌉
     # notebooks 00-07 (the same answers sit in the notebooks' solution regions)
-    "nb00-q1": 11_520,  # 2·M·K·N: a multiply and an add for each of the K terms of each of the M·N outputs
-    "nb00-q2": 201,  # 312e12 / 1.555e12 = 200.6 FLOP/byte
+    "nb00-q1": 201,  # 312e12 / 1.555e12 = 200.6 FLOP/byte
+    "nb00-q2": 11_520,  # 2·M·K·N: a multiply and an add for each of the K terms of each of the M·N outputs
     "nb00-q3": "memory",  # 2MKN / 2(MK + KN + MN) ≈ 124 FLOP/byte, below the ridge (201)
     "nb00-q4": 1.25,  # 5 FLOPs per (2 bytes read + 2 bytes written), whatever N is
     "nb01-q1": 96,  # l.1: 2Nd + N² = 32; l.2: 2N² = 32; l.3: N² + Nd + Nd = 32
