@@ -9,16 +9,21 @@ A notebook asks before the cell that reveals the number::
 The answers live only in the solution copy (``flashref/grading/solutions/answers.py``, which the
 student release leaves out); the tests check that every answer there matches its hash.
 Numbers are compared exactly after normalising (``12``, ``12.0`` and ``"12"`` are the same answer);
-text answers ignore case and surrounding spaces.
+text answers ignore case and surrounding spaces; ``True``/``False`` are ``yes``/``no``.
+
+Tolerance: a question may carry a fourth field, a number of significant digits. Its answer is then
+rounded to that many significant digits before hashing (``f"{x:.{n}g}"``), and the question says so
+("to 3 significant digits", "to the nearest whole number" for a ratio near 2 is ``n = 1``): ``200.64``,
+``200.6`` and ``201`` are the same answer to 3 significant digits. Without it numbers must match exactly.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-__all__ = ["QUESTIONS", "ask", "check", "digest"]
+__all__ = ["QUESTIONS", "ask", "check", "digest", "digits"]
 
-#: id -> (question, salt, sha256 of salt + normalised answer)
+#: id -> (question, salt, sha256 of salt + normalised answer[, significant digits])
 QUESTIONS = {
     "ex1-writes": ("Algorithm 0 with Nq = Nk = 4, d = 2 and one head: how many elements does it write to HBM "
                    "(S, P and O together)?", "f1c3",
@@ -46,25 +51,114 @@ QUESTIONS = {
                   "8cf06d9b21c7d51ae68c7cfef8d440d7215b277e86058e8a2d1a7edc1e3521be"),
     "lab-blocks": ("The lab kernel with BLOCK_M = 16 on Nq = 37 rows: how many programs run per head?",
                    "9e13", "786e52d2346a24b7ca0ef4aa5df34d5f7ed3cecca2343f6a4d5ea5dbc4ec0936"),
+    # notebooks 00-07: predict-then-run questions asked before the cell that prints the answer
+    "nb00-q1": ("The A100-SXM4-40GB does 312 TFLOP/s of fp16 matmul and moves 1.555 TB/s of HBM. Its matmul ridge"
+                " point, in FLOP/byte, to 3 significant digits?",
+                "0c11", "073544bfa6916864ffb5d1b61d3850125e61f1dfa79ff24982698b6e3e245859", 3),
+    "nb00-q2": ("A matmul of a 48 × 40 matrix by a 40 × 3 matrix: how many FLOPs, counting each multiply and each"
+                " add (the convention of `FlopCounter`)?",
+                "69e5", "b4e9f7b8511277926a5ab6c6540d10f2cbe58388fffb55d06d6f7fd5cd4e0736"),
+    "nb00-q3": ("C = AB with M = K = 8192 and N = 128, in fp16, on the A100: is it memory-bound or compute-bound?"
+                " (answer `memory` or `compute`)",
+                "be92", "82209cc390bd8adb1f013e0209ca8d5035b03429763df579ea05b0704cbaa00e"),
+    "nb00-q4": ("Softmax in fp16 does 5 FLOPs per element (max, subtract, exp, sum, divide) and reads and writes "
+                "each element of the N × N matrix once. Its arithmetic intensity in FLOP/byte at N = 1024?",
+                "a484", "0bf85200c26662f8c8a9a992ed7cc067035f1c07c42004f8895e0e175fd8804d"),
+    "nb01-q1": ("Algorithm 0 on this example (N = 4, d = 2): how many elements does it move between HBM and the "
+                "chip in all (the reads and writes of its three lines together)?",
+                "5943", "6c7b48ecf8826c1007c3264e4a8aa5a331c1a4e263f59c697b60764258546248"),
+    "nb01-q2": ("With a causal mask and dropout run as eager PyTorch runs them (each its own pass over the N × N "
+                "matrix), how many elements does the forward move on the same example (N = 4, d = 2)?",
+                "808b", "5e26a99d603fa66b01db2bba5c2864d037a42399522ace02b263494ea375007e"),
+    "nb01-q3": ("Forward + backward of standard attention, one head, d = 64: by what factor does the counted "
+                "traffic grow when N doubles from 512 to 1024? (to 3 significant digits)",
+                "f58c", "692076b6dbc53cd9d2b7e9d11dcdc4758ce24da90bfe22ef9483f159dc48904c", 3),
+    "nb02-q1": ("For x = [1, 3, 2, 0] split into [1, 3] and [2, 0]: the merged state has m = 3. Its ℓ, to 3 "
+                "significant digits?",
+                "7079", "8e161ccd2dfc92563f81e1c00542a18a46f07145cc4585c2ccc1d8923b40c019", 3),
+    "nb02-q2": ("The online pass over [0.5, 2, 1, 3.5, -1, 3, 4, 0]: after the first element, how many times does"
+                " the running max grow (each time shrinking the old sum by e^(m − m_new) < 1)?",
+                "0b9f", "9ddec732df04271de21795b48eb662be91e0621261219ccbad45068627b5fc99"),
+    "nb02-q3": ("Merge the states of [4] and [1, 1] by hand. The merged m is 4; its ℓ, to 3 significant digits?",
+                "6030", "08356906a67eec534fa01928fea29d57150feb5cfc1a966aa06a6d86ec300acb", 3),
+    "nb03-q1": ("In this example (N = 6, d = 2, Br = 2, Bc = 3), how many times is each row of Q read from HBM?",
+                "9f0b", "1a23fa737e4e75eb0021d7f7e0f453ce3612058625792b432f72537ae0ab0f9b"),
+    "nb03-q2": ("At the paper's Figure 2 setting (N = 1024, d = 64, 16 heads × batch 64, fp16), with Bc = 16: "
+                "does FlashAttention's forward move less HBM traffic than standard attention? (yes/no)",
+                "10d0", "9644fdf9bd13e98e66f8554ceeb5b8b851eaedcdbd08a55d6fe3b9d892820884"),
+    "nb03-q3": ("N = 4096, d = 64: the SRAM size M doubles from 8,192 to 16,384 elements. By what factor does "
+                "FlashAttention's forward IO fall? (to the nearest whole number)",
+                "1001", "1453a63b31a25040684807b19c999157620086b5730b28a04982ea6227f8bb7e", 1),
+    "nb04-q1": ("In this example (Nq = 6, Nk = 5, d = 2, Br = 2, Bc = 3), how many elements does line 10 (load "
+                "Q_i, O_i, dO_i, dQ_i, ℓ_i, m_i) read in all?",
+                "2c86", "d935417fe6f73016875b3fc74ec0cfe7aa2a9c71ea140943ad2830e3ec4e0528"),
+    "nb04-q2": ("Forward + backward: how many times the matmul FLOPs of standard attention does FlashAttention "
+                "do? (to 3 significant digits)",
+                "b771", "302e76f31d8ad2ee7aa62d85dd912a0ad00ccf22fb13463f1a0408449a6b182a", 3),
+    "nb04-q3": ("Backward, N = 8192, d = 64: M doubles from 50,000 to 100,000 elements. Does FlashAttention's "
+                "backward IO fall by *more* than half? (yes/no)",
+                "01c2", "db7bf1b6dfb5d48eb84544c78e7ebac694a5d3476a5acf5f176459875b58924e"),
+    "nb04-q4": ("And standard attention's backward at the same shape: does its IO change when M doubles? (yes/no)",
+                "3e42", "6462876c4712d1b616eca4af154b0ec62b7b995583bc2e1dd428767a351919f1"),
+    "nb05-q1": ("Algorithm 5 on this problem (N = 12, d = 2, Br = 4, Bc = 3, the block mask above with 4 nonzero "
+                "blocks): how many elements does it move in all (reads + writes)?",
+                "7a8d", "69ea9f6311d0d221840357a1bc7db3f056d58681f6100089df108c5144c515a0"),
+    "nb05-q2": ("The butterfly on a 16 × 16 block grid: block (i, j) is nonzero when i and j differ in at most "
+                "one bit. How many nonzero blocks does each block row have?",
+                "dbca", "d0ad3f79281c855e38e25af0983f131d7f776a57da2b9121380899ccca68e7f2"),
+    "nb05-q3": ("N = 256, d = 16, Br = Bc = 16: how many elements does one more nonzero block add to the "
+                "forward's traffic?",
+                "aad9", "ac650882bc10eeae3e1e6177e7da6b5db3e0d921300f4a4d503a5003fe1ba66d"),
+    "nb06-q1": ("FlashAttention-2's forward with Nq = 10, Nk = 7, d = 3, Br = 4, Bc = 3: how many elements of K "
+                "does it read?",
+                "a8f3", "9737804f5c1046f82d88313e3d879217c1554c9f8d6637d4e273fd1ccba29966"),
+    "nb06-q2": ("Causal, N = 1024 with 64 × 64 blocks: what fraction of the tiles does FlashAttention-2 visit? "
+                "(to 3 significant digits)",
+                "8813", "a7785f2f864b2a26df453fd9df428e496a7fd8156bc54c5b17be70d90e1a732b", 3),
+    "nb06-q3": ("batch × heads = 16, N = 4096, Br = 128, on an A100 (108 SMs, one thread block per SM): how many "
+                "waves does FlashAttention-2's forward take?",
+                "534e", "95b1d004cc9a7e9bf5a332ec456581f960aa433f59f82aa31eb3028cb2ded4ec"),
+    "nb06-q4": ("109 work items on 108 SMs: the efficiency items / (waves · SMs), to 3 significant digits?",
+                "cba0", "c2d0d3615109e7282571ea2f00f8b79f6f99f8bf0cd503efbf5405fc23057ab4", 3),
+    "nb07-q1": ("One forward + backward at B = 1, H = 16, N = 8192, d = 64 in fp16: the compulsory traffic "
+                "(forward: read Q, K, V, write O; backward: read Q, K, V, O, dO, write dQ, dK, dV), in GB (10⁹ "
+                "bytes), to 3 significant digits?",
+                "1c71", "05aaca672f49684073795753fd3c7a2e40bb4f4ba7c26684d22aee24b67ff751", 3),
+    "nb07-q2": ("At that shape, does flashref's Triton kernel move more DRAM bytes than `iomodel`'s two-level "
+                "prediction of its HBM traffic? (yes/no)",
+                "e7a0", "2ce37dd8b743d7221c885d0f7c09df300117e63a2a9b2c65e73b78524f25bb70"),
+    "nb07-q3": ("A kernel that pads d = 80 to 128 on chip (a power of two for the tensor cores): what fraction of"
+                " its matmul work is spent on zeros?",
+                "ba02", "54ec159f1378b06eac47f20f7b26c462e827d19df08edc6c61cd604d9409ca6e"),
 }
 
 
-def _norm(answer) -> str:
-    if isinstance(answer, bool):
-        return "yes" if answer else "no"
+def _norm(answer, sig: int | None = None) -> str:
+    if isinstance(answer, bool) or (hasattr(answer, "dtype") and str(getattr(answer, "dtype", "")) == "bool"):
+        return "yes" if bool(answer) else "no"
     if isinstance(answer, (int, float)) or (hasattr(answer, "item") and not isinstance(answer, str)):
         x = float(answer)
+        if sig is not None and x == x and abs(x) != float("inf"):
+            x = float(f"{x:.{sig}g}")  # round to the question's significant digits
+        if x != x or abs(x) == float("inf"):
+            return repr(x)
         return str(int(x)) if x == int(x) else repr(x)
     s = str(answer).strip().lower()
     try:
-        return _norm(float(s))
+        return _norm(float(s.replace(",", "").replace("_", "")), sig)  # "11,520" is 11520
     except ValueError:
         return {"true": "yes", "false": "no"}.get(s, s)
 
 
+def digits(qid: str) -> int | None:
+    """The significant digits an answer to ``qid`` is rounded to (None: compared exactly)."""
+    q = QUESTIONS[qid]
+    return q[3] if len(q) > 3 else None
+
+
 def digest(qid: str, answer) -> str:
     """The salted hash of an answer (what :data:`QUESTIONS` stores)."""
-    return hashlib.sha256((QUESTIONS[qid][1] + ":" + _norm(answer)).encode()).hexdigest()
+    return hashlib.sha256((QUESTIONS[qid][1] + ":" + _norm(answer, digits(qid))).encode()).hexdigest()
 
 
 def ask(qid: str) -> None:

@@ -10,4 +10,32 @@ ANSWERS = {
     "ex7-bc": "no",  # Q, O, L once; K, V once per row block: only Tr = ⌈Nq/Br⌉ appears
     "ex8-merge-io": 4 * (64 + 2),  # S partials of O (d), m and ℓ (1 each) per query row
     "lab-blocks": 3,  # ⌈37 / 16⌉
+    # notebooks 00-07 (the same answers sit in the notebooks' solution regions)
+    "nb00-q1": 201,  # 312e12 / 1.555e12 = 200.6 FLOP/byte
+    "nb00-q2": 11_520,  # 2·M·K·N: a multiply and an add for each of the K terms of each of the M·N outputs
+    "nb00-q3": "memory",  # 2MKN / 2(MK + KN + MN) ≈ 124 FLOP/byte, below the ridge (201)
+    "nb00-q4": 1.25,  # 5 FLOPs per (2 bytes read + 2 bytes written), whatever N is
+    "nb01-q1": 96,  # l.1: 2Nd + N² = 32; l.2: 2N² = 32; l.3: N² + Nd + Nd = 32
+    "nb01-q2": 160,  # 96, plus a read and a write of the 4 × 4 matrix for the mask and again for dropout: 96 + 4·16
+    "nb01-q3": 3.76,  # (11·1024² + 12·1024·64) / (11·512² + 12·512·64) = 12,320,768 / 3,276,800
+    "nb02-q1": 1.55,  # e^(1-3) + e^0 + e^(2-3) + e^(0-3) = 1.553
+    "nb02-q2": 3,  # at 2.0, 3.5 and 4.0
+    "nb02-q3": 1.10,  # 1 + 2·e^(1-4) = 1.0996
+    "nb03-q1": 2,  # once per column block j (line 8 sits inside the loop over j): Tc = 6 / 3
+    "nb03-q2": "no",  # Tc = 1024/16 = 64 passes over Q and O (3Nd each): about 3N²d/Bc = 12N² against standard's 4N²
+    "nb03-q3": 2,  # Theorem 2: Θ(N²d²/M); the cell prints 1.85, since the O(Nd) terms do not fall
+    "nb04-q1": 120,  # once per (j, i): Tc·(4·Nq·d + 2·Nq) = 2·(48 + 12)
+    "nb04-q2": 1.17,  # forward 4N²d for both; backward 10N²d (5 matmuls: S is recomputed) against 8N²d: 14/12
+    "nb04-q3": "yes",  # Br is capped at d, so all the extra SRAM goes to columns: Bc 87 -> 217, Tc 95 -> 38
+    "nb04-q4": "no",  # Algorithm 3 moves whole N × N matrices: nothing in its count depends on M
+    "nb05-q1": 256,  # l.2: Nd + 2N = 48; l.6: 2Nd = 48; each nonzero block (2d+2)·Br in, (d+2)·Br out: 4·40 = 160
+    "nb05-q2": 5,  # i itself and i XOR 2^t for t = 0, 1, 2, 3: 1 + log2(16)
+    "nb05-q3": 832,  # (3d + 4)·Br: Q_i, O_i, ℓ_i, m_i in, O_i, ℓ_i, m_i out
+    "nb06-q1": 63,  # K is read once per row block: Tr·Nk·d = 3·7·3
+    "nb06-q2": 0.531,  # T(T+1)/2 of T² tiles with T = 16: 17/32
+    "nb06-q3": 5,  # 16·4096/128 = 512 work items: ⌈512/108⌉
+    "nb06-q4": 0.505,  # 2 waves: 109 / 216
+    "nb07-q1": 0.201,  # 12 tensors of B·H·N·d = 8,388,608 elements, 2 bytes each
+    "nb07-q2": "no",  # the repeated passes over K, V and Q, dO, dQ hit the 50 MB L2, not DRAM
+    "nb07-q3": 0.375,  # (128 − 80) / 128
 }
