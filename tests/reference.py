@@ -29,23 +29,10 @@ def attend_mask(Nq, Nk, causal=False, mask=None, lead=(), window=None):
 
 
 def attention_ref(Q, K, V, *, scale=None, causal=False, mask=None, dropout_p=0.0, seed=0):
-    """float64 ``dropout(softmax(masked(scale QKᵀ))) V``; fully masked rows give 0. Returns (O, P, lse)."""
-    Q, K, V = (np.asarray(x, dtype=np.float64) for x in (Q, K, V))
-    Nq, Nk, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    scale = 1.0 / np.sqrt(d) if scale is None else scale
-    S = scale * np.einsum("...id,...jd->...ij", Q, K)
-    allowed = attend_mask(Nq, Nk, causal, mask, Q.shape[:-2])
-    S = np.where(allowed, S, -np.inf)
-    row_any = allowed.any(axis=-1, keepdims=True)
-    m = np.where(row_any, S.max(axis=-1, keepdims=True), 0.0)
-    E = np.where(allowed, np.exp(S - m), 0.0)
-    l = E.sum(axis=-1, keepdims=True)
-    P = np.where(row_any, E / np.where(l == 0, 1, l), 0.0)
-    lse = np.where(row_any[..., 0], (m + np.log(np.where(l == 0, 1, l)))[..., 0], -np.inf)
-    Pd = P
-    if dropout_p > 0:
-        Pd = P * _dropout.scale_mask(seed, dropout_p, Q.shape[:-2], (0, Nq), (0, Nk))
-    return Pd @ V, P, lse
+    """float64 ``dropout(softmax(masked(scale QKᵀ))) V``; fully masked rows give 0. Returns (O, P, lse).
+
+    The plain case of :func:`variant_ref` (no GQA, window, softcap, ALiBi or bias)."""
+    return variant_ref(Q, K, V, scale=scale, causal=causal, mask=mask, dropout_p=dropout_p, seed=seed)
 
 
 def torch_grads(Q, K, V, dO, *, scale=None, causal=False, mask=None):
