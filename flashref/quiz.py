@@ -130,6 +130,56 @@ QUESTIONS = {
     "nb07-q3": ("A kernel that pads d = 80 to 128 on chip (a power of two for the tensor cores): what fraction of"
                 " its matmul work is spent on zeros?",
                 "ba02", "54ec159f1378b06eac47f20f7b26c462e827d19df08edc6c61cd604d9409ca6e"),
+    # notebooks 08-12
+    "nb08-q1": ("At the paper's Figure 2 shape (N = 1024, d = 64, 16 heads, batch 8 here), forward + backward on the "
+                "H100: does eager PyTorch attention move more DRAM bytes than the two-level count (Theorem 2's "
+                'machine, where every load and store goes to HBM)? (yes/no)',
+                "4d97", "9cdb68cd0c7b56e7778247929f9b1d68c8c0a6c1db4eda62997b0459479e46e1"),
+    "nb08-q2": ('One head, N = 4096, d = 64, fp16, 32 row blocks, an L2 that holds a quarter of K and V, and 8 CTAs '
+                'resident in lockstep (4 waves): how many MiB does the forward read from DRAM (Q, K and V together)?',
+                "70f9", "48123e0d68aa300193e229dff7527247aa263085395a981034cf00c027af9f0f"),
+    "nb08-q3": ("A lockstep pass counts twice against C_eff = 45 MiB (printed above). At what N do one head's K and V"
+                ' (d = 128, fp16) fill C_eff / 2, the knee?',
+                "e238", "b02a17d25511fc173a1d52193d8f9885ec81634b34f8c5a8e98b6160a3985ce7"),
+    "nb09-q1": ('8 query heads share one K/V head (g = 8), blocks 16 × 16 either way: by what factor does PackGQA '
+                "(`gqa_packing=True`) cut the forward's reads of K?",
+                "4e90", "6b601f34ecb6b6f3bb2167c45cf3c095163e0050c57f3661f7c4b47a075f5a80"),
+    "nb09-q2": ('Causal with a window of w = 512 keys (`window=(511, 0)`), d = 64, blocks 128 × 128: by what factor '
+                "does the forward's HBM traffic grow when N doubles from 16384 to 32768? (to 1 significant digit)",
+                "c5d2", "c20010786ab24d866df1049367557e0a763552223e76421e6540f4d05c51be15", 1),
+    "nb09-q3": ('Causal, 2 heads, N = 32, d = 8, blocks 8 × 8: the same ALiBi handed over as a materialised float '
+                '`bias` instead of `alibi_slopes`. How many more elements does the forward read?',
+                "1319", "a1969eab73062412c20451c5769a5d6239be696a366663a1ba3e156b53dfe114"),
+    "nb10-q1": ('Causal, contiguous shards, P = 8 devices of n = N/P tokens (n large). A step lasts as long as its '
+                "busiest rank; efficiency = total work / (P × the sum of the steps' times). What efficiency does the "
+                'contiguous ring reach? (to 3 significant digits)',
+                "88da", "5860def88f0217b423d638103a0f62d8ca0d64a66c46bb98a363f01d301b15c1", 3),
+    "nb10-q2": ('Equal shards, one head, P = 4: the bytes a rank sends in the forward, as a multiple of N·d·b (b '
+                'bytes per element)?',
+                "5456", "41623c1642bff105c2e00446bd76001b79bbeaef514c4c7823e04015ab0a99d7"),
+    "nb10-q3": ('The H200: 989 TFLOP/s of bf16 matmul (b = 2 bytes), 450 GB/s per direction on NVLink. Causal '
+                "attention: from how many tokens per GPU n on does one forward step's compute hide its send? (to 3 "
+                'significant digits)',
+                "2791", "f80adbb8ec0574088b29a0773fafe0c82ff206237af9e07231e1e1eb9abe2ab3", 3),
+    "nb11-q1": ('e4m3fn has 4 exponent bits (bias 7) and 3 mantissa bits, no infinities, and one NaN pattern per sign'
+                ' (exponent and mantissa all ones). Its largest finite value?',
+                "1e70", "b8ee2b101e2c09160656c67a7719e9c12620e568abeff85b4c79c92a4b6e27c1"),
+    "nb11-q2": ("N = 1024, d = 64, 4 heads, Br = Bc = 128: the fp16 forward's bytes divided by the e4m3 per-tensor "
+                "forward's bytes (Q, K, V at 1 byte, O and L still at 2; the scales are negligible), to 2 significant"
+                ' digits?',
+                "6e7f", "90a1c9e44eadfb2a906d692b86c8326aa761adffbcd99d4a90113d811729ec9e", 2),
+    "nb11-q3": ('Forward key order, `p_scale` S = 2⁸: at what sink height Δ does the closed form Φ(Δ + δ_k − ln 2¹⁰ −'
+                ' ln S) reach one half (half the non-sink entries vanish)? Take δ_k = 1.03; to 3 significant digits.',
+                "e493", "acfa11d8a63d509674c133eae764f504d1646df04bd43c06f2c9754a47d47c8c", 3),
+    "nb12-q1": ('GPT-2 small (12 layers, d_model = 768, 123.7M weights in matmuls) at N = 16384: what percentage of '
+                "the model FLOPs per token is attention's term 12·n_layer·N·d_model? (to 2 significant digits)",
+                "b28c", "90503eb256c4ada299f6634fbc02f1d28790bf3aec5efca969a133e5f7f529af", 2),
+    "nb12-q2": ('Attention is a share a = 0.3 of the step and a kernel makes it s = 1.5 times faster: the whole-step '
+                'speedup, to 3 significant digits?',
+                "070d", "790bcdb55bfb79bfc40217aa1a71753a86ebdff68967714df883592ee49f65d3", 3),
+    "nb12-q3": ('Still a = 0.3, however fast the kernel (s → ∞): the most the whole step can speed up, to 3 '
+                'significant digits?',
+                "a2bb", "6d9946dedc1d351fe0515cd15a116cfff06c371f63da9e4c8a3b53443166f5f6", 3),
 }
 
 

@@ -38,4 +38,20 @@ ANSWERS = {
     "nb07-q1": 0.201,  # 12 tensors of B·H·N·d = 8,388,608 elements, 2 bytes each
     "nb07-q2": "no",  # the repeated passes over K, V and Q, dO, dQ hit the 50 MB L2, not DRAM
     "nb07-q3": 0.375,  # (128 − 80) / 128
+    # notebooks 08-12
+    "nb08-q1": 'yes',  # 12 kernels, not 7 lines (scale passes, a binary kernel): no N × N pass fits the L2
+    "nb08-q2": 4.5,  # Q once (0.5 MiB), K and V (1 MiB) once per wave: 0.5 + 4 · 1
+    "nb08-q3": 46080,  # 45 · 2^20 / 2 bytes / (2 · 128 · 2 bytes per token)
+    "nb09-q1": 8,  # each K/V tile is loaded once per group instead of once per query head: g
+    "nb09-q2": 2,  # ⌈(w − 1 + Br)/Bc⌉ = 5 tiles per row block whatever N: 2.01 (causal alone 3.95)
+    "nb09-q3": 1272,  # bias: visited tiles (1+2+3+4) · 64 · 2 heads = 1280; ALiBi: 8 slopes
+    "nb10-q1": 0.533,  # work P²n²/2, time n²/2 + (P − 1)·n²: P/(2P − 1) = 8/15
+    "nb10-q2": 1.5,  # P − 1 sends of its K and V shards, 2·(N/P)·d·b each: 2(P − 1)/P
+    "nb10-q3": 4400,  # n ≥ F·b/(2W) = 2198, twice that for causal blocks
+    "nb11-q1": 448,  # exponent 1111 → 2^(15−7) = 256, mantissa 110 (111 is NaN) → 1.75: 1.75 · 256
+    "nb11-q2": 1.9,  # Q, K, V reads (4,456,448) at 1 byte, O, L (266,240) at 2: 9,445,376 / 4,989,312
+    "nb11-q3": 11.4,  # Φ(x) = 1/2 at x = 0: Δ = 18 ln 2 − 1.03 = 11.45
+    "nb12-q1": 71,  # 1.812 GFLOP against 6P = 0.742 GFLOP: 70.9%
+    "nb12-q2": 1.11,  # 1 / (0.7 + 0.3/1.5) = 1/0.9
+    "nb12-q3": 1.43,  # 1 / (1 − a) = 1/0.7
 }
