@@ -27,14 +27,15 @@ from ..problem import check_options
 __all__ = ["attention", "forward", "dropout_mask", "MAX_HEAD_DIM", "OPTIONS"]
 
 MAX_HEAD_DIM = 256  # kernels.MAX_HEAD_DIM (kept here so that checking needs no triton import)
-OPTIONS = ("causal", "scale", "deterministic", "dropout_p", "seed", "config")
+OPTIONS = ("causal", "scale", "deterministic", "dropout_p", "seed", "config", "enable_gqa", "window",
+           "alibi_slopes", "softcap")
 
 
 def _interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _check(q, k, v, causal, scale):
+def _check(q, k, v, causal, scale, enable_gqa=False):
     import torch
 
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -58,8 +59,15 @@ def _check(q, k, v, causal, scale):
         raise ValueError(f"q's head dimension d={d} is not supported; use 1 <= d <= {MAX_HEAD_DIM}")
     if Nq < 1:
         raise ValueError("q must have at least one query (N >= 1)")
-    if k.shape[:2] != (B, H) or k.shape[-1] != d:
-        raise ValueError(f"k must have shape ({B}, {H}, Nk, {d}) like q, got {tuple(k.shape)}")
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be a bool, got {type(enable_gqa).__name__}")
+    if enable_gqa and k.shape[0] == B and k.shape[-1] == d and k.shape[1] >= 1 and k.shape[1] != H:
+        if H % k.shape[1]:
+            raise ValueError(f"enable_gqa: q's {H} heads must be a multiple of k's {k.shape[1]} heads "
+                             f"(query head h uses K/V head h // (Hq // Hkv))")
+    elif k.shape[:2] != (B, H) or k.shape[-1] != d:
+        raise ValueError(f"k must have shape ({B}, {H}, Nk, {d}) like q, got {tuple(k.shape)}"
+                         + ("" if enable_gqa or k.shape[1] == H else "; fewer K/V heads need enable_gqa=True"))
     if k.shape[2] < 1:
         raise ValueError("k must have at least one key (Nk >= 1)")
     if v.shape != k.shape:
@@ -71,6 +79,50 @@ def _check(q, k, v, causal, scale):
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     return float(scale)
+
+
+def _variants(q, k, causal, options):
+    """The variants' options checked (each error names its option), as a ``kernels.Variants``."""
+    import torch
+
+    from . import kernels
+
+    B, Hq, Nq, _ = q.shape
+    Nk = k.shape[2]
+    group = Hq // k.shape[1]
+    big = Nq + Nk  # "unbounded": no query can reach that far
+    band = None
+    window = options.get("window")
+    if window is not None:
+        if (not isinstance(window, (tuple, list)) or len(window) != 2
+                or any(isinstance(w, bool) or not isinstance(w, int) for w in window)):
+            raise TypeError(f"window must be None or two ints (left, right), each >= 0 or -1 for unbounded, "
+                            f"got {window!r}")
+        if any(w < -1 for w in window):
+            raise ValueError(f"window: (left, right) must each be >= 0 or -1 for unbounded, got {tuple(window)}")
+        left, right = (big if w < 0 else min(w, big) for w in window)
+        if causal:
+            right = min(right, 0)
+        if tuple(window) != (-1, -1):
+            band = (int(left), int(right))
+    softcap = options.get("softcap")
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) \
+                or softcap <= 0:
+            raise ValueError(f"softcap must be None or a finite float > 0, got {softcap!r}")
+        softcap = float(softcap)
+    slopes = options.get("alibi_slopes")
+    if slopes is not None:
+        slopes = torch.as_tensor(slopes)
+        if not (slopes.is_floating_point()):
+            raise TypeError(f"alibi_slopes must be a float tensor of per-head slopes, got dtype {slopes.dtype}")
+        if tuple(slopes.shape) not in ((Hq,), (B, Hq)):
+            raise ValueError(f"alibi_slopes must have shape ({Hq},) or ({B}, {Hq}) (one slope per query head), "
+                             f"got {tuple(slopes.shape)}")
+        if not torch.isfinite(slopes).all():
+            raise ValueError("alibi_slopes contains NaN or inf")
+        slopes = slopes.to(device=q.device, dtype=torch.float32).expand(B, Hq).contiguous().reshape(-1)
+    return kernels.Variants(group=group, band=band, slopes=slopes, softcap=softcap)
 
 
 def _check_options(options, d, causal, deterministic):
@@ -99,14 +151,16 @@ def _check_options(options, d, causal, deterministic):
 
 
 def forward(q, k, v, *, causal=False, scale=None, **options):
-    """Run the forward kernel; returns ``(o, L)`` with ``L`` the natural-log log-sum-exp, (B, H, Nq) fp32.
+    """Run the forward kernel; returns ``(o, L)`` with ``L`` the natural-log log-sum-exp, (B, H, Nq) fp32
+    (-inf for a row that a window leaves with no key).
 
     Takes attention's options except ``deterministic`` (a backward option)."""
-    scale = _check(q, k, v, causal, scale)
+    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False))
     if "deterministic" in options:
         raise TypeError("unknown option deterministic for forward (it chooses the backward's dQ scheme)")
     dropout, cfg = _check_options(options, q.shape[-1], causal, False)
-    o, L2 = _forward(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, cfg, dropout)
+    var = _variants(q, k, causal, options)
+    o, L2 = _forward(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, cfg, dropout, var)
     return o, L2 * math.log(2.0)
 
 
@@ -123,7 +177,7 @@ def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
     return mask.bool()
 
 
-def _forward(q, k, v, causal, scale, cfg, dropout):
+def _forward(q, k, v, causal, scale, cfg, dropout, var):
     import torch
 
     from . import kernels
@@ -131,11 +185,11 @@ def _forward(q, k, v, causal, scale, cfg, dropout):
     B, H, Nq, d = q.shape
     o = torch.empty_like(q)
     L2 = torch.empty((B, H, Nq), device=q.device, dtype=torch.float32)  # base-2 LSE
-    kernels.forward(q, k, v, o, L2, causal, scale, cfg, dropout)
+    kernels.forward(q, k, v, o, L2, causal, scale, cfg, dropout, var)
     return o, L2
 
 
-def _backward(q, k, v, o, L2, do, causal, scale, deterministic, cfg, dropout):
+def _backward(q, k, v, o, L2, do, causal, scale, deterministic, cfg, dropout, var):
     import torch
 
     from . import kernels
@@ -144,7 +198,7 @@ def _backward(q, k, v, o, L2, do, causal, scale, deterministic, cfg, dropout):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     # FA2's atomic dQ needs an fp32 dQ in HBM (zeroed by the kernels' pre-pass)
     dq_acc = None if deterministic else torch.empty(q.shape, device=q.device, dtype=torch.float32)
-    kernels.backward(q, k, v, o, L2, do.contiguous(), dq, dk, dv, D, causal, scale, cfg, dropout, dq_acc)
+    kernels.backward(q, k, v, o, L2, do.contiguous(), dq, dk, dv, D, causal, scale, cfg, dropout, dq_acc, var)
     return dq, dk, dv
 
 
@@ -153,11 +207,11 @@ def _function():
 
     class _Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, causal, scale, deterministic, cfg, dropout):
+        def forward(ctx, q, k, v, causal, scale, deterministic, cfg, dropout, var):
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-            o, L2 = _forward(q, k, v, causal, scale, cfg, dropout)
+            o, L2 = _forward(q, k, v, causal, scale, cfg, dropout, var)
             ctx.save_for_backward(q, k, v, o, L2)  # FA2 §3.1.1: O and L only, never P (nor the mask)
-            ctx.args = causal, scale, deterministic, cfg, dropout
+            ctx.args = causal, scale, deterministic, cfg, dropout, var
             return o
 
         @staticmethod
@@ -168,7 +222,7 @@ def _function():
                                    "of its own; use torch's scaled_dot_product_attention with the math backend")
             q, k, v, o, L2 = ctx.saved_tensors
             dq, dk, dv = _backward(q, k, v, o, L2, do, *ctx.args)
-            return dq, dk, dv, None, None, None, None, None
+            return dq, dk, dv, None, None, None, None, None, None
 
     return _Attention
 
@@ -194,15 +248,28 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     the same entries numpy's reference drops; without it every call draws a fresh seed from torch's
     default generator. ``config``: a ``kernels.Config`` (kernel version, tiles, schedules).
     An unknown option raises a TypeError that lists the valid ones.
+
+    The variants (flashref.variants; the same semantics as the numpy reference, in forward and
+    backward, and in both kernels):
+
+    * ``enable_gqa=True``: k and v may have ``Hkv`` heads, ``Hq`` a multiple of it; query head h
+      uses K/V head ``h // (Hq // Hkv)`` (PyTorch's rule); dk, dv come back with ``Hkv`` heads;
+    * ``window=(left, right)``: query i sees keys ``i − left <= j <= i + right``, -1 unbounded,
+      top-left aligned like causal and combinable with it; K/V tiles outside the band are skipped;
+      a query that sees no key gets a zero output;
+    * ``alibi_slopes``: a float tensor ``(Hq,)`` or ``(B, Hq)``; adds ``−slope·|i − j|`` to the
+      scaled scores, on chip;
+    * ``softcap=c > 0``: the scaled scores become ``c·tanh(s/c)`` (before ALiBi and the mask).
     """
     global _FN
-    scale = _check(q, k, v, causal, scale)
+    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False))
     if deterministic is None:
         import torch
         deterministic = torch.are_deterministic_algorithms_enabled()
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
+    var = _variants(q, k, causal, options)
     if _FN is None:
         _FN = _function()
-    return _FN.apply(q, k, v, causal, scale, deterministic, cfg, dropout)
+    return _FN.apply(q, k, v, causal, scale, deterministic, cfg, dropout, var)

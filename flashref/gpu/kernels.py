@@ -292,13 +292,79 @@ def _store_rows(base, offs_r, n_rows, offs_d, x, HEAD_D: tl.constexpr, D_PAD: tl
 
 
 @triton.jit
-def _attend(offs_m, offs_n, Nk, CAUSAL: tl.constexpr):
+def _attend(offs_m, offs_n, Nk, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, win_l, win_r):
     # Which (query, key) pairs exist: keys past Nk never; causal (top-left): key j <= query i.
+    # [window] the band i − win_l <= j <= i + win_r instead (causal already folded into win_r <= 0).
     # offs_m and offs_n broadcast: (Br, 1) × (1, Bc), or transposed in the dK/dV kernel.
     ok = offs_n < Nk
-    if CAUSAL:
+    if WINDOW:
+        ok = ok & (offs_n >= offs_m - win_l) & (offs_n <= offs_m + win_r)
+    elif CAUSAL:
         ok = ok & (offs_m >= offs_n)
     return ok
+
+
+@triton.jit
+def _tanh(x):
+    # tanh(x) = 1 − 2 / (e^{2x} + 1): one exp2 on the exponential unit (and a reciprocal); exact
+    # limits ±1 when e^{2x} overflows to inf or underflows to 0 (no NaN).
+    return 1.0 - 2.0 / (tl.math.exp2(x * (2.0 * 1.4426950408889634)) + 1.0)
+
+
+@triton.jit
+def _modify(S, offs_m, offs_n, qk_scale, slope2, sc_in, sc_out, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr):
+    # The variants' score modifiers on an unscaled tile S = Q_i K_jᵀ, in flash2.py's order
+    # (variants.modify_scores): scale, [softcap] c·tanh(s/c), [alibi] − slope·|i − j|. Returned in
+    # base-2 units (× log2 e, folded into the constants: sc_in = τ/c, sc_out = c·log2 e, slope2 =
+    # slope·log2 e), with T = tanh(τS/c) for the backward's softcap derivative 1 − T² (else S).
+    T = S
+    if SOFTCAP:
+        T = _tanh(S * sc_in)
+        S = sc_out * T
+    else:
+        S = S * qk_scale
+    if ALIBI:
+        S = S - slope2 * tl.abs((offs_m - offs_n).to(tl.float32))
+    return S, T
+
+
+@triton.jit
+def _window_cols(start_m, Nk, win_l, win_r, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # [window] the key columns row block [start_m, start_m + Br) visits (flash2.py's tile_visited and
+    # tile_inside as loop bounds): [j_lo, j_a) and [j_b, j_hi) are boundary tiles (masked), [j_a, j_b)
+    # tiles wholly inside the band (and inside Nk), unmasked. Every bound but j_hi is a tile edge.
+    j_lo = (tl.maximum(start_m - win_l, 0) // BLOCK_N) * BLOCK_N
+    j_hi = tl.minimum(Nk, start_m + BLOCK_M + win_r)
+    j_lo = tl.minimum(j_lo, j_hi)
+    j_a = tl.cdiv(tl.maximum(start_m + BLOCK_M - 1 - win_l, 0), BLOCK_N) * BLOCK_N
+    j_a = tl.minimum(tl.maximum(j_a, j_lo), j_hi)
+    j_b = tl.minimum((start_m + win_r + 1) // BLOCK_N, Nk // BLOCK_N) * BLOCK_N
+    j_b = tl.maximum(j_b, j_a)
+    return j_lo, j_a, j_b, j_hi
+
+
+@triton.jit
+def _window_rows(start_n, Nq, win_l, win_r, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # [window] the transpose for column block [start_n, start_n + Bc): the query rows that see one
+    # of its keys (i in [j − win_r, j + win_l]); [i_lo, i_a) and [i_b, i_hi) masked, [i_a, i_b) not.
+    i_lo = (tl.maximum(start_n - win_r, 0) // BLOCK_M) * BLOCK_M
+    i_hi = tl.minimum(Nq, start_n + BLOCK_N + win_l)
+    i_lo = tl.minimum(i_lo, i_hi)
+    i_a = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - win_r, 0), BLOCK_M) * BLOCK_M
+    i_a = tl.minimum(tl.maximum(i_a, i_lo), i_hi)
+    i_b = tl.minimum((start_n + win_l + 1) // BLOCK_M, Nq // BLOCK_M) * BLOCK_M
+    i_b = tl.maximum(i_b, i_a)
+    return i_lo, i_a, i_b, i_hi
+
+
+@triton.jit
+def _kv_head(bh, Hq, group, GQA: tl.constexpr):
+    # [gqa] the K/V head of (batch, query head) bh: head h uses K/V head h // group (PyTorch's rule).
+    if GQA:
+        kv_bh = (bh // Hq) * (Hq // group) + (bh % Hq) // group
+    else:
+        kv_bh = bh
+    return kv_bh
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,7 +386,7 @@ def _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_d, N
 
 @triton.jit
 def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, h_bh, offs_m, offs_n, thresh,
-                    LAZY: tl.constexpr, DROPOUT: tl.constexpr):
+                    LAZY: tl.constexpr, DROPOUT: tl.constexpr, SAFE: tl.constexpr):
     # FA2 Alg.1 l.9 (flash2.py): m_i^new = max(m_i, rowmax(S_ij)), in base 2 (τ·log2 e applied here,
     # and below fused with the max subtraction into one FMA per element) ...
     m_new = tl.maximum(m_i, tl.max(S_ij, 1) * qk_scale)  # (Br,)
@@ -335,12 +401,18 @@ def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, h_bh, offs_m, offs_n, th
             l_i = l_i * alpha
             m_i = m_new
     else:
-        alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
+        if SAFE:  # [window] a row with nothing to attend to yet: subtract 0, never NaN (flash2.py's m_safe)
+            alpha = tl.math.exp2(m_i - tl.where(m_new == float("-inf"), 0.0, m_new))
+        else:
+            alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
         acc = acc * alpha[:, None]  # l.10's diag(e^{m_i − m_i^new}) O_i (the printed ^{-1} is a typo)
         l_i = l_i * alpha  # l.9's e^{m_i − m_i^new} ℓ_i
         m_i = m_new
     # FA2 Alg.1 l.9 (flash2.py): P̃_ij = exp(S_ij − m_i^new); ℓ_i^new = e^{..} ℓ_i + rowsum(P̃_ij).
-    P_tilde_ij = tl.math.exp2(S_ij * qk_scale - m_i[:, None])  # (Br, Bc)
+    if SAFE:
+        P_tilde_ij = tl.math.exp2(S_ij * qk_scale - tl.where(m_i == float("-inf"), 0.0, m_i)[:, None])
+    else:
+        P_tilde_ij = tl.math.exp2(S_ij * qk_scale - m_i[:, None])  # (Br, Bc)
     l_i = l_i + tl.sum(P_tilde_ij, 1)
     if DROPOUT:  # ℓ_i sums P̃ before dropout (flash2.py); Z's 1/(1-p) is applied once, in _finish
         P_tilde_ij = tl.where(_keep(h_bh, offs_m[:, None], offs_n[None, :], thresh), P_tilde_ij, 0.0)
@@ -353,7 +425,11 @@ def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, h_bh, offs_m, offs_n, th
 def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d, j_lo, j_hi, Nk,
                qk_scale, h_bh, thresh, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, D_PAD: tl.constexpr,
                CAUSAL: tl.constexpr, MASKED: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
-               LAZY: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr):
+               LAZY: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
+               win_l, win_r, slope2, sc_in, sc_out, WINDOW: tl.constexpr, ALIBI: tl.constexpr,
+               SOFTCAP: tl.constexpr):
+    # win_l, win_r, slope2, sc_in, sc_out: the variants' runtime values (_attend, _modify), unused when
+    # their flag is off.
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(j_lo, j_hi, BLOCK_N, warp_specialize=WS):  # FA2 Alg.1 l.6: for 1 <= j <= Tc
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -363,11 +439,17 @@ def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs
                              EVEN, TMA)
         # FA2 Alg.1 l.8 (flash2.py): S_ij = τ Q_i K_jᵀ (τ applied in l.9's FMA).
         S_ij = tl.dot(Q_i, K_jT)  # (Br, Bc) fp32, unscaled
-        if MASKED:  # only in the blocks the diagonal or a ragged end crosses (FA2 §3.1.1)
-            S_ij = tl.where(_attend(offs_m[:, None], offs_n[None, :], Nk, CAUSAL), S_ij, float("-inf"))
+        s_scale = qk_scale
+        if SOFTCAP or ALIBI:  # [softcap] [alibi] on chip: S_ij is then scaled, in base 2
+            S_ij, _ = _modify(S_ij, offs_m[:, None], offs_n[None, :], qk_scale, slope2, sc_in, sc_out,
+                              ALIBI, SOFTCAP)
+            s_scale = 1.0
+        if MASKED:  # only in the blocks the diagonal, the [window]'s edges or a ragged end cross (FA2 §3.1.1)
+            S_ij = tl.where(_attend(offs_m[:, None], offs_n[None, :], Nk, CAUSAL, WINDOW, win_l, win_r), S_ij,
+                            float("-inf"))
         # FA2 Alg.1 l.9-10 (flash2.py): online softmax and O_i update.
-        m_i, l_i, acc = _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, h_bh, offs_m, offs_n, thresh,
-                                        LAZY, DROPOUT)
+        m_i, l_i, acc = _online_softmax(S_ij, m_i, l_i, acc, V_j, s_scale, h_bh, offs_m, offs_n, thresh,
+                                        LAZY, DROPOUT, WINDOW)
     return acc, l_i, m_i
 
 
@@ -376,7 +458,8 @@ def _fwd_inner_split(acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k,
                      offs_m1, offs_d, j_lo, j_hi, Nk, qk_scale, h_bh, thresh, BLOCK_N: tl.constexpr,
                      HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                      EVEN: tl.constexpr, TMA: tl.constexpr, LAZY: tl.constexpr, DROPOUT: tl.constexpr,
-                     WS: tl.constexpr):
+                     WS: tl.constexpr, win_l, win_r, slope2, sc_in, sc_out, WINDOW: tl.constexpr,
+                     ALIBI: tl.constexpr, SOFTCAP: tl.constexpr):
     # The same loop for two row blocks Q0, Q1 sharing each K_j, V_j. Both S matmuls are issued
     # before either softmax, so the tensor cores work on one half while the other's exp2 runs
     # (FlashAttention-3's intra-warpgroup overlap, left to Triton's scheduler).
@@ -388,13 +471,20 @@ def _fwd_inner_split(acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k,
                              EVEN, TMA)
         S0 = tl.dot(Q0, K_jT)  # FA2 Alg.1 l.8, first half
         S1 = tl.dot(Q1, K_jT)  # FA2 Alg.1 l.8, second half
+        s_scale = qk_scale
+        if SOFTCAP or ALIBI:  # [softcap] [alibi]
+            S0, _ = _modify(S0, offs_m0[:, None], offs_n[None, :], qk_scale, slope2, sc_in, sc_out, ALIBI, SOFTCAP)
+            S1, _ = _modify(S1, offs_m1[:, None], offs_n[None, :], qk_scale, slope2, sc_in, sc_out, ALIBI, SOFTCAP)
+            s_scale = 1.0
         if MASKED:
-            S0 = tl.where(_attend(offs_m0[:, None], offs_n[None, :], Nk, CAUSAL), S0, float("-inf"))
-            S1 = tl.where(_attend(offs_m1[:, None], offs_n[None, :], Nk, CAUSAL), S1, float("-inf"))
-        m0, l0, acc0 = _online_softmax(S0, m0, l0, acc0, V_j, qk_scale, h_bh, offs_m0, offs_n, thresh,
-                                       LAZY, DROPOUT)  # l.9-10
-        m1, l1, acc1 = _online_softmax(S1, m1, l1, acc1, V_j, qk_scale, h_bh, offs_m1, offs_n, thresh,
-                                       LAZY, DROPOUT)  # l.9-10
+            S0 = tl.where(_attend(offs_m0[:, None], offs_n[None, :], Nk, CAUSAL, WINDOW, win_l, win_r), S0,
+                          float("-inf"))
+            S1 = tl.where(_attend(offs_m1[:, None], offs_n[None, :], Nk, CAUSAL, WINDOW, win_l, win_r), S1,
+                          float("-inf"))
+        m0, l0, acc0 = _online_softmax(S0, m0, l0, acc0, V_j, s_scale, h_bh, offs_m0, offs_n, thresh,
+                                       LAZY, DROPOUT, WINDOW)  # l.9-10
+        m1, l1, acc1 = _online_softmax(S1, m1, l1, acc1, V_j, s_scale, h_bh, offs_m1, offs_n, thresh,
+                                       LAZY, DROPOUT, WINDOW)  # l.9-10
     return acc0, l0, m0, acc1, l1, m1
 
 
@@ -411,11 +501,14 @@ def _load_q(Q_base, desc_q, q_row0, offs_m, offs_d, Nq, HEAD_D: tl.constexpr, D_
 
 @triton.jit
 def _finish(acc, l_i, m_i, O_base, L2_base, offs_m, offs_d, Nq, inv_keep, HEAD_D: tl.constexpr,
-            D_PAD: tl.constexpr, DROPOUT: tl.constexpr):
+            D_PAD: tl.constexpr, DROPOUT: tl.constexpr, SAFE: tl.constexpr):
     # FA2 Alg.1 l.11 (flash2.py): end for.
     # FA2 Alg.1 l.12 (flash2.py): O_i = diag(ℓ_i)^{-1} O_i, once per row block. (ℓ_i > 0 always:
     # key 0 is visible to every query, top-left causal included.) Dropout's 1/(1-p) here, once.
-    O_i = acc / l_i[:, None]
+    if SAFE:  # [window] ℓ_i = 0 only for a fully masked row: O_i = 0 (divide by 1), L_i = -inf
+        O_i = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    else:
+        O_i = acc / l_i[:, None]
     if DROPOUT:
         O_i = O_i * inv_keep
     # FA2 Alg.1 l.13 (flash2.py): L_i = m_i + log ℓ_i, in base 2 (m_i is already base 2).
@@ -426,31 +519,45 @@ def _finish(acc, l_i, m_i, O_base, L2_base, offs_m, offs_d, Nq, inv_keep, HEAD_D
 
 
 @triton.jit
-def _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, i, bh, Nq, Nk, qk_scale, seed_key, thresh, inv_keep,
+def _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_scale, seed_key, thresh, inv_keep,
+              Hq, group, win_l, win_r, sc_in, sc_out,
               HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
               TMA: tl.constexpr, LAZY: tl.constexpr, SPLIT: tl.constexpr, DROPOUT: tl.constexpr,
-              WS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              WS: tl.constexpr, GQA: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr,
+              SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # One row block i of one (batch, head) bh: FA2 Alg.1 l.4-15.
     start_m = i * BLOCK_M
     offs_d = tl.arange(0, D_PAD)
+    kv_bh = _kv_head(bh, Hq, group, GQA)  # [gqa] query head h reads K/V head h // group
     Q_base = Q + bh * Nq * HEAD_D
-    K_base = K + bh * Nk * HEAD_D
-    V_base = V + bh * Nk * HEAD_D
+    K_base = K + kv_bh * Nk * HEAD_D
+    V_base = V + kv_bh * Nk * HEAD_D
     O_base = O + bh * Nq * HEAD_D
     L2_base = L2 + bh * Nq
     q_row0 = (bh * Nq + start_m).to(tl.int32)  # this block's first row in the (B·H·Nq, d) descriptor
-    kv_row0 = (bh * Nk).to(tl.int32)  # this head's first row in the (B·H·Nk, d) descriptors
+    kv_row0 = (kv_bh * Nk).to(tl.int32)  # this head's first row in the (B·Hkv·Nk, d) descriptors
     h_bh = seed_key
     if DROPOUT:
         h_bh = _dropout_key(seed_key, bh)
-    # Causal block skipping (FA2 §3.1.1): keys past the block's last query are never visited;
-    # blocks wholly at or below the first query need no mask.
-    if CAUSAL:
-        j_hi = tl.minimum(Nk, start_m + BLOCK_M)
-        n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
+    slope2 = 0.0
+    if ALIBI:  # [alibi] this head's slope (× log2 e), loaded once per row block: the only IO ALiBi costs
+        slope2 = tl.load(Slopes + bh)
+    if WINDOW:
+        # [window] only the K/V tiles the band [i − left, i + right] reaches (tile_visited); the
+        # boundary tiles masked, those wholly inside it not (tile_inside).
+        j_lo, j_a, j_b, j_hi = _window_cols(start_m, Nk, win_l, win_r, BLOCK_M, BLOCK_N)
     else:
-        j_hi = Nk
-        n_full = Nk // BLOCK_N
+        # Causal block skipping (FA2 §3.1.1): keys past the block's last query are never visited;
+        # blocks wholly at or below the first query need no mask.
+        if CAUSAL:
+            j_hi = tl.minimum(Nk, start_m + BLOCK_M)
+            n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
+        else:
+            j_hi = Nk
+            n_full = Nk // BLOCK_N
+        j_lo = 0
+        j_a = 0
+        j_b = n_full * BLOCK_N
     if SPLIT:
         HALF: tl.constexpr = BLOCK_M // 2
         offs_m0 = start_m + tl.arange(0, HALF)
@@ -464,16 +571,23 @@ def _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, i, bh, Nq, Nk, qk_scale, s
         l1 = tl.zeros([HALF], dtype=tl.float32)
         m0 = tl.zeros([HALF], dtype=tl.float32) - float("inf")
         m1 = tl.zeros([HALF], dtype=tl.float32) - float("inf")
+        if WINDOW:  # [window] the left boundary tiles, masked
+            acc0, l0, m0, acc1, l1, m1 = _fwd_inner_split(
+                acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k, desc_v, kv_row0, offs_m0, offs_m1,
+                offs_d, j_lo, j_a, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL, True, EVEN,
+                TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out, WINDOW, ALIBI, SOFTCAP)
         acc0, l0, m0, acc1, l1, m1 = _fwd_inner_split(
             acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k, desc_v, kv_row0, offs_m0, offs_m1,
-            offs_d, 0, n_full * BLOCK_N, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL, False, EVEN,
-            TMA, LAZY, DROPOUT, WS)
+            offs_d, j_a, j_b, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL, False, EVEN,
+            TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out, WINDOW, ALIBI, SOFTCAP)
         acc0, l0, m0, acc1, l1, m1 = _fwd_inner_split(
             acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k, desc_v, kv_row0, offs_m0, offs_m1,
-            offs_d, n_full * BLOCK_N, j_hi, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL, True, EVEN,
-            TMA, LAZY, DROPOUT, WS)
-        _finish(acc0, l0, m0, O_base, L2_base, offs_m0, offs_d, Nq, inv_keep, HEAD_D, D_PAD, DROPOUT)  # l.11-15
-        _finish(acc1, l1, m1, O_base, L2_base, offs_m1, offs_d, Nq, inv_keep, HEAD_D, D_PAD, DROPOUT)  # l.11-15
+            offs_d, j_b, j_hi, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL, True, EVEN,
+            TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out, WINDOW, ALIBI, SOFTCAP)
+        _finish(acc0, l0, m0, O_base, L2_base, offs_m0, offs_d, Nq, inv_keep, HEAD_D, D_PAD, DROPOUT,
+                WINDOW)  # l.11-15
+        _finish(acc1, l1, m1, O_base, L2_base, offs_m1, offs_d, Nq, inv_keep, HEAD_D, D_PAD, DROPOUT,
+                WINDOW)  # l.11-15
     else:
         offs_m = start_m + tl.arange(0, BLOCK_M)
         # FA2 Alg.1 l.4 (flash2.py): load Q_i.
@@ -482,25 +596,37 @@ def _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, i, bh, Nq, Nk, qk_scale, s
         acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+        if WINDOW:  # [window] the left boundary tiles, masked
+            acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
+                                       j_lo, j_a, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL,
+                                       True, EVEN, TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out,
+                                       WINDOW, ALIBI, SOFTCAP)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                                   0, n_full * BLOCK_N, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL,
-                                   False, EVEN, TMA, LAZY, DROPOUT, WS)
+                                   j_a, j_b, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL,
+                                   False, EVEN, TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out,
+                                   WINDOW, ALIBI, SOFTCAP)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                                   n_full * BLOCK_N, j_hi, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL,
-                                   True, EVEN, TMA, LAZY, DROPOUT, WS)
-        _finish(acc, l_i, m_i, O_base, L2_base, offs_m, offs_d, Nq, inv_keep, HEAD_D, D_PAD, DROPOUT)  # l.11-15
+                                   j_b, j_hi, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL,
+                                   True, EVEN, TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out,
+                                   WINDOW, ALIBI, SOFTCAP)
+        _finish(acc, l_i, m_i, O_base, L2_base, offs_m, offs_d, Nq, inv_keep, HEAD_D, D_PAD, DROPOUT,
+                WINDOW)  # l.11-15
 
 
 @triton.jit(do_not_specialize=["seed_key", "thresh"])
-def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, BH, Nq, Nk, qk_scale, seed_key, thresh, inv_keep,
+def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, BH, Nq, Nk, qk_scale, seed_key, thresh, inv_keep,
+                Hq, group, win_l, win_r, sc_in, sc_out,
                 HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
                 TMA: tl.constexpr, LAZY: tl.constexpr, SPLIT: tl.constexpr, HEADS_FIRST: tl.constexpr,
                 PERSISTENT: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
+                GQA: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; a program runs l.3's iteration i for one
     # (batch, head). Causal: the longest rows first (i counted from the end). HEADS_FIRST: tile t is
     # (row block t // BH, head t % BH), so every head's longest row block comes before any head's
     # next one. PERSISTENT: one program per SM walks tiles pid, pid + #programs, ... in that order.
+    # The variants (GQA, WINDOW, ALIBI, SOFTCAP: constexpr, so a kernel without them has none of
+    # their code) take Hq, group, win_l, win_r, Slopes, sc_in, sc_out (unused when off).
     Tr = tl.cdiv(Nq, BLOCK_M)
     if PERSISTENT:
         for t in range(tl.program_id(0), Tr * BH, tl.num_programs(0)):
@@ -513,8 +639,9 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, BH, Nq, Nk, qk_scale, se
             i = pid
             if CAUSAL:
                 i = Tr - 1 - pid
-            _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, i, bh, Nq, Nk, qk_scale, seed_key, thresh, inv_keep,
-                      HEAD_D, D_PAD, CAUSAL, EVEN, TMA, LAZY, SPLIT, DROPOUT, WS, BLOCK_M, BLOCK_N)
+            _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_scale, seed_key, thresh,
+                      inv_keep, Hq, group, win_l, win_r, sc_in, sc_out, HEAD_D, D_PAD, CAUSAL, EVEN, TMA, LAZY,
+                      SPLIT, DROPOUT, WS, GQA, WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N)
     else:
         if HEADS_FIRST:
             pid = tl.program_id(1)
@@ -525,8 +652,9 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, BH, Nq, Nk, qk_scale, se
         i = pid
         if CAUSAL:
             i = Tr - 1 - pid
-        _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, i, bh, Nq, Nk, qk_scale, seed_key, thresh, inv_keep,
-                  HEAD_D, D_PAD, CAUSAL, EVEN, TMA, LAZY, SPLIT, DROPOUT, WS, BLOCK_M, BLOCK_N)
+        _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_scale, seed_key, thresh,
+                  inv_keep, Hq, group, win_l, win_r, sc_in, sc_out, HEAD_D, D_PAD, CAUSAL, EVEN, TMA, LAZY,
+                  SPLIT, DROPOUT, WS, GQA, WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N)
 
 
 # --------------------------------------------------------------------------------------------
@@ -559,10 +687,10 @@ def _bwd_dq_scale(dQacc, dQ, n_elements, sm_scale, BLOCK: tl.constexpr):
 
 @triton.jit
 def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base, offs_n, offs_d,
-                    i_lo, i_hi, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
+                    i_lo, i_hi, Nq, Nk, qk_scale, h_bh, thresh, inv_keep, win_l, win_r, slope2, sc_in, sc_out,
                     BLOCK_M: tl.constexpr, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr,
                     MASKED: tl.constexpr, EVEN: tl.constexpr, ATOMIC_DQ: tl.constexpr, DROPOUT: tl.constexpr,
-                    WS: tl.constexpr):
+                    WS: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr):
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(i_lo, i_hi, BLOCK_M, warp_specialize=WS):  # FA2 Alg.2 l.8: for 1 <= i <= Tr
         start_m = tl.multiple_of(start_m, BLOCK_M)
@@ -573,12 +701,16 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
         L2_i = _load_vec(L2_base, offs_m, Nq, not EVEN)
         D_i = _load_vec(D_base, offs_m, Nq, not EVEN)
         # FA2 Alg.2 l.10 (flash2.py): S_ij = τ Q_i K_jᵀ, computed transposed: S_ijᵀ = K_j Q_iᵀ.
-        S_ijT = tl.dot(K_j, tl.trans(Q_i)) * qk_scale  # (Bc, Br), base 2
+        if SOFTCAP or ALIBI:  # [softcap] [alibi], keeping T = tanh(τS/c) for dS (flash2.py's dtanh_ij)
+            S_ijT, T_ijT = _modify(tl.dot(K_j, tl.trans(Q_i)), offs_m[None, :], offs_n[:, None], qk_scale, slope2,
+                                   sc_in, sc_out, ALIBI, SOFTCAP)  # (Bc, Br), base 2
+        else:
+            S_ijT = tl.dot(K_j, tl.trans(Q_i)) * qk_scale  # (Bc, Br), base 2
         # FA2 Alg.2 l.11 (flash2.py): P_ij = exp(S_ij − L_i).
         P_ijT = tl.math.exp2(S_ijT - L2_i[None, :])  # (Bc, Br)
-        if MASKED:
-            P_ijT = tl.where(_attend(offs_m[None, :], offs_n[:, None], Nk, CAUSAL) & (offs_m[None, :] < Nq),
-                             P_ijT, 0.0)
+        if MASKED:  # (a fully masked row, L_i = -inf, is masked in every tile it meets: P = 0, no NaN)
+            P_ijT = tl.where(_attend(offs_m[None, :], offs_n[:, None], Nk, CAUSAL, WINDOW, win_l, win_r)
+                             & (offs_m[None, :] < Nq), P_ijT, 0.0)
         # FA2 Alg.2 l.12 (flash2.py): dV_j += (P_ij ∘ Z_ij)ᵀ dO_i.
         if DROPOUT:
             keepT = _keep(h_bh, offs_m[None, :], offs_n[:, None], thresh)  # (Bc, Br)
@@ -590,7 +722,10 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
         if DROPOUT:
             dP_ijT = tl.where(keepT, dP_ijT * inv_keep, 0.0)
         # FA2 Alg.2 l.14 (flash2.py): dS_ij = P_ij ∘ (dP_ij − D_i).
-        dS_ijT = (P_ijT * (dP_ijT - D_i[None, :])).to(Q_i.dtype)  # (Bc, Br)
+        if SOFTCAP:  # [softcap] through c·tanh(s/c): dS_ij ∘ (1 − tanh²)
+            dS_ijT = (P_ijT * (dP_ijT - D_i[None, :]) * (1.0 - T_ijT * T_ijT)).to(Q_i.dtype)  # (Bc, Br)
+        else:
+            dS_ijT = (P_ijT * (dP_ijT - D_i[None, :])).to(Q_i.dtype)  # (Bc, Br)
         if ATOMIC_DQ:
             # FA2 Alg.2 l.15 (flash2.py): dQ_i += dS_ij K_j, read-modified-written in HBM: an fp32
             # atomic add, since every column block's program adds into the same dQ_i (τ: at the end).
@@ -608,23 +743,14 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
     return dK_j, dV_j
 
 
-@triton.jit(do_not_specialize=["seed_key", "thresh"])
-def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Nq, Nk, sm_scale, qk_scale, seed_key, thresh, inv_keep,
-                     HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
-                     ATOMIC_DQ: tl.constexpr, STAGGER: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # FA2 Alg.2 l.5 (flash2.py): this program is one column block j (and one (batch, head)).
-    j = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    start_n = j * BLOCK_N
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, D_PAD)
-    # FA2 Alg.2 l.6 (flash2.py): load K_j, V_j from HBM, once.
-    K_j = _load_rows(K + bh * Nk * HEAD_D, offs_n, Nk, offs_d, HEAD_D, D_PAD, not EVEN)  # (Bc, d)
-    V_j = _load_rows(V + bh * Nk * HEAD_D, offs_n, Nk, offs_d, HEAD_D, D_PAD, not EVEN)  # (Bc, d)
-    # FA2 Alg.2 l.7 (flash2.py): dK_j = 0, dV_j = 0 on chip (fp32).
-    dK_j = tl.zeros([BLOCK_N, D_PAD], dtype=tl.float32)
-    dV_j = tl.zeros([BLOCK_N, D_PAD], dtype=tl.float32)
+@triton.jit
+def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_n, offs_n, offs_d, Nq, Nk,
+                   qk_scale, seed_key, thresh, inv_keep, win_l, win_r, sc_in, sc_out,
+                   HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
+                   ATOMIC_DQ: tl.constexpr, STAGGER: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
+                   WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # FA2 Alg.2 l.8-17 for column block j and one query head bh: add its row blocks into dK_j, dV_j.
     Q_base = Q + bh * Nq * HEAD_D
     dO_base = dO + bh * Nq * HEAD_D
     L2_base = L2 + bh * Nq
@@ -636,37 +762,96 @@ def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Nq, Nk, sm_scale, qk_sca
         dQ_base = dQacc + bh * Nq * HEAD_D  # this head's fp32 dQ, zeroed by the pre-pass
     else:
         dQ_base = dQacc  # None: dQ comes from the separate dQ kernel
+    slope2 = 0.0
+    if ALIBI:  # [alibi] this query head's slope (× log2 e)
+        slope2 = tl.load(Slopes + bh)
     Nq_full = (Nq // BLOCK_M) * BLOCK_M  # row blocks that need no bound mask
-    if CAUSAL:
-        # causal skipping: row blocks wholly before key start_n are never visited; those crossing
-        # the diagonal (rows < start_n + Bc) get the mask.
-        i_lo = (start_n // BLOCK_M) * BLOCK_M
-        i_diag = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, Nq_full)
-        i_diag = tl.maximum(i_diag, i_lo)
+    if WINDOW:
+        # [window] only the row blocks whose band reaches this column block; boundary ones masked.
+        i_lo, i_a, i_b, i_hi = _window_rows(start_n, Nq, win_l, win_r, BLOCK_M, BLOCK_N)
         dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
-                                     offs_n, offs_d, i_lo, i_diag, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
-                                     BLOCK_M, HEAD_D, D_PAD, CAUSAL, True, EVEN, ATOMIC_DQ, DROPOUT, WS)
+                                     offs_n, offs_d, i_lo, i_a, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
+                                     win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, True,
+                                     EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
         dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
-                                     offs_n, offs_d, i_diag, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
-                                     BLOCK_M, HEAD_D, D_PAD, CAUSAL, False, EVEN, ATOMIC_DQ, DROPOUT, WS)
-        i_tail = tl.maximum(Nq_full, i_diag)
+                                     offs_n, offs_d, i_a, i_b, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
+                                     win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, False,
+                                     EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+        i_tail = i_b
+        i_end = i_hi
     else:
-        # STAGGER: start at this program's own row block and wrap around, so that the column blocks
-        # of one head do not all add into the same dQ_i at the same moment (atomic contention).
-        i_mid = 0
-        if STAGGER:
-            i_mid = tl.minimum((start_n // BLOCK_M) * BLOCK_M, Nq_full)
-        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
-                                     offs_n, offs_d, i_mid, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
-                                     BLOCK_M, HEAD_D, D_PAD, CAUSAL, False, EVEN, ATOMIC_DQ, DROPOUT, WS)
-        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
-                                     offs_n, offs_d, 0, i_mid, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
-                                     BLOCK_M, HEAD_D, D_PAD, CAUSAL, False, EVEN, ATOMIC_DQ, DROPOUT, WS)
-        i_tail = Nq_full
-    # the ragged last row block (empty when Nq is a multiple of Br)
+        if CAUSAL:
+            # causal skipping: row blocks wholly before key start_n are never visited; those crossing
+            # the diagonal (rows < start_n + Bc) get the mask.
+            i_lo = (start_n // BLOCK_M) * BLOCK_M
+            i_diag = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, Nq_full)
+            i_diag = tl.maximum(i_diag, i_lo)
+            dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                         offs_n, offs_d, i_lo, i_diag, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
+                                         win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
+                                         True, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+            dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                         offs_n, offs_d, i_diag, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
+                                         win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
+                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+            i_tail = tl.maximum(Nq_full, i_diag)
+        else:
+            # STAGGER: start at this program's own row block and wrap around, so that the column blocks
+            # of one head do not all add into the same dQ_i at the same moment (atomic contention).
+            i_mid = 0
+            if STAGGER:
+                i_mid = tl.minimum((start_n // BLOCK_M) * BLOCK_M, Nq_full)
+            dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                         offs_n, offs_d, i_mid, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
+                                         win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
+                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+            dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                         offs_n, offs_d, 0, i_mid, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
+                                         win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
+                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+            i_tail = Nq_full
+        i_end = Nq
+    # the masked tail: the ragged last row block (empty when Nq is a multiple of Br), or the
+    # [window]'s lower boundary row blocks
     dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
-                                 offs_n, offs_d, i_tail, Nq, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
-                                 BLOCK_M, HEAD_D, D_PAD, CAUSAL, True, EVEN, ATOMIC_DQ, DROPOUT, WS)
+                                 offs_n, offs_d, i_tail, i_end, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
+                                 win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, True,
+                                 EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+    return dK_j, dV_j
+
+
+@triton.jit(do_not_specialize=["seed_key", "thresh"])
+def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Slopes, Nq, Nk, sm_scale, qk_scale, seed_key, thresh,
+                     inv_keep, group, win_l, win_r, sc_in, sc_out,
+                     HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
+                     ATOMIC_DQ: tl.constexpr, STAGGER: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
+                     GQA: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # FA2 Alg.2 l.5 (flash2.py): this program is one column block j (and one (batch, K/V head)).
+    j = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)  # (batch, K/V head); the query head too without GQA
+    start_n = j * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D_PAD)
+    # FA2 Alg.2 l.6 (flash2.py): load K_j, V_j from HBM, once.
+    K_j = _load_rows(K + bh * Nk * HEAD_D, offs_n, Nk, offs_d, HEAD_D, D_PAD, not EVEN)  # (Bc, d)
+    V_j = _load_rows(V + bh * Nk * HEAD_D, offs_n, Nk, offs_d, HEAD_D, D_PAD, not EVEN)  # (Bc, d)
+    # FA2 Alg.2 l.7 (flash2.py): dK_j = 0, dV_j = 0 on chip (fp32).
+    dK_j = tl.zeros([BLOCK_N, D_PAD], dtype=tl.float32)
+    dV_j = tl.zeros([BLOCK_N, D_PAD], dtype=tl.float32)
+    if GQA:
+        # [gqa] the group's query heads (batch·Hq + K/V head·group + g) all add into this program's
+        # dK_j, dV_j on chip, one after the other: no atomics on dK/dV, no per-query-head copies.
+        for g in range(0, group):
+            dK_j, dV_j = _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh * group + g, start_n,
+                                        offs_n, offs_d, Nq, Nk, qk_scale, seed_key, thresh, inv_keep, win_l, win_r,
+                                        sc_in, sc_out, HEAD_D, D_PAD, CAUSAL, EVEN, ATOMIC_DQ, STAGGER, DROPOUT, WS,
+                                        WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N)
+    else:
+        dK_j, dV_j = _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_n, offs_n, offs_d,
+                                    Nq, Nk, qk_scale, seed_key, thresh, inv_keep, win_l, win_r, sc_in, sc_out,
+                                    HEAD_D, D_PAD, CAUSAL, EVEN, ATOMIC_DQ, STAGGER, DROPOUT, WS, WINDOW, ALIBI,
+                                    SOFTCAP, BLOCK_M, BLOCK_N)
     # FA2 Alg.2 l.17 (flash2.py): end for.
     # FA2 Alg.2 l.18 (flash2.py): write dK_j (times τ: S = τ QKᵀ) and dV_j to HBM, once.
     _store_rows(dK + bh * Nk * HEAD_D, offs_n, Nk, offs_d, dK_j * sm_scale, HEAD_D, D_PAD)
@@ -675,9 +860,10 @@ def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Nq, Nk, sm_scale, qk_sca
 
 @triton.jit
 def _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, j_lo, j_hi, Nk, qk_scale,
-                  h_bh, thresh, inv_keep, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr, D_PAD: tl.constexpr,
-                  CAUSAL: tl.constexpr, MASKED: tl.constexpr, EVEN: tl.constexpr, DROPOUT: tl.constexpr,
-                  WS: tl.constexpr):
+                  h_bh, thresh, inv_keep, win_l, win_r, slope2, sc_in, sc_out, BLOCK_N: tl.constexpr,
+                  HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                  EVEN: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr, WINDOW: tl.constexpr,
+                  ALIBI: tl.constexpr, SOFTCAP: tl.constexpr):
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(j_lo, j_hi, BLOCK_N, warp_specialize=WS):  # Alg.2 l.5's j loop, inside row block i
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -686,36 +872,48 @@ def _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, j_
         K_j = _load_rows(K_base, offs_n, Nk, offs_d, HEAD_D, D_PAD, not EVEN)  # (Bc, d)
         V_j = _load_rows(V_base, offs_n, Nk, offs_d, HEAD_D, D_PAD, not EVEN)  # (Bc, d)
         # FA2 Alg.2 l.10-11 (flash2.py): S_ij = τ Q_i K_jᵀ; P_ij = exp(S_ij − L_i).
-        S_ij = tl.dot(Q_i, tl.trans(K_j)) * qk_scale  # (Br, Bc)
+        if SOFTCAP or ALIBI:  # [softcap] [alibi]
+            S_ij, T_ij = _modify(tl.dot(Q_i, tl.trans(K_j)), offs_m[:, None], offs_n[None, :], qk_scale, slope2,
+                                 sc_in, sc_out, ALIBI, SOFTCAP)
+        else:
+            S_ij = tl.dot(Q_i, tl.trans(K_j)) * qk_scale  # (Br, Bc)
         P_ij = tl.math.exp2(S_ij - L2_i[:, None])
         if MASKED:
-            P_ij = tl.where(_attend(offs_m[:, None], offs_n[None, :], Nk, CAUSAL), P_ij, 0.0)
+            P_ij = tl.where(_attend(offs_m[:, None], offs_n[None, :], Nk, CAUSAL, WINDOW, win_l, win_r), P_ij, 0.0)
         # FA2 Alg.2 l.13-14 (flash2.py): dP_ij = dO_i V_jᵀ (∘ Z_ij); dS_ij = P_ij ∘ (dP_ij − D_i).
         dP_ij = tl.dot(dO_i, tl.trans(V_j))  # (Br, Bc)
         if DROPOUT:
             dP_ij = tl.where(_keep(h_bh, offs_m[:, None], offs_n[None, :], thresh), dP_ij * inv_keep, 0.0)
         dS_ij = P_ij * (dP_ij - D_i[:, None])
+        if SOFTCAP:  # [softcap] dS_ij ∘ (1 − tanh²)
+            dS_ij = dS_ij * (1.0 - T_ij * T_ij)
         # FA2 Alg.2 l.15 (flash2.py): dQ_i += dS_ij K_j, accumulated on chip (not in HBM).
         dQ_i = tl.dot(dS_ij.to(K_j.dtype), K_j, dQ_i)  # (Br, d)
     return dQ_i
 
 
 @triton.jit(do_not_specialize=["seed_key", "thresh"])
-def _bwd_dq_kernel(Q, K, V, dO, L2, D, dQ, Nq, Nk, sm_scale, qk_scale, seed_key, thresh, inv_keep,
+def _bwd_dq_kernel(Q, K, V, dO, L2, D, dQ, Slopes, Nq, Nk, sm_scale, qk_scale, seed_key, thresh, inv_keep,
+                   Hq, group, win_l, win_r, sc_in, sc_out,
                    HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
-                   DROPOUT: tl.constexpr, WS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   DROPOUT: tl.constexpr, WS: tl.constexpr, GQA: tl.constexpr, WINDOW: tl.constexpr,
+                   ALIBI: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     Tr = tl.cdiv(Nq, BLOCK_M)
     pid = tl.program_id(0)
     i = pid
     if CAUSAL:
         i = Tr - 1 - pid
     bh = tl.program_id(1).to(tl.int64)
+    kv_bh = _kv_head(bh, Hq, group, GQA)  # [gqa]
     start_m = i * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D_PAD)
     h_bh = seed_key
     if DROPOUT:
         h_bh = _dropout_key(seed_key, bh)
+    slope2 = 0.0
+    if ALIBI:
+        slope2 = tl.load(Slopes + bh)
     # FA2 Alg.2 l.9 (flash2.py): load Q_i, dO_i, L_i, D_i, once per row block here.
     Q_i = _load_rows(Q + bh * Nq * HEAD_D, offs_m, Nq, offs_d, HEAD_D, D_PAD, not EVEN)
     dO_i = _load_rows(dO + bh * Nq * HEAD_D, offs_m, Nq, offs_d, HEAD_D, D_PAD, not EVEN)
@@ -723,20 +921,28 @@ def _bwd_dq_kernel(Q, K, V, dO, L2, D, dQ, Nq, Nk, sm_scale, qk_scale, seed_key,
     D_i = _load_vec(D + bh * Nq, offs_m, Nq, not EVEN)
     # FA2 Alg.2 l.3 (flash2.py): dQ_i = 0, here on chip (fp32), written once at the end.
     dQ_i = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
-    K_base = K + bh * Nk * HEAD_D
-    V_base = V + bh * Nk * HEAD_D
-    if CAUSAL:
-        j_hi = tl.minimum(Nk, start_m + BLOCK_M)
-        n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
+    K_base = K + kv_bh * Nk * HEAD_D
+    V_base = V + kv_bh * Nk * HEAD_D
+    if WINDOW:  # [window] as the forward: boundary tiles masked, the rest of the band not, none outside
+        j_lo, j_a, j_b, j_hi = _window_cols(start_m, Nk, win_l, win_r, BLOCK_M, BLOCK_N)
+        dQ_i = _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, j_lo, j_a,
+                             Nk, qk_scale, h_bh, thresh, inv_keep, win_l, win_r, slope2, sc_in, sc_out, BLOCK_N,
+                             HEAD_D, D_PAD, CAUSAL, True, EVEN, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
     else:
-        j_hi = Nk
-        n_full = Nk // BLOCK_N
-    dQ_i = _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, 0, n_full * BLOCK_N,
-                         Nk, qk_scale, h_bh, thresh, inv_keep, BLOCK_N, HEAD_D, D_PAD, CAUSAL, False, EVEN,
-                         DROPOUT, WS)
-    dQ_i = _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, n_full * BLOCK_N, j_hi,
-                         Nk, qk_scale, h_bh, thresh, inv_keep, BLOCK_N, HEAD_D, D_PAD, CAUSAL, True, EVEN,
-                         DROPOUT, WS)
+        if CAUSAL:
+            j_hi = tl.minimum(Nk, start_m + BLOCK_M)
+            n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
+        else:
+            j_hi = Nk
+            n_full = Nk // BLOCK_N
+        j_a = 0
+        j_b = n_full * BLOCK_N
+    dQ_i = _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, j_a, j_b,
+                         Nk, qk_scale, h_bh, thresh, inv_keep, win_l, win_r, slope2, sc_in, sc_out, BLOCK_N, HEAD_D,
+                         D_PAD, CAUSAL, False, EVEN, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+    dQ_i = _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, j_b, j_hi,
+                         Nk, qk_scale, h_bh, thresh, inv_keep, win_l, win_r, slope2, sc_in, sc_out, BLOCK_N, HEAD_D,
+                         D_PAD, CAUSAL, True, EVEN, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
     # FA2 Alg.2 l.15 (flash2.py): write dQ_i (times τ) to HBM, once per row block.
     _store_rows(dQ + bh * Nq * HEAD_D, offs_m, Nq, offs_d, dQ_i * sm_scale, HEAD_D, D_PAD)
 
@@ -744,6 +950,35 @@ def _bwd_dq_kernel(Q, K, V, dO, L2, D, dQ, Nq, Nk, sm_scale, qk_scale, seed_key,
 # --------------------------------------------------------------------------------------------
 # launchers
 # --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Variants:
+    """The attention variants as the kernels take them (``gpu.attention`` checks and builds this).
+
+    group: query heads per K/V head (1: no GQA). band: ``(L, R)``, query i sees keys
+    ``i − L <= j <= i + R`` (the window with causal folded in, -1 already replaced by Nq + Nk), or
+    None. slopes: an fp32 tensor of ``B·Hq`` ALiBi slopes, or None. softcap: ``c > 0`` or None.
+    """
+
+    group: int = 1
+    band: tuple[int, int] | None = None
+    slopes: object = None
+    softcap: float | None = None
+
+    def args(self, scale: float) -> tuple:
+        """(Slopes × log2 e, win_l, win_r, sc_in, sc_out) for the kernels (unused when a flag is off)."""
+        L, R = self.band or (0, 0)
+        slopes = None if self.slopes is None else self.slopes * LOG2E
+        c = self.softcap or 1.0
+        return slopes, L, R, scale / c, c * LOG2E
+
+    def flags(self) -> dict:
+        return dict(GQA=self.group > 1, WINDOW=self.band is not None, ALIBI=self.slopes is not None,
+                    SOFTCAP=self.softcap is not None)
+
+
+NO_VARIANTS = Variants()
+
 
 def _even(Nq, Nk, t: Tiles) -> bool:
     return Nq % t.block_m == 0 and Nk % t.block_n == 0
@@ -754,16 +989,17 @@ def _num_sms(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
-def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None):
+def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None, var: Variants = NO_VARIANTS):
     """Launch Algorithm 1 on contiguous (B, H, N, d) tensors; fills o and the base-2 LSE L2.
 
-    ``cfg`` is a :meth:`Config.resolve`-d config; ``dropout`` is ``(p, seed)`` or None."""
+    ``cfg`` is a :meth:`Config.resolve`-d config; ``dropout`` is ``(p, seed)`` or None; ``var`` the
+    :class:`Variants` (k and v then have ``H / var.group`` heads)."""
     B, H, Nq, d = q.shape
     Nk = k.shape[2]
     seed_key, thresh, inv_keep = dropout_args(*dropout) if dropout else (0, 0, 1.0)
     if cfg.version == 1:
         from . import kernel1  # kernel1 imports this module's helpers
-        return kernel1.forward(q, k, v, o, L2, causal, scale, cfg, seed_key, thresh, inv_keep, bool(dropout))
+        return kernel1.forward(q, k, v, o, L2, causal, scale, cfg, seed_key, thresh, inv_keep, bool(dropout), var)
     t = cfg.fwd
     tma = use_tma(cfg, d, q.device)
     descs = (None, None, None)
@@ -779,19 +1015,29 @@ def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None):
         grid = (BH, Tr)
     else:
         grid = (Tr, BH)
-    _fwd_kernel[grid](q, k, v, o, L2, *descs, BH, Nq, Nk, scale * LOG2E, seed_key, thresh, inv_keep,
-                      HEAD_D=d, D_PAD=pad_dim(d), CAUSAL=causal, EVEN=_even(Nq, Nk, t), TMA=tma, LAZY=cfg.lazy,
+    slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
+    _fwd_kernel[grid](q, k, v, o, L2, *descs, slopes, BH, Nq, Nk, scale * LOG2E, seed_key, thresh, inv_keep,
+                      H, var.group, win_l, win_r, sc_in, sc_out,
+                      HEAD_D=d, D_PAD=pad_dim(d), CAUSAL=causal, EVEN=_even(Nq, Nk, t), TMA=tma,
+                      LAZY=cfg.lazy and var.band is None,  # lazy rescaling assumes every row has a finite max
                       SPLIT=cfg.split, HEADS_FIRST=cfg.heads_first, PERSISTENT=cfg.persistent,
-                      DROPOUT=bool(dropout), WS=cfg.warp_specialize, **t.meta())
+                      DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **t.meta())
 
 
-def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, dropout=None, dq_acc=None):
+def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, dropout=None, dq_acc=None,
+             var: Variants = NO_VARIANTS):
     """Launch Algorithm 2: the D pre-pass, then dK/dV over column blocks, and dQ either
 
     * added by the same programs into ``dq_acc`` (fp32, same shape as q) with atomics, then
       scaled and cast into ``dq`` (FA2's own scheme; 5 matmuls per block pair), or
     * when ``dq_acc`` is None, by a second kernel over row blocks that keeps dQ_i on chip and
       recomputes S and dP (7 matmuls per block pair; deterministic).
+
+    [gqa] dK, dV (``H / var.group`` heads): each dK/dV program owns one (batch, K/V head) column
+    block and runs the row loop once per query head of its group, adding into the same dK_j, dV_j
+    on chip, so no atomics and no per-query-head dK/dV in HBM (flash-attn's ``dk_expanded`` and its
+    sum) are needed, and the result is deterministic; the price is ``group`` times fewer, longer
+    programs, which at the bench's shapes (thousands of column-block programs) still fill the GPU.
     """
     B, H, Nq, d = q.shape
     Nk = k.shape[2]
@@ -806,19 +1052,23 @@ def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, drop
             raise ValueError("kernel 1 computes dQ with atomic adds only (flash2.py's read-modify-write); "
                              "deterministic=True needs Config(version=2)")
         kernel1.backward(q, k, v, L2, do, dq_acc, dk, dv, D, causal, scale, cfg, seed_key, thresh, inv_keep,
-                         bool(dropout))
+                         bool(dropout), var)
     else:
         t = cfg.dkdv
-        _bwd_dkdv_kernel[(triton.cdiv(Nk, t.block_n), B * H)](
-            q, k, v, do, L2, D, dk, dv, dq_acc, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
+        slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
+        _bwd_dkdv_kernel[(triton.cdiv(Nk, t.block_n), B * (H // var.group))](
+            q, k, v, do, L2, D, dk, dv, dq_acc, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
+            var.group, win_l, win_r, sc_in, sc_out,
             HEAD_D=d, D_PAD=D_PAD, CAUSAL=causal, EVEN=_even(Nq, Nk, t), ATOMIC_DQ=atomic, STAGGER=cfg.stagger,
-            DROPOUT=bool(dropout), WS=cfg.warp_specialize, **t.meta())
+            DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **t.meta())
     if atomic:
         n = dq.numel()
         _bwd_dq_scale[(triton.cdiv(n, 1024),)](dq_acc, dq, n, 1.0 if cfg.version == 1 else scale, BLOCK=1024)
     else:
         t = cfg.dq
+        slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
         _bwd_dq_kernel[(triton.cdiv(Nq, t.block_m), B * H)](
-            q, k, v, do, L2, D, dq, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
+            q, k, v, do, L2, D, dq, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
+            H, var.group, win_l, win_r, sc_in, sc_out,
             HEAD_D=d, D_PAD=D_PAD, CAUSAL=causal, EVEN=_even(Nq, Nk, t), DROPOUT=bool(dropout),
-            WS=cfg.warp_specialize, **t.meta())
+            WS=cfg.warp_specialize, **var.flags(), **t.meta())

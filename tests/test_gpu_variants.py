@@ -1,0 +1,261 @@
+"""flashref.gpu's kernels with the attention variants: GQA, sliding window, ALiBi, softcap.
+
+Each variant alone, with ``causal``, and with the others, in forward and backward, in both kernels
+(kernel 1, readable; kernel 2, fast) and both dQ schemes, held to the two-oracle rule of
+``test_gpu_triton.py`` against a float64 torch formula of the variants, which is itself checked
+against the numpy reference (``flash2.forward``/``backward``) below. Without a GPU (CI) the kernels
+run in Triton's interpreter on small shapes (N <= 64, d 16 and 32); the ``cuda`` tests run
+larger shapes in float16 and bfloat16 on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (flashref.gpu imports it lazily)
+
+pytest.importorskip("triton")
+
+from flashref import flash2, gpu  # noqa: E402
+from flashref.gpu.kernels import Config  # noqa: E402
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = "cpu" if INTERPRET else "cuda"
+DTYPE = torch.float32 if INTERPRET else torch.float16
+ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRET, reason="needs a CUDA GPU")
+
+
+def _oracle(q, k, v, do, dtype, *, causal=False, scale=None, enable_gqa=False, window=None, alibi_slopes=None,
+            softcap=None):
+    """The variants in plain torch (flashref.variants' order: scale, softcap, ALiBi, mask), in ``dtype``
+    (softmax in at least fp32); a row with no key gives 0. Returns O and its gradients."""
+    q, k, v = (x.detach().to(dtype).requires_grad_() for x in (q, k, v))
+    B, Hq, Nq, d = q.shape
+    Nk = k.shape[2]
+    g = Hq // k.shape[1]
+    K, V = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    work = torch.promote_types(dtype, torch.float32)
+    S = ((q @ K.transpose(-1, -2)) * (1.0 / math.sqrt(d) if scale is None else scale)).to(work)
+    if softcap is not None:
+        S = softcap * torch.tanh(S / softcap)
+    i = torch.arange(Nq, device=q.device)[:, None]
+    j = torch.arange(Nk, device=q.device)[None, :]
+    if alibi_slopes is not None:
+        s = torch.as_tensor(alibi_slopes, device=q.device).to(work)
+        S = S - s.reshape(-1 if s.dim() == 2 else 1, Hq, 1, 1) * (i - j).abs()
+    ok = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device)
+    if causal:
+        ok = ok & (j <= i)
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            ok = ok & (j >= i - left)
+        if right >= 0:
+            ok = ok & (j <= i + right)
+    row = ok.any(-1, keepdim=True)
+    P = torch.softmax(S.masked_fill(~ok, float("-inf")).masked_fill(~row, 0.0), dim=-1) * row
+    O = P.to(dtype) @ V
+    O.backward(do.to(dtype))
+    return O.detach(), q.grad, k.grad, v.grad
+
+
+def _inputs(B, Hq, Hkv, Nq, Nk, d, dtype, seed=0, device=DEVICE):
+    gen = torch.Generator().manual_seed(seed)
+    q, do = (torch.randn(B, Hq, Nq, d, generator=gen) for _ in range(2))
+    k, v = (torch.randn(B, Hkv, Nk, d, generator=gen) for _ in range(2))
+    return [x.to(device=device, dtype=dtype) for x in (q, k, v, do)]
+
+
+def _err(x, ref):
+    return float((x.detach().double() - ref.double()).abs().max())
+
+
+def _check(B, Hq, Hkv, Nq, Nk, d, *, dtype=DTYPE, config=None, deterministic=False, seed=0, **opts):
+    """gpu.attention with the variants ``opts`` against the float64 oracle (the two-oracle rule)."""
+    q, k, v, do = _inputs(B, Hq, Hkv, Nq, Nk, d, dtype, seed)
+    if opts.get("alibi_slopes") is not None:
+        opts["alibi_slopes"] = torch.as_tensor(opts["alibi_slopes"], dtype=torch.float32, device=q.device)
+    if Hkv != Hq:
+        opts["enable_gqa"] = True
+    q_, k_, v_ = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    o = gpu.attention(q_, k_, v_, config=config, deterministic=deterministic, **opts)
+    assert o.shape == q.shape and o.dtype == dtype
+    assert torch.isfinite(o).all()
+    truth = _oracle(q, k, v, do, torch.float64, **opts)
+    plain = _oracle(q, k, v, do, dtype, **opts)
+    assert _err(o, truth[0]) <= 2 * _err(plain[0], truth[0]) + ATOL[dtype], (_err(o, truth[0]), _err(plain[0], truth[0]))
+    o.backward(do)
+    for name, got, pl, ref in zip(("dq", "dk", "dv"), (q_.grad, k_.grad, v_.grad), plain[1:], truth[1:]):
+        assert got is not None and got.shape == ref.shape, name
+        assert torch.isfinite(got).all(), name
+        bound = 3 * _err(pl, ref) + ATOL[dtype] * max(1.0, float(ref.abs().max()))
+        assert _err(got, ref) <= bound, (name, _err(got, ref), _err(pl, ref))
+    return o
+
+
+SLOPES4 = [0.5, 0.25, 0.125, 0.0625]  # ALiBi's geometric slopes for 4 heads (2^(-8h/H))
+
+
+def test_oracle_is_the_numpy_reference():
+    """The torch formula above equals flash2.forward/backward (float64) with every variant on."""
+    q, k, v, do = _inputs(2, 4, 2, 21, 13, 8, torch.float64, seed=3, device="cpu")
+    slopes = np.array([[0.5, 0.3, 0.2, 0.1], [0.05, 0.4, 0.0, 1.0]])
+    opts = dict(causal=True, enable_gqa=True, window=(4, 1), alibi_slopes=slopes, softcap=1.5, scale=0.6)
+    O, dq, dk, dv = _oracle(q, k, v, do, torch.float64, **opts)
+    Q, K, V, dO = (x.numpy() for x in (q, k, v, do))
+    fwd = flash2.forward(Q, K, V, **opts)
+    np.testing.assert_allclose(O.numpy(), fwd.O, rtol=1e-10, atol=1e-12)
+    bwd = flash2.backward(Q, K, V, fwd.O, dO, fwd.L, **opts)
+    for got, ref in zip((dq, dk, dv), (bwd.dQ, bwd.dK, bwd.dV)):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-9, atol=1e-11)
+
+
+# (Hq, Hkv, Nq, Nk, d, opts): each variant alone, with causal, with each other; Nq != Nk; ragged lengths.
+CASES = {
+    "gqa": (4, 2, 29, 45, 16, dict()),
+    "mqa_causal": (4, 1, 40, 33, 32, dict(causal=True)),
+    "window": (2, 2, 45, 40, 16, dict(window=(7, 3))),
+    "window_left_causal": (2, 2, 50, 50, 32, dict(window=(9, -1), causal=True)),
+    "window_right_only": (2, 2, 23, 41, 16, dict(window=(-1, 5))),
+    "window_wide": (2, 2, 64, 60, 16, dict(window=(40, 20))),  # tiles wholly inside the band: unmasked
+    "window_wide_causal": (2, 2, 64, 64, 32, dict(window=(35, 7), causal=True)),
+    "alibi": (4, 4, 33, 29, 16, dict(alibi_slopes=SLOPES4)),
+    "alibi_causal": (4, 4, 40, 40, 16, dict(alibi_slopes=SLOPES4, causal=True)),
+    "softcap": (2, 2, 31, 37, 16, dict(softcap=0.7, scale=1.5)),
+    "softcap_causal": (2, 2, 33, 33, 32, dict(softcap=2.0, causal=True)),
+    "gqa_window_alibi": (4, 2, 37, 37, 16, dict(window=(5, 2), alibi_slopes=SLOPES4)),
+    "all_causal": (4, 2, 41, 35, 16, dict(window=(6, 0), alibi_slopes=SLOPES4, softcap=1.0, causal=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_variant_kernel2(case):
+    Hq, Hkv, Nq, Nk, d, opts = CASES[case]
+    _check(1, Hq, Hkv, Nq, Nk, d, **dict(opts))
+
+
+@pytest.mark.parametrize("case,kernel", [("all_causal", "kernel1"), ("gqa_window_alibi", "kernel1"),
+                                         ("window_wide", "kernel1"), ("all_causal", "dq_kernel"),
+                                         ("window_wide_causal", "dq_kernel"), ("gqa_window_alibi", "split")])
+def test_variant_other_kernels(case, kernel):
+    """Kernel 1 (readable), kernel 2's deterministic dQ kernel and its split row blocks."""
+    Hq, Hkv, Nq, Nk, d, opts = CASES[case]
+    kw = {"kernel1": dict(config=Config(version=1)), "dq_kernel": dict(deterministic=True),
+          "split": dict(config=Config(split=True))}[kernel]
+    _check(1, Hq, Hkv, Nq, Nk, d, **kw, **dict(opts))
+
+
+@pytest.mark.parametrize("kernel", ["kernel1", "kernel2"])
+def test_fully_masked_rows_give_zeros(kernel):
+    """A window leaves queries past Nk + left with no key: their output and gradients are 0, L is -inf,
+    and nothing is NaN. Batch 2 with per-batch ALiBi slopes ((B, Hq))."""
+    cfg = Config(version=1 if kernel == "kernel1" else 2)
+    slopes = [[0.5, 0.1], [0.2, 0.3]]
+    o = _check(2, 2, 2, 40, 16, 16, config=cfg, window=(3, 2), alibi_slopes=slopes)
+    assert (o[:, :, 19:] == 0).all() and (o[:, :, :19] != 0).any()
+    q, k, v, _ = _inputs(1, 2, 2, 40, 16, 16, DTYPE)
+    _, L = gpu.forward(q, k, v, window=(3, 2), config=cfg)
+    assert torch.isinf(L[..., 19:]).all() and (L[..., 19:] < 0).all() and torch.isfinite(L[..., :19]).all()
+
+
+def test_variants_off_are_the_plain_kernel():
+    """window=(-1, -1), no slopes, softcap None and enable_gqa with Hq == Hkv: the same output, bit for bit."""
+    q, k, v, _ = _inputs(1, 2, 2, 24, 24, 16, DTYPE)
+    plain = gpu.attention(q, k, v, causal=True)
+    same = gpu.attention(q, k, v, causal=True, window=(-1, -1), enable_gqa=True, softcap=None, alibi_slopes=None)
+    assert torch.equal(plain, same)
+
+
+def _bad(change):
+    q, k, v, _ = _inputs(1, 4, 2, 8, 8, 16, DTYPE)
+    kw = dict(enable_gqa=True)
+    kw.update(change)
+    if "k" in kw:
+        k = v = kw.pop("k")
+    return q, k, v, kw
+
+
+@pytest.mark.parametrize("change,arg,exc", [
+    (dict(k=torch.zeros(1, 3, 8, 16, dtype=DTYPE, device=DEVICE)), "enable_gqa", ValueError),
+    (dict(enable_gqa=False), "enable_gqa", ValueError),
+    (dict(enable_gqa=1), "enable_gqa", TypeError),
+    (dict(window=(3,)), "window", TypeError),
+    (dict(window=(1.0, 2)), "window", TypeError),
+    (dict(window=4), "window", TypeError),
+    (dict(window=(-2, 1)), "window", ValueError),
+    (dict(softcap=-1.0), "softcap", ValueError),
+    (dict(softcap=0), "softcap", ValueError),
+    (dict(softcap=float("inf")), "softcap", ValueError),
+    (dict(alibi_slopes=torch.ones(2)), "alibi_slopes", ValueError),
+    (dict(alibi_slopes=torch.ones(3, 4)), "alibi_slopes", ValueError),
+    (dict(alibi_slopes=torch.ones(4, dtype=torch.int64)), "alibi_slopes", TypeError),
+])
+def test_bad_variant_inputs_name_the_argument(change, arg, exc):
+    q, k, v, kw = _bad(change)
+    with pytest.raises(exc, match=arg):
+        gpu.attention(q, k, v, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# on a GPU: larger shapes, float16 and bfloat16, every kernel and dQ scheme
+# ---------------------------------------------------------------------------------------------
+
+def _alibi(H):
+    return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
+
+
+CUDA_CASES = [  # (B, Hq, Hkv, Nq, Nk, d, opts)
+    (2, 8, 1, 1024, 1024, 64, dict(causal=True)),
+    (1, 16, 2, 777, 1500, 128, dict()),
+    (2, 4, 4, 1024, 1024, 64, dict(window=(128, 0))),
+    (1, 4, 4, 1000, 1000, 128, dict(window=(100, 37), causal=False)),
+    (1, 4, 4, 1500, 700, 96, dict(window=(63, 5))),  # rows past Nk + 63 see nothing
+    (2, 8, 8, 513, 513, 64, dict(alibi_slopes=_alibi(8), causal=True)),
+    (1, 4, 4, 1024, 2048, 128, dict(softcap=30.0)),
+    (1, 4, 4, 1024, 1024, 256, dict(softcap=5.0, causal=True)),
+    (2, 8, 2, 1024, 1024, 128, dict(window=(256, 0), alibi_slopes=_alibi(8), softcap=20.0, causal=True)),
+    (1, 8, 2, 999, 1111, 64, dict(window=(200, 50), alibi_slopes=_alibi(8), softcap=10.0)),
+]
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("kernel", ["kernel2", "dq_kernel", "kernel1"])
+@pytest.mark.parametrize("i", range(len(CUDA_CASES)))
+def test_cuda_variants(i, kernel, dtype):
+    B, Hq, Hkv, Nq, Nk, d, opts = CUDA_CASES[i]
+    kw = dict(config=Config(version=1)) if kernel == "kernel1" else dict(deterministic=kernel == "dq_kernel")
+    _check(B, Hq, Hkv, Nq, Nk, d, dtype=dtype, seed=i, **kw, **dict(opts))
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("config", [Config(split=True), Config(persistent=True), Config(tma=False),
+                                    Config(heads_first=True)], ids=["split", "persistent", "no_tma", "heads_first"])
+def test_cuda_variants_schedules(config):
+    """Kernel 2's schedules (split row blocks, persistent, pointer loads, heads-first grid) with every variant."""
+    _check(2, 8, 2, 1024, 1024, 128, config=config, dtype=torch.float16,
+           window=(300, 0), alibi_slopes=_alibi(8), softcap=20.0, causal=True)
+
+
+@needs_cuda
+@pytest.mark.cuda
+def test_cuda_gqa_matches_sdpa():
+    """GQA forward and backward against torch's own enable_gqa (flash or efficient backend)."""
+    q, k, v, do = _inputs(2, 32, 4, 2048, 2048, 128, torch.bfloat16, device="cuda")
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    o = gpu.attention(q, k, v, causal=True, enable_gqa=True)
+    grads = torch.autograd.grad(o, (q, k, v), do)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), do)
+    assert _err(o, ref) < 2e-2
+    for g, r in zip(grads, ref_grads):
+        assert _err(g, r) < 5e-2 * max(1.0, float(r.abs().max()))
