@@ -15,7 +15,8 @@ Writes ``<out>/<device>.json`` and ``<out>/<device>.png`` (+ ``-memory.png``).
 Options: ``--out DIR`` (figures/gpu), ``--d 64,96,128,256``, ``--N 512,...,16384``, ``--causal both|true|false``,
 ``--modes fwd,fwd_bwd``, ``--backends flashref,flashref1,flash,cudnn,efficient,math`` (flashref1:
 kernel 1, the readable one), ``--mem-N ...``,
-``--no-memory``, ``--dtype float16|bfloat16``.
+``--no-memory``, ``--dtype float16|bfloat16``. ``--variants``: the GQA and sliding-window rows instead
+(``bench_variants.py``).
 """
 
 from __future__ import annotations
@@ -334,6 +335,10 @@ def _ints(s):
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--variants" in argv:  # the GQA and sliding-window rows (bench_variants.py)
+        from .bench_variants import main as variants
+        return variants(argv)
     p = argparse.ArgumentParser(prog="python -m flashref bench", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="figures/gpu")
     p.add_argument("--d", type=_ints, default=(64, 96, 128, 256))

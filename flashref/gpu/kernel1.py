@@ -23,8 +23,21 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .kernels import (LOG2E, NO_VARIANTS, _attend, _dropout_key, _keep, _kv_head, _load_rows, _load_vec, _modify,
-                      _store_rows, _window_cols, _window_rows, pad_dim)
+from .kernels import (
+    LOG2E,
+    NO_VARIANTS,
+    _attend,
+    _dropout_key,
+    _keep,
+    _kv_head,
+    _load_rows,
+    _load_vec,
+    _modify,
+    _store_rows,
+    _window_cols,
+    _window_rows,
+    pad_dim,
+)
 
 
 @triton.jit(do_not_specialize=["seed_key", "thresh"])
@@ -126,7 +139,8 @@ def _backward(Q, K, V, dO, L2, D, dQ, dK, dV, Slopes, Nq, Nk, scale, qk_scale, s
     if WINDOW:  # [window] from the first to the last row block whose band reaches this column block
         i_start, _a, _b, i_end = _window_rows(j * Bc, Nq, win_l, win_r, Br, Bc)
     # [gqa] the group's query heads kv_bh·group + g (one head without GQA) add into the same dK_j, dV_j.
-    for bh in range(kv_bh * group, kv_bh * group + group):
+    for g in range(0, group):
+        bh = kv_bh * group + g
         h_bh = seed_key
         if DROPOUT:
             h_bh = _dropout_key(seed_key, bh)
