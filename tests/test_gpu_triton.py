@@ -309,7 +309,8 @@ def test_bad_head_dim_dtype_scale_causal():
 def test_unknown_options_are_refused(name):
     """A misspelt option is an error naming it and the valid ones, not a silent default."""
     q, k, v = _ok()
-    with pytest.raises(TypeError, match=rf"unknown option .{name}.; valid options are alibi_slopes, causal, config, deterministic"):
+    with pytest.raises(TypeError,
+                       match=rf"unknown option .{name}.; valid options are alibi_slopes, causal, config, deterministic"):
         gpu.attention(q, k, v, **{name: True})
 
 
