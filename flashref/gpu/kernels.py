@@ -347,14 +347,8 @@ def _window_cols(start_m, Nk, win_l, win_r, BLOCK_M: tl.constexpr, BLOCK_N: tl.c
 def _window_rows(start_n, Nq, win_l, win_r, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # [window] the transpose for column block [start_n, start_n + Bc): the query rows that see one
     # of its keys (i in [j − win_r, j + win_l]); [i_lo, i_a) and [i_b, i_hi) masked, [i_a, i_b) not.
-    i_lo = (tl.maximum(start_n - win_r, 0) // BLOCK_M) * BLOCK_M
-    i_hi = tl.minimum(Nq, start_n + BLOCK_N + win_l)
-    i_lo = tl.minimum(i_lo, i_hi)
-    i_a = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - win_r, 0), BLOCK_M) * BLOCK_M
-    i_a = tl.minimum(tl.maximum(i_a, i_lo), i_hi)
-    i_b = tl.minimum((start_n + win_l + 1) // BLOCK_M, Nq // BLOCK_M) * BLOCK_M
-    i_b = tl.maximum(i_b, i_a)
-    return i_lo, i_a, i_b, i_hi
+    # It is _window_cols with rows and columns swapped: left and right trade places, so do the tiles.
+    return _window_cols(start_n, Nq, win_r, win_l, BLOCK_N, BLOCK_M)
 
 
 @triton.jit
