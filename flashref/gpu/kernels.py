@@ -39,7 +39,8 @@ What kernel 2 adds (figures/gpu/NOTES.md has every version's numbers on an H100)
   row blocks run first and the short ones fill the last wave;
 * ``persistent``: one program per SM walks the (row block, head) tiles, longest first when causal;
 * ``warp_specialize``: Triton's automatic warp specialisation of the K/V loop (``tl.range(...,
-  warp_specialize=True)``, Triton >= 3.5);
+  warp_specialize=True)``, Triton >= 3.5; Triton 3.6 fails to compile it on the loops with the
+  variants' bounds, so it is experimental: off by default, and its CUDA test is an expected failure);
 * ``stagger``: non-causal dK/dV programs start their row loop at their own block and wrap around;
 * ``lazy``: FlashAttention-4's conditional rescaling (measured slower here; off);
 * the causal mask only in the blocks the diagonal (or a ragged end) crosses, and ``EVEN`` (both
