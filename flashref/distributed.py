@@ -196,7 +196,6 @@ def block_backward(q, k, v, do, lse, delta, causal: bool, scale: float):
     return dS @ k, dS.transpose(-1, -2) @ q, dv
 
 
-_LN2 = math.log(2.0)
 
 
 def _triton_forward(q, k, v, causal, scale):
@@ -209,12 +208,8 @@ def _triton_forward(q, k, v, causal, scale):
 def _triton_backward(q, k, v, o, do, lse, causal, scale):
     from . import gpu
 
-    # the kernels keep the base-2 LSE (exp2 in the inner loop): hand them the merged one in base 2
-    L2 = (lse / _LN2).contiguous()
-    # no dropout across the ring; the kernels' default tiles for this head dim (atomic dQ)
-    dropout, cfg = gpu._check_options({}, q.shape[-1], causal, False)
-    return gpu._backward(q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), L2, do.contiguous(),
-                         causal, scale, False, cfg, dropout)
+    # the kernels' backward from the merged log-sum-exp (no dropout across the ring)
+    return gpu.backward(q, k, v, o, do, lse, causal=causal, scale=scale)
 
 
 def _merge(o_acc, lse_acc, o_blk, lse_blk):

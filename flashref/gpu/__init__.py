@@ -24,7 +24,7 @@ import os
 
 from ..problem import check_options
 
-__all__ = ["attention", "forward", "dropout_mask", "MAX_HEAD_DIM", "OPTIONS"]
+__all__ = ["attention", "forward", "backward", "dropout_mask", "MAX_HEAD_DIM", "OPTIONS"]
 
 MAX_HEAD_DIM = 256  # kernels.MAX_HEAD_DIM (kept here so that checking needs no triton import)
 OPTIONS = ("causal", "scale", "deterministic", "dropout_p", "seed", "config", "enable_gqa", "window",
@@ -162,6 +162,19 @@ def forward(q, k, v, *, causal=False, scale=None, **options):
     var = _variants(q, k, causal, options)
     o, L2 = _forward(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, cfg, dropout, var)
     return o, L2 * math.log(2.0)
+
+
+def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=False, **options):
+    """Run the backward kernels from a given log-sum-exp; returns ``(dq, dk, dv)``.
+
+    ``lse`` is natural-log, (B, H, Nq) fp32, as :func:`forward` returns it; a caller that merges
+    partial results (ring attention) hands in the merged one. Options as :func:`forward`'s."""
+    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False))
+    dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
+    var = _variants(q, k, causal, options)
+    L2 = (lse / math.log(2.0)).float().contiguous()  # the kernels keep the base-2 LSE (exp2 in their loops)
+    return _backward(q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), L2, do.contiguous(),
+                     causal, scale, deterministic, cfg, dropout, var)
 
 
 def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
