@@ -196,8 +196,6 @@ def block_backward(q, k, v, do, lse, delta, causal: bool, scale: float):
     return dS @ k, dS.transpose(-1, -2) @ q, dv
 
 
-
-
 def _triton_forward(q, k, v, causal, scale):
     from . import gpu
 
