@@ -29,7 +29,7 @@ Options: those of every algorithm (``scale``, ``causal``, ``mask``, ``dropout_p`
 a bias is data: its tile B_ij is loaded from HBM for every visited tile (Br·Bc reads), so a
 materialised bias costs the Θ(Nq·Nk) traffic that FlashAttention otherwise avoids.
 
-The attention variants (:mod:`flashref.variants`, DESIGN "Attention variants") enter at the
+The attention variants (:mod:`flashref.variants`) enter at the
 lines marked in the code:
 
 * ``[softcap]``, ``[alibi]``: on chip after S_ij = τ Q_i K_jᵀ (Alg.1 l.8, Alg.2 l.10), in

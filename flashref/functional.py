@@ -68,7 +68,7 @@ class _Spec:
         self.variants = "enable_gqa" in getattr(module, "OPTIONS", ())  # the variants, GQA natively
 
 
-# Dispatch by name. backward signatures (DESIGN.md): standard.backward(Q, K, V, dO, P),
+# Dispatch by name. backward signatures (the public contract, README): standard.backward(Q, K, V, dO, P),
 # flash1.backward(Q, K, V, O, dO, l, m), flash2.backward(Q, K, V, O, dO, L).
 ALGORITHMS = {
     "standard": _Spec(standard, ("P",), backward_takes_O=False, takes_bias=True),

@@ -140,8 +140,8 @@ _H100_SOURCES = {
                     "sparsity); FlashAttention-3 quotes 989 TFLOPS",
     "nonmatmul_flops": "H100 datasheet: 67 TFLOP/s FP32 (66.9 in the whitepaper)",
     "measured_hbm_bandwidth": "measured: device-to-device copy 2.94 TB/s, bytes read + written, one H100 80GB "
-                              "HBM3 (shared/reference/gpu-anchors.md, 2026-11-22)",
-    "measured_matmul_flops": "measured: 8192^3 bf16 matmul 782 TFLOP/s, same run (gpu-anchors.md)",
+                              "HBM3 (PyTorch 2.11, 2026-11-22)",
+    "measured_matmul_flops": "measured: 8192^3 bf16 matmul 782 TFLOP/s, same run",
     "verified": "glennklockwood.com/garden/processors/h100 (989.4 dense FP16/BF16, 66.9 FP32, 132 SMs), "
                 "chipsandcheese 'Nvidia's H100: Funny L2' (132 SMs on SXM5), 3eyedtech H100 SXM5 card "
                 "(228 KB shared/SM, 50 MB L2, 67 TFLOPS FP32, 3.35 TB/s)",

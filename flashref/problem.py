@@ -7,7 +7,7 @@ what ``iomodel.predict`` calls). Both go through the same option checks, so the 
 closed forms accept and refuse exactly the same values: an unknown option is a ``TypeError`` that
 names it and lists the valid ones; a bad value is a ``ValueError``/``TypeError`` naming the option.
 
-The shared options (DESIGN contract):
+The shared options (the public contract, README):
 
 =================  ===========================================================================
 ``scale``          ``None`` (1/√d, as PyTorch) or a finite real
@@ -22,7 +22,7 @@ The shared options (DESIGN contract):
 ``dtype_bytes``    a positive integer: bytes per element, for ``io.bytes``
 =================  ===========================================================================
 
-The attention variants (DESIGN "Attention variants"; taken by the modules that list them in their
+The attention variants (taken by the modules that list them in their
 ``OPTIONS``, see :mod:`flashref.variants` for what each one does on chip and to the IO):
 
 =================  ===========================================================================
@@ -66,7 +66,7 @@ __all__ = ["Problem", "SHARED_OPTIONS", "VARIANT_OPTIONS", "check_options", "pos
 SHARED_OPTIONS = {"scale": None, "causal": False, "mask": None, "dropout_p": 0.0, "seed": 0,
                   "sram_size": None, "block_sizes": None, "dtype_bytes": 2}
 
-#: The attention variants (DESIGN "Attention variants"), taken by ``standard`` and ``flash2``.
+#: The attention variants, taken by ``standard`` and ``flash2``.
 VARIANT_OPTIONS = ("bias", "enable_gqa", "window", "alibi_slopes", "softcap")
 
 

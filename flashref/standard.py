@@ -2,7 +2,7 @@
 
 Every line materialises an Nq x Nk matrix in HBM and reads it back in the next line: that round
 trip is what FlashAttention removes. Each line is one HBM pass; a matmul "by blocks" reads each
-operand once and writes its output once (rule 6 of DESIGN.md), which is what a tiled GEMM achieves
+operand once and writes its output once (rule 6 of docs/counting-rules.md), which is what a tiled GEMM achieves
 with enough on-chip memory, so the IO of standard attention does not depend on the SRAM size M
 (tridao, flash-attention issue #1260). A mask and dropout each cost one more read and write of
 the Nq x Nk matrix, as eager PyTorch's ``masked_fill`` and ``dropout`` do (rule 7).

@@ -43,7 +43,7 @@ FP8_METHODS = {
     "FP8 both": dict(fp8="e4m3", fp8_scaling="block", incoherent=True, **FA3_P),
 }
 METHODS = ("FP16 standard", "FP16 FlashAttention", "FP8 standard") + tuple(FP8_METHODS)
-# FlashAttention-3 (arXiv 2407.08608) Table 3, as reference/papers.md records it. "FP8 standard" is
+# FlashAttention-3 (arXiv 2407.08608) Table 3, as the paper prints it. "FP8 standard" is
 # our reconstruction of its baseline FP8 attention (per-tensor scales, softmax results in FP16).
 PAPER = {"FP16 standard": 3.2e-4, "FP16 FlashAttention": 1.9e-4, "FP8 standard": 2.4e-2, "FP8 both": 9.1e-3}
 PAPER_NAMES = {"FP16 standard": "baseline FP16", "FP16 FlashAttention": "FlashAttention-2/-3 FP16",

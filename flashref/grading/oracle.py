@@ -1,7 +1,7 @@
 """The truth the grader checks against: plain float64 attention, forward and backward, on whole matrices.
 
 Written here, in a few lines of dense numpy, so that the student copy (which has none of the
-algorithm modules) grades with the same oracle as the repository. It follows the DESIGN semantics:
+algorithm modules) grades with the same oracle as the repository. It follows the package's semantics (README):
 ``causal`` is top-left aligned, ``mask`` is True = attend, a fully masked row gives zeros (output
 and gradients), dropout is :func:`flashref.dropout.scale_mask` of (seed, head, row, column).
 """
