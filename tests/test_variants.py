@@ -1,4 +1,4 @@
-"""Attention variants (DESIGN "Attention variants"): GQA (both tile schedules), sliding windows,
+"""Attention variants: GQA (both tile schedules), sliding windows,
 ALiBi, softcapping and biases, in ``standard`` and ``flash2``, forward and backward, against the
 float64 oracle and torch autograd, with simulation == ``iomodel.predict`` for every one."""
 
