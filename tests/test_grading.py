@@ -179,8 +179,11 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(tmp_path):
     for n in needles:
         hits = [str(p.relative_to(out)) for p, t in text.items() if n in t]
         assert not hits, f"{n!r} found in {hits}"
-    for gone in ("flashref/flash2.py", "flashref/iomodel", "flashref/grading/solutions", "flashref/gpu"):
-        assert not (out / gone).exists()
+    assert not (out / "flashref/grading/solutions").exists()
+    for mod in ("flash2", "flash1", "flash1_bwd", "standard", "blocksparse", "decoding", "lowp", "variants"):
+        assert not (out / "flashref" / f"{mod}.py").exists() and (out / "flashref" / f"{mod}.pyc").exists()
+    for pkg in ("iomodel", "gpu"):  # compiled away: bytecode only
+        assert not list((out / "flashref" / pkg).rglob("*.py")) and list((out / "flashref" / pkg).rglob("*.pyc"))
     assert "FILL ME IN" in (out / "exercises" / "ex3_flash1_forward.py").read_text()
     # the student copy grades with its released budgets and its own oracle (no solutions, no iomodel)
     env = dict(os.environ, PYTHONPATH=str(out))
@@ -202,6 +205,10 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(tmp_path):
             nb = execute(nbformat.read(path, as_version=4), path.parent)
             printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
             assert "score: 0 / 10" in printed
+        # and a course notebook runs on the compiled-away modules, its questions unanswered
+        path = out / "notebooks" / "01-standard-attention.ipynb"
+        nb = execute(nbformat.read(path, as_version=4), path.parent)
+        assert not any(o.get("output_type") == "error" for c in nb.cells for o in c.get("outputs", []))
     finally:
         if old is None:
             os.environ.pop("PYTHONPATH")

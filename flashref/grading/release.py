@@ -6,9 +6,13 @@
   assigns answers becomes ``name = None  # your answer``; code becomes ``raise NotImplementedError``);
 * the exercises as stubs (``exercises/exNN_*.py``), the solution regions replaced by
   ``FILL ME IN (~N lines)``;
-* the package without the solutions folder and without the modules that *are* the answers
-  (:data:`EXCLUDED`: the algorithms and the closed forms); the grader there works from the budgets
-  measured now, at release (``budgets.json``), and its own float64 oracle.
+* the package without the solutions folder, and with the modules that *are* the answers
+  (:data:`EXCLUDED`: the algorithms and the closed forms) compiled away: their bytecode only
+  (``flash1.pyc`` beside where ``flash1.py`` was, which Python imports without a source), so the
+  notebooks still run and plot, but no solution's source is in the copy. Bytecode is tied to the
+  Python version that built the release: build it with the course's Python. Exercise code cannot
+  import them (the grader refuses); the grader works from the budgets measured now, at release
+  (``budgets.json``), and its own float64 oracle.
 
 ``python -m flashref autograder OUT.zip`` writes a Gradescope bundle: that student copy's package,
 ``setup.sh``, ``run_autograder`` and the results writer (:mod:`flashref.grading.gradescope`).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import py_compile
 import re
 import shutil
 import stat
@@ -35,19 +40,31 @@ EXCLUDED = ("flash1.py", "flash1_bwd.py", "flash2.py", "blocksparse.py", "decodi
             # variants' tile lines, ring attention, split-KV's scheduling, and what imports them
             "lowp.py", "variants.py", "ring.py", "distributed.py", "train.py", "gpt.py", "parallelism.py")
 
-_REGION = re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*# END SOLUTION[^\n]*\n?", re.S | re.M)
+STUDENT_INIT = '''"""flashref, student copy: the counted memory, masks, dropout, softmax helpers, the grader, and the
+algorithm modules as bytecode only (they are what the exercises ask you to write).
 
-STUDENT_INIT = '''"""flashref, student copy: the counted memory, masks, dropout, softmax helpers and the grader.
-
-The algorithm modules (standard, flash1, flash2, blocksparse, decoding) and the closed forms
-(iomodel) are what the exercises ask you to write, so they are not in this copy.
+``import flashref`` loads only the sources; the compiled modules load on first use, so the grader
+runs on any Python, and the notebooks on the Python that built this copy.
 """
 
-from . import blocks, dropout, flops, hardware, masks, memory, problem, quiz, softmax
+import importlib
+
+from . import blocks, dropout, flops, hardware, masks, memory, patterns, problem, quiz, softmax
 from .memory import IOReport, Memory, SRAMOverflowError
+from .problem import Problem
 
 __version__ = "0.1.0-student"
+
+
+def __getattr__(name):
+    # flashref.flash1 and the other compiled-away modules, imported when first named
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 '''
+
+_REGION = re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*# END SOLUTION[^\n]*\n?", re.S | re.M)
 
 
 def strip_solutions(text: str, lines: int | None = None) -> str:
@@ -104,10 +121,32 @@ def _copy_package(dst_pkg: str) -> None:
         return out
 
     shutil.copytree(src_pkg, dst_pkg, ignore=ignore)
+    _compile_excluded(src_pkg, dst_pkg)
     with open(os.path.join(dst_pkg, "__init__.py"), "w") as f:
         f.write(STUDENT_INIT)
     with open(os.path.join(dst_pkg, "grading", "budgets.json"), "w") as f:
         json.dump(_budgets.all_budgets(), f)
+
+
+def _compile_excluded(src_pkg: str, dst_pkg: str) -> None:
+    """Ship the excluded modules as bytecode only (``name.pyc`` where ``name.py`` was), except the solutions."""
+    for folder, dirs, files in os.walk(src_pkg):
+        rel = os.path.relpath(folder, src_pkg)
+        dirs[:] = [d for d in dirs if d != "__pycache__" and os.path.normpath(os.path.join(rel, d)) != SOLUTIONS]
+        inside = any(part in EXCLUDED for part in _parts(rel))  # a file of an excluded package
+        for fn in files:
+            path = os.path.normpath(os.path.join(rel, fn))
+            if fn.endswith(".py") and (inside or path in EXCLUDED or fn in EXCLUDED):
+                target = os.path.join(dst_pkg, rel, fn[:-3] + ".pyc")
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                py_compile.compile(os.path.join(folder, fn), cfile=target, dfile=fn, doraise=True)
+
+
+def _parts(rel: str) -> list[str]:
+    return [] if rel == "." else os.path.normpath(rel).split(os.sep)
+
+
+SOLUTIONS = os.path.join("grading", "solutions")
 
 
 def student_release(out_dir: str) -> str:
