@@ -7,11 +7,14 @@ import pytest
 
 from flashref._nbrun import execute
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("**/*.ipynb"))  # exercises too
+
+
+IDS = [f"exercises/{p.stem}" if p.parent.name == "exercises" else p.stem for p in NOTEBOOKS]
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_notebook_executes(path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
