@@ -1,4 +1,4 @@
-"""Figures: FlashAttention-3's FP8 error table re-derived, and the P-cast underflow (issue 17).
+"""Figures: FlashAttention-3's FP8 error table re-derived, and the P-cast underflow.
 
 ``lowp_error_table``: RMSE of O against float64 for FP16 standard attention, FP16 FlashAttention,
 FP8 standard attention (our reconstruction of the paper's baseline), and FP8 (e4m3)

@@ -1,6 +1,6 @@
 """``python -m flashref bench --variants``: the attention variants on a GPU, flashref against PyTorch.
 
-Two rows (issue 13), each timed forward and forward+backward, causal, d = 128, fp16 by default:
+Two rows, each timed forward and forward+backward, causal, d = 128, fp16 by default:
 
 * **gqa**: B = 2, 32 query heads over 4 K/V heads (8 query heads per K/V head), N = 8192.
   flashref's ``enable_gqa`` against SDPA's ``enable_gqa=True`` on each backend that takes it
