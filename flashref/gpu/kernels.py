@@ -345,6 +345,30 @@ def _window_cols(start_m, Nk, win_l, win_r, BLOCK_M: tl.constexpr, BLOCK_N: tl.c
 
 
 @triton.jit
+def _row_block_cols(start_m, Nk, win_l, win_r, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    # The key columns row block [start_m, start_m + Br) visits, as (j_lo, j_a, j_b, j_hi): boundary tiles
+    # [j_lo, j_a) and [j_b, j_hi) are masked, [j_a, j_b) are not. Shared by the forward and the dQ kernel.
+    if WINDOW:
+        # [window] only the K/V tiles the band [i − left, i + right] reaches (tile_visited); the
+        # boundary tiles masked, those wholly inside it not (tile_inside).
+        j_lo, j_a, j_b, j_hi = _window_cols(start_m, Nk, win_l, win_r, BLOCK_M, BLOCK_N)
+    else:
+        # Causal block skipping (FA2 §3.1.1): keys past the block's last query are never visited;
+        # blocks wholly at or below the first query need no mask.
+        if CAUSAL:
+            j_hi = tl.minimum(Nk, start_m + BLOCK_M)
+            n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
+        else:
+            j_hi = Nk
+            n_full = Nk // BLOCK_N
+        j_lo = 0
+        j_a = 0
+        j_b = n_full * BLOCK_N
+    return j_lo, j_a, j_b, j_hi
+
+
+@triton.jit
 def _window_rows(start_n, Nq, win_l, win_r, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # [window] the transpose for column block [start_n, start_n + Bc): the query rows that see one
     # of its keys (i in [j − win_r, j + win_l]); [i_lo, i_a) and [i_b, i_hi) masked, [i_a, i_b) not.
@@ -537,22 +561,7 @@ def _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_
     slope2 = 0.0
     if ALIBI:  # [alibi] this head's slope (× log2 e), loaded once per row block: the only IO ALiBi costs
         slope2 = tl.load(Slopes + bh)
-    if WINDOW:
-        # [window] only the K/V tiles the band [i − left, i + right] reaches (tile_visited); the
-        # boundary tiles masked, those wholly inside it not (tile_inside).
-        j_lo, j_a, j_b, j_hi = _window_cols(start_m, Nk, win_l, win_r, BLOCK_M, BLOCK_N)
-    else:
-        # Causal block skipping (FA2 §3.1.1): keys past the block's last query are never visited;
-        # blocks wholly at or below the first query need no mask.
-        if CAUSAL:
-            j_hi = tl.minimum(Nk, start_m + BLOCK_M)
-            n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
-        else:
-            j_hi = Nk
-            n_full = Nk // BLOCK_N
-        j_lo = 0
-        j_a = 0
-        j_b = n_full * BLOCK_N
+    j_lo, j_a, j_b, j_hi = _row_block_cols(start_m, Nk, win_l, win_r, BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
     if SPLIT:
         HALF: tl.constexpr = BLOCK_M // 2
         offs_m0 = start_m + tl.arange(0, HALF)
@@ -918,20 +927,12 @@ def _bwd_dq_kernel(Q, K, V, dO, L2, D, dQ, Slopes, Nq, Nk, sm_scale, qk_scale, s
     dQ_i = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
     K_base = K + kv_bh * Nk * HEAD_D
     V_base = V + kv_bh * Nk * HEAD_D
-    if WINDOW:  # [window] as the forward: boundary tiles masked, the rest of the band not, none outside
-        j_lo, j_a, j_b, j_hi = _window_cols(start_m, Nk, win_l, win_r, BLOCK_M, BLOCK_N)
+    # the K/V tiles this row block visits, as the forward's (boundary tiles masked, the rest not)
+    j_lo, j_a, j_b, j_hi = _row_block_cols(start_m, Nk, win_l, win_r, BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
+    if WINDOW:  # [window] the left boundary tiles, masked
         dQ_i = _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, j_lo, j_a,
                              Nk, qk_scale, h_bh, thresh, inv_keep, win_l, win_r, slope2, sc_in, sc_out, BLOCK_N,
                              HEAD_D, D_PAD, CAUSAL, True, EVEN, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
-    else:
-        if CAUSAL:
-            j_hi = tl.minimum(Nk, start_m + BLOCK_M)
-            n_full = tl.minimum(start_m + 1, Nk) // BLOCK_N
-        else:
-            j_hi = Nk
-            n_full = Nk // BLOCK_N
-        j_a = 0
-        j_b = n_full * BLOCK_N
     dQ_i = _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, j_a, j_b,
                          Nk, qk_scale, h_bh, thresh, inv_keep, win_l, win_r, slope2, sc_in, sc_out, BLOCK_N, HEAD_D,
                          D_PAD, CAUSAL, False, EVEN, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
