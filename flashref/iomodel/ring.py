@@ -29,9 +29,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import hardware
+from ..ring import CommReport
 
 __all__ = ["shard_lengths", "comm", "ring_bytes_per_rank", "ulysses_bytes_per_rank", "min_tokens_per_device",
-           "overlap", "NVLINK", "NVLINK_SOURCES", "Comm"]
+           "overlap", "NVLINK", "NVLINK_SOURCES"]
 
 # NVLink bandwidth per GPU and per direction, bytes/s. NVIDIA's datasheets quote the bidirectional
 # total per GPU: 900 GB/s for H100 SXM and H200 SXM (NVLink 4: 18 links x 50 GB/s, 25 GB/s each
@@ -66,23 +67,8 @@ def shard_lengths(N: int, world_size: int, layout: str = "contiguous") -> list[i
     raise ValueError(f"layout: expected one of ('contiguous', 'zigzag', 'striped'), got {layout!r}")
 
 
-class Comm:
-    """Predicted bytes ``sent[r, t]`` and ``received[r, t]`` (numpy int arrays, (P, P))."""
-
-    def __init__(self, sent, received):
-        self.sent, self.received = sent, received
-
-    @property
-    def per_rank(self) -> np.ndarray:
-        return self.sent.sum(axis=1)
-
-    @property
-    def total(self) -> int:
-        return int(self.sent.sum())
-
-
 def comm(direction: str, *, N: int, d: int, world_size: int, layout: str = "contiguous", heads: int = 1,
-         dtype_bytes: int = 2, grad_bytes: int = 4) -> Comm:
+         dtype_bytes: int = 2, grad_bytes: int = 4) -> CommReport:
     """Exact bytes per rank per step of ``flashref.ring.forward`` / ``backward`` (the simulator's ``.comm``)."""
     if direction not in ("forward", "backward"):
         raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
@@ -98,7 +84,7 @@ def comm(direction: str, *, N: int, d: int, world_size: int, layout: str = "cont
             dkv = 2 * H * d * g * n[s] if direction == "backward" else 0  # their gradients, always
             sent[r, t] = kv + dkv
     received = np.roll(sent, 1, axis=0)  # received[r] = sent[r - 1]
-    return Comm(sent, received)
+    return CommReport(sent, received)  # the simulator's report type, without its event list
 
 
 def ring_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2) -> float:
