@@ -108,8 +108,9 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     ``.l_partial`` (..., S, Nq), ``.num_splits``, ``.block_sizes``, ``.work_items`` (heads × Tr ×
     splits of the split pass) and ``.parallelism`` (:func:`parallelism` of those items).
     """
-    num_splits, sms = opts.pop("num_splits", None), opts.pop("sms", None)
-    pb = Problem.from_arrays(Q, K, V, where="decoding.forward", **opts)
+    # num_splits and sms are decoding's own options: checked by name here, by value below
+    pb = Problem.from_arrays(Q, K, V, where="decoding.forward", extra=OPTIONS, **opts)
+    num_splits, sms = opts.get("num_splits"), opts.get("sms")
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
     g = grid(pb)
     S = resolve_num_splits(num_splits, max(pb.heads, 1), g.Tr, g.Tc, Nk, sms)
