@@ -64,6 +64,15 @@ CHECK = [(f"check64_{N}", 1, 2 ** 19 // N, N, 64, False) for N in (16384, 65536,
     ("check128_16k_causal", 2, 8, 16384, 128, True), ("check_eager64", 2, 8, 4096, 64, False),
     ("check_eager128_causal", 1, 4, 8192, 128, True), ("check128_64k_causal", 1, 4, 65536, 128, True),
 ]
+# A second out-of-sample set, predicted (``--predict``) after the staggered-walk rule was refitted on
+# grid + check and before these were measured (figures/gpu/h100-l2-check2-predicted.json).
+CHECK2 = [
+    ("check2_64_65k_causal", 1, 4, 65536, 64, True), ("check2_64_262k_causal", 1, 1, 262144, 64, True),
+    ("check2_64_16k_causal", 2, 16, 16384, 64, True), ("check2_128_24k_causal", 2, 4, 24576, 128, True),
+    ("check2_128_98k_causal", 1, 2, 98304, 128, True), ("check2_128_196k_causal", 1, 1, 196608, 128, True),
+    ("check2_128_2k_causal", 8, 16, 2048, 128, True), ("check2_128_48k", 1, 4, 49152, 128, False),
+    ("check2_64_4k_many", 4, 32, 4096, 64, False),
+]
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8}  # shares of the time budget
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
 MARKER = "spin_kernel"
@@ -88,6 +97,8 @@ def shapes(groups=("grid", "sweep")):
         out += [("sweep", *s) for s in SWEEP]
     if "check" in groups:
         out += [("check", *s) for s in CHECK]
+    if "check2" in groups:
+        out += [("check2", *s) for s in CHECK2]
     return out
 
 
@@ -358,7 +369,12 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=520.0, help="seconds for the whole run")
     p.add_argument("--ncu", default=None)
     p.add_argument("--raw", action="store_true", help="also save ncu's raw CSV per implementation")
+    p.add_argument("--predict", action="store_true",
+                   help="write iomodel.dram's predictions for the chosen shapes (<name>-predicted.json) and stop: "
+                        "no GPU, no ncu; commit the file before measuring")
     args = p.parse_args(argv)
+    if args.predict:
+        return _write_predictions(args)
     t0 = time.time()
     ncu = args.ncu or shutil.which("ncu")
     if ncu is None:
@@ -411,6 +427,38 @@ def main(argv=None) -> int:
         if log["errors"] or log["rc"] != 0:
             print(f"  rc={log['rc']} errors={log['errors']} {log['stderr_tail'][-500:]}", flush=True)
     print(f"done in {time.time() - t0:.0f}s: {out / (stem + '.json')}")
+    return 0
+
+
+def predictions(shape_list):
+    """iomodel.dram's prediction of every (impl, shape, mode) that ``profile-l2`` would measure."""
+    from ..iomodel import dram
+    from ..iomodel.dram import IMPLS as MODELLED, MODES
+
+    rows = []
+    for impl in (i for i in IMPLS if i in MODELLED):
+        for _, name, B, H, N, d, causal in runs_for(impl, shape_list):
+            for mode in MODES:
+                pred = dram(impl, mode, B=B, H=H, Nq=N, Nk=N, d=d, causal=causal)
+                rows.append(dict(impl=impl, shape=name, mode=mode, B=B, H=H, N=N, d=d, causal=causal,
+                                 predicted_bytes=pred.total_bytes))
+    return rows
+
+
+def _write_predictions(args):
+    from ..iomodel.dram import PARAMS
+
+    todo = shapes(args.groups)
+    if args.only:
+        todo = [s for s in todo if s[1] in args.only]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{args.name or 'h100-l2-' + '-'.join(args.groups)}-predicted.json"
+    meta = dict(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), params=PARAMS,
+                note="iomodel.dram's predictions, written before these shapes were measured")
+    rows = predictions(todo)
+    path.write_text(json.dumps(dict(metadata=meta, rows=rows), indent=0))
+    print(f"{path}: {len(rows)} predictions")
     return 0
 
 

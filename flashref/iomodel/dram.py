@@ -60,7 +60,8 @@ MB = 2 ** 20
 
 # Fitted on figures/gpu/h100-l2-grid.json (fit set: every shape whose name does not start with
 # "sweep_"; held out: the fixed-token sweep across the knee). See fit().
-PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB)
+PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
+              C_stag=84 * MB, kappa_stag=4.0, lag=2.0)  # the last three: staggered walks, fit_staggered()
 PARTITIONS = 2  # a tile read by a whole wave at once is held in both L2 partitions
 
 
@@ -159,23 +160,43 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
     """FlashAttention-2's causal forward: CTAs launched shortest first, each walking its key
     blocks from its diagonal down to 0, out of step with one another.
 
-    Row block i re-reads the keys that row block i - 1 read; between the two reads the resident
-    CTAs, spread over every position of the head's key prefix, have touched about all of it: the
-    reuse distance is the prefix ``hi_i`` tiles (times the heads in flight when a head has fewer
-    CTAs than there are slots). Few CTAs start or end in between, so their own tiles add little.
+    Row block i re-reads the keys that row block i - 1 read, a little later. How much is touched in
+    between (the reuse distance ``D``) follows from the launch order, every CTA walking at one speed:
+
+    * *the first wave* starts together: block i starts ``r`` tiles above block i - 1 (``r = BM / BN``
+      key tiles per row block), so it reaches each tile ``r`` steps later, while every resident CTA
+      reads ``r`` tiles of its own: ``D = R·r`` tiles (``R`` CTAs in the wave);
+    * *later waves*: a CTA starts when one ends, and the resident CTAs spread over every position of
+      the head's key prefix; between two reads of a tile they touch about all of it, plus the tiles
+      of the blocks started in the meantime: ``D = hi_i + lag·R·r`` tiles. In the one-speed
+      simulation (:func:`flashref.schedule.simulate`) ``lag`` is small (the prefix rule, ``lag = 0``,
+      follows it, tested); on the H100 the CTAs drift further apart and ``lag`` is fitted
+      (:func:`fit_staggered`), as are the capacity and sharpness below. This rule is the model's
+      least physical part: read ``lag`` as a measured property of the hardware, not a derivation.
+
+    A re-read misses with ``miss(D)`` of its own effective capacity and sharpness (``C_stag``,
+    ``kappa_stag``): no tile is shared by a whole wave at once, so the two partitions do not both
+    hold it as in a lockstep pass, and the knee is sharper.
     """
-    C, kappa = p["C_eff"], p["kappa"]
-    unit = k.tile_bytes
-    inflight = max(1.0, k.resident / k.ctas_per_head)  # heads whose CTAs are resident at once
-    his = [hi - lo for lo, hi in (k.ranges[c] for c in k.launch)]
-    per_head = his[0] * unit
-    for prev, cur in zip(his, his[1:]):
-        D = cur * unit * inflight
-        per_head += (cur - min(prev, cur)) * unit + min(prev, cur) * unit * miss(D, C, kappa)
-    T = k.ctas_per_head
-    reads = k.heads * (per_head + T * k.private_read)
+    C, kappa, lag = p["C_stag"], p["kappa_stag"], p["lag"]
+    unit, R, T = k.tile_bytes, k.resident, k.ctas_per_head
+    his = np.array([hi - lo for lo, hi in (k.ranges[c] for c in k.launch)], dtype=float)
+    r = max(1.0, float(his[1] - his[0])) if T > 1 else 1.0
+    reuse = np.minimum(his[1:], his[:-1]) * unit  # bytes block i re-reads of what block i - 1 read
+    fresh = his[0] * unit + float(np.sum(np.maximum(his[1:] - his[:-1], 0))) * unit
+    first = min(R, k.heads * T)  # CTAs of the first wave
+    m_first = miss(first * r * unit, C, kappa)
+    m_later = np.array([miss((h + lag * R * r) * unit, C, kappa) for h in his[1:]])
+    later_cum = np.concatenate([[0.0], np.cumsum((reuse * m_later)[::-1])])[::-1]  # sum over blocks >= q
+    reuse_cum = np.concatenate([[0.0], np.cumsum(reuse)])  # sum over blocks < q
+    reads = 0.0
+    for h in range(k.heads):  # grid order is head by head: head h's block q launches (h·T + q)-th
+        q = int(min(max(R - h * T, 0), T)) - 1  # blocks 1 .. q of this head are in the first wave
+        q = max(q, 0)
+        reads += fresh + reuse_cum[q] * m_first + later_cum[q]
+    reads += k.heads * T * k.private_read
     writes = k.heads * T * k.private_write
-    l2 = k.heads * (sum(his) * unit + T * (k.private_read + k.private_write))
+    l2 = k.heads * (float(his.sum()) * unit + T * (k.private_read + k.private_write))
     return reads, writes, l2
 
 
@@ -334,4 +355,29 @@ def fit(result, start=None, rounds=2, grid=None):
                             cur, p = lq, q
             if cur < best:
                 best, best_p = cur, p
+    return best_p, best
+
+
+STAG_GRID = dict(C_stag=[MB * c for c in range(24, 129, 4)], kappa_stag=[1.5, 2, 3, 4, 6, 8, 12], lag=[1, 1.5, 2, 3, 4])
+
+
+def staggered_rows(results):
+    """The rows only the staggered rule predicts: FlashAttention-2's causal forward."""
+    return [r for res in results for r in measured_rows(res, ("sdpa_flash",)) if r[3]["causal"] and r[2] == "fwd"]
+
+
+def fit_staggered(results, grid=None):
+    """Fit ``C_stag``, ``kappa_stag`` and ``lag`` (the other parameters as in PARAMS) on FlashAttention-2's
+    causal forward in the recorded ``results``, minimising the mean squared log-ratio. An exhaustive
+    search over ``grid`` (three parameters, a few hundred points). Returns (params, loss)."""
+    grid = grid or STAG_GRID
+    rows = staggered_rows(results)
+    best_p, best = None, math.inf
+    for C in grid["C_stag"]:
+        for kappa in grid["kappa_stag"]:
+            for lag in grid["lag"]:
+                q = dict(PARAMS, C_stag=C, kappa_stag=kappa, lag=lag)
+                loss = sum(math.log1p(e) ** 2 for e in errors(rows, q)) / len(rows)
+                if loss < best:
+                    best, best_p = loss, q
     return best_p, best
