@@ -230,3 +230,29 @@ def test_profile_l2_splits_kernels_at_markers():
     assert lp.runs_for("eager", [("g", "big", 1, 16, 32768, 128, False)]) == []  # one N x N matrix over budget
 
 
+
+
+# ----------------------------------------------------------------------------- out of sample: predicted before measured
+
+CHECK2 = json.loads((REPO / "figures" / "gpu" / "h100-l2-check2.json").read_text())
+CHECK2_PRED = json.loads((REPO / "figures" / "gpu" / "h100-l2-check2-predicted.json").read_text())
+CHECK2_ROWS = [(p, [r for r in CHECK2["rows"] if r["impl"] == p["impl"] and r["shape"] == p["shape"]][0])
+               for p in CHECK2_PRED["rows"]]
+# Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
+# (its knee is sharper than the staggered rule's: too many misses at N = 65536, too few at 262144) and
+# flashref's causal d = 64 forward+backward at N = 65536.
+CHECK2_MISSES = {("sdpa_flash", "check2_64_65k_causal", "fwd"), ("sdpa_flash", "check2_64_262k_causal", "fwd"),
+                 ("sdpa_flash", "check2_64_262k_causal", "fwd_bwd"), ("flashref", "check2_64_65k_causal", "fwd_bwd")}
+
+
+@pytest.mark.parametrize("pred,row", CHECK2_ROWS, ids=[f"{p['impl']}-{p['shape']}-{p['mode']}" for p, _ in CHECK2_ROWS])
+def test_preregistered_predictions(pred, row):
+    """The committed model still gives the predictions committed before the measurement; each is
+    within 25% of it, except the misses listed (expected failures, not hidden)."""
+    kw = dict(B=pred["B"], H=pred["H"], Nq=pred["N"], Nk=pred["N"], d=pred["d"], causal=pred["causal"])
+    assert iomodel.dram(pred["impl"], pred["mode"], **kw).total_bytes == pytest.approx(pred["predicted_bytes"])
+    err = pred["predicted_bytes"] / row[pred["mode"]]["total_bytes"] - 1
+    if (pred["impl"], pred["shape"], pred["mode"]) in CHECK2_MISSES:
+        assert abs(err) < 1.0
+        pytest.xfail(f"pre-registered miss: {err:+.0%}")
+    assert abs(err) <= 0.25, f"{err:+.1%}"

@@ -207,10 +207,9 @@ def _child(impl, shapes_json, out_json, deadline="inf"):
     info = {}
     if impl == "flashref":
         from . import kernels
-        info = dict(fixed={k: {str(dd): list(c) for dd, c in v.items()} for k, v in kernels.FIXED.items()},
-                    split={str(dd): kernels.split_on(dd) for dd in (64, 128)},
-                    heads_first_causal=list(kernels.HEADS_FIRST_CAUSAL), stagger=kernels.stagger_on(),
-                    autotune=kernels.autotune_on())
+        # the resolved launch configuration the measurements ran with (tiles, split, heads first, ...)
+        info = {f"d{dd}{'_causal' if c else ''}": kernels.Config().resolve(dd, c, False).describe()
+                for dd in (64, 128) for c in (False, True)}
     Path(out_json).write_text(json.dumps(dict(measurements=done, info=info)))
 
 
