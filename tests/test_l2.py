@@ -192,7 +192,8 @@ def test_prediction_within_25_percent_of_nsight(impl, shape, mode, kw, measured)
 def test_staggered_parameters_are_the_fit():
     """PARAMS' staggered-walk entries are what fit_staggered finds on the recorded grid + check."""
     p, _ = D.fit_staggered([RESULT, CHECK])
-    assert {k: p[k] for k in ("C_stag", "kappa_stag", "lag")} == {k: D.PARAMS[k] for k in ("C_stag", "kappa_stag", "lag")}
+    names = ("C_stag", "kappa_stag", "lag")
+    assert {k: p[k] for k in names} == {k: D.PARAMS[k] for k in names}
 
 
 def test_figure2_standard_row_within_15_percent():

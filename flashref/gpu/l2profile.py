@@ -432,7 +432,8 @@ def main(argv=None) -> int:
 def predictions(shape_list):
     """iomodel.dram's prediction of every (impl, shape, mode) that ``profile-l2`` would measure."""
     from ..iomodel import dram
-    from ..iomodel.dram import IMPLS as MODELLED, MODES
+    from ..iomodel.dram import IMPLS as MODELLED
+    from ..iomodel.dram import MODES
 
     rows = []
     for impl in (i for i in IMPLS if i in MODELLED):
