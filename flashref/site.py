@@ -86,8 +86,8 @@ copyright = "flashref contributors, MIT licence"
 extensions = ["myst_nb", "sphinx_external_toc", "sphinx_copybutton"]
 external_toc_path = {str(folder / "_toc.yml")!r}
 external_toc_exclude_missing = True
-exclude_patterns = ["_build", "build", "dist", "**/.ipynb_checkpoints", ".venv*", ".mathjax", ".git", "tests",
-                    "flashref", "*.egg-info", ".pytest_cache", ".hypothesis"]
+# ".*": every hidden folder (virtual environments, caches, a developer's scratch copies) stays out
+exclude_patterns = ["_build", "build", "dist", ".*", "**/.*", "tests", "flashref", "*.egg-info"]
 nb_execution_mode = "off"
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
