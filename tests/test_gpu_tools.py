@@ -102,3 +102,13 @@ def test_fa4_rows_get_ratios_and_a_table_column():
     header, line = bench.table(dict(rows=rows)).splitlines()
     assert header.split()[-5:] == ["fa4", "xflash", "xcudnn", "xfa4", "fa4xcu"]
     assert line.split()[-5:] == ["500", "1.20", "0.75", "0.60", "1.25"]
+
+
+def test_fa4_markdown_reads_the_ratios_from_the_rows():
+    def row(backend, tflops, N=4096):
+        return dict(mode="fwd_bwd", d=64, N=N, causal=True, backend=backend, tflops=tflops)
+    rows = bench.add_ratios([row("flashref", 300.0), row("flash", 200.0), row("cudnn", 400.0), row("fa4", 500.0),
+                             row("fa4", 100.0, N=512)])
+    lines = bench.fa4_markdown(dict(rows=rows)).splitlines()
+    assert len(lines) == 3  # header, rule, and the one N = 4096 shape (N = 512 is not asked for)
+    assert lines[2] == "| fwd_bwd | 64 | True | 4096 | 500 | 400 | 200 | 300 | 1.25 | 0.75 | 0.60 |"

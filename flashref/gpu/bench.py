@@ -459,6 +459,24 @@ def table(result) -> str:
     return "\n".join(lines)
 
 
+def fa4_markdown(result, Ns=(4096, 8192, 16384)) -> str:
+    """Markdown rows of FA4 beside cuDNN, SDPA flash and flashref: TFLOP/s and ratios, from a result."""
+    by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in result["rows"]}
+    keys = sorted({(r["mode"], r["d"], r["causal"], r["N"]) for r in result["rows"]
+                   if r["backend"] == "fa4" and r["N"] in Ns}, key=lambda t: (t[0] != "fwd", t[1], t[2], t[3]))
+    lines = ["| mode | d | causal | N | FA4 | cuDNN | SDPA flash | flashref | FA4 ×cuDNN | flashref ×cuDNN "
+             "| flashref ×FA4 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for mode, d, causal, N in keys:
+        def g(b, field="tflops", fmt="{:.0f}", key=(mode, d, N, causal)):
+            r = by.get(key + (b,))
+            return fmt.format(r[field]) if r and field in r else "-"
+        cells = [mode, d, causal, N, g("fa4"), g("cudnn"), g("flash"), g("flashref"),
+                 g("fa4", "ratio_vs_sdpa_cudnn", "{:.2f}"), g("flashref", "ratio_vs_sdpa_cudnn", "{:.2f}"),
+                 g("flashref", "ratio_vs_fa4", "{:.2f}")]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def _ints(s):
     return tuple(int(x) for x in s.split(",") if x)
 
