@@ -28,6 +28,7 @@ COLORS = {
     "efficient": "#e377c2",
     "flashref": "#1f77b4",
     "flashref_det": "#aec7e8",
+    "fa4": "#000000",  # FlashAttention-4 (flash-attn-4), an optional peer in the GPU benchmark
 }
 
 _RC = {

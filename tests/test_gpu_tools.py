@@ -69,3 +69,46 @@ def test_memory_breakdown_reuses_the_largest_n_run(monkeypatch):
     assert breakdown["flash"] == dict(N=32768, peak_extra_mib=65536, live_at_peak_mib=[32768, 32768])
     rows = {(m["backend"], m["N"]): m["peak_extra_mib"] for m in memory}
     assert rows[("flash", 32768)] == 65536 and rows[("math", 1024)] == 1024 and ("math", 32768) not in rows
+
+
+def test_fa4_is_a_backend_the_cli_accepts_and_skips_when_flash_attn_is_missing(monkeypatch, capsys):
+    """``--backends ...,fa4`` parses; without an importable ``flash_attn.cute`` fa4 is dropped with one
+    printed line (no error) and the other backends stay, in order. fa4 is not in the default list."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "flash_attn", None)  # a None entry makes the import raise ImportError
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", None)
+    args = bench.parse_args(["--backends", "flashref,fa4,cudnn", "--dtype", "bfloat16"])
+    assert args.backends == ("flashref", "fa4", "cudnn")
+    assert "flash_attn" in bench.fa4_missing()
+    assert bench.available_backends(args.backends) == ("flashref", "cudnn")
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 1 and printed[0].startswith("skipping fa4")
+    assert "fa4" not in bench.parse_args([]).backends
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--backends", "flashref,fa5"])
+
+
+def test_fa4_rows_get_ratios_and_a_table_column():
+    """fa4 rows get ×SDPA-flash and ×cuDNN like flashref's; flashref rows also get ×FA4."""
+    def row(backend, tflops):
+        return dict(mode="fwd", d=128, N=4096, causal=False, backend=backend, tflops=tflops)
+    rows = bench.add_ratios([row("flashref", 300.0), row("flash", 250.0), row("cudnn", 400.0), row("fa4", 500.0)])
+    by = {r["backend"]: r for r in rows}
+    assert by["fa4"]["ratio_vs_sdpa_cudnn"] == 1.25 and by["fa4"]["ratio_vs_sdpa_flash"] == 2.0
+    assert "ratio_vs_fa4" not in by["fa4"]
+    assert by["flashref"]["ratio_vs_fa4"] == 0.6 and by["flashref"]["ratio_vs_sdpa_cudnn"] == 0.75
+    assert "ratio_vs_sdpa_cudnn" not in by["cudnn"]
+    header, line = bench.table(dict(rows=rows)).splitlines()
+    assert header.split()[-5:] == ["fa4", "xflash", "xcudnn", "xfa4", "fa4xcu"]
+    assert line.split()[-5:] == ["500", "1.20", "0.75", "0.60", "1.25"]
+
+
+def test_fa4_markdown_reads_the_ratios_from_the_rows():
+    def row(backend, tflops, N=4096):
+        return dict(mode="fwd_bwd", d=64, N=N, causal=True, backend=backend, tflops=tflops)
+    rows = bench.add_ratios([row("flashref", 300.0), row("flash", 200.0), row("cudnn", 400.0), row("fa4", 500.0),
+                             row("fa4", 100.0, N=512)])
+    lines = bench.fa4_markdown(dict(rows=rows)).splitlines()
+    assert len(lines) == 3  # header, rule, and the one N = 4096 shape (N = 512 is not asked for)
+    assert lines[2] == "| fwd_bwd | 64 | True | 4096 | 500 | 400 | 200 | 300 | 1.25 | 0.75 | 0.60 |"

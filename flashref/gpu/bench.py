@@ -7,14 +7,19 @@ when causal; forward+backward ``3.5×`` that. For each shape the backends are ti
 (``triton.testing.do_bench``, which also flushes L2 between calls), and each backend keeps the
 median of its rounds. Ratios of flashref to SDPA flash and cuDNN are taken from the same run.
 
+Optional peer: ``fa4``, FlashAttention-4 (the ``flash-attn-4`` package, CuTe DSL kernels; Hopper and
+Blackwell), timed only where ``flash_attn.cute`` imports and skipped with one printed line otherwise.
+Before timing it, its output and gradients are checked against SDPA cuDNN's (``check_fa4``; the
+differences go into the JSON metadata).
+
 Also: extra peak memory of one forward+backward against N (batch 1, 16 heads, d = 64) up to 65536,
 for flashref (atomic dQ and ``deterministic=True``) and the SDPA backends, and what is live at the
 peak at the largest N, allocation by allocation.
 Writes ``<out>/<device>.json`` and ``<out>/<device>.png`` (+ ``-memory.png``).
 
 Options: ``--out DIR`` (figures/gpu), ``--d 64,96,128,256``, ``--N 512,...,16384``, ``--causal both|true|false``,
-``--modes fwd,fwd_bwd``, ``--backends flashref,flashref1,flash,cudnn,efficient,math`` (flashref1:
-kernel 1, the readable one), ``--mem-N ...``,
+``--modes fwd,fwd_bwd``, ``--backends flashref,flashref1,flash,cudnn,efficient,math,fa4`` (flashref1:
+kernel 1, the readable one; fa4 is not in the default list), ``--mem-N ...``,
 ``--no-memory``, ``--dtype float16|bfloat16``. ``--variants``: the GQA and sliding-window rows instead
 (``bench_variants.py``).
 """
@@ -30,7 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-BACKENDS = ("flashref", "flashref1", "flash", "cudnn", "efficient", "math")  # flashref1: kernel 1 (readable)
+BACKENDS = ("flashref", "flashref1", "flash", "cudnn", "efficient", "math", "fa4")  # flashref1: kernel 1 (readable)
+OPTIONAL = ("fa4",)  # timed only where their package imports; not in the default --backends
 NS = (512, 1024, 2048, 4096, 8192, 16384)
 MEM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 MEM_BACKENDS = ("flashref", "flashref_det", "flash", "cudnn", "math")  # flashref_det: deterministic=True
@@ -48,10 +54,34 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "gpu"
 
 
+def fa4_missing():
+    """None if FlashAttention-4 (``flash_attn.cute``, pip package ``flash-attn-4``) imports, else why not."""
+    try:
+        import flash_attn.cute  # noqa: F401
+    except Exception as e:  # not installed, or its CUDA / CuTe DSL libraries fail to load
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def available_backends(backends):
+    """``backends`` less the optional ones whose package does not import, each skipped with one line."""
+    keep = []
+    for b in backends:
+        why = fa4_missing() if b == "fa4" else None
+        if why:
+            print(f"skipping fa4: FlashAttention-4 (flash-attn-4) is not importable here ({why[:120]})")
+        else:
+            keep.append(b)
+    return tuple(keep)
+
+
 def _fn(backend, causal, deterministic=None, config=None):
     import torch.nn.functional as F  # noqa: N812
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    if backend == "fa4":  # takes and returns (B, N, H, d); returns (out, lse)
+        from flash_attn.cute import flash_attn_func
+        return lambda q, k, v: flash_attn_func(q, k, v, causal=causal)[0]
     if backend in ("flashref", "flashref_det", "flashref1"):
         from . import attention
         from .kernels import Config
@@ -103,7 +133,14 @@ def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100, deterministic=No
 
     g = torch.Generator(device="cuda").manual_seed(N + d)
     q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g) for _ in range(4))
+    if backend == "fa4":
+        # FlashAttention-4 wants (B, N, H, d) in memory, ours are (B, H, N, d). The copy into its layout
+        # happens here, before timing: a model that calls FA4 keeps its activations in that layout, so
+        # the copy is no part of attention's cost, and the timed region stays the same work for every
+        # backend (the attention call; for fwd_bwd its forward and backward).
+        q, k, v, do = (x.transpose(1, 2).contiguous() for x in (q, k, v, do))
     f = _fn(backend, causal, deterministic, config)
+    refused = (RuntimeError, torch.OutOfMemoryError, OutOfResources)  # refused shape, OOM, tile too big
     try:
         if mode == "fwd":
             with torch.no_grad():
@@ -111,7 +148,9 @@ def time_one(mode, backend, B, H, N, d, causal, dtype, rep=100, deterministic=No
         q, k, v = (x.requires_grad_() for x in (q, k, v))
         return do_bench(lambda: f(q, k, v).backward(do), warmup=25, rep=rep, grad_to_none=[q, k, v],
                         return_mode="median")
-    except (RuntimeError, torch.OutOfMemoryError, OutOfResources) as e:  # refused shape, OOM, tile too big
+    except Exception as e:
+        if not isinstance(e, refused) and backend != "fa4":  # FA4 also refuses shapes by assertion
+            raise
         print(f"  {backend} {mode} d={d} N={N} causal={causal}: {type(e).__name__}: {str(e)[:120]}")
         return None
     finally:
@@ -189,6 +228,96 @@ def _live_at_peak(events):
     return at_best
 
 
+def check_fa4(ds, causals, dtype, N=1024):
+    """FA4's output and gradients against SDPA cuDNN's, one shape per (d, causal), before any timing.
+
+    For each: the largest absolute difference FA4 − cuDNN of out, dq, dk, dv, and each backend's
+    relative error ‖x − ref‖ / ‖ref‖ against a float32 reference (SDPA math on upcast inputs), so the
+    difference can be read against both libraries' own rounding."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa(backend, causal):
+        def run(q, k, v):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return run
+
+    def out_and_grads(f, q, k, v, do):
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        o = f(*leaves)
+        o.backward(do)
+        return [o.detach()] + [x.grad for x in leaves]
+
+    checks = []
+    for d in ds:
+        for causal in causals:
+            B, H = 2, HIDDEN // d
+            g = torch.Generator(device="cuda").manual_seed(7 * d + causal)
+            q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g) for _ in range(4))
+            rec = dict(d=d, causal=causal, B=B, H=H, N=N)
+            t = [x.transpose(1, 2).contiguous() for x in (q, k, v, do)]  # FA4's (B, N, H, d)
+            runs = {"ref": (sdpa(SDPBackend.MATH, causal), [x.float() for x in (q, k, v, do)], False),
+                    "fa4": (_fn("fa4", causal), t, True),
+                    "cudnn": (sdpa(SDPBackend.CUDNN_ATTENTION, causal), (q, k, v, do), False)}
+            got = {}
+            for name, (f, args, transposed) in runs.items():
+                try:
+                    res = out_and_grads(f, *args)
+                    got[name] = [x.transpose(1, 2) for x in res] if transposed else res
+                except Exception as e:  # a shape one library refuses, or a failed compile
+                    rec[f"error_{name}"] = f"{type(e).__name__}: {str(e)[:200]}"
+                    print(f"  fa4 check d={d} causal={causal}: {name} failed: {rec[f'error_{name}']}", flush=True)
+            names = ("out", "dq", "dk", "dv")
+            if "fa4" in got and "cudnn" in got:
+                rec["max_abs_fa4_vs_cudnn"] = {n: float((a.float() - b.float()).abs().max())
+                                               for n, a, b in zip(names, got["fa4"], got["cudnn"])}
+            if "ref" in got:
+                rec["relerr_vs_fp32"] = {
+                    name: {n: float((x.float() - r).norm() / r.norm()) for n, x, r in zip(names, got[name], got["ref"])}
+                    for name in ("fa4", "cudnn") if name in got}
+            fa4_err = rec.get("relerr_vs_fp32", {}).get("fa4")
+            rec["ok"] = bool(fa4_err) and all(e < 2e-2 for e in fa4_err.values())  # bf16/fp16 operands
+            parts = [f"rel err vs fp32 {name} " + " ".join(f"{e:.1e}" for e in errs.values())
+                     for name, errs in rec.get("relerr_vs_fp32", {}).items()]
+            if "max_abs_fa4_vs_cudnn" in rec:
+                parts.insert(0, "max |fa4 - cudnn| out,dq,dk,dv "
+                             + " ".join(f"{e:.2e}" for e in rec["max_abs_fa4_vs_cudnn"].values()))
+            print(f"  fa4 check d={d} causal={causal}: " + "; ".join(parts) + ("" if rec["ok"] else "  FAILED"),
+                  flush=True)
+            checks.append(rec)
+            del q, k, v, do, t, runs, got
+            torch.cuda.empty_cache()
+    return checks
+
+
+def _fa4_versions():
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for pkg in ("flash-attn-4", "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu13", "quack-kernels"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def add_ratios(rows):
+    """Each flashref and fa4 row's TFLOP/s over SDPA flash's and cuDNN's of the same shape (and, for
+    flashref, over FA4's), all from the same run."""
+    by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in rows}
+    for r in rows:
+        if r["backend"].startswith("flashref") or r["backend"] == "fa4":
+            others = ("flash", "cudnn") + (("fa4",) if r["backend"] != "fa4" else ())
+            for other in others:
+                o = by.get((r["mode"], r["d"], r["N"], r["causal"], other))
+                if o:
+                    key = "ratio_vs_fa4" if other == "fa4" else f"ratio_vs_sdpa_{other}"
+                    r[key] = round(r["tflops"] / o["tflops"], 3)
+    return rows
+
+
 def _flashref_configs(backend, d, causal, mode):
     """The tiles and flags each flashref kernel ran with (``kernels.Config.describe``)."""
     from .kernels import Config
@@ -208,6 +337,10 @@ def run(args) -> dict:
     causals = {"both": (False, True), "true": (True,), "false": (False,)}[args.causal]
     shapes = [(m, d, c, N) for m in args.modes for d in args.d for c in causals for N in args.N]
     rows = []
+    extra = {}
+    if "fa4" in args.backends:
+        extra = dict(fa4_versions=_fa4_versions(), fa4_check=check_fa4(args.d, causals, dtype),
+                     fa4_layout="q, k, v, dO copied to (B, N, H, d) before timing; only the attention call(s) timed")
     bar = _progress(len(shapes) * len(args.backends) * args.rounds)
     t0 = time.time()
     for mode, d, causal, N in shapes:
@@ -235,13 +368,7 @@ def run(args) -> dict:
                 row["configs"] = _flashref_configs(backend, d, causal, mode)
             rows.append(row)
     bar.close()
-    by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in rows}
-    for r in rows:
-        if r["backend"].startswith("flashref"):
-            for other in ("flash", "cudnn"):
-                o = by.get((r["mode"], r["d"], r["N"], r["causal"], other))
-                if o:
-                    r[f"ratio_vs_sdpa_{other}"] = round(r["tflops"] / o["tflops"], 3)
+    add_ratios(rows)
     memory, breakdown = ([], {}) if args.no_memory else measure_memory(args.mem_N, dtype)
     props = torch.cuda.get_device_properties(0)
     meta = dict(device=torch.cuda.get_device_name(0), sms=props.multi_processor_count,
@@ -250,7 +377,7 @@ def run(args) -> dict:
                 tokens=TOKENS, hidden=HIDDEN, timing=f"median of {args.rounds} interleaved rounds (backends of a "
                 f"shape in turn), each a triton.testing.do_bench median, warmup 25 ms, rep {args.rep // args.rounds} "
                 "ms", flop_convention="fwd 4BHN^2d (/2 causal); fwd_bwd 3.5x fwd",
-                seconds=round(time.time() - t0, 1))
+                seconds=round(time.time() - t0, 1), **extra)
     return dict(metadata=meta, rows=rows, memory=memory, memory_breakdown=breakdown)
 
 
@@ -312,8 +439,9 @@ def plot_memory(result):
 
 
 def table(result) -> str:
+    """TFLOP/s per shape and backend; xflash, xcudnn, xfa4: flashref's ratios; fa4xcu: FA4's over cuDNN."""
     lines = [f"{'mode':7} {'d':>3} {'causal':6} {'N':>6} {'flashref':>8} {'kern1':>6} {'flash':>6} {'cudnn':>6} "
-             f"{'effic':>6} {'math':>5} {'xflash':>6} {'xcudnn':>6}"]
+             f"{'effic':>6} {'math':>5} {'fa4':>5} {'xflash':>6} {'xcudnn':>6} {'xfa4':>5} {'fa4xcu':>6}"]
     by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in result["rows"]}
     keys = sorted({(r["mode"], r["d"], r["causal"], r["N"]) for r in result["rows"]},
                   key=lambda t: (t[0] != "fwd", t[1], t[2], t[3]))
@@ -322,11 +450,30 @@ def table(result) -> str:
             r = by.get(key + (b,))
             return fmt.format(r[field]) if r and field in r else "-"
         lines.append(f"{mode:7} {d:>3} {causal!s:6} {N:>6} {g('flashref'):>8} {g('flashref1'):>6} {g('flash'):>6} "
-                     f"{g('cudnn'):>6} "
-                     f"{g('efficient'):>6} {g('math'):>5} {g('flashref', 'ratio_vs_sdpa_flash', '{:.2f}'):>6} "
-                     f"{g('flashref', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6}")
+                     f"{g('cudnn'):>6} {g('efficient'):>6} {g('math'):>5} {g('fa4'):>5} "
+                     f"{g('flashref', 'ratio_vs_sdpa_flash', '{:.2f}'):>6} "
+                     f"{g('flashref', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6} "
+                     f"{g('flashref', 'ratio_vs_fa4', '{:.2f}'):>5} {g('fa4', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6}")
     for m in result.get("memory", []):
         lines.append(f"memory N={m['N']:>6} {m['backend']:9} {m['peak_extra_mib']} MiB")
+    return "\n".join(lines)
+
+
+def fa4_markdown(result, Ns=(4096, 8192, 16384)) -> str:
+    """Markdown rows of FA4 beside cuDNN, SDPA flash and flashref: TFLOP/s and ratios, from a result."""
+    by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in result["rows"]}
+    keys = sorted({(r["mode"], r["d"], r["causal"], r["N"]) for r in result["rows"]
+                   if r["backend"] == "fa4" and r["N"] in Ns}, key=lambda t: (t[0] != "fwd", t[1], t[2], t[3]))
+    lines = ["| mode | d | causal | N | FA4 | cuDNN | SDPA flash | flashref | FA4 ×cuDNN | flashref ×cuDNN "
+             "| flashref ×FA4 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for mode, d, causal, N in keys:
+        def g(b, field="tflops", fmt="{:.0f}", key=(mode, d, N, causal)):
+            r = by.get(key + (b,))
+            return fmt.format(r[field]) if r and field in r else "-"
+        cells = [mode, d, causal, N, g("fa4"), g("cudnn"), g("flash"), g("flashref"),
+                 g("fa4", "ratio_vs_sdpa_cudnn", "{:.2f}"), g("flashref", "ratio_vs_sdpa_cudnn", "{:.2f}"),
+                 g("flashref", "ratio_vs_fa4", "{:.2f}")]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -334,18 +481,15 @@ def _ints(s):
     return tuple(int(x) for x in s.split(",") if x)
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--variants" in argv:  # the GQA and sliding-window rows (bench_variants.py)
-        from .bench_variants import main as variants
-        return variants(argv)
+def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m flashref bench", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="figures/gpu")
     p.add_argument("--d", type=_ints, default=(64, 96, 128, 256))
     p.add_argument("--N", type=_ints, default=NS)
     p.add_argument("--causal", default="both", choices=("both", "true", "false"))
     p.add_argument("--modes", type=lambda s: tuple(s.split(",")), default=("fwd", "fwd_bwd"))
-    p.add_argument("--backends", type=lambda s: tuple(s.split(",")), default=BACKENDS)
+    p.add_argument("--backends", type=lambda s: tuple(s.split(",")),
+                   default=tuple(b for b in BACKENDS if b not in OPTIONAL))
     p.add_argument("--mem-N", dest="mem_N", type=_ints, default=MEM_NS)
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
@@ -353,13 +497,23 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape (rep split among them)")
     p.add_argument("--name", default=None, help="output stem (default: the device slug)")
     args = p.parse_args(argv)
+    for b in args.backends:
+        if b not in BACKENDS:
+            p.error(f"--backends: unknown backend {b!r}; choose from {BACKENDS}")
+    return args
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--variants" in argv:  # the GQA and sliding-window rows (bench_variants.py)
+        from .bench_variants import main as variants
+        return variants(argv)
+    args = parse_args(argv)
     import torch
     if not torch.cuda.is_available():
         print("bench needs a CUDA GPU; the recorded results are in figures/gpu/*.json", file=sys.stderr)
         return 1
-    for b in args.backends:
-        if b not in BACKENDS:
-            p.error(f"--backends: unknown backend {b!r}; choose from {BACKENDS}")
+    args.backends = available_backends(args.backends)
     result = run(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
