@@ -371,6 +371,7 @@ def main(argv=None) -> int:
     p.add_argument("--predict", action="store_true",
                    help="write iomodel.dram's predictions for the chosen shapes (<name>-predicted.json) and stop: "
                         "no GPU, no ncu; commit the file before measuring")
+    p.add_argument("--gpu", default="h100", help="with --predict: the L2 preset (h100, h200)")
     args = p.parse_args(argv)
     if args.predict:
         return _write_predictions(args)
@@ -429,7 +430,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def predictions(shape_list):
+def predictions(shape_list, gpu="h100"):
     """iomodel.dram's prediction of every (impl, shape, mode) that ``profile-l2`` would measure."""
     from ..iomodel import dram
     from ..iomodel.dram import IMPLS as MODELLED
@@ -439,7 +440,7 @@ def predictions(shape_list):
     for impl in (i for i in IMPLS if i in MODELLED):
         for _, name, B, H, N, d, causal in runs_for(impl, shape_list):
             for mode in MODES:
-                pred = dram(impl, mode, B=B, H=H, Nq=N, Nk=N, d=d, causal=causal)
+                pred = dram(impl, mode, B=B, H=H, Nq=N, Nk=N, d=d, causal=causal, gpu=gpu)
                 rows.append(dict(impl=impl, shape=name, mode=mode, B=B, H=H, N=N, d=d, causal=causal,
                                  predicted_bytes=pred.total_bytes))
     return rows
@@ -453,10 +454,10 @@ def _write_predictions(args):
         todo = [s for s in todo if s[1] in args.only]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{args.name or 'h100-l2-' + '-'.join(args.groups)}-predicted.json"
-    meta = dict(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), params=PARAMS,
+    path = out / f"{args.name or args.gpu + '-l2-' + '-'.join(args.groups)}-predicted.json"
+    meta = dict(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), params=PARAMS, gpu=args.gpu,
                 note="iomodel.dram's predictions, written before these shapes were measured")
-    rows = predictions(todo)
+    rows = predictions(todo, args.gpu)
     path.write_text(json.dumps(dict(metadata=meta, rows=rows), indent=0))
     print(f"{path}: {len(rows)} predictions")
     return 0
