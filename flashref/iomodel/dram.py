@@ -52,7 +52,8 @@ from .. import schedule as S  # noqa: N812
 from ..l2 import preset
 from ..problem import check_options, positive_int
 
-__all__ = ["dram", "DRAMPrediction", "PARAMS", "IMPLS", "MODES", "scan_bytes", "staggered_scan_bytes", "kernels"]
+__all__ = ["dram", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "IMPLS", "MODES", "scan_bytes", "staggered_scan_bytes",
+           "kernels"]
 
 IMPLS = ("eager", "sdpa_flash", "flashref")
 MODES = ("fwd", "fwd_bwd")
@@ -62,6 +63,10 @@ MB = 2 ** 20
 # "sweep_"; held out: the fixed-token sweep across the knee). See fit().
 PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               C_stag=84 * MB, kappa_stag=4.0, lag=2.0)  # the last three: staggered walks, fit_staggered()
+# The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
+# HBM) reads 0.4-0.6x the H100's bytes on FlashAttention-2's causal forward. Its three parameters are
+# therefore per GPU: fitted (fit_staggered) on each GPU's grid + check (figures/gpu/h200-l2.json).
+GPU_PARAMS = {"h100": {}, "h200": dict(C_stag=108 * MB, kappa_stag=6.0, lag=3.0)}
 PARTITIONS = 2  # a tile read by a whole wave at once is held in both L2 partitions
 
 
@@ -278,7 +283,8 @@ def predict_kernels(seq, Nq, Nk, p=PARAMS):
 def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2, **opts):
     """Predicted DRAM bytes of one call (Nsight Compute's dram__bytes_read/write.sum over its kernels).
 
-    ``params=`` overrides entries of PARAMS (for fitting and for what-if sweeps)."""
+    ``gpu`` picks the L2 preset and the GPU's staggered-walk parameters (``GPU_PARAMS``); ``params=``
+    overrides entries of PARAMS (for fitting and for what-if sweeps)."""
     check_options(opts, {"B", "H", "Nq", "Nk", "d", "causal", "gpu", "dtype_bytes", "params"}, "iomodel.dram")
     params = opts.get("params")
     if impl not in IMPLS:
@@ -291,7 +297,7 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal: expected True or False, got {causal!r}")
     spec = preset(gpu)
-    p = dict(PARAMS, **(params or {}))
+    p = {**PARAMS, **GPU_PARAMS[gpu.lower()], **(params or {})}
     seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), e=dtype_bytes, sms=spec.sms)
     rows = predict_kernels(seq, Nq, Nk, p)
     return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows)
@@ -319,9 +325,9 @@ def is_held_out(shape: str) -> bool:
     return shape.startswith("sweep_")
 
 
-def errors(rows, params=None):
+def errors(rows, params=None, gpu="h100"):
     """Relative error (predicted / measured - 1) of each row."""
-    return [dram(impl, mode, **kw, params=params).total_bytes / m - 1 for impl, _, mode, kw, m in rows]
+    return [dram(impl, mode, **kw, gpu=gpu, params=params).total_bytes / m - 1 for impl, _, mode, kw, m in rows]
 
 
 GRID = dict(C_eff=[MB * c for c in (20, 25, 30, 35, 40, 45, 50)], kappa=[1.5, 2, 3, 4, 6, 8, 12],
@@ -366,7 +372,7 @@ def staggered_rows(results):
     return [r for res in results for r in measured_rows(res, ("sdpa_flash",)) if r[3]["causal"] and r[2] == "fwd"]
 
 
-def fit_staggered(results, grid=None):
+def fit_staggered(results, grid=None, gpu="h100"):
     """Fit ``C_stag``, ``kappa_stag`` and ``lag`` (the other parameters as in PARAMS) on FlashAttention-2's
     causal forward in the recorded ``results``, minimising the mean squared log-ratio. An exhaustive
     search over ``grid`` (three parameters, a few hundred points). Returns (params, loss)."""
@@ -376,8 +382,8 @@ def fit_staggered(results, grid=None):
     for C in grid["C_stag"]:
         for kappa in grid["kappa_stag"]:
             for lag in grid["lag"]:
-                q = dict(PARAMS, C_stag=C, kappa_stag=kappa, lag=lag)
-                loss = sum(math.log1p(e) ** 2 for e in errors(rows, q)) / len(rows)
+                q = {**PARAMS, **GPU_PARAMS[gpu], "C_stag": C, "kappa_stag": kappa, "lag": lag}
+                loss = sum(math.log1p(e) ** 2 for e in errors(rows, q, gpu)) / len(rows)
                 if loss < best:
                     best, best_p = loss, q
     return best_p, best
