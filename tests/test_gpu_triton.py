@@ -139,6 +139,30 @@ def test_any_head_dim_two_oracles(d, Nq, Nk, causal, kernel):
     _check(1, 2, Nq, Nk, d, DTYPES[-1] if INTERPRET else torch.float16, causal, seed=d + Nq, config=KERNELS[kernel])
 
 
+def test_dim_split_narrows_the_forward_tiles():
+    """The forward's two column tiles: a power of two and a rest, only where narrower than one padded tile."""
+    from flashref.iomodel.triton import dim_split, forward_padding_waste, pad_dim
+
+    assert {d: dim_split(d) for d in (16, 40, 59, 64, 80, 96, 111, 128, 160, 192, 200, 256)} == {
+        16: (16, 0), 40: (32, 16), 59: (64, 0), 64: (64, 0), 80: (64, 16), 96: (64, 32), 111: (128, 0),
+        128: (128, 0), 160: (128, 32), 192: (128, 64), 200: (256, 0), 256: (256, 0)}
+    for d in range(1, 257):
+        a, b = dim_split(d)
+        assert (b == 0 and a == pad_dim(d)) or (16 <= b <= a and d <= a + b < pad_dim(d)), d
+    assert forward_padding_waste(96) == 0 and forward_padding_waste(40) == 1 - 40 / 48
+    with pytest.raises(ValueError, match="split.*dsplit"):
+        Config(split=True, dsplit=True).resolve(96, False, False)
+
+
+@pytest.mark.parametrize("dsplit", [True, False])
+@pytest.mark.parametrize("d,Nq,Nk,causal", [(80, 33, 47, True), (96, 40, 40, False), (192, 17, 29, True)])
+def test_dsplit_on_and_off_two_oracles(d, Nq, Nk, causal, dsplit):
+    """The forward with d split into two column tiles and with one padded tile: the same function."""
+    cfg = Config(dsplit=dsplit)
+    assert cfg.resolve(d, causal, False).dsplit is dsplit
+    _check(1, 2, Nq, Nk, d, DTYPES[-1] if INTERPRET else torch.float16, causal, seed=d, config=cfg)
+
+
 VARIANTS = {
     "kernel1": Config(version=1), "split": Config(split=True), "heads_first": Config(heads_first=True),
     "persistent": Config(persistent=True), "persistent_heads_first": Config(persistent=True, heads_first=True),

@@ -17,8 +17,10 @@ What changes on hardware, in both:
   saved statistic is the base-2 log-sum-exp ``L2 = m + log2(ℓ)`` (= L · log2 e);
 * any head dimension 1 <= d <= 256: tiles are ``D_PAD = max(16, next power of two of d)`` wide and
   every load masks the columns past d to zero (``_load_rows``), so the padding lives in registers
-  and shared memory only, never in HBM. The matmuls still run over D_PAD columns:
-  ``iomodel.triton.padding_waste(d)`` gives the wasted fraction (37.5% at d = 80 or 160);
+  and shared memory only, never in HBM. The backward's matmuls still run over D_PAD columns:
+  ``iomodel.triton.padding_waste(d)`` gives the wasted fraction (37.5% at d = 80 or 160). The
+  forward (``Config.dsplit``, on by default) instead splits d into two column tiles, a power of two
+  and a rest (``dim_split``: 96 = 64 + 32, 80 = 64 + 16), so its matmuls waste nothing there;
 * dropout (``DROPOUT``, a constexpr: the no-dropout kernel has no RNG code) regenerates the keep
   mask of each tile from (seed, batch·head, row, column) with ``flashref/dropout.py``'s hash, in
   uint64 arithmetic, so the GPU drops exactly the entries numpy drops for the same seed;
@@ -55,6 +57,8 @@ from dataclasses import dataclass, replace
 
 import triton
 import triton.language as tl
+
+from ..iomodel.triton import dim_split  # the forward's column tiles (pure Python, shared with the IO model)
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 RESCALE_SLACK = tl.constexpr(8.0)  # lazy rescaling: P̃ may reach 2^8 before O_i, ℓ_i are rescaled
@@ -132,6 +136,7 @@ class Config:
     stagger: bool = True
     tma: bool = True
     lazy: bool = False
+    dsplit: bool | None = None  # forward: two column tiles (dim_split) instead of one padded one
 
     def __post_init__(self):
         if self.version not in (1, 2):
@@ -145,18 +150,24 @@ class Config:
         """A copy with every ``None`` filled in for head dimension d (fixed 16×16 tiles, no split,
         no heads-first grid under the interpreter)."""
         D = pad_dim(d)
+        v1 = self.version == 1
+        if self.split and self.dsplit:
+            raise ValueError("Config: split (two row halves) and dsplit (two column tiles) cannot both be on")
+        # dsplit: on by default wherever dim_split narrows the tiles, unless the row split was asked for
+        dsplit = (dim_split(d)[1] > 0 and not v1 and not self.split) if self.dsplit is None else self.dsplit
+        dsplit = bool(dsplit) and dim_split(d)[1] > 0 and not v1
         if INTERPRET:
             t = INTERPRET_TILES
             split = bool(self.split)
             return replace(self, fwd=self.fwd or (replace(t, block_m=32) if split else t), dkdv=self.dkdv or t,
-                           dq=self.dq or t, split=split, heads_first=bool(self.heads_first), tma=False)
-        v1 = self.version == 1
-        split = (D in SPLIT_DIMS and not v1) if self.split is None else self.split
+                           dq=self.dq or t, split=split, heads_first=bool(self.heads_first), tma=False,
+                           dsplit=dsplit)
+        split = (D in SPLIT_DIMS and not v1 and not dsplit) if self.split is None else self.split
         heads_first = (causal and D in HEADS_FIRST_CAUSAL) if self.heads_first is None else self.heads_first
         fwd = self.fwd or (FWD_SPLIT.get(D, FWD[D]) if split else FWD[D])
         dkdv = self.dkdv or (DKDV if deterministic else DKDV_ATOMIC)[D]
         return replace(self, fwd=fwd, dkdv=dkdv, dq=self.dq or DQ[D], split=split and not v1,
-                       heads_first=heads_first and not v1)
+                       heads_first=heads_first and not v1, dsplit=dsplit)
 
     def describe(self) -> dict:
         """The resolved tiles and flags as short strings (bench.py's rows)."""
@@ -164,7 +175,7 @@ class Config:
                if (t := getattr(self, k)) is not None}
         out["version"] = self.version
         out["flags"] = "+".join(f for f in ("split", "heads_first", "persistent", "warp_specialize", "stagger",
-                                            "tma", "lazy") if getattr(self, f)) or "-"
+                                            "tma", "lazy", "dsplit") if getattr(self, f)) or "-"
         return out
 
 
@@ -405,7 +416,9 @@ def _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_d, N
 
 @triton.jit
 def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, h_bh, offs_m, offs_n, thresh,
-                    LAZY: tl.constexpr, DROPOUT: tl.constexpr, SAFE: tl.constexpr):
+                    LAZY: tl.constexpr, DROPOUT: tl.constexpr, SAFE: tl.constexpr, acc_b, V_b, D_B: tl.constexpr):
+    # acc_b, V_b: the second column tile of O_i and V_j when the head dimension is split (D_B > 0,
+    # dim_split); otherwise placeholders, and every line that uses them is compiled out.
     # FA2 Alg.1 l.9 (flash2.py): m_i^new = max(m_i, rowmax(S_ij)), in base 2 (τ·log2 e applied here,
     # and below fused with the max subtraction into one FMA per element) ...
     m_new = tl.maximum(m_i, tl.max(S_ij, 1) * qk_scale)  # (Br,)
@@ -417,6 +430,8 @@ def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, h_bh, offs_m, offs_n, th
         if tl.max(m_new - m_i, 0) > RESCALE_SLACK:
             alpha = tl.math.exp2(m_i - m_new)
             acc = acc * alpha[:, None]
+            if D_B > 0:
+                acc_b = acc_b * alpha[:, None]
             l_i = l_i * alpha
             m_i = m_new
     else:
@@ -425,6 +440,8 @@ def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, h_bh, offs_m, offs_n, th
         else:
             alpha = tl.math.exp2(m_i - m_new)  # e^{m_i − m_i^new}, (Br,)
         acc = acc * alpha[:, None]  # l.10's diag(e^{m_i − m_i^new}) O_i (the printed ^{-1} is a typo)
+        if D_B > 0:
+            acc_b = acc_b * alpha[:, None]
         l_i = l_i * alpha  # l.9's e^{m_i − m_i^new} ℓ_i
         m_i = m_new
     # FA2 Alg.1 l.9 (flash2.py): P̃_ij = exp(S_ij − m_i^new); ℓ_i^new = e^{..} ℓ_i + rowsum(P̃_ij).
@@ -437,7 +454,9 @@ def _online_softmax(S_ij, m_i, l_i, acc, V_j, qk_scale, h_bh, offs_m, offs_n, th
         P_tilde_ij = tl.where(_keep(h_bh, offs_m[:, None], offs_n[None, :], thresh), P_tilde_ij, 0.0)
     # FA2 Alg.1 l.10 (flash2.py): O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j (un-scaled O).
     acc = tl.dot(P_tilde_ij.to(V_j.dtype), V_j, acc)  # (Br, d) fp32
-    return m_i, l_i, acc
+    if D_B > 0:  # the second column tile of O_i: P̃_ij V_j[:, D_A:]
+        acc_b = tl.dot(P_tilde_ij.to(V_b.dtype), V_b, acc_b)
+    return m_i, l_i, acc, acc_b
 
 
 @triton.jit
@@ -446,9 +465,10 @@ def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs
                CAUSAL: tl.constexpr, MASKED: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr,
                LAZY: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
                win_l, win_r, slope2, sc_in, sc_out, WINDOW: tl.constexpr, ALIBI: tl.constexpr,
-               SOFTCAP: tl.constexpr):
+               SOFTCAP: tl.constexpr, acc_b, Q_b, offs_db, D_B: tl.constexpr):
     # win_l, win_r, slope2, sc_in, sc_out: the variants' runtime values (_attend, _modify), unused when
-    # their flag is off.
+    # their flag is off. D_PAD: the first column tile's width (all of pad_dim(d) unless split); with a
+    # split head dimension (D_B > 0) Q_b, offs_db, acc_b are the second tile's Q_i, columns and O_i.
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(j_lo, j_hi, BLOCK_N, warp_specialize=WS):  # FA2 Alg.1 l.6: for 1 <= j <= Tc
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -456,8 +476,14 @@ def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs
         # FA2 Alg.1 l.7 (flash2.py): load K_j, V_j.
         K_jT, V_j = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_d, Nk, HEAD_D, D_PAD,
                              EVEN, TMA)
+        V_b = V_j
+        if D_B > 0:  # the second column tile of K_j, V_j (columns D_A .. D_A + D_B, those past d masked)
+            K_bT, V_b = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_db, Nk, HEAD_D,
+                                 D_PAD + D_B, EVEN, False)
         # FA2 Alg.1 l.8 (flash2.py): S_ij = τ Q_i K_jᵀ (τ applied in l.9's FMA).
         S_ij = tl.dot(Q_i, K_jT)  # (Br, Bc) fp32, unscaled
+        if D_B > 0:  # ... summed over both column tiles: Q_i[:, :D_A] K_j[:, :D_A]ᵀ + Q_i[:, D_A:] K_j[:, D_A:]ᵀ
+            S_ij = tl.dot(Q_b, K_bT, S_ij)
         s_scale = qk_scale
         if SOFTCAP or ALIBI:  # [softcap] [alibi] on chip: S_ij is then scaled, in base 2
             S_ij, _ = _modify(S_ij, offs_m[:, None], offs_n[None, :], qk_scale, slope2, sc_in, sc_out,
@@ -467,9 +493,9 @@ def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs
             S_ij = tl.where(_attend(offs_m[:, None], offs_n[None, :], Nk, CAUSAL, WINDOW, win_l, win_r), S_ij,
                             float("-inf"))
         # FA2 Alg.1 l.9-10 (flash2.py): online softmax and O_i update.
-        m_i, l_i, acc = _online_softmax(S_ij, m_i, l_i, acc, V_j, s_scale, h_bh, offs_m, offs_n, thresh,
-                                        LAZY, DROPOUT, WINDOW)
-    return acc, l_i, m_i
+        m_i, l_i, acc, acc_b = _online_softmax(S_ij, m_i, l_i, acc, V_j, s_scale, h_bh, offs_m, offs_n, thresh,
+                                               LAZY, DROPOUT, WINDOW, acc_b, V_b, D_B)
+    return acc, l_i, m_i, acc_b
 
 
 @triton.jit
@@ -500,10 +526,10 @@ def _fwd_inner_split(acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k,
                           float("-inf"))
             S1 = tl.where(_attend(offs_m1[:, None], offs_n[None, :], Nk, CAUSAL, WINDOW, win_l, win_r), S1,
                           float("-inf"))
-        m0, l0, acc0 = _online_softmax(S0, m0, l0, acc0, V_j, s_scale, h_bh, offs_m0, offs_n, thresh,
-                                       LAZY, DROPOUT, WINDOW)  # l.9-10
-        m1, l1, acc1 = _online_softmax(S1, m1, l1, acc1, V_j, s_scale, h_bh, offs_m1, offs_n, thresh,
-                                       LAZY, DROPOUT, WINDOW)  # l.9-10
+        m0, l0, acc0, _ = _online_softmax(S0, m0, l0, acc0, V_j, s_scale, h_bh, offs_m0, offs_n, thresh,
+                                          LAZY, DROPOUT, WINDOW, l0, V_j, 0)  # l.9-10
+        m1, l1, acc1, _ = _online_softmax(S1, m1, l1, acc1, V_j, s_scale, h_bh, offs_m1, offs_n, thresh,
+                                          LAZY, DROPOUT, WINDOW, l1, V_j, 0)  # l.9-10
     return acc0, l0, m0, acc1, l1, m1
 
 
@@ -520,20 +546,25 @@ def _load_q(Q_base, desc_q, q_row0, offs_m, offs_d, Nq, HEAD_D: tl.constexpr, D_
 
 @triton.jit
 def _finish(acc, l_i, m_i, O_base, L2_base, offs_m, offs_d, Nq, inv_keep, HEAD_D: tl.constexpr,
-            D_PAD: tl.constexpr, DROPOUT: tl.constexpr, SAFE: tl.constexpr):
+            D_PAD: tl.constexpr, DROPOUT: tl.constexpr, SAFE: tl.constexpr, acc_b, offs_db, D_B: tl.constexpr):
     # FA2 Alg.1 l.11 (flash2.py): end for.
     # FA2 Alg.1 l.12 (flash2.py): O_i = diag(ℓ_i)^{-1} O_i, once per row block. (ℓ_i > 0 always:
     # key 0 is visible to every query, top-left causal included.) Dropout's 1/(1-p) here, once.
+    l_div = l_i
     if SAFE:  # [window] ℓ_i = 0 only for a fully masked row: O_i = 0 (divide by 1), L_i = -inf
-        O_i = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    else:
-        O_i = acc / l_i[:, None]
+        l_div = tl.where(l_i == 0.0, 1.0, l_i)
+    O_i = acc / l_div[:, None]
     if DROPOUT:
         O_i = O_i * inv_keep
     # FA2 Alg.1 l.13 (flash2.py): L_i = m_i + log ℓ_i, in base 2 (m_i is already base 2).
     L2_i = m_i + tl.math.log2(l_i)
     # FA2 Alg.1 l.14-15 (flash2.py): write O_i and L_i to HBM, once each.
     _store_rows(O_base, offs_m, Nq, offs_d, O_i, HEAD_D, D_PAD)
+    if D_B > 0:  # the second column tile of O_i
+        O_b = acc_b / l_div[:, None]
+        if DROPOUT:
+            O_b = O_b * inv_keep
+        _store_rows(O_base, offs_m, Nq, offs_db, O_b, HEAD_D, D_PAD + D_B)
     tl.store(L2_base + offs_m, L2_i, mask=offs_m < Nq)
 
 
@@ -543,10 +574,9 @@ def _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_
               HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
               TMA: tl.constexpr, LAZY: tl.constexpr, SPLIT: tl.constexpr, DROPOUT: tl.constexpr,
               WS: tl.constexpr, GQA: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr,
-              SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D_B: tl.constexpr):
     # One row block i of one (batch, head) bh: FA2 Alg.1 l.4-15.
     start_m = i * BLOCK_M
-    offs_d = tl.arange(0, D_PAD)
     kv_bh = _kv_head(bh, Hq, group, GQA)  # [gqa] query head h reads K/V head h // group
     Q_base = Q + bh * Nq * HEAD_D
     K_base = K + kv_bh * Nk * HEAD_D
@@ -564,6 +594,7 @@ def _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_
     j_lo, j_a, j_b, j_hi = _row_block_cols(start_m, Nk, win_l, win_r, BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
     if SPLIT:
         HALF: tl.constexpr = BLOCK_M // 2
+        offs_d = tl.arange(0, D_PAD)
         offs_m0 = start_m + tl.arange(0, HALF)
         offs_m1 = start_m + HALF + tl.arange(0, HALF)
         Q0 = _load_q(Q_base, desc_q, q_row0, offs_m0, offs_d, Nq, HEAD_D, D_PAD, EVEN, TMA)  # l.4
@@ -589,32 +620,44 @@ def _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_
             offs_d, j_b, j_hi, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL, True, EVEN,
             TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out, WINDOW, ALIBI, SOFTCAP)
         _finish(acc0, l0, m0, O_base, L2_base, offs_m0, offs_d, Nq, inv_keep, HEAD_D, D_PAD, DROPOUT,
-                WINDOW)  # l.11-15
+                WINDOW, l0, offs_d, 0)  # l.11-15
         _finish(acc1, l1, m1, O_base, L2_base, offs_m1, offs_d, Nq, inv_keep, HEAD_D, D_PAD, DROPOUT,
-                WINDOW)  # l.11-15
+                WINDOW, l1, offs_d, 0)  # l.11-15
     else:
         offs_m = start_m + tl.arange(0, BLOCK_M)
+        # With a split head dimension (D_B > 0) Q_i, K_j, V_j and O_i are two column tiles each,
+        # D_A = D_PAD - D_B and D_B wide (dim_split): every matmul runs on d's columns plus less
+        # padding than one pad_dim(d) tile. Otherwise one tile of D_PAD and placeholders for the second.
+        D_A: tl.constexpr = D_PAD - D_B
+        offs_da = tl.arange(0, D_A)
         # FA2 Alg.1 l.4 (flash2.py): load Q_i.
-        Q_i = _load_q(Q_base, desc_q, q_row0, offs_m, offs_d, Nq, HEAD_D, D_PAD, EVEN, TMA)
+        Q_i = _load_q(Q_base, desc_q, q_row0, offs_m, offs_da, Nq, HEAD_D, D_A, EVEN, TMA)
         # FA2 Alg.1 l.5 (flash2.py): on chip O_i = 0, ℓ_i = 0, m_i = -inf (fp32 accumulators).
-        acc = tl.zeros([BLOCK_M, D_PAD], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, D_A], dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+        offs_db = offs_da
+        Q_b = Q_i
+        acc_b = l_i
+        if D_B > 0:
+            offs_db = D_A + tl.arange(0, D_B)
+            Q_b = _load_rows(Q_base, offs_m, Nq, offs_db, HEAD_D, D_PAD, not EVEN)  # l.4, second tile
+            acc_b = tl.zeros([BLOCK_M, D_B], dtype=tl.float32)  # l.5, second tile
         if WINDOW:  # [window] the left boundary tiles, masked
-            acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                                       j_lo, j_a, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL,
-                                       True, EVEN, TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out,
-                                       WINDOW, ALIBI, SOFTCAP)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                                   j_a, j_b, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL,
-                                   False, EVEN, TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out,
-                                   WINDOW, ALIBI, SOFTCAP)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m, offs_d,
-                                   j_b, j_hi, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_PAD, CAUSAL,
-                                   True, EVEN, TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2, sc_in, sc_out,
-                                   WINDOW, ALIBI, SOFTCAP)
-        _finish(acc, l_i, m_i, O_base, L2_base, offs_m, offs_d, Nq, inv_keep, HEAD_D, D_PAD, DROPOUT,
-                WINDOW)  # l.11-15
+            acc, l_i, m_i, acc_b = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m,
+                                              offs_da, j_lo, j_a, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_A,
+                                              CAUSAL, True, EVEN, TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2,
+                                              sc_in, sc_out, WINDOW, ALIBI, SOFTCAP, acc_b, Q_b, offs_db, D_B)
+        acc, l_i, m_i, acc_b = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m,
+                                          offs_da, j_a, j_b, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_A,
+                                          CAUSAL, False, EVEN, TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2,
+                                          sc_in, sc_out, WINDOW, ALIBI, SOFTCAP, acc_b, Q_b, offs_db, D_B)
+        acc, l_i, m_i, acc_b = _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs_m,
+                                          offs_da, j_b, j_hi, Nk, qk_scale, h_bh, thresh, BLOCK_N, HEAD_D, D_A,
+                                          CAUSAL, True, EVEN, TMA, LAZY, DROPOUT, WS, win_l, win_r, slope2,
+                                          sc_in, sc_out, WINDOW, ALIBI, SOFTCAP, acc_b, Q_b, offs_db, D_B)
+        _finish(acc, l_i, m_i, O_base, L2_base, offs_m, offs_da, Nq, inv_keep, HEAD_D, D_A, DROPOUT,
+                WINDOW, acc_b, offs_db, D_B)  # l.11-15
 
 
 @triton.jit(do_not_specialize=["seed_key", "thresh"])
@@ -624,7 +667,7 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, BH, Nq, Nk, qk_s
                 TMA: tl.constexpr, LAZY: tl.constexpr, SPLIT: tl.constexpr, HEADS_FIRST: tl.constexpr,
                 PERSISTENT: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
                 GQA: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D_B: tl.constexpr = 0):
     # FA2 Alg.1 l.1-3 (flash2.py): Tr = ⌈Nq/Br⌉ row blocks; a program runs l.3's iteration i for one
     # (batch, head). Causal: the longest rows first (i counted from the end). HEADS_FIRST: tile t is
     # (row block t // BH, head t % BH), so every head's longest row block comes before any head's
@@ -645,7 +688,7 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, BH, Nq, Nk, qk_s
                 i = Tr - 1 - pid
             _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_scale, seed_key, thresh,
                       inv_keep, Hq, group, win_l, win_r, sc_in, sc_out, HEAD_D, D_PAD, CAUSAL, EVEN, TMA, LAZY,
-                      SPLIT, DROPOUT, WS, GQA, WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N)
+                      SPLIT, DROPOUT, WS, GQA, WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N, D_B)
     else:
         if HEADS_FIRST:
             pid = tl.program_id(1)
@@ -658,7 +701,7 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, BH, Nq, Nk, qk_s
             i = Tr - 1 - pid
         _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_scale, seed_key, thresh,
                   inv_keep, Hq, group, win_l, win_r, sc_in, sc_out, HEAD_D, D_PAD, CAUSAL, EVEN, TMA, LAZY,
-                  SPLIT, DROPOUT, WS, GQA, WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N)
+                  SPLIT, DROPOUT, WS, GQA, WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N, D_B)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1014,7 +1057,9 @@ def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None, var: Varia
     slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
     _fwd_kernel[grid](q, k, v, o, L2, *descs, slopes, BH, Nq, Nk, scale * LOG2E, seed_key, thresh, inv_keep,
                       H, var.group, win_l, win_r, sc_in, sc_out,
-                      HEAD_D=d, D_PAD=pad_dim(d), CAUSAL=causal, EVEN=_even(Nq, Nk, t), TMA=tma,
+                      # dsplit: D_PAD spans both column tiles (D_A + D_B), the kernel's second is D_B wide
+                      HEAD_D=d, D_PAD=sum(dim_split(d)) if cfg.dsplit else pad_dim(d),
+                      D_B=dim_split(d)[1] if cfg.dsplit else 0, CAUSAL=causal, EVEN=_even(Nq, Nk, t), TMA=tma,
                       LAZY=cfg.lazy and var.band is None,  # lazy rescaling assumes every row has a finite max
                       SPLIT=cfg.split, HEADS_FIRST=cfg.heads_first, PERSISTENT=cfg.persistent,
                       DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **t.meta())

@@ -6,7 +6,8 @@ Each config is ``default`` (``kernels.Config()``: every default for the head dim
 ``BM,BN,warps,stages`` (empty: the default tiles) with optional ``:flags`` joined by ``+``; a flag
 not given is off. Forward (``--mode fwd``): ``split`` (two row halves per program), ``heads``
 (heads-first grid), ``persistent`` (one program per SM, longest tiles first), ``ws`` (Triton's warp
-specialisation of the K/V loop), ``lazy`` (conditional O rescale), ``notma`` (pointer loads), ``v1``
+specialisation of the K/V loop), ``lazy`` (conditional O rescale), ``dsplit`` (d in two column tiles,
+``iomodel.triton.dim_split``), ``notma`` (pointer loads), ``v1``
 (kernel 1, the readable one). Forward+backward (``--mode fwd_bwd``): the tiles set the backward's
 ``--kernel`` (dkdv or dq) and the flags are ``det`` (the deterministic dQ kernel), ``stagger``
 (staggered dK/dV row loop), ``ws`` and ``v1``; the forward keeps its defaults.
@@ -25,7 +26,7 @@ import statistics
 import sys
 
 FLAGS = {"fwd": {"split": "split", "heads": "heads_first", "persistent": "persistent", "ws": "warp_specialize",
-                 "lazy": "lazy", "notma": None, "v1": None},
+                 "lazy": "lazy", "dsplit": "dsplit", "notma": None, "v1": None},
          "fwd_bwd": {"stagger": "stagger", "det": None, "ws": "warp_specialize", "v1": None}}
 
 

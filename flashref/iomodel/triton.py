@@ -3,7 +3,9 @@
 * :func:`kernel_model`: the HBM bytes of one forward+backward, line by line of the kernels, with no
   cache (what ``python -m flashref profile`` compares with Nsight Compute's DRAM and L2 counters);
 * :func:`padding_waste`: the share of the matmul work spent on the zero columns that pad a head
-  dimension to the next power of two on chip (``kernels.pad_dim``); :func:`padding_table` tabulates it.
+  dimension to the next power of two on chip (``kernels.pad_dim``; the backward, and the forward
+  where d does not split); :func:`dim_split` and :func:`forward_padding_waste`: the forward's two
+  column tiles and what they still waste; :func:`padding_table` tabulates both.
 
 Needs neither torch nor triton.
 """
@@ -12,7 +14,8 @@ from __future__ import annotations
 
 from .flash2 import kv_per_row_block, q_per_column_block
 
-__all__ = ["kernel_model", "pad_dim", "padding_waste", "padding_table", "FA_TEST_HEAD_DIMS"]
+__all__ = ["kernel_model", "pad_dim", "dim_split", "padding_waste", "forward_padding_waste", "padding_table",
+           "FA_TEST_HEAD_DIMS"]
 
 # The head dimensions of the FlashAttention repository's test grid (tests/test_flash_attn.py)
 FA_TEST_HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 256)
@@ -35,9 +38,28 @@ def padding_waste(d: int) -> float:
     return 1.0 - d / pad_dim(d)
 
 
-def padding_table(dims=FA_TEST_HEAD_DIMS) -> list[tuple[int, int, float]]:
-    """``(d, pad_dim(d), padding_waste(d))`` for each d."""
-    return [(d, pad_dim(d), padding_waste(d)) for d in dims]
+def dim_split(d: int) -> tuple[int, int]:
+    """The forward kernel's column tiles for head dimension d: ``(D_A, D_B)``, a power of two D_A <= d
+    and a second tile of ``pad_dim(d - D_A)`` columns, where the two together are narrower than one
+    pad_dim(d) tile (96 = 64 + 32, 80 = 64 + 16, 160 = 128 + 32, 192 = 128 + 64, 40 -> 32 + 16).
+    Otherwise ``(pad_dim(d), 0)``: one tile (d a power of two, or 111 -> 64 + 64, no narrower).
+    ``tl.arange`` needs powers of two, so this is as narrow as two tiles get."""
+    D = pad_dim(d)
+    a = max(16, 1 << (d.bit_length() - 1))  # the largest power of two <= d, at least 16
+    if d <= a:
+        return D, 0
+    b = pad_dim(d - a)
+    return (a, b) if a + b < D else (D, 0)
+
+
+def forward_padding_waste(d: int) -> float:
+    """Share of the forward's matmul FLOPs spent on padding with the split tiles: ``1 − d / (D_A + D_B)``."""
+    return 1.0 - d / sum(dim_split(d))
+
+
+def padding_table(dims=FA_TEST_HEAD_DIMS) -> list[tuple[int, int, float, tuple[int, int], float]]:
+    """``(d, pad_dim(d), padding_waste(d), dim_split(d), forward_padding_waste(d))`` for each d."""
+    return [(d, pad_dim(d), padding_waste(d), dim_split(d), forward_padding_waste(d)) for d in dims]
 
 
 def kernel_model(B, H, N, d, blocks, causal=False, e=2):
