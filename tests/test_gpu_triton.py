@@ -155,12 +155,14 @@ def test_dim_split_narrows_the_forward_tiles():
 
 
 @pytest.mark.parametrize("dsplit", [True, False])
-@pytest.mark.parametrize("d,Nq,Nk,causal", [(80, 33, 47, True), (96, 40, 40, False), (192, 17, 29, True)])
-def test_dsplit_on_and_off_two_oracles(d, Nq, Nk, causal, dsplit):
-    """The forward with d split into two column tiles and with one padded tile: the same function."""
+@pytest.mark.parametrize("d,Nq,Nk,causal,p", [(80, 33, 47, True, 0.0), (96, 40, 40, False, 0.3),
+                                              (192, 17, 29, True, 0.0), (40, 29, 41, False, 0.0)])
+def test_dsplit_on_and_off_two_oracles(d, Nq, Nk, causal, p, dsplit):
+    """The forward with d split into two column tiles and with one padded tile: the same function
+    (with dropout too: both tiles of O_i see the same dropped P̃_ij)."""
     cfg = Config(dsplit=dsplit)
     assert cfg.resolve(d, causal, False).dsplit is dsplit
-    _check(1, 2, Nq, Nk, d, DTYPES[-1] if INTERPRET else torch.float16, causal, seed=d, config=cfg)
+    _check(1, 2, Nq, Nk, d, DTYPES[-1] if INTERPRET else torch.float16, causal, seed=d, config=cfg, dropout_p=p)
 
 
 VARIANTS = {

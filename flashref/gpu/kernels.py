@@ -106,6 +106,12 @@ DKDV_ATOMIC = {16: Tiles(64, 64, 4, 3), 32: Tiles(64, 64, 4, 3), 64: Tiles(128, 
                128: Tiles(64, 128, 8, 3), 256: Tiles(32, 64, 8, 2)}
 DQ = {16: Tiles(64, 64, 4, 3), 32: Tiles(64, 64, 4, 3), 64: Tiles(128, 64, 8, 3), 128: Tiles(128, 64, 8, 3),
       256: Tiles(64, 32, 8, 2)}
+# The forward with d in two column tiles (dsplit), by the tiles' total width D_A + D_B (sweep on an H100,
+# NOTES.md): up to 128 (d = 80, 96) 128x64 w8 s3, +8-9% over the padded default; up to 160 (d = 160)
+# 64x64 w4 s2, +24%; wider (d = 192) the padded d = 256 tiles, as fast as padding. On by default
+# where D_PAD >= 128 (measured there; at smaller d it is off until measured).
+FWD_DSPLIT = ((128, Tiles(128, 64, 8, 3)), (160, Tiles(64, 64, 4, 2)), (256, FWD[256]))
+DSPLIT_MIN_PAD = 128
 SPLIT_DIMS = (128,)  # forward split by default at these D_PAD
 HEADS_FIRST_CAUSAL = (128,)  # heads-first grid for causal forwards at these D_PAD (+7–14%, NOTES.md)
 INTERPRET_TILES = Tiles(16, 16, 1, 1)  # the CPU interpreter: small fixed tiles
@@ -153,8 +159,9 @@ class Config:
         v1 = self.version == 1
         if self.split and self.dsplit:
             raise ValueError("Config: split (two row halves) and dsplit (two column tiles) cannot both be on")
-        # dsplit: on by default wherever dim_split narrows the tiles, unless the row split was asked for
-        dsplit = (dim_split(d)[1] > 0 and not v1 and not self.split) if self.dsplit is None else self.dsplit
+        # dsplit: on by default where D_PAD >= DSPLIT_MIN_PAD and dim_split narrows the tiles, unless the
+        # row split was asked for
+        dsplit = (D >= DSPLIT_MIN_PAD and not self.split) if self.dsplit is None else self.dsplit
         dsplit = bool(dsplit) and dim_split(d)[1] > 0 and not v1
         if INTERPRET:
             t = INTERPRET_TILES
@@ -164,7 +171,11 @@ class Config:
                            dsplit=dsplit)
         split = (D in SPLIT_DIMS and not v1 and not dsplit) if self.split is None else self.split
         heads_first = (causal and D in HEADS_FIRST_CAUSAL) if self.heads_first is None else self.heads_first
-        fwd = self.fwd or (FWD_SPLIT.get(D, FWD[D]) if split else FWD[D])
+        if dsplit:
+            width = sum(dim_split(d))
+            fwd = self.fwd or next(t for w, t in FWD_DSPLIT if width <= w)
+        else:
+            fwd = self.fwd or (FWD_SPLIT.get(D, FWD[D]) if split else FWD[D])
         dkdv = self.dkdv or (DKDV if deterministic else DKDV_ATOMIC)[D]
         return replace(self, fwd=fwd, dkdv=dkdv, dq=self.dq or DQ[D], split=split and not v1,
                        heads_first=heads_first and not v1, dsplit=dsplit)
