@@ -29,9 +29,11 @@ def test_sweep_flags_build_a_config():
 
     cfg, det = sweep.parse_config("256,64,8,3:split+heads", "fwd")
     assert det is None and cfg == Config(fwd=Tiles(256, 64, 8, 3), split=True, heads_first=True, persistent=False,
-                                          warp_specialize=False, lazy=False, tma=True)
+                                          warp_specialize=False, lazy=False, tma=True, dsplit=False)
     assert sweep.parse_config("default", "fwd") == (Config(), None)
-    assert sweep.parse_config(":v1+notma", "fwd")[0] == Config(version=1, split=False, heads_first=False, tma=False)
+    assert sweep.parse_config(":v1+notma", "fwd")[0] == Config(version=1, split=False, heads_first=False, tma=False,
+                                                               dsplit=False)
+    assert sweep.parse_config("128,64,8,3:dsplit", "fwd")[0].dsplit is True
     cfg, det = sweep.parse_config("64,128,8,3:det+stagger+ws", "fwd_bwd")
     assert det is True and cfg.dkdv == Tiles(64, 128, 8, 3) and cfg.stagger and cfg.warp_specialize
     assert cfg.fwd is None and cfg.split is None  # the forward keeps its defaults
