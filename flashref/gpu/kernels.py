@@ -19,8 +19,9 @@ What changes on hardware, in both:
   every load masks the columns past d to zero (``_load_rows``), so the padding lives in registers
   and shared memory only, never in HBM. The backward's matmuls still run over D_PAD columns:
   ``iomodel.triton.padding_waste(d)`` gives the wasted fraction (37.5% at d = 80 or 160). The
-  forward (``Config.dsplit``, on by default) instead splits d into two column tiles, a power of two
-  and a rest (``dim_split``: 96 = 64 + 32, 80 = 64 + 16), so its matmuls waste nothing there;
+  forward (``Config.dsplit``, on by default where D_PAD >= 128) splits d into two column tiles, a
+  power of two and a rest (``dim_split``: 96 = 64 + 32, 80 = 64 + 16), so its matmuls waste nothing
+  there;
 * dropout (``DROPOUT``, a constexpr: the no-dropout kernel has no RNG code) regenerates the keep
   mask of each tile from (seed, batch·head, row, column) with ``flashref/dropout.py``'s hash, in
   uint64 arithmetic, so the GPU drops exactly the entries numpy drops for the same seed;

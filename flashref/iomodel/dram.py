@@ -26,15 +26,18 @@ cold and reads each byte it needs at least once (the compulsory reads). Beyond t
    K and V outgrow ``C_eff``, every pass re-reads them: the **knee**.
 3. *Staggered scans* (FlashAttention-2's causal forward, :func:`staggered_scan_bytes`): its CTAs
    walk their key blocks from the diagonal down, start at different times and never line up, so
-   each CTA's reads reuse what the previous row block read, at a distance of about the whole
-   prefix of keys it covers.
+   each CTA's reads reuse what the previous row block read. The reuse distance comes from the
+   launch order: the first wave starts together; later, about the whole key prefix plus a lag
+   that depends on how far apart in time the CTAs drift, which is a property of the machine.
 4. *Writes.* Every byte written reaches DRAM, except what is still dirty in L2 when the kernel
    ends (Nsight counts neither side of its flush): ``min(alpha * W, rho)`` of a kernel's ``W``.
 
 **Fitted parameters** (``PARAMS``; :func:`fit` re-derives them from a recorded JSON):
 ``C_eff`` (bytes of L2 that the scanned tiles get; the prior is one partition, 25 MB of the
 H100's 50, since a line read by SMs on both sides is held in both partitions), ``kappa``,
-``alpha`` and ``rho``. Everything else (tiles, grids, CTAs per SM, scan order) is read from the
+``alpha`` and ``rho``; and, for staggered scans only, ``C_stag``, ``kappa_stag`` and ``lag``
+(:func:`fit_staggered`), per GPU (``GPU_PARAMS``: the H200, with the H100's L2, needs its own).
+Everything else (tiles, grids, CTAs per SM, scan order) is read from the
 kernels' source and checked against Nsight's launch statistics (:mod:`flashref.schedule`).
 
 The closed forms are checked against the cache simulation (:func:`flashref.schedule.simulate`
@@ -59,13 +62,15 @@ IMPLS = ("eager", "sdpa_flash", "flashref")
 MODES = ("fwd", "fwd_bwd")
 MB = 2 ** 20
 
-# Fitted on figures/gpu/h100-l2-grid.json (fit set: every shape whose name does not start with
-# "sweep_"; held out: the fixed-token sweep across the knee). See fit().
+# The first four fitted on figures/gpu/h100-l2-grid.json (fit set: every shape whose name does not
+# start with "sweep_"; held out: the fixed-token sweep across the knee), see fit(); the staggered
+# three on the grid and check sets' FlashAttention-2 causal forwards, see fit_staggered().
 PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               C_stag=84 * MB, kappa_stag=4.0, lag=2.0)  # the last three: staggered walks, fit_staggered()
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
-# HBM) reads 0.4-0.6x the H100's bytes on FlashAttention-2's causal forward. Its three parameters are
-# therefore per GPU: fitted (fit_staggered) on each GPU's grid + check (figures/gpu/h200-l2.json).
+# HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
+# median). Its three parameters are therefore per GPU: fitted (fit_staggered) on each GPU's grid +
+# check (figures/gpu/h100-l2-{grid,check}.json, figures/gpu/h200-l2.json).
 GPU_PARAMS = {"h100": {}, "h200": dict(C_stag=108 * MB, kappa_stag=6.0, lag=3.0)}
 PARTITIONS = 2  # a tile read by a whole wave at once is held in both L2 partitions
 
