@@ -19,7 +19,7 @@ What changes on hardware, in both:
   every load masks the columns past d to zero (``_load_rows``), so the padding lives in registers
   and shared memory only, never in HBM. The backward's matmuls still run over D_PAD columns:
   ``iomodel.triton.padding_waste(d)`` gives the wasted fraction (37.5% at d = 80 or 160). The
-  forward (``Config.dsplit``, on by default where D_PAD >= 128) splits d into two column tiles, a
+  forward (``Config.dsplit``, on by default where measured faster) splits d into two column tiles, a
   power of two and a rest (``dim_split``: 96 = 64 + 32, 80 = 64 + 16), so its matmuls waste nothing
   there;
 * dropout (``DROPOUT``, a constexpr: the no-dropout kernel has no RNG code) regenerates the keep
@@ -107,12 +107,13 @@ DKDV_ATOMIC = {16: Tiles(64, 64, 4, 3), 32: Tiles(64, 64, 4, 3), 64: Tiles(128, 
                128: Tiles(64, 128, 8, 3), 256: Tiles(32, 64, 8, 2)}
 DQ = {16: Tiles(64, 64, 4, 3), 32: Tiles(64, 64, 4, 3), 64: Tiles(128, 64, 8, 3), 128: Tiles(128, 64, 8, 3),
       256: Tiles(64, 32, 8, 2)}
-# The forward with d in two column tiles (dsplit), by the tiles' total width D_A + D_B (sweep on an H100,
-# NOTES.md): up to 128 (d = 80, 96) 128x64 w8 s3, +8-9% over the padded default; up to 160 (d = 160)
-# 64x64 w4 s2, +24%; wider (d = 192) the padded d = 256 tiles, as fast as padding. On by default
-# where D_PAD >= 128 (measured there; at smaller d it is off until measured).
+# The forward with d in two column tiles (dsplit), by the tiles' total width D_A + D_B (sweeps on an
+# H100, NOTES.md): up to 128 (d = 80, 96) 128x64 w8 s3, +8-9% over the padded default without a mask
+# but 4-6% slower causal (where the padded kernel's two row halves and heads-first grid win); up to 160
+# (d = 160) 64x64 w4 s2, +24% and +16% causal; wider (d = 192) the padded d = 256 tiles, +0% and +3%.
+# On by default from D_PAD = 128 without a mask and from 256 causal (off where not measured, d <= 64).
 FWD_DSPLIT = ((128, Tiles(128, 64, 8, 3)), (160, Tiles(64, 64, 4, 2)), (256, FWD[256]))
-DSPLIT_MIN_PAD = 128
+DSPLIT_MIN_PAD, DSPLIT_MIN_PAD_CAUSAL = 128, 256
 SPLIT_DIMS = (128,)  # forward split by default at these D_PAD
 HEADS_FIRST_CAUSAL = (128,)  # heads-first grid for causal forwards at these D_PAD (+7–14%, NOTES.md)
 INTERPRET_TILES = Tiles(16, 16, 1, 1)  # the CPU interpreter: small fixed tiles
@@ -160,9 +161,10 @@ class Config:
         v1 = self.version == 1
         if self.split and self.dsplit:
             raise ValueError("Config: split (two row halves) and dsplit (two column tiles) cannot both be on")
-        # dsplit: on by default where D_PAD >= DSPLIT_MIN_PAD and dim_split narrows the tiles, unless the
-        # row split was asked for
-        dsplit = (D >= DSPLIT_MIN_PAD and not self.split) if self.dsplit is None else self.dsplit
+        # dsplit: on by default where D_PAD reaches DSPLIT_MIN_PAD (_CAUSAL) and dim_split narrows the
+        # tiles, unless the row split was asked for
+        min_pad = DSPLIT_MIN_PAD_CAUSAL if causal else DSPLIT_MIN_PAD
+        dsplit = (D >= min_pad and not self.split) if self.dsplit is None else self.dsplit
         dsplit = bool(dsplit) and dim_split(d)[1] > 0 and not v1
         if INTERPRET:
             t = INTERPRET_TILES
