@@ -29,6 +29,7 @@ from . import Figure
 D = importlib.import_module("flashref.iomodel.dram")  # the module (iomodel.dram is the function)
 
 GRID_JSON = Path(__file__).resolve().parents[2] / "figures" / "gpu" / "h100-l2-grid.json"
+H200_JSON = GRID_JSON.with_name("h200-l2.json")  # the same shapes on an H200 (predicted before measured)
 FIG2 = dict(B=64, H=16, N=1024, d=64)
 MEASURED_B = 8  # the profiled batch of the "fig2" shape; bytes scale with the batch
 IMPL_LABEL = {"eager": "standard (eager PyTorch)", "sdpa_flash": "FlashAttention-2 (SDPA flash)",
@@ -120,6 +121,7 @@ TOKENS = 2 ** 18
 
 def knee_data():
     res = load_grid()
+    h200 = load_grid(H200_JSON) if H200_JSON.exists() else {"rows": []}
     rows = []
     for impl in ("flashref", "sdpa_flash", "eager"):
         for N in SWEEP_NS:
@@ -129,15 +131,17 @@ def knee_data():
             for mode in D.MODES:
                 pred = D.dram(impl, mode, B=1, H=H, Nq=N, Nk=N, d=128)
                 m = _measured(res, impl, f"sweep_{N}", mode)
+                m200 = _measured(h200, impl, f"sweep_{N}", mode)
                 rows.append(dict(impl=impl, mode=mode, N=N, H=H, kv_per_head_mb=2 * N * 128 * 2 / 2 ** 20,
                                  predicted_gb=pred.total_bytes / 1e9, measured_gb=None if m is None else m / 1e9,
-                                 error=None if m is None else pred.total_bytes / m - 1))
+                                 error=None if m is None else pred.total_bytes / m - 1,
+                                 measured_h200_gb=None if m200 is None else m200 / 1e9))
     return rows
 
 
 def knee_plot(rows):
-    fig, axes = figure("DRAM bytes across the knee, H100: B*H*N = 2^18 tokens, d = 128, fp16, non-causal; "
-                       "lines: iomodel.dram, points: Nsight Compute",
+    fig, axes = figure("Across the knee: B*H*N = 2^18 tokens, d = 128, fp16, non-causal; lines: iomodel.dram; "
+                       "points: Nsight Compute (o H100, x H200)",
                        ncols=2, width=11, height=4)
     C = D.PARAMS["C_eff"]
     for ax, mode in zip(axes.flat, D.MODES):
@@ -147,7 +151,10 @@ def knee_plot(rows):
             ax.plot(N, [float(r["predicted_gb"]) for r in rs], "-", color=COLOR[impl], label=f"{impl} predicted")
             mm = [(r["N"], float(r["measured_gb"])) for r in rs if r["measured_gb"] not in (None, "")]
             ax.plot([a for a, _ in mm], [b for _, b in mm], "o", color=COLOR[impl], mfc="none",
-                    label=f"{impl} measured")
+                    label=f"{impl} measured, H100")
+            m2 = [(r["N"], float(r["measured_h200_gb"])) for r in rs if r.get("measured_h200_gb") not in (None, "")]
+            if m2:
+                ax.plot([a for a, _ in m2], [b for _, b in m2], "x", color=COLOR[impl], label=f"{impl} measured, H200")
         Ns = np.array(SWEEP_NS)
         two = [sum(iomodel.predict("flash2", dr, Nq=int(n), Nk=int(n), d=128, heads=TOKENS // int(n), dtype_bytes=2,
                                    block_sizes=(128, 128)).bytes for dr in
