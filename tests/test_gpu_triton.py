@@ -160,8 +160,10 @@ def test_dim_split_narrows_the_forward_tiles():
 def test_dsplit_on_and_off_two_oracles(d, Nq, Nk, causal, p, dsplit):
     """The forward with d split into two column tiles and with one padded tile: the same function
     (with dropout too: both tiles of O_i see the same dropped P̃_ij)."""
-    cfg = Config(dsplit=dsplit, lazy=d == 80)  # d = 80: with lazy rescaling, which rescales both tiles
+    # d = 80: with lazy rescaling, which rescales both tiles; the dK/dV kernel split the same way
+    cfg = Config(dsplit=dsplit, lazy=d == 80, dsplit_bwd=dsplit)
     assert cfg.resolve(d, causal, False).dsplit is dsplit
+    assert cfg.resolve(d, causal, False).dsplit_bwd is dsplit
     _check(1, 2, Nq, Nk, d, DTYPES[-1] if INTERPRET else torch.float16, causal, seed=d, config=cfg, dropout_p=p)
 
 

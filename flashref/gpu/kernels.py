@@ -145,6 +145,7 @@ class Config:
     tma: bool = True
     lazy: bool = False
     dsplit: bool | None = None  # forward: two column tiles (dim_split) instead of one padded one
+    dsplit_bwd: bool = False  # the dK/dV kernel: the same split (kernel 2; off until measured faster)
 
     def __post_init__(self):
         if self.version not in (1, 2):
@@ -166,12 +167,13 @@ class Config:
         min_pad = DSPLIT_MIN_PAD_CAUSAL if causal else DSPLIT_MIN_PAD
         dsplit = (D >= min_pad and not self.split) if self.dsplit is None else self.dsplit
         dsplit = bool(dsplit) and dim_split(d)[1] > 0 and not v1
+        dsplit_bwd = bool(self.dsplit_bwd) and dim_split(d)[1] > 0 and not v1
         if INTERPRET:
             t = INTERPRET_TILES
             split = bool(self.split)
             return replace(self, fwd=self.fwd or (replace(t, block_m=32) if split else t), dkdv=self.dkdv or t,
                            dq=self.dq or t, split=split, heads_first=bool(self.heads_first), tma=False,
-                           dsplit=dsplit)
+                           dsplit=dsplit, dsplit_bwd=dsplit_bwd)
         split = (D in SPLIT_DIMS and not v1 and not dsplit) if self.split is None else self.split
         heads_first = (causal and D in HEADS_FIRST_CAUSAL) if self.heads_first is None else self.heads_first
         if dsplit:
@@ -181,7 +183,7 @@ class Config:
             fwd = self.fwd or (FWD_SPLIT.get(D, FWD[D]) if split else FWD[D])
         dkdv = self.dkdv or (DKDV if deterministic else DKDV_ATOMIC)[D]
         return replace(self, fwd=fwd, dkdv=dkdv, dq=self.dq or DQ[D], split=split and not v1,
-                       heads_first=heads_first and not v1, dsplit=dsplit)
+                       heads_first=heads_first and not v1, dsplit=dsplit, dsplit_bwd=dsplit_bwd)
 
     def describe(self) -> dict:
         """The resolved tiles and flags as short strings (bench.py's rows)."""
@@ -189,7 +191,7 @@ class Config:
                if (t := getattr(self, k)) is not None}
         out["version"] = self.version
         out["flags"] = "+".join(f for f in ("split", "heads_first", "persistent", "warp_specialize", "stagger",
-                                            "tma", "lazy", "dsplit") if getattr(self, f)) or "-"
+                                            "tma", "lazy", "dsplit", "dsplit_bwd") if getattr(self, f)) or "-"
         return out
 
 
@@ -751,7 +753,11 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
                     i_lo, i_hi, Nq, Nk, qk_scale, h_bh, thresh, inv_keep, win_l, win_r, slope2, sc_in, sc_out,
                     BLOCK_M: tl.constexpr, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr,
                     MASKED: tl.constexpr, EVEN: tl.constexpr, ATOMIC_DQ: tl.constexpr, DROPOUT: tl.constexpr,
-                    WS: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr):
+                    WS: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
+                    dK_b, dV_b, K_b, V_b, offs_db, D_B: tl.constexpr):
+    # D_PAD: the first column tile's width (all of pad_dim(d) unless split). With a split head
+    # dimension (D_B > 0, as in the forward) K_b, V_b, dK_b, dV_b and offs_db are the second tile's;
+    # the matmuls that contract over d add both tiles, those that produce d columns produce each.
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(i_lo, i_hi, BLOCK_M, warp_specialize=WS):  # FA2 Alg.2 l.8: for 1 <= i <= Tr
         start_m = tl.multiple_of(start_m, BLOCK_M)
@@ -762,24 +768,35 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
         L2_i = _load_vec(L2_base, offs_m, Nq, not EVEN)
         D_i = _load_vec(D_base, offs_m, Nq, not EVEN)
         # FA2 Alg.2 l.10 (flash2.py): S_ij = τ Q_i K_jᵀ, computed transposed: S_ijᵀ = K_j Q_iᵀ.
+        QKT = tl.dot(K_j, tl.trans(Q_i))  # (Bc, Br), unscaled
+        Q_b = Q_i
+        dO_b = dO_i
+        if D_B > 0:  # the second column tile of Q_i, dO_i; S_ijᵀ sums over both tiles of d
+            Q_b = _load_rows(Q_base, offs_m, Nq, offs_db, HEAD_D, D_PAD + D_B, not EVEN)
+            dO_b = _load_rows(dO_base, offs_m, Nq, offs_db, HEAD_D, D_PAD + D_B, not EVEN)
+            QKT = tl.dot(K_b, tl.trans(Q_b), QKT)
         if SOFTCAP or ALIBI:  # [softcap] [alibi], keeping T = tanh(τS/c) for dS (flash2.py's dtanh_ij)
-            S_ijT, T_ijT = _modify(tl.dot(K_j, tl.trans(Q_i)), offs_m[None, :], offs_n[:, None], qk_scale, slope2,
+            S_ijT, T_ijT = _modify(QKT, offs_m[None, :], offs_n[:, None], qk_scale, slope2,
                                    sc_in, sc_out, ALIBI, SOFTCAP)  # (Bc, Br), base 2
         else:
-            S_ijT = tl.dot(K_j, tl.trans(Q_i)) * qk_scale  # (Bc, Br), base 2
+            S_ijT = QKT * qk_scale  # (Bc, Br), base 2
         # FA2 Alg.2 l.11 (flash2.py): P_ij = exp(S_ij − L_i).
         P_ijT = tl.math.exp2(S_ijT - L2_i[None, :])  # (Bc, Br)
         if MASKED:  # (a fully masked row, L_i = -inf, is masked in every tile it meets: P = 0, no NaN)
             P_ijT = tl.where(_attend(offs_m[None, :], offs_n[:, None], Nk, CAUSAL, WINDOW, win_l, win_r)
                              & (offs_m[None, :] < Nq), P_ijT, 0.0)
         # FA2 Alg.2 l.12 (flash2.py): dV_j += (P_ij ∘ Z_ij)ᵀ dO_i.
+        PZ_ijT = P_ijT
         if DROPOUT:
             keepT = _keep(h_bh, offs_m[None, :], offs_n[:, None], thresh)  # (Bc, Br)
-            dV_j = tl.dot(tl.where(keepT, P_ijT * inv_keep, 0.0).to(dO_i.dtype), dO_i, dV_j)  # (Bc, d)
-        else:
-            dV_j = tl.dot(P_ijT.to(dO_i.dtype), dO_i, dV_j)  # (Bc, d)
+            PZ_ijT = tl.where(keepT, P_ijT * inv_keep, 0.0)
+        dV_j = tl.dot(PZ_ijT.to(dO_i.dtype), dO_i, dV_j)  # (Bc, d)
+        if D_B > 0:
+            dV_b = tl.dot(PZ_ijT.to(dO_b.dtype), dO_b, dV_b)
         # FA2 Alg.2 l.13 (flash2.py): dP_ij = dO_i V_jᵀ (∘ Z_ij), transposed: dP_ijᵀ = V_j dO_iᵀ.
         dP_ijT = tl.dot(V_j, tl.trans(dO_i))  # (Bc, Br)
+        if D_B > 0:
+            dP_ijT = tl.dot(V_b, tl.trans(dO_b), dP_ijT)
         if DROPOUT:
             dP_ijT = tl.where(keepT, dP_ijT * inv_keep, 0.0)
         # FA2 Alg.2 l.14 (flash2.py): dS_ij = P_ij ∘ (dP_ij − D_i).
@@ -799,9 +816,16 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
                 tl.atomic_add(dq_ptrs, dQ_ij, mask=offs_m[:, None] < Nq, sem="relaxed")
             else:
                 tl.atomic_add(dq_ptrs, dQ_ij, sem="relaxed")
+            if D_B > 0:  # the second column tile of dQ_i
+                dQ_b = tl.dot(tl.trans(dS_ijT), K_b)
+                dqb_ptrs = dQ_base + offs_m[:, None] * HEAD_D + offs_db[None, :]
+                tl.atomic_add(dqb_ptrs, dQ_b, mask=(offs_m[:, None] < Nq) & (offs_db[None, :] < HEAD_D),
+                              sem="relaxed")
         # FA2 Alg.2 l.16 (flash2.py): dK_j += dS_ijᵀ Q_i (τ applied once at the end).
         dK_j = tl.dot(dS_ijT, Q_i, dK_j)  # (Bc, d)
-    return dK_j, dV_j
+        if D_B > 0:
+            dK_b = tl.dot(dS_ijT, Q_b, dK_b)
+    return dK_j, dV_j, dK_b, dV_b
 
 
 @triton.jit
@@ -810,8 +834,9 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
                    HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
                    ATOMIC_DQ: tl.constexpr, STAGGER: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
                    WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # FA2 Alg.2 l.8-17 for column block j and one query head bh: add its row blocks into dK_j, dV_j.
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, dK_b, dV_b, K_b, V_b, offs_db, D_B: tl.constexpr):
+    # FA2 Alg.2 l.8-17 for column block j and one query head bh: add its row blocks into dK_j, dV_j
+    # (and, with a split head dimension, into the second column tiles dK_b, dV_b).
     Q_base = Q + bh * Nq * HEAD_D
     dO_base = dO + bh * Nq * HEAD_D
     L2_base = L2 + bh * Nq
@@ -830,14 +855,16 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
     if WINDOW:
         # [window] only the row blocks whose band reaches this column block; boundary ones masked.
         i_lo, i_a, i_b, i_hi = _window_rows(start_n, Nq, win_l, win_r, BLOCK_M, BLOCK_N)
-        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+        dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                      offs_n, offs_d, i_lo, i_a, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                      win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, True,
-                                     EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
-        dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                     EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
+        dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                      offs_n, offs_d, i_a, i_b, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                      win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, False,
-                                     EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+                                     EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
         i_tail = i_b
         i_end = i_hi
     else:
@@ -847,14 +874,16 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
             i_lo = (start_n // BLOCK_M) * BLOCK_M
             i_diag = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, Nq_full)
             i_diag = tl.maximum(i_diag, i_lo)
-            dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+            dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, i_lo, i_diag, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
-                                         True, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
-            dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                         True, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
+            dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, i_diag, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
-                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
             i_tail = tl.maximum(Nq_full, i_diag)
         else:
             # STAGGER: start at this program's own row block and wrap around, so that the column blocks
@@ -862,23 +891,26 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
             i_mid = 0
             if STAGGER:
                 i_mid = tl.minimum((start_n // BLOCK_M) * BLOCK_M, Nq_full)
-            dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+            dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, i_mid, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
-                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
-            dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
+            dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, 0, i_mid, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
-                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
+                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
             i_tail = Nq_full
         i_end = Nq
     # the masked tail: the ragged last row block (empty when Nq is a multiple of Br), or the
     # [window]'s lower boundary row blocks
-    dK_j, dV_j = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
+    dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                  offs_n, offs_d, i_tail, i_end, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                  win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, True,
-                                 EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP)
-    return dK_j, dV_j
+                                 EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
+    return dK_j, dV_j, dK_b, dV_b
 
 
 @triton.jit(do_not_specialize=["seed_key", "thresh"])
@@ -887,36 +919,54 @@ def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Slopes, Nq, Nk, sm_scale
                      HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
                      ATOMIC_DQ: tl.constexpr, STAGGER: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
                      GQA: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D_B: tl.constexpr = 0):
     # FA2 Alg.2 l.5 (flash2.py): this program is one column block j (and one (batch, K/V head)).
+    # With a split head dimension (D_B > 0, Config.dsplit_bwd) every d-wide tile is two column tiles,
+    # D_A = D_PAD - D_B and D_B wide, as in the forward; otherwise one D_PAD tile and placeholders.
+    D_A: tl.constexpr = D_PAD - D_B
     j = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)  # (batch, K/V head); the query head too without GQA
     start_n = j * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, D_PAD)
+    offs_d = tl.arange(0, D_A)
     # FA2 Alg.2 l.6 (flash2.py): load K_j, V_j from HBM, once.
-    K_j = _load_rows(K + bh * Nk * HEAD_D, offs_n, Nk, offs_d, HEAD_D, D_PAD, not EVEN)  # (Bc, d)
-    V_j = _load_rows(V + bh * Nk * HEAD_D, offs_n, Nk, offs_d, HEAD_D, D_PAD, not EVEN)  # (Bc, d)
+    K_j = _load_rows(K + bh * Nk * HEAD_D, offs_n, Nk, offs_d, HEAD_D, D_A, not EVEN)  # (Bc, d)
+    V_j = _load_rows(V + bh * Nk * HEAD_D, offs_n, Nk, offs_d, HEAD_D, D_A, not EVEN)  # (Bc, d)
     # FA2 Alg.2 l.7 (flash2.py): dK_j = 0, dV_j = 0 on chip (fp32).
-    dK_j = tl.zeros([BLOCK_N, D_PAD], dtype=tl.float32)
-    dV_j = tl.zeros([BLOCK_N, D_PAD], dtype=tl.float32)
+    dK_j = tl.zeros([BLOCK_N, D_A], dtype=tl.float32)
+    dV_j = tl.zeros([BLOCK_N, D_A], dtype=tl.float32)
+    offs_db = offs_d
+    K_b = K_j
+    V_b = V_j
+    dK_b = dK_j
+    dV_b = dV_j
+    if D_B > 0:  # l.6-7 for the second column tile
+        offs_db = D_A + tl.arange(0, D_B)
+        K_b = _load_rows(K + bh * Nk * HEAD_D, offs_n, Nk, offs_db, HEAD_D, D_PAD, not EVEN)
+        V_b = _load_rows(V + bh * Nk * HEAD_D, offs_n, Nk, offs_db, HEAD_D, D_PAD, not EVEN)
+        dK_b = tl.zeros([BLOCK_N, D_B], dtype=tl.float32)
+        dV_b = tl.zeros([BLOCK_N, D_B], dtype=tl.float32)
     if GQA:
         # [gqa] the group's query heads (batch·Hq + K/V head·group + g) all add into this program's
         # dK_j, dV_j on chip, one after the other: no atomics on dK/dV, no per-query-head copies.
         for g in range(0, group):
-            dK_j, dV_j = _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh * group + g, start_n,
-                                        offs_n, offs_d, Nq, Nk, qk_scale, seed_key, thresh, inv_keep, win_l, win_r,
-                                        sc_in, sc_out, HEAD_D, D_PAD, CAUSAL, EVEN, ATOMIC_DQ, STAGGER, DROPOUT, WS,
-                                        WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N)
+            dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_head(
+                dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh * group + g, start_n, offs_n, offs_d, Nq, Nk,
+                qk_scale, seed_key, thresh, inv_keep, win_l, win_r, sc_in, sc_out, HEAD_D, D_A, CAUSAL, EVEN,
+                ATOMIC_DQ, STAGGER, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N,
+                dK_b, dV_b, K_b, V_b, offs_db, D_B)
     else:
-        dK_j, dV_j = _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_n, offs_n, offs_d,
-                                    Nq, Nk, qk_scale, seed_key, thresh, inv_keep, win_l, win_r, sc_in, sc_out,
-                                    HEAD_D, D_PAD, CAUSAL, EVEN, ATOMIC_DQ, STAGGER, DROPOUT, WS, WINDOW, ALIBI,
-                                    SOFTCAP, BLOCK_M, BLOCK_N)
+        dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_head(
+            dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_n, offs_n, offs_d, Nq, Nk, qk_scale,
+            seed_key, thresh, inv_keep, win_l, win_r, sc_in, sc_out, HEAD_D, D_A, CAUSAL, EVEN, ATOMIC_DQ,
+            STAGGER, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N, dK_b, dV_b, K_b, V_b, offs_db, D_B)
     # FA2 Alg.2 l.17 (flash2.py): end for.
     # FA2 Alg.2 l.18 (flash2.py): write dK_j (times τ: S = τ QKᵀ) and dV_j to HBM, once.
-    _store_rows(dK + bh * Nk * HEAD_D, offs_n, Nk, offs_d, dK_j * sm_scale, HEAD_D, D_PAD)
-    _store_rows(dV + bh * Nk * HEAD_D, offs_n, Nk, offs_d, dV_j, HEAD_D, D_PAD)
+    _store_rows(dK + bh * Nk * HEAD_D, offs_n, Nk, offs_d, dK_j * sm_scale, HEAD_D, D_A)
+    _store_rows(dV + bh * Nk * HEAD_D, offs_n, Nk, offs_d, dV_j, HEAD_D, D_A)
+    if D_B > 0:
+        _store_rows(dK + bh * Nk * HEAD_D, offs_n, Nk, offs_db, dK_b * sm_scale, HEAD_D, D_PAD)
+        _store_rows(dV + bh * Nk * HEAD_D, offs_n, Nk, offs_db, dV_b, HEAD_D, D_PAD)
 
 
 @triton.jit
@@ -1114,7 +1164,10 @@ def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, drop
         _bwd_dkdv_kernel[(triton.cdiv(Nk, t.block_n), B * (H // var.group))](
             q, k, v, do, L2, D, dk, dv, dq_acc, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
             var.group, win_l, win_r, sc_in, sc_out,
-            HEAD_D=d, D_PAD=D_PAD, CAUSAL=causal, EVEN=_even(Nq, Nk, t), ATOMIC_DQ=atomic, STAGGER=cfg.stagger,
+            # dsplit_bwd: D_PAD spans both column tiles (D_A + D_B), the kernel's second is D_B wide
+            HEAD_D=d, D_PAD=sum(dim_split(d)) if cfg.dsplit_bwd else D_PAD,
+            D_B=dim_split(d)[1] if cfg.dsplit_bwd else 0, CAUSAL=causal, EVEN=_even(Nq, Nk, t), ATOMIC_DQ=atomic,
+            STAGGER=cfg.stagger,
             DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **t.meta())
     if atomic:
         n = dq.numel()

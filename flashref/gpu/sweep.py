@@ -9,7 +9,8 @@ not given is off. Forward (``--mode fwd``): ``split`` (two row halves per progra
 specialisation of the K/V loop), ``lazy`` (conditional O rescale), ``dsplit`` (d in two column tiles,
 ``iomodel.triton.dim_split``), ``notma`` (pointer loads), ``v1``
 (kernel 1, the readable one). Forward+backward (``--mode fwd_bwd``): the tiles set the backward's
-``--kernel`` (dkdv or dq) and the flags are ``det`` (the deterministic dQ kernel), ``stagger``
+``--kernel`` (dkdv or dq) and the flags are ``det`` (the deterministic dQ kernel), ``dsplit`` (the
+dK/dV kernel with d in two column tiles), ``stagger``
 (staggered dK/dV row loop), ``ws`` and ``v1``; the forward keeps its defaults.
 
 For each shape, the peers (``--peers flash,cudnn``) and every config are timed in turn, ``--rounds``
@@ -27,7 +28,7 @@ import sys
 
 FLAGS = {"fwd": {"split": "split", "heads": "heads_first", "persistent": "persistent", "ws": "warp_specialize",
                  "lazy": "lazy", "dsplit": "dsplit", "notma": None, "v1": None},
-         "fwd_bwd": {"stagger": "stagger", "det": None, "ws": "warp_specialize", "v1": None}}
+         "fwd_bwd": {"stagger": "stagger", "det": None, "ws": "warp_specialize", "dsplit": "dsplit_bwd", "v1": None}}
 
 
 def parse_config(spec, mode, kernel="dkdv"):
