@@ -114,6 +114,11 @@ DQ = {16: Tiles(64, 64, 4, 3), 32: Tiles(64, 64, 4, 3), 64: Tiles(128, 64, 8, 3)
 # On by default from D_PAD = 128 without a mask and from 256 causal (off where not measured, d <= 64).
 FWD_DSPLIT = ((128, Tiles(128, 64, 8, 3)), (160, Tiles(64, 64, 4, 2)), (256, FWD[256]))
 DSPLIT_MIN_PAD, DSPLIT_MIN_PAD_CAUSAL = 128, 256
+# The atomic dK/dV kernel with d split (dsplit_bwd), by D_A + D_B (fwd+bwd sweep, NOTES.md): up to 128
+# (d = 80, 96) the d = 128 tiles, +14% and +5% over padding; up to 160 (d = 160) 64x128 w8 s2, 2.9x;
+# wider (d = 192) 32x128 w8 s2, 1.9x (64x128 does not fit). On by default from D_PAD = 128 for the atomic
+# backward; the deterministic one keeps the padded tiles (not measured).
+DKDV_DSPLIT = ((128, DKDV_ATOMIC[128]), (160, Tiles(64, 128, 8, 2)), (256, Tiles(32, 128, 8, 2)))
 SPLIT_DIMS = (128,)  # forward split by default at these D_PAD
 HEADS_FIRST_CAUSAL = (128,)  # heads-first grid for causal forwards at these D_PAD (+7–14%, NOTES.md)
 INTERPRET_TILES = Tiles(16, 16, 1, 1)  # the CPU interpreter: small fixed tiles
@@ -145,7 +150,7 @@ class Config:
     tma: bool = True
     lazy: bool = False
     dsplit: bool | None = None  # forward: two column tiles (dim_split) instead of one padded one
-    dsplit_bwd: bool = False  # the dK/dV kernel: the same split (kernel 2; off until measured faster)
+    dsplit_bwd: bool | None = None  # the dK/dV kernel: the same split (kernel 2)
 
     def __post_init__(self):
         if self.version not in (1, 2):
@@ -167,7 +172,8 @@ class Config:
         min_pad = DSPLIT_MIN_PAD_CAUSAL if causal else DSPLIT_MIN_PAD
         dsplit = (D >= min_pad and not self.split) if self.dsplit is None else self.dsplit
         dsplit = bool(dsplit) and dim_split(d)[1] > 0 and not v1
-        dsplit_bwd = bool(self.dsplit_bwd) and dim_split(d)[1] > 0 and not v1
+        dsplit_bwd = (D >= DSPLIT_MIN_PAD and not deterministic) if self.dsplit_bwd is None else self.dsplit_bwd
+        dsplit_bwd = bool(dsplit_bwd) and dim_split(d)[1] > 0 and not v1
         if INTERPRET:
             t = INTERPRET_TILES
             split = bool(self.split)
@@ -181,7 +187,11 @@ class Config:
             fwd = self.fwd or next(t for w, t in FWD_DSPLIT if width <= w)
         else:
             fwd = self.fwd or (FWD_SPLIT.get(D, FWD[D]) if split else FWD[D])
-        dkdv = self.dkdv or (DKDV if deterministic else DKDV_ATOMIC)[D]
+        if dsplit_bwd and not deterministic:
+            width = sum(dim_split(d))
+            dkdv = self.dkdv or next(t for w, t in DKDV_DSPLIT if width <= w)
+        else:
+            dkdv = self.dkdv or (DKDV if deterministic else DKDV_ATOMIC)[D]
         return replace(self, fwd=fwd, dkdv=dkdv, dq=self.dq or DQ[D], split=split and not v1,
                        heads_first=heads_first and not v1, dsplit=dsplit, dsplit_bwd=dsplit_bwd)
 
