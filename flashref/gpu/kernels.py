@@ -17,11 +17,11 @@ What changes on hardware, in both:
   saved statistic is the base-2 log-sum-exp ``L2 = m + log2(ℓ)`` (= L · log2 e);
 * any head dimension 1 <= d <= 256: tiles are ``D_PAD = max(16, next power of two of d)`` wide and
   every load masks the columns past d to zero (``_load_rows``), so the padding lives in registers
-  and shared memory only, never in HBM. The backward's matmuls still run over D_PAD columns:
-  ``iomodel.triton.padding_waste(d)`` gives the wasted fraction (37.5% at d = 80 or 160). The
-  forward (``Config.dsplit``, on by default where measured faster) splits d into two column tiles, a
-  power of two and a rest (``dim_split``: 96 = 64 + 32, 80 = 64 + 16), so its matmuls waste nothing
-  there;
+  and shared memory only, never in HBM. Padded, the matmuls run over D_PAD columns
+  (``iomodel.triton.padding_waste(d)``: 37.5% wasted at d = 80 or 160). So the forward and the
+  dK/dV kernel (``Config.dsplit``, ``dsplit_bwd``: on by default where measured faster) split d into
+  two column tiles instead, a power of two and a rest (``dim_split``: 96 = 64 + 32, 80 = 64 + 16),
+  and waste nothing there; the deterministic backward still pads;
 * dropout (``DROPOUT``, a constexpr: the no-dropout kernel has no RNG code) regenerates the keep
   mask of each tile from (seed, batch·head, row, column) with ``flashref/dropout.py``'s hash, in
   uint64 arithmetic, so the GPU drops exactly the entries numpy drops for the same seed;
