@@ -171,9 +171,10 @@ class Config:
         # tiles, unless the row split was asked for
         min_pad = DSPLIT_MIN_PAD_CAUSAL if causal else DSPLIT_MIN_PAD
         dsplit = (D >= min_pad and not self.split) if self.dsplit is None else self.dsplit
-        dsplit = bool(dsplit) and dim_split(d)[1] > 0 and not v1
+        d_a, d_b = dim_split(d)
+        dsplit = bool(dsplit) and d_b > 0 and not v1
         dsplit_bwd = (D >= DSPLIT_MIN_PAD and not deterministic) if self.dsplit_bwd is None else self.dsplit_bwd
-        dsplit_bwd = bool(dsplit_bwd) and dim_split(d)[1] > 0 and not v1
+        dsplit_bwd = bool(dsplit_bwd) and d_b > 0 and not v1
         if INTERPRET:
             t = INTERPRET_TILES
             split = bool(self.split)
@@ -183,13 +184,11 @@ class Config:
         split = (D in SPLIT_DIMS and not v1 and not dsplit) if self.split is None else self.split
         heads_first = (causal and D in HEADS_FIRST_CAUSAL) if self.heads_first is None else self.heads_first
         if dsplit:
-            width = sum(dim_split(d))
-            fwd = self.fwd or next(t for w, t in FWD_DSPLIT if width <= w)
+            fwd = self.fwd or next(t for w, t in FWD_DSPLIT if d_a + d_b <= w)
         else:
             fwd = self.fwd or (FWD_SPLIT.get(D, FWD[D]) if split else FWD[D])
         if dsplit_bwd and not deterministic:
-            width = sum(dim_split(d))
-            dkdv = self.dkdv or next(t for w, t in DKDV_DSPLIT if width <= w)
+            dkdv = self.dkdv or next(t for w, t in DKDV_DSPLIT if d_a + d_b <= w)
         else:
             dkdv = self.dkdv or (DKDV if deterministic else DKDV_ATOMIC)[D]
         return replace(self, fwd=fwd, dkdv=dkdv, dq=self.dq or DQ[D], split=split and not v1,
@@ -888,12 +887,12 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
                                          offs_n, offs_d, i_lo, i_diag, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
                                          True, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
-                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
+                                         dK_b, dV_b, K_b, V_b, offs_db, D_B)
             dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, i_diag, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
                                          False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
-                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
+                                         dK_b, dV_b, K_b, V_b, offs_db, D_B)
             i_tail = tl.maximum(Nq_full, i_diag)
         else:
             # STAGGER: start at this program's own row block and wrap around, so that the column blocks
@@ -905,12 +904,12 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
                                          offs_n, offs_d, i_mid, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
                                          False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
-                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
+                                         dK_b, dV_b, K_b, V_b, offs_db, D_B)
             dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, 0, i_mid, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
                                          False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
-                                     dK_b, dV_b, K_b, V_b, offs_db, D_B)
+                                         dK_b, dV_b, K_b, V_b, offs_db, D_B)
             i_tail = Nq_full
         i_end = Nq
     # the masked tail: the ragged last row block (empty when Nq is a multiple of Br), or the
@@ -1093,6 +1092,13 @@ class Variants:
 NO_VARIANTS = Variants()
 
 
+def _column_tiles(d: int, split: bool) -> dict:
+    """The kernels' column constexprs for head dimension d: one pad_dim(d) tile (``D_B = 0``), or, split
+    (dim_split), ``D_PAD`` spanning both column tiles (D_A + D_B) and the second ``D_B`` wide."""
+    d_a, d_b = dim_split(d)
+    return dict(D_PAD=d_a + d_b, D_B=d_b) if split else dict(D_PAD=pad_dim(d), D_B=0)
+
+
 def _even(Nq, Nk, t: Tiles) -> bool:
     return Nq % t.block_m == 0 and Nk % t.block_n == 0
 
@@ -1131,9 +1137,7 @@ def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None, var: Varia
     slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
     _fwd_kernel[grid](q, k, v, o, L2, *descs, slopes, BH, Nq, Nk, scale * LOG2E, seed_key, thresh, inv_keep,
                       H, var.group, win_l, win_r, sc_in, sc_out,
-                      # dsplit: D_PAD spans both column tiles (D_A + D_B), the kernel's second is D_B wide
-                      HEAD_D=d, D_PAD=sum(dim_split(d)) if cfg.dsplit else pad_dim(d),
-                      D_B=dim_split(d)[1] if cfg.dsplit else 0, CAUSAL=causal, EVEN=_even(Nq, Nk, t), TMA=tma,
+                      HEAD_D=d, **_column_tiles(d, cfg.dsplit), CAUSAL=causal, EVEN=_even(Nq, Nk, t), TMA=tma,
                       LAZY=cfg.lazy and var.band is None,  # lazy rescaling assumes every row has a finite max
                       SPLIT=cfg.split, HEADS_FIRST=cfg.heads_first, PERSISTENT=cfg.persistent,
                       DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **t.meta())
@@ -1174,11 +1178,8 @@ def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, drop
         _bwd_dkdv_kernel[(triton.cdiv(Nk, t.block_n), B * (H // var.group))](
             q, k, v, do, L2, D, dk, dv, dq_acc, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
             var.group, win_l, win_r, sc_in, sc_out,
-            # dsplit_bwd: D_PAD spans both column tiles (D_A + D_B), the kernel's second is D_B wide
-            HEAD_D=d, D_PAD=sum(dim_split(d)) if cfg.dsplit_bwd else D_PAD,
-            D_B=dim_split(d)[1] if cfg.dsplit_bwd else 0, CAUSAL=causal, EVEN=_even(Nq, Nk, t), ATOMIC_DQ=atomic,
-            STAGGER=cfg.stagger,
-            DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **t.meta())
+            HEAD_D=d, **_column_tiles(d, cfg.dsplit_bwd), CAUSAL=causal, EVEN=_even(Nq, Nk, t), ATOMIC_DQ=atomic,
+            STAGGER=cfg.stagger, DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **t.meta())
     if atomic:
         n = dq.numel()
         _bwd_dq_scale[(triton.cdiv(n, 1024),)](dq_acc, dq, n, 1.0 if cfg.version == 1 else scale, BLOCK=1024)

@@ -201,8 +201,7 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
     reuse_cum = np.concatenate([[0.0], np.cumsum(reuse)])  # sum over blocks < q
     reads = 0.0
     for h in range(k.heads):  # grid order is head by head: head h's block q launches (h·T + q)-th
-        q = int(min(max(R - h * T, 0), T)) - 1  # blocks 1 .. q of this head are in the first wave
-        q = max(q, 0)
+        q = min(max(R - h * T - 1, 0), T - 1)  # blocks 1 .. q of this head are in the first wave
         reads += fresh + reuse_cum[q] * m_first + later_cum[q]
     reads += k.heads * T * k.private_read
     writes = k.heads * T * k.private_write
