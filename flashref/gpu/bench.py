@@ -7,6 +7,10 @@ when causal; forward+backward ``3.5×`` that. For each shape the backends are ti
 (``triton.testing.do_bench``, which also flushes L2 between calls), and each backend keeps the
 median of its rounds. Ratios of flashref to SDPA flash and cuDNN are taken from the same run.
 
+Optional backend: ``flashref3``, kernel 3 (``kernel3.py``: the Gluon forward with FlashAttention-3's
+intra-warpgroup overlap, kernel 2's backward), timed only where it can run (Hopper, Triton 3.6.0) and
+skipped with one printed line otherwise; shapes it does not take run kernel 2 (``kernel3.plan``).
+
 Optional peer: ``fa4``, FlashAttention-4 (the ``flash-attn-4`` package, CuTe DSL kernels; Hopper and
 Blackwell), timed only where ``flash_attn.cute`` imports and skipped with one printed line otherwise.
 Before timing it, its output and gradients are checked against SDPA cuDNN's (``check_fa4``; the
@@ -35,8 +39,8 @@ import sys
 import time
 from pathlib import Path
 
-BACKENDS = ("flashref", "flashref1", "flash", "cudnn", "efficient", "math", "fa4")  # flashref1: kernel 1 (readable)
-OPTIONAL = ("fa4",)  # timed only where their package imports; not in the default --backends
+BACKENDS = ("flashref", "flashref1", "flash", "cudnn", "efficient", "math", "fa4", "flashref3")  # flashref1: kernel 1
+OPTIONAL = ("fa4", "flashref3")  # timed only where their package imports; not in the default --backends
 NS = (512, 1024, 2048, 4096, 8192, 16384)
 MEM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 MEM_BACKENDS = ("flashref", "flashref_det", "flash", "cudnn", "math")  # flashref_det: deterministic=True
@@ -68,6 +72,12 @@ def available_backends(backends):
     keep = []
     for b in backends:
         why = fa4_missing() if b == "fa4" else None
+        if b == "flashref3":
+            from .kernel3 import unavailable
+            why = unavailable()
+            if why:
+                print(f"skipping flashref3: kernel 3 (Gluon) cannot run here ({why[:160]})")
+                continue
         if why:
             print(f"skipping fa4: FlashAttention-4 (flash-attn-4) is not importable here ({why[:120]})")
         else:
@@ -82,6 +92,9 @@ def _fn(backend, causal, deterministic=None, config=None):
     if backend == "fa4":  # takes and returns (B, N, H, d); returns (out, lse)
         from flash_attn.cute import flash_attn_func
         return lambda q, k, v: flash_attn_func(q, k, v, causal=causal)[0]
+    if backend == "flashref3":  # kernel 3's forward where kernel3.plan takes the call, kernel 2's backward
+        from .kernel3 import attention as attention3
+        return lambda q, k, v: attention3(q, k, v, causal=causal, deterministic=deterministic)
     if backend in ("flashref", "flashref_det", "flashref1"):
         from . import attention
         from .kernels import Config
@@ -305,22 +318,28 @@ def _fa4_versions():
 
 def add_ratios(rows):
     """Each flashref and fa4 row's TFLOP/s over SDPA flash's and cuDNN's of the same shape (and, for
-    flashref, over FA4's), all from the same run."""
+    flashref, over FA4's; for flashref3, over kernel 2's), all from the same run."""
     by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in rows}
     for r in rows:
         if r["backend"].startswith("flashref") or r["backend"] == "fa4":
             others = ("flash", "cudnn") + (("fa4",) if r["backend"] != "fa4" else ())
+            others += ("flashref",) if r["backend"] == "flashref3" else ()
             for other in others:
                 o = by.get((r["mode"], r["d"], r["N"], r["causal"], other))
                 if o:
-                    key = "ratio_vs_fa4" if other == "fa4" else f"ratio_vs_sdpa_{other}"
+                    key = {"fa4": "ratio_vs_fa4", "flashref": "ratio_vs_kernel2"}.get(other, f"ratio_vs_sdpa_{other}")
                     r[key] = round(r["tflops"] / o["tflops"], 3)
     return rows
 
 
 def _flashref_configs(backend, d, causal, mode):
-    """The tiles and flags each flashref kernel ran with (``kernels.Config.describe``)."""
+    """The tiles and flags each flashref kernel ran with (``kernels.Config.describe``; for flashref3
+    kernel 3's tiles, or why kernel 2 ran instead)."""
     from .kernels import Config
+    if backend == "flashref3":
+        from .kernel3 import plan
+        t, why = plan(d, 1 << 14, 1 << 14, "float16", causal)
+        return {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages} kernel3" if t else f"kernel 2 ({why})"}
     cfg = Config(version=1 if backend == "flashref1" else 2)
     out = cfg.resolve(d, causal, deterministic=False).describe()
     if mode == "fwd":
@@ -442,6 +461,9 @@ def table(result) -> str:
     """TFLOP/s per shape and backend; xflash, xcudnn, xfa4: flashref's ratios; fa4xcu: FA4's over cuDNN."""
     lines = [f"{'mode':7} {'d':>3} {'causal':6} {'N':>6} {'flashref':>8} {'kern1':>6} {'flash':>6} {'cudnn':>6} "
              f"{'effic':>6} {'math':>5} {'fa4':>5} {'xflash':>6} {'xcudnn':>6} {'xfa4':>5} {'fa4xcu':>6}"]
+    k3 = any(r["backend"] == "flashref3" for r in result["rows"])  # kernel 3's columns, where it ran
+    if k3:
+        lines[0] += f" {'kern3':>6} {'k3xcu':>6} {'k3xk2':>6}"
     by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in result["rows"]}
     keys = sorted({(r["mode"], r["d"], r["causal"], r["N"]) for r in result["rows"]},
                   key=lambda t: (t[0] != "fwd", t[1], t[2], t[3]))
@@ -453,7 +475,9 @@ def table(result) -> str:
                      f"{g('cudnn'):>6} {g('efficient'):>6} {g('math'):>5} {g('fa4'):>5} "
                      f"{g('flashref', 'ratio_vs_sdpa_flash', '{:.2f}'):>6} "
                      f"{g('flashref', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6} "
-                     f"{g('flashref', 'ratio_vs_fa4', '{:.2f}'):>5} {g('fa4', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6}")
+                     f"{g('flashref', 'ratio_vs_fa4', '{:.2f}'):>5} {g('fa4', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6}"
+                     + (f" {g('flashref3'):>6} {g('flashref3', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6} "
+                        f"{g('flashref3', 'ratio_vs_kernel2', '{:.2f}'):>6}" if k3 else ""))
     for m in result.get("memory", []):
         lines.append(f"memory N={m['N']:>6} {m['backend']:9} {m['peak_extra_mib']} MiB")
     return "\n".join(lines)

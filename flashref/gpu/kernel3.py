@@ -1,0 +1,544 @@
+"""Kernel 3: the forward in Gluon, with FlashAttention-3's intra-warpgroup overlap (Hopper only).
+
+Kernels 1 and 2 are Triton: the compiler decides when a tensor-core op is waited for, and on Hopper
+Triton 3.6 waits for every ``wgmma`` at once (``wgmma.wait_group 0`` after each, figures/gpu/NOTES.md), so
+the softmax of a tile never runs while the tensor cores work. Gluon (``triton.experimental.gluon``) is
+Triton's lower-level dialect: the program names its layouts, shared-memory buffers, TMA copies,
+mbarriers and the asynchronous ``warpgroup_mma`` and its ``warpgroup_mma_wait`` itself. Kernel 3 uses
+that to write FlashAttention-3's Algorithm 2 (Shah et al. 2024, "intra-warpgroup overlapping"):
+
+* S_next = Q_i K_jᵀ is issued *asynchronously*; O_i += P̃_cur V_{j−1} is issued behind it; the
+  program waits only for the first (``warpgroup_mma_wait(1)``: one group may stay in flight), runs the
+  softmax of S_next (exp2 on the multi-function unit) while the tensor cores still compute P̃ V, and
+  waits for that one only before rescaling O_i;
+* K_j and V_j arrive by TMA into ``STAGES`` shared-memory slots each, every slot with its own mbarrier
+  (K and V separately: S can start as soon as K_j has landed); the next loads are issued as soon as the
+  wgmma that read a slot is known to be done.
+
+Each step carries the line it implements: ``FA3 Alg.2 l.N`` (the consumer warpgroup of FA3's
+Algorithm 2) and the FlashAttention-2 line (``FA2 Alg.1 l.N``, as in kernels.py) the arithmetic is.
+There is no producer warpgroup and no ping-pong of two consumer warpgroups (FA3 §3.1): the program's
+two warpgroups (8 warps, 128 rows: 64 each) both run the loop above; the TMA copies are issued from the
+same warps (one elected thread), which costs a few instructions per tile.
+
+What it computes is kernel 2's forward: O and the base-2 log-sum-exp ``L2 = m + log2(ℓ)`` (B, H, N) fp32,
+so kernel 2's backward consumes them (:func:`attention` pairs the two). What it takes is narrower, and
+:func:`plan` decides, per call, whether kernel 3 runs or kernel 2 does (and says why):
+
+* a Hopper GPU (sm_90: ``wgmma`` exists there only) and Triton 3.6.0 exactly (Gluon's API changes between
+  releases; another version, or no Gluon at all, as under CI's interpreter, reports kernel 3 unavailable);
+* fp16 or bf16; d in {64, 128} (a power of two: TMA boxes are whole rows, and the tiles were sized for these);
+* Nq = Nk, a multiple of both blocks (no ragged tile, so no row mask and no TMA box past a head's end);
+* none of kernel 2's options: dropout, GQA, window, ALiBi, softcap.
+
+This module imports without Gluon (CI's Triton 3.9 runs the interpreter, where Gluon does not run):
+the kernel is then defined but :func:`available` says why it cannot run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOG2E = 1.4426950408889634
+TRITON_VERSION = "3.6.0"  # the Gluon API this file is written against
+HEAD_DIMS = (64, 128)
+DTYPES = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Tiles3:
+    """Kernel 3's launch shape: BLOCK_M query rows (16 per warp: 8 warps = two warpgroups of 64 rows),
+    BLOCK_N key columns, STAGES shared-memory slots for each of K and V."""
+
+    block_m: int = 128
+    block_n: int = 128
+    warps: int = 8
+    stages: int = 2
+
+    def smem_bytes(self, d: int, elem: int = 2) -> int:
+        """Shared memory the tiles take: Q_i (reused for O_i's store) and STAGES slots of K_j and V_j."""
+        return elem * d * (self.block_m + 2 * self.stages * self.block_n) + 8 * (1 + 2 * self.stages)
+
+
+# The defaults by head dimension (figures/gpu/NOTES.md, "Issue 14, third session").
+TILES = {64: Tiles3(128, 128, 8, 2), 128: Tiles3(128, 128, 8, 2)}
+HEADS_FIRST_CAUSAL = (64, 128)  # causal: every head's longest row block first (as kernel 2 at d = 128)
+SMEM_LIMIT = 227 * 1024  # an sm_90 thread block's shared memory
+
+
+# --------------------------------------------------------------------------------------------
+# whether kernel 3 can run here, and for which calls (pure Python: tested on CI)
+# --------------------------------------------------------------------------------------------
+
+def _gluon_import():
+    """(modules, None) or (None, why not)."""
+    try:
+        import triton
+    except ImportError as e:
+        return None, f"triton is not installed ({e})"
+    if triton.__version__ != TRITON_VERSION:
+        return None, (f"kernel 3 is written against Gluon in Triton {TRITON_VERSION} (its API changes between "
+                      f"releases); this is Triton {triton.__version__}")
+    try:
+        from triton.experimental import gluon
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia import hopper
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    except ImportError as e:
+        return None, f"Triton {triton.__version__} has no usable Gluon here ({e})"
+    return (gluon, gl, hopper, TensorDescriptor), None
+
+
+_MODS, _WHY = _gluon_import()
+
+
+def unavailable(device=None) -> str | None:
+    """None when kernel 3 can run (on ``device``, if given), else the reason it cannot."""
+    if _WHY:
+        return _WHY
+    import os
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return "Gluon kernels do not run in Triton's interpreter (TRITON_INTERPRET=1)"
+    import torch
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    cap = torch.cuda.get_device_capability(device)
+    if cap[0] != 9:
+        return f"kernel 3 uses Hopper's wgmma (sm_90); this GPU is sm_{cap[0]}{cap[1]}"
+    return None
+
+
+def available(device=None) -> bool:
+    return unavailable(device) is None
+
+
+def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,
+         tiles: Tiles3 | None = None):
+    """The dispatcher's decision for one call: ``(Tiles3, None)`` where kernel 3 runs, else ``(None, why)``,
+    and kernel 2 runs instead. Pure Python (no GPU, no Gluon): the rules, in order:
+
+    * dtype fp16 or bf16 (the wgmma paths written here);
+    * d in {64, 128}: powers of two (a TMA box is whole rows of d·2 bytes, a multiple of 16), the widths the
+      tiles and the register budget were sized for (S, S_next, O and P̃ of 128 rows live at once: at d = 256
+      O alone is 128 registers a thread);
+    * Nq = Nk (the causal diagonal then sits at i = j; the kernel has no offset for Nq != Nk) and a
+      multiple of both blocks: no ragged tile, so no row masks and no TMA box past a head's rows;
+    * no dropout, GQA, window, ALiBi or softcap (kernel 2 has them; kernel 3 is the plain forward);
+    * the tiles fit in shared memory.
+    """
+    options = {k: v for k, v in (options or {}).items() if v not in (None, False, 0, 0.0)}
+    t = tiles or TILES.get(d)
+    if dtype not in DTYPES:
+        return None, f"dtype {dtype}: kernel 3 takes float16 or bfloat16"
+    if d not in HEAD_DIMS:
+        return None, f"d={d}: kernel 3 takes d in {HEAD_DIMS} (a power of two with tuned tiles)"
+    if Nq != Nk:
+        return None, f"Nq={Nq} != Nk={Nk}: kernel 3 takes equal lengths"
+    if Nq % t.block_m or Nk % t.block_n:
+        return None, f"N={Nq} is not a multiple of the {t.block_m}x{t.block_n} tiles (no ragged tiles in kernel 3)"
+    if options:
+        return None, f"option(s) {sorted(options)}: kernel 3 is the plain forward (no dropout or variants)"
+    if t.warps & (t.warps - 1) or t.warps < 4:
+        return None, f"{t.warps} warps: Triton launches a power of two, at least one warpgroup (4)"
+    if t.block_m != 16 * t.warps:
+        return None, f"BLOCK_M={t.block_m} must be 16 rows per warp ({t.warps} warps: {16 * t.warps})"
+    if t.smem_bytes(d) > SMEM_LIMIT:
+        return None, f"tiles {t} need {t.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
+    del causal  # causal and not: both run
+    return t, None
+
+
+# --------------------------------------------------------------------------------------------
+# the kernel
+# --------------------------------------------------------------------------------------------
+
+if _MODS is not None:
+    gluon, gl, _hopper, _TensorDescriptor = _MODS
+    tma = _hopper.tma
+    mbarrier = _hopper.mbarrier
+    warpgroup_mma = _hopper.warpgroup_mma
+    warpgroup_mma_wait = _hopper.warpgroup_mma_wait
+    fence_async_shared = _hopper.fence_async_shared
+
+    @gluon.jit
+    def _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
+        # FA2 Alg.1 l.9 (flash2.py), in base 2 (τ·log2 e folded into qk_scale): m_i^new = max(m_i, rowmax(S_ij));
+        # P̃_ij = exp2(S_ij − m_i^new); ℓ_i^new = e^{m_i − m_i^new} ℓ_i + rowsum(P̃_ij). Returns alpha = e^{m_i − m_i^new}
+        # for the O_i rescale (l.10), which the caller applies once the P̃ V wgmma in flight has landed.
+        if MASK:  # the causal diagonal's block only (FA2 §3.1.1): key j > query i → −inf
+            S = gl.where(gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0), S, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(S, 1) * qk_scale)
+        alpha = gl.exp2(m_i - m_new)
+        P = gl.exp2(S * qk_scale - gl.expand_dims(m_new, 1))
+        l_i = l_i * alpha + gl.sum(P, 1)
+        return P, m_new, l_i, alpha
+
+    @gluon.jit
+    def _k3_loop(j_lo, j_hi, P, m_i, l_i, O, q_smem, k_smem, v_smem, k_bars, v_bars, desc_k, desc_v, kv_row0,
+                 offs_m, qk_scale, n_blocks,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASK: gl.constexpr,
+                 s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+        # FA3 Alg.2 l.7: for 1 <= j < Tc (the paper prints "< Tc − 1"; l.18-19 then finish block Tc − 1, so
+        # the loop runs to Tc − 1 inclusive of j = Tc − 1 as S_next's index).
+        dtype: gl.constexpr = desc_k.dtype
+        kv_bytes: gl.constexpr = desc_k.block_type.nbytes
+        for j in range(j_lo, j_hi):
+            s = j % STAGES
+            sp = (j - 1) % STAGES
+            # Refill the slot K_{j−1} occupied (its S wgmma was waited for in the last step) with
+            # K_{j−1+STAGES}: FA3 Alg.1's producer, done here by the consumer (no producer warpgroup).
+            nxt = j - 1 + STAGES
+            mbarrier.expect(k_bars.index(sp), kv_bytes, pred=nxt < n_blocks)
+            tma.async_copy_global_to_shared(desc_k, [kv_row0 + nxt * BLOCK_N, 0], k_bars.index(sp), k_smem.index(sp),
+                                            pred=nxt < n_blocks)
+            # FA3 Alg.2 l.8: wait for K_j to be loaded in shared memory.
+            mbarrier.wait(k_bars.index(s), (j // STAGES) & 1)
+            # FA3 Alg.2 l.9 = FA2 Alg.1 l.8: S_next = Q_i K_jᵀ by wgmma; commit, do not wait.
+            S_tok = warpgroup_mma(q_smem, k_smem.index(s).permute((1, 0)),
+                                  gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+                                  use_acc=False, is_async=True)
+            # FA3 Alg.2 l.10: wait for V_{j−1} to be loaded in shared memory.
+            mbarrier.wait(v_bars.index(sp), ((j - 1) // STAGES) & 1)
+            # FA3 Alg.2 l.11 = FA2 Alg.1 l.10: O_i = O_i + P̃_cur V_{j−1} by wgmma (P̃ from registers); commit, do not wait.
+            O_tok = warpgroup_mma(P, v_smem.index(sp), O, is_async=True)
+            # FA3 Alg.2 l.12: wait for Q_i K_jᵀ only: the older of the two groups in flight (P̃ V keeps running).
+            S = warpgroup_mma_wait(1, deps=(S_tok,))
+            # FA3 Alg.2 l.13 = FA2 Alg.1 l.9: m_i, P̃_next, ℓ_i from S_next, while the tensor cores do P̃_cur V_{j−1}.
+            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, MASK)
+            # FA3 Alg.2 l.14 = FA2 Alg.1 l.10's diag(e^{m_i − m_i^new}) O_i: wait for P̃_cur V_{j−1}, then rescale O_i.
+            O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
+            O = O * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            # FA3 Alg.2 l.15: release V_{j−1}'s slot: load V_{j−1+STAGES} into it (K_j's is refilled next step).
+            mbarrier.expect(v_bars.index(sp), kv_bytes, pred=nxt < n_blocks)
+            tma.async_copy_global_to_shared(desc_v, [kv_row0 + nxt * BLOCK_N, 0], v_bars.index(sp), v_smem.index(sp),
+                                            pred=nxt < n_blocks)
+            # FA3 Alg.2 l.16: S_next becomes S_cur (here P̃_next becomes P̃_cur, the wgmma's A operand).
+            P = gl.convert_layout(P_next.to(dtype), p_layout)
+        return P, m_i, l_i, O
+
+    @gluon.jit
+    def _k3_fwd_kernel(desc_q, desc_k, desc_v, desc_o, L2, N, qk_scale, BH,
+                       HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                       CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, num_warps: gl.constexpr):
+        # FA2 Alg.1 l.1-3: a program runs row block i of one (batch, head) bh. Causal: the longest rows first.
+        Tr = N // BLOCK_M
+        if HEADS_FIRST:
+            pid = gl.program_id(1)
+            bh = gl.program_id(0)
+        else:
+            pid = gl.program_id(0)
+            bh = gl.program_id(1)
+        i = pid
+        if CAUSAL:
+            i = Tr - 1 - pid
+        start_m = i * BLOCK_M
+        q_row0 = bh * N + start_m  # rows of the (B·H·N, d) views
+        kv_row0 = bh * N
+        dtype: gl.constexpr = desc_q.dtype
+
+        # Register layouts: the wgmma accumulators of S (BLOCK_M × BLOCK_N) and O (BLOCK_M × d), 16 rows a warp,
+        # and P̃ as wgmma's register A operand.
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                           instr_shape=[16, HEAD_D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+        # Shared memory: Q_i (later O_i's staging buffer), STAGES slots each of K_j and V_j, one mbarrier each.
+        q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_v.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for s in gl.static_range(STAGES):
+            mbarrier.init(k_bars.index(s), count=1)
+            mbarrier.init(v_bars.index(s), count=1)
+
+        # The key blocks this row block visits (FA2 §3.1.1 causal block skipping): [0, n_full) wholly at or
+        # below the diagonal, unmasked; [n_full, n_blocks) crossed by it, masked.
+        if CAUSAL:
+            n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), N // BLOCK_N)
+            n_full = (start_m + 1) // BLOCK_N
+        else:
+            n_blocks = N // BLOCK_N
+            n_full = n_blocks
+
+        # FA2 Alg.1 l.4 / FA3 Alg.1's producer: Q_i, and the first STAGES blocks of K and V, by TMA.
+        mbarrier.expect(q_bar, desc_q.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc_q, [q_row0, 0], q_bar, q_smem)
+        kv_bytes: gl.constexpr = desc_k.block_type.nbytes
+        for s in gl.static_range(STAGES):
+            mbarrier.expect(k_bars.index(s), kv_bytes, pred=s < n_blocks)
+            tma.async_copy_global_to_shared(desc_k, [kv_row0 + s * BLOCK_N, 0], k_bars.index(s), k_smem.index(s),
+                                            pred=s < n_blocks)
+            mbarrier.expect(v_bars.index(s), kv_bytes, pred=s < n_blocks)
+            tma.async_copy_global_to_shared(desc_v, [kv_row0 + s * BLOCK_N, 0], v_bars.index(s), v_smem.index(s),
+                                            pred=s < n_blocks)
+
+        # FA3 Alg.2 l.2 = FA2 Alg.1 l.5: on chip O_i = 0, ℓ_i = 0, m_i = −inf (fp32).
+        O = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
+
+        # FA3 Alg.2 l.3: wait for Q_i and K_0 to be loaded in shared memory.
+        mbarrier.wait(q_bar, 0)
+        mbarrier.wait(k_bars.index(0), 0)
+        # FA3 Alg.2 l.4 = FA2 Alg.1 l.8: S_cur = Q_i K_0ᵀ by wgmma; commit and wait.
+        S_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)),
+                              gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        S = warpgroup_mma_wait(0, deps=(S_tok,))
+        # FA3 Alg.2 l.5: release K_0's slot (refilled by the loop's first step).
+        # FA3 Alg.2 l.6 = FA2 Alg.1 l.9: m_i, P̃_cur, ℓ_i from S_cur (O_i = 0 needs no rescale). Masked where
+        # block 0 is crossed by the diagonal (row block 0 of a causal call).
+        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        P, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, CAUSAL)
+        P = gl.convert_layout(P.to(dtype), p_layout)
+
+        # FA3 Alg.2 l.7-17: the pipelined loop, first over the unmasked blocks, then the diagonal's (causal).
+        P, m_i, l_i, O = _k3_loop(1, n_full, P, m_i, l_i, O, q_smem, k_smem, v_smem, k_bars, v_bars, desc_k, desc_v,
+                                  kv_row0, offs_m, qk_scale, n_blocks, BLOCK_M, BLOCK_N, STAGES, False,
+                                  s_layout, o_layout, p_layout)
+        P, m_i, l_i, O = _k3_loop(gl.maximum(n_full, 1), n_blocks, P, m_i, l_i, O, q_smem, k_smem, v_smem, k_bars,
+                                  v_bars, desc_k, desc_v, kv_row0, offs_m, qk_scale, n_blocks, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                  s_layout, o_layout, p_layout)
+
+        # FA3 Alg.2 l.18: wait for V_{Tc−1} to be loaded in shared memory.
+        last = n_blocks - 1
+        mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
+        # FA3 Alg.2 l.19 = FA2 Alg.1 l.10: O_i = O_i + P̃_last V_{Tc−1}; commit and wait.
+        O_tok = warpgroup_mma(P, v_smem.index(last % STAGES), O, is_async=True)
+        O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
+
+        # FA3 Alg.2 l.20 = FA2 Alg.1 l.12-13: O_i = diag(ℓ_i)^{-1} O_i; L_i = m_i + log ℓ_i (base 2).
+        O = O / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+        L2_i = m_i + gl.log2(l_i)
+        # FA2 Alg.1 l.14-15: write O_i (through Q_i's shared-memory buffer, by TMA) and L_i to HBM.
+        q_smem.store(O.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(desc_o, [q_row0, 0], q_smem)
+        gl.store(L2 + bh * N + offs_m, L2_i)
+        tma.store_wait(0)
+        mbarrier.invalidate(q_bar)
+        for s in gl.static_range(STAGES):
+            mbarrier.invalidate(k_bars.index(s))
+            mbarrier.invalidate(v_bars.index(s))
+
+
+# --------------------------------------------------------------------------------------------
+# launcher, and kernel 3's forward beside kernel 2's backward
+# --------------------------------------------------------------------------------------------
+
+def _gl_dtype(torch_dtype):
+    import torch
+    return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[torch_dtype]
+
+
+def descriptors(q, k, v, o, t: Tiles3):
+    """TMA descriptors over the (B·H·N, d) views of q, k, v, o with the tiles' boxes."""
+    d = q.shape[-1]
+    dt = _gl_dtype(q.dtype)
+    out = []
+    for x, rows in ((q, t.block_m), (k, t.block_n), (v, t.block_n), (o, t.block_m)):
+        x2 = x.view(-1, d)
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], dt)
+        out.append(_TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout))
+    return out
+
+
+def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, heads_first: bool | None = None):
+    """Kernel 3's forward on contiguous (B, H, N, d) CUDA tensors: returns ``(o, L2)``, L2 the base-2
+    log-sum-exp (B, H, N) fp32, as kernel 2's. Raises ValueError where :func:`plan` refuses the call
+    (use :func:`attention`, which falls back to kernel 2 instead)."""
+    import torch
+
+    why = unavailable(q.device)
+    if why:
+        raise RuntimeError(f"kernel 3 is unavailable: {why}")
+    B, H, N, d = q.shape
+    t, why = plan(d, N, k.shape[2], str(q.dtype).removeprefix("torch."), causal, tiles=tiles)
+    if why:
+        raise ValueError(f"kernel 3 cannot run this call: {why}")
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    o = torch.empty_like(q)
+    L2 = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    dq, dk, dv, do = descriptors(q, k, v, o, t)
+    if heads_first is None:
+        heads_first = causal and d in HEADS_FIRST_CAUSAL
+    Tr = N // t.block_m
+    grid = (B * H, Tr) if heads_first else (Tr, B * H)
+    _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
+                         BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
+                         num_warps=t.warps)
+    return o, L2
+
+
+def choose(q, k, v, causal: bool, **options):
+    """The dispatcher: ``(True, tiles)`` where kernel 3 runs this call, ``(False, why)`` where kernel 2 does."""
+    why = unavailable(q.device) if q.device.type == "cuda" else f"q is on {q.device}, not a CUDA GPU"
+    if why:
+        return False, why
+    options = {k_: v_ for k_, v_ in options.items() if k_ != "config"}  # the config picks kernel 2's backward
+    t, why = plan(q.shape[-1], q.shape[2], k.shape[2], str(q.dtype).removeprefix("torch."), causal, options)
+    if why or k.shape != q.shape:
+        return False, why or f"k's shape {tuple(k.shape)} differs from q's {tuple(q.shape)}"
+    return True, t
+
+
+_FN = None
+
+
+def _function():
+    import torch
+
+    from . import _backward
+
+    class _Attention3(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale, deterministic, cfg):
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+            o, L2 = forward(q, k, v, causal, scale)
+            ctx.save_for_backward(q, k, v, o, L2)
+            ctx.args = causal, scale, deterministic, cfg
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, o, L2 = ctx.saved_tensors
+            causal, scale, deterministic, cfg = ctx.args
+            return (*_backward(q, k, v, o, L2, do, causal, scale, deterministic, cfg, None, _no_variants()),
+                    None, None, None, None)
+
+    return _Attention3
+
+
+def _no_variants():
+    from .kernels import NO_VARIANTS
+    return NO_VARIANTS
+
+
+def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **options):
+    """``flashref.gpu.attention`` with kernel 3's forward where :func:`choose` allows it (kernel 2's
+    backward either way: it reads the same O and L2); every other call goes to ``gpu.attention`` unchanged."""
+    from . import _check, attention as attention2
+
+    ok, _ = choose(q, k, v, causal, **options)
+    if not ok or options.get("config") is not None and options["config"].version != 2:
+        return attention2(q, k, v, causal=causal, scale=scale, deterministic=deterministic, **options)
+    global _FN
+    scale = _check(q, k, v, causal, scale)
+    if deterministic is None:
+        import torch
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    from .kernels import Config
+    cfg = (options.get("config") or Config()).resolve(q.shape[-1], causal, deterministic)
+    if _FN is None:
+        _FN = _function()
+    return _FN.apply(q, k, v, causal, scale, deterministic, cfg)
+
+
+# --------------------------------------------------------------------------------------------
+# ``python -m flashref.gpu.kernel3``: kernel 3's tiles against kernel 2 and cuDNN, one process
+# --------------------------------------------------------------------------------------------
+
+def _sweep(argv=None) -> int:
+    """Time kernel 3 with each ``--tiles`` (``BM,BN,warps,stages``), kernel 2's forward (its defaults) and
+    SDPA cuDNN in turn per shape, ``--rounds`` times over (METHOD.md); each keeps its median. Shapes as
+    ``bench``: 16384 tokens, hidden 2048. Before timing, each kernel 3 config's output is compared with
+    kernel 2's on the first shape. Prints a table of TFLOP/s and ratios; ``--out`` writes the rows (JSON)."""
+    import argparse
+    import json
+    import statistics
+    import time
+
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    from . import attention as attention2
+    from .bench import HIDDEN, TOKENS, flops
+
+    p = argparse.ArgumentParser(prog="python -m flashref.gpu.kernel3")
+    p.add_argument("--d", default="128,64")
+    p.add_argument("--N", default="4096,8192,16384")
+    p.add_argument("--causal", default="both", choices=("both", "true", "false"))
+    p.add_argument("--dtype", default="float16", choices=DTYPES)
+    p.add_argument("--tiles", nargs="+", default=["default"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rep", type=int, default=40)
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    why = unavailable()
+    if why:
+        print(f"kernel 3 cannot run here: {why}")
+        return 1
+    dtype = getattr(torch, a.dtype)
+    causals = {"both": (False, True), "true": (True,), "false": (False,)}[a.causal]
+    rows, t0 = [], time.time()
+    for d in (int(x) for x in a.d.split(",")):
+        configs = [(name, TILES[d] if name == "default" else Tiles3(*(int(x) for x in name.split(","))))
+                   for name in a.tiles]
+        for causal in causals:
+            for N in (int(x) for x in a.N.split(",")):
+                B, H = TOKENS // N, HIDDEN // d
+                g = torch.Generator(device="cuda").manual_seed(N + d)
+                q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g) for _ in range(3))
+                fns = {"cudnn": None, "kernel2": lambda: attention2(q, k, v, causal=causal)}
+
+                def sdpa():
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                fns["cudnn"] = sdpa
+                ref = None
+                for name, t in configs:
+                    if plan(d, N, N, a.dtype, causal, tiles=t)[1]:
+                        print(f"  d={d} N={N} tiles {name}: {plan(d, N, N, a.dtype, causal, tiles=t)[1]}")
+                        continue
+                    fn = (lambda t=t: forward(q, k, v, causal, d ** -0.5, tiles=t)[0])
+                    try:
+                        with torch.no_grad():
+                            ref = fns["kernel2"]() if ref is None else ref
+                            err = float((fn().float() - ref.float()).abs().max())
+                    except Exception as e:  # out of shared memory or registers: reported, not timed
+                        print(f"  d={d} N={N} tiles {name}: {type(e).__name__}: {str(e)[:160]}")
+                        continue
+                    fns[f"k3[{name}]"] = fn
+                    if err > 2e-2:
+                        print(f"  MISMATCH d={d} N={N} causal={causal} tiles {name}: max |k3 - k2| = {err:.3g}")
+                times = {n: [] for n in fns}
+                for _ in range(a.rounds):
+                    for n, f in fns.items():
+                        with torch.no_grad():
+                            times[n].append(do_bench(f, warmup=25, rep=a.rep, return_mode="median"))
+                fl = flops("fwd", B, H, N, d, causal)
+                tf = {n: fl / (statistics.median(ms) * 1e-3) / 1e12 for n, ms in times.items()}
+                for n, ms in times.items():
+                    rows.append(dict(d=d, N=N, causal=causal, dtype=a.dtype, backend=n, B=B, H=H,
+                                     ms=round(statistics.median(ms), 5), tflops=round(tf[n], 1),
+                                     rounds_ms=[round(x, 5) for x in ms],
+                                     x_cudnn=round(tf[n] / tf["cudnn"], 3), x_kernel2=round(tf[n] / tf["kernel2"], 3)))
+                print(f"d={d:3} causal={causal!s:5} N={N:5}  " + "  ".join(
+                    f"{n}={tf[n]:.0f} ({tf[n] / tf['cudnn']:.2f}x cu, {tf[n] / tf['kernel2']:.2f}x k2)" for n in tf),
+                    flush=True)
+                del q, k, v
+                torch.cuda.empty_cache()
+    meta = dict(device=torch.cuda.get_device_name(0), torch=torch.__version__, triton=triton.__version__,
+                cuda=torch.version.cuda, dtype=a.dtype, tokens=TOKENS, hidden=HIDDEN, rounds=a.rounds, rep_ms=a.rep,
+                timing=f"median of {a.rounds} interleaved rounds (backends of a shape in turn), each a "
+                f"triton.testing.do_bench median, warmup 25 ms, rep {a.rep} ms",
+                flop_convention="fwd 4BHN^2d (/2 causal)", seconds=round(time.time() - t0, 1))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(metadata=meta, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(_sweep(sys.argv[1:]))

@@ -1,0 +1,184 @@
+"""Kernel 3 (flashref/gpu/kernel3.py: the Gluon forward with FlashAttention-3's intra-warpgroup overlap).
+
+On CI (no GPU, Triton's interpreter, another Triton version) only the dispatcher runs: which calls kernel 3
+takes, which it hands to kernel 2 and why, and that ``kernel3.attention`` then is kernel 2. On a Hopper GPU
+with Triton 3.6.0 the kernel itself is held to the same float64 oracle and two-oracle rule as kernels 1
+and 2 (tests/test_gpu_triton.py: error at most twice plain attention's in the input dtype, gradients
+three times, plus a small atol), and its base-2 log-sum-exp to kernel 2's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # as test_gpu_triton.py: before triton is imported
+
+pytest.importorskip("triton")
+
+from flashref import gpu  # noqa: E402
+from flashref.gpu import kernel3  # noqa: E402
+from flashref.gpu.kernel3 import Tiles3, plan  # noqa: E402
+
+from test_gpu_triton import ATOL, _attention, _err, _inputs  # noqa: E402
+
+RUNS = kernel3.available() if torch.cuda.is_available() else False
+needs_k3 = pytest.mark.skipif(not RUNS, reason=f"kernel 3 unavailable: {kernel3.unavailable() if torch.cuda.is_available() else 'no CUDA GPU'}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the dispatcher (pure Python: runs on CI)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d,Nq,Nk,dtype,causal,options,why", [
+    (96, 4096, 4096, "float16", False, {}, "d=96"),
+    (256, 4096, 4096, "float16", True, {}, "d=256"),
+    (32, 4096, 4096, "bfloat16", False, {}, "d=32"),
+    (128, 4096, 2048, "float16", False, {}, "Nq=4096 != Nk=2048"),
+    (128, 1000, 1000, "float16", True, {}, "not a multiple"),
+    (64, 4160, 4160, "bfloat16", False, {}, "not a multiple"),  # a multiple of 64, not of 128
+    (128, 4096, 4096, "float32", False, {}, "float32"),
+    (128, 4096, 4096, "float16", False, {"dropout_p": 0.1}, "dropout_p"),
+    (64, 4096, 4096, "float16", True, {"window": (128, 0)}, "window"),
+    (128, 4096, 4096, "float16", False, {"enable_gqa": True}, "enable_gqa"),
+    (128, 4096, 4096, "float16", False, {"softcap": 30.0, "alibi_slopes": [0.5]}, "alibi_slopes"),
+])
+def test_plan_refuses_and_says_why(d, Nq, Nk, dtype, causal, options, why):
+    t, reason = plan(d, Nq, Nk, dtype, causal, options)
+    assert t is None and why in reason, reason
+
+
+@pytest.mark.parametrize("d", kernel3.HEAD_DIMS)
+@pytest.mark.parametrize("dtype", kernel3.DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("N", [128, 4096, 16384])
+def test_plan_takes_the_benchmark_shapes(d, dtype, causal, N):
+    # options at their defaults (dropout 0, no window, gqa off) are no reason to fall back
+    t, reason = plan(d, N, N, dtype, causal, {"dropout_p": 0.0, "window": None, "enable_gqa": False})
+    assert reason is None and t == kernel3.TILES[d]
+
+
+def test_plan_checks_the_tiles():
+    # 16 rows a warp (the wgmma layout), and the STAGES slots of K and V must fit in shared memory
+    assert "16 rows per warp" in plan(128, 4096, 4096, "float16", False, tiles=Tiles3(128, 128, 4, 2))[1]
+    big = Tiles3(128, 128, 8, 4)  # Q and 4 + 4 slots of K, V: 288 KB at d = 128, 144 KB at d = 64
+    assert big.smem_bytes(128) == 2 * 128 * (128 + 8 * 128) + 8 * 9
+    assert "shared memory" in plan(128, 4096, 4096, "float16", False, tiles=big)[1]
+    assert plan(64, 4096, 4096, "float16", False, tiles=big) == (big, None)
+    t = Tiles3(128, 64, 8, 2)
+    assert plan(128, 4160, 4160, "float16", False, tiles=t)[1] is not None  # 4160 = 32.5 x 128 rows
+    assert plan(128, 4224, 4224, "float16", False, tiles=t) == (t, None)
+
+
+def test_unavailable_says_why_on_this_machine():
+    why = kernel3.unavailable()
+    import triton
+    if triton.__version__ != kernel3.TRITON_VERSION:
+        assert kernel3.TRITON_VERSION in why and triton.__version__ in why
+    elif os.environ.get("TRITON_INTERPRET") == "1":
+        assert "interpreter" in why
+    elif not torch.cuda.is_available():
+        assert why == "no CUDA GPU"
+    assert (why is None) == kernel3.available()
+
+
+def test_choose_and_fallback_to_kernel2():
+    """Where kernel 3 cannot run (here: any CPU tensor; on a GPU also d = 96), kernel3.attention is
+    gpu.attention: same output, bit for bit, and the reason is given."""
+    device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    d = 96 if device == "cuda" else 16
+    q, k, v, _ = _inputs(1, 2, 40, 40, d, dtype, seed=3, device=device)
+    ok, why = kernel3.choose(q, k, v, causal=True)
+    assert not ok and isinstance(why, str) and why
+    o3 = kernel3.attention(q, k, v, causal=True)
+    o2 = gpu.attention(q, k, v, causal=True)
+    assert torch.equal(o3, o2)
+
+
+# ---------------------------------------------------------------------------------------------
+# the kernel (a Hopper GPU, Triton 3.6.0)
+# ---------------------------------------------------------------------------------------------
+
+GRID = [(d, N, causal, dtype) for d in (64, 128) for N in (128, 256, 640, 2048) for causal in (False, True)
+        for dtype in (torch.float16, torch.bfloat16)]
+
+
+def _check3(B, H, N, d, dtype, causal, seed, scale=None, grads=False):
+    q, k, v, do = _inputs(B, H, N, N, d, dtype, seed)
+    tau = 1.0 / math.sqrt(d) if scale is None else scale
+    ok, t = kernel3.choose(q, k, v, causal)
+    assert ok, t
+    o, L2 = kernel3.forward(q, k, v, causal, tau)
+    truth = _attention(q, k, v, do, causal, tau, None, torch.float64)
+    plain = _attention(q, k, v, do, causal, tau, None, dtype)
+    assert torch.isfinite(o).all() and torch.isfinite(L2).all()
+    assert _err(o, truth[0]) <= 2 * _err(plain[0], truth[0]) + ATOL[dtype], (_err(o, truth[0]), _err(plain[0], truth[0]))
+    # L2: the base-2 log-sum-exp of the scaled scores, in float64 from the inputs
+    S = (q.double() @ k.double().transpose(-1, -2)) * tau
+    if causal:
+        S = S.masked_fill(~torch.ones(N, N, dtype=torch.bool, device=S.device).tril(), float("-inf"))
+    L2_ref = torch.logsumexp(S, -1) / math.log(2.0)
+    assert _err(L2, L2_ref) < 1e-3 * max(1.0, float(L2_ref.abs().max())), _err(L2, L2_ref)
+    if grads:
+        q_, k_, v_ = (x.detach().clone().requires_grad_() for x in (q, k, v))
+        o_ = kernel3.attention(q_, k_, v_, causal=causal, scale=scale)
+        assert torch.equal(o_, o)  # the same kernel 3 forward
+        o_.backward(do)
+        for name, got, pl, ref in zip(("dq", "dk", "dv"), (q_.grad, k_.grad, v_.grad), plain[1:], truth[1:]):
+            bound = 3 * _err(pl, ref) + ATOL[dtype] * max(1.0, float(ref.abs().max()))
+            assert _err(got, ref) <= bound, (name, _err(got, ref), _err(pl, ref))
+    return o, L2
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,N,causal,dtype", GRID)
+def test_kernel3_two_oracles(d, N, causal, dtype):
+    _check3(2, 3, N, d, dtype, causal, seed=d + N + causal)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
+def test_kernel3_with_kernel2_backward(d, causal):
+    _check3(1, 2, 512, d, torch.bfloat16, causal, seed=11, grads=True)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel3_large_logits_force_rescaling(causal):
+    # scale 4: rows' maxima grow block after block, so every O_i rescale (FA3 Alg.2 l.14) matters
+    _check3(1, 2, 1024, 128, torch.float16, causal, seed=5, scale=4.0)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+def test_kernel3_equals_kernel2_on_a_long_row(d):
+    # N = 8192, causal: kernel 3's O and L2 against kernel 2's (both fp32 inside; fp16 out)
+    q, k, v, _ = _inputs(1, 4, 8192, 8192, d, torch.float16, seed=d)
+    o3, L3 = kernel3.forward(q, k, v, True, d ** -0.5)
+    o2, lse2 = gpu.forward(q, k, v, causal=True)
+    assert (o3.float() - o2.float()).abs().max() < 4e-3
+    assert (L3 * math.log(2.0) - lse2).abs().max() < 1e-3
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("tiles", [Tiles3(128, 64, 8, 2), Tiles3(128, 128, 8, 3), Tiles3(64, 128, 4, 2)])
+def test_kernel3_other_tiles(tiles):
+    for d in (64, 128):
+        if plan(d, 1536, 1536, "float16", True, tiles=tiles)[1]:
+            continue
+        q, k, v, do = _inputs(1, 2, 1536, 1536, d, torch.float16, seed=7)
+        for causal in (False, True):
+            o, _ = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=tiles)
+            truth = _attention(q, k, v, do, causal, d ** -0.5, None, torch.float64)[0]
+            plain = _attention(q, k, v, do, causal, d ** -0.5, None, torch.float16)[0]
+            assert _err(o, truth) <= 2 * _err(plain, truth) + ATOL[torch.float16], (d, causal, tiles)
