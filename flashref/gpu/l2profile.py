@@ -105,10 +105,10 @@ def shapes(groups=("grid", "sweep")):
 def runs_for(impl, shape_list):
     """The shapes ``impl`` is measured at (eager only where one N×N fp16 matrix fits the budget)."""
     keep = []
-    for g, name, B, H, N, d, causal in shape_list:
+    for g, name, B, H, N, d, causal, *rep in shape_list:
         if impl == "eager" and B * H * N * N * 2 > EAGER_MAX_BYTES:
             continue
-        keep.append((g, name, B, H, N, d, causal))
+        keep.append((g, name, B, H, N, d, causal, *rep))
     return keep
 
 
@@ -158,8 +158,10 @@ def _child(impl, shapes_json, out_json, deadline="inf"):
     todo = json.loads(Path(shapes_json).read_text())
     done = []
     cudart = torch.cuda.cudart()
-    for g, name, B, H, N, d, causal in todo:
+    for g, name, B, H, N, d, causal, *rep in todo:
         entry = dict(group=g, shape=name, B=B, H=H, N=N, d=d, causal=causal)
+        if rep:  # --repeat: the same shape measured again later in the same process
+            entry["rep"] = rep[0]
         if time.time() > float(deadline):  # stop in time for ncu to print what it has
             entry["error"] = "skipped: out of time"
             done.append(entry)
@@ -279,7 +281,7 @@ def summarise(impl, seg, metrics):
         return {m: sum(k[m] or 0.0 for k in ks) for m in byte_metrics}
 
     fwd, allk = total(seg["fwd"]), total(seg["fwd"] + seg["bwd"])
-    row = {k: seg[k] for k in ("group", "shape", "B", "H", "N", "d", "causal")}
+    row = {k: seg[k] for k in ("group", "shape", "B", "H", "N", "d", "causal", "rep") if k in seg}
     row["impl"] = impl
     if seg.get("error"):
         row["error"] = seg["error"]
@@ -368,6 +370,9 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=520.0, help="seconds for the whole run")
     p.add_argument("--ncu", default=None)
     p.add_argument("--raw", action="store_true", help="also save ncu's raw CSV per implementation")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="measure every shape this many times (round by round), each row tagged with its round "
+                        "``rep``: how much one measurement varies from run to run")
     p.add_argument("--predict", action="store_true",
                    help="write iomodel.dram's predictions for the chosen shapes (<name>-predicted.json) and stop: "
                         "no GPU, no ncu; commit the file before measuring")
@@ -392,6 +397,8 @@ def main(argv=None) -> int:
     todo = shapes(args.groups)
     if args.only:
         todo = [s for s in todo if s[1] in args.only]
+    if args.repeat > 1:  # round by round, so the repeats of one shape are minutes apart, not back to back
+        todo = [s + (r,) for r in range(args.repeat) for s in todo]
     result = dict(metadata=dict(device=device, **versions, metrics=list(metrics),
                                 date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                                 dtype="float16", ncu_cache_control="all (default: caches flushed before each kernel)",
@@ -452,6 +459,8 @@ def _write_predictions(args):
     todo = shapes(args.groups)
     if args.only:
         todo = [s for s in todo if s[1] in args.only]
+    if args.repeat > 1:  # round by round, so the repeats of one shape are minutes apart, not back to back
+        todo = [s + (r,) for r in range(args.repeat) for s in todo]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.name or args.gpu + '-l2-' + '-'.join(args.groups)}-predicted.json"

@@ -313,15 +313,39 @@ FIT_IMPLS = IMPLS
 
 
 def measured_rows(result, impls=FIT_IMPLS):
-    """(impl, shape, mode, shape kwargs, measured total bytes) of a ``profile-l2`` JSON."""
+    """(impl, shape, mode, shape kwargs, measured total bytes) of a ``profile-l2`` JSON.
+
+    A shape measured several times (``profile-l2 --repeat``) gives one row: the median of its repeats
+    (:func:`repeats` gives them all)."""
     out = []
+    for (impl, shape, mode), (kw, values) in repeats(result, impls).items():
+        out.append((impl, shape, mode, kw, float(np.median(values))))
+    return out
+
+
+def repeats(result, impls=FIT_IMPLS):
+    """{(impl, shape, mode): (shape kwargs, [total bytes of each repeat])}, in the order first measured."""
+    out = {}
     for r in result["rows"]:
         if r["impl"] not in impls or r.get("error"):
             continue
         kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=bool(r["causal"]))
         for mode in MODES:
-            out.append((r["impl"], r["shape"], mode, kw, r[mode]["total_bytes"]))
+            out.setdefault((r["impl"], r["shape"], mode), (kw, []))[1].append(r[mode]["total_bytes"])
     return out
+
+
+def latest(*results):
+    """One result from several recorded ones: each (impl, shape) from the latest-dated result that
+    measured it. A kernel that changed is measured again; its older rows are then history, kept in
+    their files but not predicted against (figures/gpu/NOTES-l2.md says which and why)."""
+    newest = {}
+    for res in sorted(results, key=lambda x: x["metadata"]["date"]):
+        for r in res["rows"]:
+            newest[(r["impl"], r["shape"])] = res["metadata"]["date"]
+    rows = [r for res in results for r in res["rows"]
+            if newest[(r["impl"], r["shape"])] == res["metadata"]["date"]]
+    return dict(metadata=dict(date=max(x["metadata"]["date"] for x in results)), rows=rows)
 
 
 def is_held_out(shape: str) -> bool:
