@@ -76,6 +76,14 @@ class ScanKernel:
             return [(h, self.launch[p]) for p in range(T) for h in range(self.heads)]
         return [(h, self.launch[p]) for h in range(self.heads) for p in range(T)]
 
+    @property
+    def diagonal_starts(self):
+        """Whether the CTAs start their scans at different tiles and do not wrap: flashref's causal
+        dK/dV kernel, whose column block j starts at its diagonal row block and walks down. Those
+        launched together then never read one tile at the same time."""
+        starts = {(hi - 1 if self.descending else lo) for lo, hi in self.ranges}
+        return len(starts) > 1 and not self.stagger
+
     def tiles(self, c):
         lo, hi = self.ranges[c]
         if self.stagger and (lo, hi) == (0, self.n_tiles):

@@ -73,6 +73,15 @@ CHECK2 = [
     ("check2_128_2k_causal", 8, 16, 2048, 128, True), ("check2_128_48k", 1, 4, 49152, 128, False),
     ("check2_64_4k_many", 4, 32, 4096, 64, False),
 ]
+# A third out-of-sample set, predicted (``--predict``) after the diagonal-start rule for flashref's causal
+# dK/dV kernel (iomodel.dram.scan_bytes) and before these were measured (h100-l2-check3-predicted.json).
+CHECK3 = [
+    ("check3_64_32k_causal", 2, 4, 32768, 64, True), ("check3_64_98k_causal", 1, 2, 98304, 64, True),
+    ("check3_64_48k_causal", 1, 8, 49152, 64, True), ("check3_128_131k_causal", 1, 1, 131072, 128, True),
+    ("check3_128_8k_causal", 4, 16, 8192, 128, True), ("check3_128_32k_causal", 2, 2, 32768, 128, True),
+    ("check3_64_196k", 1, 1, 196608, 64, False), ("check3_128_98k", 1, 2, 98304, 128, False),
+    ("check3_64_8k_many", 8, 16, 8192, 64, False),
+]
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8}  # shares of the time budget
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
 MARKER = "spin_kernel"
@@ -99,6 +108,8 @@ def shapes(groups=("grid", "sweep")):
         out += [("check", *s) for s in CHECK]
     if "check2" in groups:
         out += [("check2", *s) for s in CHECK2]
+    if "check3" in groups:
+        out += [("check3", *s) for s in CHECK3]
     return out
 
 
@@ -459,8 +470,6 @@ def _write_predictions(args):
     todo = shapes(args.groups)
     if args.only:
         todo = [s for s in todo if s[1] in args.only]
-    if args.repeat > 1:  # round by round, so the repeats of one shape are minutes apart, not back to back
-        todo = [s + (r,) for r in range(args.repeat) for s in todo]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.name or args.gpu + '-l2-' + '-'.join(args.groups)}-predicted.json"
