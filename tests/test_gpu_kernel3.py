@@ -72,6 +72,7 @@ def test_plan_checks_the_tiles():
     t = Tiles3(128, 64, 8, 2)
     assert plan(128, 4160, 4160, "float16", False, tiles=t)[1] is not None  # 4160 = 32.5 x 128 rows
     assert plan(128, 4224, 4224, "float16", False, tiles=t) == (t, None)
+    assert "pingpong" in plan(64, 4096, 4096, "float16", False, tiles=Tiles3(64, 128, 4, 2, pingpong=True))[1]
 
 
 def test_unavailable_says_why_on_this_machine():
@@ -108,12 +109,12 @@ GRID = [(d, N, causal, dtype) for d in (64, 128) for N in (128, 256, 640, 2048) 
         for dtype in (torch.float16, torch.bfloat16)]
 
 
-def _check3(B, H, N, d, dtype, causal, seed, scale=None, grads=False):
+def _check3(B, H, N, d, dtype, causal, seed, scale=None, grads=False, tiles=None):
     q, k, v, do = _inputs(B, H, N, N, d, dtype, seed)
     tau = 1.0 / math.sqrt(d) if scale is None else scale
     ok, t = kernel3.choose(q, k, v, causal)
     assert ok, t
-    o, L2 = kernel3.forward(q, k, v, causal, tau)
+    o, L2 = kernel3.forward(q, k, v, causal, tau, tiles=tiles)
     truth = _attention(q, k, v, do, causal, tau, None, torch.float64)
     plain = _attention(q, k, v, do, causal, tau, None, dtype)
     assert torch.isfinite(o).all() and torch.isfinite(L2).all()
@@ -140,6 +141,15 @@ def _check3(B, H, N, d, dtype, causal, seed, scale=None, grads=False):
 @pytest.mark.parametrize("d,N,causal,dtype", GRID)
 def test_kernel3_two_oracles(d, N, causal, dtype):
     _check3(2, 3, N, d, dtype, causal, seed=d + N + causal)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,N,causal,dtype", [g for g in GRID if g[1] in (128, 2048)])
+def test_kernel3_pingpong_two_oracles(d, N, causal, dtype):
+    """The warp-specialised version (producer warp, two consumer warpgroups taking turns)."""
+    _check3(2, 3, N, d, dtype, causal, seed=d + N + causal, tiles=Tiles3(128, 128, 8, 2, pingpong=True))
+    _check3(1, 2, N, d, dtype, causal, seed=1, scale=4.0, tiles=Tiles3(128, 128, 8, 2, pingpong=True))
 
 
 @needs_k3
@@ -171,7 +181,8 @@ def test_kernel3_equals_kernel2_on_a_long_row(d):
 
 @needs_k3
 @pytest.mark.cuda
-@pytest.mark.parametrize("tiles", [Tiles3(128, 64, 8, 2), Tiles3(128, 128, 8, 3), Tiles3(64, 128, 4, 2)])
+@pytest.mark.parametrize("tiles", [Tiles3(128, 64, 8, 2), Tiles3(128, 128, 8, 3), Tiles3(64, 128, 4, 2),
+                                   Tiles3(128, 128, 8, 2, pingpong=True), Tiles3(128, 64, 8, 2, pingpong=True)])
 def test_kernel3_other_tiles(tiles):
     for d in (64, 128):
         if plan(d, 1536, 1536, "float16", True, tiles=tiles)[1]:

@@ -54,6 +54,8 @@ class Tiles3:
     block_n: int = 128
     warps: int = 8
     stages: int = 2
+    pingpong: bool = False  # FA3 Alg.1: a TMA producer warp and the two consumer warpgroups in ping-pong
+    heads_first: bool | None = None  # causal grid order; None: HEADS_FIRST_CAUSAL decides
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Shared memory the tiles take: Q_i (reused for O_i's store) and STAGES slots of K_j and V_j."""
@@ -64,6 +66,7 @@ class Tiles3:
 TILES = {64: Tiles3(128, 128, 8, 2), 128: Tiles3(128, 128, 8, 2)}
 HEADS_FIRST_CAUSAL = (64, 128)  # causal: every head's longest row block first (as kernel 2 at d = 128)
 SMEM_LIMIT = 227 * 1024  # an sm_90 thread block's shared memory
+PINGPONG_REGS = 240  # registers a thread of consumer warpgroup 1 (setmaxnreg); the producer warp gets 24
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,6 +141,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, f"N={Nq} is not a multiple of the {t.block_m}x{t.block_n} tiles (no ragged tiles in kernel 3)"
     if options:
         return None, f"option(s) {sorted(options)}: kernel 3 is the plain forward (no dropout or variants)"
+    if t.pingpong and (t.block_m, t.warps) != (128, 8):
+        return None, "pingpong: two consumer warpgroups of 64 rows each (BLOCK_M=128, 8 warps)"
     if t.warps & (t.warps - 1) or t.warps < 4:
         return None, f"{t.warps} warps: Triton launches a power of two, at least one warpgroup (4)"
     if t.block_m != 16 * t.warps:
@@ -329,6 +334,213 @@ if _MODS is not None:
             mbarrier.invalidate(v_bars.index(s))
 
 
+    # ----------------------------------------------------------------------------------------
+    # pingpong: FA3 Algorithm 1 (warp specialisation) around Algorithm 2: one producer warp issues
+    # every TMA load; each of the two consumer warpgroups owns 64 of the tile's 128 rows and runs
+    # Algorithm 2 on them, and the two take turns at the tensor cores (FA3 §3.1 "pingpong
+    # scheduling"): warpgroup 1 issues its GEMMs only after warpgroup 0 has issued its own, and the
+    # other way round, so one warpgroup's softmax runs while the other's GEMMs do.
+    # ----------------------------------------------------------------------------------------
+
+    @gluon.jit
+    def _k3ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                       q_row0, kv_row0, n_blocks):
+        # FA3 Alg.1 l.3-9 (producer warpgroup, here one warp): load Q_i; for each j, wait until the
+        # consumers have released slot j % STAGES, then load K_j and V_j into it by TMA. (A worker
+        # partition's arguments are IR values: its constexprs come from the buffers' shapes.)
+        STAGES: gl.constexpr = k_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        mbarrier.expect(q_bar, desc_q.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc_q, [q_row0, 0], q_bar, q_smem)
+        kv_bytes: gl.constexpr = desc_k.block_type.nbytes
+        for j in range(n_blocks):
+            s = j % STAGES
+            ph = ((j // STAGES) & 1) ^ 1  # the release of the previous round of this slot
+            mbarrier.wait(k_empty.index(s), ph, pred=j >= STAGES)
+            mbarrier.expect(k_ready.index(s), kv_bytes)
+            tma.async_copy_global_to_shared(desc_k, [kv_row0 + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+            mbarrier.wait(v_empty.index(s), ph, pred=j >= STAGES)
+            mbarrier.expect(v_ready.index(s), kv_bytes)
+            tma.async_copy_global_to_shared(desc_v, [kv_row0 + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+
+    @gluon.jit
+    def _k3ws_turn(my_turn, other_turn, t, FIRST: gl.constexpr):
+        # Ping-pong: the t-th GEMM issue of a warpgroup waits for the other warpgroup's matching issue
+        # (warpgroup 0 waits for warpgroup 1's (t−1)-th, warpgroup 1 for warpgroup 0's t-th).
+        if FIRST:
+            mbarrier.wait(my_turn, (t - 1) & 1, pred=t > 0)
+        else:
+            mbarrier.wait(my_turn, t & 1)
+
+    @gluon.jit
+    def _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, WG: gl.constexpr, CAUSAL: gl.constexpr):
+        # FA3 Alg.2 on rows [WG·64, WG·64 + 64) of the tile, one warpgroup (4 warps).
+        ROWS: gl.constexpr = 64
+        STAGES: gl.constexpr = k_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        HEAD_D: gl.constexpr = k_smem.shape[2]
+        dtype: gl.constexpr = desc_o.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        if WG == 0:
+            my_turn = turn0
+            other_turn = turn1
+        else:
+            my_turn = turn1
+            other_turn = turn0
+        q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i
+        offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=row_layout)
+        # FA3 Alg.2 l.2 = FA2 Alg.1 l.5: O_i = 0, ℓ_i = 0, m_i = −inf.
+        O = gl.zeros([ROWS, HEAD_D], gl.float32, o_layout)
+        l_i = gl.zeros([ROWS], gl.float32, row_layout)
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+        # FA3 Alg.2 l.3: wait for Q_i and K_0.
+        mbarrier.wait(q_bar, 0)
+        mbarrier.wait(k_ready.index(0), 0)
+        # FA3 Alg.2 l.4 = FA2 Alg.1 l.8: S_cur = Q_i K_0ᵀ; commit and wait (issue 0 of the ping-pong).
+        _k3ws_turn(my_turn, other_turn, 0, WG == 0)
+        S_tok = warpgroup_mma(q_c, k_smem.index(0).permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+                              use_acc=False, is_async=True)
+        mbarrier.arrive(other_turn, count=1)
+        S = warpgroup_mma_wait(0, deps=(S_tok,))
+        # FA3 Alg.2 l.5: release K_0's slot to the producer.
+        mbarrier.arrive(k_empty.index(0), count=1)
+        # FA3 Alg.2 l.6 = FA2 Alg.1 l.9: m_i, P̃_cur, ℓ_i from S_cur.
+        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        P, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, CAUSAL)
+        P = gl.convert_layout(P.to(dtype), p_layout)
+        # FA3 Alg.2 l.7: for 1 <= j < Tc.
+        for j in range(1, n_blocks):
+            s = j % STAGES
+            sp = (j - 1) % STAGES
+            # FA3 Alg.2 l.8: wait for K_j.
+            mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
+            # FA3 Alg.2 l.10: wait for V_{j−1} (before taking the turn, so the turn is spent on GEMMs).
+            mbarrier.wait(v_ready.index(sp), ((j - 1) // STAGES) & 1)
+            _k3ws_turn(my_turn, other_turn, j, WG == 0)
+            # FA3 Alg.2 l.9 = FA2 Alg.1 l.8: S_next = Q_i K_jᵀ; commit, do not wait.
+            S_tok = warpgroup_mma(q_c, k_smem.index(s).permute((1, 0)),
+                                  gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+            # FA3 Alg.2 l.11 = FA2 Alg.1 l.10: O_i += P̃_cur V_{j−1}; commit, do not wait.
+            O_tok = warpgroup_mma(P, v_smem.index(sp), O, is_async=True)
+            mbarrier.arrive(other_turn, count=1)  # the other warpgroup's GEMMs may go next
+            # FA3 Alg.2 l.12: wait for Q_i K_jᵀ; release K_j's slot.
+            S = warpgroup_mma_wait(1, deps=(S_tok,))
+            mbarrier.arrive(k_empty.index(s), count=1)
+            # FA3 Alg.2 l.13 = FA2 Alg.1 l.9: softmax of S_next while P̃_cur V_{j−1} runs.
+            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            if CAUSAL:
+                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, j >= n_full)
+            else:
+                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, False)
+            # FA3 Alg.2 l.14: wait for P̃_cur V_{j−1}, rescale O_i; l.15: release V_{j−1}'s slot.
+            O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
+            mbarrier.arrive(v_empty.index(sp), count=1)
+            O = O * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            # FA3 Alg.2 l.16: S_next becomes S_cur.
+            P = gl.convert_layout(P_next.to(dtype), p_layout)
+        # FA3 Alg.2 l.18-19: wait for V_{Tc−1}; O_i += P̃_last V_{Tc−1}; commit and wait.
+        last = n_blocks - 1
+        mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+        _k3ws_turn(my_turn, other_turn, n_blocks, WG == 0)
+        O_tok = warpgroup_mma(P, v_smem.index(last % STAGES), O, is_async=True)
+        mbarrier.arrive(other_turn, count=1)
+        O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
+        # FA3 Alg.2 l.20 = FA2 Alg.1 l.12-15: O_i / ℓ_i, L_i = m_i + log2 ℓ_i; write both (O through this
+        # warpgroup's rows of Q_i's buffer, by TMA).
+        O = O / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+        q_c.store(O.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(desc_o, [q_row0 + WG * ROWS, 0], q_c)
+        gl.store(L2 + bh * N + offs_m, m_i + gl.log2(l_i))
+        tma.store_wait(0)
+
+    @gluon.jit
+    def _k3ws_consumer0(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                        bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, False)
+
+    @gluon.jit
+    def _k3ws_consumer0_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                               bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, True)
+
+    @gluon.jit
+    def _k3ws_consumer1(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                        bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, False)
+
+    @gluon.jit
+    def _k3ws_consumer1_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                               bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, True)
+
+    @gluon.jit
+    def _k3ws_fwd_kernel(desc_q, desc_k, desc_v, desc_o, L2, N, qk_scale, BH,
+                         HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                         CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                         num_warps: gl.constexpr):
+        # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0,
+        # worker 0 consumer warpgroup 1, worker 1 the producer warp.
+        Tr = N // BLOCK_M
+        if HEADS_FIRST:
+            pid = gl.program_id(1)
+            bh = gl.program_id(0)
+        else:
+            pid = gl.program_id(0)
+            bh = gl.program_id(1)
+        i = pid
+        if CAUSAL:
+            i = Tr - 1 - pid
+        start_m = i * BLOCK_M
+        q_row0 = bh * N + start_m
+        kv_row0 = bh * N
+        dtype: gl.constexpr = desc_q.dtype
+        q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_v.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        mbarrier.init(turn0, count=1)
+        mbarrier.init(turn1, count=1)
+        for s in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(s), count=1)
+            mbarrier.init(v_ready.index(s), count=1)
+            mbarrier.init(k_empty.index(s), count=2)  # one arrival from each consumer warpgroup
+            mbarrier.init(v_empty.index(s), count=2)
+        if CAUSAL:
+            n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), N // BLOCK_N)
+            n_full = (start_m + 1) // BLOCK_N
+        else:
+            n_blocks = N // BLOCK_N
+            n_full = n_blocks
+        cargs = (desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                 bh, N, start_m, q_row0, qk_scale, n_full, n_blocks)
+        pargs = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                 q_row0, kv_row0, n_blocks)
+        if CAUSAL:
+            gl.warp_specialize([(_k3ws_consumer0_causal, cargs), (_k3ws_consumer1_causal, cargs),
+                                (_k3ws_producer, pargs)], [4, 1], [CONSUMER_REGS, 24])
+        else:
+            gl.warp_specialize([(_k3ws_consumer0, cargs), (_k3ws_consumer1, cargs), (_k3ws_producer, pargs)],
+                               [4, 1], [CONSUMER_REGS, 24])
+
+
 # --------------------------------------------------------------------------------------------
 # launcher, and kernel 3's forward beside kernel 2's backward
 # --------------------------------------------------------------------------------------------
@@ -343,7 +555,8 @@ def descriptors(q, k, v, o, t: Tiles3):
     d = q.shape[-1]
     dt = _gl_dtype(q.dtype)
     out = []
-    for x, rows in ((q, t.block_m), (k, t.block_n), (v, t.block_n), (o, t.block_m)):
+    o_rows = t.block_m // 2 if t.pingpong else t.block_m  # pingpong: each warpgroup stores its 64 rows
+    for x, rows in ((q, t.block_m), (k, t.block_n), (v, t.block_n), (o, o_rows)):
         x2 = x.view(-1, d)
         layout = gl.NVMMASharedLayout.get_default_for([rows, d], dt)
         out.append(_TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout))
@@ -368,12 +581,18 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     L2 = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     dq, dk, dv, do = descriptors(q, k, v, o, t)
     if heads_first is None:
-        heads_first = causal and d in HEADS_FIRST_CAUSAL
+        heads_first = t.heads_first if t.heads_first is not None else d in HEADS_FIRST_CAUSAL
+    heads_first = heads_first and causal
     Tr = N // t.block_m
     grid = (B * H, Tr) if heads_first else (Tr, B * H)
-    _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
-                         BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
-                         num_warps=t.warps)
+    if t.pingpong:
+        _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
+                               BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
+                               CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
+    else:
+        _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
+                             BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
+                             num_warps=t.warps)
     return o, L2
 
 
@@ -445,6 +664,15 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
 # ``python -m flashref.gpu.kernel3``: kernel 3's tiles against kernel 2 and cuDNN, one process
 # --------------------------------------------------------------------------------------------
 
+def _parse_tiles(text: str) -> Tiles3:
+    """``BM,BN,warps,stages`` then optional flags: ``pp`` (pingpong: producer warp + two consumer warpgroups),
+    ``hf`` / ``nohf`` (causal grid heads first or not)."""
+    parts = text.split(",")
+    flags = set(parts[4:])
+    hf = True if "hf" in flags else False if "nohf" in flags else None
+    return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf)
+
+
 def _sweep(argv=None) -> int:
     """Time kernel 3 with each ``--tiles`` (``BM,BN,warps,stages``), kernel 2's forward (its defaults) and
     SDPA cuDNN in turn per shape, ``--rounds`` times over (METHOD.md); each keeps its median. Shapes as
@@ -482,8 +710,7 @@ def _sweep(argv=None) -> int:
     causals = {"both": (False, True), "true": (True,), "false": (False,)}[a.causal]
     rows, t0 = [], time.time()
     for d in (int(x) for x in a.d.split(",")):
-        configs = [(name, TILES[d] if name == "default" else Tiles3(*(int(x) for x in name.split(","))))
-                   for name in a.tiles]
+        configs = [(name, TILES[d] if name == "default" else _parse_tiles(name)) for name in a.tiles]
         for causal in causals:
             for N in (int(x) for x in a.N.split(",")):
                 B, H = TOKENS // N, HIDDEN // d
