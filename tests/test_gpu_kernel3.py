@@ -20,14 +20,15 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
+from test_gpu_triton import ATOL, _attention, _err, _inputs  # noqa: E402
+
 from flashref import gpu  # noqa: E402
 from flashref.gpu import kernel3  # noqa: E402
 from flashref.gpu.kernel3 import Tiles3, plan  # noqa: E402
 
-from test_gpu_triton import ATOL, _attention, _err, _inputs  # noqa: E402
-
 RUNS = kernel3.available() if torch.cuda.is_available() else False
-needs_k3 = pytest.mark.skipif(not RUNS, reason=f"kernel 3 unavailable: {kernel3.unavailable() if torch.cuda.is_available() else 'no CUDA GPU'}")
+WHY = kernel3.unavailable() if torch.cuda.is_available() else "no CUDA GPU"
+needs_k3 = pytest.mark.skipif(not RUNS, reason=f"kernel 3 unavailable: {WHY}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,7 +60,7 @@ def test_plan_refuses_and_says_why(d, Nq, Nk, dtype, causal, options, why):
 def test_plan_takes_the_benchmark_shapes(d, dtype, causal, N):
     # options at their defaults (dropout 0, no window, gqa off) are no reason to fall back
     t, reason = plan(d, N, N, dtype, causal, {"dropout_p": 0.0, "window": None, "enable_gqa": False})
-    assert reason is None and t == kernel3.TILES[d]
+    assert reason is None and t == kernel3.TILES[(d, causal)]
 
 
 def test_plan_checks_the_tiles():
@@ -118,7 +119,8 @@ def _check3(B, H, N, d, dtype, causal, seed, scale=None, grads=False, tiles=None
     truth = _attention(q, k, v, do, causal, tau, None, torch.float64)
     plain = _attention(q, k, v, do, causal, tau, None, dtype)
     assert torch.isfinite(o).all() and torch.isfinite(L2).all()
-    assert _err(o, truth[0]) <= 2 * _err(plain[0], truth[0]) + ATOL[dtype], (_err(o, truth[0]), _err(plain[0], truth[0]))
+    e, e_plain = _err(o, truth[0]), _err(plain[0], truth[0])
+    assert e <= 2 * e_plain + ATOL[dtype], (e, e_plain)
     # L2: the base-2 log-sum-exp of the scaled scores, in float64 from the inputs
     S = (q.double() @ k.double().transpose(-1, -2)) * tau
     if causal:

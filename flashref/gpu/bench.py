@@ -339,7 +339,8 @@ def _flashref_configs(backend, d, causal, mode):
     if backend == "flashref3":
         from .kernel3 import plan
         t, why = plan(d, 1 << 14, 1 << 14, "float16", causal)
-        return {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages} kernel3" if t else f"kernel 2 ({why})"}
+        return {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{' pingpong' if t.pingpong else ''} kernel3"
+                if t else f"kernel 2 ({why})"}
     cfg = Config(version=1 if backend == "flashref1" else 2)
     out = cfg.resolve(d, causal, deterministic=False).describe()
     if mode == "fwd":

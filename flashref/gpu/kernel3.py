@@ -62,9 +62,15 @@ class Tiles3:
         return elem * d * (self.block_m + 2 * self.stages * self.block_n) + 8 * (1 + 2 * self.stages)
 
 
-# The defaults by head dimension (figures/gpu/NOTES.md, "Issue 14, third session").
-TILES = {64: Tiles3(128, 128, 8, 2), 128: Tiles3(128, 128, 8, 2)}
-HEADS_FIRST_CAUSAL = (64, 128)  # causal: every head's longest row block first (as kernel 2 at d = 128)
+# The defaults by (head dimension, causal), from three interleaved sweeps on an H100 (figures/gpu/NOTES.md,
+# "Issue 14, third session"): the pingpong version with 3 K/V stages, except causal d = 64, where three
+# programs of one warpgroup (64 rows) per SM beat it; causal grids in plain longest-first order (heads first
+# was 2-5% slower with pingpong at N = 4096).
+TILES = {(128, False): Tiles3(128, 128, 8, 3, pingpong=True),
+         (128, True): Tiles3(128, 128, 8, 3, pingpong=True, heads_first=False),
+         (64, False): Tiles3(128, 128, 8, 3, pingpong=True),
+         (64, True): Tiles3(64, 128, 4, 2, heads_first=False)}
+HEADS_FIRST_CAUSAL = (128,)  # causal, where a Tiles3 leaves heads_first at None
 SMEM_LIMIT = 227 * 1024  # an sm_90 thread block's shared memory
 PINGPONG_REGS = 240  # registers a thread of consumer warpgroup 1 (setmaxnreg); the producer warp gets 24
 
@@ -130,7 +136,7 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     * the tiles fit in shared memory.
     """
     options = {k: v for k, v in (options or {}).items() if v not in (None, False, 0, 0.0)}
-    t = tiles or TILES.get(d)
+    t = tiles or TILES.get((d, bool(causal)))
     if dtype not in DTYPES:
         return None, f"dtype {dtype}: kernel 3 takes float16 or bfloat16"
     if d not in HEAD_DIMS:
@@ -204,7 +210,8 @@ if _MODS is not None:
                                   use_acc=False, is_async=True)
             # FA3 Alg.2 l.10: wait for V_{j−1} to be loaded in shared memory.
             mbarrier.wait(v_bars.index(sp), ((j - 1) // STAGES) & 1)
-            # FA3 Alg.2 l.11 = FA2 Alg.1 l.10: O_i = O_i + P̃_cur V_{j−1} by wgmma (P̃ from registers); commit, do not wait.
+            # FA3 Alg.2 l.11 = FA2 Alg.1 l.10: O_i = O_i + P̃_cur V_{j−1} by wgmma (P̃ from registers);
+            # commit, do not wait.
             O_tok = warpgroup_mma(P, v_smem.index(sp), O, is_async=True)
             # FA3 Alg.2 l.12: wait for Q_i K_jᵀ only: the older of the two groups in flight (P̃ V keeps running).
             S = warpgroup_mma_wait(1, deps=(S_tok,))
@@ -309,8 +316,8 @@ if _MODS is not None:
                                   kv_row0, offs_m, qk_scale, n_blocks, BLOCK_M, BLOCK_N, STAGES, False,
                                   s_layout, o_layout, p_layout)
         P, m_i, l_i, O = _k3_loop(gl.maximum(n_full, 1), n_blocks, P, m_i, l_i, O, q_smem, k_smem, v_smem, k_bars,
-                                  v_bars, desc_k, desc_v, kv_row0, offs_m, qk_scale, n_blocks, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                  s_layout, o_layout, p_layout)
+                                  v_bars, desc_k, desc_v, kv_row0, offs_m, qk_scale, n_blocks, BLOCK_M, BLOCK_N, STAGES,
+                                  CAUSAL, s_layout, o_layout, p_layout)
 
         # FA3 Alg.2 l.18: wait for V_{Tc−1} to be loaded in shared memory.
         last = n_blocks - 1
@@ -467,8 +474,8 @@ if _MODS is not None:
                        bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, False)
 
     @gluon.jit
-    def _k3ws_consumer0_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                               bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+    def _k3ws_consumer0_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                               turn0, turn1, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
         _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
                        bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, True)
 
@@ -479,8 +486,8 @@ if _MODS is not None:
                        bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, False)
 
     @gluon.jit
-    def _k3ws_consumer1_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                               bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+    def _k3ws_consumer1_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                               turn0, turn1, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
         _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
                        bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, True)
 
@@ -643,7 +650,8 @@ def _no_variants():
 def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **options):
     """``flashref.gpu.attention`` with kernel 3's forward where :func:`choose` allows it (kernel 2's
     backward either way: it reads the same O and L2); every other call goes to ``gpu.attention`` unchanged."""
-    from . import _check, attention as attention2
+    from . import _check
+    from . import attention as attention2
 
     ok, _ = choose(q, k, v, causal, **options)
     if not ok or options.get("config") is not None and options["config"].version != 2:
@@ -673,6 +681,47 @@ def _parse_tiles(text: str) -> Tiles3:
     return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf)
 
 
+def _sweep_fns(q, k, v, causal, configs, dtype_name):
+    """The timed callables of one shape: SDPA cuDNN, kernel 2, and kernel 3 with each config that plan takes
+    and that runs (checked against kernel 2's output first; a config that fails is reported, not timed)."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from . import attention as attention2
+
+    B, H, N, d = q.shape
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def kernel2():
+        return attention2(q, k, v, causal=causal)
+
+    def kernel3(t):
+        return lambda: forward(q, k, v, causal, d ** -0.5, tiles=t)[0]
+
+    fns = {"cudnn": cudnn, "kernel2": kernel2}
+    with torch.no_grad():
+        ref = kernel2()
+    for name, t in configs:
+        why = plan(d, N, N, dtype_name, causal, tiles=t)[1]
+        if why:
+            print(f"  d={d} N={N} tiles {name}: {why}")
+            continue
+        try:
+            with torch.no_grad():
+                err = float((kernel3(t)().float() - ref.float()).abs().max())
+        except Exception as e:  # out of shared memory or registers: reported, not timed
+            print(f"  d={d} N={N} tiles {name}: {type(e).__name__}: {str(e)[:160]}")
+            continue
+        if err > 2e-2:
+            print(f"  MISMATCH d={d} N={N} causal={causal} tiles {name}: max |k3 - k2| = {err:.3g}")
+        fns[f"k3[{name}]"] = kernel3(t)
+    return fns
+
+
 def _sweep(argv=None) -> int:
     """Time kernel 3 with each ``--tiles`` (``BM,BN,warps,stages``), kernel 2's forward (its defaults) and
     SDPA cuDNN in turn per shape, ``--rounds`` times over (METHOD.md); each keeps its median. Shapes as
@@ -684,12 +733,9 @@ def _sweep(argv=None) -> int:
     import time
 
     import torch
-    import torch.nn.functional as F  # noqa: N812
     import triton
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
-    from . import attention as attention2
     from .bench import HIDDEN, TOKENS, flops
 
     p = argparse.ArgumentParser(prog="python -m flashref.gpu.kernel3")
@@ -710,34 +756,13 @@ def _sweep(argv=None) -> int:
     causals = {"both": (False, True), "true": (True,), "false": (False,)}[a.causal]
     rows, t0 = [], time.time()
     for d in (int(x) for x in a.d.split(",")):
-        configs = [(name, TILES[d] if name == "default" else _parse_tiles(name)) for name in a.tiles]
         for causal in causals:
+            configs = [(name, TILES[(d, causal)] if name == "default" else _parse_tiles(name)) for name in a.tiles]
             for N in (int(x) for x in a.N.split(",")):
                 B, H = TOKENS // N, HIDDEN // d
                 g = torch.Generator(device="cuda").manual_seed(N + d)
                 q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g) for _ in range(3))
-                fns = {"cudnn": None, "kernel2": lambda: attention2(q, k, v, causal=causal)}
-
-                def sdpa():
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                fns["cudnn"] = sdpa
-                ref = None
-                for name, t in configs:
-                    if plan(d, N, N, a.dtype, causal, tiles=t)[1]:
-                        print(f"  d={d} N={N} tiles {name}: {plan(d, N, N, a.dtype, causal, tiles=t)[1]}")
-                        continue
-                    fn = (lambda t=t: forward(q, k, v, causal, d ** -0.5, tiles=t)[0])
-                    try:
-                        with torch.no_grad():
-                            ref = fns["kernel2"]() if ref is None else ref
-                            err = float((fn().float() - ref.float()).abs().max())
-                    except Exception as e:  # out of shared memory or registers: reported, not timed
-                        print(f"  d={d} N={N} tiles {name}: {type(e).__name__}: {str(e)[:160]}")
-                        continue
-                    fns[f"k3[{name}]"] = fn
-                    if err > 2e-2:
-                        print(f"  MISMATCH d={d} N={N} causal={causal} tiles {name}: max |k3 - k2| = {err:.3g}")
+                fns = _sweep_fns(q, k, v, causal, configs, a.dtype)
                 times = {n: [] for n in fns}
                 for _ in range(a.rounds):
                     for n, f in fns.items():
