@@ -1,4 +1,4 @@
-"""Kernel 3: the forward in Gluon, with FlashAttention-3's intra-warpgroup overlap (Hopper only).
+"""Kernel 3: the forward in Gluon, with FlashAttention-3's intra-warpgroup overlap and pingpong (Hopper only).
 
 Kernels 1 and 2 are Triton: the compiler decides when a tensor-core op is waited for, and on Hopper
 Triton 3.6 waits for every ``wgmma`` at once (``wgmma.wait_group 0`` after each, figures/gpu/NOTES.md), so
@@ -15,11 +15,18 @@ that to write FlashAttention-3's Algorithm 2 (Shah et al. 2024, "intra-warpgroup
   (K and V separately: S can start as soon as K_j has landed); the next loads are issued as soon as the
   wgmma that read a slot is known to be done.
 
-Each step carries the line it implements: ``FA3 Alg.2 l.N`` (the consumer warpgroup of FA3's
-Algorithm 2) and the FlashAttention-2 line (``FA2 Alg.1 l.N``, as in kernels.py) the arithmetic is.
-There is no producer warpgroup and no ping-pong of two consumer warpgroups (FA3 §3.1): the program's
-two warpgroups (8 warps, 128 rows: 64 each) both run the loop above; the TMA copies are issued from the
-same warps (one elected thread), which costs a few instructions per tile.
+Two versions, both with every step tagged by the line it implements: ``FA3 Alg.2 l.N`` (the consumer
+warpgroup of FA3's Algorithm 2) and the FlashAttention-2 line (``FA2 Alg.1 l.N``, as in kernels.py) the
+arithmetic is:
+
+* ``_k3_fwd_kernel`` (``Tiles3(pingpong=False)``): Algorithm 2 alone. The program's two warpgroups (8 warps,
+  128 rows, 64 each) both run it, and the same warps issue the TMA copies. Gluon puts a CTA-wide barrier
+  before each copy, which keeps the warpgroups in step. Measured 0.88-0.94x kernel 2 on an H100.
+* ``_k3ws_fwd_kernel`` (``pingpong=True``, the default at d = 128): FA3's Algorithm 1 around it
+  (``gl.warp_specialize``). One producer warp issues every TMA load into STAGES slots and waits on "slot
+  empty" mbarriers. Each of two consumer warpgroups owns 64 rows and runs Algorithm 2, and the two take
+  turns at the tensor cores (FA3 §3.1, "pingpong"): one warpgroup's softmax runs under the other's GEMMs.
+  Measured 1.02-1.08x cuDNN at d = 128 (figures/gpu/NOTES.md, "Issue 14, third session").
 
 What it computes is kernel 2's forward: O and the base-2 log-sum-exp ``L2 = m + log2(ℓ)`` (B, H, N) fp32,
 so kernel 2's backward consumes them (:func:`attention` pairs the two). What it takes is narrower, and
@@ -32,7 +39,7 @@ so kernel 2's backward consumes them (:func:`attention` pairs the two). What it 
 * none of kernel 2's options: dropout, GQA, window, ALiBi, softcap.
 
 This module imports without Gluon (CI's Triton 3.9 runs the interpreter, where Gluon does not run):
-the kernel is then defined but :func:`available` says why it cannot run.
+the kernels are then left undefined, and :func:`unavailable` says why they cannot run.
 """
 
 from __future__ import annotations
