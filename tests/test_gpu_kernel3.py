@@ -23,8 +23,9 @@ pytest.importorskip("triton")
 from test_gpu_triton import ATOL, _attention, _err, _inputs  # noqa: E402
 
 from flashref import gpu  # noqa: E402
-from flashref.gpu import kernel3  # noqa: E402
+from flashref.gpu import kernel3, kernel3_bwd  # noqa: E402
 from flashref.gpu.kernel3 import Tiles3, plan  # noqa: E402
+from flashref.gpu.kernel3_bwd import TilesB  # noqa: E402
 
 RUNS = kernel3.available() if torch.cuda.is_available() else False
 WHY = kernel3.unavailable() if torch.cuda.is_available() else "no CUDA GPU"
@@ -195,3 +196,126 @@ def test_kernel3_other_tiles(tiles):
             truth = _attention(q, k, v, do, causal, d ** -0.5, None, torch.float64)[0]
             plain = _attention(q, k, v, do, causal, d ** -0.5, None, torch.float16)[0]
             assert _err(o, truth) <= 2 * _err(plain, truth) + ATOL[torch.float16], (d, causal, tiles)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel 3's backward (flashref/gpu/kernel3_bwd.py): the dispatcher on CI, the kernel on a Hopper GPU
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d,Nq,Nk,dtype,options,why", [
+    (96, 4096, 4096, "float16", {}, "d=96"),
+    (128, 4096, 2048, "float16", {}, "Nq=4096 != Nk=2048"),
+    (64, 4160, 4160, "bfloat16", {}, "not a multiple"),  # a multiple of 64, not of BLOCK_N = 128
+    (128, 4096, 4096, "float32", {}, "float32"),
+    (128, 4096, 4096, "float16", {"dropout_p": 0.1}, "dropout_p"),
+    (64, 4096, 4096, "float16", {"window": (128, 0)}, "window"),
+])
+def test_backward_plan_refuses_and_says_why(d, Nq, Nk, dtype, options, why):
+    t, reason = kernel3_bwd.plan(d, Nq, Nk, dtype, True, options)
+    assert t is None and why in reason, reason
+
+
+@pytest.mark.parametrize("d", kernel3.HEAD_DIMS)
+@pytest.mark.parametrize("N", [128, 4096, 16384])
+def test_backward_plan_takes_the_benchmark_shapes(d, N):
+    for dtype in kernel3.DTYPES:
+        for causal in (False, True):
+            t, reason = kernel3_bwd.plan(d, N, N, dtype, causal, {"dropout_p": 0.0, "window": None})
+            assert reason is None and t == kernel3_bwd.BWD_TILES[d]
+            assert t.smem_bytes(d) <= kernel3.SMEM_LIMIT
+
+
+def test_backward_plan_checks_the_tiles():
+    # two consumer warpgroups of 64 keys (BLOCK_N = 128) and 64 rows a step; the slots must fit
+    assert "two consumer warpgroups" in kernel3_bwd.plan(128, 4096, 4096, "float16", False,
+                                                         tiles=TilesB(128, 128, 2))[1]
+    assert kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=TilesB(128, 128, 2)) == (TilesB(128, 128, 2), None)
+    assert "BLOCK_N=128" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=TilesB(64, 64, 2))[1]
+    big = TilesB(64, 128, 5)  # K, V + 5 slots of Q, dO + 2 of dS: 256 KB + barriers at d = 128
+    assert big.smem_bytes(128) == 2 * (2 * 128 * 128 + 10 * 64 * 128 + 2 * 128 * 64) + 8 * 15
+    assert "shared memory" in kernel3_bwd.plan(128, 4096, 4096, "float16", False, tiles=big)[1]
+    assert kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=big) == (big, None)
+
+
+def test_choose_backward():
+    """Kernel 3's backward adds dQ with atomics: deterministic=True, or a kernel 2 Config, keeps kernel 2's."""
+    from flashref.gpu.kernels import Config
+    q, k, v, _ = _inputs(1, 2, 256, 256, 64, torch.float16, seed=1, device="cpu")
+    assert kernel3.choose_backward(q, k, v, True, False) == (True, kernel3_bwd.BWD_TILES[64])
+    ok, why = kernel3.choose_backward(q, k, v, True, True)
+    assert not ok and "deterministic" in why
+    ok, why = kernel3.choose_backward(q, k, v, False, False, config=Config())
+    assert not ok and "Config" in why
+    q96, k96, v96, _ = _inputs(1, 2, 256, 256, 96, torch.float16, seed=1, device="cpu")
+    ok, why = kernel3.choose_backward(q96, k96, v96, False, False)
+    assert not ok and "d=96" in why
+
+
+def _check_bwd(B, H, N, d, dtype, causal, seed, scale=None, tiles=None):
+    """kernel3_bwd.backward on kernel 3's O and L2, and through kernel3.attention(backward3=True), against
+    the float64 oracle with the two-oracle rule (gradients: three times plain attention's error in dtype)."""
+    q, k, v, do = _inputs(B, H, N, N, d, dtype, seed)
+    tau = 1.0 / math.sqrt(d) if scale is None else scale
+    truth = _attention(q, k, v, do, causal, tau, None, torch.float64)
+    plain = _attention(q, k, v, do, causal, tau, None, dtype)
+    o, L2 = kernel3.forward(q, k, v, causal, tau)
+    grads = kernel3_bwd.backward(q, k, v, o, L2, do, causal, tau, tiles=tiles)
+    q_, k_, v_ = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    kernel3.attention(q_, k_, v_, causal=causal, scale=scale, backward3=True).backward(do)
+    if tiles is not None:  # other tiles than the default's: the autograd path runs the default
+        q_.grad, k_.grad, v_.grad = grads
+    for name, got, via, pl, ref in zip(("dq", "dk", "dv"), grads, (q_.grad, k_.grad, v_.grad), plain[1:], truth[1:]):
+        assert torch.isfinite(got).all(), name
+        bound = 3 * _err(pl, ref) + ATOL[dtype] * max(1.0, float(ref.abs().max()))
+        assert _err(got, ref) <= bound, (name, _err(got, ref), _err(pl, ref))
+        # the same kernels through autograd (dQ's atomic adds may land in another order: rounding only)
+        assert _err(via, got) <= 1e-2 * max(1.0, float(ref.abs().max())), (name, _err(via, got))
+
+
+BWD_GRID = [(d, N, causal, dtype) for d in (64, 128) for N in (128, 256, 640, 2048) for causal in (False, True)
+            for dtype in (torch.float16, torch.bfloat16)]
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,N,causal,dtype", BWD_GRID)
+def test_kernel3_backward_two_oracles(d, N, causal, dtype):
+    _check_bwd(2, 3, N, d, dtype, causal, seed=d + N + causal + 7)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,causal", [(64, False), (128, True), (128, False)])
+def test_kernel3_backward_large_logits(d, causal):
+    # scale 4: sharp rows (P near one-hot), exp2(S·τ − L) far from uniform
+    _check_bwd(1, 2, 1024, d, torch.float16, causal, seed=13, scale=4.0)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+def test_kernel3_backward_equals_kernel2(d):
+    # N = 4096, causal and not: kernel 3's gradients against kernel 2's on the same O and L2 (fp32 inside both)
+    from flashref.gpu import _backward
+    from flashref.gpu.kernels import NO_VARIANTS, Config
+    q, k, v, do = _inputs(1, 4, 4096, 4096, d, torch.float16, seed=d + 1)
+    for causal in (False, True):
+        o, L2 = kernel3.forward(q, k, v, causal, d ** -0.5)
+        g3 = kernel3_bwd.backward(q, k, v, o, L2, do, causal, d ** -0.5)
+        cfg = Config().resolve(d, causal, False)
+        g2 = _backward(q, k, v, o, L2, do, causal, d ** -0.5, False, cfg, None, NO_VARIANTS)
+        for name, a, b in zip(("dq", "dk", "dv"), g3, g2):
+            scale_ = max(1.0, float(b.abs().max()))
+            assert _err(a, b) <= 2e-2 * scale_, (name, causal, _err(a, b), scale_)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("tiles", [TilesB(64, 128, 3), TilesB(64, 128, 3, lag_dk=True), TilesB(128, 128, 2),
+                                   TilesB(128, 128, 3, lag_dk=True)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel3_backward_other_tiles(tiles, causal):
+    for d in (64, 128):
+        for N in (128, 640):
+            if kernel3_bwd.plan(d, N, N, "float16", causal, tiles=tiles)[1] is None:
+                _check_bwd(2, 3, N, d, torch.float16, causal, seed=d + N, tiles=tiles)

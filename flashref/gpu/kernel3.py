@@ -624,6 +624,24 @@ def choose(q, k, v, causal: bool, **options):
 
 _FN = None
 
+# Kernel 3's own backward (kernel3_bwd.py, Gluon) where kernel3_bwd.plan takes the call; False: kernel 2's.
+BACKWARD3 = True
+
+
+def choose_backward(q, k, v, causal: bool, deterministic: bool, **options):
+    """Which backward :func:`attention` pairs with kernel 3's forward: ``(True, TilesB)`` for kernel 3's
+    (kernel3_bwd.py), ``(False, why)`` for kernel 2's. Kernel 3's adds dQ with atomics, so
+    ``deterministic=True`` (and an explicit kernel 2 ``config``) keeps kernel 2's."""
+    from . import kernel3_bwd
+    if deterministic:
+        return False, "deterministic=True: kernel 2's dQ kernel (kernel 3's backward adds dQ with atomics)"
+    if options.get("config") is not None:
+        return False, "a kernels.Config was given: kernel 2's backward with it"
+    options = {k_: v_ for k_, v_ in options.items() if k_ != "config"}
+    t, why = kernel3_bwd.plan(q.shape[-1], q.shape[2], k.shape[2], str(q.dtype).removeprefix("torch."), causal,
+                              options)
+    return (False, why) if why else (True, t)
+
 
 def _function():
     import torch
@@ -632,19 +650,23 @@ def _function():
 
     class _Attention3(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, causal, scale, deterministic, cfg):
+        def forward(ctx, q, k, v, causal, scale, deterministic, cfg, bwd3):
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             o, L2 = forward(q, k, v, causal, scale)
             ctx.save_for_backward(q, k, v, o, L2)
-            ctx.args = causal, scale, deterministic, cfg
+            ctx.args = causal, scale, deterministic, cfg, bwd3
             return o
 
         @staticmethod
         def backward(ctx, do):
             q, k, v, o, L2 = ctx.saved_tensors
-            causal, scale, deterministic, cfg = ctx.args
-            return (*_backward(q, k, v, o, L2, do, causal, scale, deterministic, cfg, None, _no_variants()),
-                    None, None, None, None)
+            causal, scale, deterministic, cfg, bwd3 = ctx.args
+            if bwd3:  # kernel 3's backward (kernel3_bwd.py)
+                from .kernel3_bwd import backward as backward3
+                grads = backward3(q, k, v, o, L2, do.contiguous(), causal, scale)
+            else:
+                grads = _backward(q, k, v, o, L2, do, causal, scale, deterministic, cfg, None, _no_variants())
+            return (*grads, None, None, None, None, None)
 
     return _Attention3
 
@@ -654,9 +676,11 @@ def _no_variants():
     return NO_VARIANTS
 
 
-def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **options):
-    """``flashref.gpu.attention`` with kernel 3's forward where :func:`choose` allows it (kernel 2's
-    backward either way: it reads the same O and L2); every other call goes to ``gpu.attention`` unchanged."""
+def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward3=None, **options):
+    """``flashref.gpu.attention`` with kernel 3's forward where :func:`choose` allows it, and with kernel 3's
+    backward (kernel3_bwd.py) where ``backward3`` (default :data:`BACKWARD3`) asks for it and
+    :func:`choose_backward` allows it, else kernel 2's (it reads the same O and L2); every other call goes to
+    ``gpu.attention`` unchanged."""
     from . import _check
     from . import attention as attention2
 
@@ -670,9 +694,11 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
         deterministic = torch.are_deterministic_algorithms_enabled()
     from .kernels import Config
     cfg = (options.get("config") or Config()).resolve(q.shape[-1], causal, deterministic)
+    bwd3 = BACKWARD3 if backward3 is None else backward3
+    bwd3 = bool(bwd3) and choose_backward(q, k, v, causal, deterministic, **options)[0]
     if _FN is None:
         _FN = _function()
-    return _FN.apply(q, k, v, causal, scale, deterministic, cfg)
+    return _FN.apply(q, k, v, causal, scale, deterministic, cfg, bwd3)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,527 @@
+"""Kernel 3's backward: dK, dV (and dQ by atomic adds) in Gluon, in FlashAttention-3's structure (Hopper only).
+
+Kernel 2's backward (kernels.py: ``_bwd_dkdv_inner``) is FlashAttention-2's Algorithm 2 in Triton: per
+row block i it issues five matrix products and Triton 3.6 waits for each ``wgmma`` before the next
+instruction (figures/gpu/NOTES.md), so the exponentials and the dS arithmetic never run under a GEMM.
+This kernel is the same Algorithm 2, one program per column block j (FA2 Alg.2 l.5), written as
+FlashAttention-3 (Shah et al. 2024, §3 and its backward in Appendix B) arranges it on Hopper:
+
+* ``gl.warp_specialize``: one producer warp loads K_j, V_j once and then streams Q_i and dO_i by TMA into
+  ``STAGES`` shared-memory slots (one mbarrier "full" and one "empty" per slot, the latter counting the two
+  consumer warpgroups' releases);
+* two consumer warpgroups split the column block: warpgroup w owns keys ``[64w, 64w + 64)`` of it and keeps
+  their dK_j, dV_j (64 × d fp32 each) in registers. Per row block each issues S_ijᵀ = K_j Q_iᵀ and
+  dP_ijᵀ = V_j dO_iᵀ asynchronously, computes P_ijᵀ while dP_ijᵀ is still on the tensor cores, issues
+  dV_j += P_ijᵀ dO_i and computes dS_ijᵀ while that one runs;
+* dQ_i += dS_ij K_j sums over all 128 keys of the column block, split between the warpgroups: both
+  write their 64 rows of dS_ijᵀ to one shared buffer (two slots, mbarriers "dS full"/"dS empty" of count 2),
+  and warpgroup w computes columns ``[w·d/2, (w+1)·d/2)`` of dQ_i from the whole buffer, then adds them to
+  the fp32 dQ in HBM with atomic adds (FA2's scheme, as kernel 2's atomic path: the same number of atomics,
+  BLOCK_M × d per (i, j) pair). dK_j += dS_ijᵀ Q_i reads the warpgroup's own rows of the same buffer.
+
+kernel 2's pre-pass (D = rowsum(dO ∘ O), dQ = 0) and its dq_scale kernel run unchanged around it
+(:func:`backward`). It takes what kernel 3's forward takes (d in {64, 128}, fp16/bf16, Nq = Nk a multiple of
+the tiles, no options; :func:`plan`); :func:`kernel3.attention <flashref.gpu.kernel3.attention>` uses it
+where ``plan`` allows and kernel 2's backward everywhere else.
+
+Like kernel3.py this module imports without Gluon (CI: Triton 3.9, interpreter): the kernel is then left
+undefined and :func:`flashref.gpu.kernel3.unavailable` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .kernel3 import _MODS, DTYPES, HEAD_DIMS, LOG2E, SMEM_LIMIT
+
+BWD_REGS = 240  # registers a consumer thread gets (setmaxnreg); the producer warp 24
+
+
+@dataclass(frozen=True)
+class TilesB:
+    """The backward's launch shape: BLOCK_N keys per program (64 per consumer warpgroup), BLOCK_M query rows
+    per step of the row loop, STAGES shared-memory slots of (Q_i, dO_i)."""
+
+    block_m: int = 64
+    block_n: int = 128
+    stages: int = 2
+    lag_dk: bool = False  # dK's product after dQ's, left running under the atomics and the next S, dP
+    dq: bool = True  # False: no dQ at all (its product, atomics and the warpgroups' dS hand-over): timing only
+
+    def smem_bytes(self, d: int, elem: int = 2) -> int:
+        """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ; the mbarriers."""
+        return elem * (2 * self.block_n * d + 2 * self.stages * self.block_m * d + 2 * self.block_n * self.block_m) \
+            + 8 * (1 + 2 * self.stages + 4)
+
+
+BWD_TILES = {64: TilesB(64, 128, 2), 128: TilesB(64, 128, 2)}
+
+
+def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,
+         tiles: TilesB | None = None):
+    """``(TilesB, None)`` where this backward runs the call, else ``(None, why)`` (kernel 2's backward runs).
+    Pure Python. The rules: fp16/bf16; d in {64, 128}; Nq = Nk, a multiple of BLOCK_N and BLOCK_M; no
+    options (dropout, GQA, window, ALiBi, softcap); two consumer warpgroups of 64 keys (BLOCK_N = 128) and
+    64 query rows a step (128 allowed at d = 64, where the registers hold S and dP of 128 columns); the tiles fit
+    in shared memory."""
+    options = {k: v for k, v in (options or {}).items() if v not in (None, False, 0, 0.0)}
+    t = tiles or BWD_TILES.get(d)
+    if dtype not in DTYPES:
+        return None, f"dtype {dtype}: kernel 3's backward takes float16 or bfloat16"
+    if d not in HEAD_DIMS:
+        return None, f"d={d}: kernel 3's backward takes d in {HEAD_DIMS}"
+    if Nq != Nk:
+        return None, f"Nq={Nq} != Nk={Nk}: kernel 3's backward takes equal lengths"
+    if Nq % t.block_n or Nq % t.block_m:
+        return None, f"N={Nq} is not a multiple of the {t.block_m}x{t.block_n} tiles (no ragged tiles)"
+    if options:
+        return None, f"option(s) {sorted(options)}: kernel 3's backward is the plain one (no dropout or variants)"
+    if t.block_n != 128 or t.block_m not in (64, 128) or (t.block_m == 128 and d != 64):
+        return None, ("BLOCK_N=128 (two consumer warpgroups of 64 keys) and BLOCK_M=64 query rows a step "
+                      "(128 at d=64 only: the registers)")
+    if t.smem_bytes(d) > SMEM_LIMIT:
+        return None, f"tiles {t} need {t.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
+    del causal
+    return t, None
+
+
+# --------------------------------------------------------------------------------------------
+# the kernel
+# --------------------------------------------------------------------------------------------
+
+if _MODS is not None:
+    gluon, gl, _hopper, _TensorDescriptor = _MODS
+    tma = _hopper.tma
+    mbarrier = _hopper.mbarrier
+    warpgroup_mma = _hopper.warpgroup_mma
+    warpgroup_mma_wait = _hopper.warpgroup_mma_wait
+    fence_async_shared = _hopper.fence_async_shared
+    warpgroup_mma_init = _hopper.warpgroup_mma_init
+
+    @gluon.jit
+    def _k3b_row_block(t, i0, Tr, CAUSAL: gl.constexpr):
+        # The t-th row block a program visits. Causal: from the diagonal's first (i0) down to the last.
+        # Not causal: from i0 with wrap-around (kernel 2's STAGGER: the column blocks of one head start at
+        # different row blocks, so their atomic adds into dQ_i do not all land at once).
+        if CAUSAL:
+            i = i0 + t
+        else:
+            i = (i0 + t) % Tr
+        return i
+
+    @gluon.jit
+    def _k3b_producer(desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready,
+                      qd_empty, cfg, bh, N, start_n, i0, Tr, n_steps):
+        # FA3 Alg.1's producer (one warp): K_j, V_j once (FA2 Alg.2 l.6), then for each row block the pair
+        # Q_i, dO_i (FA2 Alg.2 l.9) into slot t % STAGES once both consumers have released it.
+        # (A worker's constexprs come from buffer shapes, here the ``cfg`` placeholder's: see the kernel.)
+        STAGES: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        CAUSAL: gl.constexpr = cfg.shape[0] == 2
+        mbarrier.expect(kv_bar, 2 * desc_k.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc_k, [bh * N + start_n, 0], kv_bar, k_smem)
+        tma.async_copy_global_to_shared(desc_v, [bh * N + start_n, 0], kv_bar, v_smem)
+        nbytes: gl.constexpr = 2 * desc_q.block_type.nbytes
+        for t in range(n_steps):
+            s = t % STAGES
+            mbarrier.wait(qd_empty.index(s), ((t // STAGES) & 1) ^ 1, pred=t >= STAGES)
+            row = bh * N + _k3b_row_block(t, i0, Tr, CAUSAL) * BLOCK_M
+            mbarrier.expect(qd_ready.index(s), nbytes)
+            tma.async_copy_global_to_shared(desc_q, [row, 0], qd_ready.index(s), q_smem.index(s))
+            tma.async_copy_global_to_shared(desc_do, [row, 0], qd_ready.index(s), do_smem.index(s))
+
+    @gluon.jit
+    def _k3b_step(t, i0, Tr, dK, dV, q_smem, do_smem, k_w, v_w, k_cols, ds_smem, qd_ready, qd_empty,
+                  ds_full, ds_empty, L2_bh, D_bh, dQ_bh, offs_n, qk_scale, N, n_steps,
+                  WG: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr, LAG_DK: gl.constexpr,
+                  DQ_MODE: gl.constexpr):
+        # FA2 Alg.2 l.8-16 for row block i = the t-th, on this warpgroup's 64 keys of column block j.
+        # dK arrives and leaves as an asynchronous wgmma accumulator. LAG_DK: dK_j += dS_ijᵀ Q_i is issued
+        # after dQ_i's product and left running under the atomic adds and the next step's S, dP (its slots
+        # are released one step later); otherwise every product of the step is waited for before the atomics.
+        # DQ_MODE: 2 the dQ product and its atomic adds; 0 neither (wrong dQ: a timing diagnostic only).
+        STAGES: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        HEAD_D: gl.constexpr = q_smem.shape[2]
+        KEYS: gl.constexpr = 64
+        DQ_COLS: gl.constexpr = HEAD_D // 2
+        dtype: gl.constexpr = q_smem.dtype
+        st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                            instr_shape=[16, BLOCK_M, 16])
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, HEAD_D, 16])
+        dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                            instr_shape=[16, DQ_COLS, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        col_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
+        s = t % STAGES
+        b = t % 2
+        i = _k3b_row_block(t, i0, Tr, CAUSAL)
+        # FA2 Alg.2 l.9: L_i, D_i into registers (issued before the waits below, which hide their latency).
+        offs_m = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+        L_i = gl.load(L2_bh + offs_m)
+        D_i = gl.load(D_bh + offs_m)
+        # FA2 Alg.2 l.9: wait for Q_i and dO_i in shared memory.
+        mbarrier.wait(qd_ready.index(s), (t // STAGES) & 1)
+        q_i = q_smem.index(s)
+        do_i = do_smem.index(s)
+        # FA2 Alg.2 l.10: S_ijᵀ = K_j Q_iᵀ (this warpgroup's 64 keys × BLOCK_M rows); commit, do not wait.
+        S_tok = warpgroup_mma(k_w, q_i.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout),
+                              use_acc=False, is_async=True)
+        # FA2 Alg.2 l.13: dP_ijᵀ = V_j dO_iᵀ, issued behind it; commit, do not wait.
+        dP_tok = warpgroup_mma(v_w, do_i.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout),
+                               use_acc=False, is_async=True)
+        # Wait for S_ijᵀ only (dP_ijᵀ stays in flight; with LAG_DK the last step's dK product ends here too).
+        S, dK = warpgroup_mma_wait(1, deps=(S_tok, dK))
+        if LAG_DK:  # the last step's dK product has read its Q slot and its rows of dS: release both
+            tp = gl.maximum(t - 1, 0)
+            mbarrier.arrive(qd_empty.index(tp % STAGES), count=1, pred=t > 0)
+            mbarrier.arrive(ds_empty.index(tp % 2), count=1, pred=t > 0)
+        # FA2 Alg.2 l.11: P_ijᵀ = exp2(S_ijᵀ·τ·log2 e − L_i) (base 2: L_i is the forward's L2), under dP_ijᵀ.
+        P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 0))
+        if MASK:  # the diagonal's row blocks (causal): key > query → P = 0
+            P = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), P, 0.0)
+        P_op = gl.convert_layout(P.to(dtype), p_layout)
+        # FA2 Alg.2 l.12: dV_j += P_ijᵀ dO_i (P from registers); commit, do not wait.
+        dV_tok = warpgroup_mma(P_op, do_i, dV, is_async=True)
+        # Wait for dP_ijᵀ (dV_j's product stays in flight).
+        dP = warpgroup_mma_wait(1, deps=(dP_tok,))
+        # FA2 Alg.2 l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i), while dV_j's product runs.
+        dS = (P * (dP - gl.expand_dims(D_i, 0))).to(dtype)
+        # Publish this warpgroup's 64 rows of dS_ijᵀ in shared memory (slot t % 2), once both warpgroups
+        # have finished reading the slot's previous contents (step t − 2).
+        mbarrier.wait(ds_empty.index(b), ((t // 2) & 1) ^ 1, pred=t >= 2)
+        ds_b = ds_smem.index(b)
+        ds_w = ds_b.slice(WG * KEYS, KEYS)
+        ds_w.store(dS)
+        fence_async_shared()
+        mbarrier.arrive(ds_full.index(b), count=1)
+        if not LAG_DK:
+            # FA2 Alg.2 l.16: dK_j += dS_ijᵀ Q_i (dS_ijᵀ from this warpgroup's rows of the buffer); commit.
+            dK = warpgroup_mma(ds_w, q_i, dK, is_async=True)
+        if DQ_MODE > 0:
+            # FA2 Alg.2 l.15: dQ_i += dS_ij K_j over the column block's 128 keys (both warpgroups' rows of
+            # dS_ijᵀ): this warpgroup's d/2 columns of it. Wait for the other warpgroup's rows first.
+            mbarrier.wait(ds_full.index(b), (t // 2) & 1)
+            dQ_tok = warpgroup_mma(ds_b.permute((1, 0)), k_cols,
+                                   gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
+        if LAG_DK:
+            # FA2 Alg.2 l.16 (as above), issued last: it runs under the atomic adds and the next step's S, dP.
+            dK = warpgroup_mma(ds_w, q_i, dK, is_async=True)
+            if DQ_MODE > 0:
+                dQ, dV, P_op = warpgroup_mma_wait(1, deps=(dQ_tok, dV_tok, P_op))
+            else:
+                dV, P_op = warpgroup_mma_wait(1, deps=(dV_tok, P_op))
+        else:
+            if DQ_MODE > 0:
+                dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK, P_op))
+            else:
+                dV, dK, P_op = warpgroup_mma_wait(0, deps=(dV_tok, dK, P_op))
+            # Every product that read slot s (Q_i, dO_i) and slot b (dS_ijᵀ) is done: release both.
+            mbarrier.arrive(qd_empty.index(s), count=1)
+            mbarrier.arrive(ds_empty.index(b), count=1)
+            dK = warpgroup_mma_init(dK)  # the loop carries dK as an accumulator in both schedules
+        if DQ_MODE == 2:
+            # FA2 Alg.2 l.15 (flash2.py): the read-modify-write of dQ_i in HBM: fp32 atomic adds (τ at the end).
+            offs_qm = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+            offs_qd = WG * DQ_COLS + gl.arange(0, DQ_COLS, layout=gl.SliceLayout(0, dq_layout))
+            gl.atomic_add(dQ_bh + gl.expand_dims(offs_qm, 1) * HEAD_D + gl.expand_dims(offs_qd, 0), dQ,
+                          sem="relaxed")
+        return dK, dV
+
+    @gluon.jit
+    def _k3b_consumer(dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready,
+                      qd_empty, ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale,
+                      WG: gl.constexpr):
+        # FA2 Alg.2 l.5-19 on keys [start_n + 64·WG, + 64) of column block j, one warpgroup (4 warps).
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        HEAD_D: gl.constexpr = q_smem.shape[2]
+        CAUSAL: gl.constexpr = cfg.shape[0] == 2
+        LAG_DK: gl.constexpr = cfg.shape[1] == 2
+        DQ_MODE: gl.constexpr = 2 * (cfg.shape[2] - 1)
+        KEYS: gl.constexpr = 64
+        DQ_COLS: gl.constexpr = HEAD_D // 2
+        st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                            instr_shape=[16, BLOCK_M, 16])
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, HEAD_D, 16])
+        bh64 = bh.to(gl.int64)
+        L2_bh = L2 + bh64 * N
+        D_bh = Dd + bh64 * N
+        dQ_bh = dQacc + bh64 * N * HEAD_D
+        k_w = k_smem.slice(WG * KEYS, KEYS)  # this warpgroup's keys of K_j, V_j
+        v_w = v_smem.slice(WG * KEYS, KEYS)
+        k_cols = k_smem.slice(WG * DQ_COLS, DQ_COLS, dim=1)  # the columns of K_j for its part of dQ_i
+        offs_n = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, st_layout))
+        # FA2 Alg.2 l.7: dK_j = 0, dV_j = 0 on chip (fp32).
+        dK = warpgroup_mma_init(gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout))
+        dV = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
+        # FA2 Alg.2 l.6: wait for K_j, V_j.
+        mbarrier.wait(kv_bar, 0)
+        # FA2 Alg.2 l.8: for each row block i (causal: the diagonal's n_mask blocks masked, then the rest).
+        for t in range(0, n_mask):
+            dK, dV = _k3b_step(t, i0, Tr, dK, dV, q_smem, do_smem, k_w, v_w, k_cols, ds_smem, qd_ready, qd_empty,
+                               ds_full, ds_empty, L2_bh, D_bh, dQ_bh, offs_n, qk_scale, N, n_steps, WG, True, CAUSAL,
+                               LAG_DK, DQ_MODE)
+        for t in range(n_mask, n_steps):
+            dK, dV = _k3b_step(t, i0, Tr, dK, dV, q_smem, do_smem, k_w, v_w, k_cols, ds_smem, qd_ready, qd_empty,
+                               ds_full, ds_empty, L2_bh, D_bh, dQ_bh, offs_n, qk_scale, N, n_steps, WG, False, CAUSAL,
+                               LAG_DK, DQ_MODE)
+        dK = warpgroup_mma_wait(0, deps=(dK,))
+        # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
+        offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
+        offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
+        off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
+        gl.store(dK_out + off, (dK * sm_scale).to(dK_out.dtype.element_ty))
+        gl.store(dV_out + off, dV.to(dV_out.dtype.element_ty))
+
+    @gluon.jit
+    def _k3b_consumer0(dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready,
+                       qd_empty, ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale):
+        _k3b_consumer(dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready,
+                      qd_empty, ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale, 0)
+
+    @gluon.jit
+    def _k3b_consumer1(dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready,
+                       qd_empty, ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale):
+        _k3b_consumer(dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready,
+                      qd_empty, ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale, 1)
+
+    @gluon.jit
+    def _k3b_dkdv_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQacc, dK_out, dV_out, N, qk_scale, sm_scale,
+                         HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                         CAUSAL: gl.constexpr, LAG_DK: gl.constexpr, DQ_MODE: gl.constexpr,
+                         CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+        # FA2 Alg.2 l.5: this program is column block j of one (batch, head) bh (causal: j = 0 first, the
+        # longest row loop). Default partition: consumer warpgroup 0; workers: warpgroup 1, the producer warp.
+        j = gl.program_id(0)
+        bh = gl.program_id(1)
+        start_n = j * BLOCK_N
+        Tr = N // BLOCK_M
+        i0 = start_n // BLOCK_M  # causal: the first row block at or below the diagonal; else the stagger start
+        if CAUSAL:
+            n_steps = Tr - i0
+            n_mask = BLOCK_N // BLOCK_M  # row blocks crossed by the diagonal (Nq = Nk, BLOCK_N a multiple of BLOCK_M)
+        else:
+            n_steps = Tr
+            n_mask = 0
+        dtype: gl.constexpr = desc_q.dtype
+        q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_D], desc_q.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_D], desc_do.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_D], desc_v.layout)
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        qd_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        qd_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        # The partitions' flags travel as a placeholder buffer's shape (a few bytes, never read or written):
+        # a constexpr passed to gl.warp_specialize arrives as a tensor (figures/gpu/NOTES.md), a shape does not.
+        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + LAG_DK, 1 + DQ_MODE // 2],
+                                        gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
+        mbarrier.init(kv_bar, count=1)
+        for s in gl.static_range(STAGES):
+            mbarrier.init(qd_ready.index(s), count=1)
+            mbarrier.init(qd_empty.index(s), count=2)  # one arrival from each consumer warpgroup
+        for b in gl.static_range(2):
+            mbarrier.init(ds_full.index(b), count=2)
+            mbarrier.init(ds_empty.index(b), count=2)
+        cargs = (dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready, qd_empty,
+                 ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale)
+        pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty, cfg,
+                 bh, N, start_n, i0, Tr, n_steps)
+        gl.warp_specialize([(_k3b_consumer0, cargs), (_k3b_consumer1, cargs), (_k3b_producer, pargs)],
+                           [4, 1], [CONSUMER_REGS, 24])
+
+
+# --------------------------------------------------------------------------------------------
+# launcher: kernel 2's pre-pass, this dK/dV kernel (with atomic dQ), kernel 2's dQ scaling
+# --------------------------------------------------------------------------------------------
+
+def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | None = None):
+    """dq, dk, dv for kernel 3's (or kernel 2's) forward outputs o and L2 (base-2 LSE), on contiguous
+    (B, H, N, d) CUDA tensors. Raises ValueError where :func:`plan` refuses the call."""
+    import torch
+    import triton
+
+    from .kernel3 import _gl_dtype, unavailable
+    from .kernels import _bwd_dq_scale, _bwd_preprocess
+
+    why = unavailable(q.device)
+    if why:
+        raise RuntimeError(f"kernel 3 is unavailable: {why}")
+    B, H, N, d = q.shape
+    t, why = plan(d, N, k.shape[2], str(q.dtype).removeprefix("torch."), causal, tiles=tiles)
+    if why:
+        raise ValueError(f"kernel 3's backward cannot run this call: {why}")
+    q, k, v, o, do = (x.contiguous() for x in (q, k, v, o, do))
+    D = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    dq_acc = torch.empty(q.shape, device=q.device, dtype=torch.float32)
+    # FA2 Alg.2 l.3-4: dQ = 0 (fp32, HBM) and D = rowsum(dO ∘ O): kernel 2's pre-pass, unchanged.
+    _bwd_preprocess[(triton.cdiv(N, 32), B * H)](o, do, D, dq_acc, N, HEAD_D=d, D_PAD=d, BLOCK_M=32, ATOMIC_DQ=True)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dt = _gl_dtype(q.dtype)
+    descs = []
+    for x, rows in ((q, t.block_m), (do, t.block_m), (k, t.block_n), (v, t.block_n)):
+        x2 = x.view(-1, d)
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], dt)
+        descs.append(_TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout))
+    _k3b_dkdv_kernel[(N // t.block_n, B * H)](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, HEAD_D=d,
+                                              BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal,
+                                              LAG_DK=t.lag_dk, DQ_MODE=2 if t.dq else 0, CONSUMER_REGS=BWD_REGS,
+                                              num_warps=4)
+    # FA2 Alg.2 l.20: dQ times τ, cast: kernel 2's dq_scale kernel, unchanged.
+    n = dq.numel()
+    _bwd_dq_scale[(triton.cdiv(n, 1024),)](dq_acc, dq, n, scale, BLOCK=1024)
+    return dq, dk, dv
+
+
+# --------------------------------------------------------------------------------------------
+# ``python -m flashref.gpu.kernel3_bwd``: forward+backward against kernel 2 and cuDNN, one process
+# --------------------------------------------------------------------------------------------
+
+def _parse_tiles(text: str):
+    """``BM,BN,stages`` then optional flags ``lag`` (TilesB.lag_dk) and ``nodq`` (TilesB.dq=False)."""
+    parts = text.split(",")
+    flags = set(parts[3:])
+    return text, TilesB(*(int(x) for x in parts[:3]), lag_dk="lag" in flags, dq="nodq" not in flags)
+
+
+def _bench(argv=None) -> int:
+    """Time, per shape and in turn (``--rounds`` interleaved rounds, each a ``do_bench`` median; METHOD.md):
+    SDPA cuDNN, kernel 2 (``gpu.attention``), kernel 3's forward with kernel 2's backward (``k3f+k2b``), and
+    kernel 3's forward with this backward (``k3``, and ``k3[tiles]`` for each extra ``--tiles``), for
+    forward+backward (``fwd_bwd``) and the backward alone (``bwd``, one forward then ``retain_graph``
+    backwards). Shapes as ``bench``: 16384 tokens, hidden 2048. Before timing, every backward's gradients are
+    compared with kernel 2's on the shape. ``--out`` writes the rows (JSON)."""
+    import argparse
+    import json
+    import time
+
+    import torch
+    import triton
+
+    from . import kernel3
+    from .bench import HIDDEN, TOKENS
+
+    p = argparse.ArgumentParser(prog="python -m flashref.gpu.kernel3_bwd")
+    p.add_argument("--d", default="128,64")
+    p.add_argument("--N", default="4096,8192,16384")
+    p.add_argument("--causal", default="both", choices=("both", "true", "false"))
+    p.add_argument("--dtype", default="float16", choices=DTYPES)
+    p.add_argument("--modes", default="fwd_bwd,bwd")
+    p.add_argument("--tiles", nargs="*", default=[],
+                   help="extra backward tiles to time: BM,BN,stages[,lag][,nodq] (nodq: no dQ, timing only)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rep", type=int, default=40)
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    why = kernel3.unavailable()
+    if why:
+        print(f"kernel 3 cannot run here: {why}")
+        return 1
+    dtype = getattr(torch, a.dtype)
+    causals = {"both": (False, True), "true": (True,), "false": (False,)}[a.causal]
+    extra = [_parse_tiles(x) for x in a.tiles]
+    rows, t0 = [], time.time()
+    for d in (int(x) for x in a.d.split(",")):
+        for causal in causals:
+            for N in (int(x) for x in a.N.split(",")):
+                rows += _bench_shape(d, N, causal, dtype, a, extra)
+                torch.cuda.empty_cache()
+    meta = dict(device=torch.cuda.get_device_name(0), torch=torch.__version__, triton=triton.__version__,
+                cuda=torch.version.cuda, dtype=a.dtype, tokens=TOKENS, hidden=HIDDEN, rounds=a.rounds, rep_ms=a.rep,
+                timing=f"median of {a.rounds} interleaved rounds (backends of a shape in turn), each a "
+                f"triton.testing.do_bench median, warmup 25 ms, rep {a.rep} ms",
+                flop_convention="fwd 4BHN^2d (/2 causal); fwd_bwd 3.5x, bwd 2.5x that",
+                seconds=round(time.time() - t0, 1))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(dict(metadata=meta, rows=rows), f, indent=1)
+    return 0
+
+
+def _bench_shape(d, N, causal, dtype, a, extra):
+    """One shape of :func:`_bench`: check every backward against kernel 2's, then time; returns the rows."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    from . import attention as attention2
+    from . import kernel3
+    from .bench import HIDDEN, TOKENS, flops
+
+    B, H = TOKENS // N, HIDDEN // d
+    g = torch.Generator(device="cuda").manual_seed(N + d)
+    q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=dtype, generator=g) for _ in range(4))
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+
+    def cudnn(q, k, v):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    fns = {"cudnn": cudnn, "kernel2": lambda q, k, v: attention2(q, k, v, causal=causal),
+           "k3f+k2b": lambda q, k, v: kernel3.attention(q, k, v, causal=causal, backward3=False),
+           "k3": lambda q, k, v: kernel3.attention(q, k, v, causal=causal, backward3=True)}
+
+    def k3_tiles(t):
+        class _F(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v):
+                o, L2 = kernel3.forward(q, k, v, causal, d ** -0.5)
+                ctx.save_for_backward(q, k, v, o, L2)
+                return o
+
+            @staticmethod
+            def backward(ctx, do_):
+                return backward(*ctx.saved_tensors, do_.contiguous(), causal, d ** -0.5, tiles=t)
+        return _F.apply
+
+    for name, t in extra:
+        if plan(d, N, N, a.dtype, causal, tiles=t)[1] is None:
+            fns[f"k3[{name}]"] = k3_tiles(t)
+    # gradients against kernel 2's, before timing
+    ref = None
+    for name in ("kernel2", *[n for n in fns if n.startswith("k3")]):
+        fns[name](q, k, v).backward(do)
+        gr = [x.grad.float() for x in (q, k, v)]
+        q.grad = k.grad = v.grad = None
+        if ref is None:
+            ref = gr
+            continue
+        err = max(float((x - y).abs().max()) / max(1.0, float(y.abs().max())) for x, y in zip(gr, ref))
+        if err > 2e-2 or not all(bool(torch.isfinite(x).all()) for x in gr):
+            print(f"  MISMATCH {name} d={d} N={N} causal={causal}: rel max |grad - kernel 2's| = {err:.3g}")
+    rows = []
+    for mode in a.modes.split(","):
+        runs = {}
+        for name, f in fns.items():
+            if mode == "fwd_bwd":
+                runs[name] = (lambda f: lambda: f(q, k, v).backward(do))(f)  # noqa: B023 (bound by the outer lambda)
+            else:
+                runs[name] = (lambda o: lambda: o.backward(do, retain_graph=True))(f(q, k, v))
+        times = {n: [] for n in runs}
+        for _ in range(a.rounds):
+            for n, r in runs.items():
+                times[n].append(do_bench(r, warmup=25, rep=a.rep, grad_to_none=[q, k, v], return_mode="median"))
+        fl = flops("fwd", B, H, N, d, causal) * (3.5 if mode == "fwd_bwd" else 2.5)
+        tf = {n: fl / (statistics.median(ms) * 1e-3) / 1e12 for n, ms in times.items()}
+        for n, ms in times.items():
+            rows.append(dict(mode=mode, d=d, N=N, causal=causal, dtype=a.dtype, backend=n, B=B, H=H,
+                             ms=round(statistics.median(ms), 5), tflops=round(tf[n], 1),
+                             rounds_ms=[round(x, 5) for x in ms], x_cudnn=round(tf[n] / tf["cudnn"], 3),
+                             x_kernel2=round(tf[n] / tf["kernel2"], 3)))
+        print(f"{mode:7} d={d:3} causal={causal!s:5} N={N:5}  " + "  ".join(
+            f"{n}={tf[n]:.0f} ({tf[n] / tf['cudnn']:.2f}x cu, {tf[n] / tf['kernel2']:.2f}x k2)" for n in tf),
+            flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(_bench(sys.argv[1:]))
