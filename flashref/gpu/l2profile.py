@@ -82,6 +82,15 @@ CHECK3 = [
     ("check3_64_196k", 1, 1, 196608, 64, False), ("check3_128_98k", 1, 2, 98304, 128, False),
     ("check3_64_8k_many", 8, 16, 8192, 64, False),
 ]
+# A fourth, predicted after FlashAttention-2's d = 64 forward got its own staggered set (iomodel.dram.
+# STAGGERED_D64) and before these were measured (h100-l2-check4-predicted.json, h200-l2-check4-predicted.json).
+CHECK4 = [
+    ("check4_64_12k_causal", 4, 16, 12288, 64, True), ("check4_64_24k_causal", 2, 8, 24576, 64, True),
+    ("check4_64_80k_causal", 1, 2, 81920, 64, True), ("check4_64_114k_causal", 1, 2, 114688, 64, True),
+    ("check4_64_160k_causal", 1, 1, 163840, 64, True), ("check4_64_196k_causal", 1, 1, 196608, 64, True),
+    ("check4_128_12k_causal", 2, 16, 12288, 128, True), ("check4_128_48k_causal", 1, 4, 49152, 128, True),
+    ("check4_128_160k_causal", 1, 1, 163840, 128, True),
+]
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8}  # shares of the time budget
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
 MARKER = "spin_kernel"
@@ -110,6 +119,8 @@ def shapes(groups=("grid", "sweep")):
         out += [("check2", *s) for s in CHECK2]
     if "check3" in groups:
         out += [("check3", *s) for s in CHECK3]
+    if "check4" in groups:
+        out += [("check4", *s) for s in CHECK4]
     return out
 
 
@@ -465,7 +476,7 @@ def predictions(shape_list, gpu="h100"):
 
 
 def _write_predictions(args):
-    from ..iomodel.dram import PARAMS
+    from ..iomodel.dram import GPU_PARAMS, PARAMS, STAGGERED_D64
 
     todo = shapes(args.groups)
     if args.only:
@@ -473,7 +484,8 @@ def _write_predictions(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.name or args.gpu + '-l2-' + '-'.join(args.groups)}-predicted.json"
-    meta = dict(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), params=PARAMS, gpu=args.gpu,
+    meta = dict(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                params={**PARAMS, **GPU_PARAMS[args.gpu]}, staggered_d64=STAGGERED_D64[args.gpu], gpu=args.gpu,
                 note="iomodel.dram's predictions, written before these shapes were measured")
     rows = predictions(todo, args.gpu)
     path.write_text(json.dumps(dict(metadata=meta, rows=rows), indent=0))
