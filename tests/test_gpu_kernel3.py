@@ -242,6 +242,8 @@ def test_choose_backward():
     from flashref.gpu.kernels import Config
     q, k, v, _ = _inputs(1, 2, 256, 256, 64, torch.float16, seed=1, device="cpu")
     assert kernel3.choose_backward(q, k, v, True, False) == (True, kernel3_bwd.BWD_TILES[64])
+    # where attention() uses it by default: the (d, causal) where it measured faster than kernel 2's
+    assert (64, True) in kernel3.BACKWARD3 and (64, False) not in kernel3.BACKWARD3
     ok, why = kernel3.choose_backward(q, k, v, True, True)
     assert not ok and "deterministic" in why
     ok, why = kernel3.choose_backward(q, k, v, False, False, config=Config())
@@ -311,8 +313,8 @@ def test_kernel3_backward_equals_kernel2(d):
 
 @needs_k3
 @pytest.mark.cuda
-@pytest.mark.parametrize("tiles", [TilesB(64, 128, 3), TilesB(64, 128, 3, lag_dk=True), TilesB(128, 128, 2),
-                                   TilesB(128, 128, 3, lag_dk=True)])
+@pytest.mark.parametrize("tiles", [TilesB(64, 128, 3), TilesB(64, 128, 2, dq=2), TilesB(64, 128, 3, dq=2),
+                                   TilesB(64, 128, 2, dq=4), TilesB(128, 128, 2), TilesB(64, 128, 2, dq=2, vec4=True)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_kernel3_backward_other_tiles(tiles, causal):
     for d in (64, 128):

@@ -8,8 +8,9 @@ when causal; forward+backward ``3.5×`` that. For each shape the backends are ti
 median of its rounds. Ratios of flashref to SDPA flash and cuDNN are taken from the same run.
 
 Optional backend: ``flashref3``, kernel 3 (``kernel3.py``: the Gluon forward with FlashAttention-3's
-intra-warpgroup overlap, kernel 2's backward), timed only where it can run (Hopper, Triton 3.6.0) and
-skipped with one printed line otherwise; shapes it does not take run kernel 2 (``kernel3.plan``).
+intra-warpgroup overlap; its backward ``kernel3_bwd.py`` where ``kernel3.BACKWARD3`` lists the shape, else
+kernel 2's), timed only where it can run (Hopper, Triton 3.6.0) and skipped with one printed line otherwise;
+shapes it does not take run kernel 2 (``kernel3.plan``, ``kernel3_bwd.plan``).
 
 Optional peer: ``fa4``, FlashAttention-4 (the ``flash-attn-4`` package, CuTe DSL kernels; Hopper and
 Blackwell), timed only where ``flash_attn.cute`` imports and skipped with one printed line otherwise.
@@ -92,7 +93,7 @@ def _fn(backend, causal, deterministic=None, config=None):
     if backend == "fa4":  # takes and returns (B, N, H, d); returns (out, lse)
         from flash_attn.cute import flash_attn_func
         return lambda q, k, v: flash_attn_func(q, k, v, causal=causal)[0]
-    if backend == "flashref3":  # kernel 3's forward where kernel3.plan takes the call, kernel 2's backward
+    if backend == "flashref3":  # kernel 3's forward where kernel3.plan takes the call; its backward per BACKWARD3
         from .kernel3 import attention as attention3
         return lambda q, k, v: attention3(q, k, v, causal=causal, deterministic=deterministic)
     if backend in ("flashref", "flashref_det", "flashref1"):
@@ -337,10 +338,17 @@ def _flashref_configs(backend, d, causal, mode):
     kernel 3's tiles, or why kernel 2 ran instead)."""
     from .kernels import Config
     if backend == "flashref3":
-        from .kernel3 import plan
+        from . import kernel3_bwd
+        from .kernel3 import BACKWARD3, plan
         t, why = plan(d, 1 << 14, 1 << 14, "float16", causal)
-        return {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{' pingpong' if t.pingpong else ''} kernel3"
-                if t else f"kernel 2 ({why})"}
+        out = {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{' pingpong' if t.pingpong else ''} kernel3"
+               if t else f"kernel 2 ({why})"}
+        if mode != "fwd":
+            tb, why = kernel3_bwd.plan(d, 1 << 14, 1 << 14, "float16", causal)
+            on = tb is not None and (d, causal) in BACKWARD3
+            out["dkdv"] = (f"{tb.block_m}x{tb.block_n} s{tb.stages} dq{tb.dq} kernel3" if on
+                           else f"kernel 2 ({why or 'not in kernel3.BACKWARD3'})")
+        return out
     cfg = Config(version=1 if backend == "flashref1" else 2)
     out = cfg.resolve(d, causal, deterministic=False).describe()
     if mode == "fwd":

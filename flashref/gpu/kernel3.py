@@ -624,8 +624,10 @@ def choose(q, k, v, causal: bool, **options):
 
 _FN = None
 
-# Kernel 3's own backward (kernel3_bwd.py, Gluon) where kernel3_bwd.plan takes the call; False: kernel 2's.
-BACKWARD3 = True
+# Where attention() pairs kernel 3's forward with kernel 3's own backward (kernel3_bwd.py) by default, by
+# (d, causal): where it measured faster than kernel 2's on an H100 (figures/gpu/NOTES.md, "kernel 3's backward
+# in Gluon"). Elsewhere (d = 64 non-causal: 0.95-1.00x kernel 2's) kernel 2's backward runs.
+BACKWARD3 = {(128, False), (128, True), (64, True)}
 
 
 def choose_backward(q, k, v, causal: bool, deterministic: bool, **options):
@@ -678,9 +680,9 @@ def _no_variants():
 
 def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward3=None, **options):
     """``flashref.gpu.attention`` with kernel 3's forward where :func:`choose` allows it, and with kernel 3's
-    backward (kernel3_bwd.py) where ``backward3`` (default :data:`BACKWARD3`) asks for it and
-    :func:`choose_backward` allows it, else kernel 2's (it reads the same O and L2); every other call goes to
-    ``gpu.attention`` unchanged."""
+    backward (kernel3_bwd.py) where ``backward3`` asks for it (None: where :data:`BACKWARD3` lists the call's
+    (d, causal)) and :func:`choose_backward` allows it, else kernel 2's (it reads the same O and L2); every other
+    call goes to ``gpu.attention`` unchanged."""
     from . import _check
     from . import attention as attention2
 
@@ -694,7 +696,7 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward
         deterministic = torch.are_deterministic_algorithms_enabled()
     from .kernels import Config
     cfg = (options.get("config") or Config()).resolve(q.shape[-1], causal, deterministic)
-    bwd3 = BACKWARD3 if backward3 is None else backward3
+    bwd3 = (q.shape[-1], bool(causal)) in BACKWARD3 if backward3 is None else backward3
     bwd3 = bool(bwd3) and choose_backward(q, k, v, causal, deterministic, **options)[0]
     if _FN is None:
         _FN = _function()

@@ -45,16 +45,19 @@ class TilesB:
     block_m: int = 64
     block_n: int = 128
     stages: int = 2
-    lag_dk: bool = False  # dK's product after dQ's, left running under the atomics and the next S, dP
-    dq: bool = True  # False: no dQ at all (its product, atomics and the warpgroups' dS hand-over): timing only
+    dq: int = 1  # 1 dQ_i split by columns between the warpgroups, this step; 2 the same a step later; 4 per warpgroup
+    vec4: bool = False  # dQ's atomic adds 16 bytes wide (a layout conversion through shared memory first)
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
-        """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ; the mbarriers."""
+        """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ; the mbarriers (vec4: and the fp32 dQ
+        of both warpgroups, the layout conversion's scratch)."""
         return elem * (2 * self.block_n * d + 2 * self.stages * self.block_m * d + 2 * self.block_n * self.block_m) \
-            + 8 * (1 + 2 * self.stages + 4)
+            + 8 * (1 + 2 * self.stages + 4) + (4 * self.block_m * d if self.vec4 else 0)  # vec4: dQ's conversion
 
 
-BWD_TILES = {64: TilesB(64, 128, 2), 128: TilesB(64, 128, 2)}
+# The defaults, from three interleaved H100 runs (figures/gpu/NOTES.md, "kernel 3's backward in Gluon"): dQ a step
+# late (dq=2), two Q/dO stages.
+BWD_TILES = {64: TilesB(64, 128, 2, dq=2), 128: TilesB(64, 128, 2, dq=2)}
 
 
 def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,
@@ -79,6 +82,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     if t.block_n != 128 or t.block_m not in (64, 128) or (t.block_m == 128 and d != 64):
         return None, ("BLOCK_N=128 (two consumer warpgroups of 64 keys) and BLOCK_M=64 query rows a step "
                       "(128 at d=64 only: the registers)")
+    if t.dq not in (1, 2, 4):
+        return None, f"dq={t.dq}: 1 (split by columns), 2 (the same, a step later) or 4 (per warpgroup)"
     if t.smem_bytes(d) > SMEM_LIMIT:
         return None, f"tiles {t} need {t.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
     del causal
@@ -96,7 +101,6 @@ if _MODS is not None:
     warpgroup_mma = _hopper.warpgroup_mma
     warpgroup_mma_wait = _hopper.warpgroup_mma_wait
     fence_async_shared = _hopper.fence_async_shared
-    warpgroup_mma_init = _hopper.warpgroup_mma_init
 
     @gluon.jit
     def _k3b_row_block(t, i0, Tr, CAUSAL: gl.constexpr):
@@ -131,15 +135,34 @@ if _MODS is not None:
             tma.async_copy_global_to_shared(desc_do, [row, 0], qd_ready.index(s), do_smem.index(s))
 
     @gluon.jit
+    def _k3b_dq_add(dQ_bh, dQ, i, col0, BLOCK_M: gl.constexpr, COLS: gl.constexpr, HEAD_D: gl.constexpr,
+                    VEC4: gl.constexpr):
+        # FA2 Alg.2 l.15 (flash2.py): the read-modify-write of dQ_i in HBM: fp32 atomic adds into columns
+        # [col0, col0 + COLS) of row block i (τ at the end, in kernel 2's dq_scale kernel).
+        dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                            instr_shape=[16, COLS, 16])
+        if VEC4:  # through shared memory into 4 consecutive columns a thread: 16-byte atomic adds
+            add_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 4],
+                                                        threads_per_warp=[128 // COLS, COLS // 4],
+                                                        warps_per_cta=[4, 1], order=[1, 0])
+            dQ = gl.convert_layout(dQ, add_layout)
+        else:
+            add_layout: gl.constexpr = dq_layout
+        offs_qm = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, add_layout))
+        offs_qd = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, add_layout))
+        gl.atomic_add(dQ_bh + gl.expand_dims(offs_qm, 1) * HEAD_D + gl.expand_dims(offs_qd, 0), dQ, sem="relaxed")
+
+    @gluon.jit
     def _k3b_step(t, i0, Tr, dK, dV, q_smem, do_smem, k_w, v_w, k_cols, ds_smem, qd_ready, qd_empty,
                   ds_full, ds_empty, L2_bh, D_bh, dQ_bh, offs_n, qk_scale, N, n_steps,
-                  WG: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr, LAG_DK: gl.constexpr,
-                  DQ_MODE: gl.constexpr):
+                  WG: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr, DQ: gl.constexpr,
+                  HAS_PREV: gl.constexpr, VEC4: gl.constexpr):
         # FA2 Alg.2 l.8-16 for row block i = the t-th, on this warpgroup's 64 keys of column block j.
-        # dK arrives and leaves as an asynchronous wgmma accumulator. LAG_DK: dK_j += dS_ijᵀ Q_i is issued
-        # after dQ_i's product and left running under the atomic adds and the next step's S, dP (its slots
-        # are released one step later); otherwise every product of the step is waited for before the atomics.
-        # DQ_MODE: 2 the dQ product and its atomic adds; 0 neither (wrong dQ: a timing diagnostic only).
+        # DQ, how dQ_i += dS_ij K_j is shared between the warpgroups (see the module docstring):
+        #   1: both warpgroups' dS_ijᵀ in shared memory, each computes d/2 columns of dQ_i, this step;
+        #   2: the same one step later (dQ_{i−1} here, after this step's dK): no warpgroup waits for the
+        #      other's dS in the step that wrote it, so the two drift apart and overlap (HAS_PREV: t > 0);
+        #   4: each warpgroup all d columns from its own 64 keys (no hand-over; twice the atomic adds).
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         HEAD_D: gl.constexpr = q_smem.shape[2]
@@ -171,12 +194,8 @@ if _MODS is not None:
         # FA2 Alg.2 l.13: dP_ijᵀ = V_j dO_iᵀ, issued behind it; commit, do not wait.
         dP_tok = warpgroup_mma(v_w, do_i.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout),
                                use_acc=False, is_async=True)
-        # Wait for S_ijᵀ only (dP_ijᵀ stays in flight; with LAG_DK the last step's dK product ends here too).
-        S, dK = warpgroup_mma_wait(1, deps=(S_tok, dK))
-        if LAG_DK:  # the last step's dK product has read its Q slot and its rows of dS: release both
-            tp = gl.maximum(t - 1, 0)
-            mbarrier.arrive(qd_empty.index(tp % STAGES), count=1, pred=t > 0)
-            mbarrier.arrive(ds_empty.index(tp % 2), count=1, pred=t > 0)
+        # Wait for S_ijᵀ only (dP_ijᵀ stays in flight).
+        S = warpgroup_mma_wait(1, deps=(S_tok,))
         # FA2 Alg.2 l.11: P_ijᵀ = exp2(S_ijᵀ·τ·log2 e − L_i) (base 2: L_i is the forward's L2), under dP_ijᵀ.
         P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 0))
         if MASK:  # the diagonal's row blocks (causal): key > query → P = 0
@@ -196,37 +215,43 @@ if _MODS is not None:
         ds_w.store(dS)
         fence_async_shared()
         mbarrier.arrive(ds_full.index(b), count=1)
-        if not LAG_DK:
-            # FA2 Alg.2 l.16: dK_j += dS_ijᵀ Q_i (dS_ijᵀ from this warpgroup's rows of the buffer); commit.
-            dK = warpgroup_mma(ds_w, q_i, dK, is_async=True)
-        if DQ_MODE > 0:
+        # FA2 Alg.2 l.16: dK_j += dS_ijᵀ Q_i (dS_ijᵀ from this warpgroup's rows of the buffer); commit.
+        dK_tok = warpgroup_mma(ds_w, q_i, dK, is_async=True)
+        if DQ == 1:
             # FA2 Alg.2 l.15: dQ_i += dS_ij K_j over the column block's 128 keys (both warpgroups' rows of
             # dS_ijᵀ): this warpgroup's d/2 columns of it. Wait for the other warpgroup's rows first.
             mbarrier.wait(ds_full.index(b), (t // 2) & 1)
             dQ_tok = warpgroup_mma(ds_b.permute((1, 0)), k_cols,
                                    gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
-        if LAG_DK:
-            # FA2 Alg.2 l.16 (as above), issued last: it runs under the atomic adds and the next step's S, dP.
-            dK = warpgroup_mma(ds_w, q_i, dK, is_async=True)
-            if DQ_MODE > 0:
-                dQ, dV, P_op = warpgroup_mma_wait(1, deps=(dQ_tok, dV_tok, P_op))
-            else:
-                dV, P_op = warpgroup_mma_wait(1, deps=(dV_tok, P_op))
-        else:
-            if DQ_MODE > 0:
-                dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK, P_op))
-            else:
-                dV, dK, P_op = warpgroup_mma_wait(0, deps=(dV_tok, dK, P_op))
+            dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK_tok, P_op))
             # Every product that read slot s (Q_i, dO_i) and slot b (dS_ijᵀ) is done: release both.
             mbarrier.arrive(qd_empty.index(s), count=1)
             mbarrier.arrive(ds_empty.index(b), count=1)
-            dK = warpgroup_mma_init(dK)  # the loop carries dK as an accumulator in both schedules
-        if DQ_MODE == 2:
-            # FA2 Alg.2 l.15 (flash2.py): the read-modify-write of dQ_i in HBM: fp32 atomic adds (τ at the end).
-            offs_qm = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
-            offs_qd = WG * DQ_COLS + gl.arange(0, DQ_COLS, layout=gl.SliceLayout(0, dq_layout))
-            gl.atomic_add(dQ_bh + gl.expand_dims(offs_qm, 1) * HEAD_D + gl.expand_dims(offs_qd, 0), dQ,
-                          sem="relaxed")
+            _k3b_dq_add(dQ_bh, dQ, i, WG * DQ_COLS, BLOCK_M, DQ_COLS, HEAD_D, VEC4)
+        elif DQ == 2:
+            if HAS_PREV:
+                # FA2 Alg.2 l.15 for the previous row block: dQ_{i'} += dS_{i'j} K_j, d/2 columns, from slot
+                # (t − 1) % 2, which the other warpgroup has long finished writing.
+                tp = t - 1
+                mbarrier.wait(ds_full.index(tp % 2), (tp // 2) & 1)
+                dQ_tok = warpgroup_mma(ds_smem.index(tp % 2).permute((1, 0)), k_cols,
+                                       gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False,
+                                       is_async=True)
+                dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK_tok, P_op))
+                mbarrier.arrive(qd_empty.index(s), count=1)
+                mbarrier.arrive(ds_empty.index(tp % 2), count=1)
+                _k3b_dq_add(dQ_bh, dQ, _k3b_row_block(tp, i0, Tr, CAUSAL), WG * DQ_COLS, BLOCK_M, DQ_COLS, HEAD_D, VEC4)
+            else:
+                dV, dK, P_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op))
+                mbarrier.arrive(qd_empty.index(s), count=1)
+        else:
+            # FA2 Alg.2 l.15 on this warpgroup's 64 keys only: dQ_i += dS_ij K_j (all d columns).
+            dQ_tok = warpgroup_mma(ds_w.permute((1, 0)), k_w, gl.zeros([BLOCK_M, HEAD_D], gl.float32, acc_layout),
+                                   use_acc=False, is_async=True)
+            dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK_tok, P_op))
+            mbarrier.arrive(qd_empty.index(s), count=1)
+            mbarrier.arrive(ds_empty.index(b), count=1)
+            _k3b_dq_add(dQ_bh, dQ, i, 0, BLOCK_M, HEAD_D, HEAD_D, VEC4)
         return dK, dV
 
     @gluon.jit
@@ -237,14 +262,16 @@ if _MODS is not None:
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         HEAD_D: gl.constexpr = q_smem.shape[2]
         CAUSAL: gl.constexpr = cfg.shape[0] == 2
-        LAG_DK: gl.constexpr = cfg.shape[1] == 2
-        DQ_MODE: gl.constexpr = 2 * (cfg.shape[2] - 1)
+        DQ: gl.constexpr = cfg.shape[1]
+        VEC4: gl.constexpr = cfg.shape[2] == 2
         KEYS: gl.constexpr = 64
         DQ_COLS: gl.constexpr = HEAD_D // 2
         st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, BLOCK_M, 16])
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                              instr_shape=[16, HEAD_D, 16])
+        dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                            instr_shape=[16, DQ_COLS, 16])
         bh64 = bh.to(gl.int64)
         L2_bh = L2 + bh64 * N
         D_bh = Dd + bh64 * N
@@ -254,20 +281,30 @@ if _MODS is not None:
         k_cols = k_smem.slice(WG * DQ_COLS, DQ_COLS, dim=1)  # the columns of K_j for its part of dQ_i
         offs_n = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, st_layout))
         # FA2 Alg.2 l.7: dK_j = 0, dV_j = 0 on chip (fp32).
-        dK = warpgroup_mma_init(gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout))
+        dK = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
         dV = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
         # FA2 Alg.2 l.6: wait for K_j, V_j.
         mbarrier.wait(kv_bar, 0)
-        # FA2 Alg.2 l.8: for each row block i (causal: the diagonal's n_mask blocks masked, then the rest).
-        for t in range(0, n_mask):
+        # FA2 Alg.2 l.8: for each row block i (causal: the diagonal's n_mask blocks masked, then the rest);
+        # step 0 apart, since with DQ = 2 it has no previous row block to finish.
+        dK, dV = _k3b_step(0, i0, Tr, dK, dV, q_smem, do_smem, k_w, v_w, k_cols, ds_smem, qd_ready, qd_empty,
+                           ds_full, ds_empty, L2_bh, D_bh, dQ_bh, offs_n, qk_scale, N, n_steps, WG, CAUSAL, CAUSAL,
+                           DQ, False, VEC4)
+        for t in range(1, n_mask):
             dK, dV = _k3b_step(t, i0, Tr, dK, dV, q_smem, do_smem, k_w, v_w, k_cols, ds_smem, qd_ready, qd_empty,
                                ds_full, ds_empty, L2_bh, D_bh, dQ_bh, offs_n, qk_scale, N, n_steps, WG, True, CAUSAL,
-                               LAG_DK, DQ_MODE)
-        for t in range(n_mask, n_steps):
+                               DQ, True, VEC4)
+        for t in range(gl.maximum(n_mask, 1), n_steps):
             dK, dV = _k3b_step(t, i0, Tr, dK, dV, q_smem, do_smem, k_w, v_w, k_cols, ds_smem, qd_ready, qd_empty,
                                ds_full, ds_empty, L2_bh, D_bh, dQ_bh, offs_n, qk_scale, N, n_steps, WG, False, CAUSAL,
-                               LAG_DK, DQ_MODE)
-        dK = warpgroup_mma_wait(0, deps=(dK,))
+                               DQ, True, VEC4)
+        if DQ == 2:  # FA2 Alg.2 l.15 for the last row block
+            tp = n_steps - 1
+            mbarrier.wait(ds_full.index(tp % 2), (tp // 2) & 1)
+            dQ_tok = warpgroup_mma(ds_smem.index(tp % 2).permute((1, 0)), k_cols,
+                                   gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
+            dQ = warpgroup_mma_wait(0, deps=(dQ_tok,))
+            _k3b_dq_add(dQ_bh, dQ, _k3b_row_block(tp, i0, Tr, CAUSAL), WG * DQ_COLS, BLOCK_M, DQ_COLS, HEAD_D, VEC4)
         # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
         offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
         offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
@@ -290,8 +327,8 @@ if _MODS is not None:
     @gluon.jit
     def _k3b_dkdv_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQacc, dK_out, dV_out, N, qk_scale, sm_scale,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                         CAUSAL: gl.constexpr, LAG_DK: gl.constexpr, DQ_MODE: gl.constexpr,
-                         CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                         CAUSAL: gl.constexpr, DQ: gl.constexpr, VEC4: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                         num_warps: gl.constexpr):
         # FA2 Alg.2 l.5: this program is column block j of one (batch, head) bh (causal: j = 0 first, the
         # longest row loop). Default partition: consumer warpgroup 0; workers: warpgroup 1, the producer warp.
         j = gl.program_id(0)
@@ -319,7 +356,7 @@ if _MODS is not None:
         ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         # The partitions' flags travel as a placeholder buffer's shape (a few bytes, never read or written):
         # a constexpr passed to gl.warp_specialize arrives as a tensor (figures/gpu/NOTES.md), a shape does not.
-        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + LAG_DK, 1 + DQ_MODE // 2],
+        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, DQ, 1 + VEC4],
                                         gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
         mbarrier.init(kv_bar, count=1)
         for s in gl.static_range(STAGES):
@@ -370,8 +407,7 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
         descs.append(_TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout))
     _k3b_dkdv_kernel[(N // t.block_n, B * H)](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, HEAD_D=d,
                                               BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal,
-                                              LAG_DK=t.lag_dk, DQ_MODE=2 if t.dq else 0, CONSUMER_REGS=BWD_REGS,
-                                              num_warps=4)
+                                              DQ=t.dq, VEC4=t.vec4, CONSUMER_REGS=BWD_REGS, num_warps=4)
     # FA2 Alg.2 l.20: dQ times τ, cast: kernel 2's dq_scale kernel, unchanged.
     n = dq.numel()
     _bwd_dq_scale[(triton.cdiv(n, 1024),)](dq_acc, dq, n, scale, BLOCK=1024)
@@ -383,10 +419,8 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
 # --------------------------------------------------------------------------------------------
 
 def _parse_tiles(text: str):
-    """``BM,BN,stages`` then optional flags ``lag`` (TilesB.lag_dk) and ``nodq`` (TilesB.dq=False)."""
-    parts = text.split(",")
-    flags = set(parts[3:])
-    return text, TilesB(*(int(x) for x in parts[:3]), lag_dk="lag" in flags, dq="nodq" not in flags)
+    """``BM,BN,stages[,dq[,vec4]]`` (TilesB's fields; vec4 as 0 or 1)."""
+    return text, TilesB(*(int(x) for x in text.split(",")))
 
 
 def _bench(argv=None) -> int:
@@ -413,7 +447,7 @@ def _bench(argv=None) -> int:
     p.add_argument("--dtype", default="float16", choices=DTYPES)
     p.add_argument("--modes", default="fwd_bwd,bwd")
     p.add_argument("--tiles", nargs="*", default=[],
-                   help="extra backward tiles to time: BM,BN,stages[,lag][,nodq] (nodq: no dQ, timing only)")
+                   help="extra backward tiles to time: BM,BN,stages[,dq] (TilesB)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rep", type=int, default=40)
     p.add_argument("--out", default=None)
