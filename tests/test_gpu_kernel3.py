@@ -221,7 +221,7 @@ def test_backward_plan_takes_the_benchmark_shapes(d, N):
     for dtype in kernel3.DTYPES:
         for causal in (False, True):
             t, reason = kernel3_bwd.plan(d, N, N, dtype, causal, {"dropout_p": 0.0, "window": None})
-            assert reason is None and t == kernel3_bwd.BWD_TILES[d]
+            assert reason is None and t == kernel3_bwd.BWD_TILES[(d, causal)]
             assert t.smem_bytes(d) <= kernel3.SMEM_LIMIT
 
 
@@ -241,9 +241,10 @@ def test_choose_backward():
     """Kernel 3's backward adds dQ with atomics: deterministic=True, or a kernel 2 Config, keeps kernel 2's."""
     from flashref.gpu.kernels import Config
     q, k, v, _ = _inputs(1, 2, 256, 256, 64, torch.float16, seed=1, device="cpu")
-    assert kernel3.choose_backward(q, k, v, True, False) == (True, kernel3_bwd.BWD_TILES[64])
+    assert kernel3.choose_backward(q, k, v, True, False) == (True, kernel3_bwd.BWD_TILES[(64, True)])
+    assert kernel3.choose_backward(q, k, v, False, False) == (True, kernel3_bwd.BWD_TILES[(64, False)])
     # where attention() uses it by default: the (d, causal) where it measured faster than kernel 2's
-    assert (64, True) in kernel3.BACKWARD3 and (64, False) not in kernel3.BACKWARD3
+    assert kernel3.BACKWARD3 <= set(kernel3_bwd.BWD_TILES)
     ok, why = kernel3.choose_backward(q, k, v, True, True)
     assert not ok and "deterministic" in why
     ok, why = kernel3.choose_backward(q, k, v, False, False, config=Config())

@@ -346,7 +346,7 @@ def _flashref_configs(backend, d, causal, mode):
         if mode != "fwd":
             tb, why = kernel3_bwd.plan(d, 1 << 14, 1 << 14, "float16", causal)
             on = tb is not None and (d, causal) in BACKWARD3
-            out["dkdv"] = (f"{tb.block_m}x{tb.block_n} s{tb.stages} dq{tb.dq} kernel3" if on
+            out["dkdv"] = (f"{tb.block_m}x{tb.block_n} s{tb.stages} dq{tb.dq}{' vec4' if tb.vec4 else ''} kernel3" if on
                            else f"kernel 2 ({why or 'not in kernel3.BACKWARD3'})")
         return out
     cfg = Config(version=1 if backend == "flashref1" else 2)

@@ -626,8 +626,8 @@ _FN = None
 
 # Where attention() pairs kernel 3's forward with kernel 3's own backward (kernel3_bwd.py) by default, by
 # (d, causal): where it measured faster than kernel 2's on an H100 (figures/gpu/NOTES.md, "kernel 3's backward
-# in Gluon"). Elsewhere (d = 64 non-causal: 0.95-1.00x kernel 2's) kernel 2's backward runs.
-BACKWARD3 = {(128, False), (128, True), (64, True)}
+# in Gluon"; d = 64 non-causal only with 16-byte atomics, call 4). Elsewhere kernel 2's backward runs.
+BACKWARD3 = {(128, False), (128, True), (64, False), (64, True)}
 
 
 def choose_backward(q, k, v, causal: bool, deterministic: bool, **options):

@@ -18,6 +18,14 @@ FlashAttention-3 (Shah et al. 2024, §3 and its backward in Appendix B) arranges
   and warpgroup w computes columns ``[w·d/2, (w+1)·d/2)`` of dQ_i from the whole buffer, then adds them to
   the fp32 dQ in HBM with atomic adds (FA2's scheme, as kernel 2's atomic path: the same number of atomics,
   BLOCK_M × d per (i, j) pair). dK_j += dS_ijᵀ Q_i reads the warpgroup's own rows of the same buffer.
+  By default (``TilesB.dq = 2``) each warpgroup computes dQ for row block i−1 in step i, after its dK product:
+  the other warpgroup's rows of that dS are long written, so neither waits for the other in the step that
+  wrote them and the two drift apart, one's exponentials under the other's GEMMs (+1–15% on an H100 over the
+  same-step hand-over, ``dq = 1``). ``TilesB.vec4`` makes the adds 16 bytes wide.
+
+Measured on an H100 (figures/gpu/NOTES.md, "kernel 3's backward in Gluon"): with kernel 3's forward,
+forward+backward at 1.00–1.18× kernel 2's and 0.78–0.94× cuDNN's; without any dQ the same kernel ran at
+1.1–1.5× cuDNN's backward, so the dQ path (hand-over and atomics) is where the rest of the gap is.
 
 kernel 2's pre-pass (D = rowsum(dO ∘ O), dQ = 0) and its dq_scale kernel run unchanged around it
 (:func:`backward`). It takes what kernel 3's forward takes (d in {64, 128}, fp16/bf16, Nq = Nk a multiple of
@@ -55,9 +63,11 @@ class TilesB:
             + 8 * (1 + 2 * self.stages + 4) + (4 * self.block_m * d if self.vec4 else 0)  # vec4: dQ's conversion
 
 
-# The defaults, from three interleaved H100 runs (figures/gpu/NOTES.md, "kernel 3's backward in Gluon"): dQ a step
-# late (dq=2), two Q/dO stages.
-BWD_TILES = {64: TilesB(64, 128, 2, dq=2), 128: TilesB(64, 128, 2, dq=2)}
+# The defaults by (head dimension, causal), from four interleaved H100 runs (figures/gpu/NOTES.md, "kernel 3's
+# backward in Gluon"): dQ a step late (dq=2), two Q/dO stages; 16-byte atomic adds (vec4) except at d = 128
+# non-causal, where they measured 0-5% slower.
+BWD_TILES = {(128, False): TilesB(64, 128, 2, dq=2), (128, True): TilesB(64, 128, 2, dq=2, vec4=True),
+             (64, False): TilesB(64, 128, 2, dq=2, vec4=True), (64, True): TilesB(64, 128, 2, dq=2, vec4=True)}
 
 
 def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,
@@ -68,7 +78,7 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     64 query rows a step (128 allowed at d = 64, where the registers hold S and dP of 128 columns); the tiles fit
     in shared memory."""
     options = {k: v for k, v in (options or {}).items() if v not in (None, False, 0, 0.0)}
-    t = tiles or BWD_TILES.get(d)
+    t = tiles or BWD_TILES.get((d, bool(causal)), TilesB())
     if dtype not in DTYPES:
         return None, f"dtype {dtype}: kernel 3's backward takes float16 or bfloat16"
     if d not in HEAD_DIMS:
@@ -86,7 +96,6 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, f"dq={t.dq}: 1 (split by columns), 2 (the same, a step later) or 4 (per warpgroup)"
     if t.smem_bytes(d) > SMEM_LIMIT:
         return None, f"tiles {t} need {t.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
-    del causal
     return t, None
 
 
