@@ -267,9 +267,10 @@ def test_h200_predictions_were_the_h100_model():
             r["predicted_bytes"])
 
 
-def test_only_flashrefs_causal_dkdv_starts_on_the_diagonal():
+def test_which_scans_start_on_the_diagonal():
     kw = dict(BH=2, Nq=4096, Nk=4096, d=64)
     assert schedule.flashref_dkdv(**kw, causal=True).diagonal_starts
+    assert schedule.fa2_fwd(**kw, causal=True).diagonal_starts  # (staggered_scan_bytes's own rule)
     assert not schedule.flashref_dkdv(**kw, causal=False).diagonal_starts  # staggered, but wraps
     assert not schedule.fa2_bwd(**kw, causal=True).diagonal_starts  # every column block starts at the last row
     assert not schedule.flashref_fwd(**kw, causal=True).diagonal_starts  # every row block starts at key block 0
