@@ -80,8 +80,9 @@ class ScanKernel:
     def diagonal_starts(self):
         """Whether the CTAs start their scans at different tiles and do not wrap: flashref's causal
         dK/dV kernel, whose column block j starts at its diagonal row block and walks down (and
-        FlashAttention-2's causal forward, which walks up from its diagonal and has a rule of its own,
-        ``iomodel.dram.staggered_scan_bytes``). Those launched together never read one tile at once."""
+        FlashAttention-2's causal forward, which walks its keys from the diagonal down and has a rule
+        of its own, ``iomodel.dram.staggered_scan_bytes``). Those launched together never read one
+        tile at once."""
         starts = {(hi - 1 if self.descending else lo) for lo, hi in self.ranges}
         return len(starts) > 1 and not self.stagger
 
