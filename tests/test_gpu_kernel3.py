@@ -25,7 +25,7 @@ from test_gpu_triton import ATOL, _attention, _err, _inputs  # noqa: E402
 from flashref import gpu  # noqa: E402
 from flashref.gpu import kernel3, kernel3_bwd  # noqa: E402
 from flashref.gpu.kernel3 import Tiles3, plan  # noqa: E402
-from flashref.gpu.kernel3_bwd import TilesB  # noqa: E402
+from flashref.gpu.kernel3_bwd import TilesB, TilesQ  # noqa: E402
 
 RUNS = kernel3.available() if torch.cuda.is_available() else False
 WHY = kernel3.unavailable() if torch.cuda.is_available() else "no CUDA GPU"
@@ -238,15 +238,17 @@ def test_backward_plan_checks_the_tiles():
 
 
 def test_choose_backward():
-    """Kernel 3's backward adds dQ with atomics: deterministic=True, or a kernel 2 Config, keeps kernel 2's."""
+    """A kernel 2 Config keeps kernel 2's backward; deterministic=True takes kernel 3's without atomics."""
     from flashref.gpu.kernels import Config
     q, k, v, _ = _inputs(1, 2, 256, 256, 64, torch.float16, seed=1, device="cpu")
     assert kernel3.choose_backward(q, k, v, True, False) == (True, kernel3_bwd.BWD_TILES[(64, True)])
     assert kernel3.choose_backward(q, k, v, False, False) == (True, kernel3_bwd.BWD_TILES[(64, False)])
     # where attention() uses it by default: the (d, causal) where it measured faster than kernel 2's
     assert kernel3.BACKWARD3 <= set(kernel3_bwd.BWD_TILES)
-    ok, why = kernel3.choose_backward(q, k, v, True, True)
-    assert not ok and "deterministic" in why
+    # deterministic=True: kernel 3's atomic-free mode (the dK/dV kernel and the separate dQ kernel)
+    ok, t = kernel3.choose_backward(q, k, v, True, True)
+    assert ok and t.dq == 0, t
+    assert kernel3.choose_backward(q, k, v, False, True)[1].dq == 0
     ok, why = kernel3.choose_backward(q, k, v, False, False, config=Config())
     assert not ok and "Config" in why
     q96, k96, v96, _ = _inputs(1, 2, 256, 256, 96, torch.float16, seed=1, device="cpu")
@@ -322,3 +324,103 @@ def test_kernel3_backward_other_tiles(tiles, causal):
         for N in (128, 640):
             if kernel3_bwd.plan(d, N, N, "float16", causal, tiles=tiles)[1] is None:
                 _check_bwd(2, 3, N, d, torch.float16, causal, seed=d + N, tiles=tiles)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel 3's atomic-free backward (TilesB.dq = 0): the dK/dV kernel without dQ, then the dQ kernel
+# ---------------------------------------------------------------------------------------------
+
+def test_separate_plan():
+    for (d, causal), t in kernel3_bwd.SEPARATE_TILES.items():
+        assert t.dq == 0
+        for N in (128, 4096, 16384):
+            assert kernel3_bwd.plan(d, N, N, "float16", causal, tiles=t) == (t, None)
+        assert t.dq_tiles.smem_bytes(d) <= kernel3.SMEM_LIMIT
+    sep = TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(32, 2))
+    assert "BLOCK_N in (64, 128)" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=sep)[1]
+    sep = TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(64, 1))
+    assert "2 K/V stages" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=sep)[1]
+    big = TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3))  # Q, dO + 3 x (K, V) of 128 rows: 256 KB at d = 128
+    assert big.dq_tiles.smem_bytes(128) == 2 * 128 * (256 + 768) + 8 * 15
+    assert "dQ kernel tiles" in kernel3_bwd.plan(128, 4096, 4096, "float16", False, tiles=big)[1]
+    assert kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=big) == (big, None)
+    assert "dq=3" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=TilesB(64, 128, 2, dq=3))[1]
+
+
+def test_parse_tiles():
+    assert kernel3_bwd._parse_tiles("64,128,2,2,1")[1] == TilesB(64, 128, 2, 2, True)
+    assert kernel3_bwd._parse_tiles("64,128,2,0,0,64,3,1")[1] == TilesB(64, 128, 2, 0, False, TilesQ(64, 3, True))
+
+
+def test_deterministic_attention_falls_back_where_the_dq_kernel_cannot():
+    # the dispatcher: N = 4096 at d = 64 takes the dQ kernel; kernel 2 Config still wins
+    from flashref.gpu.kernels import Config
+    q, k, v, _ = _inputs(1, 2, 4096, 4096, 64, torch.float16, seed=1, device="cpu")
+    assert kernel3.choose_backward(q, k, v, True, True, config=Config())[0] is False
+    ok, t = kernel3.choose_backward(q, k, v, True, True)
+    default = kernel3_bwd.BWD_TILES[(64, True)]
+    assert ok and t == (default if default.dq == 0 else kernel3_bwd.SEPARATE_TILES[(64, True)])
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,N,causal,dtype", BWD_GRID)
+def test_kernel3_separate_backward_two_oracles(d, N, causal, dtype):
+    _check_bwd(2, 3, N, d, dtype, causal, seed=d + N + causal + 17, tiles=kernel3_bwd.SEPARATE_TILES[(d, causal)])
+
+
+SEPARATE_VARIANTS = [TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(64, 3)),
+                     TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 2)),
+                     TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3)),
+                     TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 3)),
+                     TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(64, 3, False)),
+                     TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(128, 3)),
+                     TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(64, 4))]
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("tiles", SEPARATE_VARIANTS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel3_separate_backward_variants(tiles, causal):
+    for d in (64, 128):
+        for N in (128, 640):
+            if kernel3_bwd.plan(d, N, N, "float16", causal, tiles=tiles)[1] is None:
+                _check_bwd(2, 3, N, d, torch.float16, causal, seed=d + N + 3, tiles=tiles)
+                _check_bwd(1, 2, N, d, torch.float16, causal, seed=d + N + 4, scale=4.0, tiles=tiles)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+def test_kernel3_separate_backward_is_deterministic_and_equals_kernel2(d):
+    """No atomic adds: two runs give bit-equal gradients, directly and through attention(deterministic=True);
+    against kernel 2's gradients on the same O and L2 at N = 4096."""
+    from flashref.gpu import _backward
+    from flashref.gpu.kernels import NO_VARIANTS, Config
+    q, k, v, do = _inputs(1, 4, 4096, 4096, d, torch.float16, seed=d + 2)
+    for causal in (False, True):
+        t = kernel3_bwd.SEPARATE_TILES[(d, causal)]
+        o, L2 = kernel3.forward(q, k, v, causal, d ** -0.5)
+        g1 = kernel3_bwd.backward(q, k, v, o, L2, do, causal, d ** -0.5, tiles=t)
+        g2 = kernel3_bwd.backward(q, k, v, o, L2, do, causal, d ** -0.5, tiles=t)
+        assert all(torch.equal(a, b) for a, b in zip(g1, g2)), (d, causal)
+        cfg = Config().resolve(d, causal, False)
+        gk2 = _backward(q, k, v, o, L2, do, causal, d ** -0.5, False, cfg, None, NO_VARIANTS)
+        for name, a, b in zip(("dq", "dk", "dv"), g1, gk2):
+            assert _err(a, b) <= 2e-2 * max(1.0, float(b.abs().max())), (name, causal, _err(a, b))
+        runs = []
+        for _ in range(2):
+            q_, k_, v_ = (x.detach().clone().requires_grad_() for x in (q, k, v))
+            kernel3.attention(q_, k_, v_, causal=causal, deterministic=True).backward(do)
+            runs.append((q_.grad, k_.grad, v_.grad))
+        assert all(torch.equal(a, b) for a, b in zip(*runs)), (d, causal)
+        if kernel3.choose_backward(q, k, v, causal, True)[1] == t:  # the same kernels: the same bits
+            assert all(torch.equal(a, b) for a, b in zip(runs[0], g1)), (d, causal)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,causal", [(64, True), (128, False), (128, True)])
+def test_kernel3_separate_backward_large_logits(d, causal):
+    _check_bwd(1, 2, 1024, d, torch.float16, causal, seed=23, scale=4.0, tiles=kernel3_bwd.SEPARATE_TILES[(d, causal)])

@@ -632,17 +632,23 @@ BACKWARD3 = {(128, False), (128, True), (64, False), (64, True)}
 
 def choose_backward(q, k, v, causal: bool, deterministic: bool, **options):
     """Which backward :func:`attention` pairs with kernel 3's forward: ``(True, TilesB)`` for kernel 3's
-    (kernel3_bwd.py), ``(False, why)`` for kernel 2's. Kernel 3's adds dQ with atomics, so
-    ``deterministic=True`` (and an explicit kernel 2 ``config``) keeps kernel 2's."""
+    (kernel3_bwd.py), ``(False, why)`` for kernel 2's. An explicit kernel 2 ``config`` keeps kernel 2's.
+    ``deterministic=True`` takes kernel 3's atomic-free mode (``TilesB.dq = 0``: the dK/dV kernel and a
+    separate dQ kernel, no atomic adds) where the default tiles add dQ atomically."""
     from . import kernel3_bwd
-    if deterministic:
-        return False, "deterministic=True: kernel 2's dQ kernel (kernel 3's backward adds dQ with atomics)"
     if options.get("config") is not None:
         return False, "a kernels.Config was given: kernel 2's backward with it"
     options = {k_: v_ for k_, v_ in options.items() if k_ != "config"}
-    t, why = kernel3_bwd.plan(q.shape[-1], q.shape[2], k.shape[2], str(q.dtype).removeprefix("torch."), causal,
-                              options)
-    return (False, why) if why else (True, t)
+    d, dtype = q.shape[-1], str(q.dtype).removeprefix("torch.")
+    t, why = kernel3_bwd.plan(d, q.shape[2], k.shape[2], dtype, causal, options)
+    if why:
+        return False, why
+    if deterministic and t.dq != 0:
+        t, why = kernel3_bwd.plan(d, q.shape[2], k.shape[2], dtype, causal, options,
+                                  tiles=kernel3_bwd.SEPARATE_TILES[(d, bool(causal))])
+        if why:
+            return False, f"deterministic=True: kernel 3's atomic-free backward cannot run this call ({why})"
+    return True, t
 
 
 def _function():
@@ -663,9 +669,9 @@ def _function():
         def backward(ctx, do):
             q, k, v, o, L2 = ctx.saved_tensors
             causal, scale, deterministic, cfg, bwd3 = ctx.args
-            if bwd3:  # kernel 3's backward (kernel3_bwd.py)
+            if bwd3 is not None:  # kernel 3's backward (kernel3_bwd.py) with these TilesB
                 from .kernel3_bwd import backward as backward3
-                grads = backward3(q, k, v, o, L2, do.contiguous(), causal, scale)
+                grads = backward3(q, k, v, o, L2, do.contiguous(), causal, scale, tiles=bwd3)
             else:
                 grads = _backward(q, k, v, o, L2, do, causal, scale, deterministic, cfg, None, _no_variants())
             return (*grads, None, None, None, None, None)
@@ -697,7 +703,8 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward
     from .kernels import Config
     cfg = (options.get("config") or Config()).resolve(q.shape[-1], causal, deterministic)
     bwd3 = (q.shape[-1], bool(causal)) in BACKWARD3 if backward3 is None else backward3
-    bwd3 = bool(bwd3) and choose_backward(q, k, v, causal, deterministic, **options)[0]
+    ok3, t3 = choose_backward(q, k, v, causal, deterministic, **options) if bwd3 else (False, None)
+    bwd3 = t3 if ok3 else None  # kernel 3's backward with these tiles, or kernel 2's
     if _FN is None:
         _FN = _function()
     return _FN.apply(q, k, v, causal, scale, deterministic, cfg, bwd3)

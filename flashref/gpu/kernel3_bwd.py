@@ -46,6 +46,21 @@ BWD_REGS = 240  # registers a consumer thread gets (setmaxnreg); the producer wa
 
 
 @dataclass(frozen=True)
+class TilesQ:
+    """The separate dQ kernel's launch shape (``TilesB.dq = 0``): one program per 128 query rows (two consumer
+    warpgroups of 64), BLOCK_N keys per step, STAGES shared-memory slots each of K_j and V_j; ``pingpong``:
+    the two warpgroups take turns at issuing their GEMMs, as kernel 3's forward."""
+
+    block_n: int = 128
+    stages: int = 2
+    pingpong: bool = True
+
+    def smem_bytes(self, d: int, elem: int = 2) -> int:
+        """Q_i and dO_i (128 rows each), STAGES slots of K_j and V_j, the mbarriers."""
+        return elem * d * (2 * 128 + 2 * self.stages * self.block_n) + 8 * (3 + 4 * self.stages)
+
+
+@dataclass(frozen=True)
 class TilesB:
     """The backward's launch shape: BLOCK_N keys per program (64 per consumer warpgroup), BLOCK_M query rows
     per step of the row loop, STAGES shared-memory slots of (Q_i, dO_i)."""
@@ -53,8 +68,10 @@ class TilesB:
     block_m: int = 64
     block_n: int = 128
     stages: int = 2
-    dq: int = 1  # 1 dQ_i split by columns between the warpgroups, this step; 2 the same a step later; 4 per warpgroup
+    dq: int = 1  # 1 dQ_i split by columns between the warpgroups, this step; 2 the same a step later; 4 per warpgroup;
+    #              0 no dQ here: the separate dQ kernel (FA2 §3.2's other option, no atomics) computes it
     vec4: bool = False  # dQ's atomic adds 16 bytes wide (a layout conversion through shared memory first)
+    dq_tiles: TilesQ = TilesQ()  # dq = 0: the dQ kernel's tiles
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ; the mbarriers (vec4: and the fp32 dQ
@@ -66,8 +83,22 @@ class TilesB:
 # The defaults by (head dimension, causal), from four interleaved H100 runs (figures/gpu/NOTES.md, "kernel 3's
 # backward in Gluon"): dQ a step late (dq=2), two Q/dO stages; 16-byte atomic adds (vec4) except at d = 128
 # non-causal, where they measured 0-5% slower.
-BWD_TILES = {(128, False): TilesB(64, 128, 2, dq=2), (128, True): TilesB(64, 128, 2, dq=2, vec4=True),
-             (64, False): TilesB(64, 128, 2, dq=2, vec4=True), (64, True): TilesB(64, 128, 2, dq=2, vec4=True)}
+ATOMIC_TILES = {(128, False): TilesB(64, 128, 2, dq=2), (128, True): TilesB(64, 128, 2, dq=2, vec4=True),
+                (64, False): TilesB(64, 128, 2, dq=2, vec4=True), (64, True): TilesB(64, 128, 2, dq=2, vec4=True)}
+# The atomic-free backward (dq = 0): the dK/dV kernel without dQ, then the dQ kernel (_k3q_kernel). Deterministic:
+# kernel3.choose_backward takes it for deterministic=True. From H100 call 1 (figures/gpu/NOTES.md, "kernel 3's
+# backward without atomics"): the dQ kernel with 64 keys a step at d = 128 (S, dP, dQ and dS of 64 rows fit the
+# 240 registers without spilling; 128 keys: 0.80-0.85x as fast), 128 at d = 64; three K/V stages (K_j's slot is
+# released a step late, after dQ's product); at d = 128 three Q/dO stages in the dK/dV kernel.
+SEPARATE_TILES = {(128, False): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 3)),
+                  (128, True): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 3)),
+                  (64, False): TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3)),
+                  (64, True): TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3))}
+# The default per (d, causal), from call 1 (fwd+bwd, same process, interleaved rounds): at d = 128 the atomic-free
+# backward, 1.07-1.12x the atomic one (0.93-0.96x cuDNN); at d = 64 the two within 3% (0.97-1.03x), the atomic
+# one marginally ahead on 4 of 6 rows, so it stays.
+BWD_TILES = {(128, False): SEPARATE_TILES[(128, False)], (128, True): SEPARATE_TILES[(128, True)],
+             (64, False): ATOMIC_TILES[(64, False)], (64, True): ATOMIC_TILES[(64, True)]}
 
 
 def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,
@@ -92,10 +123,20 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     if t.block_n != 128 or t.block_m not in (64, 128) or (t.block_m == 128 and d != 64):
         return None, ("BLOCK_N=128 (two consumer warpgroups of 64 keys) and BLOCK_M=64 query rows a step "
                       "(128 at d=64 only: the registers)")
-    if t.dq not in (1, 2, 4):
-        return None, f"dq={t.dq}: 1 (split by columns), 2 (the same, a step later) or 4 (per warpgroup)"
+    if t.dq not in (0, 1, 2, 4):
+        return None, (f"dq={t.dq}: 0 (a separate dQ kernel), 1 (split by columns), 2 (the same, a step later) "
+                      "or 4 (per warpgroup)")
     if t.smem_bytes(d) > SMEM_LIMIT:
         return None, f"tiles {t} need {t.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
+    if t.dq == 0:
+        tq = t.dq_tiles
+        if tq.block_n not in (64, 128) or Nq % 128 or Nq % tq.block_n:
+            return None, (f"dQ kernel: 128 query rows a program and BLOCK_N in (64, 128) keys a step, N={Nq} a "
+                          f"multiple of both (BLOCK_N={tq.block_n})")
+        if tq.stages < 2:
+            return None, "dQ kernel: at least 2 K/V stages (K_j's slot is released a step late)"
+        if tq.smem_bytes(d) > SMEM_LIMIT:
+            return None, f"dQ kernel tiles {tq} need {tq.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
     return t, None
 
 
@@ -216,51 +257,62 @@ if _MODS is not None:
         dP = warpgroup_mma_wait(1, deps=(dP_tok,))
         # FA2 Alg.2 l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i), while dV_j's product runs.
         dS = (P * (dP - gl.expand_dims(D_i, 0))).to(dtype)
-        # Publish this warpgroup's 64 rows of dS_ijᵀ in shared memory (slot t % 2), once both warpgroups
-        # have finished reading the slot's previous contents (step t − 2).
-        mbarrier.wait(ds_empty.index(b), ((t // 2) & 1) ^ 1, pred=t >= 2)
-        ds_b = ds_smem.index(b)
-        ds_w = ds_b.slice(WG * KEYS, KEYS)
-        ds_w.store(dS)
-        fence_async_shared()
-        mbarrier.arrive(ds_full.index(b), count=1)
-        # FA2 Alg.2 l.16: dK_j += dS_ijᵀ Q_i (dS_ijᵀ from this warpgroup's rows of the buffer); commit.
-        dK_tok = warpgroup_mma(ds_w, q_i, dK, is_async=True)
-        if DQ == 1:
-            # FA2 Alg.2 l.15: dQ_i += dS_ij K_j over the column block's 128 keys (both warpgroups' rows of
-            # dS_ijᵀ): this warpgroup's d/2 columns of it. Wait for the other warpgroup's rows first.
-            mbarrier.wait(ds_full.index(b), (t // 2) & 1)
-            dQ_tok = warpgroup_mma(ds_b.permute((1, 0)), k_cols,
-                                   gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False, is_async=True)
-            dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK_tok, P_op))
-            # Every product that read slot s (Q_i, dO_i) and slot b (dS_ijᵀ) is done: release both.
+        if DQ == 0:
+            # FA2 Alg.2 l.16: dK_j += dS_ijᵀ Q_i, dS_ijᵀ from registers (as P_ijᵀ for dV). No l.15 here: the
+            # separate dQ kernel (_k3q_kernel) computes dQ, so nothing is handed over and nothing is added atomically.
+            dS_op = gl.convert_layout(dS, p_layout)
+            dK_tok = warpgroup_mma(dS_op, q_i, dK, is_async=True)
+            dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
+            # Both products that read slot s (Q_i, dO_i) are done: release it to the producer.
             mbarrier.arrive(qd_empty.index(s), count=1)
-            mbarrier.arrive(ds_empty.index(b), count=1)
-            _k3b_dq_add(dQ_bh, dQ, i, WG * DQ_COLS, BLOCK_M, DQ_COLS, HEAD_D, VEC4)
-        elif DQ == 2:
-            if HAS_PREV:
-                # FA2 Alg.2 l.15 for the previous row block: dQ_{i'} += dS_{i'j} K_j, d/2 columns, from slot
-                # (t − 1) % 2, which the other warpgroup has long finished writing.
-                tp = t - 1
-                mbarrier.wait(ds_full.index(tp % 2), (tp // 2) & 1)
-                dQ_tok = warpgroup_mma(ds_smem.index(tp % 2).permute((1, 0)), k_cols,
+        else:
+            # Publish this warpgroup's 64 rows of dS_ijᵀ in shared memory (slot t % 2), once both warpgroups
+            # have finished reading the slot's previous contents (step t − 2).
+            mbarrier.wait(ds_empty.index(b), ((t // 2) & 1) ^ 1, pred=t >= 2)
+            ds_b = ds_smem.index(b)
+            ds_w = ds_b.slice(WG * KEYS, KEYS)
+            ds_w.store(dS)
+            fence_async_shared()
+            mbarrier.arrive(ds_full.index(b), count=1)
+            # FA2 Alg.2 l.16: dK_j += dS_ijᵀ Q_i (dS_ijᵀ from this warpgroup's rows of the buffer); commit.
+            dK_tok = warpgroup_mma(ds_w, q_i, dK, is_async=True)
+            if DQ == 1:
+                # FA2 Alg.2 l.15: dQ_i += dS_ij K_j over the column block's 128 keys (both warpgroups' rows of
+                # dS_ijᵀ): this warpgroup's d/2 columns of it. Wait for the other warpgroup's rows first.
+                mbarrier.wait(ds_full.index(b), (t // 2) & 1)
+                dQ_tok = warpgroup_mma(ds_b.permute((1, 0)), k_cols,
                                        gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False,
                                        is_async=True)
                 dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK_tok, P_op))
+                # Every product that read slot s (Q_i, dO_i) and slot b (dS_ijᵀ) is done: release both.
                 mbarrier.arrive(qd_empty.index(s), count=1)
-                mbarrier.arrive(ds_empty.index(tp % 2), count=1)
-                _k3b_dq_add(dQ_bh, dQ, _k3b_row_block(tp, i0, Tr, CAUSAL), WG * DQ_COLS, BLOCK_M, DQ_COLS, HEAD_D, VEC4)
+                mbarrier.arrive(ds_empty.index(b), count=1)
+                _k3b_dq_add(dQ_bh, dQ, i, WG * DQ_COLS, BLOCK_M, DQ_COLS, HEAD_D, VEC4)
+            elif DQ == 2:
+                if HAS_PREV:
+                    # FA2 Alg.2 l.15 for the previous row block: dQ_{i'} += dS_{i'j} K_j, d/2 columns, from slot
+                    # (t − 1) % 2, which the other warpgroup has long finished writing.
+                    tp = t - 1
+                    mbarrier.wait(ds_full.index(tp % 2), (tp // 2) & 1)
+                    dQ_tok = warpgroup_mma(ds_smem.index(tp % 2).permute((1, 0)), k_cols,
+                                           gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False,
+                                           is_async=True)
+                    dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK_tok, P_op))
+                    mbarrier.arrive(qd_empty.index(s), count=1)
+                    mbarrier.arrive(ds_empty.index(tp % 2), count=1)
+                    _k3b_dq_add(dQ_bh, dQ, _k3b_row_block(tp, i0, Tr, CAUSAL), WG * DQ_COLS, BLOCK_M, DQ_COLS,
+                                HEAD_D, VEC4)
+                else:
+                    dV, dK, P_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op))
+                    mbarrier.arrive(qd_empty.index(s), count=1)
             else:
-                dV, dK, P_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op))
+                # FA2 Alg.2 l.15 on this warpgroup's 64 keys only: dQ_i += dS_ij K_j (all d columns).
+                dQ_tok = warpgroup_mma(ds_w.permute((1, 0)), k_w, gl.zeros([BLOCK_M, HEAD_D], gl.float32, acc_layout),
+                                       use_acc=False, is_async=True)
+                dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK_tok, P_op))
                 mbarrier.arrive(qd_empty.index(s), count=1)
-        else:
-            # FA2 Alg.2 l.15 on this warpgroup's 64 keys only: dQ_i += dS_ij K_j (all d columns).
-            dQ_tok = warpgroup_mma(ds_w.permute((1, 0)), k_w, gl.zeros([BLOCK_M, HEAD_D], gl.float32, acc_layout),
-                                   use_acc=False, is_async=True)
-            dQ, dV, dK, P_op = warpgroup_mma_wait(0, deps=(dQ_tok, dV_tok, dK_tok, P_op))
-            mbarrier.arrive(qd_empty.index(s), count=1)
-            mbarrier.arrive(ds_empty.index(b), count=1)
-            _k3b_dq_add(dQ_bh, dQ, i, 0, BLOCK_M, HEAD_D, HEAD_D, VEC4)
+                mbarrier.arrive(ds_empty.index(b), count=1)
+                _k3b_dq_add(dQ_bh, dQ, i, 0, BLOCK_M, HEAD_D, HEAD_D, VEC4)
         return dK, dV
 
     @gluon.jit
@@ -271,7 +323,7 @@ if _MODS is not None:
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         HEAD_D: gl.constexpr = q_smem.shape[2]
         CAUSAL: gl.constexpr = cfg.shape[0] == 2
-        DQ: gl.constexpr = cfg.shape[1]
+        DQ: gl.constexpr = cfg.shape[1] % 8  # 8: DQ = 0 (see the kernel)
         VEC4: gl.constexpr = cfg.shape[2] == 2
         KEYS: gl.constexpr = 64
         DQ_COLS: gl.constexpr = HEAD_D // 2
@@ -365,7 +417,8 @@ if _MODS is not None:
         ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         # The partitions' flags travel as a placeholder buffer's shape (a few bytes, never read or written):
         # a constexpr passed to gl.warp_specialize arrives as a tensor (figures/gpu/NOTES.md), a shape does not.
-        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, DQ, 1 + VEC4],
+        # (DQ = 0, the dQ kernel's mode, travels as extent 8: an extent is a power of two, never 0.)
+        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, DQ + 8 * (DQ == 0), 1 + VEC4],
                                         gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
         mbarrier.init(kv_bar, count=1)
         for s in gl.static_range(STAGES):
@@ -381,6 +434,216 @@ if _MODS is not None:
         gl.warp_specialize([(_k3b_consumer0, cargs), (_k3b_consumer1, cargs), (_k3b_producer, pargs)],
                            [4, 1], [CONSUMER_REGS, 24])
 
+
+    # ----------------------------------------------------------------------------------------
+    # the dQ kernel (TilesB.dq = 0): FA2 Alg.2 l.15 as its own pass, one program per row block i that owns
+    # dQ_i in registers and streams K_j, V_j (FA2 §3.2's alternative to the atomic adds; kernel 3's forward's
+    # structure: a producer warp, two consumer warpgroups of 64 rows taking turns at the tensor cores)
+    # ----------------------------------------------------------------------------------------
+
+    @gluon.jit
+    def _k3q_producer(desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                      k_empty, v_empty, q_row0, kv_row0, n_blocks):
+        # FA3 Alg.1's producer (one warp): Q_i and dO_i once (FA2 Alg.2 l.9, for this row block), then for each
+        # j, K_j and V_j (l.6) into slot j % STAGES once both consumers have released it.
+        STAGES: gl.constexpr = k_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        mbarrier.expect(q_bar, desc_q.block_type.nbytes + desc_do.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc_q, [q_row0, 0], q_bar, q_smem)
+        tma.async_copy_global_to_shared(desc_do, [q_row0, 0], q_bar, do_smem)
+        kv_bytes: gl.constexpr = desc_k.block_type.nbytes
+        for j in range(n_blocks):
+            s = j % STAGES
+            ph = ((j // STAGES) & 1) ^ 1  # the release of the previous round of this slot
+            mbarrier.wait(k_empty.index(s), ph, pred=j >= STAGES)
+            mbarrier.expect(k_ready.index(s), kv_bytes)
+            tma.async_copy_global_to_shared(desc_k, [kv_row0 + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+            mbarrier.wait(v_empty.index(s), ph, pred=j >= STAGES)
+            mbarrier.expect(v_ready.index(s), kv_bytes)
+            tma.async_copy_global_to_shared(desc_v, [kv_row0 + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+
+    @gluon.jit
+    def _k3q_ds(S, dP, L_i, D_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
+        # FA2 Alg.2 l.11: P_ij = exp2(S_ij·τ·log2 e − L_i) (base 2: L_i is the forward's L2); causal, on the
+        # diagonal's blocks only, key > query → P = 0.
+        P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 1))
+        if MASK:
+            P = gl.where(gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0), P, 0.0)
+        # FA2 Alg.2 l.14: dS_ij = P_ij ∘ (dP_ij − D_i).
+        return P * (dP - gl.expand_dims(D_i, 1))
+
+    @gluon.jit
+    def _k3q_turn(my_turn, t, PINGPONG: gl.constexpr, FIRST: gl.constexpr):
+        # Ping-pong (kernel 3's forward): the t-th GEMM issue of a warpgroup waits for the other's matching one.
+        if PINGPONG:
+            if FIRST:
+                mbarrier.wait(my_turn, (t - 1) & 1, pred=t > 0)
+            else:
+                mbarrier.wait(my_turn, t & 1)
+
+    @gluon.jit
+    def _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                      turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, WG: gl.constexpr):
+        # FA2 Alg.2's dQ part on rows [start_m + 64·WG, + 64) of row block i, one warpgroup (4 warps). Step j
+        # issues S_ij, dP_ij and dQ_i += dS_i(j−1) K_(j−1) together (FA3 Alg.2's order: the product of the
+        # previous block's result runs while this block's exponentials and dS are computed).
+        ROWS: gl.constexpr = 64
+        STAGES: gl.constexpr = k_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        HEAD_D: gl.constexpr = k_smem.shape[2]
+        CAUSAL: gl.constexpr = cfg.shape[0] == 2
+        PINGPONG: gl.constexpr = cfg.shape[1] == 2
+        dtype: gl.constexpr = k_smem.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, HEAD_D, 16])
+        ds_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+        if WG == 0:
+            my_turn = turn0
+            other_turn = turn1
+        else:
+            my_turn = turn1
+            other_turn = turn0
+        q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i, dO_i
+        do_c = do_smem.slice(WG * ROWS, ROWS)
+        bh64 = bh.to(gl.int64)
+        offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=row_layout)
+        # FA2 Alg.2 l.9: L_i, D_i into registers (before the wait for Q_i, dO_i, which hides their latency).
+        L_i = gl.load(L2 + bh64 * N + offs_m)
+        D_i = gl.load(Dd + bh64 * N + offs_m)
+        # FA2 Alg.2 l.3 (for this row block only): dQ_i = 0 on chip, fp32.
+        dQ = gl.zeros([ROWS, HEAD_D], gl.float32, acc_layout)
+        # FA2 Alg.2 l.9: wait for Q_i and dO_i; l.6: for K_0, V_0.
+        mbarrier.wait(q_bar, 0)
+        mbarrier.wait(k_ready.index(0), 0)
+        mbarrier.wait(v_ready.index(0), 0)
+        # Block j = 0. FA2 Alg.2 l.10: S_i0 = Q_i K_0ᵀ; l.13: dP_i0 = dO_i V_0ᵀ; commit both.
+        _k3q_turn(my_turn, 0, PINGPONG, WG == 0)
+        S_tok = warpgroup_mma(q_c, k_smem.index(0).permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+                              use_acc=False, is_async=True)
+        dP_tok = warpgroup_mma(do_c, v_smem.index(0).permute((1, 0)),
+                               gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(other_turn, count=1)
+        S = warpgroup_mma_wait(1, deps=(S_tok,))
+        dP = warpgroup_mma_wait(0, deps=(dP_tok,))
+        mbarrier.arrive(v_empty.index(0), count=1)  # V_0 read (K_0 still is: dQ's product, next step)
+        offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
+        # FA2 Alg.2 l.11, l.14: P_i0, dS_i0 (causal: masked; a no-op unless block 0 is crossed by the diagonal).
+        dS = gl.convert_layout(_k3q_ds(S, dP, L_i, D_i, qk_scale, offs_m, offs_n, CAUSAL).to(dtype), ds_layout)
+        # FA2 Alg.2 l.8: for each further column block j (causal: up to the diagonal).
+        for j in range(1, n_blocks):
+            s = j % STAGES
+            sp = (j - 1) % STAGES
+            mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
+            mbarrier.wait(v_ready.index(s), (j // STAGES) & 1)
+            _k3q_turn(my_turn, j, PINGPONG, WG == 0)
+            # FA2 Alg.2 l.10: S_ij = Q_i K_jᵀ; commit, do not wait.
+            S_tok = warpgroup_mma(q_c, k_smem.index(s).permute((1, 0)),
+                                  gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+            # FA2 Alg.2 l.13: dP_ij = dO_i V_jᵀ; commit, do not wait.
+            dP_tok = warpgroup_mma(do_c, v_smem.index(s).permute((1, 0)),
+                                   gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+            # FA2 Alg.2 l.15 for the previous block: dQ_i += dS_i(j−1) K_(j−1) (dS from registers); commit.
+            dQ_tok = warpgroup_mma(dS, k_smem.index(sp), dQ, is_async=True)
+            if PINGPONG:
+                mbarrier.arrive(other_turn, count=1)  # the other warpgroup's GEMMs may go next
+            # Wait for S_ij only (dP_ij and the dQ product stay in flight).
+            S = warpgroup_mma_wait(2, deps=(S_tok,))
+            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=col_layout)
+            # FA2 Alg.2 l.11: P_ij = exp2(S_ij·τ·log2 e − L_i), under dP_ij; then wait for dP_ij, release V_j.
+            P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 1))
+            if CAUSAL:
+                if j >= n_full:  # the diagonal's blocks: key > query → P = 0
+                    P = gl.where(gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0), P, 0.0)
+            dP = warpgroup_mma_wait(1, deps=(dP_tok,))
+            mbarrier.arrive(v_empty.index(s), count=1)
+            # FA2 Alg.2 l.14: dS_ij = P_ij ∘ (dP_ij − D_i), while the dQ product runs.
+            dS_next = (P * (dP - gl.expand_dims(D_i, 1))).to(dtype)
+            # Wait for dQ's product; K_(j−1) is no longer read: release its slot.
+            dQ, dS = warpgroup_mma_wait(0, deps=(dQ_tok, dS))
+            mbarrier.arrive(k_empty.index(sp), count=1)
+            dS = gl.convert_layout(dS_next, ds_layout)
+        # FA2 Alg.2 l.15 for the last block: dQ_i += dS_i,last K_last; commit and wait.
+        last = n_blocks - 1
+        _k3q_turn(my_turn, n_blocks, PINGPONG, WG == 0)
+        dQ_tok = warpgroup_mma(dS, k_smem.index(last % STAGES), dQ, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(other_turn, count=1)
+        dQ, dS = warpgroup_mma_wait(0, deps=(dQ_tok, dS))
+        # FA2 Alg.2 l.20 (for row block i): dQ_i times τ, in the inputs' dtype, written to HBM once.
+        offs_r = start_m + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
+        offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
+        off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
+        gl.store(dQ_out + off, (dQ * sm_scale).to(dQ_out.dtype.element_ty))
+
+    @gluon.jit
+    def _k3q_consumer0(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                       turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale):
+        _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                      turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, 0)
+
+    @gluon.jit
+    def _k3q_consumer1(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                       turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale):
+        _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                      turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, 1)
+
+    @gluon.jit
+    def _k3q_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQ_out, N, qk_scale, sm_scale,
+                    HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                    PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+        # One program per row block i (128 rows) of one (batch, head) bh; causal: the longest rows first.
+        # Default partition: consumer warpgroup 0; workers: warpgroup 1, the producer warp.
+        BLOCK_M: gl.constexpr = 128
+        Tr = N // BLOCK_M
+        i = gl.program_id(0)
+        bh = gl.program_id(1)
+        if CAUSAL:
+            i = Tr - 1 - i
+        start_m = i * BLOCK_M
+        q_row0 = bh * N + start_m
+        kv_row0 = bh * N
+        # The column blocks row block i visits (FA2 §3.1.1 causal block skipping): [0, n_full) wholly at or
+        # below the diagonal, unmasked; [n_full, n_blocks) crossed by it, masked.
+        if CAUSAL:
+            n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), N // BLOCK_N)
+            n_full = (start_m + 1) // BLOCK_N
+        else:
+            n_blocks = N // BLOCK_N
+            n_full = n_blocks
+        dtype: gl.constexpr = desc_q.dtype
+        q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_do.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_k.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_v.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        # The flags travel to the partitions as a placeholder buffer's shape (as in _k3b_dkdv_kernel).
+        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + PINGPONG],
+                                        gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        mbarrier.init(q_bar, count=1)
+        mbarrier.init(turn0, count=1)
+        mbarrier.init(turn1, count=1)
+        for s in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(s), count=1)
+            mbarrier.init(v_ready.index(s), count=1)
+            mbarrier.init(k_empty.index(s), count=2)  # one arrival from each consumer warpgroup
+            mbarrier.init(v_empty.index(s), count=2)
+        cargs = (dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                 turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale)
+        pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
+                 k_empty, v_empty, q_row0, kv_row0, n_blocks)
+        gl.warp_specialize([(_k3q_consumer0, cargs), (_k3q_consumer1, cargs), (_k3q_producer, pargs)],
+                           [4, 1], [CONSUMER_REGS, 24])
 
 # --------------------------------------------------------------------------------------------
 # launcher: kernel 2's pre-pass, this dK/dV kernel (with atomic dQ), kernel 2's dQ scaling
@@ -404,22 +667,33 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
         raise ValueError(f"kernel 3's backward cannot run this call: {why}")
     q, k, v, o, do = (x.contiguous() for x in (q, k, v, o, do))
     D = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    dq_acc = torch.empty(q.shape, device=q.device, dtype=torch.float32)
-    # FA2 Alg.2 l.3-4: dQ = 0 (fp32, HBM) and D = rowsum(dO ∘ O): kernel 2's pre-pass, unchanged.
-    _bwd_preprocess[(triton.cdiv(N, 32), B * H)](o, do, D, dq_acc, N, HEAD_D=d, D_PAD=d, BLOCK_M=32, ATOMIC_DQ=True)
+    atomic = t.dq != 0
+    dq_acc = torch.empty(q.shape, device=q.device, dtype=torch.float32) if atomic else D  # dq = 0: unused
+    # FA2 Alg.2 l.4 (and l.3, dQ = 0 in HBM, for the atomic adds): D = rowsum(dO ∘ O): kernel 2's pre-pass.
+    _bwd_preprocess[(triton.cdiv(N, 32), B * H)](o, do, D, dq_acc, N, HEAD_D=d, D_PAD=d, BLOCK_M=32, ATOMIC_DQ=atomic)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dt = _gl_dtype(q.dtype)
-    descs = []
-    for x, rows in ((q, t.block_m), (do, t.block_m), (k, t.block_n), (v, t.block_n)):
+
+    def desc(x, rows):
         x2 = x.view(-1, d)
         layout = gl.NVMMASharedLayout.get_default_for([rows, d], dt)
-        descs.append(_TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout))
+        return _TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout)
+
+    descs = [desc(q, t.block_m), desc(do, t.block_m), desc(k, t.block_n), desc(v, t.block_n)]
+    # FA2 Alg.2 l.5-19 (dq = 0: without l.15): dK, dV (and dQ by atomic adds).
     _k3b_dkdv_kernel[(N // t.block_n, B * H)](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, HEAD_D=d,
                                               BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal,
                                               DQ=t.dq, VEC4=t.vec4, CONSUMER_REGS=BWD_REGS, num_warps=4)
-    # FA2 Alg.2 l.20: dQ times τ, cast: kernel 2's dq_scale kernel, unchanged.
-    n = dq.numel()
-    _bwd_dq_scale[(triton.cdiv(n, 1024),)](dq_acc, dq, n, scale, BLOCK=1024)
+    if atomic:
+        # FA2 Alg.2 l.20: dQ times τ, cast: kernel 2's dq_scale kernel, unchanged.
+        n = dq.numel()
+        _bwd_dq_scale[(triton.cdiv(n, 1024),)](dq_acc, dq, n, scale, BLOCK=1024)
+    else:
+        # FA2 Alg.2 l.15 (and l.20) as its own kernel: dQ_i = τ Σ_j dS_ij K_j, one program per 128 rows.
+        tq = t.dq_tiles
+        _k3q_kernel[(N // 128, B * H)](desc(q, 128), desc(do, 128), desc(k, tq.block_n), desc(v, tq.block_n), L2, D,
+                                       dq, N, scale * LOG2E, scale, HEAD_D=d, BLOCK_N=tq.block_n, STAGES=tq.stages,
+                                       CAUSAL=causal, PINGPONG=tq.pingpong, CONSUMER_REGS=BWD_REGS, num_warps=4)
     return dq, dk, dv
 
 
@@ -428,8 +702,12 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
 # --------------------------------------------------------------------------------------------
 
 def _parse_tiles(text: str):
-    """``BM,BN,stages[,dq[,vec4]]`` (TilesB's fields; vec4 as 0 or 1)."""
-    return text, TilesB(*(int(x) for x in text.split(",")))
+    """``BM,BN,stages[,dq[,vec4[,qBN,qstages,qpingpong]]]`` (TilesB's fields, vec4 as 0 or 1; then, for dq = 0,
+    the dQ kernel's TilesQ)."""
+    x = [int(v) for v in text.split(",")]
+    if len(x) > 5:
+        return text, TilesB(x[0], x[1], x[2], x[3], bool(x[4]), TilesQ(x[5], x[6], bool(x[7])))
+    return text, TilesB(*x[:4], *(bool(v) for v in x[4:]))
 
 
 def _bench(argv=None) -> int:
@@ -456,9 +734,10 @@ def _bench(argv=None) -> int:
     p.add_argument("--dtype", default="float16", choices=DTYPES)
     p.add_argument("--modes", default="fwd_bwd,bwd")
     p.add_argument("--tiles", nargs="*", default=[],
-                   help="extra backward tiles to time: BM,BN,stages[,dq] (TilesB)")
+                   help="extra backward tiles to time: BM,BN,stages[,dq[,vec4[,qBN,qstages,qpp]]] (TilesB, TilesQ)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rep", type=int, default=40)
+    p.add_argument("--drop", default="", help="base backends not to time, comma-separated (e.g. k3f+k2b)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     why = kernel3.unavailable()
@@ -525,6 +804,9 @@ def _bench_shape(d, N, causal, dtype, a, extra):
                 return backward(*ctx.saved_tensors, do_.contiguous(), causal, d ** -0.5, tiles=t)
         return _F.apply
 
+    for name in a.drop.split(","):
+        if name not in ("cudnn", "kernel2"):  # the references stay
+            fns.pop(name, None)
     for name, t in extra:
         if plan(d, N, N, a.dtype, causal, tiles=t)[1] is None:
             fns[f"k3[{name}]"] = k3_tiles(t)
@@ -537,6 +819,11 @@ def _bench_shape(d, N, causal, dtype, a, extra):
         if ref is None:
             ref = gr
             continue
+        if name.startswith("k3"):  # run to run: bit-equal gradients? (dq = 0 has no atomic adds)
+            fns[name](q, k, v).backward(do)
+            same = all(bool(torch.equal(x.grad.float(), y)) for x, y in zip((q, k, v), gr))
+            q.grad = k.grad = v.grad = None
+            print(f"  bit-equal run to run: {same!s:5} {name} d={d} N={N} causal={causal}", flush=True)
         err = max(float((x - y).abs().max()) / max(1.0, float(y.abs().max())) for x, y in zip(gr, ref))
         if err > 2e-2 or not all(bool(torch.isfinite(x).all()) for x in gr):
             print(f"  MISMATCH {name} d={d} N={N} causal={causal}: rel max |grad - kernel 2's| = {err:.3g}")
