@@ -27,6 +27,14 @@ Measured on an H100 (figures/gpu/NOTES.md, "kernel 3's backward in Gluon"): with
 forward+backward at 1.00–1.18× kernel 2's and 0.78–0.94× cuDNN's; without any dQ the same kernel ran at
 1.1–1.5× cuDNN's backward, so the dQ path (hand-over and atomics) is where the rest of the gap is.
 
+**Without atomics** (``TilesB.dq = 0``, FlashAttention-2's other option, §3.2): the same dK/dV kernel without
+l.15 (four products a step, nothing handed over), then :func:`_k3q_kernel`, one program per 128 query rows that
+owns dQ_i in registers and streams K_j, V_j by TMA in the forward's pingpong structure (producer warp, two consumer
+warpgroups of 64 rows): per j, S_ij, dP_ij and dQ_i += dS_i(j−1) K_(j−1) issued together, P_ij and dS_ij computed
+under them, dQ_i·τ written once in the input dtype (no fp32 buffer, no zeroing, no dq_scale pass). Seven products
+instead of five, no atomics, and bit-reproducible gradients. On an H100 it is the default at d = 128 (fwd+bwd
+0.91-0.98x cuDNN, 1.07-1.19x the atomic backward); at d = 64 the two tie and the atomic one stays the default.
+
 kernel 2's pre-pass (D = rowsum(dO ∘ O), dQ = 0) and its dq_scale kernel run unchanged around it
 (:func:`backward`). It takes what kernel 3's forward takes (d in {64, 128}, fp16/bf16, Nq = Nk a multiple of
 the tiles, no options; :func:`plan`); :func:`kernel3.attention <flashref.gpu.kernel3.attention>` uses it
@@ -86,17 +94,19 @@ class TilesB:
 ATOMIC_TILES = {(128, False): TilesB(64, 128, 2, dq=2), (128, True): TilesB(64, 128, 2, dq=2, vec4=True),
                 (64, False): TilesB(64, 128, 2, dq=2, vec4=True), (64, True): TilesB(64, 128, 2, dq=2, vec4=True)}
 # The atomic-free backward (dq = 0): the dK/dV kernel without dQ, then the dQ kernel (_k3q_kernel). Deterministic:
-# kernel3.choose_backward takes it for deterministic=True. From H100 call 1 (figures/gpu/NOTES.md, "kernel 3's
-# backward without atomics"): the dQ kernel with 64 keys a step at d = 128 (S, dP, dQ and dS of 64 rows fit the
-# 240 registers without spilling; 128 keys: 0.80-0.85x as fast), 128 at d = 64; three K/V stages (K_j's slot is
-# released a step late, after dQ's product); at d = 128 three Q/dO stages in the dK/dV kernel.
-SEPARATE_TILES = {(128, False): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 3)),
-                  (128, True): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 3)),
+# kernel3.choose_backward takes it for deterministic=True. From H100 calls 1 and 2 (figures/gpu/NOTES.md, "kernel
+# 3's backward without atomics"): the dQ kernel with 64 keys a step at d = 128 (S, dP, dQ and dS of 64 rows fit
+# the 240 registers without spilling; 128 keys: 0.80-0.85x as fast) and four K/V stages (+1-4% over three, call 2),
+# 128 keys and three stages at d = 64 (K_j's slot is released a step late, after dQ's product); at d = 128 three
+# Q/dO stages in the dK/dV kernel (+0-10% over two, call 1).
+SEPARATE_TILES = {(128, False): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4)),
+                  (128, True): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4)),
                   (64, False): TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3)),
                   (64, True): TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3))}
-# The default per (d, causal), from call 1 (fwd+bwd, same process, interleaved rounds): at d = 128 the atomic-free
-# backward, 1.07-1.12x the atomic one (0.93-0.96x cuDNN); at d = 64 the two within 3% (0.97-1.03x), the atomic
-# one marginally ahead on 4 of 6 rows, so it stays.
+# The default per (d, causal), from calls 1 and 2 (fwd+bwd, one process each, interleaved rounds): at d = 128 the
+# atomic-free backward, 1.07-1.19x the atomic one (0.91-0.98x cuDNN in call 2); at d = 64 the two within 3-4%
+# either way in both calls (a tie: the same atomic backward timed twice in call 2 moved up to 3%), so the atomic
+# one, the earlier default, stays; deterministic=True gets the atomic-free one at about the same speed.
 BWD_TILES = {(128, False): SEPARATE_TILES[(128, False)], (128, True): SEPARATE_TILES[(128, True)],
              (64, False): ATOMIC_TILES[(64, False)], (64, True): ATOMIC_TILES[(64, True)]}
 
