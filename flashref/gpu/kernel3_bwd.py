@@ -33,12 +33,14 @@ owns dQ_i in registers and streams K_j, V_j by TMA in the forward's pingpong str
 warpgroups of 64 rows): per j, S_ij, dP_ij and dQ_i += dS_i(j−1) K_(j−1) issued together, P_ij and dS_ij computed
 under them, dQ_i·τ written once in the input dtype (no fp32 buffer, no zeroing, no dq_scale pass). Seven products
 instead of five, no atomics, and bit-reproducible gradients. On an H100 it is the default at d = 128 (fwd+bwd
-0.91-0.98x cuDNN, 1.07-1.19x the atomic backward); at d = 64 the two tie and the atomic one stays the default.
+0.91-0.98x cuDNN in the call that chose it, 0.88-0.95x in the final run; 1.07-1.19x the atomic backward); at
+d = 64 the two tie and the atomic one stays the default.
 
-kernel 2's pre-pass (D = rowsum(dO ∘ O), dQ = 0) and its dq_scale kernel run unchanged around it
-(:func:`backward`). It takes what kernel 3's forward takes (d in {64, 128}, fp16/bf16, Nq = Nk a multiple of
-the tiles, no options; :func:`plan`); :func:`kernel3.attention <flashref.gpu.kernel3.attention>` uses it
-where ``plan`` allows and kernel 2's backward everywhere else.
+kernel 2's pre-pass (D = rowsum(dO ∘ O), and dQ = 0 for the atomic path) and, for the atomic path, its
+dq_scale kernel run unchanged around it (:func:`backward`). It takes what kernel 3's forward takes (d in
+{64, 128}, fp16/bf16, Nq = Nk a multiple of the tiles, no options; :func:`plan`);
+:func:`kernel3.attention <flashref.gpu.kernel3.attention>` uses it where ``plan`` allows and kernel 2's
+backward everywhere else.
 
 Like kernel3.py this module imports without Gluon (CI: Triton 3.9, interpreter): the kernel is then left
 undefined and :func:`flashref.gpu.kernel3.unavailable` says why.
