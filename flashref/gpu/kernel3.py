@@ -128,6 +128,24 @@ def available(device=None) -> bool:
     return unavailable(device) is None
 
 
+def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | None, tiles) -> str | None:
+    """The rules kernel 3's forward and backward share, in this order (None: they take the call): fp16 or
+    bf16; d in HEAD_DIMS; Nq = Nk; N a multiple of both blocks of ``tiles`` (no ragged tile); no option set
+    (dropout, GQA, window, ALiBi, softcap). ``what`` names the kernel in the reason."""
+    if dtype not in DTYPES:
+        return f"dtype {dtype}: {what} takes float16 or bfloat16"
+    if d not in HEAD_DIMS:
+        return f"d={d}: {what} takes d in {HEAD_DIMS} (a power of two with tuned tiles)"
+    if Nq != Nk:
+        return f"Nq={Nq} != Nk={Nk}: {what} takes equal lengths"
+    if Nq % tiles.block_m or Nq % tiles.block_n:
+        return f"N={Nq} is not a multiple of the {tiles.block_m}x{tiles.block_n} tiles (no ragged tiles in {what})"
+    options = sorted(k for k, v in (options or {}).items() if v not in (None, False, 0, 0.0))
+    if options:
+        return f"option(s) {options}: {what} is the plain one (no dropout or variants)"
+    return None
+
+
 def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,
          tiles: Tiles3 | None = None):
     """The dispatcher's decision for one call: ``(Tiles3, None)`` where kernel 3 runs, else ``(None, why)``,
@@ -142,18 +160,10 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     * no dropout, GQA, window, ALiBi or softcap (kernel 2 has them; kernel 3 is the plain forward);
     * the tiles fit in shared memory.
     """
-    options = {k: v for k, v in (options or {}).items() if v not in (None, False, 0, 0.0)}
     t = tiles or TILES.get((d, bool(causal)))
-    if dtype not in DTYPES:
-        return None, f"dtype {dtype}: kernel 3 takes float16 or bfloat16"
-    if d not in HEAD_DIMS:
-        return None, f"d={d}: kernel 3 takes d in {HEAD_DIMS} (a power of two with tuned tiles)"
-    if Nq != Nk:
-        return None, f"Nq={Nq} != Nk={Nk}: kernel 3 takes equal lengths"
-    if Nq % t.block_m or Nk % t.block_n:
-        return None, f"N={Nq} is not a multiple of the {t.block_m}x{t.block_n} tiles (no ragged tiles in kernel 3)"
-    if options:
-        return None, f"option(s) {sorted(options)}: kernel 3 is the plain forward (no dropout or variants)"
+    why = refusal("kernel 3", d, Nq, Nk, dtype, options, t)
+    if why:
+        return None, why
     if t.pingpong and (t.block_m, t.warps) != (128, 8):
         return None, "pingpong: two consumer warpgroups of 64 rows each (BLOCK_M=128, 8 warps)"
     if t.warps & (t.warps - 1) or t.warps < 4:
@@ -564,17 +574,18 @@ def _gl_dtype(torch_dtype):
     return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[torch_dtype]
 
 
+def descriptor(x, rows: int):
+    """A TMA descriptor over the (B·H·N, d) view of ``x`` whose box is ``rows`` whole rows."""
+    d = x.shape[-1]
+    x2 = x.view(-1, d)
+    layout = gl.NVMMASharedLayout.get_default_for([rows, d], _gl_dtype(x.dtype))
+    return _TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout)
+
+
 def descriptors(q, k, v, o, t: Tiles3):
     """TMA descriptors over the (B·H·N, d) views of q, k, v, o with the tiles' boxes."""
-    d = q.shape[-1]
-    dt = _gl_dtype(q.dtype)
-    out = []
     o_rows = t.block_m // 2 if t.pingpong else t.block_m  # pingpong: each warpgroup stores its 64 rows
-    for x, rows in ((q, t.block_m), (k, t.block_n), (v, t.block_n), (o, o_rows)):
-        x2 = x.view(-1, d)
-        layout = gl.NVMMASharedLayout.get_default_for([rows, d], dt)
-        out.append(_TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout))
-    return out
+    return [descriptor(x, rows) for x, rows in ((q, t.block_m), (k, t.block_n), (v, t.block_n), (o, o_rows))]
 
 
 def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, heads_first: bool | None = None):

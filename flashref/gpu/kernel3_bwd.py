@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .kernel3 import _MODS, DTYPES, HEAD_DIMS, LOG2E, SMEM_LIMIT
+from .kernel3 import _MODS, DTYPES, LOG2E, SMEM_LIMIT, refusal
 
 BWD_REGS = 240  # registers a consumer thread gets (setmaxnreg); the producer warp 24
 
@@ -120,18 +120,10 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     options (dropout, GQA, window, ALiBi, softcap); two consumer warpgroups of 64 keys (BLOCK_N = 128) and
     64 query rows a step (128 allowed at d = 64, where the registers hold S and dP of 128 columns); the tiles fit
     in shared memory."""
-    options = {k: v for k, v in (options or {}).items() if v not in (None, False, 0, 0.0)}
     t = tiles or BWD_TILES.get((d, bool(causal)), TilesB())
-    if dtype not in DTYPES:
-        return None, f"dtype {dtype}: kernel 3's backward takes float16 or bfloat16"
-    if d not in HEAD_DIMS:
-        return None, f"d={d}: kernel 3's backward takes d in {HEAD_DIMS}"
-    if Nq != Nk:
-        return None, f"Nq={Nq} != Nk={Nk}: kernel 3's backward takes equal lengths"
-    if Nq % t.block_n or Nq % t.block_m:
-        return None, f"N={Nq} is not a multiple of the {t.block_m}x{t.block_n} tiles (no ragged tiles)"
-    if options:
-        return None, f"option(s) {sorted(options)}: kernel 3's backward is the plain one (no dropout or variants)"
+    why = refusal("kernel 3's backward", d, Nq, Nk, dtype, options, t)
+    if why:
+        return None, why
     if t.block_n != 128 or t.block_m not in (64, 128) or (t.block_m == 128 and d != 64):
         return None, ("BLOCK_N=128 (two consumer warpgroups of 64 keys) and BLOCK_M=64 query rows a step "
                       "(128 at d=64 only: the registers)")
@@ -156,13 +148,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
 # the kernel
 # --------------------------------------------------------------------------------------------
 
-if _MODS is not None:
-    gluon, gl, _hopper, _TensorDescriptor = _MODS
-    tma = _hopper.tma
-    mbarrier = _hopper.mbarrier
-    warpgroup_mma = _hopper.warpgroup_mma
-    warpgroup_mma_wait = _hopper.warpgroup_mma_wait
-    fence_async_shared = _hopper.fence_async_shared
+if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
+    from .kernel3 import fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
     @gluon.jit
     def _k3b_row_block(t, i0, Tr, CAUSAL: gl.constexpr):
@@ -667,7 +654,7 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     import torch
     import triton
 
-    from .kernel3 import _gl_dtype, unavailable
+    from .kernel3 import descriptor, unavailable
     from .kernels import _bwd_dq_scale, _bwd_preprocess
 
     why = unavailable(q.device)
@@ -684,14 +671,7 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     # FA2 Alg.2 l.4 (and l.3, dQ = 0 in HBM, for the atomic adds): D = rowsum(dO ∘ O): kernel 2's pre-pass.
     _bwd_preprocess[(triton.cdiv(N, 32), B * H)](o, do, D, dq_acc, N, HEAD_D=d, D_PAD=d, BLOCK_M=32, ATOMIC_DQ=atomic)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    dt = _gl_dtype(q.dtype)
-
-    def desc(x, rows):
-        x2 = x.view(-1, d)
-        layout = gl.NVMMASharedLayout.get_default_for([rows, d], dt)
-        return _TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout)
-
-    descs = [desc(q, t.block_m), desc(do, t.block_m), desc(k, t.block_n), desc(v, t.block_n)]
+    descs = [descriptor(q, t.block_m), descriptor(do, t.block_m), descriptor(k, t.block_n), descriptor(v, t.block_n)]
     # FA2 Alg.2 l.5-19 (dq = 0: without l.15): dK, dV (and dQ by atomic adds).
     _k3b_dkdv_kernel[(N // t.block_n, B * H)](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, HEAD_D=d,
                                               BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal,
@@ -703,7 +683,8 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     else:
         # FA2 Alg.2 l.15 (and l.20) as its own kernel: dQ_i = τ Σ_j dS_ij K_j, one program per 128 rows.
         tq = t.dq_tiles
-        _k3q_kernel[(N // 128, B * H)](desc(q, 128), desc(do, 128), desc(k, tq.block_n), desc(v, tq.block_n), L2, D,
+        _k3q_kernel[(N // 128, B * H)](descriptor(q, 128), descriptor(do, 128), descriptor(k, tq.block_n),
+                                       descriptor(v, tq.block_n), L2, D,
                                        dq, N, scale * LOG2E, scale, HEAD_D=d, BLOCK_N=tq.block_n, STAGES=tq.stages,
                                        CAUSAL=causal, PINGPONG=tq.pingpong, CONSUMER_REGS=BWD_REGS, num_warps=4)
     return dq, dk, dv
