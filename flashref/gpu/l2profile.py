@@ -107,21 +107,12 @@ METRIC_SETS = (
 )
 
 
+GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4}
+
+
 def shapes(groups=("grid", "sweep")):
-    out = []
-    if "grid" in groups:
-        out += [("grid", *s) for s in GRID]
-    if "sweep" in groups:
-        out += [("sweep", *s) for s in SWEEP]
-    if "check" in groups:
-        out += [("check", *s) for s in CHECK]
-    if "check2" in groups:
-        out += [("check2", *s) for s in CHECK2]
-    if "check3" in groups:
-        out += [("check3", *s) for s in CHECK3]
-    if "check4" in groups:
-        out += [("check4", *s) for s in CHECK4]
-    return out
+    """(group, name, B, H, N, d, causal) of every shape of the chosen groups, in GROUPS' order."""
+    return [(g, *s) for g, group in GROUPS.items() if g in groups for s in group]
 
 
 def runs_for(impl, shape_list):
