@@ -63,10 +63,11 @@ def rows_by_shape(result):
     return out
 
 
-def _measured(result, impl, shape, mode):
-    """The recorded bytes (the median, where the shape was measured more than once), or None."""
-    got = D.repeats(result, (impl,)).get((impl, shape, mode))
-    return None if got is None else float(np.median(got[1]))
+def _measured(rows, impl, shape, mode):
+    """The recorded bytes in ``rows_by_shape``'s rows (the median, where the shape was measured more than
+    once), or None where it was not measured."""
+    r = rows.get((impl, shape))
+    return None if r is None or r.get("error") or mode not in r else r[mode]["total_bytes"]
 
 
 # kernel tiles (BM, BN) of the two-level count: forward / backward, as in flashref.schedule
@@ -87,7 +88,7 @@ def two_level(impl, B, H, N, d, causal=False):
 
 
 def figure2_l2_data():
-    res = load_current()
+    res = rows_by_shape(load_current())
     B, H, N, d = FIG2["B"], FIG2["H"], FIG2["N"], FIG2["d"]
     rows = []
     for impl in ("eager", "sdpa_flash", "flashref"):
@@ -141,8 +142,8 @@ TOKENS = 2 ** 18
 
 
 def knee_data():
-    res = load_current()
-    h200 = load_grid(H200_JSON) if H200_JSON.exists() else {"rows": []}
+    res = rows_by_shape(load_current())
+    h200 = rows_by_shape(load_grid(H200_JSON)) if H200_JSON.exists() else {}
     rows = []
     for impl in ("flashref", "sdpa_flash", "eager"):
         for N in SWEEP_NS:
