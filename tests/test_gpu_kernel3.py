@@ -285,7 +285,8 @@ BWD_GRID = [(d, N, causal, dtype) for d in (64, 128) for N in (128, 256, 640, 20
 @pytest.mark.cuda
 @pytest.mark.parametrize("d,N,causal,dtype", BWD_GRID)
 def test_kernel3_backward_two_oracles(d, N, causal, dtype):
-    _check_bwd(2, 3, N, d, dtype, causal, seed=d + N + causal + 7)
+    # the atomic dQ (the default runs in the atomic-free tests below)
+    _check_bwd(2, 3, N, d, dtype, causal, seed=d + N + causal + 7, tiles=kernel3_bwd.ATOMIC_TILES[(d, causal)])
 
 
 @needs_k3
@@ -293,7 +294,7 @@ def test_kernel3_backward_two_oracles(d, N, causal, dtype):
 @pytest.mark.parametrize("d,causal", [(64, False), (128, True), (128, False)])
 def test_kernel3_backward_large_logits(d, causal):
     # scale 4: sharp rows (P near one-hot), exp2(S·τ − L) far from uniform
-    _check_bwd(1, 2, 1024, d, torch.float16, causal, seed=13, scale=4.0)
+    _check_bwd(1, 2, 1024, d, torch.float16, causal, seed=13, scale=4.0, tiles=kernel3_bwd.ATOMIC_TILES[(d, causal)])
 
 
 @needs_k3
@@ -306,7 +307,7 @@ def test_kernel3_backward_equals_kernel2(d):
     q, k, v, do = _inputs(1, 4, 4096, 4096, d, torch.float16, seed=d + 1)
     for causal in (False, True):
         o, L2 = kernel3.forward(q, k, v, causal, d ** -0.5)
-        g3 = kernel3_bwd.backward(q, k, v, o, L2, do, causal, d ** -0.5)
+        g3 = kernel3_bwd.backward(q, k, v, o, L2, do, causal, d ** -0.5, tiles=kernel3_bwd.ATOMIC_TILES[(d, causal)])
         cfg = Config().resolve(d, causal, False)
         g2 = _backward(q, k, v, o, L2, do, causal, d ** -0.5, False, cfg, None, NO_VARIANTS)
         for name, a, b in zip(("dq", "dk", "dv"), g3, g2):
@@ -345,11 +346,19 @@ def test_separate_plan():
     assert "dQ kernel tiles" in kernel3_bwd.plan(128, 4096, 4096, "float16", False, tiles=big)[1]
     assert kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=big) == (big, None)
     assert "dq=3" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=TilesB(64, 128, 2, dq=3))[1]
+    # the pipelined dK/dV kernel (pipe) exists only without dQ, and has no dS buffer
+    piped = TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(128, 3), pipe=True)
+    assert kernel3_bwd.plan(64, 4096, 4096, "float16", True, tiles=piped) == (piped, None)
+    assert "pipe=True needs dq=0" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
+                                                      tiles=TilesB(64, 128, 2, dq=2, pipe=True))[1]
+    assert TilesB(64, 128, 3, dq=0).smem_bytes(64) - piped.smem_bytes(64) == 2 * 2 * 128 * 64 + 8 * 2
 
 
 def test_parse_tiles():
     assert kernel3_bwd._parse_tiles("64,128,2,2,1")[1] == TilesB(64, 128, 2, 2, True)
     assert kernel3_bwd._parse_tiles("64,128,2,0,0,64,3,1")[1] == TilesB(64, 128, 2, 0, False, TilesQ(64, 3, True))
+    assert kernel3_bwd._parse_tiles("64,128,3,0,0,128,3,1,1")[1] == TilesB(64, 128, 3, 0, False, TilesQ(128, 3, True),
+                                                                           pipe=True)
 
 
 def test_deterministic_attention_falls_back_where_the_dq_kernel_cannot():
@@ -376,11 +385,15 @@ SEPARATE_VARIANTS = [TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(64, 3)),
                      TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(64, 3, False)),
                      TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(128, 3)),
                      TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(64, 4))]
+# the pipelined dK/dV kernel (TilesB.pipe): 2 and 3 Q/dO stages, with either dQ kernel
+PIPE_VARIANTS = [TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3), pipe=True),
+                 TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(128, 3), pipe=True),
+                 TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4), pipe=True)]
 
 
 @needs_k3
 @pytest.mark.cuda
-@pytest.mark.parametrize("tiles", SEPARATE_VARIANTS)
+@pytest.mark.parametrize("tiles", SEPARATE_VARIANTS + PIPE_VARIANTS)
 @pytest.mark.parametrize("causal", [False, True])
 def test_kernel3_separate_backward_variants(tiles, causal):
     for d in (64, 128):

@@ -32,9 +32,11 @@ l.15 (four products a step, nothing handed over), then :func:`_k3q_kernel`, one 
 owns dQ_i in registers and streams K_j, V_j by TMA in the forward's pingpong structure (producer warp, two consumer
 warpgroups of 64 rows): per j, S_ij, dP_ij and dQ_i += dS_i(j−1) K_(j−1) issued together, P_ij and dS_ij computed
 under them, dQ_i·τ written once in the input dtype (no fp32 buffer, no zeroing, no dq_scale pass). Seven products
-instead of five, no atomics, and bit-reproducible gradients. On an H100 it is the default at d = 128 (fwd+bwd
-0.91-0.98x cuDNN in the call that chose it, 0.88-0.95x in the final run; 1.07-1.19x the atomic backward); at
-d = 64 the two tie and the atomic one stays the default.
+instead of five, no atomics, and bit-reproducible gradients. On an H100 it is the default (at d = 128 fwd+bwd
+0.91-0.98x cuDNN in the call that chose it, 1.07-1.19x the atomic backward; at d = 64 a tie with the atomic one,
+and with ``TilesB.pipe`` 1.02x it on average). ``TilesB.pipe`` (the d = 64 default) pipelines the dK/dV kernel as
+the dQ kernel is: step i issues S, dP of row block i with dV, dK of row block i−1, and the two warpgroups take
+turns at issuing.
 
 kernel 2's pre-pass (D = rowsum(dO ∘ O), and dQ = 0 for the atomic path) and, for the atomic path, its
 dq_scale kernel run unchanged around it (:func:`backward`). It takes what kernel 3's forward takes (d in
@@ -82,17 +84,19 @@ class TilesB:
     #              0 no dQ here: the separate dQ kernel (FA2 §3.2's other option, no atomics) computes it
     vec4: bool = False  # dQ's atomic adds 16 bytes wide (a layout conversion through shared memory first)
     dq_tiles: TilesQ = TilesQ()  # dq = 0: the dQ kernel's tiles
+    pipe: bool = False  # dq = 0 only: dV, dK of row block i−1 issued with S, dP of row block i, warpgroups in turns
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
-        """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ; the mbarriers (vec4: and the fp32 dQ
-        of both warpgroups, the layout conversion's scratch)."""
-        return elem * (2 * self.block_n * d + 2 * self.stages * self.block_m * d + 2 * self.block_n * self.block_m) \
-            + 8 * (1 + 2 * self.stages + 4) + (4 * self.block_m * d if self.vec4 else 0)  # vec4: dQ's conversion
+        """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ (not with pipe); the mbarriers (vec4: and
+        the fp32 dQ of both warpgroups, the layout conversion's scratch)."""
+        ds = 0 if self.pipe else 2 * self.block_n * self.block_m
+        return elem * (2 * self.block_n * d + 2 * self.stages * self.block_m * d + ds) \
+            + 8 * (1 + 2 * self.stages + (2 if self.pipe else 4)) + (4 * self.block_m * d if self.vec4 else 0)
 
 
-# The defaults by (head dimension, causal), from four interleaved H100 runs (figures/gpu/NOTES.md, "kernel 3's
-# backward in Gluon"): dQ a step late (dq=2), two Q/dO stages; 16-byte atomic adds (vec4) except at d = 128
-# non-causal, where they measured 0-5% slower.
+# The atomic dQ's best tiles by (head dimension, causal), from four interleaved H100 runs (figures/gpu/NOTES.md,
+# "kernel 3's backward in Gluon"; the defaults until the atomic-free backward below): dQ a step late (dq=2), two
+# Q/dO stages; 16-byte atomic adds (vec4) except at d = 128 non-causal, where they measured 0-5% slower.
 ATOMIC_TILES = {(128, False): TilesB(64, 128, 2, dq=2), (128, True): TilesB(64, 128, 2, dq=2, vec4=True),
                 (64, False): TilesB(64, 128, 2, dq=2, vec4=True), (64, True): TilesB(64, 128, 2, dq=2, vec4=True)}
 # The atomic-free backward (dq = 0): the dK/dV kernel without dQ, then the dQ kernel (_k3q_kernel). Deterministic:
@@ -100,17 +104,19 @@ ATOMIC_TILES = {(128, False): TilesB(64, 128, 2, dq=2), (128, True): TilesB(64, 
 # 3's backward without atomics"): the dQ kernel with 64 keys a step at d = 128 (S, dP, dQ and dS of 64 rows fit
 # the 240 registers without spilling; 128 keys: 0.80-0.85x as fast) and four K/V stages (+1-4% over three, call 2),
 # 128 keys and three stages at d = 64 (K_j's slot is released a step late, after dQ's product); at d = 128 three
-# Q/dO stages in the dK/dV kernel (+0-10% over two, call 1).
+# Q/dO stages in the dK/dV kernel (+0-10% over two, call 1). At d = 64 the pipelined dK/dV kernel (pipe) with four
+# Q/dO stages: +0.5-4% over the unpipelined one with two on all six rows of one call ("the pipelined dK/dV kernel",
+# h100-kernel3-pipe-call1.json). At d = 128 pipe spills (S, dP, P, dS and dK, dV of 128 columns: 152-280 bytes)
+# and ran at 0.65-0.70x cuDNN.
 SEPARATE_TILES = {(128, False): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4)),
                   (128, True): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4)),
-                  (64, False): TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3)),
-                  (64, True): TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3))}
-# The default per (d, causal), from calls 1 and 2 (fwd+bwd, one process each, interleaved rounds): at d = 128 the
-# atomic-free backward, 1.07-1.19x the atomic one (0.91-0.98x cuDNN in call 2); at d = 64 the two within 3-4%
-# either way in both calls (a tie: the same atomic backward timed twice in call 2 moved up to 3%), so the atomic
-# one, the earlier default, stays; deterministic=True gets the atomic-free one at about the same speed.
-BWD_TILES = {(128, False): SEPARATE_TILES[(128, False)], (128, True): SEPARATE_TILES[(128, True)],
-             (64, False): ATOMIC_TILES[(64, False)], (64, True): ATOMIC_TILES[(64, True)]}
+                  (64, False): TilesB(64, 128, 4, dq=0, dq_tiles=TilesQ(128, 3), pipe=True),
+                  (64, True): TilesB(64, 128, 4, dq=0, dq_tiles=TilesQ(128, 3), pipe=True)}
+# The default per (d, causal): the atomic-free backward everywhere, so the default gradients are bit-reproducible.
+# At d = 128 it was 1.07-1.19x the atomic one (calls 1 and 2). At d = 64 the unpipelined one tied with the atomic
+# one (within 3-4% either way in both calls: a tie, the same atomic backward timed twice moved up to 3%); the
+# pipelined one was 0.99-1.08x the atomic one, mean 1.02x, in the call that measured it.
+BWD_TILES = dict(SEPARATE_TILES)
 
 
 def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,
@@ -130,6 +136,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     if t.dq not in (0, 1, 2, 4):
         return None, (f"dq={t.dq}: 0 (a separate dQ kernel), 1 (split by columns), 2 (the same, a step later) "
                       "or 4 (per warpgroup)")
+    if t.pipe and t.dq != 0:
+        return None, f"pipe=True needs dq=0 (the dK/dV kernel without dQ), not dq={t.dq}"
     if t.smem_bytes(d) > SMEM_LIMIT:
         return None, f"tiles {t} need {t.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
     if t.dq == 0:
@@ -385,10 +393,138 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                       qd_empty, ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale, 1)
 
     @gluon.jit
+    def _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
+        # FA2 Alg.2 l.11: P_ijᵀ = exp2(S_ijᵀ·τ·log2 e − L_i) (base 2: L_i is the forward's L2); on the diagonal's
+        # row blocks (MASK, causal), key > query → P = 0.
+        P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 0))
+        if MASK:
+            P = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), P, 0.0)
+        return P
+
+    @gluon.jit
+    def _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
+                           turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale,
+                           WG: gl.constexpr):
+        # FA2 Alg.2 l.5-19 without l.15 (TilesB.pipe, dq = 0) on keys [start_n + 64·WG, + 64) of column block
+        # j, in the dQ kernel's order (FA3 Alg.2's software pipeline): step t issues S_ijᵀ and dP_ijᵀ of row
+        # block i = the t-th together with the previous row block's dV_j += P_i'jᵀ dO_i' and dK_j += dS_i'jᵀ Q_i'
+        # (P, dS from registers), then computes P_ijᵀ and dS_ijᵀ under them. The two warpgroups take turns at
+        # issuing (pingpong), so one's exponentials run under the other's products. The Q/dO slot of step t is
+        # released in step t + 1, after the products that read it.
+        STAGES: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        HEAD_D: gl.constexpr = q_smem.shape[2]
+        CAUSAL: gl.constexpr = cfg.shape[0] == 2
+        KEYS: gl.constexpr = 64
+        dtype: gl.constexpr = q_smem.dtype
+        st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                            instr_shape=[16, BLOCK_M, 16])
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, HEAD_D, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        col_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
+        if WG == 0:
+            my_turn = turn0
+            other_turn = turn1
+        else:
+            my_turn = turn1
+            other_turn = turn0
+        bh64 = bh.to(gl.int64)
+        L2_bh = L2 + bh64 * N
+        D_bh = Dd + bh64 * N
+        k_w = k_smem.slice(WG * KEYS, KEYS)  # this warpgroup's keys of K_j, V_j
+        v_w = v_smem.slice(WG * KEYS, KEYS)
+        offs_n = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, st_layout))
+        # FA2 Alg.2 l.7: dK_j = 0, dV_j = 0 on chip (fp32).
+        dK = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
+        dV = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
+        # FA2 Alg.2 l.6: wait for K_j, V_j.
+        mbarrier.wait(kv_bar, 0)
+        # Step 0 (FA2 Alg.2 l.8, the first row block i0): l.9 L_i, D_i; wait for Q_i, dO_i.
+        offs_m = i0 * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+        L_i = gl.load(L2_bh + offs_m)
+        D_i = gl.load(D_bh + offs_m)
+        mbarrier.wait(qd_ready.index(0), 0)
+        _k3q_turn(my_turn, 0, True, WG == 0)
+        # FA2 Alg.2 l.10: S_ijᵀ = K_j Q_iᵀ; l.13: dP_ijᵀ = V_j dO_iᵀ; commit both.
+        S_tok = warpgroup_mma(k_w, q_smem.index(0).permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout),
+                              use_acc=False, is_async=True)
+        dP_tok = warpgroup_mma(v_w, do_smem.index(0).permute((1, 0)),
+                               gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
+        mbarrier.arrive(other_turn, count=1)
+        S = warpgroup_mma_wait(1, deps=(S_tok,))
+        dP = warpgroup_mma_wait(0, deps=(dP_tok,))
+        # FA2 Alg.2 l.11 (causal: row block i0 is crossed by the diagonal), l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i).
+        P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, CAUSAL)
+        dS = P * (dP - gl.expand_dims(D_i, 0))
+        P_op = gl.convert_layout(P.to(dtype), p_layout)
+        dS_op = gl.convert_layout(dS.to(dtype), p_layout)
+        # FA2 Alg.2 l.8: for each further row block (causal: the diagonal's n_mask blocks masked).
+        for t in range(1, n_steps):
+            s = t % STAGES
+            sp = (t - 1) % STAGES
+            i = _k3b_row_block(t, i0, Tr, CAUSAL)
+            # FA2 Alg.2 l.9: L_i, D_i (issued before the waits, which hide their latency); wait for Q_i, dO_i.
+            offs_m = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+            L_i = gl.load(L2_bh + offs_m)
+            D_i = gl.load(D_bh + offs_m)
+            mbarrier.wait(qd_ready.index(s), (t // STAGES) & 1)
+            _k3q_turn(my_turn, t, True, WG == 0)
+            # FA2 Alg.2 l.10, l.13: S_ijᵀ, dP_ijᵀ; commit, do not wait.
+            S_tok = warpgroup_mma(k_w, q_smem.index(s).permute((1, 0)),
+                                  gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
+            dP_tok = warpgroup_mma(v_w, do_smem.index(s).permute((1, 0)),
+                                   gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
+            # FA2 Alg.2 l.12, l.16 for the previous row block i': dV_j += P_i'jᵀ dO_i', dK_j += dS_i'jᵀ Q_i'.
+            dV_tok = warpgroup_mma(P_op, do_smem.index(sp), dV, is_async=True)
+            dK_tok = warpgroup_mma(dS_op, q_smem.index(sp), dK, is_async=True)
+            mbarrier.arrive(other_turn, count=1)  # the other warpgroup's products may go next
+            # Wait for S_ijᵀ only; P_ijᵀ under dP and the two products. Then dP_ijᵀ, and dS_ijᵀ under dV, dK.
+            S = warpgroup_mma_wait(3, deps=(S_tok,))
+            # FA2 Alg.2 l.11 (causal: masked on the diagonal's n_mask row blocks).
+            if t < n_mask:
+                P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, True)
+            else:
+                P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, False)
+            dP = warpgroup_mma_wait(2, deps=(dP_tok,))
+            # FA2 Alg.2 l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i).
+            dS = P * (dP - gl.expand_dims(D_i, 0))
+            # Wait for the previous row block's products: slot sp (Q_i', dO_i') is read no more, release it.
+            dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
+            mbarrier.arrive(qd_empty.index(sp), count=1)
+            P_op = gl.convert_layout(P.to(dtype), p_layout)
+            dS_op = gl.convert_layout(dS.to(dtype), p_layout)
+        # FA2 Alg.2 l.12, l.16 for the last row block; commit and wait.
+        sl = (n_steps - 1) % STAGES
+        _k3q_turn(my_turn, n_steps, True, WG == 0)
+        dV_tok = warpgroup_mma(P_op, do_smem.index(sl), dV, is_async=True)
+        dK_tok = warpgroup_mma(dS_op, q_smem.index(sl), dK, is_async=True)
+        mbarrier.arrive(other_turn, count=1)
+        dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
+        # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
+        offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
+        offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
+        off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
+        gl.store(dK_out + off, (dK * sm_scale).to(dK_out.dtype.element_ty))
+        gl.store(dV_out + off, dV.to(dV_out.dtype.element_ty))
+
+    @gluon.jit
+    def _k3b_consumer_pipe0(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
+                            turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale):
+        _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
+                           turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale, 0)
+
+    @gluon.jit
+    def _k3b_consumer_pipe1(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
+                            turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale):
+        _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
+                           turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale, 1)
+
+    @gluon.jit
     def _k3b_dkdv_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQacc, dK_out, dV_out, N, qk_scale, sm_scale,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                         CAUSAL: gl.constexpr, DQ: gl.constexpr, VEC4: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                         num_warps: gl.constexpr):
+                         CAUSAL: gl.constexpr, DQ: gl.constexpr, VEC4: gl.constexpr, PIPE: gl.constexpr,
+                         CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
         # FA2 Alg.2 l.5: this program is column block j of one (batch, head) bh (causal: j = 0 first, the
         # longest row loop). Default partition: consumer warpgroup 0; workers: warpgroup 1, the producer warp.
         j = gl.program_id(0)
@@ -407,31 +543,46 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_D], desc_do.layout)
         k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_D], desc_k.layout)
         v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_D], desc_v.layout)
-        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
-        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         qd_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         qd_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        # The partitions' flags travel as a placeholder buffer's shape (a few bytes, never read or written):
-        # a constexpr passed to gl.warp_specialize arrives as a tensor (figures/gpu/NOTES.md), a shape does not.
-        # (DQ = 0, the dQ kernel's mode, travels as extent 8: an extent is a power of two, never 0.)
-        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, DQ + 8 * (DQ == 0), 1 + VEC4],
-                                        gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
         mbarrier.init(kv_bar, count=1)
         for s in gl.static_range(STAGES):
             mbarrier.init(qd_ready.index(s), count=1)
             mbarrier.init(qd_empty.index(s), count=2)  # one arrival from each consumer warpgroup
-        for b in gl.static_range(2):
-            mbarrier.init(ds_full.index(b), count=2)
-            mbarrier.init(ds_empty.index(b), count=2)
-        cargs = (dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready, qd_empty,
-                 ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale)
-        pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty, cfg,
-                 bh, N, start_n, i0, Tr, n_steps)
-        gl.warp_specialize([(_k3b_consumer0, cargs), (_k3b_consumer1, cargs), (_k3b_producer, pargs)],
-                           [4, 1], [CONSUMER_REGS, 24])
+        if PIPE:
+            # TilesB.pipe (dq = 0): the pipelined consumers take turns through two mbarriers; no dS buffer.
+            # The causal flag travels as a placeholder buffer's shape (see below).
+            cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+            turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(turn0, count=1)
+            mbarrier.init(turn1, count=1)
+            cargs = (dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty, turn0, turn1,
+                     cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale)
+            pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
+                     cfg, bh, N, start_n, i0, Tr, n_steps)
+            gl.warp_specialize([(_k3b_consumer_pipe0, cargs), (_k3b_consumer_pipe1, cargs), (_k3b_producer, pargs)],
+                               [4, 1], [CONSUMER_REGS, 24])
+        else:
+            ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+            ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
+            ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            # The partitions' flags travel as a placeholder buffer's shape (a few bytes, never read or written):
+            # a constexpr passed to gl.warp_specialize arrives as a tensor (figures/gpu/NOTES.md), a shape does
+            # not. (DQ = 0, the dQ kernel's mode, travels as extent 8: an extent is a power of two, never 0.)
+            cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, DQ + 8 * (DQ == 0), 1 + VEC4],
+                                            gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
+            for b in gl.static_range(2):
+                mbarrier.init(ds_full.index(b), count=2)
+                mbarrier.init(ds_empty.index(b), count=2)
+            cargs = (dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready,
+                     qd_empty, ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale)
+            pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
+                     cfg, bh, N, start_n, i0, Tr, n_steps)
+            gl.warp_specialize([(_k3b_consumer0, cargs), (_k3b_consumer1, cargs), (_k3b_producer, pargs)],
+                               [4, 1], [CONSUMER_REGS, 24])
 
 
     # ----------------------------------------------------------------------------------------
@@ -675,7 +826,8 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     # FA2 Alg.2 l.5-19 (dq = 0: without l.15): dK, dV (and dQ by atomic adds).
     _k3b_dkdv_kernel[(N // t.block_n, B * H)](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, HEAD_D=d,
                                               BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal,
-                                              DQ=t.dq, VEC4=t.vec4, CONSUMER_REGS=BWD_REGS, num_warps=4)
+                                              DQ=t.dq, VEC4=t.vec4, PIPE=t.pipe, CONSUMER_REGS=BWD_REGS,
+                                              num_warps=4)
     if atomic:
         # FA2 Alg.2 l.20: dQ times τ, cast: kernel 2's dq_scale kernel, unchanged.
         n = dq.numel()
@@ -695,11 +847,12 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
 # --------------------------------------------------------------------------------------------
 
 def _parse_tiles(text: str):
-    """``BM,BN,stages[,dq[,vec4[,qBN,qstages,qpingpong]]]`` (TilesB's fields, vec4 as 0 or 1; then, for dq = 0,
-    the dQ kernel's TilesQ)."""
+    """``BM,BN,stages[,dq[,vec4[,qBN,qstages,qpingpong[,pipe]]]]`` (TilesB's fields, vec4 as 0 or 1; then, for
+    dq = 0, the dQ kernel's TilesQ and TilesB.pipe)."""
     x = [int(v) for v in text.split(",")]
     if len(x) > 5:
-        return text, TilesB(x[0], x[1], x[2], x[3], bool(x[4]), TilesQ(x[5], x[6], bool(x[7])))
+        return text, TilesB(x[0], x[1], x[2], x[3], bool(x[4]), TilesQ(x[5], x[6], bool(x[7])),
+                            bool(x[8]) if len(x) > 8 else False)
     return text, TilesB(*x[:4], *(bool(v) for v in x[4:]))
 
 
@@ -727,7 +880,8 @@ def _bench(argv=None) -> int:
     p.add_argument("--dtype", default="float16", choices=DTYPES)
     p.add_argument("--modes", default="fwd_bwd,bwd")
     p.add_argument("--tiles", nargs="*", default=[],
-                   help="extra backward tiles to time: BM,BN,stages[,dq[,vec4[,qBN,qstages,qpp]]] (TilesB, TilesQ)")
+                   help="extra backward tiles to time: BM,BN,stages[,dq[,vec4[,qBN,qstages,qpp[,pipe]]]] "
+                   "(TilesB, TilesQ)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rep", type=int, default=40)
     p.add_argument("--drop", default="", help="base backends not to time, comma-separated (e.g. k3f+k2b)")
