@@ -75,6 +75,11 @@ def test_plan_checks_the_tiles():
     assert plan(128, 4160, 4160, "float16", False, tiles=t)[1] is not None  # 4160 = 32.5 x 128 rows
     assert plan(128, 4224, 4224, "float16", False, tiles=t) == (t, None)
     assert "pingpong" in plan(64, 4096, 4096, "float16", False, tiles=Tiles3(64, 128, 4, 2, pingpong=True))[1]
+    assert "emu=4" in plan(64, 4096, 4096, "float16", False, tiles=Tiles3(64, 128, 4, 2, emu=4))[1]  # no pingpong
+    assert "emu=3" in plan(64, 4096, 4096, "float16", False, tiles=Tiles3(128, 128, 8, 3, pingpong=True, emu=3))[1]
+    emu = Tiles3(128, 128, 8, 3, pingpong=True, emu=4)
+    assert plan(64, 4096, 4096, "float16", True, tiles=emu) == (emu, None)
+    assert kernel3._parse_tiles("128,128,8,3,pp,emu4") == emu
 
 
 def test_unavailable_says_why_on_this_machine():
@@ -153,6 +158,18 @@ def test_kernel3_pingpong_two_oracles(d, N, causal, dtype):
     """The warp-specialised version (producer warp, two consumer warpgroups taking turns)."""
     _check3(2, 3, N, d, dtype, causal, seed=d + N + causal, tiles=Tiles3(128, 128, 8, 2, pingpong=True))
     _check3(1, 2, N, d, dtype, causal, seed=1, scale=4.0, tiles=Tiles3(128, 128, 8, 2, pingpong=True))
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("emu", [2, 4, 8])
+@pytest.mark.parametrize("d,N,causal,dtype", [g for g in GRID if g[1] in (256, 2048)])
+def test_kernel3_fma_exponentials_two_oracles(emu, d, N, causal, dtype):
+    """Tiles3.emu: every emu-th step's exponentials by exp2.py's polynomial on the FMA units (the L2 check
+    included: ℓ_i sums the emulated P̃)."""
+    t = Tiles3(128, 128, 8, 3, pingpong=True, emu=emu)
+    _check3(2, 3, N, d, dtype, causal, seed=d + N + emu, tiles=t)
+    _check3(1, 2, N, d, dtype, causal, seed=emu, scale=4.0, tiles=t)
 
 
 @needs_k3

@@ -46,6 +46,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import exp2 as _exp2
+
 LOG2E = 1.4426950408889634
 TRITON_VERSION = "3.6.0"  # the Gluon API this file is written against
 HEAD_DIMS = (64, 128)
@@ -63,6 +65,7 @@ class Tiles3:
     stages: int = 2
     pingpong: bool = False  # FA3 Alg.1: a TMA producer warp and the two consumer warpgroups in ping-pong
     heads_first: bool | None = None  # causal grid order; None: HEADS_FIRST_CAUSAL decides
+    emu: int = 0  # pingpong: every emu-th K/V step (2, 4 or 8) takes its exponentials on the FMA units (exp2.py)
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Shared memory the tiles take: Q_i (reused for O_i's store) and STAGES slots of K_j and V_j."""
@@ -166,6 +169,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, why
     if t.pingpong and (t.block_m, t.warps) != (128, 8):
         return None, "pingpong: two consumer warpgroups of 64 rows each (BLOCK_M=128, 8 warps)"
+    if t.emu not in (0, 2, 4, 8) or (t.emu and not t.pingpong):
+        return None, f"emu={t.emu}: 0, or 2, 4 or 8 with pingpong (every emu-th step's exponentials on the FMA units)"
     if t.warps & (t.warps - 1) or t.warps < 4:
         return None, f"{t.warps} warps: Triton launches a power of two, at least one warpgroup (4)"
     if t.block_m != 16 * t.warps:
@@ -182,6 +187,11 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
 
 if _MODS is not None:
     gluon, gl, _hopper, _TensorDescriptor = _MODS
+    # exp2.py's constants and degree-3 coefficients, as constexprs the kernels read
+    _c = _exp2.coefficients(3)
+    EXP2_C0, EXP2_C1, EXP2_C2, EXP2_C3 = (gl.constexpr(float(x)) for x in _c)
+    EXP2_MAGIC = gl.constexpr(_exp2.MAGIC)
+    EXP2_LOWEST = gl.constexpr(_exp2.LOWEST)
     tma = _hopper.tma
     mbarrier = _hopper.mbarrier
     warpgroup_mma = _hopper.warpgroup_mma
@@ -189,7 +199,21 @@ if _MODS is not None:
     fence_async_shared = _hopper.fence_async_shared
 
     @gluon.jit
-    def _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
+    def _exp2_fma(x):
+        # 2^x on the FMA units (exp2.py, FlashAttention-4's trick), for x <= 0: clamp to the normal range;
+        # t = x + 1.5·2^23 rounds x to j in t's low mantissa bits; f = x − j in [−½, ½]; 2^f by Horner;
+        # 2^j by adding j·2^23 (= bits(t) << 23) to the bits of 2^f.
+        x = gl.maximum(x, EXP2_LOWEST)
+        t = x + EXP2_MAGIC
+        f = x - (t - EXP2_MAGIC)
+        p = f * EXP2_C3 + EXP2_C2
+        p = p * f + EXP2_C1
+        p = p * f + EXP2_C0
+        bits = p.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)
+        return bits.to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr, EMU: gl.constexpr = False):
         # FA2 Alg.1 l.9 (flash2.py), in base 2 (τ·log2 e folded into qk_scale): m_i^new = max(m_i, rowmax(S_ij));
         # P̃_ij = exp2(S_ij − m_i^new); ℓ_i^new = e^{m_i − m_i^new} ℓ_i + rowsum(P̃_ij). Returns alpha = e^{m_i − m_i^new}
         # for the O_i rescale (l.10), which the caller applies once the P̃ V wgmma in flight has landed.
@@ -197,7 +221,10 @@ if _MODS is not None:
             S = gl.where(gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0), S, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(S, 1) * qk_scale)
         alpha = gl.exp2(m_i - m_new)
-        P = gl.exp2(S * qk_scale - gl.expand_dims(m_new, 1))
+        if EMU:  # this step's exponentials on the FMA units (Tiles3.emu), the MUFU left to the other warpgroup
+            P = _exp2_fma(S * qk_scale - gl.expand_dims(m_new, 1))
+        else:
+            P = gl.exp2(S * qk_scale - gl.expand_dims(m_new, 1))
         l_i = l_i * alpha + gl.sum(P, 1)
         return P, m_new, l_i, alpha
 
@@ -398,7 +425,8 @@ if _MODS is not None:
 
     @gluon.jit
     def _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, WG: gl.constexpr, CAUSAL: gl.constexpr):
+                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, WG: gl.constexpr,
+                       CAUSAL: gl.constexpr):
         # FA3 Alg.2 on rows [WG·64, WG·64 + 64) of the tile, one warpgroup (4 warps).
         ROWS: gl.constexpr = 64
         STAGES: gl.constexpr = k_smem.shape[0]
@@ -411,6 +439,9 @@ if _MODS is not None:
                                                            instr_shape=[16, HEAD_D, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        # Tiles3.emu travels as the placeholder buffer's shape (kernel3_bwd.py's cfg: a constexpr passed to
+        # gl.warp_specialize arrives as a tensor, a shape does not); extent 1: never.
+        EMU: gl.constexpr = cfg.shape[0]
         if WG == 0:
             my_turn = turn0
             other_turn = turn1
@@ -458,10 +489,16 @@ if _MODS is not None:
             mbarrier.arrive(k_empty.index(s), count=1)
             # FA3 Alg.2 l.13 = FA2 Alg.1 l.9: softmax of S_next while P̃_cur V_{j−1} runs.
             offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            if CAUSAL:
-                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, j >= n_full)
+            if EMU > 1:
+                # Tiles3.emu: every EMU-th step's exponentials on the FMA units (exp2.py); the two warpgroups'
+                # emulated steps differ by one (WG), so the SM's MUFU is never idle on both at once.
+                emu = (j + WG) % EMU == 0
             else:
-                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, False)
+                emu = False
+            if CAUSAL:
+                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, j >= n_full, emu)
+            else:
+                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, False, emu)
             # FA3 Alg.2 l.14: wait for P̃_cur V_{j−1}, rescale O_i; l.15: release V_{j−1}'s slot.
             O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
             mbarrier.arrive(v_empty.index(sp), count=1)
@@ -486,33 +523,33 @@ if _MODS is not None:
 
     @gluon.jit
     def _k3ws_consumer0(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                        bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+                        cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
         _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, False)
+                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, False)
 
     @gluon.jit
     def _k3ws_consumer0_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                               turn0, turn1, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+                               turn0, turn1, cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
         _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, True)
+                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, True)
 
     @gluon.jit
     def _k3ws_consumer1(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                        bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+                        cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
         _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, False)
+                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, False)
 
     @gluon.jit
     def _k3ws_consumer1_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                               turn0, turn1, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
+                               turn0, turn1, cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
         _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, True)
+                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, True)
 
     @gluon.jit
     def _k3ws_fwd_kernel(desc_q, desc_k, desc_v, desc_o, L2, N, qk_scale, BH,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                         CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                         num_warps: gl.constexpr):
+                         CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, EMU: gl.constexpr,
+                         CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
         # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0,
         # worker 0 consumer warpgroup 1, worker 1 the producer warp.
         Tr = N // BLOCK_M
@@ -539,6 +576,7 @@ if _MODS is not None:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        cfg = gl.allocate_shared_memory(gl.int8, [EMU + (EMU == 0)], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
         mbarrier.init(q_bar, count=1)
         mbarrier.init(turn0, count=1)
         mbarrier.init(turn1, count=1)
@@ -554,7 +592,7 @@ if _MODS is not None:
             n_blocks = N // BLOCK_N
             n_full = n_blocks
         cargs = (desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                 bh, N, start_m, q_row0, qk_scale, n_full, n_blocks)
+                 cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks)
         pargs = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                  q_row0, kv_row0, n_blocks)
         if CAUSAL:
@@ -613,7 +651,7 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     if t.pingpong:
         _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                                BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
-                               CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
+                               EMU=t.emu, CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
     else:
         _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                              BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
@@ -727,11 +765,12 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward
 
 def _parse_tiles(text: str) -> Tiles3:
     """``BM,BN,warps,stages`` then optional flags: ``pp`` (pingpong: producer warp + two consumer warpgroups),
-    ``hf`` / ``nohf`` (causal grid heads first or not)."""
+    ``hf`` / ``nohf`` (causal grid heads first or not), ``emuK`` (Tiles3.emu = K)."""
     parts = text.split(",")
     flags = set(parts[4:])
     hf = True if "hf" in flags else False if "nohf" in flags else None
-    return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf)
+    emu = [int(f[3:]) for f in flags if f.startswith("emu")]
+    return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf, emu=emu[0] if emu else 0)
 
 
 def _sweep_fns(q, k, v, causal, configs, dtype_name):
