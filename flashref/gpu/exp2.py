@@ -3,8 +3,8 @@
 At head dimension 64 the softmax's exponentials take about as long as the GEMMs on an H100: a row of S costs
 4·d = 256 tensor-core flops per element and one ``ex2`` on the multi-function unit (MUFU), which does 16 a
 clock per SM against the tensor cores' ~4096 flops (FlashAttention-3 §3.1: 989 TFLOP/s of matmul against
-3.9 TFLOP/s of special functions). FlashAttention-4 (Zadouri et al. 2025, the Blackwell forward) computes part of
-the exponentials with ordinary fused multiply-adds instead, so both units work:
+3.9 TFLOP/s of special functions). FlashAttention-4 (the flash-attention repository's Blackwell kernels, 2025)
+computes part of the exponentials with ordinary fused multiply-adds instead, so both units work:
 
     2^x = 2^j · 2^f,   j = round(x),  f = x − j ∈ [−½, ½]
 
@@ -18,6 +18,8 @@ clamped first.
 
 This module holds the fit and a numpy model of the kernel's arithmetic (float32 throughout) so the trick can be
 read, tested and plotted on a CPU; kernel 3 (``kernel3.py``, ``Tiles3.emu``) runs the same lines in Gluon.
+On an H100 that made kernel 3's forward slower at every fraction tried (figures/gpu/NOTES.md): on Hopper the
+FMA and issue slots are no freer than the MUFU.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ LOWEST = -126.0  # the clamp: 2^−126 is the smallest normal float32
 
 def coefficients(degree: int = 3, nodes: int = 2000) -> np.ndarray:
     """c_0 … c_degree of p(f) = Σ c_k f^k ≈ 2^f on [−½, ½]: least squares of the *relative* error
-    (p(f) − 2^f) / 2^f on Chebyshev nodes, which is close to the minimax fit. Degree 3 is FlashAttention-4's
-    choice: its relative error (below 1e-4) is under half an fp16 ulp (4.9e-4), and P̃ is rounded to fp16 or
-    bf16 before the P̃V product."""
+    (p(f) − 2^f) / 2^f on Chebyshev nodes, which is close to the minimax fit. Degree 3 (FlashAttention-4's
+    cubic) keeps the float32 result within about 1.4e-4 of 2^x (:func:`max_relative_error`), under half an
+    fp16 ulp (4.9e-4): P̃ is rounded to fp16 or bf16 before the P̃V product anyway."""
     if degree < 1:
         raise ValueError(f"degree must be at least 1, got {degree}")
     f = 0.5 * np.cos(np.pi * (np.arange(nodes) + 0.5) / nodes)

@@ -65,7 +65,9 @@ class Tiles3:
     stages: int = 2
     pingpong: bool = False  # FA3 Alg.1: a TMA producer warp and the two consumer warpgroups in ping-pong
     heads_first: bool | None = None  # causal grid order; None: HEADS_FIRST_CAUSAL decides
-    emu: int = 0  # pingpong: every emu-th K/V step (2, 4 or 8) takes its exponentials on the FMA units (exp2.py)
+    # pingpong: every emu-th K/V step (2, 4 or 8) takes its exponentials on the FMA units (exp2.py); 0 (the default):
+    # none. On an H100 every fraction was slower (0.82-0.99x; figures/gpu/NOTES.md)
+    emu: int = 0
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Shared memory the tiles take: Q_i (reused for O_i's store) and STAGES slots of K_j and V_j."""
