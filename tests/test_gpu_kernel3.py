@@ -405,7 +405,10 @@ SEPARATE_VARIANTS = [TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(64, 3)),
 # the pipelined dK/dV kernel (TilesB.pipe): 2 and 3 Q/dO stages, with either dQ kernel
 PIPE_VARIANTS = [TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3), pipe=True),
                  TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(128, 3), pipe=True),
-                 TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4), pipe=True)]
+                 TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4), pipe=True),
+                 # 128 query rows a step (d = 64 only): P kept in the input dtype
+                 TilesB(128, 128, 2, dq=0, dq_tiles=TilesQ(128, 3)),
+                 TilesB(128, 128, 3, dq=0, dq_tiles=TilesQ(128, 3))]
 
 
 @needs_k3

@@ -237,10 +237,12 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         s = t % STAGES
         b = t % 2
         i = _k3b_row_block(t, i0, Tr, CAUSAL)
-        # FA2 Alg.2 l.9: L_i, D_i into registers (issued before the waits below, which hide their latency).
+        # FA2 Alg.2 l.9: L_i, D_i into registers (issued before the waits below, which hide their latency; at
+        # BLOCK_M = 128, D_i later: its 32 registers a thread do not fit beside S, dP, dK and dV from the start).
         offs_m = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
         L_i = gl.load(L2_bh + offs_m)
-        D_i = gl.load(D_bh + offs_m)
+        if BLOCK_M == 64:
+            D_i = gl.load(D_bh + offs_m)
         # FA2 Alg.2 l.9: wait for Q_i and dO_i in shared memory.
         mbarrier.wait(qd_ready.index(s), (t // STAGES) & 1)
         q_i = q_smem.index(s)
@@ -253,17 +255,23 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                                use_acc=False, is_async=True)
         # Wait for S_ijᵀ only (dP_ijᵀ stays in flight).
         S = warpgroup_mma_wait(1, deps=(S_tok,))
+        if BLOCK_M == 128:  # FA2 Alg.2 l.9: D_i, loaded under the exponentials
+            D_i = gl.load(D_bh + offs_m)
         # FA2 Alg.2 l.11: P_ijᵀ = exp2(S_ijᵀ·τ·log2 e − L_i) (base 2: L_i is the forward's L2), under dP_ijᵀ.
         P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 0))
         if MASK:  # the diagonal's row blocks (causal): key > query → P = 0
             P = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), P, 0.0)
+        if BLOCK_M == 128:
+            # 128 columns a step: P kept only in the input dtype, and dS computed from that rounded P (as plain
+            # attention in that dtype does), so that the registers hold S, dP, dK and dV without spilling.
+            P = P.to(dtype)
         P_op = gl.convert_layout(P.to(dtype), p_layout)
         # FA2 Alg.2 l.12: dV_j += P_ijᵀ dO_i (P from registers); commit, do not wait.
         dV_tok = warpgroup_mma(P_op, do_i, dV, is_async=True)
         # Wait for dP_ijᵀ (dV_j's product stays in flight).
         dP = warpgroup_mma_wait(1, deps=(dP_tok,))
         # FA2 Alg.2 l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i), while dV_j's product runs.
-        dS = (P * (dP - gl.expand_dims(D_i, 0))).to(dtype)
+        dS = (P.to(gl.float32) * (dP - gl.expand_dims(D_i, 0))).to(dtype)
         if DQ == 0:
             # FA2 Alg.2 l.16: dK_j += dS_ijᵀ Q_i, dS_ijᵀ from registers (as P_ijᵀ for dV). No l.15 here: the
             # separate dQ kernel (_k3q_kernel) computes dQ, so nothing is handed over and nothing is added atomically.
