@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -80,6 +81,10 @@ def test_plan_checks_the_tiles():
     emu = Tiles3(128, 128, 8, 3, pingpong=True, emu=4)
     assert plan(64, 4096, 4096, "float16", True, tiles=emu) == (emu, None)
     assert kernel3._parse_tiles("128,128,8,3,pp,emu4") == emu
+    per = Tiles3(128, 128, 8, 3, pingpong=True, persistent=True)
+    assert kernel3._parse_tiles("128,128,8,3,pp,persist") == per
+    assert plan(128, 4096, 4096, "float16", False, tiles=per) == (per, None)
+    assert "persistent" in plan(128, 4096, 4096, "float16", False, tiles=Tiles3(128, 128, 8, 2, persistent=True))[1]
 
 
 def test_unavailable_says_why_on_this_machine():
@@ -158,6 +163,25 @@ def test_kernel3_pingpong_two_oracles(d, N, causal, dtype):
     """The warp-specialised version (producer warp, two consumer warpgroups taking turns)."""
     _check3(2, 3, N, d, dtype, causal, seed=d + N + causal, tiles=Tiles3(128, 128, 8, 2, pingpong=True))
     _check3(1, 2, N, d, dtype, causal, seed=1, scale=4.0, tiles=Tiles3(128, 128, 8, 2, pingpong=True))
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_kernel3_persistent_equals_one_program_per_tile(d, causal, dtype):
+    """Tiles3.persistent: one program per SM looping over the tiles (512 tiles here, so each program runs
+    three or four, its K/V ring and the turn mbarriers carried across them). The oracle, and bit-equality with
+    the one-program-per-tile launch of the same tiles: each tile is computed by the same instructions."""
+    t = Tiles3(128, 128, 8, 3, pingpong=True, persistent=True)
+    o, L2 = _check3(2, 16, 2048, d, dtype, causal, seed=d + causal, tiles=t)
+    q, k, v, _ = _inputs(2, 16, 2048, 2048, d, dtype, d + causal)
+    o1, L21 = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=replace(t, persistent=False))
+    assert torch.equal(o, o1) and torch.equal(L2, L21)
+    for hf in (False, True):  # heads first: the other tile order
+        oh, _ = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=replace(t, heads_first=hf))
+        assert torch.equal(oh, o1)
 
 
 @needs_k3

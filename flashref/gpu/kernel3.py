@@ -68,6 +68,7 @@ class Tiles3:
     # pingpong: every emu-th K/V step (2, 4 or 8) takes its exponentials on the FMA units (exp2.py); 0 (the default):
     # none. On an H100 every fraction was slower (0.82-0.99x; figures/gpu/NOTES.md)
     emu: int = 0
+    persistent: bool = False  # pingpong: one program per SM looping over the tiles (FA3's static tile scheduler)
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Shared memory the tiles take: Q_i (reused for O_i's store) and STAGES slots of K_j and V_j."""
@@ -77,10 +78,12 @@ class Tiles3:
 # The defaults by (head dimension, causal), from three interleaved sweeps on an H100 (figures/gpu/NOTES.md,
 # "Issue 14, third session"): the pingpong version with 3 K/V stages, except causal d = 64, where three
 # programs of one warpgroup (64 rows) per SM beat it; causal grids in plain longest-first order (heads first
-# was 2-5% slower with pingpong at N = 4096).
+# was 2-5% slower with pingpong at N = 4096). Non-causal d = 64 persistent (one program per SM looping over the
+# tiles): +2-5% at N = 4096 and 8192, a tie at 16384, in the one sweep that measured it (NOTES.md, "persistent");
+# at d = 128 a tie, and causal 5-15% slower (a static order balances the causal tiles' lengths badly).
 TILES = {(128, False): Tiles3(128, 128, 8, 3, pingpong=True),
          (128, True): Tiles3(128, 128, 8, 3, pingpong=True, heads_first=False),
-         (64, False): Tiles3(128, 128, 8, 3, pingpong=True),
+         (64, False): Tiles3(128, 128, 8, 3, pingpong=True, persistent=True),
          (64, True): Tiles3(64, 128, 4, 2, heads_first=False)}
 HEADS_FIRST_CAUSAL = (128,)  # causal, where a Tiles3 leaves heads_first at None
 SMEM_LIMIT = 227 * 1024  # an sm_90 thread block's shared memory
@@ -171,6 +174,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, why
     if t.pingpong and (t.block_m, t.warps) != (128, 8):
         return None, "pingpong: two consumer warpgroups of 64 rows each (BLOCK_M=128, 8 warps)"
+    if t.persistent and not t.pingpong:
+        return None, "persistent: the pingpong version only (its producer warp streams the next tile's loads)"
     if t.emu not in (0, 2, 4, 8) or (t.emu and not t.pingpong):
         return None, f"emu={t.emu}: 0, or 2, 4 or 8 with pingpong (every emu-th step's exponentials on the FMA units)"
     if t.warps & (t.warps - 1) or t.warps < 4:
@@ -396,25 +401,62 @@ if _MODS is not None:
     # ----------------------------------------------------------------------------------------
 
     @gluon.jit
-    def _k3ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                       q_row0, kv_row0, n_blocks):
-        # FA3 Alg.1 l.3-9 (producer warpgroup, here one warp): load Q_i; for each j, wait until the
-        # consumers have released slot j % STAGES, then load K_j and V_j into it by TMA. (A worker
-        # partition's arguments are IR values: its constexprs come from the buffers' shapes.)
+    def _k3ws_tile(tile, Tr, BH, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                   HEADS_FIRST: gl.constexpr):
+        # FA2 Alg.1 l.3: which row block i of which (batch, head) bh the tile-th program's work is, in the
+        # order the GPU launches a grid of (Tr, BH) programs (or (BH, Tr) heads first); causal, the longest
+        # rows first. Returns bh, the first row, and the column blocks it visits (FA2 §3.1.1 causal block
+        # skipping): [0, n_full) wholly at or below the diagonal, unmasked; [n_full, n_blocks) crossed by it.
+        if HEADS_FIRST:
+            bh = tile % BH
+            pid = tile // BH
+        else:
+            pid = tile % Tr
+            bh = tile // Tr
+        i = pid
+        if CAUSAL:
+            i = Tr - 1 - pid
+        start_m = i * BLOCK_M
+        if CAUSAL:
+            n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), N // BLOCK_N)
+            n_full = (start_m + 1) // BLOCK_N
+        else:
+            n_blocks = N // BLOCK_N
+            n_full = n_blocks
+        return bh, start_m, n_full, n_blocks
+
+    @gluon.jit
+    def _k3ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, cfg, N, Tr, BH, first, n_tiles, step):
+        # FA3 Alg.1 l.3-9 (producer warpgroup, here one warp), for each of this program's tiles: load Q_i; for
+        # each j, wait until the consumers have released slot it % STAGES (it counts the K/V blocks of every
+        # tile so far), then load K_j and V_j into it by TMA. (A worker partition's arguments are IR values:
+        # its constexprs come from the buffers' shapes, the flags from the cfg placeholder's.)
         STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
-        mbarrier.expect(q_bar, desc_q.block_type.nbytes)
-        tma.async_copy_global_to_shared(desc_q, [q_row0, 0], q_bar, q_smem)
+        BLOCK_M: gl.constexpr = q_smem.shape[0]
+        CAUSAL: gl.constexpr = cfg.shape[1] == 2
+        HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
         kv_bytes: gl.constexpr = desc_k.block_type.nbytes
-        for j in range(n_blocks):
-            s = j % STAGES
-            ph = ((j // STAGES) & 1) ^ 1  # the release of the previous round of this slot
-            mbarrier.wait(k_empty.index(s), ph, pred=j >= STAGES)
-            mbarrier.expect(k_ready.index(s), kv_bytes)
-            tma.async_copy_global_to_shared(desc_k, [kv_row0 + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
-            mbarrier.wait(v_empty.index(s), ph, pred=j >= STAGES)
-            mbarrier.expect(v_ready.index(s), kv_bytes)
-            tma.async_copy_global_to_shared(desc_v, [kv_row0 + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+        it = 0
+        tc = 0
+        for tile in range(first, n_tiles, step):
+            bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, BLOCK_M, BLOCK_N, CAUSAL, HEADS_FIRST)
+            # Q_i's buffer holds the previous tile's O until both consumers' stores of it are done.
+            mbarrier.wait(q_empty, (tc - 1) & 1, pred=tc > 0)
+            mbarrier.expect(q_bar, desc_q.block_type.nbytes)
+            tma.async_copy_global_to_shared(desc_q, [bh * N + start_m, 0], q_bar, q_smem)
+            for j in range(n_blocks):
+                s = it % STAGES
+                ph = ((it // STAGES) & 1) ^ 1  # the release of the previous round of this slot
+                mbarrier.wait(k_empty.index(s), ph, pred=it >= STAGES)
+                mbarrier.expect(k_ready.index(s), kv_bytes)
+                tma.async_copy_global_to_shared(desc_k, [bh * N + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+                mbarrier.wait(v_empty.index(s), ph, pred=it >= STAGES)
+                mbarrier.expect(v_ready.index(s), kv_bytes)
+                tma.async_copy_global_to_shared(desc_v, [bh * N + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+                it += 1
+            tc += 1
 
     @gluon.jit
     def _k3ws_turn(my_turn, other_turn, t, FIRST: gl.constexpr):
@@ -426,14 +468,16 @@ if _MODS is not None:
             mbarrier.wait(my_turn, t & 1)
 
     @gluon.jit
-    def _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, WG: gl.constexpr,
-                       CAUSAL: gl.constexpr):
-        # FA3 Alg.2 on rows [WG·64, WG·64 + 64) of the tile, one warpgroup (4 warps).
+    def _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, WG: gl.constexpr):
+        # FA3 Alg.2 on rows [WG·64, WG·64 + 64) of each of this program's tiles, one warpgroup (4 warps).
+        # it counts the K/V blocks of the tiles so far (slot it % STAGES), tt this warpgroup's GEMM issues
+        # (the pingpong turns), tc the tiles (Q_i's phase).
         ROWS: gl.constexpr = 64
         STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         HEAD_D: gl.constexpr = k_smem.shape[2]
+        BLOCK_M: gl.constexpr = q_smem.shape[0]
         dtype: gl.constexpr = desc_o.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
@@ -441,9 +485,12 @@ if _MODS is not None:
                                                            instr_shape=[16, HEAD_D, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-        # Tiles3.emu travels as the placeholder buffer's shape (kernel3_bwd.py's cfg: a constexpr passed to
-        # gl.warp_specialize arrives as a tensor, a shape does not); extent 1: never.
+        # The flags travel as the placeholder buffer's shape (kernel3_bwd.py's cfg: a constexpr passed to
+        # gl.warp_specialize arrives as a tensor, a shape does not): Tiles3.emu (extent 1: never), causal,
+        # heads first.
         EMU: gl.constexpr = cfg.shape[0]
+        CAUSAL: gl.constexpr = cfg.shape[1] == 2
+        HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
         if WG == 0:
             my_turn = turn0
             other_turn = turn1
@@ -451,135 +498,134 @@ if _MODS is not None:
             my_turn = turn1
             other_turn = turn0
         q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i
-        offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=row_layout)
-        # FA3 Alg.2 l.2 = FA2 Alg.1 l.5: O_i = 0, ℓ_i = 0, m_i = −inf.
-        O = gl.zeros([ROWS, HEAD_D], gl.float32, o_layout)
-        l_i = gl.zeros([ROWS], gl.float32, row_layout)
-        m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-        # FA3 Alg.2 l.3: wait for Q_i and K_0.
-        mbarrier.wait(q_bar, 0)
-        mbarrier.wait(k_ready.index(0), 0)
-        # FA3 Alg.2 l.4 = FA2 Alg.1 l.8: S_cur = Q_i K_0ᵀ; commit and wait (issue 0 of the ping-pong).
-        _k3ws_turn(my_turn, other_turn, 0, WG == 0)
-        S_tok = warpgroup_mma(q_c, k_smem.index(0).permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
-                              use_acc=False, is_async=True)
-        mbarrier.arrive(other_turn, count=1)
-        S = warpgroup_mma_wait(0, deps=(S_tok,))
-        # FA3 Alg.2 l.5: release K_0's slot to the producer.
-        mbarrier.arrive(k_empty.index(0), count=1)
-        # FA3 Alg.2 l.6 = FA2 Alg.1 l.9: m_i, P̃_cur, ℓ_i from S_cur.
-        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        P, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, CAUSAL)
-        P = gl.convert_layout(P.to(dtype), p_layout)
-        # FA3 Alg.2 l.7: for 1 <= j < Tc.
-        for j in range(1, n_blocks):
-            s = j % STAGES
-            sp = (j - 1) % STAGES
-            # FA3 Alg.2 l.8: wait for K_j.
-            mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
-            # FA3 Alg.2 l.10: wait for V_{j−1} (before taking the turn, so the turn is spent on GEMMs).
-            mbarrier.wait(v_ready.index(sp), ((j - 1) // STAGES) & 1)
-            _k3ws_turn(my_turn, other_turn, j, WG == 0)
-            # FA3 Alg.2 l.9 = FA2 Alg.1 l.8: S_next = Q_i K_jᵀ; commit, do not wait.
-            S_tok = warpgroup_mma(q_c, k_smem.index(s).permute((1, 0)),
+        it = 0
+        tt = 0
+        tc = 0
+        for tile in range(first, n_tiles, step):
+            bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, BLOCK_M, BLOCK_N, CAUSAL, HEADS_FIRST)
+            offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=row_layout)
+            # FA3 Alg.2 l.2 = FA2 Alg.1 l.5: O_i = 0, ℓ_i = 0, m_i = −inf.
+            O = gl.zeros([ROWS, HEAD_D], gl.float32, o_layout)
+            l_i = gl.zeros([ROWS], gl.float32, row_layout)
+            m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+            # FA3 Alg.2 l.3: wait for Q_i and K_0.
+            mbarrier.wait(q_bar, tc & 1)
+            mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
+            # FA3 Alg.2 l.4 = FA2 Alg.1 l.8: S_cur = Q_i K_0ᵀ; commit and wait (one issue of the ping-pong).
+            _k3ws_turn(my_turn, other_turn, tt, WG == 0)
+            S_tok = warpgroup_mma(q_c, k_smem.index(it % STAGES).permute((1, 0)),
                                   gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
-            # FA3 Alg.2 l.11 = FA2 Alg.1 l.10: O_i += P̃_cur V_{j−1}; commit, do not wait.
-            O_tok = warpgroup_mma(P, v_smem.index(sp), O, is_async=True)
-            mbarrier.arrive(other_turn, count=1)  # the other warpgroup's GEMMs may go next
-            # FA3 Alg.2 l.12: wait for Q_i K_jᵀ; release K_j's slot.
-            S = warpgroup_mma_wait(1, deps=(S_tok,))
-            mbarrier.arrive(k_empty.index(s), count=1)
-            # FA3 Alg.2 l.13 = FA2 Alg.1 l.9: softmax of S_next while P̃_cur V_{j−1} runs.
-            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            if EMU > 1:
-                # Tiles3.emu: every EMU-th step's exponentials on the FMA units (exp2.py); the two warpgroups'
-                # emulated steps differ by one (WG), so the SM's MUFU is never idle on both at once.
-                emu = (j + WG) % EMU == 0
-            else:
-                emu = False
-            if CAUSAL:
-                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, j >= n_full, emu)
-            else:
-                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, False, emu)
-            # FA3 Alg.2 l.14: wait for P̃_cur V_{j−1}, rescale O_i; l.15: release V_{j−1}'s slot.
+            mbarrier.arrive(other_turn, count=1)
+            S = warpgroup_mma_wait(0, deps=(S_tok,))
+            # FA3 Alg.2 l.5: release K_0's slot to the producer.
+            mbarrier.arrive(k_empty.index(it % STAGES), count=1)
+            # FA3 Alg.2 l.6 = FA2 Alg.1 l.9: m_i, P̃_cur, ℓ_i from S_cur.
+            offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            P, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, CAUSAL)
+            P = gl.convert_layout(P.to(dtype), p_layout)
+            # FA3 Alg.2 l.7: for 1 <= j < Tc.
+            for j in range(1, n_blocks):
+                s = (it + j) % STAGES
+                sp = (it + j - 1) % STAGES
+                # FA3 Alg.2 l.8: wait for K_j.
+                mbarrier.wait(k_ready.index(s), ((it + j) // STAGES) & 1)
+                # FA3 Alg.2 l.10: wait for V_{j−1} (before taking the turn, so the turn is spent on GEMMs).
+                mbarrier.wait(v_ready.index(sp), ((it + j - 1) // STAGES) & 1)
+                _k3ws_turn(my_turn, other_turn, tt + j, WG == 0)
+                # FA3 Alg.2 l.9 = FA2 Alg.1 l.8: S_next = Q_i K_jᵀ; commit, do not wait.
+                S_tok = warpgroup_mma(q_c, k_smem.index(s).permute((1, 0)),
+                                      gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+                # FA3 Alg.2 l.11 = FA2 Alg.1 l.10: O_i += P̃_cur V_{j−1}; commit, do not wait.
+                O_tok = warpgroup_mma(P, v_smem.index(sp), O, is_async=True)
+                mbarrier.arrive(other_turn, count=1)  # the other warpgroup's GEMMs may go next
+                # FA3 Alg.2 l.12: wait for Q_i K_jᵀ; release K_j's slot.
+                S = warpgroup_mma_wait(1, deps=(S_tok,))
+                mbarrier.arrive(k_empty.index(s), count=1)
+                # FA3 Alg.2 l.13 = FA2 Alg.1 l.9: softmax of S_next while P̃_cur V_{j−1} runs.
+                offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+                if EMU > 1:
+                    # Tiles3.emu: every EMU-th step's exponentials on the FMA units (exp2.py); the two warpgroups'
+                    # emulated steps differ by one (WG), so the SM's MUFU is never idle on both at once.
+                    emu = (j + WG) % EMU == 0
+                else:
+                    emu = False
+                if CAUSAL:
+                    P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, j >= n_full, emu)
+                else:
+                    P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, False, emu)
+                # FA3 Alg.2 l.14: wait for P̃_cur V_{j−1}, rescale O_i; l.15: release V_{j−1}'s slot.
+                O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
+                mbarrier.arrive(v_empty.index(sp), count=1)
+                O = O * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                # FA3 Alg.2 l.16: S_next becomes S_cur.
+                P = gl.convert_layout(P_next.to(dtype), p_layout)
+            # FA3 Alg.2 l.18-19: wait for V_{Tc−1}; O_i += P̃_last V_{Tc−1}; commit and wait.
+            last = it + n_blocks - 1
+            mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+            _k3ws_turn(my_turn, other_turn, tt + n_blocks, WG == 0)
+            O_tok = warpgroup_mma(P, v_smem.index(last % STAGES), O, is_async=True)
+            mbarrier.arrive(other_turn, count=1)
             O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
-            mbarrier.arrive(v_empty.index(sp), count=1)
-            O = O * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-            # FA3 Alg.2 l.16: S_next becomes S_cur.
-            P = gl.convert_layout(P_next.to(dtype), p_layout)
-        # FA3 Alg.2 l.18-19: wait for V_{Tc−1}; O_i += P̃_last V_{Tc−1}; commit and wait.
-        last = n_blocks - 1
-        mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-        _k3ws_turn(my_turn, other_turn, n_blocks, WG == 0)
-        O_tok = warpgroup_mma(P, v_smem.index(last % STAGES), O, is_async=True)
-        mbarrier.arrive(other_turn, count=1)
-        O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
-        # FA3 Alg.2 l.20 = FA2 Alg.1 l.12-15: O_i / ℓ_i, L_i = m_i + log2 ℓ_i; write both (O through this
-        # warpgroup's rows of Q_i's buffer, by TMA).
-        O = O / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
-        q_c.store(O.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(desc_o, [q_row0 + WG * ROWS, 0], q_c)
-        gl.store(L2 + bh * N + offs_m, m_i + gl.log2(l_i))
-        tma.store_wait(0)
+            mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+            # FA3 Alg.2 l.20 = FA2 Alg.1 l.12-15: O_i / ℓ_i, L_i = m_i + log2 ℓ_i; write both (O through this
+            # warpgroup's rows of Q_i's buffer, by TMA), then hand the buffer back to the producer.
+            O = O / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+            q_c.store(O.to(dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(desc_o, [bh * N + start_m + WG * ROWS, 0], q_c)
+            gl.store(L2 + bh * N + offs_m, m_i + gl.log2(l_i))
+            tma.store_wait(0)
+            mbarrier.arrive(q_empty, count=1)
+            it += n_blocks
+            tt += n_blocks + 1
+            tc += 1
 
     @gluon.jit
-    def _k3ws_consumer0(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                        cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
-        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, False)
+    def _k3ws_consumer0(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                        turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
+        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 0)
 
     @gluon.jit
-    def _k3ws_consumer0_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                               turn0, turn1, cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
-        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 0, True)
-
-    @gluon.jit
-    def _k3ws_consumer1(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                        cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
-        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, False)
-
-    @gluon.jit
-    def _k3ws_consumer1_causal(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                               turn0, turn1, cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks):
-        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                       cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks, 1, True)
+    def _k3ws_consumer1(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                        turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
+        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 1)
 
     @gluon.jit
     def _k3ws_fwd_kernel(desc_q, desc_k, desc_v, desc_o, L2, N, qk_scale, BH,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                          CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, EMU: gl.constexpr,
-                         CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                         PERSISTENT: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
         # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0,
-        # worker 0 consumer warpgroup 1, worker 1 the producer warp.
+        # worker 0 consumer warpgroup 1, worker 1 the producer warp. Not persistent: one program per tile
+        # (row block i of one (batch, head)), the grid (Tr, BH) or (BH, Tr). Persistent (FA3's tile scheduler,
+        # static): one program per SM, taking tiles first, first + step, ... in the same order, so the next
+        # tile's K/V loads start while this one's last products and O store run.
         Tr = N // BLOCK_M
-        if HEADS_FIRST:
-            pid = gl.program_id(1)
-            bh = gl.program_id(0)
+        n_tiles = BH * Tr
+        if PERSISTENT:
+            first = gl.program_id(0)
+            step = gl.num_programs(0)
         else:
-            pid = gl.program_id(0)
-            bh = gl.program_id(1)
-        i = pid
-        if CAUSAL:
-            i = Tr - 1 - pid
-        start_m = i * BLOCK_M
-        q_row0 = bh * N + start_m
-        kv_row0 = bh * N
+            first = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
+            step = n_tiles
         dtype: gl.constexpr = desc_q.dtype
         q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_k.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_v.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        cfg = gl.allocate_shared_memory(gl.int8, [EMU + (EMU == 0)], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        cfg = gl.allocate_shared_memory(gl.int8, [EMU + (EMU == 0), 1 + CAUSAL, 1 + HEADS_FIRST],
+                                        gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
         mbarrier.init(q_bar, count=1)
+        mbarrier.init(q_empty, count=2)  # one arrival from each consumer warpgroup, after its O store
         mbarrier.init(turn0, count=1)
         mbarrier.init(turn1, count=1)
         for s in gl.static_range(STAGES):
@@ -587,22 +633,12 @@ if _MODS is not None:
             mbarrier.init(v_ready.index(s), count=1)
             mbarrier.init(k_empty.index(s), count=2)  # one arrival from each consumer warpgroup
             mbarrier.init(v_empty.index(s), count=2)
-        if CAUSAL:
-            n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), N // BLOCK_N)
-            n_full = (start_m + 1) // BLOCK_N
-        else:
-            n_blocks = N // BLOCK_N
-            n_full = n_blocks
-        cargs = (desc_o, L2, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                 cfg, bh, N, start_m, q_row0, qk_scale, n_full, n_blocks)
-        pargs = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                 q_row0, kv_row0, n_blocks)
-        if CAUSAL:
-            gl.warp_specialize([(_k3ws_consumer0_causal, cargs), (_k3ws_consumer1_causal, cargs),
-                                (_k3ws_producer, pargs)], [4, 1], [CONSUMER_REGS, 24])
-        else:
-            gl.warp_specialize([(_k3ws_consumer0, cargs), (_k3ws_consumer1, cargs), (_k3ws_producer, pargs)],
-                               [4, 1], [CONSUMER_REGS, 24])
+        cargs = (desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
+                 cfg, N, Tr, BH, first, n_tiles, step, qk_scale)
+        pargs = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                 cfg, N, Tr, BH, first, n_tiles, step)
+        gl.warp_specialize([(_k3ws_consumer0, cargs), (_k3ws_consumer1, cargs), (_k3ws_producer, pargs)],
+                           [4, 1], [CONSUMER_REGS, 24])
 
 
 # --------------------------------------------------------------------------------------------
@@ -651,9 +687,11 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     Tr = N // t.block_m
     grid = (B * H, Tr) if heads_first else (Tr, B * H)
     if t.pingpong:
+        if t.persistent:  # one program per SM (one fits: its registers), each looping over the tiles
+            grid = (min(B * H * Tr, torch.cuda.get_device_properties(q.device).multi_processor_count),)
         _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                                BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
-                               EMU=t.emu, CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
+                               EMU=t.emu, PERSISTENT=t.persistent, CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
     else:
         _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                              BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
@@ -767,12 +805,13 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward
 
 def _parse_tiles(text: str) -> Tiles3:
     """``BM,BN,warps,stages`` then optional flags: ``pp`` (pingpong: producer warp + two consumer warpgroups),
-    ``hf`` / ``nohf`` (causal grid heads first or not), ``emuK`` (Tiles3.emu = K)."""
+    ``hf`` / ``nohf`` (causal grid heads first or not), ``emuK`` (Tiles3.emu = K), ``persist`` (persistent)."""
     parts = text.split(",")
     flags = set(parts[4:])
     hf = True if "hf" in flags else False if "nohf" in flags else None
     emu = [int(f[3:]) for f in flags if f.startswith("emu")]
-    return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf, emu=emu[0] if emu else 0)
+    return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf, emu=emu[0] if emu else 0,
+                  persistent="persist" in flags)
 
 
 def _sweep_fns(q, k, v, causal, configs, dtype_name):
