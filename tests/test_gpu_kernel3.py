@@ -393,6 +393,8 @@ def test_separate_plan():
     assert "pipe=True needs dq=0" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
                                                       tiles=TilesB(64, 128, 2, dq=2, pipe=True))[1]
     assert TilesB(64, 128, 3, dq=0).smem_bytes(64) - piped.smem_bytes(64) == 2 * 2 * 128 * 64 + 8 * 2
+    assert "persistent=True needs pipe=True" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
+                                                                tiles=TilesB(64, 128, 3, dq=0, persistent=True))[1]
 
 
 def test_parse_tiles():
@@ -400,6 +402,8 @@ def test_parse_tiles():
     assert kernel3_bwd._parse_tiles("64,128,2,0,0,64,3,1")[1] == TilesB(64, 128, 2, 0, False, TilesQ(64, 3, True))
     assert kernel3_bwd._parse_tiles("64,128,3,0,0,128,3,1,1")[1] == TilesB(64, 128, 3, 0, False, TilesQ(128, 3, True),
                                                                            pipe=True)
+    assert kernel3_bwd._parse_tiles("64,128,4,0,0,128,3,1,1,1")[1] == TilesB(64, 128, 4, 0, False, TilesQ(128, 3, True),
+                                                                             pipe=True, persistent=True)
 
 
 def test_deterministic_attention_falls_back_where_the_dq_kernel_cannot():
@@ -445,6 +449,23 @@ def test_kernel3_separate_backward_variants(tiles, causal):
             if kernel3_bwd.plan(d, N, N, "float16", causal, tiles=tiles)[1] is None:
                 _check_bwd(2, 3, N, d, torch.float16, causal, seed=d + N + 3, tiles=tiles)
                 _check_bwd(1, 2, N, d, torch.float16, causal, seed=d + N + 4, scale=4.0, tiles=tiles)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel3_persistent_dkdv_equals_one_program_per_tile(d, causal):
+    """TilesB.persistent: one pipelined dK/dV program per SM looping over the column blocks (512 here, 3-4 a
+    program, the K/V buffer handed back through kv_empty). The oracle, and bit-equality with the same tiles
+    launched one program per column block."""
+    t = TilesB(64, 128, 4, dq=0, dq_tiles=TilesQ(128 if d == 64 else 64, 3), pipe=True, persistent=True)
+    _check_bwd(2, 16, 2048, d, torch.float16, causal, seed=d + causal + 5, tiles=t)
+    q, k, v, do = _inputs(2, 16, 2048, 2048, d, torch.float16, d + causal + 6)
+    o, L2 = kernel3.forward(q, k, v, causal, d ** -0.5)
+    g1 = kernel3_bwd.backward(q, k, v, o, L2, do, causal, d ** -0.5, tiles=t)
+    g2 = kernel3_bwd.backward(q, k, v, o, L2, do, causal, d ** -0.5, tiles=replace(t, persistent=False))
+    assert all(torch.equal(a, b) for a, b in zip(g1, g2))
 
 
 @needs_k3

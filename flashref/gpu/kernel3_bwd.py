@@ -85,6 +85,7 @@ class TilesB:
     vec4: bool = False  # dQ's atomic adds 16 bytes wide (a layout conversion through shared memory first)
     dq_tiles: TilesQ = TilesQ()  # dq = 0: the dQ kernel's tiles
     pipe: bool = False  # dq = 0 only: dV, dK of row block i−1 issued with S, dP of row block i, warpgroups in turns
+    persistent: bool = False  # pipe only: one dK/dV program per SM, looping over the column blocks
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ (not with pipe); the mbarriers (vec4: and
@@ -138,6 +139,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
                       "or 4 (per warpgroup)")
     if t.pipe and t.dq != 0:
         return None, f"pipe=True needs dq=0 (the dK/dV kernel without dQ), not dq={t.dq}"
+    if t.persistent and not t.pipe:
+        return None, "persistent=True needs pipe=True (the tile loop is the pipelined consumers')"
     if t.smem_bytes(d) > SMEM_LIMIT:
         return None, f"tiles {t} need {t.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
     if t.dq == 0:
@@ -171,25 +174,54 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         return i
 
     @gluon.jit
-    def _k3b_producer(desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready,
-                      qd_empty, cfg, bh, N, start_n, i0, Tr, n_steps):
-        # FA3 Alg.1's producer (one warp): K_j, V_j once (FA2 Alg.2 l.6), then for each row block the pair
-        # Q_i, dO_i (FA2 Alg.2 l.9) into slot t % STAGES once both consumers have released it.
-        # (A worker's constexprs come from buffer shapes, here the ``cfg`` placeholder's: see the kernel.)
+    def _k3b_tile(tile, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+        # FA2 Alg.2 l.5: the tile-th program's work is column block j of (batch, head) bh, in the order the GPU
+        # launches a grid of (N / BLOCK_N, BH) programs (causal: j = 0 first, the longest row loop). Returns bh,
+        # the block's first key, the first row block i0 it visits (causal: the diagonal's; else the stagger
+        # start), how many row blocks it visits, and how many of those the diagonal crosses (masked).
+        Tc = N // BLOCK_N
+        j = tile % Tc
+        bh = tile // Tc
+        start_n = j * BLOCK_N
+        i0 = start_n // BLOCK_M
+        if CAUSAL:
+            n_steps = N // BLOCK_M - i0
+            n_mask = BLOCK_N // BLOCK_M  # Nq = Nk and BLOCK_N a multiple of BLOCK_M
+        else:
+            n_steps = N // BLOCK_M
+            n_mask = 0
+        return bh, start_n, i0, n_steps, n_mask
+
+    @gluon.jit
+    def _k3b_producer(desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
+                      qd_empty, cfg, N, first, n_tiles, step):
+        # FA3 Alg.1's producer (one warp), for each of this program's tiles: K_j, V_j once (FA2 Alg.2 l.6), once
+        # the consumers have released the previous tile's; then for each row block the pair Q_i, dO_i (FA2
+        # Alg.2 l.9) into slot it % STAGES (it counts the pairs of every tile so far) once both consumers have
+        # released it. (A worker's constexprs come from buffer shapes, here the ``cfg`` placeholder's.)
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
+        BLOCK_N: gl.constexpr = k_smem.shape[0]
         CAUSAL: gl.constexpr = cfg.shape[0] == 2
-        mbarrier.expect(kv_bar, 2 * desc_k.block_type.nbytes)
-        tma.async_copy_global_to_shared(desc_k, [bh * N + start_n, 0], kv_bar, k_smem)
-        tma.async_copy_global_to_shared(desc_v, [bh * N + start_n, 0], kv_bar, v_smem)
+        Tr = N // BLOCK_M
         nbytes: gl.constexpr = 2 * desc_q.block_type.nbytes
-        for t in range(n_steps):
-            s = t % STAGES
-            mbarrier.wait(qd_empty.index(s), ((t // STAGES) & 1) ^ 1, pred=t >= STAGES)
-            row = bh * N + _k3b_row_block(t, i0, Tr, CAUSAL) * BLOCK_M
-            mbarrier.expect(qd_ready.index(s), nbytes)
-            tma.async_copy_global_to_shared(desc_q, [row, 0], qd_ready.index(s), q_smem.index(s))
-            tma.async_copy_global_to_shared(desc_do, [row, 0], qd_ready.index(s), do_smem.index(s))
+        it = 0
+        tc = 0
+        for tile in range(first, n_tiles, step):
+            bh, start_n, i0, n_steps, n_mask = _k3b_tile(tile, N, BLOCK_M, BLOCK_N, CAUSAL)
+            mbarrier.wait(kv_empty, (tc - 1) & 1, pred=tc > 0)
+            mbarrier.expect(kv_bar, 2 * desc_k.block_type.nbytes)
+            tma.async_copy_global_to_shared(desc_k, [bh * N + start_n, 0], kv_bar, k_smem)
+            tma.async_copy_global_to_shared(desc_v, [bh * N + start_n, 0], kv_bar, v_smem)
+            for t in range(n_steps):
+                s = it % STAGES
+                mbarrier.wait(qd_empty.index(s), ((it // STAGES) & 1) ^ 1, pred=it >= STAGES)
+                row = bh * N + _k3b_row_block(t, i0, Tr, CAUSAL) * BLOCK_M
+                mbarrier.expect(qd_ready.index(s), nbytes)
+                tma.async_copy_global_to_shared(desc_q, [row, 0], qd_ready.index(s), q_smem.index(s))
+                tma.async_copy_global_to_shared(desc_do, [row, 0], qd_ready.index(s), do_smem.index(s))
+                it += 1
+            tc += 1
 
     @gluon.jit
     def _k3b_dq_add(dQ_bh, dQ, i, col0, BLOCK_M: gl.constexpr, COLS: gl.constexpr, HEAD_D: gl.constexpr,
@@ -410,18 +442,21 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         return P
 
     @gluon.jit
-    def _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
-                           turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale,
+    def _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
+                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale,
                            WG: gl.constexpr):
-        # FA2 Alg.2 l.5-19 without l.15 (TilesB.pipe, dq = 0) on keys [start_n + 64·WG, + 64) of column block
-        # j, in the dQ kernel's order (FA3 Alg.2's software pipeline): step t issues S_ijᵀ and dP_ijᵀ of row
-        # block i = the t-th together with the previous row block's dV_j += P_i'jᵀ dO_i' and dK_j += dS_i'jᵀ Q_i'
-        # (P, dS from registers), then computes P_ijᵀ and dS_ijᵀ under them. The two warpgroups take turns at
-        # issuing (pingpong), so one's exponentials run under the other's products. The Q/dO slot of step t is
-        # released in step t + 1, after the products that read it.
+        # FA2 Alg.2 l.5-19 without l.15 (TilesB.pipe, dq = 0) on keys [start_n + 64·WG, + 64) of each of this
+        # program's column blocks j, in the dQ kernel's order (FA3 Alg.2's software pipeline): step t issues
+        # S_ijᵀ and dP_ijᵀ of row block i = the t-th together with the previous row block's
+        # dV_j += P_i'jᵀ dO_i' and dK_j += dS_i'jᵀ Q_i' (P, dS from registers), then computes P_ijᵀ and dS_ijᵀ
+        # under them. The two warpgroups take turns at issuing (pingpong), so one's exponentials run under the
+        # other's products. The Q/dO slot of step t is released in step t + 1, after the products that read it.
+        # it counts the Q/dO pairs of every tile so far (slot it % STAGES), tt this warpgroup's issues (the
+        # turns), tc the tiles (K_j, V_j's phase).
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         HEAD_D: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[0]
         CAUSAL: gl.constexpr = cfg.shape[0] == 2
         KEYS: gl.constexpr = 64
         dtype: gl.constexpr = q_smem.dtype
@@ -437,124 +472,137 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         else:
             my_turn = turn1
             other_turn = turn0
-        bh64 = bh.to(gl.int64)
-        L2_bh = L2 + bh64 * N
-        D_bh = Dd + bh64 * N
+        Tr = N // BLOCK_M
         k_w = k_smem.slice(WG * KEYS, KEYS)  # this warpgroup's keys of K_j, V_j
         v_w = v_smem.slice(WG * KEYS, KEYS)
-        offs_n = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, st_layout))
-        # FA2 Alg.2 l.7: dK_j = 0, dV_j = 0 on chip (fp32).
-        dK = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
-        dV = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
-        # FA2 Alg.2 l.6: wait for K_j, V_j.
-        mbarrier.wait(kv_bar, 0)
-        # Step 0 (FA2 Alg.2 l.8, the first row block i0): l.9 L_i, D_i; wait for Q_i, dO_i.
-        offs_m = i0 * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
-        L_i = gl.load(L2_bh + offs_m)
-        D_i = gl.load(D_bh + offs_m)
-        mbarrier.wait(qd_ready.index(0), 0)
-        _k3q_turn(my_turn, 0, True, WG == 0)
-        # FA2 Alg.2 l.10: S_ijᵀ = K_j Q_iᵀ; l.13: dP_ijᵀ = V_j dO_iᵀ; commit both.
-        S_tok = warpgroup_mma(k_w, q_smem.index(0).permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout),
-                              use_acc=False, is_async=True)
-        dP_tok = warpgroup_mma(v_w, do_smem.index(0).permute((1, 0)),
-                               gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
-        mbarrier.arrive(other_turn, count=1)
-        S = warpgroup_mma_wait(1, deps=(S_tok,))
-        dP = warpgroup_mma_wait(0, deps=(dP_tok,))
-        # FA2 Alg.2 l.11 (causal: row block i0 is crossed by the diagonal), l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i).
-        P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, CAUSAL)
-        dS = P * (dP - gl.expand_dims(D_i, 0))
-        P_op = gl.convert_layout(P.to(dtype), p_layout)
-        dS_op = gl.convert_layout(dS.to(dtype), p_layout)
-        # FA2 Alg.2 l.8: for each further row block (causal: the diagonal's n_mask blocks masked).
-        for t in range(1, n_steps):
-            s = t % STAGES
-            sp = (t - 1) % STAGES
-            i = _k3b_row_block(t, i0, Tr, CAUSAL)
-            # FA2 Alg.2 l.9: L_i, D_i (issued before the waits, which hide their latency); wait for Q_i, dO_i.
-            offs_m = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+        it = 0
+        tt = 0
+        tc = 0
+        for tile in range(first, n_tiles, step):
+            bh, start_n, i0, n_steps, n_mask = _k3b_tile(tile, N, BLOCK_M, BLOCK_N, CAUSAL)
+            bh64 = bh.to(gl.int64)
+            L2_bh = L2 + bh64 * N
+            D_bh = Dd + bh64 * N
+            offs_n = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, st_layout))
+            # FA2 Alg.2 l.7: dK_j = 0, dV_j = 0 on chip (fp32).
+            dK = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
+            dV = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
+            # FA2 Alg.2 l.6: wait for K_j, V_j.
+            mbarrier.wait(kv_bar, tc & 1)
+            # Step 0 (FA2 Alg.2 l.8, the first row block i0): l.9 L_i, D_i; wait for Q_i, dO_i.
+            s0 = it % STAGES
+            offs_m = i0 * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
             L_i = gl.load(L2_bh + offs_m)
             D_i = gl.load(D_bh + offs_m)
-            mbarrier.wait(qd_ready.index(s), (t // STAGES) & 1)
-            _k3q_turn(my_turn, t, True, WG == 0)
-            # FA2 Alg.2 l.10, l.13: S_ijᵀ, dP_ijᵀ; commit, do not wait.
-            S_tok = warpgroup_mma(k_w, q_smem.index(s).permute((1, 0)),
+            mbarrier.wait(qd_ready.index(s0), (it // STAGES) & 1)
+            _k3q_turn(my_turn, tt, True, WG == 0)
+            # FA2 Alg.2 l.10: S_ijᵀ = K_j Q_iᵀ; l.13: dP_ijᵀ = V_j dO_iᵀ; commit both.
+            S_tok = warpgroup_mma(k_w, q_smem.index(s0).permute((1, 0)),
                                   gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
-            dP_tok = warpgroup_mma(v_w, do_smem.index(s).permute((1, 0)),
+            dP_tok = warpgroup_mma(v_w, do_smem.index(s0).permute((1, 0)),
                                    gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
-            # FA2 Alg.2 l.12, l.16 for the previous row block i': dV_j += P_i'jᵀ dO_i', dK_j += dS_i'jᵀ Q_i'.
-            dV_tok = warpgroup_mma(P_op, do_smem.index(sp), dV, is_async=True)
-            dK_tok = warpgroup_mma(dS_op, q_smem.index(sp), dK, is_async=True)
-            mbarrier.arrive(other_turn, count=1)  # the other warpgroup's products may go next
-            # Wait for S_ijᵀ only; P_ijᵀ under dP and the two products. Then dP_ijᵀ, and dS_ijᵀ under dV, dK.
-            S = warpgroup_mma_wait(3, deps=(S_tok,))
-            # FA2 Alg.2 l.11 (causal: masked on the diagonal's n_mask row blocks).
-            if t < n_mask:
-                P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, True)
-            else:
-                P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, False)
-            dP = warpgroup_mma_wait(2, deps=(dP_tok,))
-            # FA2 Alg.2 l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i).
+            mbarrier.arrive(other_turn, count=1)
+            S = warpgroup_mma_wait(1, deps=(S_tok,))
+            dP = warpgroup_mma_wait(0, deps=(dP_tok,))
+            # FA2 Alg.2 l.11 (causal: row block i0 is crossed by the diagonal), l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i).
+            P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, CAUSAL)
             dS = P * (dP - gl.expand_dims(D_i, 0))
-            # Wait for the previous row block's products: slot sp (Q_i', dO_i') is read no more, release it.
-            dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
-            mbarrier.arrive(qd_empty.index(sp), count=1)
             P_op = gl.convert_layout(P.to(dtype), p_layout)
             dS_op = gl.convert_layout(dS.to(dtype), p_layout)
-        # FA2 Alg.2 l.12, l.16 for the last row block; commit and wait.
-        sl = (n_steps - 1) % STAGES
-        _k3q_turn(my_turn, n_steps, True, WG == 0)
-        dV_tok = warpgroup_mma(P_op, do_smem.index(sl), dV, is_async=True)
-        dK_tok = warpgroup_mma(dS_op, q_smem.index(sl), dK, is_async=True)
-        mbarrier.arrive(other_turn, count=1)
-        dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
-        # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
-        offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
-        offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
-        off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
-        gl.store(dK_out + off, (dK * sm_scale).to(dK_out.dtype.element_ty))
-        gl.store(dV_out + off, dV.to(dV_out.dtype.element_ty))
+            # FA2 Alg.2 l.8: for each further row block (causal: the diagonal's n_mask blocks masked).
+            for t in range(1, n_steps):
+                s = (it + t) % STAGES
+                sp = (it + t - 1) % STAGES
+                i = _k3b_row_block(t, i0, Tr, CAUSAL)
+                # FA2 Alg.2 l.9: L_i, D_i (issued before the waits, which hide their latency); wait for Q_i, dO_i.
+                offs_m = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+                L_i = gl.load(L2_bh + offs_m)
+                D_i = gl.load(D_bh + offs_m)
+                mbarrier.wait(qd_ready.index(s), ((it + t) // STAGES) & 1)
+                _k3q_turn(my_turn, tt + t, True, WG == 0)
+                # FA2 Alg.2 l.10, l.13: S_ijᵀ, dP_ijᵀ; commit, do not wait.
+                S_tok = warpgroup_mma(k_w, q_smem.index(s).permute((1, 0)),
+                                      gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
+                dP_tok = warpgroup_mma(v_w, do_smem.index(s).permute((1, 0)),
+                                       gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
+                # FA2 Alg.2 l.12, l.16 for the previous row block i': dV_j += P_i'jᵀ dO_i', dK_j += dS_i'jᵀ Q_i'.
+                dV_tok = warpgroup_mma(P_op, do_smem.index(sp), dV, is_async=True)
+                dK_tok = warpgroup_mma(dS_op, q_smem.index(sp), dK, is_async=True)
+                mbarrier.arrive(other_turn, count=1)  # the other warpgroup's products may go next
+                # Wait for S_ijᵀ only; P_ijᵀ under dP and the two products. Then dP_ijᵀ, and dS_ijᵀ under dV, dK.
+                S = warpgroup_mma_wait(3, deps=(S_tok,))
+                # FA2 Alg.2 l.11 (causal: masked on the diagonal's n_mask row blocks).
+                if t < n_mask:
+                    P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, True)
+                else:
+                    P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, False)
+                dP = warpgroup_mma_wait(2, deps=(dP_tok,))
+                # FA2 Alg.2 l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i).
+                dS = P * (dP - gl.expand_dims(D_i, 0))
+                # Wait for the previous row block's products: slot sp (Q_i', dO_i') is read no more, release it.
+                dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
+                mbarrier.arrive(qd_empty.index(sp), count=1)
+                P_op = gl.convert_layout(P.to(dtype), p_layout)
+                dS_op = gl.convert_layout(dS.to(dtype), p_layout)
+            # K_j, V_j are read no more (the last S, dP have landed): the producer may load the next tile's.
+            mbarrier.arrive(kv_empty, count=1)
+            # FA2 Alg.2 l.12, l.16 for the last row block; commit and wait; release its slot.
+            sl = (it + n_steps - 1) % STAGES
+            _k3q_turn(my_turn, tt + n_steps, True, WG == 0)
+            dV_tok = warpgroup_mma(P_op, do_smem.index(sl), dV, is_async=True)
+            dK_tok = warpgroup_mma(dS_op, q_smem.index(sl), dK, is_async=True)
+            mbarrier.arrive(other_turn, count=1)
+            dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
+            mbarrier.arrive(qd_empty.index(sl), count=1)
+            # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
+            offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
+            offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
+            off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
+            gl.store(dK_out + off, (dK * sm_scale).to(dK_out.dtype.element_ty))
+            gl.store(dV_out + off, dV.to(dV_out.dtype.element_ty))
+            it += n_steps
+            tt += n_steps + 1
+            tc += 1
 
     @gluon.jit
-    def _k3b_consumer_pipe0(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
-                            turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale):
-        _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
-                           turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale, 0)
+    def _k3b_consumer_pipe0(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
+                            qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale):
+        _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
+                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, 0)
 
     @gluon.jit
-    def _k3b_consumer_pipe1(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
-                            turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale):
-        _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
-                           turn0, turn1, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale, 1)
+    def _k3b_consumer_pipe1(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
+                            qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale):
+        _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
+                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, 1)
 
     @gluon.jit
-    def _k3b_dkdv_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQacc, dK_out, dV_out, N, qk_scale, sm_scale,
+    def _k3b_dkdv_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQacc, dK_out, dV_out, N, qk_scale, sm_scale, BH,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                          CAUSAL: gl.constexpr, DQ: gl.constexpr, VEC4: gl.constexpr, PIPE: gl.constexpr,
-                         CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
-        # FA2 Alg.2 l.5: this program is column block j of one (batch, head) bh (causal: j = 0 first, the
-        # longest row loop). Default partition: consumer warpgroup 0; workers: warpgroup 1, the producer warp.
-        j = gl.program_id(0)
-        bh = gl.program_id(1)
-        start_n = j * BLOCK_N
-        Tr = N // BLOCK_M
-        i0 = start_n // BLOCK_M  # causal: the first row block at or below the diagonal; else the stagger start
-        if CAUSAL:
-            n_steps = Tr - i0
-            n_mask = BLOCK_N // BLOCK_M  # row blocks crossed by the diagonal (Nq = Nk, BLOCK_N a multiple of BLOCK_M)
+                         PERSISTENT: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+        # FA2 Alg.2 l.5: a program per column block j of one (batch, head) bh, the grid (N / BLOCK_N, BH)
+        # (causal: j = 0 first, the longest row loop); persistent (pipe only): one program per SM striding over
+        # the tiles in the same order. Default partition: consumer warpgroup 0; workers: warpgroup 1, the
+        # producer warp.
+        n_tiles = (N // BLOCK_N) * BH
+        if PERSISTENT:
+            first = gl.program_id(0)
+            step = gl.num_programs(0)
         else:
-            n_steps = Tr
-            n_mask = 0
+            first = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
+            step = n_tiles
         dtype: gl.constexpr = desc_q.dtype
         q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_D], desc_q.layout)
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_D], desc_do.layout)
         k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_D], desc_k.layout)
         v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_D], desc_v.layout)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         qd_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         qd_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
+        mbarrier.init(kv_empty, count=2)  # one arrival from each consumer warpgroup (a persistent program's)
         for s in gl.static_range(STAGES):
             mbarrier.init(qd_ready.index(s), count=1)
             mbarrier.init(qd_empty.index(s), count=2)  # one arrival from each consumer warpgroup
@@ -566,13 +614,16 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             mbarrier.init(turn0, count=1)
             mbarrier.init(turn1, count=1)
-            cargs = (dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty, turn0, turn1,
-                     cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale)
-            pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
-                     cfg, bh, N, start_n, i0, Tr, n_steps)
+            cargs = (dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready, qd_empty,
+                     turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale)
+            pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
+                     qd_empty, cfg, N, first, n_tiles, step)
             gl.warp_specialize([(_k3b_consumer_pipe0, cargs), (_k3b_consumer_pipe1, cargs), (_k3b_producer, pargs)],
                                [4, 1], [CONSUMER_REGS, 24])
         else:
+            # One tile per program (the consumers below run one column block).
+            bh, start_n, i0, n_steps, n_mask = _k3b_tile(first, N, BLOCK_M, BLOCK_N, CAUSAL)
+            Tr = N // BLOCK_M
             ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
             ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
             ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -587,8 +638,8 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                 mbarrier.init(ds_empty.index(b), count=2)
             cargs = (dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready,
                      qd_empty, ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale)
-            pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, qd_ready, qd_empty,
-                     cfg, bh, N, start_n, i0, Tr, n_steps)
+            pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
+                     qd_empty, cfg, N, first, n_tiles, step)
             gl.warp_specialize([(_k3b_consumer0, cargs), (_k3b_consumer1, cargs), (_k3b_producer, pargs)],
                                [4, 1], [CONSUMER_REGS, 24])
 
@@ -832,10 +883,12 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     descs = [descriptor(q, t.block_m), descriptor(do, t.block_m), descriptor(k, t.block_n), descriptor(v, t.block_n)]
     # FA2 Alg.2 l.5-19 (dq = 0: without l.15): dK, dV (and dQ by atomic adds).
-    _k3b_dkdv_kernel[(N // t.block_n, B * H)](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, HEAD_D=d,
-                                              BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal,
-                                              DQ=t.dq, VEC4=t.vec4, PIPE=t.pipe, CONSUMER_REGS=BWD_REGS,
-                                              num_warps=4)
+    grid = (N // t.block_n, B * H)
+    if t.persistent:  # one program per SM (one fits: its registers), each looping over the column blocks
+        grid = (min(grid[0] * grid[1], torch.cuda.get_device_properties(q.device).multi_processor_count),)
+    _k3b_dkdv_kernel[grid](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, B * H, HEAD_D=d,
+                           BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, DQ=t.dq, VEC4=t.vec4,
+                           PIPE=t.pipe, PERSISTENT=t.persistent, CONSUMER_REGS=BWD_REGS, num_warps=4)
     if atomic:
         # FA2 Alg.2 l.20: dQ times τ, cast: kernel 2's dq_scale kernel, unchanged.
         n = dq.numel()
@@ -855,12 +908,12 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
 # --------------------------------------------------------------------------------------------
 
 def _parse_tiles(text: str):
-    """``BM,BN,stages[,dq[,vec4[,qBN,qstages,qpingpong[,pipe]]]]`` (TilesB's fields, vec4 as 0 or 1; then, for
-    dq = 0, the dQ kernel's TilesQ and TilesB.pipe)."""
+    """``BM,BN,stages[,dq[,vec4[,qBN,qstages,qpingpong[,pipe[,persistent]]]]]`` (TilesB's fields, vec4 as 0 or
+    1; then, for dq = 0, the dQ kernel's TilesQ, TilesB.pipe and TilesB.persistent)."""
     x = [int(v) for v in text.split(",")]
     if len(x) > 5:
         return text, TilesB(x[0], x[1], x[2], x[3], bool(x[4]), TilesQ(x[5], x[6], bool(x[7])),
-                            bool(x[8]) if len(x) > 8 else False)
+                            *(bool(v) for v in x[8:10]))
     return text, TilesB(*x[:4], *(bool(v) for v in x[4:]))
 
 
@@ -888,7 +941,7 @@ def _bench(argv=None) -> int:
     p.add_argument("--dtype", default="float16", choices=DTYPES)
     p.add_argument("--modes", default="fwd_bwd,bwd")
     p.add_argument("--tiles", nargs="*", default=[],
-                   help="extra backward tiles to time: BM,BN,stages[,dq[,vec4[,qBN,qstages,qpp[,pipe]]]] "
+                   help="extra backward tiles to time: BM,BN,stages[,dq[,vec4[,qBN,qstages,qpp[,pipe[,persist]]]]] "
                    "(TilesB, TilesQ)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rep", type=int, default=40)
