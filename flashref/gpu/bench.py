@@ -341,12 +341,14 @@ def _flashref_configs(backend, d, causal, mode):
         from . import kernel3_bwd
         from .kernel3 import BACKWARD3, plan
         t, why = plan(d, 1 << 14, 1 << 14, "float16", causal)
-        out = {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{' pingpong' if t.pingpong else ''} kernel3"
-               if t else f"kernel 2 ({why})"}
+        flags = "".join(f" {name}" for name, on in (("pingpong", t and t.pingpong), ("persistent", t and t.persistent),
+                                                    (f"emu{t and t.emu}", t and t.emu)) if on)
+        out = {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{flags} kernel3" if t else f"kernel 2 ({why})"}
         if mode != "fwd":
             tb, why = kernel3_bwd.plan(d, 1 << 14, 1 << 14, "float16", causal)
             on = tb is not None and (d, causal) in BACKWARD3
-            out["dkdv"] = (f"{tb.block_m}x{tb.block_n} s{tb.stages} dq{tb.dq}{' vec4' if tb.vec4 else ''} kernel3" if on
+            bflags = "".join(f" {name}" for name in ("vec4", "pipe", "persistent") if getattr(tb, name, False))
+            out["dkdv"] = (f"{tb.block_m}x{tb.block_n} s{tb.stages} dq{tb.dq}{bflags} kernel3" if on
                            else f"kernel 2 ({why or 'not in kernel3.BACKWARD3'})")
         return out
     cfg = Config(version=1 if backend == "flashref1" else 2)
