@@ -206,6 +206,29 @@ if _MODS is not None:
     fence_async_shared = _hopper.fence_async_shared
 
     @gluon.jit
+    def _k3_kv_blocks(start_m, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+        # The key blocks the row block starting at row start_m visits (FA2 §3.1.1 causal block skipping):
+        # [0, n_full) wholly at or below the diagonal, unmasked; [n_full, n_blocks) crossed by it, masked.
+        if CAUSAL:
+            n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), N // BLOCK_N)
+            n_full = (start_m + 1) // BLOCK_N
+        else:
+            n_blocks = N // BLOCK_N
+            n_full = n_blocks
+        return n_full, n_blocks
+
+    @gluon.jit
+    def _k3_turns(turn0, turn1, WG: gl.constexpr):
+        # Ping-pong: (the mbarrier this warpgroup waits on, the one it signals the other warpgroup through).
+        if WG == 0:
+            my_turn = turn0
+            other_turn = turn1
+        else:
+            my_turn = turn1
+            other_turn = turn0
+        return my_turn, other_turn
+
+    @gluon.jit
     def _exp2_fma(x):
         # 2^x on the FMA units (exp2.py, FlashAttention-4's trick), for x <= 0: clamp to the normal range;
         # t = x + 1.5·2^23 rounds x to j in t's low mantissa bits; f = x − j in [−½, ½]; 2^f by Horner;
@@ -321,14 +344,7 @@ if _MODS is not None:
             mbarrier.init(k_bars.index(s), count=1)
             mbarrier.init(v_bars.index(s), count=1)
 
-        # The key blocks this row block visits (FA2 §3.1.1 causal block skipping): [0, n_full) wholly at or
-        # below the diagonal, unmasked; [n_full, n_blocks) crossed by it, masked.
-        if CAUSAL:
-            n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), N // BLOCK_N)
-            n_full = (start_m + 1) // BLOCK_N
-        else:
-            n_blocks = N // BLOCK_N
-            n_full = n_blocks
+        n_full, n_blocks = _k3_kv_blocks(start_m, N, BLOCK_M, BLOCK_N, CAUSAL)
 
         # FA2 Alg.1 l.4 / FA3 Alg.1's producer: Q_i, and the first STAGES blocks of K and V, by TMA.
         mbarrier.expect(q_bar, desc_q.block_type.nbytes)
@@ -405,8 +421,7 @@ if _MODS is not None:
                    HEADS_FIRST: gl.constexpr):
         # FA2 Alg.1 l.3: which row block i of which (batch, head) bh the tile-th program's work is, in the
         # order the GPU launches a grid of (Tr, BH) programs (or (BH, Tr) heads first); causal, the longest
-        # rows first. Returns bh, the first row, and the column blocks it visits (FA2 §3.1.1 causal block
-        # skipping): [0, n_full) wholly at or below the diagonal, unmasked; [n_full, n_blocks) crossed by it.
+        # rows first. Returns bh, the first row, and the key blocks it visits (_k3_kv_blocks).
         if HEADS_FIRST:
             bh = tile % BH
             pid = tile // BH
@@ -417,12 +432,7 @@ if _MODS is not None:
         if CAUSAL:
             i = Tr - 1 - pid
         start_m = i * BLOCK_M
-        if CAUSAL:
-            n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), N // BLOCK_N)
-            n_full = (start_m + 1) // BLOCK_N
-        else:
-            n_blocks = N // BLOCK_N
-            n_full = n_blocks
+        n_full, n_blocks = _k3_kv_blocks(start_m, N, BLOCK_M, BLOCK_N, CAUSAL)
         return bh, start_m, n_full, n_blocks
 
     @gluon.jit
@@ -491,12 +501,7 @@ if _MODS is not None:
         EMU: gl.constexpr = cfg.shape[0]
         CAUSAL: gl.constexpr = cfg.shape[1] == 2
         HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
-        if WG == 0:
-            my_turn = turn0
-            other_turn = turn1
-        else:
-            my_turn = turn1
-            other_turn = turn0
+        my_turn, other_turn = _k3_turns(turn0, turn1, WG)
         q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i
         it = 0
         tt = 0

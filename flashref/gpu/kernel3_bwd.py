@@ -160,7 +160,17 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
 # --------------------------------------------------------------------------------------------
 
 if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
-    from .kernel3 import fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+    from .kernel3 import (
+        _k3_kv_blocks,
+        _k3_turns,
+        fence_async_shared,
+        gl,
+        gluon,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
 
     @gluon.jit
     def _k3b_row_block(t, i0, Tr, CAUSAL: gl.constexpr):
@@ -466,12 +476,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                                                              instr_shape=[16, HEAD_D, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         col_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
-        if WG == 0:
-            my_turn = turn0
-            other_turn = turn1
-        else:
-            my_turn = turn1
-            other_turn = turn0
+        my_turn, other_turn = _k3_turns(turn0, turn1, WG)
         Tr = N // BLOCK_M
         k_w = k_smem.slice(WG * KEYS, KEYS)  # this warpgroup's keys of K_j, V_j
         v_w = v_smem.slice(WG * KEYS, KEYS)
@@ -710,12 +715,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         ds_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
         col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-        if WG == 0:
-            my_turn = turn0
-            other_turn = turn1
-        else:
-            my_turn = turn1
-            other_turn = turn0
+        my_turn, other_turn = _k3_turns(turn0, turn1, WG)
         q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i, dO_i
         do_c = do_smem.slice(WG * ROWS, ROWS)
         bh64 = bh.to(gl.int64)
@@ -816,14 +816,8 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         start_m = i * BLOCK_M
         q_row0 = bh * N + start_m
         kv_row0 = bh * N
-        # The column blocks row block i visits (FA2 §3.1.1 causal block skipping): [0, n_full) wholly at or
-        # below the diagonal, unmasked; [n_full, n_blocks) crossed by it, masked.
-        if CAUSAL:
-            n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), N // BLOCK_N)
-            n_full = (start_m + 1) // BLOCK_N
-        else:
-            n_blocks = N // BLOCK_N
-            n_full = n_blocks
+        # The column blocks row block i visits (FA2 §3.1.1 causal block skipping).
+        n_full, n_blocks = _k3_kv_blocks(start_m, N, BLOCK_M, BLOCK_N, CAUSAL)
         dtype: gl.constexpr = desc_q.dtype
         q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
         do_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_do.layout)
