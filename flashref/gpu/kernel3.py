@@ -229,6 +229,17 @@ if _MODS is not None:
         return my_turn, other_turn
 
     @gluon.jit
+    def _k3_turn(my_turn, t, FIRST: gl.constexpr, ON: gl.constexpr = True):
+        # Ping-pong: the t-th GEMM issue of a warpgroup waits for the other warpgroup's matching issue
+        # (warpgroup 0, FIRST, waits for warpgroup 1's (t−1)-th, warpgroup 1 for warpgroup 0's t-th). ON = False:
+        # no turns.
+        if ON:
+            if FIRST:
+                mbarrier.wait(my_turn, (t - 1) & 1, pred=t > 0)
+            else:
+                mbarrier.wait(my_turn, t & 1)
+
+    @gluon.jit
     def _exp2_fma(x):
         # 2^x on the FMA units (exp2.py, FlashAttention-4's trick), for x <= 0: clamp to the normal range;
         # t = x + 1.5·2^23 rounds x to j in t's low mantissa bits; f = x − j in [−½, ½]; 2^f by Horner;
@@ -469,15 +480,6 @@ if _MODS is not None:
             tc += 1
 
     @gluon.jit
-    def _k3ws_turn(my_turn, other_turn, t, FIRST: gl.constexpr):
-        # Ping-pong: the t-th GEMM issue of a warpgroup waits for the other warpgroup's matching issue
-        # (warpgroup 0 waits for warpgroup 1's (t−1)-th, warpgroup 1 for warpgroup 0's t-th).
-        if FIRST:
-            mbarrier.wait(my_turn, (t - 1) & 1, pred=t > 0)
-        else:
-            mbarrier.wait(my_turn, t & 1)
-
-    @gluon.jit
     def _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                        turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, WG: gl.constexpr):
         # FA3 Alg.2 on rows [WG·64, WG·64 + 64) of each of this program's tiles, one warpgroup (4 warps).
@@ -517,7 +519,7 @@ if _MODS is not None:
             mbarrier.wait(q_bar, tc & 1)
             mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
             # FA3 Alg.2 l.4 = FA2 Alg.1 l.8: S_cur = Q_i K_0ᵀ; commit and wait (one issue of the ping-pong).
-            _k3ws_turn(my_turn, other_turn, tt, WG == 0)
+            _k3_turn(my_turn, tt, WG == 0)
             S_tok = warpgroup_mma(q_c, k_smem.index(it % STAGES).permute((1, 0)),
                                   gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
             mbarrier.arrive(other_turn, count=1)
@@ -536,7 +538,7 @@ if _MODS is not None:
                 mbarrier.wait(k_ready.index(s), ((it + j) // STAGES) & 1)
                 # FA3 Alg.2 l.10: wait for V_{j−1} (before taking the turn, so the turn is spent on GEMMs).
                 mbarrier.wait(v_ready.index(sp), ((it + j - 1) // STAGES) & 1)
-                _k3ws_turn(my_turn, other_turn, tt + j, WG == 0)
+                _k3_turn(my_turn, tt + j, WG == 0)
                 # FA3 Alg.2 l.9 = FA2 Alg.1 l.8: S_next = Q_i K_jᵀ; commit, do not wait.
                 S_tok = warpgroup_mma(q_c, k_smem.index(s).permute((1, 0)),
                                       gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
@@ -567,7 +569,7 @@ if _MODS is not None:
             # FA3 Alg.2 l.18-19: wait for V_{Tc−1}; O_i += P̃_last V_{Tc−1}; commit and wait.
             last = it + n_blocks - 1
             mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-            _k3ws_turn(my_turn, other_turn, tt + n_blocks, WG == 0)
+            _k3_turn(my_turn, tt + n_blocks, WG == 0)
             O_tok = warpgroup_mma(P, v_smem.index(last % STAGES), O, is_async=True)
             mbarrier.arrive(other_turn, count=1)
             O, P = warpgroup_mma_wait(0, deps=(O_tok, P))

@@ -162,6 +162,7 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
 if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
     from .kernel3 import (
         _k3_kv_blocks,
+        _k3_turn,
         _k3_turns,
         fence_async_shared,
         gl,
@@ -500,7 +501,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             L_i = gl.load(L2_bh + offs_m)
             D_i = gl.load(D_bh + offs_m)
             mbarrier.wait(qd_ready.index(s0), (it // STAGES) & 1)
-            _k3q_turn(my_turn, tt, True, WG == 0)
+            _k3_turn(my_turn, tt, WG == 0)
             # FA2 Alg.2 l.10: S_ijᵀ = K_j Q_iᵀ; l.13: dP_ijᵀ = V_j dO_iᵀ; commit both.
             S_tok = warpgroup_mma(k_w, q_smem.index(s0).permute((1, 0)),
                                   gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
@@ -524,7 +525,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                 L_i = gl.load(L2_bh + offs_m)
                 D_i = gl.load(D_bh + offs_m)
                 mbarrier.wait(qd_ready.index(s), ((it + t) // STAGES) & 1)
-                _k3q_turn(my_turn, tt + t, True, WG == 0)
+                _k3_turn(my_turn, tt + t, WG == 0)
                 # FA2 Alg.2 l.10, l.13: S_ijᵀ, dP_ijᵀ; commit, do not wait.
                 S_tok = warpgroup_mma(k_w, q_smem.index(s).permute((1, 0)),
                                       gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
@@ -553,7 +554,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             mbarrier.arrive(kv_empty, count=1)
             # FA2 Alg.2 l.12, l.16 for the last row block; commit and wait; release its slot.
             sl = (it + n_steps - 1) % STAGES
-            _k3q_turn(my_turn, tt + n_steps, True, WG == 0)
+            _k3_turn(my_turn, tt + n_steps, WG == 0)
             dV_tok = warpgroup_mma(P_op, do_smem.index(sl), dV, is_async=True)
             dK_tok = warpgroup_mma(dS_op, q_smem.index(sl), dK, is_async=True)
             mbarrier.arrive(other_turn, count=1)
@@ -687,15 +688,6 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         return P * (dP - gl.expand_dims(D_i, 1))
 
     @gluon.jit
-    def _k3q_turn(my_turn, t, PINGPONG: gl.constexpr, FIRST: gl.constexpr):
-        # Ping-pong (kernel 3's forward): the t-th GEMM issue of a warpgroup waits for the other's matching one.
-        if PINGPONG:
-            if FIRST:
-                mbarrier.wait(my_turn, (t - 1) & 1, pred=t > 0)
-            else:
-                mbarrier.wait(my_turn, t & 1)
-
-    @gluon.jit
     def _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
                       turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, WG: gl.constexpr):
         # FA2 Alg.2's dQ part on rows [start_m + 64·WG, + 64) of row block i, one warpgroup (4 warps). Step j
@@ -730,7 +722,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         mbarrier.wait(k_ready.index(0), 0)
         mbarrier.wait(v_ready.index(0), 0)
         # Block j = 0. FA2 Alg.2 l.10: S_i0 = Q_i K_0ᵀ; l.13: dP_i0 = dO_i V_0ᵀ; commit both.
-        _k3q_turn(my_turn, 0, PINGPONG, WG == 0)
+        _k3_turn(my_turn, 0, WG == 0, PINGPONG)
         S_tok = warpgroup_mma(q_c, k_smem.index(0).permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
                               use_acc=False, is_async=True)
         dP_tok = warpgroup_mma(do_c, v_smem.index(0).permute((1, 0)),
@@ -749,7 +741,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             sp = (j - 1) % STAGES
             mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
             mbarrier.wait(v_ready.index(s), (j // STAGES) & 1)
-            _k3q_turn(my_turn, j, PINGPONG, WG == 0)
+            _k3_turn(my_turn, j, WG == 0, PINGPONG)
             # FA2 Alg.2 l.10: S_ij = Q_i K_jᵀ; commit, do not wait.
             S_tok = warpgroup_mma(q_c, k_smem.index(s).permute((1, 0)),
                                   gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
@@ -778,7 +770,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             dS = gl.convert_layout(dS_next, ds_layout)
         # FA2 Alg.2 l.15 for the last block: dQ_i += dS_i,last K_last; commit and wait.
         last = n_blocks - 1
-        _k3q_turn(my_turn, n_blocks, PINGPONG, WG == 0)
+        _k3_turn(my_turn, n_blocks, WG == 0, PINGPONG)
         dQ_tok = warpgroup_mma(dS, k_smem.index(last % STAGES), dQ, is_async=True)
         if PINGPONG:
             mbarrier.arrive(other_turn, count=1)
