@@ -88,11 +88,12 @@ class TilesB:
     persistent: bool = False  # pipe only: one dK/dV program per SM, looping over the column blocks
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
-        """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ (not with pipe); the mbarriers (vec4: and
-        the fp32 dQ of both warpgroups, the layout conversion's scratch)."""
+        """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ (not with pipe); the mbarriers (K/V full and
+        empty, Q/dO full and empty per slot, dS full and empty or the two turns); vec4: the fp32 dQ of both
+        warpgroups, the layout conversion's scratch."""
         ds = 0 if self.pipe else 2 * self.block_n * self.block_m
         return elem * (2 * self.block_n * d + 2 * self.stages * self.block_m * d + ds) \
-            + 8 * (1 + 2 * self.stages + (2 if self.pipe else 4)) + (4 * self.block_m * d if self.vec4 else 0)
+            + 8 * (2 + 2 * self.stages + (2 if self.pipe else 4)) + (4 * self.block_m * d if self.vec4 else 0)
 
 
 # The atomic dQ's best tiles by (head dimension, causal), from four interleaved H100 runs (figures/gpu/NOTES.md,
