@@ -22,11 +22,13 @@ arithmetic is:
 * ``_k3_fwd_kernel`` (``Tiles3(pingpong=False)``): Algorithm 2 alone. The program's two warpgroups (8 warps,
   128 rows, 64 each) both run it, and the same warps issue the TMA copies. Gluon puts a CTA-wide barrier
   before each copy, which keeps the warpgroups in step. Measured 0.88-0.94x kernel 2 on an H100.
-* ``_k3ws_fwd_kernel`` (``pingpong=True``, the default at d = 128): FA3's Algorithm 1 around it
+* ``_k3ws_fwd_kernel`` (``pingpong=True``, the default but for causal d = 64): FA3's Algorithm 1 around it
   (``gl.warp_specialize``). One producer warp issues every TMA load into STAGES slots and waits on "slot
   empty" mbarriers. Each of two consumer warpgroups owns 64 rows and runs Algorithm 2, and the two take
   turns at the tensor cores (FA3 §3.1, "pingpong"): one warpgroup's softmax runs under the other's GEMMs.
-  Measured 1.02-1.08x cuDNN at d = 128 (figures/gpu/NOTES.md, "Issue 14, third session").
+  With ``persistent=True`` (the default at d = 64 without a mask) one program per SM loops over the tiles.
+  Measured 0.99-1.11x cuDNN at d = 128 (figures/gpu/NOTES.md, "Issue 14, third session" and "Kernel 3,
+  fourth session").
 
 What it computes is kernel 2's forward: O and the base-2 log-sum-exp ``L2 = m + log2(ℓ)`` (B, H, N) fp32,
 so kernel 2's backward consumes them (:func:`attention` pairs the two). What it takes is narrower, and
@@ -722,7 +724,8 @@ _FN = None
 
 # Where attention() pairs kernel 3's forward with kernel 3's own backward (kernel3_bwd.py) by default, by
 # (d, causal): where it measured faster than kernel 2's on an H100 (figures/gpu/NOTES.md, "kernel 3's backward
-# in Gluon"; d = 64 non-causal only with 16-byte atomics, call 4). Elsewhere kernel 2's backward runs.
+# in Gluon", and every final run since: 1.03-1.27x kernel 2's forward+backward with the atomic-free backward).
+# Elsewhere kernel 2's backward runs.
 BACKWARD3 = {(128, False), (128, True), (64, False), (64, True)}
 
 
