@@ -724,7 +724,7 @@ _FN = None
 
 # Where attention() pairs kernel 3's forward with kernel 3's own backward (kernel3_bwd.py) by default, by
 # (d, causal): where it measured faster than kernel 2's on an H100 (figures/gpu/NOTES.md, "kernel 3's backward
-# in Gluon", and every final run since: 1.03-1.27x kernel 2's forward+backward with the atomic-free backward).
+# in Gluon"; in the last runs, forward+backward 0.97-1.27x kernel 2 on the H100 and 1.06-1.25x on the H200).
 # Elsewhere kernel 2's backward runs.
 BACKWARD3 = {(128, False), (128, True), (64, False), (64, True)}
 
