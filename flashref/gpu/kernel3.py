@@ -82,7 +82,7 @@ class Tiles3:
 # programs of one warpgroup (64 rows) per SM beat it; causal grids in plain longest-first order (heads first
 # was 2-5% slower with pingpong at N = 4096). Non-causal d = 64 persistent (one program per SM looping over the
 # tiles): +2-5% at N = 4096 and 8192, a tie at 16384, in the one sweep that measured it (NOTES.md, "persistent");
-# at d = 128 a tie, and causal 5-15% slower (a static order balances the causal tiles' lengths badly).
+# at d = 128 a tie, and causal d = 128 4-20% slower (a static order balances the causal tiles' lengths badly).
 TILES = {(128, False): Tiles3(128, 128, 8, 3, pingpong=True),
          (128, True): Tiles3(128, 128, 8, 3, pingpong=True, heads_first=False),
          (64, False): Tiles3(128, 128, 8, 3, pingpong=True, persistent=True),

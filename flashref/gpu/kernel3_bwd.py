@@ -107,7 +107,7 @@ ATOMIC_TILES = {(128, False): TilesB(64, 128, 2, dq=2), (128, True): TilesB(64, 
 # the 240 registers without spilling; 128 keys: 0.80-0.85x as fast) and four K/V stages (+1-4% over three, call 2),
 # 128 keys and three stages at d = 64 (K_j's slot is released a step late, after dQ's product); at d = 128 three
 # Q/dO stages in the dK/dV kernel (+0-10% over two, call 1). At d = 64 the pipelined dK/dV kernel (pipe) with four
-# Q/dO stages: +0.5-4% over the unpipelined one with two on all six rows of one call ("the pipelined dK/dV kernel",
+# Q/dO stages: +1-4% over the unpipelined one with two on all six rows of one call ("the pipelined dK/dV kernel",
 # h100-kernel3-pipe-call1.json). At d = 128 pipe spills (S, dP, P, dS and dK, dV of 128 columns: 152-280 bytes)
 # and ran at 0.65-0.70x cuDNN.
 SEPARATE_TILES = {(128, False): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4)),
