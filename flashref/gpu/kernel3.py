@@ -220,6 +220,19 @@ if _MODS is not None:
         return n_full, n_blocks
 
     @gluon.jit
+    def _k3_program_tiles(n_tiles, PERSISTENT: gl.constexpr):
+        # The tiles this program takes, as range(first, n_tiles, step), in the order the GPU launches the grid:
+        # persistent, one program per SM striding over all of them (FA3's static tile scheduler); otherwise the
+        # one tile of its (2D) grid position.
+        if PERSISTENT:
+            first = gl.program_id(0)
+            step = gl.num_programs(0)
+        else:
+            first = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
+            step = n_tiles
+        return first, step
+
+    @gluon.jit
     def _k3_turns(turn0, turn1, WG: gl.constexpr):
         # Ping-pong: (the mbarrier this warpgroup waits on, the one it signals the other warpgroup through).
         if WG == 0:
@@ -613,12 +626,7 @@ if _MODS is not None:
         # tile's K/V loads start while this one's last products and O store run.
         Tr = N // BLOCK_M
         n_tiles = BH * Tr
-        if PERSISTENT:
-            first = gl.program_id(0)
-            step = gl.num_programs(0)
-        else:
-            first = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
-            step = n_tiles
+        first, step = _k3_program_tiles(n_tiles, PERSISTENT)
         dtype: gl.constexpr = desc_q.dtype
         q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_k.layout)
@@ -679,6 +687,8 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     (use :func:`attention`, which falls back to kernel 2 instead)."""
     import torch
 
+    from .kernels import _num_sms
+
     why = unavailable(q.device)
     if why:
         raise RuntimeError(f"kernel 3 is unavailable: {why}")
@@ -697,7 +707,7 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     grid = (B * H, Tr) if heads_first else (Tr, B * H)
     if t.pingpong:
         if t.persistent:  # one program per SM (one fits: its registers), each looping over the tiles
-            grid = (min(B * H * Tr, torch.cuda.get_device_properties(q.device).multi_processor_count),)
+            grid = (min(B * H * Tr, _num_sms(q.device)),)
         _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                                BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
                                EMU=t.emu, PERSISTENT=t.persistent, CONSUMER_REGS=PINGPONG_REGS, num_warps=4)

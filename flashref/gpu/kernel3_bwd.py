@@ -163,6 +163,7 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
 if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
     from .kernel3 import (
         _k3_kv_blocks,
+        _k3_program_tiles,
         _k3_turn,
         _k3_turns,
         fence_async_shared,
@@ -593,12 +594,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         # the tiles in the same order. Default partition: consumer warpgroup 0; workers: warpgroup 1, the
         # producer warp.
         n_tiles = (N // BLOCK_N) * BH
-        if PERSISTENT:
-            first = gl.program_id(0)
-            step = gl.num_programs(0)
-        else:
-            first = gl.program_id(0) + gl.program_id(1) * gl.num_programs(0)
-            step = n_tiles
+        first, step = _k3_program_tiles(n_tiles, PERSISTENT)
         dtype: gl.constexpr = desc_q.dtype
         q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_D], desc_q.layout)
         do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_D], desc_do.layout)
@@ -852,7 +848,7 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     import triton
 
     from .kernel3 import descriptor, unavailable
-    from .kernels import _bwd_dq_scale, _bwd_preprocess
+    from .kernels import _bwd_dq_scale, _bwd_preprocess, _num_sms
 
     why = unavailable(q.device)
     if why:
@@ -872,7 +868,7 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     # FA2 Alg.2 l.5-19 (dq = 0: without l.15): dK, dV (and dQ by atomic adds).
     grid = (N // t.block_n, B * H)
     if t.persistent:  # one program per SM (one fits: its registers), each looping over the column blocks
-        grid = (min(grid[0] * grid[1], torch.cuda.get_device_properties(q.device).multi_processor_count),)
+        grid = (min(grid[0] * grid[1], _num_sms(q.device)),)
     _k3b_dkdv_kernel[grid](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, B * H, HEAD_D=d,
                            BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, DQ=t.dq, VEC4=t.vec4,
                            PIPE=t.pipe, PERSISTENT=t.persistent, CONSUMER_REGS=BWD_REGS, num_warps=4)
