@@ -113,6 +113,37 @@ def test_choose_and_fallback_to_kernel2():
     assert torch.equal(o3, o2)
 
 
+def test_which_kernel_names_the_kernel_and_why():
+    """gpu.which_kernel: kernel 3 where it takes the call (a Hopper GPU), else kernel 2 and kernel 3's
+    refusal; an explicit Config names its kernel; options are checked as attention checks them."""
+    from flashref.gpu.kernels import Config
+    device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    q, k, v, _ = _inputs(1, 2, 256, 256, 64, torch.float16, seed=0, device=device)
+    said = gpu.which_kernel(q, k, v, causal=True)
+    ok, why = kernel3.choose(q, k, v, causal=True)
+    if ok:
+        assert said == "kernel 3 (backward: kernel 3)"
+    else:
+        assert said.startswith("kernel 2:") and why in said
+    assert gpu.which_kernel(q, k, v, config=Config(version=1)).startswith("kernel 1:")
+    assert gpu.which_kernel(q, k, v, config=Config()).startswith("kernel 2:")
+    assert gpu.which_kernel(q, k, v, dropout_p=0.1).startswith("kernel 2:")  # kernel 3 has no dropout
+    with pytest.raises(TypeError, match="is_causal"):
+        gpu.which_kernel(q, k, v, is_causal=True)
+
+
+def test_tensor_refusal_empty_misaligned_and_gqa():
+    """The rules that need tensors, not shapes: the aligned, equal-shaped tensors pass; an empty head axis,
+    a view 2 bytes past an aligned start, and fewer K/V heads do not."""
+    q, k, v, _ = _inputs(1, 2, 256, 256, 64, torch.float16, seed=0, device="cpu")
+    assert kernel3.tensor_refusal(q, k, v) is None
+    assert "empty" in kernel3.tensor_refusal(q[:, :0], k[:, :0], v[:, :0])
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape)  # contiguous, misaligned
+    assert "aligned" in kernel3.tensor_refusal(shifted, k, v)
+    assert kernel3.tensor_refusal(shifted.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)) is None  # copied
+    assert "differs" in kernel3.tensor_refusal(q, k[:, :1], v[:, :1])
+
+
 # ---------------------------------------------------------------------------------------------
 # the kernel (a Hopper GPU, Triton 3.6.0)
 # ---------------------------------------------------------------------------------------------
@@ -201,6 +232,48 @@ def test_kernel3_fma_exponentials_two_oracles(emu, d, N, causal, dtype):
 @pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
 def test_kernel3_with_kernel2_backward(d, causal):
     _check3(1, 2, 512, d, torch.bfloat16, causal, seed=11, grads=True)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,causal", [(64, False), (64, True), (128, False), (128, True)])
+def test_attention_runs_kernel3_by_default(d, causal):
+    """gpu.attention without a config is kernel 3 where it takes the call: output and gradients bit-equal
+    to kernel3.attention's; with kernels.Config() it is kernel 2, held to the same oracle."""
+    from flashref.gpu.kernels import Config
+    q, k, v, do = _inputs(2, 3, 384, 384, d, torch.float16, seed=d + causal)
+    assert gpu.which_kernel(q, k, v, causal=causal) == "kernel 3 (backward: kernel 3)"
+    runs = []
+    for fn in (gpu.attention, kernel3.attention):
+        xs = [x.clone().requires_grad_() for x in (q, k, v)]
+        o = fn(*xs, causal=causal)
+        o.backward(do)
+        runs.append([o] + [x.grad for x in xs])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    o2 = gpu.attention(q, k, v, causal=causal, config=Config())
+    truth = _attention(q, k, v, do, causal, 1 / math.sqrt(d), None, torch.float64)[0]
+    plain = _attention(q, k, v, do, causal, 1 / math.sqrt(d), None, torch.float16)[0]
+    assert _err(o2, truth) <= 2 * _err(plain, truth) + ATOL[torch.float16]
+    assert not torch.equal(o2, runs[0][0])  # another kernel: other roundings
+
+
+@needs_k3
+@pytest.mark.cuda
+def test_attention_edge_cases_on_the_kernel3_path():
+    """An empty batch, a misaligned view and double backward, where the shape alone would pick kernel 3."""
+    from flashref.gpu.kernels import Config
+    q, k, v, do = _inputs(1, 2, 256, 256, 64, torch.float16, seed=5)
+    assert gpu.attention(q[:0], k[:0], v[:0]).shape == (0, 2, 256, 64)
+    flat = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)
+    shifted = flat[1:].view(q.shape)
+    shifted.copy_(q)
+    assert "aligned" in gpu.which_kernel(shifted, k, v)
+    assert torch.equal(gpu.attention(shifted, k, v), gpu.attention(q, k, v, config=Config()))
+    xs = [x.clone().requires_grad_() for x in (q, k, v)]
+    o = gpu.attention(*xs)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(o.sum(), xs[0], create_graph=True)
 
 
 @needs_k3

@@ -102,8 +102,23 @@ def test_fa4_rows_get_ratios_and_a_table_column():
     assert by["flashref"]["ratio_vs_fa4"] == 0.6 and by["flashref"]["ratio_vs_sdpa_cudnn"] == 0.75
     assert "ratio_vs_sdpa_cudnn" not in by["cudnn"]
     header, line = bench.table(dict(rows=rows)).splitlines()
-    assert header.split()[-5:] == ["fa4", "xflash", "xcudnn", "xfa4", "fa4xcu"]
-    assert line.split()[-5:] == ["500", "1.20", "0.75", "0.60", "1.25"]
+    assert header.split()[-6:] == ["fa4", "xflash", "xcudnn", "xkern2", "xfa4", "fa4xcu"]
+    assert line.split()[-6:] == ["500", "1.20", "0.75", "-", "0.60", "1.25"]
+
+
+def test_kernel2_ratio_from_flashref2_or_in_older_records_from_flashref():
+    """flashref (gpu.attention's choice) and flashref3 over kernel 2 (flashref2); in a record made before
+    gpu.attention dispatched to kernel 3, flashref was kernel 2, and flashref3 is read against it."""
+    def row(backend, tflops):
+        return dict(mode="fwd", d=64, N=4096, causal=True, backend=backend, tflops=tflops)
+    by = {r["backend"]: r for r in bench.add_ratios([row("flashref", 330.0), row("flashref2", 300.0),
+                                                     row("flashref3", 345.0)])}
+    assert by["flashref"]["ratio_vs_kernel2"] == 1.1 and by["flashref3"]["ratio_vs_kernel2"] == 1.15
+    assert "ratio_vs_kernel2" not in by["flashref2"]
+    old = {r["backend"]: r for r in bench.add_ratios([row("flashref", 300.0), row("flashref3", 330.0)])}
+    assert old["flashref3"]["ratio_vs_kernel2"] == 1.1 and "ratio_vs_kernel2" not in old["flashref"]
+    line = bench.table(dict(rows=list(by.values()))).splitlines()[1].split()
+    assert line[4:6] == ["330", "300"] and "1.10" in line
 
 
 def test_fa4_markdown_reads_the_ratios_from_the_rows():

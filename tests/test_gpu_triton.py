@@ -361,6 +361,14 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 @pytest.mark.parametrize("d", FA_HEAD_DIMS)
 def test_cuda_flash_attn_grid(d, Nq, Nk, causal, dtype):
     _check(2, 3, Nq, Nk, d, dtype, causal, seed=d * 7 + Nq + Nk)
+    if _kernel3_takes(Nq, Nk, d, dtype, causal):  # the default ran kernel 3 (Hopper): kernel 2 on the shape too
+        _check(2, 3, Nq, Nk, d, dtype, causal, seed=d * 7 + Nq + Nk, config=KERNELS["kernel2"])
+
+
+def _kernel3_takes(Nq, Nk, d, dtype, causal):
+    """Whether gpu.attention's default runs kernel 3 on this shape (gpu.which_kernel; nothing launched)."""
+    q, k, v = (torch.empty(1, 1, n, d, device=DEVICE, dtype=dtype) for n in (Nq, Nk, Nk))
+    return gpu.which_kernel(q, k, v, causal=causal).startswith("kernel 3")
 
 
 @needs_cuda
@@ -401,6 +409,8 @@ def test_cuda_large_shapes(B, H, Nq, Nk, d, causal, dtype):
     _check(B, H, Nq, Nk, d, dtype, causal, seed=Nq + d)
     if dtype == torch.float16:
         _check(B, H, Nq, Nk, d, dtype, causal, seed=Nq + d + 1, deterministic=True)
+    if _kernel3_takes(Nq, Nk, d, dtype, causal):
+        _check(B, H, Nq, Nk, d, dtype, causal, seed=Nq + d + 2, config=KERNELS["kernel2"])
 
 
 # Triton 3.6's warp-specialisation pass fails on these loops ("PassManager::run failed", measured on the H100
@@ -423,3 +433,4 @@ def test_cuda_config_variants_large(variant):
 def test_cuda_n16384(causal):
     _check(1, 2, 16384, 16384, 64, torch.float16, causal, seed=1)
     _check(1, 2, 16384, 16384, 128, torch.float16, causal, seed=2, deterministic=True)
+    _check(1, 2, 16384, 16384, 64, torch.float16, causal, seed=3, config=KERNELS["kernel2"])

@@ -4,10 +4,13 @@
 config=None)`` takes ``(B, H, N, d)`` fp16/bf16 CUDA tensors (any head dimension 1 <= d <= 256;
 ``Nq`` may differ from ``Nk``; causal is top-left, as flashref and PyTorch's SDPA: query i sees keys
 j <= i) and returns ``softmax(scale · q kᵀ) v``; gradients flow through Triton kernels
-(``flashref/gpu/kernels.py``: kernel 2, the fast one; ``kernel1.py``: kernel 1, the readable one),
+(``kernel1.py``: kernel 1, the readable one; ``flashref/gpu/kernels.py``: kernel 2, the fast one in
+Triton; ``kernel3.py`` and ``kernel3_bwd.py``: kernel 3, in Gluon, the fastest, on Hopper only),
 whose every step is tagged with the line of FlashAttention-2's Algorithm 1 or 2 (and of
-``flashref/flash2.py``) it implements. ``config=kernels.Config(...)`` picks the kernel, its tiles
-and its schedules; nothing is read from the environment.
+``flashref/flash2.py``) it implements. By default kernel 3 runs wherever it takes the call and
+kernel 2 everywhere else (:func:`which_kernel` says which, and why); ``config=kernels.Config(...)``
+picks kernel 1 or 2, its tiles and its schedules; nothing is read from the environment.
+``forward`` and ``backward`` (the pieces ring attention composes) run kernel 2.
 
 torch and triton are imported only when this module is used: ``import flashref`` needs neither.
 Under ``TRITON_INTERPRET=1`` (set before triton is imported) the kernels run on the CPU in
@@ -24,11 +27,16 @@ import os
 
 from ..problem import check_options
 
-__all__ = ["attention", "forward", "backward", "dropout_mask", "MAX_HEAD_DIM", "OPTIONS"]
+__all__ = ["attention", "forward", "backward", "dropout_mask", "which_kernel", "MAX_HEAD_DIM", "OPTIONS"]
 
 MAX_HEAD_DIM = 256  # kernels.MAX_HEAD_DIM (kept here so that checking needs no triton import)
 OPTIONS = ("causal", "scale", "deterministic", "dropout_p", "seed", "config", "enable_gqa", "window",
            "alibi_slopes", "softcap")
+
+
+DOUBLE_BACKWARD = ("flashref.gpu.attention does not support double backward (create_graph=True, e.g. a gradient "
+                   "penalty): its backward is a Triton kernel with no derivative of its own; use torch's "
+                   "scaled_dot_product_attention with the math backend")
 
 
 def _interpret() -> bool:
@@ -230,9 +238,7 @@ def _function():
         @staticmethod
         def backward(ctx, do):
             if torch.is_grad_enabled():  # backward(create_graph=True): the kernels have no derivative
-                raise RuntimeError("flashref.gpu.attention does not support double backward (create_graph=True, "
-                                   "e.g. a gradient penalty): its backward is a Triton kernel with no derivative "
-                                   "of its own; use torch's scaled_dot_product_attention with the math backend")
+                raise RuntimeError(DOUBLE_BACKWARD)
             q, k, v, o, L2 = ctx.saved_tensors
             dq, dk, dv = _backward(q, k, v, o, L2, do, *ctx.args)
             return dq, dk, dv, None, None, None, None, None, None
@@ -259,8 +265,14 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     Other options: ``dropout_p`` (default 0) drops each attention weight with that probability
     (kept ones scaled by 1/(1-p)); ``seed`` (int) makes the mask flashref.dropout's keyed mask,
     the same entries numpy's reference drops; without it every call draws a fresh seed from torch's
-    default generator. ``config``: a ``kernels.Config`` (kernel version, tiles, schedules).
-    An unknown option raises a TypeError that lists the valid ones.
+    default generator. An unknown option raises a TypeError that lists the valid ones.
+
+    Which kernel runs: without ``config``, kernel 3 (``kernel3.py``: Gluon, FlashAttention-3's warp
+    specialization and pingpong; Hopper and Triton 3.6 only) wherever ``kernel3.choose`` takes the call
+    (fp16/bf16, d 64 or 128, Nq = Nk a multiple of its tiles, none of the options below), with its own
+    backward (``kernel3_bwd.py``, atomic-free: ``deterministic`` changes nothing there); kernel 2 everywhere
+    else. ``config=kernels.Config(...)`` asks for kernel 1 or 2 by name, with its tiles and schedules.
+    :func:`which_kernel` says which one a call gets, and why.
 
     The variants (flashref.variants; the same semantics as the numpy reference, in forward and
     backward, and in both kernels):
@@ -283,6 +295,30 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
         raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     var = _variants(q, k, causal, options)
+    if options.get("config") is None:  # no kernel asked for: kernel 3 wherever it takes the call
+        from . import kernel3
+        if kernel3.choose(q, k, v, causal, **options)[0]:
+            return kernel3.run(q, k, v, causal, scale, deterministic)
     if _FN is None:
         _FN = _function()
     return _FN.apply(q, k, v, causal, scale, deterministic, cfg, dropout, var)
+
+
+def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str:
+    """Which kernel :func:`attention` runs for this call (arguments as attention's; nothing is launched):
+    ``"kernel 3 (backward: ...)"``, or ``"kernel 1"`` / ``"kernel 2"`` followed by why kernel 3 does not take
+    the call."""
+    check_options(options, OPTIONS, "gpu.which_kernel")
+    config = options.get("config")
+    if config is not None:
+        return f"kernel {config.version}: a kernels.Config was given"
+    from . import kernel3
+    ok, why = kernel3.choose(q, k, v, causal, **options)
+    if not ok:
+        return f"kernel 2: kernel 3 does not take this call ({why})"
+    if deterministic is None:
+        import torch
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    listed = (q.shape[-1], bool(causal)) in kernel3.BACKWARD3
+    ok, why = kernel3.choose_backward(q, k, v, causal, deterministic) if listed else (False, "not in BACKWARD3")
+    return "kernel 3 (backward: " + ("kernel 3)" if ok else f"kernel 2, {why})")

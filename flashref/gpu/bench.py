@@ -7,10 +7,13 @@ when causal; forward+backward ``3.5×`` that. For each shape the backends are ti
 (``triton.testing.do_bench``, which also flushes L2 between calls), and each backend keeps the
 median of its rounds. Ratios of flashref to SDPA flash and cuDNN are taken from the same run.
 
-Optional backend: ``flashref3``, kernel 3 (``kernel3.py``: the Gluon forward with FlashAttention-3's
-intra-warpgroup overlap; its backward ``kernel3_bwd.py`` where ``kernel3.BACKWARD3`` lists the shape, else
-kernel 2's), timed only where it can run (Hopper, Triton 3.6.0) and skipped with one printed line otherwise;
-shapes it does not take run kernel 2 (``kernel3.plan``, ``kernel3_bwd.plan``).
+flashref's backends: ``flashref`` is ``gpu.attention`` as a user calls it: kernel 3 (``kernel3.py``, the
+Gluon forward with FlashAttention-3's intra-warpgroup overlap and pingpong, and ``kernel3_bwd.py``) wherever
+it takes the call (Hopper, Triton 3.6.0; ``kernel3.choose``), kernel 2 elsewhere; ``flashref2`` is kernel 2,
+the Triton one, on every shape; ``flashref1`` kernel 1, the readable one. Each row's ``configs`` names the
+kernel that ran. Optional: ``flashref3``, ``kernel3.attention`` (since ``gpu.attention`` dispatches to kernel 3,
+the same kernels as ``flashref``; the older records time kernel 3 under this name), timed only where kernel 3
+can run and skipped with one printed line otherwise.
 
 Optional peer: ``fa4``, FlashAttention-4 (the ``flash-attn-4`` package, CuTe DSL kernels; Hopper and
 Blackwell), timed only where ``flash_attn.cute`` imports and skipped with one printed line otherwise.
@@ -23,8 +26,8 @@ peak at the largest N, allocation by allocation.
 Writes ``<out>/<device>.json`` and ``<out>/<device>.png`` (+ ``-memory.png``).
 
 Options: ``--out DIR`` (figures/gpu), ``--d 64,96,128,256``, ``--N 512,...,16384``, ``--causal both|true|false``,
-``--modes fwd,fwd_bwd``, ``--backends flashref,flashref1,flash,cudnn,efficient,math,fa4`` (flashref1:
-kernel 1, the readable one; fa4 is not in the default list), ``--mem-N ...``,
+``--modes fwd,fwd_bwd``, ``--backends flashref,flashref2,flashref1,flash,cudnn,efficient,math,fa4`` (fa4 and
+flashref3 are not in the default list), ``--mem-N ...``,
 ``--no-memory``, ``--dtype float16|bfloat16``. ``--variants``: the GQA and sliding-window rows instead
 (``bench_variants.py``).
 """
@@ -40,7 +43,8 @@ import sys
 import time
 from pathlib import Path
 
-BACKENDS = ("flashref", "flashref1", "flash", "cudnn", "efficient", "math", "fa4", "flashref3")  # flashref1: kernel 1
+# flashref: gpu.attention's own choice (kernel 3 where it takes the call, else 2); flashref2, flashref1: kernels 2, 1
+BACKENDS = ("flashref", "flashref2", "flashref1", "flash", "cudnn", "efficient", "math", "fa4", "flashref3")
 OPTIONAL = ("fa4", "flashref3")  # timed only where their package imports; not in the default --backends
 NS = (512, 1024, 2048, 4096, 8192, 16384)
 MEM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -96,12 +100,14 @@ def _fn(backend, causal, deterministic=None, config=None):
     if backend == "flashref3":  # kernel 3's forward where kernel3.plan takes the call; its backward per BACKWARD3
         from .kernel3 import attention as attention3
         return lambda q, k, v: attention3(q, k, v, causal=causal, deterministic=deterministic)
-    if backend in ("flashref", "flashref_det", "flashref1"):
+    if backend in ("flashref", "flashref_det", "flashref1", "flashref2"):
         from . import attention
         from .kernels import Config
         deterministic = True if backend == "flashref_det" else deterministic
         if backend == "flashref1":
             config, deterministic = Config(version=1), False  # kernel 1: atomic dQ only
+        if backend == "flashref2":
+            config = config or Config()  # a Config names kernel 2: gpu.attention does not dispatch
         return lambda q, k, v: attention(q, k, v, causal=causal, deterministic=deterministic, config=config)
     sdp = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend]
@@ -319,33 +325,36 @@ def _fa4_versions():
 
 def add_ratios(rows):
     """Each flashref and fa4 row's TFLOP/s over SDPA flash's and cuDNN's of the same shape (and, for
-    flashref, over FA4's; for flashref3, over kernel 2's), all from the same run."""
+    flashref, over FA4's; for flashref and flashref3, over kernel 2's: ``flashref2``, or in the records made
+    before gpu.attention dispatched to kernel 3, ``flashref``), all from the same run."""
     by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in rows}
+    kernel2 = "flashref2" if any(r["backend"] == "flashref2" for r in rows) else "flashref"
     for r in rows:
         if r["backend"].startswith("flashref") or r["backend"] == "fa4":
             others = ("flash", "cudnn") + (("fa4",) if r["backend"] != "fa4" else ())
-            others += ("flashref",) if r["backend"] == "flashref3" else ()
+            others += (kernel2,) if r["backend"] in ("flashref3", "flashref") and r["backend"] != kernel2 else ()
             for other in others:
                 o = by.get((r["mode"], r["d"], r["N"], r["causal"], other))
                 if o:
-                    key = {"fa4": "ratio_vs_fa4", "flashref": "ratio_vs_kernel2"}.get(other, f"ratio_vs_sdpa_{other}")
+                    key = {"fa4": "ratio_vs_fa4", kernel2: "ratio_vs_kernel2"}.get(other, f"ratio_vs_sdpa_{other}")
                     r[key] = round(r["tflops"] / o["tflops"], 3)
     return rows
 
 
-def _flashref_configs(backend, d, causal, mode):
-    """The tiles and flags each flashref kernel ran with (``kernels.Config.describe``; for flashref3
-    kernel 3's tiles, or why kernel 2 ran instead)."""
+def _flashref_configs(backend, d, causal, mode, N=1 << 14, dtype="float16"):
+    """The tiles and flags each flashref kernel ran with (``kernels.Config.describe``; where kernel 3 ran
+    (flashref3, and flashref where gpu.attention dispatched to it), kernel 3's tiles, or why kernel 2 ran)."""
     from .kernels import Config
-    if backend == "flashref3":
+    from .kernel3 import plan, unavailable
+    if backend == "flashref3" or backend == "flashref" and not unavailable() and plan(d, N, N, dtype, causal)[0]:
         from . import kernel3_bwd
-        from .kernel3 import BACKWARD3, plan
-        t, why = plan(d, 1 << 14, 1 << 14, "float16", causal)
+        from .kernel3 import BACKWARD3
+        t, why = plan(d, N, N, dtype, causal)
         flags = "".join(f" {name}" for name, on in (("pingpong", t and t.pingpong), ("persistent", t and t.persistent),
                                                     (f"emu{t and t.emu}", t and t.emu)) if on)
         out = {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{flags} kernel3" if t else f"kernel 2 ({why})"}
         if mode != "fwd":
-            tb, why = kernel3_bwd.plan(d, 1 << 14, 1 << 14, "float16", causal)
+            tb, why = kernel3_bwd.plan(d, N, N, dtype, causal)
             on = tb is not None and (d, causal) in BACKWARD3
             bflags = "".join(f" {name}" for name in ("vec4", "pipe", "persistent") if getattr(tb, name, False))
             out["dkdv"] = (f"{tb.block_m}x{tb.block_n} s{tb.stages} dq{tb.dq}{bflags} kernel3" if on
@@ -395,7 +404,7 @@ def run(args) -> dict:
                        tflops=round(flops(mode, B, H, N, d, causal) / (ms * 1e-3) / 1e12, 2),
                        rounds_ms=[round(x, 5) for x in ms_list])
             if backend.startswith("flashref"):
-                row["configs"] = _flashref_configs(backend, d, causal, mode)
+                row["configs"] = _flashref_configs(backend, d, causal, mode, N, args.dtype)
             rows.append(row)
     bar.close()
     add_ratios(rows)
@@ -470,8 +479,9 @@ def plot_memory(result):
 
 def table(result) -> str:
     """TFLOP/s per shape and backend; xflash, xcudnn, xfa4: flashref's ratios; fa4xcu: FA4's over cuDNN."""
-    lines = [f"{'mode':7} {'d':>3} {'causal':6} {'N':>6} {'flashref':>8} {'kern1':>6} {'flash':>6} {'cudnn':>6} "
-             f"{'effic':>6} {'math':>5} {'fa4':>5} {'xflash':>6} {'xcudnn':>6} {'xfa4':>5} {'fa4xcu':>6}"]
+    lines = [f"{'mode':7} {'d':>3} {'causal':6} {'N':>6} {'flashref':>8} {'kern2':>6} {'kern1':>6} {'flash':>6} "
+             f"{'cudnn':>6} {'effic':>6} {'math':>5} {'fa4':>5} {'xflash':>6} {'xcudnn':>6} {'xkern2':>6} {'xfa4':>5} "
+             f"{'fa4xcu':>6}"]
     k3 = any(r["backend"] == "flashref3" for r in result["rows"])  # kernel 3's columns, where it ran
     if k3:
         lines[0] += f" {'kern3':>6} {'k3xcu':>6} {'k3xk2':>6}"
@@ -482,10 +492,11 @@ def table(result) -> str:
         def g(b, field="tflops", fmt="{:.0f}", key=(mode, d, N, causal)):
             r = by.get(key + (b,))
             return fmt.format(r[field]) if r and field in r else "-"
-        lines.append(f"{mode:7} {d:>3} {causal!s:6} {N:>6} {g('flashref'):>8} {g('flashref1'):>6} {g('flash'):>6} "
-                     f"{g('cudnn'):>6} {g('efficient'):>6} {g('math'):>5} {g('fa4'):>5} "
+        lines.append(f"{mode:7} {d:>3} {causal!s:6} {N:>6} {g('flashref'):>8} {g('flashref2'):>6} {g('flashref1'):>6} "
+                     f"{g('flash'):>6} {g('cudnn'):>6} {g('efficient'):>6} {g('math'):>5} {g('fa4'):>5} "
                      f"{g('flashref', 'ratio_vs_sdpa_flash', '{:.2f}'):>6} "
                      f"{g('flashref', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6} "
+                     f"{g('flashref', 'ratio_vs_kernel2', '{:.2f}'):>6} "
                      f"{g('flashref', 'ratio_vs_fa4', '{:.2f}'):>5} {g('fa4', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6}"
                      + (f" {g('flashref3'):>6} {g('flashref3', 'ratio_vs_sdpa_cudnn', '{:.2f}'):>6} "
                         f"{g('flashref3', 'ratio_vs_kernel2', '{:.2f}'):>6}" if k3 else ""))

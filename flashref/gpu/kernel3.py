@@ -46,6 +46,7 @@ the kernels are then left undefined, and :func:`unavailable` says why they canno
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from . import exp2 as _exp2
@@ -128,7 +129,15 @@ def unavailable(device=None) -> str | None:
     import torch
     if not torch.cuda.is_available():
         return "no CUDA GPU"
-    cap = torch.cuda.get_device_capability(device)
+    device = torch.device("cuda") if device is None else torch.device(device)
+    return _capability_why(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_why(index: int) -> str | None:
+    # cached per device: gpu.attention asks on every call, and a GPU's capability does not change
+    import torch
+    cap = torch.cuda.get_device_capability(index)
     if cap[0] != 9:
         return f"kernel 3 uses Hopper's wgmma (sm_90); this GPU is sm_{cap[0]}{cap[1]}"
     return None
@@ -725,9 +734,22 @@ def choose(q, k, v, causal: bool, **options):
         return False, why
     options = {k_: v_ for k_, v_ in options.items() if k_ != "config"}  # the config picks kernel 2's backward
     t, why = plan(q.shape[-1], q.shape[2], k.shape[2], str(q.dtype).removeprefix("torch."), causal, options)
-    if why or k.shape != q.shape:
-        return False, why or f"k's shape {tuple(k.shape)} differs from q's {tuple(q.shape)}"
-    return True, t
+    why = why or tensor_refusal(q, k, v)
+    return (False, why) if why else (True, t)
+
+
+def tensor_refusal(q, k, v) -> str | None:
+    """The rules that need the tensors, not only their shape (None: kernel 3 takes them): k and v shaped as q
+    (no GQA), no empty batch or head axis, and contiguous tensors 16-byte aligned."""
+    if k.shape != q.shape or v.shape != q.shape:
+        return f"k's shape {tuple(k.shape)} or v's {tuple(v.shape)} differs from q's {tuple(q.shape)}"
+    if q.numel() == 0:
+        return "an empty batch or head axis (kernel 2 returns the empty result)"
+    # a TMA descriptor's base address must be 16-byte aligned; a contiguous view can start anywhere in its
+    # storage (a non-contiguous one is copied to a fresh, aligned tensor before the launch)
+    if any(x.is_contiguous() and x.data_ptr() % 16 for x in (q, k, v)):
+        return "q, k or v starts at an address that is not 16-byte aligned (TMA needs it)"
+    return None
 
 
 _FN = None
@@ -763,7 +785,7 @@ def choose_backward(q, k, v, causal: bool, deterministic: bool, **options):
 def _function():
     import torch
 
-    from . import _backward
+    from . import DOUBLE_BACKWARD, _backward
 
     class _Attention3(torch.autograd.Function):
         @staticmethod
@@ -776,6 +798,8 @@ def _function():
 
         @staticmethod
         def backward(ctx, do):
+            if torch.is_grad_enabled():  # backward(create_graph=True): the kernels have no derivative
+                raise RuntimeError(DOUBLE_BACKWARD)
             q, k, v, o, L2 = ctx.saved_tensors
             causal, scale, deterministic, cfg, bwd3 = ctx.args
             if bwd3 is not None:  # kernel 3's backward (kernel3_bwd.py) with these TilesB
@@ -797,22 +821,32 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward
     """``flashref.gpu.attention`` with kernel 3's forward where :func:`choose` allows it, and with kernel 3's
     backward (kernel3_bwd.py) where ``backward3`` asks for it (None: where :data:`BACKWARD3` lists the call's
     (d, causal)) and :func:`choose_backward` allows it, else kernel 2's (it reads the same O and L2); every other
-    call goes to ``gpu.attention`` unchanged."""
+    call goes to ``gpu.attention`` with kernel 2. Without ``backward3`` and ``config`` this is what
+    ``gpu.attention`` itself runs."""
     from . import _check
     from . import attention as attention2
+    from .kernels import Config
 
     ok, _ = choose(q, k, v, causal, **options)
     if not ok or options.get("config") is not None and options["config"].version != 2:
+        options["config"] = options.get("config") or Config()  # kernel 2 (no second dispatch)
         return attention2(q, k, v, causal=causal, scale=scale, deterministic=deterministic, **options)
-    global _FN
     scale = _check(q, k, v, causal, scale)
     if deterministic is None:
         import torch
         deterministic = torch.are_deterministic_algorithms_enabled()
+    return run(q, k, v, causal, scale, deterministic, options.get("config"), backward3)
+
+
+def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, backward3=None):
+    """Kernel 3's forward, with autograd, on a call that :func:`choose` took and that was checked
+    (``gpu._check``): the backward is kernel 3's (``backward3`` None: where :data:`BACKWARD3` lists (d, causal)
+    and :func:`choose_backward` allows it) or kernel 2's with ``config`` resolved."""
+    global _FN
     from .kernels import Config
-    cfg = (options.get("config") or Config()).resolve(q.shape[-1], causal, deterministic)
+    cfg = (config or Config()).resolve(q.shape[-1], causal, deterministic)
     bwd3 = (q.shape[-1], bool(causal)) in BACKWARD3 if backward3 is None else backward3
-    ok3, t3 = choose_backward(q, k, v, causal, deterministic, **options) if bwd3 else (False, None)
+    ok3, t3 = choose_backward(q, k, v, causal, deterministic, config=config) if bwd3 else (False, None)
     bwd3 = t3 if ok3 else None  # kernel 3's backward with these tiles, or kernel 2's
     if _FN is None:
         _FN = _function()
