@@ -49,6 +49,8 @@ needs_k3 = pytest.mark.skipif(not RUNS, reason=f"kernel 3 unavailable: {WHY}")
     (64, 4096, 4096, "float16", True, {"window": (128, 0)}, "window"),
     (128, 4096, 4096, "float16", False, {"enable_gqa": True}, "enable_gqa"),
     (128, 4096, 4096, "float16", False, {"softcap": 30.0, "alibi_slopes": [0.5]}, "alibi_slopes"),
+    (64, 4096, 4096, "float16", False, {"alibi_slopes": torch.tensor([0.5, 0.25])}, "alibi_slopes"),  # a tensor
+    (64, 4096, 4096, "float16", False, {"window": (-1, -1)}, "window"),
 ])
 def test_plan_refuses_and_says_why(d, Nq, Nk, dtype, causal, options, why):
     t, reason = plan(d, Nq, Nk, dtype, causal, options)
@@ -251,11 +253,11 @@ def test_attention_runs_kernel3_by_default(d, causal):
         runs.append([o] + [x.grad for x in xs])
     for a, b in zip(*runs):
         assert torch.equal(a, b)
+    assert gpu.which_kernel(q, k, v, causal=causal, config=Config()).startswith("kernel 2")
     o2 = gpu.attention(q, k, v, causal=causal, config=Config())
     truth = _attention(q, k, v, do, causal, 1 / math.sqrt(d), None, torch.float64)[0]
     plain = _attention(q, k, v, do, causal, 1 / math.sqrt(d), None, torch.float16)[0]
     assert _err(o2, truth) <= 2 * _err(plain, truth) + ATOL[torch.float16]
-    assert not torch.equal(o2, runs[0][0])  # another kernel: other roundings
 
 
 @needs_k3

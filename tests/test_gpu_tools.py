@@ -106,6 +106,23 @@ def test_fa4_rows_get_ratios_and_a_table_column():
     assert line.split()[-6:] == ["500", "1.20", "0.75", "-", "0.60", "1.25"]
 
 
+def test_ratios_pair_the_rounds():
+    """With rounds, each ratio is taken within a round (a drift between rounds cancels), then the median."""
+    def row(backend, rounds):
+        ms = sorted(rounds)[len(rounds) // 2]
+        return dict(mode="fwd", d=64, N=4096, causal=False, backend=backend, rounds_ms=rounds, ms=ms,
+                    tflops=1.0 / ms)
+    # the clock slows 20% a round; flashref is 10% faster than cuDNN in every round
+    slow = [1.0, 1.2, 1.44, 1.728, 2.0736]
+    rows = bench.add_ratios([row("flashref", [t / 1.1 for t in slow]), row("cudnn", slow)])
+    assert rows[0]["ratio_vs_sdpa_cudnn"] == 1.1
+    # per-round ratios 2, 0.5 and 1: their median, 1.0, and not the ratio of the medians, 2 / 3
+    rows = bench.add_ratios([row("flashref", [1.0, 4.0, 3.0]), row("cudnn", [2.0, 2.0, 3.0])])
+    assert rows[0]["ratio_vs_sdpa_cudnn"] == 1.0
+    rows = bench.add_ratios([row("flashref", [3.0, 3.0]), row("cudnn", [4.0, 4.0, 4.0])])  # unequal rounds
+    assert rows[0]["ratio_vs_sdpa_cudnn"] == round(4.0 / 3.0, 3)
+
+
 def test_kernel2_ratio_from_flashref2_or_in_older_records_from_flashref():
     """flashref (gpu.attention's choice) and flashref3 over kernel 2 (flashref2); in a record made before
     gpu.attention dispatched to kernel 3, flashref was kernel 2, and flashref3 is read against it."""

@@ -176,7 +176,13 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+# Triton 3.6's warp-specialisation pass fails on these loops ("PassManager::run failed", measured on the H100
+# after the variants landed); the option stays for newer Tritons, and the sweep records what it does where it compiles.
+_WS_XFAIL = pytest.mark.xfail(reason="Triton 3.6 cannot compile warp_specialize on this loop", strict=False)
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=_WS_XFAIL) if v == "warp_specialize" and not INTERPRET
+                                     else v for v in VARIANTS])
 @pytest.mark.parametrize("Nq,Nk,d,causal", [(33, 19, 16, True), (37, 37, 32, False), (40, 70, 24, False)])
 def test_config_variants(variant, Nq, Nk, d, causal):
     """Every kernel and schedule of kernels.Config computes the same function."""
@@ -413,11 +419,6 @@ def test_cuda_large_shapes(B, H, Nq, Nk, d, causal, dtype):
         _check(B, H, Nq, Nk, d, dtype, causal, seed=Nq + d + 2, config=KERNELS["kernel2"])
 
 
-# Triton 3.6's warp-specialisation pass fails on these loops ("PassManager::run failed", measured on the H100
-# after the variants landed); the option stays for newer Tritons, and the sweep records what it does where it compiles.
-_WS_XFAIL = pytest.mark.xfail(reason="Triton 3.6 cannot compile warp_specialize on this loop", strict=False)
-
-
 @needs_cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=_WS_XFAIL) if v == "warp_specialize" else v
@@ -425,6 +426,30 @@ _WS_XFAIL = pytest.mark.xfail(reason="Triton 3.6 cannot compile warp_specialize 
 def test_cuda_config_variants_large(variant):
     for d, causal in ((64, True), (128, False), (128, True)):
         _check(2, 4, 2048, 2048, d, torch.float16, causal, seed=d, config=VARIANTS[variant])
+
+
+@pytest.mark.parametrize("B,H", [(0, 2), (2, 0)])
+@pytest.mark.parametrize("d", [16, 64])
+def test_empty_batch_or_heads(B, H, d):
+    """An empty leading axis returns the empty result of the right shape, and empty gradients (SDPA's rule)."""
+    q, k, v = (torch.randn(B, H, n, d, device=DEVICE, dtype=DTYPES[0]).requires_grad_() for n in (128, 256, 256))
+    o = gpu.attention(q, k, v, causal=True)
+    assert o.shape == (B, H, 128, d)
+    o.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+@needs_cuda
+@pytest.mark.cuda
+def test_cuda_misaligned_view():
+    """A contiguous view 2 bytes into a buffer: no TMA descriptor (its base must be 16-byte aligned), pointers."""
+    q, k, v, do = _inputs(1, 2, 256, 256, 64, torch.float16, seed=9)
+    flat = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)
+    shifted = flat[1:].view(q.shape)
+    shifted.copy_(q)
+    assert shifted.data_ptr() % 16
+    for cfg in (KERNELS["kernel2"], None):
+        assert torch.equal(gpu.attention(shifted, k, v, config=cfg), gpu.attention(q, k, v, config=KERNELS["kernel2"]))
 
 
 @needs_cuda

@@ -97,7 +97,7 @@ def _variants(q, k, causal, options):
 
     B, Hq, Nq, _ = q.shape
     Nk = k.shape[2]
-    group = Hq // k.shape[1]
+    group = Hq // k.shape[1] if k.shape[1] else 1  # no heads at all (H = 0): nothing to group
     big = Nq + Nk  # "unbounded": no query can reach that far
     band = None
     window = options.get("window")

@@ -326,7 +326,12 @@ def _fa4_versions():
 def add_ratios(rows):
     """Each flashref and fa4 row's TFLOP/s over SDPA flash's and cuDNN's of the same shape (and, for
     flashref, over FA4's; for flashref and flashref3, over kernel 2's: ``flashref2``, or in the records made
-    before gpu.attention dispatched to kernel 3, ``flashref``), all from the same run."""
+    before gpu.attention dispatched to kernel 3, ``flashref``), all from the same run.
+
+    Where both rows carry their rounds (``rounds_ms``, one per interleaved round), the ratio is the median of
+    the per-round ratios: the two were timed seconds apart within each round, so a drift of the clocks from
+    round to round (the H100's rounds often grow slower together) cancels in each ratio. Without rounds it is
+    the ratio of the two medians."""
     by = {(r["mode"], r["d"], r["N"], r["causal"], r["backend"]): r for r in rows}
     kernel2 = "flashref2" if any(r["backend"] == "flashref2" for r in rows) else "flashref"
     for r in rows:
@@ -337,8 +342,17 @@ def add_ratios(rows):
                 o = by.get((r["mode"], r["d"], r["N"], r["causal"], other))
                 if o:
                     key = {"fa4": "ratio_vs_fa4", kernel2: "ratio_vs_kernel2"}.get(other, f"ratio_vs_sdpa_{other}")
-                    r[key] = round(r["tflops"] / o["tflops"], 3)
+                    r[key] = round(_ratio(r, o), 3)
     return rows
+
+
+def _ratio(r, o) -> float:
+    """r's speed over o's: the median of the per-round ratios where both have the same rounds, else of the
+    medians (add_ratios)."""
+    a, b = r.get("rounds_ms"), o.get("rounds_ms")
+    if a and b and len(a) == len(b):
+        return statistics.median(y / x for x, y in zip(a, b))  # time of o over time of r, round by round
+    return r["tflops"] / o["tflops"]
 
 
 def _flashref_configs(backend, d, causal, mode, N=1 << 14, dtype="float16"):

@@ -159,10 +159,20 @@ def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | Non
         return f"Nq={Nq} != Nk={Nk}: {what} takes equal lengths"
     if Nq % tiles.block_m or Nq % tiles.block_n:
         return f"N={Nq} is not a multiple of the {tiles.block_m}x{tiles.block_n} tiles (no ragged tiles in {what})"
-    options = sorted(k for k, v in (options or {}).items() if v not in (None, False, 0, 0.0))
+    options = sorted(k for k, v in (options or {}).items() if _is_set(v))
     if options:
         return f"option(s) {options}: {what} is the plain one (no dropout or variants)"
     return None
+
+
+def _is_set(value) -> bool:
+    """An option that asks for something: not None, and not a zero or False number (dropout_p=0.0,
+    enable_gqa=False); anything else (a tensor of ALiBi slopes, a window) is set."""
+    if value is None:
+        return False
+    if isinstance(value, (bool, int, float)):
+        return bool(value)
+    return True
 
 
 def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,

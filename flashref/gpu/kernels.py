@@ -204,9 +204,13 @@ class Config:
         return out
 
 
-def use_tma(cfg: Config, d: int, device) -> bool:
-    """Load Q, K, V through TMA descriptors: Hopper and later, d a power of two, not in the interpreter."""
+def use_tma(cfg: Config, d: int, device, *tensors) -> bool:
+    """Load Q, K, V through TMA descriptors: Hopper and later, d a power of two, not in the interpreter, and
+    every one of ``tensors`` non-empty and starting on a 16-byte boundary (a descriptor's shape must be
+    positive and its base aligned; a contiguous view into a larger buffer need not be)."""
     if INTERPRET or not cfg.tma or cfg.version == 1 or device.type != "cuda" or d != pad_dim(d):
+        return False
+    if any(x.numel() == 0 or x.data_ptr() % 16 for x in tensors):
         return False
     import torch
     try:
@@ -1120,7 +1124,7 @@ def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None, var: Varia
         from . import kernel1  # kernel1 imports this module's helpers
         return kernel1.forward(q, k, v, o, L2, causal, scale, cfg, seed_key, thresh, inv_keep, bool(dropout), var)
     t = cfg.fwd
-    tma = use_tma(cfg, d, q.device)
+    tma = use_tma(cfg, d, q.device, q, k, v)
     descs = (None, None, None)
     if tma:  # 2-D (B·H·N, d) views with the tiles' block shapes
         from triton.tools.tensor_descriptor import TensorDescriptor
