@@ -5,7 +5,8 @@ Shapes and FLOP convention follow FlashAttention-2's benchmark (§4.1): total to
 when causal; forward+backward ``3.5×`` that. For each shape the backends are timed in turn,
 ``--rounds`` times over; each timing is the median of CUDA-event-timed calls after warm-up
 (``triton.testing.do_bench``, which also flushes L2 between calls), and each backend keeps the
-median of its rounds. Ratios of flashref to SDPA flash and cuDNN are taken from the same run.
+median of its rounds. Ratios of flashref to SDPA flash and cuDNN are taken from the same run, as the
+median of the per-round ratios (``add_ratios``).
 
 flashref's backends: ``flashref`` is ``gpu.attention`` as a user calls it: kernel 3 (``kernel3.py``, the
 Gluon forward with FlashAttention-3's intra-warpgroup overlap and pingpong, and ``kernel3_bwd.py``) wherever
