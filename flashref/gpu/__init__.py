@@ -319,6 +319,5 @@ def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str
     if deterministic is None:
         import torch
         deterministic = torch.are_deterministic_algorithms_enabled()
-    listed = (q.shape[-1], bool(causal)) in kernel3.BACKWARD3
-    ok, why = kernel3.choose_backward(q, k, v, causal, deterministic) if listed else (False, "not in BACKWARD3")
-    return "kernel 3 (backward: " + ("kernel 3)" if ok else f"kernel 2, {why})")
+    tiles, why = kernel3.backward_tiles(q, k, v, causal, deterministic)  # the backward kernel3.run pairs
+    return "kernel 3 (backward: " + ("kernel 3)" if tiles is not None else f"kernel 2, {why})")

@@ -359,8 +359,8 @@ def _ratio(r, o) -> float:
 def _flashref_configs(backend, d, causal, mode, N=1 << 14, dtype="float16"):
     """The tiles and flags each flashref kernel ran with (``kernels.Config.describe``; where kernel 3 ran
     (flashref3, and flashref where gpu.attention dispatched to it), kernel 3's tiles, or why kernel 2 ran)."""
-    from .kernels import Config
     from .kernel3 import plan, unavailable
+    from .kernels import Config
     if backend == "flashref3" or backend == "flashref" and not unavailable() and plan(d, N, N, dtype, causal)[0]:
         from . import kernel3_bwd
         from .kernel3 import BACKWARD3

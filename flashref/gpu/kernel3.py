@@ -133,7 +133,7 @@ def unavailable(device=None) -> str | None:
     return _capability_why(torch.cuda.current_device() if device.index is None else device.index)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _capability_why(index: int) -> str | None:
     # cached per device: gpu.attention asks on every call, and a GPU's capability does not change
     import torch
@@ -848,6 +848,16 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward
     return run(q, k, v, causal, scale, deterministic, options.get("config"), backward3)
 
 
+def backward_tiles(q, k, v, causal: bool, deterministic: bool, config=None, backward3=None):
+    """The backward that :func:`run` pairs with kernel 3's forward: ``(TilesB, None)`` for kernel 3's, or
+    ``(None, why)`` for kernel 2's. ``backward3`` None: kernel 3's where :data:`BACKWARD3` lists (d, causal)
+    and :func:`choose_backward` allows it; False: kernel 2's; True: kernel 3's where allowed."""
+    if not ((q.shape[-1], bool(causal)) in BACKWARD3 if backward3 is None else backward3):
+        return None, "not in BACKWARD3" if backward3 is None else "backward3=False"
+    ok, t = choose_backward(q, k, v, causal, deterministic, config=config)
+    return (t, None) if ok else (None, t)
+
+
 def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, backward3=None):
     """Kernel 3's forward, with autograd, on a call that :func:`choose` took and that was checked
     (``gpu._check``): the backward is kernel 3's (``backward3`` None: where :data:`BACKWARD3` lists (d, causal)
@@ -855,9 +865,7 @@ def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, b
     global _FN
     from .kernels import Config
     cfg = (config or Config()).resolve(q.shape[-1], causal, deterministic)
-    bwd3 = (q.shape[-1], bool(causal)) in BACKWARD3 if backward3 is None else backward3
-    ok3, t3 = choose_backward(q, k, v, causal, deterministic, config=config) if bwd3 else (False, None)
-    bwd3 = t3 if ok3 else None  # kernel 3's backward with these tiles, or kernel 2's
+    bwd3, _ = backward_tiles(q, k, v, causal, deterministic, config, backward3)  # None: kernel 2's backward
     if _FN is None:
         _FN = _function()
     return _FN.apply(q, k, v, causal, scale, deterministic, cfg, bwd3)
