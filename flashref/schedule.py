@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 from .l2 import L2Cache
 
-__all__ = ["ScanKernel", "simulate", "flashref_fwd", "flashref_dkdv", "fa2_fwd", "fa2_bwd", "SMS"]
+__all__ = ["ScanKernel", "simulate", "flashref_fwd", "flashref_dkdv", "flashref3_fwd", "flashref3_dkdv", "flashref3_dq",
+           "fa2_fwd", "fa2_bwd", "SMS"]
 
 SMS = 132  # H100 SXM and H200
 
@@ -196,6 +197,63 @@ def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     return ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
                       2 * BN * d * e, 2 * BN * d * e, sms * FA2_CTAS_PER_SM["bwd"],
                       _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms)
+
+
+# Kernel 3 (flashref/gpu/kernel3.py and kernel3_bwd.py, Gluon, Hopper): its tiles are read from the kernel's
+# own tables (kernel3.TILES, kernel3_bwd.BWD_TILES) when a builder runs, so the model follows the kernel.
+K3_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory
+K3_SMEM_RESERVED = 1024  # per resident CTA, kept by the driver
+
+
+def _k3_ctas_per_sm(smem_bytes: int, pingpong: bool) -> int:
+    """CTAs of a kernel 3 launch resident on one SM. A pingpong kernel's two consumer warpgroups hold 240
+    registers a thread (setmaxnreg; kernel3.PINGPONG_REGS) and its producer warp 24: 2·128·240 + 4·32·24 of the
+    SM's 65536 registers, so one CTA. A one-warpgroup kernel is bounded by its shared memory."""
+    if pingpong:
+        return 1
+    return max(1, K3_SMEM_PER_SM // (smem_bytes + K3_SMEM_RESERVED))
+
+
+def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
+    """Kernel 3's forward: grid (Tr, B·H), row block fastest (kernel3._k3ws_tile); causal, the longest rows
+    first; each program scans its K/V blocks from 0 up. The persistent version (one program per SM striding
+    over the tiles in grid order) runs the same waves: program p's t-th tile is tile p + t·SMs."""
+    from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
+    t = tiles or TILES[(d, bool(causal))]
+    BM, BN = t.block_m, t.block_n
+    Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
+    launch = list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))
+    heads_first = bool(causal) and (t.heads_first if t.heads_first is not None else d in HEADS_FIRST_CAUSAL)
+    return ScanKernel("flashref kernel 3 fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
+                      sms * _k3_ctas_per_sm(t.smem_bytes(d, e), t.pingpong), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                      launch, heads_first=heads_first, sms=sms)
+
+
+def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
+    """Kernel 3's dK/dV kernel without dQ (kernel3_bwd._k3b_tile): grid (Tc, B·H); column block j scans its
+    row blocks (Q_i, dO_i, L_i, D_i) from its diagonal down (causal) or from row block j·BN/BM with wrap-around
+    (not causal). No fp32 dQ: the dQ kernel computes it."""
+    from .gpu.kernel3_bwd import BWD_TILES
+    t = tiles or BWD_TILES[(d, bool(causal))]
+    BM, BN = t.block_m, t.block_n
+    Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
+    return ScanKernel("flashref kernel 3 dK/dV", BH, Tr, 2 * BM * d * e + 8 * BM, 0, 2 * BN * d * e,
+                      2 * BN * d * e, sms * _k3_ctas_per_sm(t.smem_bytes(d, e), True),  # 240-register consumers
+                      _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
+                      stagger=0 if causal else BN // BM, sms=sms)
+
+
+def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
+    """Kernel 3's dQ kernel (kernel3_bwd._k3q_kernel): grid (N/128, B·H); row block i (128 rows: Q_i, dO_i,
+    L_i, D_i read once, dQ_i written once) scans K_j, V_j from 0 up; causal, the longest rows first."""
+    from .gpu.kernel3_bwd import BWD_TILES
+    tq = (tiles or BWD_TILES[(d, bool(causal))]).dq_tiles
+    BM, BN = 128, tq.block_n
+    Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
+    launch = list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))
+    return ScanKernel("flashref kernel 3 dQ", BH, Tc, 2 * BN * d * e, 0, 2 * BM * d * e + 8 * BM, BM * d * e,
+                      sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), tq.pingpong), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                      launch, sms=sms)
 
 
 def waves(k: ScanKernel) -> float:

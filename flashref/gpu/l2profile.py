@@ -2,7 +2,9 @@
 
 The measurements that :func:`flashref.iomodel.dram` is checked against. For each implementation
 (``eager``: standard attention as plain fp16 PyTorch ops; ``sdpa_flash``; ``sdpa_cudnn``;
-``flashref``'s Triton kernels) one child Python process runs every shape of the grid: a warm-up
+``flashref``: ``flashref.gpu.attention`` as a user calls it, kernel 3 where its dispatcher takes the call;
+``flashref2``: kernel 2 by name; each flashref row records which kernel ran, ``gpu.which_kernel``'s words)
+one child Python process runs every shape of the grid: a warm-up
 forward+backward with the profiler off, then, between ``cudaProfilerStart``/``Stop``,
 
     marker; O = f(q, k, v); marker; O.backward(dO); marker
@@ -45,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-IMPLS = ("flashref", "sdpa_flash", "eager", "sdpa_cudnn")
+IMPLS = ("flashref", "sdpa_flash", "eager", "sdpa_cudnn", "flashref2")
 # (name, B, H, N, d, causal)
 GRID = [
     ("fig2", 8, 16, 1024, 64, False), ("fig2_causal", 8, 16, 1024, 64, True),
@@ -91,7 +93,8 @@ CHECK4 = [
     ("check4_128_12k_causal", 2, 16, 12288, 128, True), ("check4_128_48k_causal", 1, 4, 49152, 128, True),
     ("check4_128_160k_causal", 1, 1, 163840, 128, True),
 ]
-WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8}  # shares of the time budget
+# shares of the time budget
+WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8, "flashref2": 1.0}
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
 MARKER = "spin_kernel"
 
@@ -145,11 +148,11 @@ def _make_fn(impl, q, k, v, causal):
                 s = s.masked_fill(mask, float("-inf"))
             return torch.softmax(s, dim=-1) @ v
         return f
-    if impl == "flashref":
+    if impl in ("flashref", "flashref2"):  # gpu.attention's default (kernel 3 where it takes the call), kernel 2
         from . import attention
 
         def f():
-            return attention(q, k, v, causal=causal)
+            return attention(q, k, v, causal=causal, **_flashref_options(impl))
         return f
     from torch.nn.attention import SDPBackend, sdpa_kernel
     backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}[impl]
@@ -158,6 +161,11 @@ def _make_fn(impl, q, k, v, causal):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     return f
+
+
+def _flashref_options(impl):
+    from .kernels import Config
+    return {"config": Config()} if impl == "flashref2" else {}
 
 
 def _marker():
@@ -185,6 +193,9 @@ def _child(impl, shapes_json, out_json, deadline="inf"):
                            for _ in range(4))
             q, k, v = (x.requires_grad_() for x in (q, k, v))
             f = _make_fn(impl, q, k, v, causal)
+            if impl in ("flashref", "flashref2"):  # which kernel ran (iomodel.dram.recorded_impl reads it)
+                from . import which_kernel
+                entry["kernel"] = which_kernel(q, k, v, causal=causal, **_flashref_options(impl))
             f().backward(do)  # warm-up: compilation, plans, heuristics
             q.grad = k.grad = v.grad = None
             torch.cuda.synchronize()
@@ -220,11 +231,15 @@ def _child(impl, shapes_json, out_json, deadline="inf"):
         q = k = v = do = f = o = None
         torch.cuda.empty_cache()
     info = {}
-    if impl == "flashref":
-        from . import kernels
+    if impl in ("flashref", "flashref2"):
+        from . import kernel3, kernel3_bwd, kernels
         # the resolved launch configuration the measurements ran with (tiles, split, heads first, ...)
         info = {f"d{dd}{'_causal' if c else ''}": kernels.Config().resolve(dd, c, False).describe()
                 for dd in (64, 128) for c in (False, True)}
+        if impl == "flashref":  # and kernel 3's tiles, where the rows' ``kernel`` says kernel 3 ran
+            info["kernel3"] = {f"d{dd}{'_causal' if c else ''}": dict(fwd=repr(kernel3.TILES[(dd, c)]),
+                                                                       bwd=repr(kernel3_bwd.BWD_TILES[(dd, c)]))
+                               for dd in (64, 128) for c in (False, True)}
     Path(out_json).write_text(json.dumps(dict(measurements=done, info=info)))
 
 
@@ -294,7 +309,7 @@ def summarise(impl, seg, metrics):
         return {m: sum(k[m] or 0.0 for k in ks) for m in byte_metrics}
 
     fwd, allk = total(seg["fwd"]), total(seg["fwd"] + seg["bwd"])
-    row = {k: seg[k] for k in ("group", "shape", "B", "H", "N", "d", "causal", "rep") if k in seg}
+    row = {k: seg[k] for k in ("group", "shape", "B", "H", "N", "d", "causal", "rep", "kernel") if k in seg}
     row["impl"] = impl
     if seg.get("error"):
         row["error"] = seg["error"]
@@ -450,19 +465,26 @@ def main(argv=None) -> int:
     return 0
 
 
-def predictions(shape_list, gpu="h100"):
-    """iomodel.dram's prediction of every (impl, shape, mode) that ``profile-l2`` would measure."""
+def predictions(shape_list, gpu="h100", impls=IMPLS):
+    """iomodel.dram's prediction of every (impl, shape, mode) that ``profile-l2`` would measure. A flashref
+    row says which kernel the model ran (``kernel``: ``"kernel 3"`` or ``"kernel 2"``), as a measured row
+    says which ran on the GPU."""
     from ..iomodel import dram
     from ..iomodel.dram import IMPLS as MODELLED
-    from ..iomodel.dram import MODES
+    from ..iomodel.dram import MODES, kernel3_tiles
 
     rows = []
-    for impl in (i for i in IMPLS if i in MODELLED):
+    for impl in (i for i in impls if i in MODELLED):
         for _, name, B, H, N, d, causal in runs_for(impl, shape_list):
             for mode in MODES:
                 pred = dram(impl, mode, B=B, H=H, Nq=N, Nk=N, d=d, causal=causal, gpu=gpu)
-                rows.append(dict(impl=impl, shape=name, mode=mode, B=B, H=H, N=N, d=d, causal=causal,
-                                 predicted_bytes=pred.total_bytes))
+                row = dict(impl=impl, shape=name, mode=mode, B=B, H=H, N=N, d=d, causal=causal,
+                           predicted_bytes=pred.total_bytes)
+                if impl == "flashref":
+                    row["kernel"] = "kernel 3" if kernel3_tiles(d, N, N, causal)[0] else "kernel 2"
+                elif impl == "flashref2":
+                    row["kernel"] = "kernel 2"
+                rows.append(row)
     return rows
 
 
@@ -478,7 +500,7 @@ def _write_predictions(args):
     meta = dict(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 params={**PARAMS, **GPU_PARAMS[args.gpu]}, staggered_d64=STAGGERED_D64[args.gpu], gpu=args.gpu,
                 note="iomodel.dram's predictions, written before these shapes were measured")
-    rows = predictions(todo, args.gpu)
+    rows = predictions(todo, args.gpu, args.impls)
     path.write_text(json.dumps(dict(metadata=meta, rows=rows), indent=0))
     print(f"{path}: {len(rows)} predictions")
     return 0

@@ -9,7 +9,12 @@ by kernel, the bytes that cross the DRAM interface in one call (``mode="fwd"``: 
   elementwise kernel and ``softmax_backward`` (SoftmaxBackward0 on CUDA), ``mul``, ``bmm, bmm`` and
   the copy of dK into its layout; causal adds a ``masked_fill`` each way);
 * ``"sdpa_flash"``: PyTorch SDPA's flash backend (FlashAttention-2's CUDA kernels);
-* ``"flashref"``: flashref's Triton kernels (atomic dQ, the default backward).
+* ``"flashref"``: flashref's kernels as ``flashref.gpu.attention`` runs them on a Hopper GPU: kernel 3
+  (Gluon; :func:`kernel3_tiles`) where its dispatcher takes the shape, with its atomic-free backward (a
+  dK/dV kernel, then a dQ kernel), and kernel 2 elsewhere;
+* ``"flashref2"``: kernel 2 (Triton) by name (``config=kernels.Config()``), dQ added atomically in fp32.
+  The measurements recorded before kernel 3 became the default (every ``flashref`` row without a
+  ``kernel`` field: :func:`recorded_impl`) are this kernel's.
 
 **The rule for each kernel.** Nsight flushes the L2 before every kernel, so every kernel starts
 cold and reads each byte it needs at least once (the compulsory reads). Beyond that:
@@ -61,9 +66,9 @@ from ..l2 import preset
 from ..problem import check_options, positive_int
 
 __all__ = ["dram", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "STAGGERED_D64", "IMPLS", "MODES", "scan_bytes",
-           "staggered_scan_bytes", "kernels"]
+           "staggered_scan_bytes", "kernels", "kernel3_tiles", "recorded_impl"]
 
-IMPLS = ("eager", "sdpa_flash", "flashref")
+IMPLS = ("eager", "sdpa_flash", "flashref", "flashref2")
 MODES = ("fwd", "fwd_bwd")
 MB = 2 ** 20
 
@@ -268,12 +273,20 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS):
             out += [_stream("bmm dQ = dS K", Sb + Xk, Xq), _stream("bmm dK = dS^T Q", Sb + Xq, Xk),
                     _stream("copy dK", Xk, Xk)]
         return out
-    if impl == "flashref":
-        out.append(("scan", S.flashref_fwd(BH, Nq, Nk, d, causal, e, sms), False))
-        if mode == "fwd_bwd":
+    if impl in ("flashref", "flashref2"):
+        fwd3, bwd3 = kernel3_tiles(d, Nq, Nk, causal, e) if impl == "flashref" else (None, None)
+        if fwd3 is None:  # kernel 2 (flashref/gpu/kernels.py)
+            out.append(("scan", S.flashref_fwd(BH, Nq, Nk, d, causal, e, sms), False))
+        else:
+            out.append(("scan", S.flashref3_fwd(BH, Nq, Nk, d, causal, e, sms, fwd3), False))
+        if mode == "fwd_bwd" and bwd3 is None:  # kernel 2's backward: dQ added atomically into fp32
             out.append(_stream("_bwd_preprocess (D, zero fp32 dQ)", 2 * Xq, 4 * BH * Nq + 2 * Xq))
             out.append(("scan", S.flashref_dkdv(BH, Nq, Nk, d, causal, e, sms), False))
             out.append(_stream("_bwd_dq_scale", 2 * Xq, Xq))
+        elif mode == "fwd_bwd":  # kernel 3's: the dK/dV kernel, then the dQ kernel, no atomics
+            out.append(_stream("_bwd_preprocess (D)", 2 * Xq, 4 * BH * Nq))
+            out.append(("scan", S.flashref3_dkdv(BH, Nq, Nk, d, causal, e, sms, bwd3), False))
+            out.append(("scan", S.flashref3_dq(BH, Nq, Nk, d, causal, e, sms, bwd3), False))
         return out
     if impl == "sdpa_flash":
         out.append(("scan", S.fa2_fwd(BH, Nq, Nk, d, causal, e, sms), causal))
@@ -284,6 +297,23 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS):
                     _stream("flash_bwd_convert_dq", 2 * Xq, Xq)]
         return out
     raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
+
+
+def kernel3_tiles(d, Nq, Nk, causal, e=2):
+    """``(Tiles3, TilesB)`` where ``flashref.gpu.attention`` runs kernel 3 on a Hopper GPU with Triton 3.6
+    (``TilesB`` None: kernel 2's backward after kernel 3's forward), ``(None, None)`` where it runs kernel 2.
+    The same pure-Python rules as its dispatcher (``kernel3.plan``, ``BACKWARD3``, ``kernel3_bwd.plan``) for a
+    call without options on 2-byte inputs; 4-byte inputs go to kernel 2."""
+    from ..gpu import kernel3, kernel3_bwd
+    if e != 2:
+        return None, None
+    fwd, why = kernel3.plan(d, Nq, Nk, "float16", causal)
+    if why:
+        return None, None
+    bwd = None
+    if (d, bool(causal)) in kernel3.BACKWARD3:
+        bwd, _ = kernel3_bwd.plan(d, Nq, Nk, "float16", causal)
+    return fwd, bwd
 
 
 def predict_kernels(seq, Nq, Nk, p=PARAMS):
@@ -357,12 +387,23 @@ def repeats(result, impls=FIT_IMPLS):
     """{(impl, shape, mode): (shape kwargs, [total bytes of each repeat])}, in the order first measured."""
     out = {}
     for r in result["rows"]:
-        if r["impl"] not in impls or r.get("error"):
+        impl = recorded_impl(r)
+        if impl not in impls or r.get("error"):
             continue
         kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=bool(r["causal"]))
         for mode in MODES:
-            out.setdefault((r["impl"], r["shape"], mode), (kw, []))[1].append(r[mode]["total_bytes"])
+            out.setdefault((impl, r["shape"], mode), (kw, []))[1].append(r[mode]["total_bytes"])
     return out
+
+
+def recorded_impl(row):
+    """The model's name for what a recorded (or pre-registered) row measured. ``profile-l2`` names
+    ``flashref.gpu.attention``'s default ``"flashref"`` and, since kernel 3 became that default, records which
+    kernel ran in the row's ``kernel`` field; a ``"flashref"`` row without one was recorded before, when the
+    default was kernel 2: ``"flashref2"``."""
+    if row["impl"] == "flashref" and "kernel" not in row:
+        return "flashref2"
+    return row["impl"]
 
 
 def latest(*results):
@@ -372,9 +413,9 @@ def latest(*results):
     newest = {}
     for res in sorted(results, key=lambda x: x["metadata"]["date"]):
         for r in res["rows"]:
-            newest[(r["impl"], r["shape"])] = res["metadata"]["date"]
+            newest[(recorded_impl(r), r["shape"])] = res["metadata"]["date"]
     rows = [r for res in results for r in res["rows"]
-            if newest[(r["impl"], r["shape"])] == res["metadata"]["date"]]
+            if newest[(recorded_impl(r), r["shape"])] == res["metadata"]["date"]]
     return dict(metadata=dict(date=max(x["metadata"]["date"] for x in results)), rows=rows)
 
 
