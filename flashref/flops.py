@@ -65,6 +65,19 @@ class FlopReport:
                 f"total {self.total:,}")
 
 
+def matmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``A @ B``; with float32 operands, summed in float64 and rounded once to float32.
+
+    Why: numpy hands a float32 product to OpenBLAS, which picks its kernel (and with it the order of the
+    additions) by CPU, so the same call rounds differently on two machines, and a recorded figure would not
+    reproduce. A float32 product is exact in float64 and the float64 sums differ by about 1e-16, so rounding
+    them to float32 gives the same bits on (almost) every machine: the correctly rounded fp32 result that an
+    fp32 accumulator approximates."""
+    if np.result_type(A, B) == np.float32:
+        return np.matmul(A.astype(np.float64), B.astype(np.float64)).astype(np.float32)
+    return A @ B
+
+
 class FlopCounter:
     """Counts FLOPs of the arrays an algorithm really computes with."""
 
@@ -74,8 +87,8 @@ class FlopCounter:
         self._exp = 0
 
     def matmul(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-        """Return ``A @ B`` and count ``2 * m * k * n`` for every leading (batch, head) index."""
-        C = A @ B
+        """Return ``A @ B`` (:func:`matmul`) and count ``2 * m * k * n`` for every leading (batch, head) index."""
+        C = matmul(A, B)
         k = A.shape[-1]
         # C holds m*n outputs per head, each a dot product of length k: k multiplies + k adds.
         self._matmul += 2 * int(C.size) * int(k)
