@@ -4,8 +4,9 @@
 heads, batch 64, fp16, forward + backward) on an H100. Each row sets the two-level count (the
 paper's machine: every tile load goes to HBM) beside :func:`flashref.iomodel.dram`'s prediction
 of the DRAM bytes (standard attention as the kernels eager PyTorch launches; FlashAttention as
-SDPA's FlashAttention-2 kernels and as flashref's Triton kernels, from the three-level model) and
-beside the bytes Nsight Compute measures (``figures/gpu/h100-l2-grid.json``, batch 8 scaled to 64).
+SDPA's FlashAttention-2 kernels, as flashref's kernel 2 (Triton) and as its default on an H100, kernel 3
+(Gluon), from the three-level model) and beside the bytes Nsight Compute measures
+(``figures/gpu/h100-l2-grid.json``, batch 8 scaled to 64; kernel 3 not measured yet).
 The existing ``backward_figure2_table`` is unchanged: this table is an addition.
 
 ``l2_knee_sweep``: B·H·N = 2^18 tokens, d = 128, non-causal, N from 4096 to 262144: DRAM bytes of
@@ -35,8 +36,9 @@ FLASHREF_JSON = GRID_JSON.with_name("h100-l2-flashref.json")
 FIG2 = dict(B=64, H=16, N=1024, d=64)
 MEASURED_B = 8  # the profiled batch of the "fig2" shape; bytes scale with the batch
 IMPL_LABEL = {"eager": "standard (eager PyTorch)", "sdpa_flash": "FlashAttention-2 (SDPA flash)",
-              "flashref": "FlashAttention-2 (flashref)"}
-COLOR = {"eager": COLORS["standard"], "sdpa_flash": COLORS["flash"], "flashref": COLORS["flashref"]}
+              "flashref2": "FlashAttention-2 (flashref kernel 2)", "flashref": "flashref default (kernel 3)"}
+COLOR = {"eager": COLORS["standard"], "sdpa_flash": COLORS["flash"], "flashref2": COLORS["flashref"],
+         "flashref": COLORS["triton"]}
 
 
 def load_grid(path=GRID_JSON):
@@ -51,10 +53,12 @@ def load_current(groups=("grid", "sweep")):
 
 
 def rows_by_shape(result):
-    """{(impl, shape): row}, a shape measured several times given as one row of its median bytes."""
+    """{(impl, shape): row}, a shape measured several times given as one row of its median bytes; impl as
+    the model names what ran (``iomodel.dram.recorded_impl``: flashref rows recorded before kernel 3 became
+    the default are ``"flashref2"``)."""
     groups = {}
     for r in result["rows"]:
-        groups.setdefault((r["impl"], r["shape"]), []).append(r)
+        groups.setdefault((D.recorded_impl(r), r["shape"]), []).append(r)
     out = {}
     for key, rs in groups.items():
         ok = [r for r in rs if not r.get("error")] or rs
@@ -71,7 +75,8 @@ def _measured(rows, impl, shape, mode):
 
 
 # kernel tiles (BM, BN) of the two-level count: forward / backward, as in flashref.schedule
-TWO_LEVEL_TILES = {"sdpa_flash": ((128, 128), (128, 128)), "flashref": ((128, 128), (128, 128))}
+TWO_LEVEL_TILES = {"sdpa_flash": ((128, 128), (128, 128)), "flashref2": ((128, 128), (128, 128)),
+                   "flashref": ((128, 128), (128, 128))}
 
 
 def two_level(impl, B, H, N, d, causal=False):
@@ -91,7 +96,7 @@ def figure2_l2_data():
     res = rows_by_shape(load_current())
     B, H, N, d = FIG2["B"], FIG2["H"], FIG2["N"], FIG2["d"]
     rows = []
-    for impl in ("eager", "sdpa_flash", "flashref"):
+    for impl in ("eager", "sdpa_flash", "flashref2", "flashref"):
         pred = D.dram(impl, "fwd_bwd", B=B, H=H, Nq=N, Nk=N, d=d)
         # like for like with the measurement: the model at batch 8, times 8 (the end-of-kernel
         # residue in L2 does not grow with the batch, so batch 64 itself moves a little more)
@@ -145,7 +150,7 @@ def knee_data():
     res = rows_by_shape(load_current())
     h200 = rows_by_shape(load_grid(H200_JSON)) if H200_JSON.exists() else {}
     rows = []
-    for impl in ("flashref", "sdpa_flash", "eager"):
+    for impl in ("flashref2", "flashref", "sdpa_flash", "eager"):
         for N in SWEEP_NS:
             H = TOKENS // N
             if impl == "eager" and H * N * N * 2 > 9e9:
@@ -167,16 +172,19 @@ def knee_plot(rows):
                        ncols=2, width=11, height=4)
     C = D.PARAMS["C_eff"]
     for ax, mode in zip(axes.flat, D.MODES):
-        for impl in ("flashref", "sdpa_flash"):
+        for impl in ("flashref2", "flashref", "sdpa_flash"):
             rs = [r for r in rows if r["impl"] == impl and r["mode"] == mode]
             N = np.array([r["N"] for r in rs])
-            ax.plot(N, [float(r["predicted_gb"]) for r in rs], "-", color=COLOR[impl], label=f"{impl} predicted")
+            ax.plot(N, [float(r["predicted_gb"]) for r in rs], "-", color=COLOR[impl],
+                    label=f"{IMPL_LABEL[impl]} predicted")
             mm = [(r["N"], float(r["measured_gb"])) for r in rs if r["measured_gb"] not in (None, "")]
-            ax.plot([a for a, _ in mm], [b for _, b in mm], "o", color=COLOR[impl], mfc="none",
-                    label=f"{impl} measured, H100")
+            if mm:
+                ax.plot([a for a, _ in mm], [b for _, b in mm], "o", color=COLOR[impl], mfc="none",
+                        label=f"{IMPL_LABEL[impl]} measured, H100")
             m2 = [(r["N"], float(r["measured_h200_gb"])) for r in rs if r.get("measured_h200_gb") not in (None, "")]
             if m2:
-                ax.plot([a for a, _ in m2], [b for _, b in m2], "x", color=COLOR[impl], label=f"{impl} measured, H200")
+                ax.plot([a for a, _ in m2], [b for _, b in m2], "x", color=COLOR[impl],
+                        label=f"{IMPL_LABEL[impl]} measured, H200")
         Ns = np.array(SWEEP_NS)
         two = [sum(iomodel.predict("flash2", dr, Nq=int(n), Nk=int(n), d=128, heads=TOKENS // int(n), dtype_bytes=2,
                                    block_sizes=(128, 128)).bytes for dr in
