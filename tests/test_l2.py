@@ -110,6 +110,10 @@ CASES = [  # (builder, BH, N, d, causal, sms, C): small machines so that the kne
     (schedule.flashref_dkdv, 2, 4096, 128, False, 4, 2 ** 20),
     (schedule.fa2_bwd, 2, 4096, 64, True, 4, 2 ** 20),
     (schedule.fa2_fwd, 3, 2048, 128, False, 2, 2 ** 20),
+    (schedule.flashref3_fwd, 2, 4096, 128, False, 4, 2 ** 20),     # kernel 3: 128 x 128, one CTA an SM
+    (schedule.flashref3_fwd, 2, 4096, 64, True, 4, 2 ** 21),       # 64-row programs, three an SM; K,V fit
+    (schedule.flashref3_dkdv, 2, 4096, 64, False, 4, 2 ** 20),     # staggered by two, no dQ atomics
+    (schedule.flashref3_dq, 2, 4096, 128, False, 4, 2 ** 20),      # 64-key steps
 ]
 
 
@@ -292,11 +296,25 @@ def test_repeats_give_their_median_and_the_latest_record_wins():
 
 
 def test_recorded_rows_name_the_kernel_that_ran():
-    """A "flashref" row that records its kernel is gpu.attention's default; one without was kernel 2's."""
+    """A "flashref" row is kernel 3's where gpu.which_kernel said kernel 3 ran, else kernel 2's (and so is
+    every row recorded before the rows said which)."""
     row = dict(impl="flashref", shape="a")
     assert D.recorded_impl(row) == "flashref2"
-    assert D.recorded_impl(dict(row, kernel="kernel 3")) == "flashref"
+    assert D.recorded_impl(dict(row, kernel="kernel 3 (backward: kernel 3)")) == "flashref"
+    assert D.recorded_impl(dict(row, kernel="kernel 2: kernel 3 does not take this call (d=96: ...)")) == "flashref2"
+    assert D.recorded_impl(dict(row, impl="flashref2", kernel="kernel 2: a kernels.Config was given")) == "flashref2"
     assert D.recorded_impl(dict(row, impl="sdpa_flash")) == "sdpa_flash"
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_kernel3_predictions_are_the_model(gpu):
+    """The kernel 3 predictions committed before any GPU measured them are what the model still says."""
+    pre = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-kernel3-predicted.json").read_text())
+    assert len(pre["rows"]) == 110 and all(r["kernel"] == "kernel 3" for r in pre["rows"])
+    for r in pre["rows"]:
+        kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
+        assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes == pytest.approx(
+            r["predicted_bytes"], rel=1e-12)
 
 
 def test_flashref_is_what_gpu_attention_runs():

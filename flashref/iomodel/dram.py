@@ -397,11 +397,12 @@ def repeats(result, impls=FIT_IMPLS):
 
 
 def recorded_impl(row):
-    """The model's name for what a recorded (or pre-registered) row measured. ``profile-l2`` names
+    """The model's name for the kernel a recorded (or pre-registered) row measured. ``profile-l2`` names
     ``flashref.gpu.attention``'s default ``"flashref"`` and, since kernel 3 became that default, records which
-    kernel ran in the row's ``kernel`` field; a ``"flashref"`` row without one was recorded before, when the
-    default was kernel 2: ``"flashref2"``."""
-    if row["impl"] == "flashref" and "kernel" not in row:
+    kernel ran in the row's ``kernel`` field (``gpu.which_kernel``'s words). A ``"flashref"`` row is
+    ``"flashref"`` where kernel 3 ran, and ``"flashref2"`` where kernel 2 did: where kernel 3 refused the call
+    (on a GPU without Triton 3.6, say), and in every row recorded before, when the default was kernel 2."""
+    if row["impl"] == "flashref" and not str(row.get("kernel", "")).startswith("kernel 3"):
         return "flashref2"
     return row["impl"]
 
