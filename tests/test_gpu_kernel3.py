@@ -372,6 +372,23 @@ def test_choose_backward():
     assert not ok and "d=96" in why
 
 
+def test_backward_plan_is_the_one_decision():
+    """backward_plan (shape only) is what backward_tiles (tensors) returns, what bench reports and what the L2
+    model runs: kernel 3's backward where BACKWARD3 lists (d, causal), kernel 2's elsewhere."""
+    from flashref.gpu import bench
+    from flashref.iomodel.dram import kernel3_tiles
+    for d, causal in sorted(kernel3.BACKWARD3):
+        tb = kernel3.backward_plan(d, 4096, 4096, "float16", causal)
+        assert tb == (kernel3_bwd.BWD_TILES[(d, causal)], None)
+        q, k, v, _ = _inputs(1, 1, 256, 256, d, torch.float16, seed=1, device="cpu")
+        assert kernel3.backward_tiles(q, k, v, causal, False) == kernel3.backward_plan(d, 256, 256, "float16", causal)
+        assert kernel3_tiles(d, 4096, 4096, causal)[1] == tb[0]
+        assert bench._flashref_configs("flashref3", d, causal, "fwd_bwd", 4096)["dkdv"].endswith("kernel3")
+    assert kernel3.backward_plan(64, 4096, 4096, "float16", False, backward3=False) == (None, "backward3=False")
+    assert "d=96" in kernel3.backward_plan(96, 4096, 4096, "float16", False, backward3=True)[1]
+    assert kernel3.backward_plan(64, 4096, 4096, "float16", True, deterministic=True)[0].dq == 0
+
+
 def _check_bwd(B, H, N, d, dtype, causal, seed, scale=None, tiles=None):
     """kernel3_bwd.backward on kernel 3's O and L2, and through kernel3.attention(backward3=True), against
     the float64 oracle with the two-oracle rule (gradients: three times plain attention's error in dtype)."""

@@ -359,21 +359,18 @@ def _ratio(r, o) -> float:
 def _flashref_configs(backend, d, causal, mode, N=1 << 14, dtype="float16"):
     """The tiles and flags each flashref kernel ran with (``kernels.Config.describe``; where kernel 3 ran
     (flashref3, and flashref where gpu.attention dispatched to it), kernel 3's tiles, or why kernel 2 ran)."""
-    from .kernel3 import plan, unavailable
+    from .kernel3 import backward_plan, plan, unavailable
     from .kernels import Config
     if backend == "flashref3" or backend == "flashref" and not unavailable() and plan(d, N, N, dtype, causal)[0]:
-        from . import kernel3_bwd
-        from .kernel3 import BACKWARD3
         t, why = plan(d, N, N, dtype, causal)
         flags = "".join(f" {name}" for name, on in (("pingpong", t and t.pingpong), ("persistent", t and t.persistent),
                                                     (f"emu{t and t.emu}", t and t.emu)) if on)
         out = {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{flags} kernel3" if t else f"kernel 2 ({why})"}
         if mode != "fwd":
-            tb, why = kernel3_bwd.plan(d, N, N, dtype, causal)
-            on = tb is not None and (d, causal) in BACKWARD3
+            tb, why = backward_plan(d, N, N, dtype, causal)
             bflags = "".join(f" {name}" for name in ("vec4", "pipe", "persistent") if getattr(tb, name, False))
-            out["dkdv"] = (f"{tb.block_m}x{tb.block_n} s{tb.stages} dq{tb.dq}{bflags} kernel3" if on
-                           else f"kernel 2 ({why or 'not in kernel3.BACKWARD3'})")
+            out["dkdv"] = (f"{tb.block_m}x{tb.block_n} s{tb.stages} dq{tb.dq}{bflags} kernel3" if tb
+                           else f"kernel 2 ({why})")
         return out
     cfg = Config(version=1 if backend == "flashref1" else 2)
     out = cfg.resolve(d, causal, deterministic=False).describe()

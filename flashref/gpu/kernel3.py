@@ -771,25 +771,39 @@ _FN = None
 BACKWARD3 = {(128, False), (128, True), (64, False), (64, True)}
 
 
-def choose_backward(q, k, v, causal: bool, deterministic: bool, **options):
-    """Which backward :func:`attention` pairs with kernel 3's forward: ``(True, TilesB)`` for kernel 3's
-    (kernel3_bwd.py), ``(False, why)`` for kernel 2's. An explicit kernel 2 ``config`` keeps kernel 2's.
-    ``deterministic=True`` takes kernel 3's atomic-free mode (``TilesB.dq = 0``: the dK/dV kernel and a
-    separate dQ kernel, no atomic adds) where the default tiles add dQ atomically."""
+def backward_plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, deterministic: bool = False,
+                  options: dict | None = None, backward3: bool | None = None):
+    """The backward that :func:`run` pairs with kernel 3's forward for a call of this shape, without an explicit
+    ``config``: ``(TilesB, None)`` for kernel 3's (kernel3_bwd.py), ``(None, why)`` for kernel 2's. Pure Python
+    (no tensors, no GPU): the one place this is decided (``gpu.which_kernel``, ``bench`` and
+    ``iomodel.dram`` ask it too). ``backward3`` None: kernel 3's where :data:`BACKWARD3` lists (d, causal) and
+    ``kernel3_bwd.plan`` takes the call; False: kernel 2's; True: kernel 3's wherever allowed.
+    ``deterministic=True`` takes kernel 3's atomic-free mode (``TilesB.dq = 0``: the dK/dV kernel and a separate
+    dQ kernel, no atomic adds) where the default tiles add dQ atomically."""
     from . import kernel3_bwd
+    if not ((d, bool(causal)) in BACKWARD3 if backward3 is None else backward3):
+        return None, "not in BACKWARD3" if backward3 is None else "backward3=False"
+    t, why = kernel3_bwd.plan(d, Nq, Nk, dtype, causal, options)
+    if why:
+        return None, why
+    if deterministic and t.dq != 0:
+        separate = kernel3_bwd.SEPARATE_TILES[(d, bool(causal))]
+        t, why = kernel3_bwd.plan(d, Nq, Nk, dtype, causal, options, tiles=separate)
+        if why:
+            return None, f"deterministic=True: kernel 3's atomic-free backward cannot run this call ({why})"
+    return t, None
+
+
+def choose_backward(q, k, v, causal: bool, deterministic: bool, **options):
+    """Whether kernel 3's backward can follow its forward on these tensors: ``(True, TilesB)``, or
+    ``(False, why)`` for kernel 2's. An explicit kernel 2 ``config`` keeps kernel 2's; otherwise
+    :func:`backward_plan` with ``backward3=True`` decides."""
     if options.get("config") is not None:
         return False, "a kernels.Config was given: kernel 2's backward with it"
     options = {k_: v_ for k_, v_ in options.items() if k_ != "config"}
-    d, dtype = q.shape[-1], str(q.dtype).removeprefix("torch.")
-    t, why = kernel3_bwd.plan(d, q.shape[2], k.shape[2], dtype, causal, options)
-    if why:
-        return False, why
-    if deterministic and t.dq != 0:
-        t, why = kernel3_bwd.plan(d, q.shape[2], k.shape[2], dtype, causal, options,
-                                  tiles=kernel3_bwd.SEPARATE_TILES[(d, bool(causal))])
-        if why:
-            return False, f"deterministic=True: kernel 3's atomic-free backward cannot run this call ({why})"
-    return True, t
+    t, why = backward_plan(q.shape[-1], q.shape[2], k.shape[2], str(q.dtype).removeprefix("torch."), causal,
+                           deterministic, options, backward3=True)
+    return (False, why) if why else (True, t)
 
 
 def _function():
@@ -850,12 +864,12 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward
 
 def backward_tiles(q, k, v, causal: bool, deterministic: bool, config=None, backward3=None):
     """The backward that :func:`run` pairs with kernel 3's forward: ``(TilesB, None)`` for kernel 3's, or
-    ``(None, why)`` for kernel 2's. ``backward3`` None: kernel 3's where :data:`BACKWARD3` lists (d, causal)
-    and :func:`choose_backward` allows it; False: kernel 2's; True: kernel 3's where allowed."""
-    if not ((q.shape[-1], bool(causal)) in BACKWARD3 if backward3 is None else backward3):
-        return None, "not in BACKWARD3" if backward3 is None else "backward3=False"
-    ok, t = choose_backward(q, k, v, causal, deterministic, config=config)
-    return (t, None) if ok else (None, t)
+    ``(None, why)`` for kernel 2's: an explicit kernel 2 ``config`` keeps kernel 2's, otherwise
+    :func:`backward_plan` decides from the call's shape."""
+    if config is not None:
+        return None, "a kernels.Config was given: kernel 2's backward with it"
+    return backward_plan(q.shape[-1], q.shape[2], k.shape[2], str(q.dtype).removeprefix("torch."), causal,
+                         deterministic, backward3=backward3)
 
 
 def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, backward3=None):

@@ -301,19 +301,16 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS):
 
 def kernel3_tiles(d, Nq, Nk, causal, e=2):
     """``(Tiles3, TilesB)`` where ``flashref.gpu.attention`` runs kernel 3 on a Hopper GPU with Triton 3.6
-    (``TilesB`` None: kernel 2's backward after kernel 3's forward), ``(None, None)`` where it runs kernel 2.
-    The same pure-Python rules as its dispatcher (``kernel3.plan``, ``BACKWARD3``, ``kernel3_bwd.plan``) for a
-    call without options on 2-byte inputs; 4-byte inputs go to kernel 2."""
-    from ..gpu import kernel3, kernel3_bwd
+    (``TilesB`` None: kernel 2's backward after kernel 3's forward), ``(None, None)`` where it runs kernel 2:
+    its dispatcher's own pure-Python rules (``kernel3.plan``, ``kernel3.backward_plan``) for a call without
+    options on 2-byte inputs; 4-byte inputs go to kernel 2."""
+    from ..gpu import kernel3
     if e != 2:
         return None, None
     fwd, why = kernel3.plan(d, Nq, Nk, "float16", causal)
     if why:
         return None, None
-    bwd = None
-    if (d, bool(causal)) in kernel3.BACKWARD3:
-        bwd, _ = kernel3_bwd.plan(d, Nq, Nk, "float16", causal)
-    return fwd, bwd
+    return fwd, kernel3.backward_plan(d, Nq, Nk, "float16", causal)[0]
 
 
 def predict_kernels(seq, Nq, Nk, p=PARAMS):
