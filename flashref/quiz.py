@@ -141,6 +141,9 @@ QUESTIONS = {
     "nb08-q3": ("A lockstep pass counts twice against C_eff = 45 MiB (printed above). At what N do one head's K and V"
                 ' (d = 128, fp16) fill C_eff / 2, the knee?',
                 "e238", "b02a17d25511fc173a1d52193d8f9885ec81634b34f8c5a8e98b6160a3985ce7"),
+    "nb08-q4": ("One head, N = 262144, d = 128: kernel 3's forward runs one CTA per 128 query rows, 132 of them at "
+                "once (one per SM). How many waves does its grid make, to 3 significant digits?",
+                "b83e", "ed6bc4ec28ef581b5a0c0a2a44ed8ca683f43fd482a21f5168e91334092842d4", 3),
     "nb09-q1": ('8 query heads share one K/V head (g = 8), blocks 16 × 16 either way: by what factor does PackGQA '
                 "(`gqa_packing=True`) cut the forward's reads of K?",
                 "4e90", "6b601f34ecb6b6f3bb2167c45cf3c095163e0050c57f3661f7c4b47a075f5a80"),
