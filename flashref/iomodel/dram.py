@@ -13,8 +13,8 @@ by kernel, the bytes that cross the DRAM interface in one call (``mode="fwd"``: 
   (Gluon; :func:`kernel3_tiles`) where its dispatcher takes the shape, with its atomic-free backward (a
   dK/dV kernel, then a dQ kernel), and kernel 2 elsewhere;
 * ``"flashref2"``: kernel 2 (Triton) by name (``config=kernels.Config()``), dQ added atomically in fp32.
-  The measurements recorded before kernel 3 became the default (every ``flashref`` row without a
-  ``kernel`` field: :func:`recorded_impl`) are this kernel's.
+  Every recorded ``flashref`` row that does not say kernel 3 ran is this kernel's (:func:`recorded_impl`),
+  among them all those recorded before kernel 3 became the default.
 
 **The rule for each kernel.** Nsight flushes the L2 before every kernel, so every kernel starts
 cold and reads each byte it needs at least once (the compulsory reads). Beyond that:
