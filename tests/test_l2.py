@@ -381,6 +381,14 @@ def test_profile_l2_splits_kernels_at_markers():
     assert lp.runs_for("eager", [("g", "big", 1, 16, 32768, 128, False)]) == []  # one N x N matrix over budget
 
 
+@pytest.mark.parametrize("argv,name", [(["--impls", "flashref,cudnn"], "--impls"), (["--groups", "gird"], "--groups")])
+def test_profile_l2_names_a_bad_argument(argv, name, capsys):
+    from flashref.gpu import l2profile as lp
+    with pytest.raises(SystemExit):
+        lp.main(["--predict", *argv])
+    assert name in capsys.readouterr().err
+
+
 
 
 # ----------------------------------------------------------------------------- out of sample: predicted before measured

@@ -406,6 +406,12 @@ def main(argv=None) -> int:
                         "no GPU, no ncu; commit the file before measuring")
     p.add_argument("--gpu", default="h100", help="with --predict: the L2 preset (h100, h200)")
     args = p.parse_args(argv)
+    unknown = sorted(set(args.impls) - set(IMPLS))
+    if unknown:
+        p.error(f"--impls: unknown {unknown}; expected some of {list(IMPLS)}")
+    unknown = sorted(set(args.groups) - set(GROUPS))
+    if unknown:
+        p.error(f"--groups: unknown {unknown}; expected some of {list(GROUPS)}")
     if args.predict:
         return _write_predictions(args)
     t0 = time.time()
