@@ -203,15 +203,21 @@ def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
 # own tables (kernel3.TILES, kernel3_bwd.BWD_TILES) when a builder runs, so the model follows the kernel.
 K3_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory
 K3_SMEM_RESERVED = 1024  # per resident CTA, kept by the driver
+K3_REGS_PER_SM = 65536
+# Every kernel 3 build uses 168 registers a thread (cuobjdump --dump-resource-usage of the Triton 3.6.0 sm_90
+# cubins, compiled on a CPU; figures/gpu/NOTES-l2.md). A warp-specialized launch (the pingpong forward, the
+# dK/dV and dQ kernels) runs 12 warps: its default partition's 4 (the producer) and two consumer warpgroups of 4.
+K3_REGS_PER_THREAD = 168
+K3_WS_WARPS = 12
 
 
-def _k3_ctas_per_sm(smem_bytes: int, pingpong: bool) -> int:
-    """CTAs of a kernel 3 launch resident on one SM. A pingpong kernel's two consumer warpgroups hold 240
-    registers a thread (setmaxnreg; kernel3.PINGPONG_REGS) and its producer warp 24: 2·128·240 + 4·32·24 of the
-    SM's 65536 registers, so one CTA. A one-warpgroup kernel is bounded by its shared memory."""
-    if pingpong:
-        return 1
-    return max(1, K3_SMEM_PER_SM // (smem_bytes + K3_SMEM_RESERVED))
+def _k3_ctas_per_sm(smem_bytes: int, warps: int) -> int:
+    """CTAs of a kernel 3 launch resident on one SM: as many as both its registers and its shared memory allow.
+    A 12-warp warp-specialized kernel takes 12 x 32 x 168 = 64512 of the 65536 registers: one CTA. The causal
+    d = 64 forward (one warpgroup, 4 warps: 21504 registers, 73.8 KB of shared memory) fits three."""
+    by_regs = K3_REGS_PER_SM // (warps * 32 * K3_REGS_PER_THREAD)
+    by_smem = K3_SMEM_PER_SM // (smem_bytes + K3_SMEM_RESERVED)
+    return max(1, min(by_regs, by_smem))
 
 
 def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
@@ -225,7 +231,8 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     launch = list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))
     heads_first = bool(causal) and (t.heads_first if t.heads_first is not None else d in HEADS_FIRST_CAUSAL)
     return ScanKernel("flashref kernel 3 fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                      sms * _k3_ctas_per_sm(t.smem_bytes(d, e), t.pingpong), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                      sms * _k3_ctas_per_sm(t.smem_bytes(d, e), K3_WS_WARPS if t.pingpong else t.warps),
+                      _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                       launch, heads_first=heads_first, sms=sms)
 
 
@@ -238,7 +245,7 @@ def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     BM, BN = t.block_m, t.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     return ScanKernel("flashref kernel 3 dK/dV", BH, Tr, 2 * BM * d * e + 8 * BM, 0, 2 * BN * d * e,
-                      2 * BN * d * e, sms * _k3_ctas_per_sm(t.smem_bytes(d, e), True),  # 240-register consumers
+                      2 * BN * d * e, sms * _k3_ctas_per_sm(t.smem_bytes(d, e), K3_WS_WARPS),
                       _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
                       stagger=0 if causal else BN // BM, sms=sms)
 
@@ -252,7 +259,7 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))
     return ScanKernel("flashref kernel 3 dQ", BH, Tc, 2 * BN * d * e, 0, 2 * BM * d * e + 8 * BM, BM * d * e,
-                      sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), tq.pingpong), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                      sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), K3_WS_WARPS), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                       launch, sms=sms)
 
 

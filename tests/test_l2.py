@@ -331,6 +331,21 @@ def test_flashref_is_what_gpu_attention_runs():
     assert k3 != k2
 
 
+def test_kernel3_occupancy_as_compiled():
+    """Where Triton 3.6.0 is installed (the GPU machines; CI has a newer one), kernel 3's default launches
+    compiled for sm_90 leave as many CTAs per SM as the L2 model's schedules assume (registers and shared
+    memory, from cuobjdump)."""
+    from flashref.gpu import kernel3
+    if kernel3._MODS is None:
+        pytest.skip(f"kernel 3 cannot be built here: {kernel3._WHY}")
+    from flashref.gpu import occupancy
+    rows = occupancy.builds()
+    assert len(rows) == 3 * len(kernel3.TILES)
+    for r in rows:
+        assert r["ctas_per_sm"] == r["model_ctas_per_sm"], r
+        assert r["regs"] <= schedule.K3_REGS_PER_THREAD and r["warps"] in (4, schedule.K3_WS_WARPS), r
+
+
 def test_kernel3_schedules():
     """Kernel 3's grids from its own tile tables: 128 x 128 pingpong forward (one CTA an SM), causal d = 64 on
     64-row one-warpgroup programs (three an SM), the dK/dV kernel's 64-row steps staggered by two, the dQ kernel's
