@@ -21,8 +21,9 @@ N_PLACEHOLDER = 4096  # rows of the placeholder (B·H·N, d) views: the build do
 
 
 def _desc(gl, rows, d):
-    from .kernel3 import _TensorDescriptor
     from triton.runtime.jit import MockTensor
+
+    from .kernel3 import _TensorDescriptor
     layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.float16)
     return _TensorDescriptor(MockTensor(gl.float16, [N_PLACEHOLDER, d]), [N_PLACEHOLDER, d], [d, 1], [rows, d], layout)
 
