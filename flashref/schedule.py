@@ -18,6 +18,10 @@ builders give the kernels modelled:
   heads fastest, ``HEADS_FIRST``), K/V scanned in ascending order; the dK/dV kernel over column
   blocks (grid ``(Tc, B·H)``), rows scanned ascending, non-causal programs starting at their own
   column block (``STAGGER``), with the fp32 dQ updated by atomics (read and written in L2);
+* flashref's kernel 3 (``flashref/gpu/kernel3.py``, ``kernel3_bwd.py``, Gluon), what ``gpu.attention`` runs
+  on Hopper: the 128 x 128 forward over row blocks, the dK/dV kernel without dQ, and the dQ kernel, which
+  scans K and V again; their tiles from the kernel's own tables, their CTAs per SM from their builds'
+  registers and shared memory (``python -m flashref.gpu.occupancy``);
 * FlashAttention-2's CUDA kernels as PyTorch's SDPA flash backend runs them (``flash_fwd_kernel``
   with grid ``(Tr, B, H)``, 128 x 128 tiles at d = 64 and 128 x 64 at d = 128, two CTAs per SM,
   each CTA walking its key blocks from the last to the first; ``flash_bwd_dq_dk_dv_loop_seqk_parallel``
