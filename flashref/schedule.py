@@ -164,6 +164,11 @@ FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 128), 12
 FA2_CTAS_PER_SM = {"fwd": 2, "bwd": 1}
 
 
+def _launch(Tr, causal):
+    """The row block each program runs, in launch order: causal, the longest rows first (i = Tr - 1 - pid)."""
+    return list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))
+
+
 def _pick(table, d):
     return table[min((k for k in table if k >= d), default=max(table))]
 
@@ -172,7 +177,7 @@ def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_f
     BM, BN = blocks or _pick(FLASHREF_FIXED["fwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     hf = (causal and d in FLASHREF_HEADS_FIRST_CAUSAL) if heads_first is None else heads_first
-    launch = list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))  # causal: i = Tr - 1 - pid
+    launch = _launch(Tr, causal)
     return ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                       sms * _pick(FLASHREF_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                       launch, heads_first=hf, sms=sms)
@@ -215,11 +220,12 @@ K3_REGS_PER_THREAD = 168
 K3_WS_WARPS = 12
 
 
-def _k3_ctas_per_sm(smem_bytes: int, warps: int) -> int:
-    """CTAs of a kernel 3 launch resident on one SM: as many as both its registers and its shared memory allow.
-    A 12-warp warp-specialized kernel takes 12 x 32 x 168 = 64512 of the 65536 registers: one CTA. The causal
-    d = 64 forward (one warpgroup, 4 warps: 21504 registers, 73.8 KB of shared memory) fits three."""
-    by_regs = K3_REGS_PER_SM // (warps * 32 * K3_REGS_PER_THREAD)
+def _k3_ctas_per_sm(smem_bytes: int, warps: int, regs: int = K3_REGS_PER_THREAD) -> int:
+    """CTAs of a kernel 3 launch resident on one SM: as many as both its registers (``regs`` a thread) and its
+    shared memory allow. A 12-warp warp-specialized kernel takes 12 x 32 x 168 = 64512 of the 65536 registers:
+    one CTA. The causal d = 64 forward (one warpgroup, 4 warps: 21504 registers, 73.8 KB of shared memory) fits
+    three."""
+    by_regs = K3_REGS_PER_SM // (warps * 32 * regs)
     by_smem = K3_SMEM_PER_SM // (smem_bytes + K3_SMEM_RESERVED)
     return max(1, min(by_regs, by_smem))
 
@@ -232,7 +238,7 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     t = tiles or TILES[(d, bool(causal))]
     BM, BN = t.block_m, t.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
-    launch = list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))
+    launch = _launch(Tr, causal)
     heads_first = bool(causal) and (t.heads_first if t.heads_first is not None else d in HEADS_FIRST_CAUSAL)
     return ScanKernel("flashref kernel 3 fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                       sms * _k3_ctas_per_sm(t.smem_bytes(d, e), K3_WS_WARPS if t.pingpong else t.warps),
@@ -261,7 +267,7 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     tq = (tiles or BWD_TILES[(d, bool(causal))]).dq_tiles
     BM, BN = 128, tq.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
-    launch = list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))
+    launch = _launch(Tr, causal)
     return ScanKernel("flashref kernel 3 dQ", BH, Tc, 2 * BN * d * e, 0, 2 * BM * d * e + 8 * BM, BM * d * e,
                       sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), K3_WS_WARPS), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                       launch, sms=sms)

@@ -798,11 +798,8 @@ def choose_backward(q, k, v, causal: bool, deterministic: bool, **options):
     """Whether kernel 3's backward can follow its forward on these tensors: ``(True, TilesB)``, or
     ``(False, why)`` for kernel 2's. An explicit kernel 2 ``config`` keeps kernel 2's; otherwise
     :func:`backward_plan` with ``backward3=True`` decides."""
-    if options.get("config") is not None:
-        return False, "a kernels.Config was given: kernel 2's backward with it"
-    options = {k_: v_ for k_, v_ in options.items() if k_ != "config"}
-    t, why = backward_plan(q.shape[-1], q.shape[2], k.shape[2], str(q.dtype).removeprefix("torch."), causal,
-                           deterministic, options, backward3=True)
+    config = options.pop("config", None)
+    t, why = backward_tiles(q, k, v, causal, deterministic, config, backward3=True, options=options)
     return (False, why) if why else (True, t)
 
 
@@ -862,14 +859,14 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, backward
     return run(q, k, v, causal, scale, deterministic, options.get("config"), backward3)
 
 
-def backward_tiles(q, k, v, causal: bool, deterministic: bool, config=None, backward3=None):
+def backward_tiles(q, k, v, causal: bool, deterministic: bool, config=None, backward3=None, options=None):
     """The backward that :func:`run` pairs with kernel 3's forward: ``(TilesB, None)`` for kernel 3's, or
     ``(None, why)`` for kernel 2's: an explicit kernel 2 ``config`` keeps kernel 2's, otherwise
-    :func:`backward_plan` decides from the call's shape."""
+    :func:`backward_plan` decides from the call's shape (and ``options``)."""
     if config is not None:
         return None, "a kernels.Config was given: kernel 2's backward with it"
     return backward_plan(q.shape[-1], q.shape[2], k.shape[2], str(q.dtype).removeprefix("torch."), causal,
-                         deterministic, backward3=backward3)
+                         deterministic, options, backward3)
 
 
 def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, backward3=None):

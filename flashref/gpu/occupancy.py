@@ -73,9 +73,8 @@ def builds() -> list[dict]:
     def row(kernel, d, causal, compiled, model):
         r = dict(kernel=kernel, d=d, causal=causal, warps=compiled.metadata.num_warps,
                  shared=compiled.metadata.shared, **_resources(compiled))
-        by_regs = S.K3_REGS_PER_SM // (r["warps"] * 32 * r["regs"])
-        by_smem = S.K3_SMEM_PER_SM // (r["shared"] + S.K3_SMEM_RESERVED)
-        rows.append(dict(r, ctas_per_sm=max(1, min(by_regs, by_smem)), model_ctas_per_sm=model))
+        rows.append(dict(r, ctas_per_sm=S._k3_ctas_per_sm(r["shared"], r["warps"], r["regs"]),
+                         model_ctas_per_sm=model))
 
     for (d, causal), t in sorted(k3.TILES.items()):
         args = dict(desc_q=_desc(gl, t.block_m, d), desc_k=_desc(gl, t.block_n, d), desc_v=_desc(gl, t.block_n, d),
