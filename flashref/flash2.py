@@ -145,7 +145,7 @@ def _scores(mem, fc, pb, Q_i, K_j, rows, cols, line, slopes_i=None, keep_dtanh=F
     if pb.bias is not None:
         # Bias: load B_ij from HBM (Br·Bc reads) and add it: data, not a function of (i, j).
         B_ij = mem.load("bias", rows=rows, cols=cols, as_="B_ij", line=line)  # (Br, Bc)
-        S_ij = mem.hold("S_ij", fc.ew(S_ij + B_ij, "add bias"))
+        S_ij = mem.hold("S_ij", fc.add_bias(S_ij, B_ij))
         mem.free("B_ij")
     # MASK only where needed: causal ∧ [window] only on blocks their edges cross (no IO).
     attend = variants.tile_attend(pb, rows, cols)

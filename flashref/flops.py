@@ -104,6 +104,16 @@ class FlopCounter:
             S = self.ew(self.matmul(Q_i, K_j.swapaxes(-1, -2)) * tau, "scale")
         return require_finite(S, "scores τ·QKᵀ")
 
+    def add_bias(self, S: np.ndarray, B: np.ndarray) -> np.ndarray:
+        """``S + B``, one FLOP per element. The bias may hold -inf (a masked entry: the score becomes -inf
+        on purpose), never +inf or NaN (refused when the bias is given); a finite sum that overflows to
+        +inf raises ``FloatingPointError``, as :meth:`scores` does, instead of a NaN in the softmax."""
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, as an error
+            X = self.ew(S + B, "add bias")
+        if np.isposinf(X).any() or np.isnan(X).any():
+            require_finite(np.where(np.isneginf(X), 0, X), "scores τ·QKᵀ + bias")
+        return X
+
     def ew(self, X: np.ndarray, *ops: str) -> np.ndarray:
         """Return ``X``, counting one FLOP per element of ``X`` for each named operation that made it."""
         self._nonmatmul += len(ops) * int(np.size(X))

@@ -121,6 +121,9 @@ class _Attention(torch.autograd.Function):
             # asked for, and the numpy backward has no graph to give one.
             raise RuntimeError("flashref.functional.scaled_dot_product_attention: double backward "
                                "(create_graph=True) is not supported; the reference backward runs in numpy")
+        if not torch.isfinite(grad_out).all():  # named here: the numpy backward would call it dO
+            raise ValueError("grad_output: the gradient flowing into scaled_dot_product_attention's output "
+                             "contains NaN or inf")
         spec = _spec(ctx.algorithm)
         Q, K, V, O, *stats = ctx.saved_arrays
         dO = _to_numpy(grad_out).astype(O.dtype)
@@ -151,8 +154,10 @@ def _gqa(query, key, value, enable_gqa: bool, native: bool = False):
         raise ValueError("enable_gqa: expected query and key with a head axis at -3, "
                          f"got shapes {tuple(query.shape)} and {tuple(key.shape)}")
     Hq, Hkv = query.shape[-3], key.shape[-3]
-    if value.shape[-3] != Hkv:
-        raise ValueError(f"enable_gqa: value has {value.shape[-3]} heads, key has {Hkv}")
+    if value.dim() < 3 or value.shape[-3] != Hkv:
+        raise ValueError(f"enable_gqa: value has {value.shape[-3] if value.dim() >= 3 else 'no'} heads, key has {Hkv}")
+    if Hq == Hkv:  # nothing to repeat (no heads at all included: an empty result)
+        return key, value
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"enable_gqa: query heads Hq={Hq} must be a multiple of key/value heads Hkv={Hkv}")
     g = Hq // Hkv
@@ -172,11 +177,41 @@ def _broadcast(query, key, value, keep=2):
     return tuple(t.expand(lead + t.shape[-keep:]) for t in (query, key, value))
 
 
-def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str) -> dict:
+def _number(x, name: str):
+    """A Python number, or a 0-d tensor's value (PyTorch takes both for ``dropout_p`` and ``scale``)."""
+    if isinstance(x, torch.Tensor):
+        if x.dim() != 0 or x.dtype == torch.bool:
+            raise TypeError(f"{name}: expected a number or a 0-d float tensor, got a tensor of shape "
+                            f"{tuple(x.shape)} and dtype {x.dtype}")
+        return x.item()
+    return x
+
+
+def _check_causal(is_causal) -> bool:
+    # bool(...) would take any value ("no" is truthy): refuse what is not a bool, as PyTorch does
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal: expected True or False, got {is_causal!r}")
+    return bool(is_causal)
+
+
+def _check_finite(t: torch.Tensor, name: str) -> None:
+    # checked here so that the error names the front's argument (the algorithms would say Q, K, V)
+    if t.numel() and not torch.isfinite(t).all():
+        raise ValueError(f"{name}: contains NaN or inf")
+
+
+def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple) -> dict:
     if attn_mask is None:
         return {}
     if not isinstance(attn_mask, torch.Tensor):
         raise TypeError(f"attn_mask: expected a torch.Tensor (bool or float), got {type(attn_mask).__name__}")
+    try:
+        fits = torch.broadcast_shapes(attn_mask.shape, target) == target
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"attn_mask: shape {tuple(attn_mask.shape)} does not broadcast to (..., L, S) = "
+                         f"{tuple(target)}")
     if attn_mask.dtype == torch.bool:
         return {"mask": attn_mask.detach().to("cpu").numpy()}
     if not attn_mask.is_floating_point():
@@ -205,25 +240,42 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     o = {**OPTIONS, **options}
     spec = _spec(o["algorithm"])  # a clear error before any work
     query, key, value = (_check_tensor(t, n) for t, n in ((query, "query"), (key, "key"), (value, "value")))
+    for t, n in ((key, "key"), (value, "value")):
+        if t.dtype != query.dtype:  # PyTorch refuses mixed dtypes too
+            raise TypeError(f"{n}: dtype {t.dtype} does not match query's {query.dtype}")
     if key.shape[-1] != query.shape[-1]:
         raise ValueError(f"key: head dimension {key.shape[-1]} does not match query's {query.shape[-1]}")
     if value.shape[-2] != key.shape[-2]:
         raise ValueError(f"value: length {value.shape[-2]} does not match key's {key.shape[-2]}")
-    mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"])
+    is_causal = _check_causal(is_causal)
+    dropout_p, scale = _number(dropout_p, "dropout_p"), _number(scale, "scale")
+    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, (int, float, np.floating)) \
+            or not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout_p: expected a probability in [0, 1], got {dropout_p!r}")
+    for t, n in ((query, "query"), (key, "key"), (value, "value")):
+        _check_finite(t, n)
     variant_opts = {k: o[k] for k in _VARIANTS if o[k] is not None}
-    if "alibi_slopes" in variant_opts and isinstance(variant_opts["alibi_slopes"], torch.Tensor):
+    if isinstance(variant_opts.get("alibi_slopes"), torch.Tensor):
+        if variant_opts["alibi_slopes"].requires_grad:  # as for a float attn_mask: no gradient would reach them
+            raise ValueError("alibi_slopes: slopes that require grad are not supported (their gradient is not "
+                             "computed); pass alibi_slopes.detach()")
         variant_opts["alibi_slopes"] = variant_opts["alibi_slopes"].detach().to("cpu", torch.float64).numpy()
-    native = bool(enable_gqa) and spec.variants and key.dim() >= 3 and key.shape[-3] != query.shape[-3]
+    native = (bool(enable_gqa) and spec.variants and query.dim() >= 3 and key.dim() >= 3
+              and key.shape[-3] != query.shape[-3])
     key, value = _gqa(query, key, value, enable_gqa, native)
     query, key, value = _broadcast(query, key, value, keep=3 if native else 2)
     if native:
         variant_opts["enable_gqa"] = True
+    mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"], query.shape[:-1] + key.shape[-2:-1])
     E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
     out_shape = query.shape[:-1] + (Ev,)
-    if query.numel() == 0 or value.numel() == 0 or S == 0:
-        # Nothing to attend with or to: an empty result, or (no keys) the zeros of fully masked rows.
+    if math.prod(out_shape) == 0 or S == 0 or dropout_p == 1.0:
+        # Nothing to attend with or to: an empty result, the zeros of fully masked rows (no keys), or every
+        # weight dropped (PyTorch's dropout_p = 1). Zeros with a graph to the inputs: zero gradients.
         return (query.sum() * 0 + key.sum() * 0 + value.sum() * 0).expand(out_shape).clone()
-    scale = 1.0 / math.sqrt(E) if scale is None else scale
+    # E = 0 (and keys to attend to): every score is 0 whatever the scale; the padding below gives Q and K Ev
+    # zero columns, so each row averages V over the keys it sees, as PyTorch does.
+    scale = (1.0 / math.sqrt(E) if E else 1.0) if scale is None else scale
     if Ev < E:  # zero columns of V give zero columns of O, sliced off below
         value = torch.nn.functional.pad(value, (0, E - Ev))
     elif Ev > E:  # zero columns of Q and K add nothing to Q Kᵀ
@@ -231,7 +283,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     seed = o["seed"]
     if seed is None and dropout_p > 0:
         seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))  # torch's default generator: fresh per call
-    opts = dict(scale=scale, causal=bool(is_causal), dropout_p=dropout_p, seed=0 if seed is None else seed,
+    opts = dict(scale=scale, causal=is_causal, dropout_p=dropout_p, seed=0 if seed is None else seed,
                 sram_size=o["sram_size"], block_sizes=o["block_sizes"], dtype_bytes=query.element_size(),
                 **mask_opts, **variant_opts)
     out = _Attention.apply(query, key, value, o["algorithm"], opts)

@@ -238,9 +238,11 @@ def require_finite(X: np.ndarray, what: str) -> np.ndarray:
     """Raise ``FloatingPointError`` if a computed array overflowed (finite inputs, infinite result)."""
     # Called on τ·QKᵀ before MASK and bias (which may add -inf on purpose) and on results.
     if not np.isfinite(X).all():
+        cure = ("scale the inputs down" if X.dtype == np.float64 else
+                "compute in float64 (float64 inputs: Q.astype(np.float64), or query.double() at the torch front) "
+                "or scale the inputs down")
         raise FloatingPointError(
-            f"{what} overflowed {X.dtype}: the inputs are finite but too large for this precision; "
-            f"pass float64 arrays (e.g. Q.astype(np.float64)) or scale the inputs down")
+            f"{what} overflowed {X.dtype}: the inputs are finite but too large for this precision; {cure}")
     return X
 
 

@@ -96,7 +96,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         mem.input("bias", pb.bias)
         S = mem.load(s_name, as_="S", line="bias")
         B = mem.load("bias", line="bias")
-        S = mem.hold("S", fc.ew(S + B, "add bias"))
+        S = mem.hold("S", fc.add_bias(S, B))
         mem.store("S_biased", S, line="bias")
         mem.free("S", "bias")
         s_name = "S_biased"

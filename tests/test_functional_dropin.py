@@ -111,3 +111,62 @@ def test_gqa_bad_head_counts_are_named():
         sdpa(q, k, k, enable_gqa=True)
     with pytest.raises(ValueError, match="do not broadcast"):
         sdpa(q, k, k)
+
+
+def _qkv64(L=5, S=7, E=4, Ev=6, lead=(2, 3)):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(*lead, n, e, generator=g, dtype=torch.float64) for n, e in ((L, E), (S, E), (S, Ev))]
+
+
+def test_edges_torch_takes_agree_with_torch():
+    """dropout_p = 1 (every weight dropped: zeros and zero gradients), a head dim E = 0 (every score 0: each row
+    averages V over the keys it sees), an empty head axis with enable_gqa, 0-d tensors for scale and dropout_p."""
+    q, k, v = (x.requires_grad_() for x in _qkv64())
+    for kw in (dict(dropout_p=1.0), dict(dropout_p=1.0, is_causal=True)):
+        out, ref = sdpa(q, k, v, **kw), F.scaled_dot_product_attention(q, k, v, **kw)
+        assert out.shape == ref.shape and torch.equal(out, ref)
+        (gq, gv) = torch.autograd.grad(out.sum(), (q, v))
+        assert not gq.any() and not gv.any()
+    q0, k0, v0 = _qkv64(E=0)
+    for kw in (dict(scale=1.0), dict(scale=1.0, is_causal=True)):
+        torch.testing.assert_close(sdpa(q0, k0, v0, **kw), F.scaled_dot_product_attention(q0, k0, v0, **kw))
+    assert torch.allclose(sdpa(q0, k0, v0), v0.mean(-2, keepdim=True).expand(2, 3, 5, 6))
+    assert sdpa(q[:, :0], k[:, :0], v[:, :0], enable_gqa=True).shape == (2, 0, 5, 6)
+    torch.testing.assert_close(sdpa(q, k, v, scale=torch.tensor(0.5), dropout_p=torch.tensor(0.0)),
+                               F.scaled_dot_product_attention(q, k, v, scale=0.5))
+
+
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda q, k, v: sdpa(q[0, 0], k, v, enable_gqa=True), ValueError, "enable_gqa: expected query and key"),
+    (lambda q, k, v: sdpa(q, k, v, is_causal="no"), TypeError, "is_causal"),
+    (lambda q, k, v: sdpa(q, k, v, is_causal=None), TypeError, "is_causal"),
+    (lambda q, k, v: sdpa(q, k, v, dropout_p=-0.1), ValueError, "dropout_p"),
+    (lambda q, k, v: sdpa(q.float(), k, v), TypeError, "key: dtype torch.float64 does not match query's"),
+    (lambda q, k, v: sdpa(q, k, v, attn_mask=torch.ones(2, 3, 3, dtype=torch.bool)), ValueError,
+     r"attn_mask: shape \(2, 3, 3\) does not broadcast to \(..., L, S\) = \(2, 3, 5, 7\)"),
+    (lambda q, k, v: sdpa(q.index_fill(-1, torch.tensor([0]), float("nan")), k, v), ValueError,
+     "query: contains NaN"),
+    (lambda q, k, v: sdpa(q, k, v, alibi_slopes=torch.ones(3, requires_grad=True)), ValueError,
+     "alibi_slopes: slopes that require grad"),
+])
+def test_refusals_name_the_fronts_argument(call, exc, match):
+    """Refused as PyTorch refuses, or as the front's documented differences say, naming the front's own argument
+    (query, attn_mask, is_causal), not the numpy algorithms' (Q, mask)."""
+    with pytest.raises(exc, match=match):
+        call(*_qkv64())
+
+
+def test_overflow_through_a_float_mask_and_a_nan_gradient_are_errors():
+    q = torch.full((1, 1, 2, 4), 1e18)
+    k = torch.full((1, 1, 3, 4), 1e18)
+    bias = torch.full((2, 3), 3.4e38)
+    bias[:, 0] = 0
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not a NaN with RuntimeWarnings: an error naming the cure
+        with pytest.raises(FloatingPointError, match=r"bias overflowed float32.*float64"):
+            sdpa(q, k, torch.randn(1, 1, 3, 4), attn_mask=bias)
+    q, k, v = (x.requires_grad_() for x in _qkv64())
+    out = sdpa(q, k, v)
+    with pytest.raises(ValueError, match="grad_output"):
+        out.backward(torch.full_like(out, float("nan")))

@@ -355,6 +355,52 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
         gpu.attention(q, k, v)
 
 
+@pytest.mark.parametrize("which,arg,exc", [
+    (lambda o, do, lse: (o, do[:, :, :3], lse), "do must have shape", ValueError),
+    (lambda o, do, lse: (o[:, :, :2], do, lse), "o must have shape", ValueError),
+    (lambda o, do, lse: (o, do, lse[:, :1]), "lse must have shape", ValueError),
+    (lambda o, do, lse: (o, do.double(), lse), "do must have q's dtype", TypeError),
+    (lambda o, do, lse: (o, do, lse.long()), "lse must be a float tensor", TypeError),
+    (lambda o, do, lse: (o, do.tolist(), lse), "do must be a torch.Tensor", TypeError),
+])
+def test_backward_checks_what_it_is_handed(which, arg, exc):
+    """gpu.backward indexes o, do and lse with q's sizes: a wrong one is refused, naming it, before any kernel
+    could read or write outside it; the right ones give the forward's gradients."""
+    q, k, v = (torch.randn(1, 2, n, 8, device=DEVICE, dtype=DTYPES[0]) for n in (5, 7, 7))
+    o, lse = gpu.forward(q, k, v)
+    do = torch.randn_like(o)
+    with pytest.raises(exc, match=arg):
+        gpu.backward(q, k, v, *which(o, do, lse))
+    dq, dk, dv = gpu.backward(q, k, v, o, do, lse)
+    qa, ka, va = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    gpu.attention(qa, ka, va, config=Config()).backward(do)
+    for got, want in ((dq, qa.grad), (dk, ka.grad), (dv, va.grad)):
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_which_kernel_refuses_what_attention_refuses():
+    """which_kernel answers only for calls attention would take (it runs attention's checks, launching nothing)."""
+    q, k, v = _ok()
+    with pytest.raises(ValueError, match="dropout_p"):
+        gpu.which_kernel(q, k, v, dropout_p=2.0)
+    with pytest.raises(TypeError, match="deterministic"):
+        gpu.which_kernel(q, k, v, deterministic="yes")
+    with pytest.raises(ValueError, match="q must have shape"):
+        gpu.which_kernel(q[0], k, v)
+    with pytest.raises(TypeError, match="config"):
+        gpu.which_kernel(q, k, v, config="kernel 1")
+    assert gpu.which_kernel(q, k, v).startswith("kernel")
+
+
+@pytest.mark.parametrize("args,arg,exc", [((1, 1, 4, 4, 1.5, 0), "p must be", ValueError),
+                                          ((1, 1, 4, 4, 1.0, 0), "p must be", ValueError),
+                                          ((1, 1, 4, 4, 0.5, 7.9), "seed", TypeError),
+                                          ((1, -1, 4, 4, 0.5, 1), "H must be", ValueError)])
+def test_dropout_mask_checks_its_arguments(args, arg, exc):
+    with pytest.raises(exc, match=arg):
+        gpu.dropout_mask(*args)
+
+
 # ---------------------------------------------------------------------------------------------
 # CUDA only: the FlashAttention test grid in full, and large shapes
 # ---------------------------------------------------------------------------------------------

@@ -170,6 +170,23 @@ def test_overflowing_scores_raise_naming_the_cure(module):
     assert np.isfinite(module.forward(big.astype(np.float64), big.astype(np.float64), big.astype(np.float64)).O).all()
 
 
+@pytest.mark.parametrize("module", [standard, flash2])
+def test_a_bias_that_overflows_the_scores_raises(module):
+    """Finite scores plus a finite bias can overflow float32: an error naming the cure, not NaN with warnings;
+    a -inf in the bias is a masked entry, not an overflow."""
+    Q = np.full((2, 4), 1e18, dtype=np.float32)
+    bias = np.full((2, 3), 3.4e38, dtype=np.float32)
+    bias[:, 0] = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FloatingPointError, match="bias overflowed float32.*float64"):
+            module.forward(Q, np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), bias=bias)
+        masked = np.zeros((2, 3))
+        masked[:, 1:] = -np.inf
+        out = module.forward(np.ones((2, 4)), np.ones((3, 4)), np.arange(12.0).reshape(3, 4), bias=masked)
+    assert np.array_equal(out.O, np.tile(np.arange(4.0), (2, 1)))
+
+
 def test_star_import_needs_neither_torch_nor_triton():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
             "from flashref import *\n"

@@ -43,7 +43,9 @@ def _interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _check(q, k, v, causal, scale, enable_gqa=False):
+def _check(q, k, v, causal, scale, enable_gqa=False, launch=True):
+    """q, k, v, causal, scale and enable_gqa checked, each error naming its argument; returns the scale.
+    ``launch=False`` (which_kernel: nothing runs) skips the one rule about where the tensors live."""
     import torch
 
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -59,7 +61,7 @@ def _check(q, k, v, causal, scale, enable_gqa=False):
             raise TypeError(f"{name} must have q's dtype {q.dtype}, got {x.dtype}")
         if x.device != q.device:
             raise ValueError(f"{name} is on {x.device} but q is on {q.device}")
-    if q.device.type != "cuda" and not _interpret():
+    if launch and q.device.type != "cuda" and not _interpret():
         raise ValueError(f"q must be a CUDA tensor (got device {q.device}); CPU tensors run only in "
                          "Triton's interpreter, TRITON_INTERPRET=1")
     B, H, Nq, d = q.shape
@@ -67,8 +69,8 @@ def _check(q, k, v, causal, scale, enable_gqa=False):
         raise ValueError(f"q's head dimension d={d} is not supported; use 1 <= d <= {MAX_HEAD_DIM}")
     if Nq < 1:
         raise ValueError("q must have at least one query (N >= 1)")
-    if not isinstance(enable_gqa, bool):
-        raise TypeError(f"enable_gqa must be a bool, got {type(enable_gqa).__name__}")
+    if not isinstance(enable_gqa, bool):  # a Python bool: it becomes a kernel's compile-time constant
+        raise TypeError(f"enable_gqa must be True or False (a Python bool), got {enable_gqa!r}")
     if enable_gqa and k.shape[0] == B and k.shape[-1] == d and k.shape[1] >= 1 and k.shape[1] != H:
         if H % k.shape[1]:
             raise ValueError(f"enable_gqa: q's {H} heads must be a multiple of k's {k.shape[1]} heads "
@@ -81,7 +83,7 @@ def _check(q, k, v, causal, scale, enable_gqa=False):
     if v.shape != k.shape:
         raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
     if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        raise TypeError(f"causal must be True or False (a Python bool), got {causal!r}")
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
@@ -178,11 +180,31 @@ def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=Fal
     ``lse`` is natural-log, (B, H, Nq) fp32, as :func:`forward` returns it; a caller that merges
     partial results (ring attention) hands in the merged one. Options as :func:`forward`'s."""
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False))
+    _check_saved(q, o, do, lse)
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     var = _variants(q, k, causal, options)
     L2 = (lse / math.log(2.0)).float().contiguous()  # the kernels keep the base-2 LSE (exp2 in their loops)
     return _backward(q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), L2, do.contiguous(),
                      causal, scale, deterministic, cfg, dropout, var)
+
+
+def _check_saved(q, o, do, lse):
+    """backward's o, do (q's shape, dtype and device) and lse (fp32-able, q's (B, H, Nq)): the kernels index
+    them with q's strides and sizes, so a wrong shape would read and write outside them."""
+    import torch
+
+    for name, x, shape in (("o", o, q.shape), ("do", do, q.shape), ("lse", lse, q.shape[:3])):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.shape != shape:
+            raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
+        if x.device != q.device:
+            raise ValueError(f"{name} is on {x.device} but q is on {q.device}")
+    for name, x in (("o", o), ("do", do)):
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {x.dtype}")
+    if not lse.is_floating_point():
+        raise TypeError(f"lse must be a float tensor (the natural-log log-sum-exp), got {lse.dtype}")
 
 
 def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
@@ -192,6 +214,13 @@ def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
 
     from . import kernels
 
+    for name, n in (("B", B), ("H", H), ("Nq", Nq), ("Nk", Nk)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {n!r}")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"p must be a dropout probability in [0, 1), got {p!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
     device = device or ("cpu" if _interpret() else "cuda")
     mask = torch.empty((B, H, Nq, Nk), dtype=torch.int8, device=device)
     kernels.dropout_mask(mask, float(p), int(seed))
@@ -309,6 +338,12 @@ def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str
     ``"kernel 3 (backward: ...)"``, or ``"kernel 1"`` / ``"kernel 2"`` followed by why kernel 3 does not take
     the call."""
     check_options(options, OPTIONS, "gpu.which_kernel")
+    # attention's checks, so that a call attention would refuse is not answered with a kernel
+    _check(q, k, v, causal, options.get("scale"), options.get("enable_gqa", False), launch=False)
+    if deterministic is not None and not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
+    _check_options(options, q.shape[-1], causal, bool(deterministic))
+    _variants(q, k, causal, options)
     config = options.get("config")
     if config is not None:
         return f"kernel {config.version}: a kernels.Config was given"
