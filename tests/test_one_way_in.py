@@ -180,7 +180,7 @@ def test_a_bias_that_overflows_the_scores_raises(module):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(FloatingPointError, match="bias overflowed float32.*float64"):
-            module.forward(Q, np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), bias=bias)
+            module.forward(Q, np.full((3, 4), 1e18, np.float32), np.ones((3, 4), np.float32), bias=bias)
         masked = np.zeros((2, 3))
         masked[:, 1:] = -np.inf
         out = module.forward(np.ones((2, 4)), np.ones((3, 4)), np.arange(12.0).reshape(3, 4), bias=masked)
