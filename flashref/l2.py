@@ -61,6 +61,8 @@ PRESETS = {
 
 
 def preset(gpu: str) -> L2Spec:
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu: expected a GPU name, one of {sorted(PRESETS)}, got {gpu!r}")
     try:
         return PRESETS[gpu.lower()]
     except KeyError:

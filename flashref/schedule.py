@@ -13,7 +13,8 @@ when, :mod:`flashref.l2` says what that costs, and :mod:`flashref.iomodel.dram` 
 advances at the same speed, so CTAs launched together walk the same tiles in lockstep). The
 builders give the kernels modelled:
 
-* flashref's Triton kernels (``flashref/gpu/kernels.py``, its ``FIXED`` table): the forward over
+* flashref's Triton kernels (``flashref/gpu/kernels.py``, kernel 2, with its default tiles from
+  ``flashref/gpu/config.py``): the forward over
   row blocks (grid ``(Tr, B·H)``, row block fastest; causal: longest rows first, and for d = 128
   heads fastest, ``HEADS_FIRST``), K/V scanned in ascending order; the dK/dV kernel over column
   blocks (grid ``(Tc, B·H)``), rows scanned ascending, non-causal programs starting at their own
@@ -69,6 +70,11 @@ class ScanKernel:
     descending: bool = False
     stagger: int = 0
     sms: int = SMS
+    # A ragged last tile (N not a multiple of the block): the kernels mask the rows past N, which are never
+    # read or written. Every byte of a tile is per row (K_j, V_j; Q_i, dO_i, L_i, D_i, dQ_i; O_i, L_i), so
+    # the last scanned tile moves last_scan of a full one's bytes, and the last CTA's own tile last_cta.
+    last_scan: float = 1.0
+    last_cta: float = 1.0
 
     @property
     def ctas_per_head(self):
@@ -90,6 +96,20 @@ class ScanKernel:
         tile at once."""
         starts = {(hi - 1 if self.descending else lo) for lo, hi in self.ranges}
         return len(starts) > 1 and not self.stagger
+
+    def span(self, lo, hi):
+        """Scanned tiles lo..hi-1 of one head, counted in full tiles (the ragged last one as its share)."""
+        if hi <= lo:
+            return 0.0
+        return (hi - lo) - ((1.0 - self.last_scan) if hi == self.n_tiles else 0.0)
+
+    def cta_share(self, c):
+        """CTA ``c``'s own tile as a share of a full one (the last block of a head may be ragged)."""
+        return self.last_cta if c == self.ctas_per_head - 1 else 1.0
+
+    def private_total(self):
+        """Tiles' worth of private blocks per head: every CTA's own tile, the ragged last one as its share."""
+        return self.ctas_per_head - (1.0 - self.last_cta)
 
     def tiles(self, c):
         lo, hi = self.ranges[c]
@@ -114,22 +134,23 @@ def simulate(k: ScanKernel, cache: L2Cache) -> L2Cache:
             h, c = order[nxt]
             nxt += 1
             if k.private_read:
-                cache.access(("p", h, c), k.private_read)
+                cache.access(("p", h, c), round(k.private_read * k.cta_share(c)))
             slots.append([h, c, k.tiles(c)[::-1]])
         done = []
         for s in slots:
             h, c, rest = s
             if rest:
                 t = rest.pop()
-                cache.access(("s", h, t), k.tile_bytes)
+                share = k.span(t, t + 1)
+                cache.access(("s", h, t), round(k.tile_bytes * share))
                 if k.rmw_bytes:
-                    cache.access(("r", h, t), k.rmw_bytes)  # read ...
-                    cache.access(("r", h, t), k.rmw_bytes, write=True)  # ... modify, write (in L2)
+                    cache.access(("r", h, t), round(k.rmw_bytes * share))  # read ...
+                    cache.access(("r", h, t), round(k.rmw_bytes * share), write=True)  # ... modify, write (in L2)
             if not rest:
                 done.append(s)
         for s in done:
             if k.private_write:
-                cache.access(("o", s[0], s[1]), k.private_write, write=True)
+                cache.access(("o", s[0], s[1]), round(k.private_write * k.cta_share(s[1])), write=True)
             slots.remove(s)
     return cache
 
@@ -154,12 +175,10 @@ def _col_ranges(Tc, Tr, BM, BN, causal, Nq):
     return [(min(Tr, (j * BN) // BM), Tr) for j in range(Tc)]
 
 
-FLASHREF_FIXED = {  # flashref/gpu/kernels.py FIXED (BLOCK_M, BLOCK_N, warps, stages), SPLIT at d = 128
-    "fwd": {64: (128, 128), 128: (256, 64)},
-    "dkdv_atomic": {64: (128, 128), 128: (64, 128)},
-}
+# Kernel 2's tiles and heads-first flag are its own defaults (flashref/gpu/config.py, Config().resolve, as on a
+# GPU); its CTAs per SM are Nsight's occupancy limits at d = 64 and 128, and elsewhere the nearest measured d's.
 FLASHREF_CTAS_PER_SM = {"fwd": {64: 2, 128: 1}, "dkdv_atomic": {64: 1, 128: 1}}  # ncu occupancy limits
-FLASHREF_HEADS_FIRST_CAUSAL = (128,)
+# FlashAttention-2's tiles as Nsight reports them at d = 64 and 128; other d take the nearest larger one's.
 FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 128), 128: (64, 128)}}
 FA2_CTAS_PER_SM = {"fwd": 2, "bwd": 1}
 
@@ -173,39 +192,61 @@ def _pick(table, d):
     return table[min((k for k in table if k >= d), default=max(table))]
 
 
+def _share(N, B):
+    """The last of N's blocks of B rows as a share of a full block (ragged when B does not divide N)."""
+    return (N - (_cdiv(N, B) - 1) * B) / B
+
+
+def _ragged(k: ScanKernel, N_scan, B_scan, N_own, B_own) -> ScanKernel:
+    """``k`` with its last scanned tile (N_scan rows in blocks of B_scan) and its CTAs' last own tile ragged."""
+    k.last_scan, k.last_cta = _share(N_scan, B_scan), _share(N_own, B_own)
+    return k
+
+
+def _kernel2(d, causal):
+    """Kernel 2's default configuration on a GPU (pure Python: no Triton needed)."""
+    from .gpu.config import Config
+    return Config().resolve(d, bool(causal), False, interpret=False)
+
+
 def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_first=None):
-    BM, BN = blocks or _pick(FLASHREF_FIXED["fwd"], d)
+    cfg = _kernel2(d, causal)
+    BM, BN = blocks or (cfg.fwd.block_m, cfg.fwd.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
-    hf = (causal and d in FLASHREF_HEADS_FIRST_CAUSAL) if heads_first is None else heads_first
+    hf = cfg.heads_first if heads_first is None else heads_first
     launch = _launch(Tr, causal)
-    return ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                      sms * _pick(FLASHREF_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
-                      launch, heads_first=hf, sms=sms)
+    return _ragged(ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
+                              sms * _pick(FLASHREF_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                              launch, heads_first=hf, sms=sms), Nk, BN, Nq, BM)
 
 
 def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagger=True):
-    BM, BN = blocks or _pick(FLASHREF_FIXED["dkdv_atomic"], d)
+    cfg = _kernel2(d, causal)
+    BM, BN = blocks or (cfg.dkdv.block_m, cfg.dkdv.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
-    return ScanKernel("flashref dK/dV (atomic dQ)", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d, 2 * BN * d * e,
-                      2 * BN * d * e, sms * _pick(FLASHREF_CTAS_PER_SM["dkdv_atomic"], d),
-                      _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
-                      stagger=(BN // BM if BN >= BM else 1) if (stagger and not causal) else 0, sms=sms)
+    k = ScanKernel("flashref dK/dV (atomic dQ)", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d, 2 * BN * d * e,
+                   2 * BN * d * e, sms * _pick(FLASHREF_CTAS_PER_SM["dkdv_atomic"], d),
+                   _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
+                   stagger=(BN // BM if BN >= BM else 1) if (stagger and not causal) else 0, sms=sms)
+    return _ragged(k, Nq, BM, Nk, BN)
 
 
 def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     BM, BN = _pick(FA2_TILES["fwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
-    return ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                      sms * FA2_CTAS_PER_SM["fwd"], _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
-                      descending=True, sms=sms)
+    k = ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
+                   sms * FA2_CTAS_PER_SM["fwd"], _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
+                   descending=True, sms=sms)
+    return _ragged(k, Nk, BN, Nq, BM)
 
 
 def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     BM, BN = _pick(FA2_TILES["bwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
-    return ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
-                      2 * BN * d * e, 2 * BN * d * e, sms * FA2_CTAS_PER_SM["bwd"],
-                      _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms)
+    k = ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
+                   2 * BN * d * e, 2 * BN * d * e, sms * FA2_CTAS_PER_SM["bwd"],
+                   _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms)
+    return _ragged(k, Nq, BM, Nk, BN)
 
 
 # Kernel 3 (flashref/gpu/kernel3.py and kernel3_bwd.py, Gluon, Hopper): its tiles are read from the kernel's
@@ -240,10 +281,10 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)
     heads_first = bool(causal) and (t.heads_first if t.heads_first is not None else d in HEADS_FIRST_CAUSAL)
-    return ScanKernel("flashref kernel 3 fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                      sms * _k3_ctas_per_sm(t.smem_bytes(d, e), K3_WS_WARPS if t.pingpong else t.warps),
-                      _row_ranges(Tr, Tc, BM, BN, causal, Nk),
-                      launch, heads_first=heads_first, sms=sms)
+    k = ScanKernel("flashref kernel 3 fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
+                   sms * _k3_ctas_per_sm(t.smem_bytes(d, e), K3_WS_WARPS if t.pingpong else t.warps),
+                   _row_ranges(Tr, Tc, BM, BN, causal, Nk), launch, heads_first=heads_first, sms=sms)
+    return _ragged(k, Nk, BN, Nq, BM)
 
 
 def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
@@ -254,10 +295,11 @@ def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     t = tiles or BWD_TILES[(d, bool(causal))]
     BM, BN = t.block_m, t.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
-    return ScanKernel("flashref kernel 3 dK/dV", BH, Tr, 2 * BM * d * e + 8 * BM, 0, 2 * BN * d * e,
-                      2 * BN * d * e, sms * _k3_ctas_per_sm(t.smem_bytes(d, e), K3_WS_WARPS),
-                      _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
-                      stagger=0 if causal else BN // BM, sms=sms)
+    k = ScanKernel("flashref kernel 3 dK/dV", BH, Tr, 2 * BM * d * e + 8 * BM, 0, 2 * BN * d * e,
+                   2 * BN * d * e, sms * _k3_ctas_per_sm(t.smem_bytes(d, e), K3_WS_WARPS),
+                   _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
+                   stagger=0 if causal else BN // BM, sms=sms)
+    return _ragged(k, Nq, BM, Nk, BN)
 
 
 def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
@@ -268,9 +310,10 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     BM, BN = 128, tq.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)
-    return ScanKernel("flashref kernel 3 dQ", BH, Tc, 2 * BN * d * e, 0, 2 * BM * d * e + 8 * BM, BM * d * e,
-                      sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), K3_WS_WARPS), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
-                      launch, sms=sms)
+    k = ScanKernel("flashref kernel 3 dQ", BH, Tc, 2 * BN * d * e, 0, 2 * BM * d * e + 8 * BM, BM * d * e,
+                   sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), K3_WS_WARPS), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                   launch, sms=sms)
+    return _ragged(k, Nk, BN, Nq, BM)
 
 
 def waves(k: ScanKernel) -> float:

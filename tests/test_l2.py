@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +116,11 @@ CASES = [  # (builder, BH, N, d, causal, sms, C): small machines so that the kne
     (schedule.flashref3_fwd, 2, 4096, 64, True, 4, 2 ** 21),       # 64-row programs, three an SM; K,V fit
     (schedule.flashref3_dkdv, 2, 4096, 64, False, 4, 2 ** 20),     # staggered by two, no dQ atomics
     (schedule.flashref3_dq, 2, 4096, 128, False, 4, 2 ** 20),      # 64-key steps
+    # N not a multiple of the tiles: the ragged last tile moves only the rows it holds, in both
+    (schedule.flashref_fwd, 3, 2000, 64, False, 4, 2 ** 20),
+    (schedule.flashref_fwd, 2, 4001, 64, False, 4, 2 ** 19),
+    (schedule.fa2_fwd, 3, 1999, 128, False, 2, 2 ** 20),
+    (schedule.flashref_dkdv, 2, 4095, 128, False, 4, 2 ** 20),
 ]
 
 
@@ -163,6 +170,70 @@ def test_dram_rejects_bad_arguments():
     import numpy as np
     a = iomodel.dram("flashref", "fwd", B=np.int64(2), H=2, Nq=np.int32(256), Nk=256, d=64, causal=np.bool_(True))
     assert a.total_bytes == iomodel.dram("flashref", "fwd", B=2, H=2, Nq=256, Nk=256, d=64, causal=True).total_bytes
+
+
+@pytest.mark.parametrize("impl", ["flashref", "flashref2", "sdpa_flash"])
+@pytest.mark.parametrize("N", [1, 7, 100, 129, 1000])
+def test_small_and_ragged_sequences_read_what_they_hold(impl, N):
+    """Where every tile fits in L2, a forward reads Q, K and V once, and a ragged last tile only the rows it
+    holds (the kernels mask the rest): not a whole tile of 128 rows for N = 1."""
+    p = iomodel.dram(impl, "fwd", B=2, H=3, Nq=N, Nk=N, d=64)
+    assert p.read_bytes == 2 * 3 * 3 * N * 64 * 2
+
+
+@pytest.mark.parametrize("d", [1, 32, 80, 96, 160, 192, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel2_schedules_take_its_own_tiles(d, causal):
+    """Kernel 2's modelled tiles and grid order are the ones its Config resolves to on a GPU, at every d."""
+    from flashref.gpu.config import Config
+    cfg = Config().resolve(d, causal, False, interpret=False)
+    fwd, dkdv = schedule.flashref_fwd(2, 4096, 4096, d, causal), schedule.flashref_dkdv(2, 4096, 4096, d, causal)
+    assert fwd.ctas_per_head == 4096 // cfg.fwd.block_m and fwd.n_tiles == 4096 // cfg.fwd.block_n
+    assert fwd.heads_first == cfg.heads_first
+    assert dkdv.ctas_per_head == 4096 // cfg.dkdv.block_n and dkdv.n_tiles == 4096 // cfg.dkdv.block_m
+
+
+def test_dram_needs_neither_torch_nor_triton():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
+            "from flashref import iomodel\n"
+            "for impl in ('flashref', 'flashref2'):\n"
+            "    print(iomodel.dram(impl, 'fwd_bwd', B=1, H=2, Nq=4096, Nk=4096, d=96, causal=True).total_bytes)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.split()) == 2
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(impl="flashref", dtype_bytes=4), ValueError, "dtype_bytes: impl='flashref' runs fp16 and bf16 only"),
+    (dict(impl="sdpa_flash", dtype_bytes=1), ValueError, "dtype_bytes"),
+    (dict(impl="eager", dtype_bytes=3), ValueError, "dtype_bytes: eager"),
+    (dict(impl="flashref2", d=300), ValueError, "d: impl='flashref2' takes head dimensions up to 256"),
+    (dict(impl="sdpa_flash", causal=True, Nk=3000), ValueError, "causal: SDPA's flash backend refuses"),
+    (dict(impl="eager", Nq=2 ** 31), ValueError, "Nq: expected at most"),
+    (dict(impl="flashref", params=dict(C_ef=1)), ValueError, r"params: unknown parameter\(s\) \['C_ef'\]"),
+    (dict(impl="flashref", params=dict(alpha=2)), ValueError, "params: alpha must be >= 0 and <= 1"),
+    (dict(impl="flashref", params=dict(C_eff=0)), ValueError, "params: C_eff must be > 0"),
+    (dict(impl="flashref", params=[1]), TypeError, "params"),
+    (dict(impl="flashref", gpu=None), TypeError, "gpu"),
+])
+def test_dram_refuses_calls_no_kernel_runs(kw, exc, match):
+    """A call no modelled kernel runs (fp32 FlashAttention, d > 256, SDPA flash's causal Nq != Nk), or a
+    parameter the model does not have, is refused with the argument named: a number for it would describe nothing."""
+    args = dict(B=1, H=1, Nq=1024, Nk=1024, d=64)
+    impl = kw.pop("impl")
+    with pytest.raises(exc, match=match):
+        iomodel.dram(impl, "fwd", **{**args, **kw})
+
+
+def test_eager_launches_split_chunks_without_listing_each():
+    """PyTorch splits an elementwise kernel past 2^31 - 1 elements into launches; the model counts them (a
+    row per kernel with its launch count), so even an absurd shape is predicted at once, not built launch by launch."""
+    big = iomodel.dram("eager", "fwd_bwd", B=1024, H=1024, Nq=2 ** 20, Nk=2 ** 20, d=64, causal=True)
+    # 2^60 elements of S in launches of at most 2^31 - 1: halved 30 times
+    assert any(f"(x{2 ** 30} launches)" in row[0] for row in big.by_kernel)
+    p = iomodel.dram("eager", "fwd", B=32, H=1, Nq=8192, Nk=8192, d=64)
+    (mul,) = [row for row in p.by_kernel if row[0].startswith("mul S")]
+    assert mul[0] == "mul S * scale (x2 launches)" and mul[1] == 32 * 8192 * 8192 * 2  # all of S read once
 
 
 def test_two_level_counts_unchanged():

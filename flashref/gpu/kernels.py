@@ -53,155 +53,35 @@ What kernel 2 adds (figures/gpu/NOTES.md has every version's numbers on an H100)
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
 from ..iomodel.triton import dim_split  # the forward's column tiles (pure Python, shared with the IO model)
+from .config import (  # noqa: F401  (kernel 2's configuration, re-exported: kernels.Config, kernels.Tiles, ...)
+    DKDV,
+    DKDV_ATOMIC,
+    DKDV_DSPLIT,
+    DQ,
+    DSPLIT_MIN_PAD,
+    DSPLIT_MIN_PAD_CAUSAL,
+    FWD,
+    FWD_DSPLIT,
+    FWD_SPLIT,
+    HEADS_FIRST_CAUSAL,
+    INTERPRET,
+    INTERPRET_TILES,
+    SPLIT_DIMS,
+    Config,
+    Tiles,
+    pad_dim,
+)
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 RESCALE_SLACK = tl.constexpr(8.0)  # lazy rescaling: P̃ may reach 2^8 before O_i, ℓ_i are rescaled
 GOLDEN = tl.constexpr(0x9E3779B97F4A7C15)  # dropout.py's _GOLDEN
 MAX_HEAD_DIM = 256
-
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-# --------------------------------------------------------------------------------------------
-# configuration: one frozen object, passed to the launchers
-# --------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Tiles:
-    """One kernel's launch shape: BLOCK_M query rows, BLOCK_N key columns, warps, pipeline stages."""
-
-    block_m: int
-    block_n: int
-    warps: int = 4
-    stages: int = 2
-
-    @classmethod
-    def parse(cls, text: str) -> Tiles:
-        """``"BM,BN,warps,stages"`` (the command-line tools' spelling)."""
-        try:
-            bm, bn, w, s = (int(x) for x in text.split(","))
-        except ValueError:
-            raise ValueError(f"tiles must be 'BM,BN,warps,stages', got {text!r}") from None
-        return cls(bm, bn, w, s)
-
-    def meta(self) -> dict:
-        return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, num_warps=self.warps, num_stages=self.stages)
-
-
-# The defaults, by padded head dimension D_PAD (sweep.py's interleaved runs on an H100, NOTES.md).
-# fwd: BLOCK_M query rows per program (with split: two halves of BLOCK_M // 2); dkdv: BLOCK_N is the
-# program's column block, BLOCK_M the inner row block; dq: the reverse.
-FWD = {16: Tiles(128, 64, 4, 3), 32: Tiles(128, 64, 4, 3), 64: Tiles(128, 128, 4, 3),
-       128: Tiles(128, 128, 8, 3), 256: Tiles(128, 64, 8, 2)}
-FWD_SPLIT = {128: Tiles(256, 64, 8, 3)}  # d = 128: two interleaved halves of 128 rows (split)
-DKDV = {16: Tiles(64, 64, 4, 3), 32: Tiles(64, 64, 4, 3), 64: Tiles(64, 64, 4, 3), 128: Tiles(64, 128, 8, 3),
-        256: Tiles(32, 64, 8, 2)}
-DKDV_ATOMIC = {16: Tiles(64, 64, 4, 3), 32: Tiles(64, 64, 4, 3), 64: Tiles(128, 128, 8, 2),
-               128: Tiles(64, 128, 8, 3), 256: Tiles(32, 64, 8, 2)}
-DQ = {16: Tiles(64, 64, 4, 3), 32: Tiles(64, 64, 4, 3), 64: Tiles(128, 64, 8, 3), 128: Tiles(128, 64, 8, 3),
-      256: Tiles(64, 32, 8, 2)}
-# The forward with d in two column tiles (dsplit), by the tiles' total width D_A + D_B (sweeps on an
-# H100, NOTES.md): up to 128 (d = 80, 96) 128x64 w8 s3, +8-9% over the padded default without a mask
-# but 4-6% slower causal (where the padded kernel's two row halves and heads-first grid win); up to 160
-# (d = 160) 64x64 w4 s2, +24% and +16% causal; wider (d = 192) the padded d = 256 tiles, +0% and +3%.
-# On by default from D_PAD = 128 without a mask and from 256 causal (off where not measured, d <= 64).
-FWD_DSPLIT = ((128, Tiles(128, 64, 8, 3)), (160, Tiles(64, 64, 4, 2)), (256, FWD[256]))
-DSPLIT_MIN_PAD, DSPLIT_MIN_PAD_CAUSAL = 128, 256
-# The atomic dK/dV kernel with d split (dsplit_bwd), by D_A + D_B (fwd+bwd sweep, NOTES.md): up to 128
-# (d = 80, 96) the d = 128 tiles, +14% and +5% over padding; up to 160 (d = 160) 64x128 w8 s2, 2.9x;
-# wider (d = 192) 32x128 w8 s2, 1.9x (64x128 does not fit). On by default from D_PAD = 128 for the atomic
-# backward; the deterministic one keeps the padded tiles (not measured).
-DKDV_DSPLIT = ((128, DKDV_ATOMIC[128]), (160, Tiles(64, 128, 8, 2)), (256, Tiles(32, 128, 8, 2)))
-SPLIT_DIMS = (128,)  # forward split by default at these D_PAD
-HEADS_FIRST_CAUSAL = (128,)  # heads-first grid for causal forwards at these D_PAD (+7–14%, NOTES.md)
-INTERPRET_TILES = Tiles(16, 16, 1, 1)  # the CPU interpreter: small fixed tiles
-
-
-def pad_dim(d: int) -> int:
-    """The tile width the kernels use for head dimension d: the next power of two, at least 16."""
-    return max(16, 1 << (int(d) - 1).bit_length())
-
-
-@dataclass(frozen=True)
-class Config:
-    """How the kernels run; every field left at ``None`` takes the default for the head dimension.
-
-    version: 1 (the readable kernel, kernel1.py) or 2 (this file's). fwd, dkdv, dq: :class:`Tiles`
-    of the forward, the dK/dV kernel (atomic or deterministic, whichever runs) and the deterministic
-    dQ kernel. The flags are kernel 2's schedules (module docstring); kernel 1 ignores them.
-    """
-
-    version: int = 2
-    fwd: Tiles | None = None
-    dkdv: Tiles | None = None
-    dq: Tiles | None = None
-    split: bool | None = None
-    heads_first: bool | None = None
-    persistent: bool = False
-    warp_specialize: bool = False
-    stagger: bool = True
-    tma: bool = True
-    lazy: bool = False
-    dsplit: bool | None = None  # forward: two column tiles (dim_split) instead of one padded one
-    dsplit_bwd: bool | None = None  # the dK/dV kernel: the same split (kernel 2)
-
-    def __post_init__(self):
-        if self.version not in (1, 2):
-            raise ValueError(f"Config.version must be 1 (readable) or 2 (fast), got {self.version!r}")
-        for name in ("fwd", "dkdv", "dq"):
-            t = getattr(self, name)
-            if t is not None and not isinstance(t, Tiles):
-                raise TypeError(f"Config.{name} must be a Tiles or None, got {type(t).__name__}")
-
-    def resolve(self, d: int, causal: bool, deterministic: bool) -> Config:
-        """A copy with every ``None`` filled in for head dimension d (fixed 16×16 tiles, no split,
-        no heads-first grid under the interpreter)."""
-        D = pad_dim(d)
-        v1 = self.version == 1
-        if self.split and self.dsplit:
-            raise ValueError("Config: split (two row halves) and dsplit (two column tiles) cannot both be on")
-        # dsplit: on by default where D_PAD reaches DSPLIT_MIN_PAD (_CAUSAL) and dim_split narrows the
-        # tiles, unless the row split was asked for
-        min_pad = DSPLIT_MIN_PAD_CAUSAL if causal else DSPLIT_MIN_PAD
-        dsplit = (D >= min_pad and not self.split) if self.dsplit is None else self.dsplit
-        d_a, d_b = dim_split(d)
-        dsplit = bool(dsplit) and d_b > 0 and not v1
-        dsplit_bwd = (D >= DSPLIT_MIN_PAD and not deterministic) if self.dsplit_bwd is None else self.dsplit_bwd
-        dsplit_bwd = bool(dsplit_bwd) and d_b > 0 and not v1
-        if INTERPRET:
-            t = INTERPRET_TILES
-            split = bool(self.split)
-            return replace(self, fwd=self.fwd or (replace(t, block_m=32) if split else t), dkdv=self.dkdv or t,
-                           dq=self.dq or t, split=split, heads_first=bool(self.heads_first), tma=False,
-                           dsplit=dsplit, dsplit_bwd=dsplit_bwd)
-        split = (D in SPLIT_DIMS and not v1 and not dsplit) if self.split is None else self.split
-        heads_first = (causal and D in HEADS_FIRST_CAUSAL) if self.heads_first is None else self.heads_first
-        if dsplit:
-            fwd = self.fwd or next(t for w, t in FWD_DSPLIT if d_a + d_b <= w)
-        else:
-            fwd = self.fwd or (FWD_SPLIT.get(D, FWD[D]) if split else FWD[D])
-        if dsplit_bwd and not deterministic:
-            dkdv = self.dkdv or next(t for w, t in DKDV_DSPLIT if d_a + d_b <= w)
-        else:
-            dkdv = self.dkdv or (DKDV if deterministic else DKDV_ATOMIC)[D]
-        return replace(self, fwd=fwd, dkdv=dkdv, dq=self.dq or DQ[D], split=split and not v1,
-                       heads_first=heads_first and not v1, dsplit=dsplit, dsplit_bwd=dsplit_bwd)
-
-    def describe(self) -> dict:
-        """The resolved tiles and flags as short strings (bench.py's rows)."""
-        out = {k: f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}" for k in ("fwd", "dkdv", "dq")
-               if (t := getattr(self, k)) is not None}
-        out["version"] = self.version
-        out["flags"] = "+".join(f for f in ("split", "heads_first", "persistent", "warp_specialize", "stagger",
-                                            "tma", "lazy", "dsplit", "dsplit_bwd") if getattr(self, f)) or "-"
-        return out
 
 
 def use_tma(cfg: Config, d: int, device, *tensors) -> bool:

@@ -156,18 +156,18 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
                 heads[h] = (min(a, lo), max(z, hi))
             else:
                 heads[h] = (lo, hi)
-        n = len(order[w0:w0 + R])
-        foot = sum(hi - lo for lo, hi in heads.values()) * unit + n * (k.private_read + k.private_write)
+        own = sum(k.cta_share(c) for _, c in order[w0:w0 + R])  # the wave's own tiles, in full tiles
+        foot = sum(k.span(lo, hi) for lo, hi in heads.values()) * unit + own * (k.private_read + k.private_write)
         passes.append((heads, foot))
     last = {}  # head -> (wave index, range)
     reads = writes = 0.0
     dirty_pending = {}  # head -> bytes of rmw data dirty from its last pass
     for w, (heads, foot) in enumerate(passes):
         for h, (lo, hi) in heads.items():
-            size = (hi - lo) * unit
+            size = k.span(lo, hi) * unit
             if h in last:
                 w_prev, (plo, phi) = last[h]
-                ov = max(0, min(hi, phi) - max(lo, plo))
+                ov = k.span(max(lo, plo), min(hi, phi))  # tiles this pass shares with the last, in full tiles
                 D = (passes[w_prev][1] + foot) / 2 + sum(passes[v][1] for v in range(w_prev + 1, w))
                 m = miss(dup * D, C, kappa)
                 # after the first wave, the CTAs sharing an SM drift apart: per_sm groups, out of phase
@@ -182,14 +182,14 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
             else:
                 reads += size
                 writes += 0.0
-            dirty_pending[h] = (hi - lo) * k.rmw_bytes
+            dirty_pending[h] = k.span(lo, hi) * k.rmw_bytes
             last[h] = (w, (lo, hi))
     writes += sum(dirty_pending.values())  # the last pass's dirty data reaches DRAM eventually
-    T = k.ctas_per_head
-    reads += k.heads * T * k.private_read
-    writes += k.heads * T * k.private_write
-    accesses = k.heads * sum(hi - lo for lo, hi in k.ranges)
-    l2 = accesses * (k.tile_bytes + 2 * k.rmw_bytes) + k.heads * T * (k.private_read + k.private_write)
+    own = k.private_total()  # per head, in full tiles
+    reads += k.heads * own * k.private_read
+    writes += k.heads * own * k.private_write
+    accesses = k.heads * sum(k.span(lo, hi) for lo, hi in k.ranges)
+    l2 = accesses * (k.tile_bytes + 2 * k.rmw_bytes) + k.heads * own * (k.private_read + k.private_write)
     return reads, writes, l2
 
 
@@ -217,7 +217,7 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
     """
     C, kappa, lag = p["C_stag"], p["kappa_stag"], p["lag"]
     unit, R, T = k.tile_bytes, k.resident, k.ctas_per_head
-    his = np.array([hi - lo for lo, hi in (k.ranges[c] for c in k.launch)], dtype=float)
+    his = np.array([k.span(lo, hi) for lo, hi in (k.ranges[c] for c in k.launch)], dtype=float)
     r = max(1.0, float(his[1] - his[0])) if T > 1 else 1.0
     reuse = np.minimum(his[1:], his[:-1]) * unit  # bytes block i re-reads of what block i - 1 read
     fresh = his[0] * unit + float(np.sum(np.maximum(his[1:] - his[:-1], 0))) * unit
@@ -230,16 +230,18 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
     for h in range(k.heads):  # grid order is head by head: head h's block q launches (h·T + q)-th
         q = min(max(R - h * T - 1, 0), T - 1)  # blocks 1 .. q of this head are in the first wave
         reads += fresh + reuse_cum[q] * m_first + later_cum[q]
-    reads += k.heads * T * k.private_read
-    writes = k.heads * T * k.private_write
-    l2 = k.heads * (float(his.sum()) * unit + T * (k.private_read + k.private_write))
+    own = k.private_total()
+    reads += k.heads * own * k.private_read
+    writes = k.heads * own * k.private_write
+    l2 = k.heads * (float(his.sum()) * unit + own * (k.private_read + k.private_write))
     return reads, writes, l2
 
 
 # ------------------------------------------------------------------------- kernel sequences
 
-def _stream(name, R, W):
-    return ("stream", name, float(R), float(W))
+def _stream(name, R, W, n=1):
+    """A kernel that streams R bytes in and W bytes out, launched ``n`` times (an elementwise op split in chunks)."""
+    return ("stream", name, float(R) * n, float(W) * n, n)
 
 
 def _elementwise_chunks(numel):
@@ -251,7 +253,9 @@ def _elementwise_chunks(numel):
 
 
 def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS):
-    """The kernels one call launches: ("scan", ScanKernel, staggered) or ("stream", name, R, W)."""
+    """The kernels one call launches: ("scan", ScanKernel, staggered), ("stream", name, R, W, launches) (R and W
+    over all its launches) or ("mask", name, R, W, chunks, heads) (one masked_fill chunk, launched ``chunks``
+    times)."""
     BH = B * H
     Xq, Xk = BH * Nq * d * e, BH * Nk * d * e  # one Q-sized (K-sized) fp16 tensor
     out = []
@@ -259,17 +263,17 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS):
         Sb = BH * Nq * Nk * e
         ch = _elementwise_chunks(BH * Nq * Nk)
         out += [_stream("bmm S = Q K^T", Xq + Xk, Sb)]
-        out += [_stream("mul S * scale", Sb / ch, Sb / ch)] * ch
+        out += [_stream("mul S * scale", Sb / ch, Sb / ch, ch)]
         if causal:
-            out += [("mask", "masked_fill", Sb / ch, Sb / ch, ch, BH)] * ch
+            out += [("mask", "masked_fill", Sb / ch, Sb / ch, ch, BH)]
         out += [_stream("softmax", Sb, Sb), _stream("bmm O = P V", Sb + Xk, Xq)]
         if mode == "fwd_bwd":
             out += [_stream("bmm dV = P^T dO", Sb + Xq, Xk), _stream("bmm dP = dO V^T", Xq + Xk, Sb)]
-            out += [_stream("binary (SoftmaxBackward0)", 2 * Sb / ch, Sb / ch)] * ch
+            out += [_stream("binary (SoftmaxBackward0)", 2 * Sb / ch, Sb / ch, ch)]
             out += [_stream("softmax_backward", 2 * Sb, Sb)]
-            out += [_stream("mul dS * scale", Sb / ch, Sb / ch)] * ch
+            out += [_stream("mul dS * scale", Sb / ch, Sb / ch, ch)]
             if causal:
-                out += [("mask", "masked_fill backward", Sb / ch, Sb / ch, ch, BH)] * ch
+                out += [("mask", "masked_fill backward", Sb / ch, Sb / ch, ch, BH)]
             out += [_stream("bmm dQ = dS K", Sb + Xk, Xq), _stream("bmm dK = dS^T Q", Sb + Xq, Xk),
                     _stream("copy dK", Xk, Xk)]
         return out
@@ -326,11 +330,20 @@ def predict_kernels(seq, Nq, Nk, p=PARAMS):
             D = mask + 2 * Rb / max(1, BH / ch)  # between two heads' reads of the mask: one head's S in and out
             r = Rb + mask * (1 + (BH / ch - 1) * miss(D, p["C_eff"], p["kappa"]))
             w, l2 = Wb, Rb + Wb + mask * BH / ch
+            # each of the ch launches (chunks of the heads) is alike, with its own end-of-kernel residue
+            rows.append(_launches(name, ch, r * ch, ch * (w - _residue(w, p)), l2 * ch))
+            continue
         else:
-            _, name, r, w = item
-            l2 = r + w
+            _, name, r, w, n = item
+            rows.append(_launches(name, n, r, n * (w / n - _residue(w / n, p)), r + w))
+            continue
         rows.append((name, r, w - _residue(w, p), l2))
     return rows
+
+
+def _launches(name, n, r, w, l2):
+    """One row of ``by_kernel`` for a kernel launched ``n`` times (an elementwise op split in chunks)."""
+    return (name if n == 1 else f"{name} (x{n} launches)", r, w, l2)
 
 
 def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2, **opts):
@@ -349,11 +362,57 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
         (B, "B"), (H, "H"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"), (dtype_bytes, "dtype_bytes")))
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal: expected True or False, got {causal!r}")
+    _check_call(impl, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
-    p = _params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), params)
+    p = _params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params))
     seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), e=dtype_bytes, sms=spec.sms)
     rows = predict_kernels(seq, Nq, Nk, p)
     return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows)
+
+
+MAX_N = 2 ** 31 - 1  # the kernels index a sequence with 32-bit integers (and so does this model's grid)
+EAGER_DTYPE_BYTES = (2, 4, 8)  # fp16/bf16, fp32, fp64: what plain PyTorch ops run in
+
+
+def _check_call(impl, Nq, Nk, d, causal, dtype_bytes):
+    """Refuse a call no modelled kernel runs, naming the argument (a prediction for it would describe nothing)."""
+    for name, n in (("Nq", Nq), ("Nk", Nk)):
+        if n > MAX_N:
+            raise ValueError(f"{name}: expected at most {MAX_N} (32-bit sequence indices), got {n}")
+    if impl == "eager":
+        if dtype_bytes not in EAGER_DTYPE_BYTES:
+            raise ValueError(f"dtype_bytes: eager attention runs in fp16/bf16, fp32 or fp64 {EAGER_DTYPE_BYTES}, "
+                             f"got {dtype_bytes}")
+        return
+    if dtype_bytes != 2:
+        raise ValueError(f"dtype_bytes: impl={impl!r} runs fp16 and bf16 only (2 bytes), got {dtype_bytes}")
+    if d > 256:
+        raise ValueError(f"d: impl={impl!r} takes head dimensions up to 256, got {d}")
+    if impl == "sdpa_flash" and causal and Nq != Nk:
+        # FlashAttention-2 aligns its causal mask bottom-right; SDPA (top-left) refuses the flash backend then
+        raise ValueError(f"causal: SDPA's flash backend refuses is_causal when Nq != Nk (got Nq={Nq}, Nk={Nk})")
+
+
+def _check_params(params):
+    """``params=``: known names only, each in its range (a misspelt name would silently change nothing)."""
+    if params is None:
+        return None
+    if not isinstance(params, dict):
+        raise TypeError(f"params: expected a dict of model parameters, got {type(params).__name__}")
+    known = set(PARAMS) | {"partitions"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"params: unknown parameter(s) {unknown}; the model's are {sorted(known)}")
+    rules = {"C_eff": (0, False), "C_stag": (0, False), "kappa": (0, False), "kappa_stag": (0, False),
+             "rho": (0, True), "lag": (0, True), "alpha": (0, True), "partitions": (1, True),
+             "partitions_diagonal": (1, True)}  # name: (lower bound, bound included)
+    for name, v in params.items():
+        lo, incl = rules[name]
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1):
+            raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"
+                             f"{' and <= 1' if name == 'alpha' else ''}, got {v!r}")
+    return params
 
 
 def _params(gpu, d, staggered, params=None):
