@@ -44,9 +44,11 @@ from __future__ import annotations
 
 import datetime
 import math
+import numbers
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
@@ -99,16 +101,23 @@ def _equal_shards(N: int, P: int, layout: str, name: str = "x") -> None:
                          f"{parts} ({'2 x ' if layout == 'zigzag' else ''}world_size) for the {layout} layout")
 
 
+def _check_dim(x: torch.Tensor, dim, name: str) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -x.dim() <= dim < x.dim():
+        raise ValueError(f"dim: expected an axis of {name} (-{x.dim()} <= dim < {x.dim()}), got {dim!r}")
+
+
 def shard(x: torch.Tensor, layout: str, rank: int, world_size: int, dim: int = -2) -> torch.Tensor:
     """Rank ``rank``'s shard of the full sequence ``x`` (sequence on axis ``dim``), for ``layout``."""
     _check_layout(layout)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
     for name, val in (("world_size", world_size), ("rank", rank)):
-        if isinstance(val, bool) or not isinstance(val, int):
+        if isinstance(val, (bool, np.bool_)) or not isinstance(val, numbers.Integral):
             raise TypeError(f"{name}: expected an int, got {val!r}")
+    rank, world_size = int(rank), int(world_size)
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank: expected 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    _check_dim(x, dim, "x")
     N = x.shape[dim]
     _equal_shards(N, world_size, layout)
     idx = torch.as_tensor(_positions(N, world_size, layout)[rank], device=x.device)
@@ -122,6 +131,10 @@ def unshard(shards, layout: str, dim: int = -2) -> torch.Tensor:
     P = len(shards)
     if P == 0:
         raise ValueError("shards: expected one tensor per rank, got none")
+    for s in shards:
+        if not isinstance(s, torch.Tensor):
+            raise TypeError(f"shards: expected torch.Tensors, got {type(s).__name__}")
+        _check_dim(s, dim, "shards")
     lengths = [s.shape[dim] for s in shards]
     if len(set(lengths)) != 1:
         raise ValueError(f"shards: expected equal lengths, got {lengths}")

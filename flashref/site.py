@@ -116,9 +116,32 @@ def _offline(page: Path) -> None:
         page.write_text(new)
 
 
-def build(out: Path, repo: Path = REPO, quiet: bool = True) -> Path:
-    """Build the site into ``out`` (its ``index.html`` is the README); returns ``out``."""
+MARKER = ".flashref-site"  # written into every built site: only a folder holding it is ever replaced
+
+
+def check_out(out: Path, repo: Path = REPO) -> Path:
+    """``out`` resolved, if building there can only replace an earlier site: it must not exist, be an empty
+    folder, or hold this builder's marker; and it must not be the repository, the working folder or a folder
+    above either (``site .`` would otherwise delete the checkout)."""
     out = Path(out).resolve()
+    for keep in (Path(repo).resolve(), Path.cwd().resolve()):
+        if out == keep or out in keep.parents:
+            raise ValueError(f"out: {out} is {'the' if out == keep else 'a folder above the'} "
+                             f"{'repository' if keep == Path(repo).resolve() else 'working folder'}; "
+                             "give a new folder, e.g. _site")
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"out: {out} is a file, not a folder")
+        if any(out.iterdir()) and not (out / MARKER).exists():
+            raise ValueError(f"out: {out} is not empty and holds no site built here ({MARKER} missing); "
+                             "it is replaced only if it is one")
+    return out
+
+
+def build(out: Path, repo: Path = REPO, quiet: bool = True) -> Path:
+    """Build the site into ``out`` (its ``index.html`` is the README); returns ``out``. ``out`` is replaced if it
+    is an earlier site (:func:`check_out` refuses anything else)."""
+    out = check_out(out, repo)
     mathjax = find_mathjax()
     with tempfile.TemporaryDirectory(prefix="flashref-site-") as tmp:
         tmp = Path(tmp)
@@ -136,6 +159,7 @@ def build(out: Path, repo: Path = REPO, quiet: bool = True) -> Path:
                                          '<body><a href="README.html">flashref</a></body></html>')
         for page in html.rglob("*.html"):
             _offline(page)
+        (html / MARKER).write_text("built by python -m flashref site; this folder is replaced by the next build\n")
         if out.exists():
             shutil.rmtree(out)
         shutil.copytree(html, out)
@@ -144,8 +168,12 @@ def build(out: Path, repo: Path = REPO, quiet: bool = True) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flashref site", description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path, help="output folder (replaced)")
+    ap.add_argument("out", type=Path, help="output folder: new, empty, or an earlier site (which is replaced)")
     args = ap.parse_args(argv)
-    out = build(args.out)
+    try:
+        out = build(args.out)
+    except (ValueError, FileNotFoundError) as e:  # a bad folder, or MathJax missing: say so, no traceback
+        print(f"python -m flashref site: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
     print(f"site written to {out} ({sum(1 for _ in out.rglob('*.html'))} HTML pages); open {out / 'index.html'}")
     return 0

@@ -585,6 +585,46 @@ def _save_plots(result, out: Path):
         plot_loss(result).savefig(out.with_name(out.stem + "-loss.png"), dpi=110)
 
 
+GPU_SUITES = ("h100", "h100-parity")  # sized for an H100: bf16 autocast, GPT-2 124M, N up to 16K
+
+
+def _backends(p, text):
+    if not text:
+        return None
+    from .gpt import BACKENDS
+    names = tuple(text.split(","))
+    unknown = [b for b in names if b not in BACKENDS]
+    if unknown:
+        p.error(f"--backends: unknown backend(s) {', '.join(unknown)}; expected some of {', '.join(BACKENDS)}")
+    return names
+
+
+def _lengths(p, text):
+    if not text:
+        return None
+    try:
+        Ns = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        p.error(f"--N: expected a comma list of sequence lengths, got {text!r}")
+    if any(N < 1 for N in Ns):
+        p.error(f"--N: sequence lengths must be positive, got {text!r}")
+    return Ns
+
+
+def _check_device(p, suite, device):
+    """The device asked for exists, and a GPU suite gets a GPU: run on a CPU, the h100 suite would take hours and
+    its default output would overwrite the recorded H100 run."""
+    import torch
+    if device is not None and device not in ("cuda", "cpu"):
+        p.error(f"--device: expected cuda or cpu, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA GPU is visible to torch here")
+    on_gpu = device == "cuda" or (device is None and torch.cuda.is_available())
+    if suite in GPU_SUITES and not on_gpu:
+        p.error(f"--suite {suite} is sized for an H100 and needs a CUDA GPU; on a CPU use --suite cpu-tiny "
+                "(or --suite test)")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="python -m flashref train", description=__doc__.split("\n")[0])
@@ -601,12 +641,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.plot:
         out = Path(args.plot)
+        if not out.is_file():
+            p.error(f"--plot: no recorded run at {out}")
         result = json.loads(out.read_text())
         _save_plots(result, out)
         print(table(result))
         return 0
-    over = dict(backends=tuple(args.backends.split(",")) if args.backends else None,
-                Ns=tuple(int(x) for x in args.N.split(",")) if args.N else None, budget_s=args.budget_s)
+    over = dict(backends=_backends(p, args.backends), Ns=_lengths(p, args.N), budget_s=args.budget_s)
+    if args.budget_s is not None and not args.budget_s > 0:
+        p.error(f"--budget-s: expected a positive number of seconds, got {args.budget_s}")
+    _check_device(p, args.suite, args.device)
     out = Path(args.out or f"figures/gpu/e2e-{args.suite}.json")
     result = run(args.suite, out, args.device, over, argv=argv)
     if not args.no_plots:

@@ -186,6 +186,17 @@ def test_shard_unshard_round_trip():
     assert fd.shard(t, "contiguous", 2, 3).flatten().tolist() == list(range(16, 24))
 
 
+def test_shard_checks_its_axis_and_takes_numpy_ints():
+    import numpy as np
+    t = torch.arange(24).reshape(1, 24, 1)
+    assert torch.equal(fd.shard(t, "zigzag", np.int64(0), np.int64(2), dim=1), fd.shard(t, "zigzag", 0, 2))
+    for bad in (5, -4, 1.0):
+        with pytest.raises(ValueError, match="dim: expected an axis of x"):
+            fd.shard(t, "zigzag", 0, 2, dim=bad)
+    with pytest.raises(ValueError, match="dim: expected an axis of shards"):
+        fd.unshard([t, t], "contiguous", dim=3)
+
+
 def test_pieces_cover_exactly_the_causal_pairs():
     from flashref import ring
 

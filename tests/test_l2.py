@@ -467,7 +467,9 @@ def test_profile_l2_splits_kernels_at_markers():
     assert lp.runs_for("eager", [("g", "big", 1, 16, 32768, 128, False)]) == []  # one N x N matrix over budget
 
 
-@pytest.mark.parametrize("argv,name", [(["--impls", "flashref,cudnn"], "--impls"), (["--groups", "gird"], "--groups")])
+@pytest.mark.parametrize("argv,name", [(["--impls", "flashref,cudnn"], "--impls"), (["--groups", "gird"], "--groups"),
+                                       (["--gpu", "a100"], "--gpu"), (["--only", "nosuch"], "--only"),
+                                       (["--repeat", "0"], "--repeat"), (["--budget", "-1"], "--budget")])
 def test_profile_l2_names_a_bad_argument(argv, name, capsys):
     from flashref.gpu import l2profile as lp
     with pytest.raises(SystemExit):

@@ -54,6 +54,21 @@ def test_positions_partition_the_sequence():
                 assert max(map(len, pos)) - min(map(len, pos)) <= (2 if layout == "zigzag" else 1)
 
 
+def test_closed_forms_refuse_what_positions_refuses():
+    """iomodel.ring.shard_lengths (and comm) equal ring.positions' lengths wherever positions deals the tokens,
+    and refuse, with the same error, where it does not (a device would hold no token)."""
+    for layout in ring.LAYOUTS:
+        for P in (2, 3, 4):
+            short = ring.min_length(layout, P) - 1
+            for f, args in ((ring.positions, (short, P, layout)), (iom.shard_lengths, (short, P, layout))):
+                with pytest.raises(ValueError, match="N: the .* layout over world_size=.* needs at least"):
+                    f(*args)
+            with pytest.raises(ValueError, match="needs at least"):
+                iom.comm("forward", N=short, d=4, world_size=P, layout=layout)
+            N = short + 1
+            assert iom.shard_lengths(N, P, layout) == [len(p) for p in ring.positions(N, P, layout)]
+
+
 def test_zigzag_balances_causal_work():
     # contiguous: the last device does 2P-1 times the first's work; zigzag: all equal
     P, N = 4, 64

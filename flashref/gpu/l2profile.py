@@ -412,6 +412,17 @@ def main(argv=None) -> int:
     unknown = sorted(set(args.groups) - set(GROUPS))
     if unknown:
         p.error(f"--groups: unknown {unknown}; expected some of {list(GROUPS)}")
+    names = [s[1] for s in shapes(args.groups)]
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        p.error(f"--only: {unknown} not among the shapes of --groups {','.join(args.groups)} ({', '.join(names)})")
+    from ..iomodel.dram import GPU_PARAMS
+    if args.gpu not in GPU_PARAMS:
+        p.error(f"--gpu: expected one of {sorted(GPU_PARAMS)}, got {args.gpu!r}")
+    if args.repeat < 1:
+        p.error(f"--repeat: expected a positive number of runs, got {args.repeat}")
+    if not args.budget > 0:
+        p.error(f"--budget: expected a positive number of seconds, got {args.budget}")
     if args.predict:
         return _write_predictions(args)
     t0 = time.time()
