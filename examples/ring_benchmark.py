@@ -370,6 +370,9 @@ def main():
         fig.savefig(args.plot.with_suffix(".png"))
         print(f"wrote {args.plot.with_suffix('.png')}")
         return
+    if not args.smoke and not torch.cuda.is_available():
+        # the GPU sizes would run as toy sizes on a CPU and could overwrite a recorded GPU run at --out
+        ap.error("no CUDA GPU here: pass --smoke for the CPU (gloo) toy run")
     cuda = torch.cuda.is_available() and not args.smoke
     RANK, WORLD = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if cuda:
