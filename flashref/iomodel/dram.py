@@ -144,46 +144,32 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     dup = p["partitions_diagonal"] if k.diagonal_starts else p.get("partitions", PARTITIONS)
     per_sm = max(1, k.resident // k.sms)
     unit = k.tile_bytes + k.rmw_bytes
-    order = k.grid_order()
-    G, R = len(order), k.resident
-    passes = []  # per wave: {head: (lo, hi)}, footprint
-    for w0 in range(0, G, R):
-        heads = {}
-        for h, c in order[w0:w0 + R]:
-            lo, hi = k.ranges[c]
-            if h in heads:
-                a, z = heads[h]
-                heads[h] = (min(a, lo), max(z, hi))
-            else:
-                heads[h] = (lo, hi)
-        own = sum(k.cta_share(c) for _, c in order[w0:w0 + R])  # the wave's own tiles, in full tiles
-        foot = sum(k.span(lo, hi) for lo, hi in heads.values()) * unit + own * (k.private_read + k.private_write)
-        passes.append((heads, foot))
+    waves, heads, los, his, foot = _passes(k, unit)
+    before = np.concatenate([[0.0], np.cumsum(foot)])  # footprint of the waves before each one
     last = {}  # head -> (wave index, range)
     reads = writes = 0.0
     dirty_pending = {}  # head -> bytes of rmw data dirty from its last pass
-    for w, (heads, foot) in enumerate(passes):
-        for h, (lo, hi) in heads.items():
-            size = k.span(lo, hi) * unit
-            if h in last:
-                w_prev, (plo, phi) = last[h]
-                ov = k.span(max(lo, plo), min(hi, phi))  # tiles this pass shares with the last, in full tiles
-                D = (passes[w_prev][1] + foot) / 2 + sum(passes[v][1] for v in range(w_prev + 1, w))
-                m = miss(dup * D, C, kappa)
-                # after the first wave, the CTAs sharing an SM drift apart: per_sm groups, out of phase
-                # by 1/per_sm of a scan; a group re-reads what the one ahead of it read if that was
-                # evicted, i.e. if 1/per_sm of the head's tiles (held twice) outgrow the L2
-                lag = miss(dup * ov * unit / per_sm, C, kappa) if per_sm > 1 else 0.0
-                spread = 1 + (per_sm - 1) * lag if w > 0 else 1
-                reads += size - ov * unit + ov * unit * m * spread
-                # the previous pass's dirty fp32 dQ: written back if evicted before this pass
-                writes += dirty_pending.get(h, 0.0) * m + dirty_pending.get(h, 0.0) * (1 - m) * (
-                    (phi - plo - ov) / max(1, phi - plo))
-            else:
-                reads += size
-                writes += 0.0
-            dirty_pending[h] = k.span(lo, hi) * k.rmw_bytes
-            last[h] = (w, (lo, hi))
+    for w, h, lo, hi in zip(waves.tolist(), heads.tolist(), los.tolist(), his.tolist()):
+        size = k.span(lo, hi) * unit
+        if h in last:
+            w_prev, (plo, phi) = last[h]
+            ov = k.span(max(lo, plo), min(hi, phi))  # tiles this pass shares with the last, in full tiles
+            # between the two passes: half of each pass's wave, and every wave in between
+            D = (foot[w_prev] + foot[w]) / 2 + (before[w] - before[w_prev + 1])
+            m = miss(dup * D, C, kappa)
+            # after the first wave, the CTAs sharing an SM drift apart: per_sm groups, out of phase
+            # by 1/per_sm of a scan; a group re-reads what the one ahead of it read if that was
+            # evicted, i.e. if 1/per_sm of the head's tiles (held twice) outgrow the L2
+            lag = miss(dup * ov * unit / per_sm, C, kappa) if per_sm > 1 else 0.0
+            spread = 1 + (per_sm - 1) * lag if w > 0 else 1
+            reads += size - ov * unit + ov * unit * m * spread
+            # the previous pass's dirty fp32 dQ: written back if evicted before this pass
+            writes += dirty_pending.get(h, 0.0) * m + dirty_pending.get(h, 0.0) * (1 - m) * (
+                (phi - plo - ov) / max(1, phi - plo))
+        else:
+            reads += size
+        dirty_pending[h] = k.span(lo, hi) * k.rmw_bytes
+        last[h] = (w, (lo, hi))
     writes += sum(dirty_pending.values())  # the last pass's dirty data reaches DRAM eventually
     own = k.private_total()  # per head, in full tiles
     reads += k.heads * own * k.private_read
@@ -191,6 +177,28 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     accesses = k.heads * sum(k.span(lo, hi) for lo, hi in k.ranges)
     l2 = accesses * (k.tile_bytes + 2 * k.rmw_bytes) + k.heads * own * (k.private_read + k.private_write)
     return reads, writes, l2
+
+
+def _passes(k: S.ScanKernel, unit):
+    """The lockstep passes of ``k``: one per (wave, head) that a wave's CTAs belong to, ordered by wave, with the
+    union ``[lo, hi)`` of the tiles those CTAs scan; and each wave's footprint in bytes (its passes' tiles and its
+    CTAs' own tiles). Waves are consecutive runs of ``k.resident`` CTAs in grid order. Numpy over the whole grid:
+    a prediction at B·H·N/BLOCK_M of millions of CTAs stays well under a second."""
+    heads, blocks = k.grid_arrays()
+    wave = np.arange(len(heads), dtype=np.int64) // k.resident
+    ranges = np.asarray(k.ranges, dtype=np.int64).reshape(-1, 2)
+    key = wave * k.heads + heads  # one key per (wave, head) pair
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])  # where each pair's CTAs start
+    lo = np.minimum.reduceat(ranges[blocks[order], 0], first)
+    hi = np.maximum.reduceat(ranges[blocks[order], 1], first)
+    pass_wave, pass_head = key[first] // k.heads, key[first] % k.heads
+    span = np.where(hi > lo, hi - lo - np.where(hi == k.n_tiles, 1.0 - k.last_scan, 0.0), 0.0)  # k.span, vectorised
+    n_waves = int(wave[-1]) + 1 if len(wave) else 0
+    own = np.bincount(wave, weights=np.where(blocks == k.ctas_per_head - 1, k.last_cta, 1.0), minlength=n_waves)
+    foot = np.bincount(pass_wave, weights=span, minlength=n_waves) * unit + own * (k.private_read + k.private_write)
+    return pass_wave, pass_head, lo, hi, foot
 
 
 def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
