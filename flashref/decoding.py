@@ -52,16 +52,25 @@ import numpy as np
 
 from . import blocks, masks, variants
 from .flops import FlopCounter
-from .memory import Memory
+from .memory import IOReport, Memory
 from .parallelism import DEFAULT_SMS, choose_num_splits, resolve_num_splits
 from .parallelism import wave_utilisation as parallelism
-from .problem import Problem
+from .problem import (
+    Problem,
+    _array,
+    _nonnegative_int,
+    _slopes,
+    check_finite,
+    check_options,
+    positive_int,
+    require_finite,
+)
 from .results import ForwardResult
 from .softmax import finite_or_zero
 
 __all__ = ["forward", "footprint", "merge_footprint", "grid", "split_bounds", "choose_num_splits",
            "resolve_num_splits", "parallelism", "DEFAULT_SMS", "OPTIONS", "forward_paged", "footprint_paged",
-           "paged_problem", "PAGED_OPTIONS"]
+           "paged_problem", "PAGED_OPTIONS", "check_cache_seqlens"]
 
 #: Options beyond the shared ones: the number of splits, and the SM count that picks a default.
 OPTIONS = ("num_splits", "sms")
@@ -186,8 +195,9 @@ def _split_item(mem: Memory, fc: FlopCounter, pb: Problem, rows, keys, Bc: int, 
             P_tilde_ij = mem.hold("P_dropped_ij", fc.ew(P_tilde_ij * Z_ij, "dropout"))
         # On chip, O_i ← e^{m_i − m_new} O_i + e^{m̃_ij − m_new} P̃_ij^dropped V_j
         # (unnormalised, as FlashAttention-2: divide by ℓ once, at the end of the chunk)
-        O_i = mem.hold("O_i", fc.ew(alpha * O_i + beta * fc.matmul(P_tilde_ij, V_j), "rescale O_i", "scale P̃V",
-                                    "add"))
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
+            O_i = fc.ew(alpha * O_i + beta * fc.matmul(P_tilde_ij, V_j), "rescale O_i", "scale P̃V", "add")
+        O_i = mem.hold("O_i", require_finite(O_i, "the accumulator O_i (with its product P̃_ij V_j)"))
         m_i = mem.reuse("alpha", "m_i", m_new)
         mem.free("K_j", "V_j", "beta", "P_tilde_ij", "l_tilde_ij", "Z_ij", "P_dropped_ij", "m_new")
     # On chip, O^(s)_i = diag(ℓ_i)⁻¹ O_i (a row that saw no key: ℓ = 0, O stays 0).
@@ -230,8 +240,10 @@ def _merge_pass(mem: Memory, fc: FlopCounter, pb: Problem, S: int, g: blocks.Gri
             b = fc.ew(np.exp(m_s - finite_or_zero(m_new)) * l_s, "subtract", "exp", "multiply")  # partial s
             l_new = fc.ew(a + b, "add")  # (Br, 1)
             # On chip, O ← diag(ℓ^new)⁻¹ (a O + b O^(s))   (Alg.1 l.12 with normalised partials)
-            O_acc = mem.hold("O_acc", fc.ew((a * O_acc + b * O_s) / np.where(l_new == 0, 1.0, l_new),
-                                            "multiply", "multiply", "add", "divide"))
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
+                O_acc = fc.ew((a * O_acc + b * O_s) / np.where(l_new == 0, 1.0, l_new),
+                              "multiply", "multiply", "add", "divide")
+            O_acc = mem.hold("O_acc", require_finite(O_acc, "the merge of the partials a·O + b·O^(s)"))
             m, l = mem.hold("m", m_new), mem.hold("l", l_new)
             mem.free("O_s", "m_s", "l_s")
         # Write O_i, ℓ_i, m_i to HBM.
@@ -247,9 +259,16 @@ def _merge_pass(mem: Memory, fc: FlopCounter, pb: Problem, S: int, g: blocks.Gri
 PAGED_OPTIONS = ("scale", "causal", "window", "alibi_slopes", "softcap", "sram_size", "dtype_bytes")
 
 
-def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens, opts):
-    from .problem import _array, check_finite, check_options
-    check_options(opts, PAGED_OPTIONS, "decoding.forward_paged")
+def check_cache_seqlens(cache_seqlens, B: int | None = None) -> np.ndarray:
+    """``cache_seqlens``: one non-negative integer length per sequence (``B`` of them, when known)."""
+    L = np.asarray(cache_seqlens)
+    if L.ndim != 1 or (B is not None and L.shape[0] != B):
+        raise TypeError(f"cache_seqlens: expected integers of shape ({'B' if B is None else f'B={B}'},), "
+                        f"got {L.dtype} {L.shape}")
+    return np.array([_nonnegative_int(n, f"cache_seqlens[{b}]") for b, n in enumerate(L)], dtype=np.int64)
+
+
+def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens):
     Q, Kp, Vp = _array(Q, "Q"), _array(K_pages, "K_pages"), _array(V_pages, "V_pages")
     if Q.ndim != 4:
         raise ValueError(f"Q: expected shape (B, H, Nq, d), got {Q.shape}")
@@ -258,16 +277,16 @@ def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens, opts):
         raise ValueError(f"K_pages: expected shape (num_pages, H={H}, page_size, d={d}), got {Kp.shape}")
     if Vp.shape != Kp.shape:
         raise ValueError(f"V_pages: expected K_pages' shape {Kp.shape}, got {Vp.shape}")
+    if Kp.shape[2] == 0:
+        raise ValueError(f"K_pages: expected pages of at least one slot (page_size >= 1), got shape {Kp.shape}")
     for a, name in ((Q, "Q"), (Kp, "K_pages"), (Vp, "V_pages")):
         check_finite(a, name)
     num_pages, page_size = Kp.shape[0], Kp.shape[2]
-    bt, L = np.asarray(block_table), np.asarray(cache_seqlens)
+    bt, L = np.asarray(block_table), check_cache_seqlens(cache_seqlens, B)
     if bt.ndim != 2 or bt.shape[0] != B or not np.issubdtype(bt.dtype, np.integer):
         raise TypeError(f"block_table: expected integers of shape (B={B}, max_pages), got {bt.dtype} {bt.shape}")
-    if L.shape != (B,) or not np.issubdtype(L.dtype, np.integer):
-        raise TypeError(f"cache_seqlens: expected integers of shape (B={B},), got {L.dtype} {L.shape}")
     for b in range(B):
-        if L[b] < 0 or L[b] > bt.shape[1] * page_size:
+        if L[b] > bt.shape[1] * page_size:
             raise ValueError(f"cache_seqlens: sequence {b} has length {int(L[b])}, beyond its "
                              f"{bt.shape[1]} pages of {page_size} slots ({bt.shape[1] * page_size})")
         used = bt[b, : -(-int(L[b]) // page_size)]
@@ -277,20 +296,27 @@ def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens, opts):
             raise ValueError(f"block_table: entry [{b}, {p}] = {int(used[p])} is out of range "
                              f"[0, num_pages={num_pages})")
     dt = np.result_type(Q.dtype, Kp.dtype, Vp.dtype, np.float32)
-    return Q.astype(dt), Kp.astype(dt), Vp.astype(dt), bt.astype(np.int64), L.astype(np.int64)
+    return Q.astype(dt), Kp.astype(dt), Vp.astype(dt), bt.astype(np.int64), L
 
 
-def paged_problem(Nq, Nk, d, H, page_size, sram_size=None, **opts) -> tuple[Problem, int]:
-    """The problem of one sequence of a paged batch, and Br: the largest that fits M with Bc = page_size."""
-    pb = Problem.from_shapes(Nq=Nq, Nk=max(Nk, 1), d=d, heads=H, where="decoding.forward_paged",
+def paged_problem(Nq, Nk, d, H, page_size, sram_size=None, where="decoding.forward_paged",
+                  **opts) -> tuple[Problem, int]:
+    """The problem of one sequence of a paged batch, and Br: the largest that fits M with Bc = page_size.
+
+    The options are checked against :data:`PAGED_OPTIONS` (no mask, dropout or block sizes: the tile is
+    the page), for ``forward_paged`` and ``iomodel.predict_paged`` alike.
+    """
+    check_options({**opts, "sram_size": sram_size}, PAGED_OPTIONS, where)
+    page_size = positive_int(page_size, "page_size")
+    pb = Problem.from_shapes(Nq=Nq, Nk=max(Nk, 1), d=d, heads=H, where=where,
                              extra=("window", "alibi_slopes", "softcap"), sram_size=sram_size, **opts)
     M = pb.sram_size if pb.sram_size is not None else blocks.default_sram_size(pb.dtype_bytes)
     slopes = 1 if pb.alibi_slopes is not None else 0
-    for Br in range(Nq, 0, -1):
-        if footprint_paged(Br, page_size, d) + slopes <= M:
+    for Br in range(pb.Nq, 0, -1):
+        if footprint_paged(Br, page_size, pb.d) + slopes <= M:
             return pb, Br
     raise blocks.SRAMOverflowError(f"a page of {page_size} slots needs a footprint of "
-                                   f"{footprint_paged(1, page_size, d) + slopes} elements, more than sram_size={M}")
+                                   f"{footprint_paged(1, page_size, pb.d) + slopes} elements, more than sram_size={M}")
 
 
 def footprint_paged(Br: int, page_size: int, d: int) -> int:
@@ -315,27 +341,23 @@ def forward_paged(Q, K_pages, V_pages, block_table, cache_seqlens, **opts) -> Fo
 
     Options: ``scale``, ``causal``, ``window``, ``alibi_slopes`` ((H,) or (B, H)), ``softcap``,
     ``sram_size``, ``dtype_bytes``. Returns ``.O``, ``.L`` (B, H, Nq), ``.io``, ``.flops``,
-    ``.block_sizes`` ((Br, page_size)), ``.wasted_slots``.
+    ``.block_sizes`` ((Br, page_size)), ``.wasted_slots``. No sequence (B = 0) or no head (H = 0):
+    an empty result and an IO report of zeros.
     """
-    Q, Kp, Vp, bt, lens = _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens, opts)
+    Q, Kp, Vp, bt, lens = _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens)
     B, H, Nq, d = Q.shape
     num_pages, ps = Kp.shape[0], Kp.shape[2]
-    slopes_all = opts.pop("alibi_slopes", None)
-    if slopes_all is not None:
-        try:
-            slopes_all = np.broadcast_to(np.asarray(slopes_all, dtype=np.float64), (B, H))
-        except ValueError:
-            raise ValueError(f"alibi_slopes: shape {np.shape(slopes_all)} does not broadcast to "
-                             f"(B, H) = {(B, H)}") from None
+    slopes_all = _slopes(opts.pop("alibi_slopes", None), (B, H), from_shapes=False)  # (B, H) or None
+    # One problem for the batch: the options and Br do not depend on the sequence's length.
+    pb0, Br = paged_problem(Nq, 1, d, H, ps, alibi_slopes=slopes_all is not None, **opts)
     # The cache as one HBM tensor per head: page p holds rows p·page_size … (p+1)·page_size − 1.
     K_cache = Kp.transpose(1, 0, 2, 3).reshape(H, num_pages * ps, d)  # (H, num_pages·ps, d)
     V_cache = Vp.transpose(1, 0, 2, 3).reshape(H, num_pages * ps, d)
     O, Lse = np.zeros(Q.shape, dtype=Q.dtype), np.full((B, H, Nq), -np.inf, dtype=Q.dtype)
-    io, fc, Br = None, FlopCounter(), Nq
+    io, fc = IOReport(dtype_bytes=pb0.dtype_bytes), FlopCounter()  # an empty batch moves nothing
     for b in range(B):
         Nk = int(lens[b])
-        pb, Br = paged_problem(Nq, Nk, d, H, ps, alibi_slopes=slopes_all is not None, **opts)
-        pb = dataclasses.replace(pb, Nk=Nk, lead_shape=(H,), kv_lead=(H,),
+        pb = dataclasses.replace(pb0, Nk=Nk, lead_shape=(H,), kv_lead=(H,),
                                  alibi_slopes=None if slopes_all is None else slopes_all[b][:, None])
         mem = Memory(pb.sram_size, pb.dtype_bytes, (H,))
         mem.input("Q", Q[b])
@@ -348,27 +370,31 @@ def forward_paged(Q, K_pages, V_pages, block_table, cache_seqlens, **opts) -> Fo
         mem.output("L", (Nq,), dtype=Q.dtype)
         for i in range(-(-Nq // Br)):
             rows = blocks.tile(i, Br, Nq)
-            _paged_item(mem, fc, pb, rows, ps, -(-Nk // ps))
+            _paged_item(mem, fc, pb, rows, ps, bt[b, : -(-Nk // ps)])
         O[b], Lse[b] = mem.result("O"), mem.result("L")
-        io = mem.report() if io is None else io + mem.report()
+        io = io + mem.report()
     wasted = int(sum(-(-int(n) // ps) * ps - int(n) for n in lens))
     return ForwardResult(O=O, L=Lse, io=io, flops=fc.report(), block_sizes=(Br, ps), wasted_slots=wasted)
 
 
-def _paged_item(mem, fc, pb, rows, ps, n_pages):
-    """One work item (head, row block): FlashAttention-2's Algorithm 1 over the sequence's pages."""
+def _paged_item(mem, fc, pb, rows, ps, table):
+    """One work item (head, row block): FlashAttention-2's Algorithm 1 over the sequence's pages.
+
+    ``table`` is the sequence's row of the block table (its used entries): the addresses the item reads.
+    """
     Q_i = mem.load("Q", rows=rows, as_="Q_i", line="load Q_i")  # (Br, d)
     slopes_i = (None if pb.alibi_slopes is None
                 else mem.load("alibi_slopes", rows=(0, 1), as_="slopes_i", line="load Q_i"))
     O_i = mem.hold("O_i", np.zeros(Q_i.shape, dtype=Q_i.dtype))  # (Br, d), unscaled
     l_i = mem.hold("l_i", np.zeros(Q_i.shape[:-1], dtype=Q_i.dtype))  # (Br,)
     m_i = mem.hold("m_i", np.full(Q_i.shape[:-1], -np.inf, dtype=Q_i.dtype))  # (Br,)
-    for p in range(n_pages):
+    for p in range(len(table)):
         cols = (p * ps, min((p + 1) * ps, pb.Nk))  # the logical keys of page p of the sequence
         if not variants.tile_visited(pb, rows, cols):
             continue  # causal ∧ window: the page is not needed, nor its block-table entry
         # [paged] read the block-table entry: which physical page holds logical page p (1 element).
-        page = int(mem.load("block_table", rows=(p, p + 1), as_="page_id", line="[paged] block_table")[0, 0])
+        mem.load("block_table", rows=(p, p + 1), as_="page_id", line="[paged] block_table")
+        page = int(table[p])  # the entry just read, the same for every head (known even with no heads)
         # [paged] load the page's used slots only (a predicated load: the last page may be partly empty).
         phys = (page * ps, page * ps + cols[1] - cols[0])
         K_j = mem.load("K", rows=phys, as_="K_j", line="[paged] load K_j, V_j")  # (≤ps, d)
@@ -384,7 +410,9 @@ def _paged_item(mem, fc, pb, rows, ps, n_pages):
         P_ij = mem.reuse("S_ij", "P_tilde_ij", fc.ew(np.exp(S_ij - m_safe[..., None]), "subtract", "exp"))
         alpha = mem.reuse("m_i", "alpha", fc.ew(np.exp(m_i - m_safe), "subtract", "exp"))
         l_i = mem.hold("l_i", fc.ew(alpha * l_i + fc.rowsum(P_ij), "multiply", "add"))
-        O_i = mem.hold("O_i", fc.ew(alpha[..., None] * O_i, "rescale") + fc.matmul(P_ij, V_j))
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
+            O_i = fc.ew(alpha[..., None] * O_i, "rescale") + fc.matmul(P_ij, V_j)
+        O_i = mem.hold("O_i", require_finite(O_i, "the accumulator O_i (with its product P̃_ij V_j)"))
         m_i = mem.reuse("alpha", "m_i", m_new)
         mem.free("K_j", "V_j", "P_tilde_ij", "m_new", "page_id")
     O_i = mem.hold("O_i", fc.ew(O_i / np.where(l_i == 0, 1.0, l_i)[..., None], "divide"))

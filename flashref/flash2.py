@@ -58,12 +58,13 @@ import numpy as np
 from . import blocks, masks, variants
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like
+from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, require_finite
 from .results import BackwardResult, ForwardResult
 from .softmax import finite_or_zero
 
 __all__ = ["forward", "backward", "forward_varlen", "backward_varlen", "footprint_forward", "footprint_backward",
-           "grid_forward", "grid_backward", "block_visited", "mask_needed", "OPTIONS", "check_cu_seqlens"]
+           "grid_forward", "grid_backward", "block_visited", "mask_needed", "OPTIONS", "check_cu_seqlens",
+           "refuse_varlen_scores"]
 
 #: Options beyond the shared ones: the attention variants, and the GQA tile schedule.
 OPTIONS = VARIANT_OPTIONS + ("gqa_packing",)
@@ -109,21 +110,21 @@ def footprint_backward(Br: int, Bc: int, d: int, softcap: bool = False, slopes: 
 
 def _loop_grid(pb: Problem, footprint) -> blocks.Grid:
     """The tiling of the loop: blocks resolved for the query positions, rows ×g when GQA is packed."""
-    G = pb.group if pb.gqa_packing else 1
+    G = variants.packed_group(pb, pb.gqa_packing)
     Br, Bc = blocks.resolve(pb, lambda Br, Bc, d: footprint(G * Br, Bc, d))
     return blocks.Grid.of(G * Br, Bc, G * pb.Nq, pb.Nk)
 
 
 def grid_forward(pb: Problem) -> blocks.Grid:
     """The tiling of Algorithm 1 for problem ``pb`` (Alg.1 l.1); ``Br`` is g·Br with packed GQA."""
-    has_bias, G = pb.bias is not None, (pb.group if pb.gqa_packing else 1)
+    has_bias, G = pb.bias is not None, variants.packed_group(pb, pb.gqa_packing)
     slopes = G if pb.alibi_slopes is not None else 0
     return _loop_grid(pb, lambda Br, Bc, d: footprint_forward(Br, Bc, d, bias=has_bias, slopes=slopes))
 
 
 def grid_backward(pb: Problem) -> blocks.Grid:
     """The tiling of Algorithm 2 for problem ``pb`` (Alg.2 l.1-2); ``Br`` is g·Br with packed GQA."""
-    G = pb.group if pb.gqa_packing else 1
+    G = variants.packed_group(pb, pb.gqa_packing)
     slopes = G if pb.alibi_slopes is not None else 0
     return _loop_grid(pb, lambda Br, Bc, d: footprint_backward(Br, Bc, d, pb.softcap is not None, slopes))
 
@@ -231,7 +232,9 @@ def forward(Q, K, V, **opts) -> ForwardResult:
             # Alg.1 l.10: O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j (the + is the matmul's accumulate).
             # (The paper prints diag(e^{m^(j−1) − m^(j)})^{−1}; the inverse is a typo: the old
             # accumulator must shrink by e^{m_old − m_new} ≤ 1. Issues #991, #2342, #1349.)
-            O_i = mem.hold("O_i", fc.ew(alpha[..., None] * O_i, "rescale") + fc.matmul(P_tilde_ij, V_j))  # (Br, d)
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
+                O_i = fc.ew(alpha[..., None] * O_i, "rescale") + fc.matmul(P_tilde_ij, V_j)  # (Br, d)
+            O_i = mem.hold("O_i", require_finite(O_i, "the accumulator O_i (with its product P̃_ij V_j)"))
             m_i = mem.reuse("alpha", "m_i", m_new)
             mem.free("K_j", "V_j", "P_tilde_ij", "m_new")
         # Alg.1 l.11: end for.
@@ -373,6 +376,7 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
         # [gqa] unpacked: dK = Σ over each group of the query heads' dK_h (and dV), one more pass.
         dK, dV, red = _sum_groups(pb0, g, dK, dV, fc)
         io, events = io + red.report(), events + red.events
+    dK, dV = variants.kv_gradients(pb0, dK, dV)  # [gqa] no query heads: zero gradients, nothing moved
     # Alg.2 l.20: return dQ, dK, dV.
     return BackwardResult(dQ=dQ, dK=dK, dV=dV, io=io, flops=fc.report(), events=events,
                           block_sizes=(g.Br // G, g.Bc))
@@ -407,25 +411,34 @@ def _sum_groups(pb0: Problem, g: blocks.Grid, dK_h, dV_h, fc):
 # --------------------------------------------------------------------------- variable-length batches
 
 
-def check_cu_seqlens(cu, name: str, total: int) -> np.ndarray:
-    """``cu_seqlens``: ints ``0 = cu[0] < cu[1] < … < cu[B] = total`` (flash-attn's convention)."""
+def check_cu_seqlens(cu, name: str, total: int | None = None) -> np.ndarray:
+    """``cu_seqlens``: ints ``0 = cu[0] < cu[1] < … < cu[B] = total`` (flash-attn's convention).
+
+    ``total`` (the packed length of Q or K) is checked when given; ``iomodel.predict_varlen`` has none.
+    """
     a = np.asarray(cu)
     if a.ndim != 1 or a.size < 2 or not np.issubdtype(a.dtype, np.integer):
         raise TypeError(f"{name}: expected a 1-D integer array of B+1 offsets, got {a.dtype} of shape {a.shape}")
+    a = a.astype(np.int64)  # before np.diff: unsigned differences wrap around instead of going negative
     if a[0] != 0:
         raise ValueError(f"{name}: expected to start at 0, got {int(a[0])}")
     if np.any(np.diff(a) <= 0):
         raise ValueError(f"{name}: expected strictly increasing offsets (no empty sequence), got {a.tolist()}")
-    if a[-1] != total:
+    if total is not None and a[-1] != total:
         raise ValueError(f"{name}: expected to end at the total length {total}, got {int(a[-1])}")
-    return a.astype(np.int64)
+    return a
 
 
-def _varlen_args(Q, K, cu_seqlens_q, cu_seqlens_k, opts, where):
+def refuse_varlen_scores(opts: dict, where: str) -> None:
+    """A ``mask`` or ``bias`` is refused in a varlen batch (the simulator's and the closed form's one rule)."""
     for name in ("mask", "bias"):
         if opts.get(name) is not None:
             raise ValueError(f"{where}: {name} is not supported with variable-length batches "
                              f"(its (Nq, Nk) shape differs per sequence); use causal, window, alibi_slopes")
+
+
+def _varlen_args(Q, K, cu_seqlens_q, cu_seqlens_k, opts, where):
+    refuse_varlen_scores(opts, where)
     Q, K = np.asarray(Q), np.asarray(K)
     if Q.ndim != 3 or K.ndim != 3:
         raise ValueError(f"{where}: expected Q (H, total_q, d) and K, V (H, total_k, d), got {Q.shape}, {K.shape}")

@@ -41,12 +41,12 @@ import numpy as np
 from . import blocks, flash2, masks
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import Problem
+from .problem import Problem, _bool, _seed, require_finite
 from .results import ForwardResult
 from .softmax import finite_or_zero
 
 __all__ = ["FORMATS", "OPTIONS", "fmax", "cast", "decode", "fwht", "random_signs", "rotate", "quantize",
-           "check_options", "requested", "footprint", "forward"]
+           "check_options", "requested", "footprint", "grid", "forward"]
 
 FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 # The options this module adds to flash2.forward, with their defaults (all off).
@@ -129,8 +129,29 @@ def _format(value, name: str):
     raise ValueError(f"{name}: expected None or one of {sorted(FORMATS)}, got {value!r}")
 
 
-def check_options(pb: Problem, *, fp8=None, p_fp8=None, fp8_scaling=None, incoherent=False,
-                  incoherent_seed=0, p_scale=1.0, key_order="forward") -> dict:
+def _values(fp8=None, p_fp8=None, fp8_scaling=None, incoherent=False, incoherent_seed=0, p_scale=1.0,
+            key_order="forward") -> dict:
+    """The options' own checks, which need no problem: each value, and the options that need another."""
+    qkv, p = _format(fp8, "fp8"), _format(p_fp8, "p_fp8")
+    if fp8_scaling is not None and (not isinstance(fp8_scaling, str) or fp8_scaling not in ("tensor", "block")):
+        raise ValueError(f"fp8_scaling: expected 'tensor' or 'block', got {fp8_scaling!r}")
+    if fp8_scaling is not None and qkv is None:
+        raise ValueError(f"fp8_scaling={fp8_scaling!r} needs fp8='e4m3' or 'e5m2' (Q, K, V in FP8)")
+    incoherent, seed = _bool(incoherent, "incoherent"), _seed(incoherent_seed, "incoherent_seed")
+    if seed != 0 and not incoherent:
+        raise ValueError("incoherent_seed: only used with incoherent=True")
+    if (isinstance(p_scale, (bool, np.bool_)) or not isinstance(p_scale, numbers.Real)
+            or not (0 < p_scale < np.inf)):
+        raise ValueError(f"p_scale: expected a finite number > 0, got {p_scale!r}")
+    if p_scale != 1.0 and p is None:
+        raise ValueError(f"p_scale={p_scale!r} needs p_fp8='e4m3' or 'e5m2' (P is only scaled to be cast)")
+    if not isinstance(key_order, str) or key_order not in ("forward", "reverse"):
+        raise ValueError(f"key_order: expected 'forward' or 'reverse', got {key_order!r}")
+    return dict(qkv=qkv, p=p, scaling=(fp8_scaling or "tensor") if qkv is not None else None,
+                incoherent=incoherent, seed=seed, p_scale=float(p_scale), reverse=key_order == "reverse")
+
+
+def check_options(pb: Problem, **opts) -> dict:
     """Normalise the low-precision options (shared by the simulator and ``iomodel``); clear errors."""
     d, block_sizes = pb.d, pb.block_sizes
     if pb.bias is not None:
@@ -140,43 +161,39 @@ def check_options(pb: Problem, *, fp8=None, p_fp8=None, fp8_scaling=None, incohe
         if on:
             raise ValueError(f"{name}: not supported with the low-precision options (the FP8 loop here has "
                              f"FlashAttention-2's plain lines only)")
-    qkv, p = _format(fp8, "fp8"), _format(p_fp8, "p_fp8")
-    if fp8_scaling is not None and fp8_scaling not in ("tensor", "block"):
-        raise ValueError(f"fp8_scaling: expected 'tensor' or 'block', got {fp8_scaling!r}")
-    if fp8_scaling is not None and qkv is None:
-        raise ValueError(f"fp8_scaling={fp8_scaling!r} needs fp8='e4m3' or 'e5m2' (Q, K, V in FP8)")
-    scaling = (fp8_scaling or "tensor") if qkv is not None else None
-    if scaling == "block" and block_sizes is None:
+    lp = _values(**opts)
+    if lp["scaling"] == "block" and block_sizes is None:
         raise ValueError("fp8_scaling='block' needs block_sizes=(Br, Bc): one scale per Br×d tile of Q and "
                          "Bc×d tile of K, V, fixed before the kernel runs (got block_sizes=None)")
-    if not isinstance(incoherent, (bool, np.bool_)):
-        raise TypeError(f"incoherent: expected True or False, got {incoherent!r}")
-    if isinstance(incoherent_seed, bool) or not isinstance(incoherent_seed, numbers.Integral):
-        raise TypeError(f"incoherent_seed: expected an integer, got {incoherent_seed!r}")
-    if incoherent_seed != 0 and not incoherent:
-        raise ValueError("incoherent_seed: only used with incoherent=True")
-    if incoherent and d & (d - 1):
+    if lp["incoherent"] and d & (d - 1):
         raise ValueError(f"incoherent: the fast Walsh–Hadamard transform needs d a power of two, got d={d}; "
                          f"pad Q and K with zero columns to {1 << (d - 1).bit_length()} (QKᵀ is unchanged) "
                          "or set incoherent=False")
-    if isinstance(p_scale, bool) or not isinstance(p_scale, numbers.Real) or not (0 < p_scale < np.inf):
-        raise ValueError(f"p_scale: expected a finite number > 0, got {p_scale!r}")
-    if p_scale != 1.0 and p is None:
-        raise ValueError(f"p_scale={p_scale!r} needs p_fp8='e4m3' or 'e5m2' (P is only scaled to be cast)")
-    if key_order not in ("forward", "reverse"):
-        raise ValueError(f"key_order: expected 'forward' or 'reverse', got {key_order!r}")
-    return dict(qkv=qkv, p=p, scaling=scaling, incoherent=bool(incoherent), seed=int(incoherent_seed),
-                p_scale=float(p_scale), reverse=key_order == "reverse")
+    return lp
 
 
 def requested(opts: dict) -> bool:
-    """True when ``opts`` sets any low-precision option to other than its default."""
-    return any(k in opts and not (opts[k] is v or opts[k] == v) for k, v in OPTIONS.items())
+    """True when ``opts`` sets any low-precision option to other than its default.
+
+    The values are checked first, whatever they are: a wrongly typed value equal to the default
+    (``incoherent=0``) is refused as any other, and nothing is compared with ``==`` unchecked.
+    """
+    return _values(**{k: v for k, v in opts.items() if k in OPTIONS}) != _values()
 
 
 def footprint(Br: int, Bc: int, d: int, scaled: bool = True) -> int:
     """On-chip elements per head: FlashAttention-2's tiles, plus the three descales held (Q's, K_j's, V_j's)."""
     return flash2.footprint_forward(Br, Bc, d) + (3 if scaled else 0)
+
+
+def _grid(pb: Problem, scaled: bool) -> blocks.Grid:
+    return blocks.grid_for(pb, lambda r, c, d: footprint(r, c, d, scaled))
+
+
+def grid(pb: Problem, **opts) -> blocks.Grid:
+    """The tiling of the FP8 loop for the low-precision options ``opts``: FlashAttention-2's rule
+    fitted to :func:`footprint` (three descales more on chip when Q, K, V are scaled)."""
+    return _grid(pb, check_options(pb, **opts)["scaling"] is not None)
 
 
 def forward(Q, K, V, **opts) -> ForwardResult:
@@ -194,7 +211,8 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=False) -> ForwardResult:
     """The loop, for a checked problem. ``qkv`` and ``p`` are storage dtypes (or None for none);
     ``scaling`` is "tensor", "block" or None (unscaled storage, e.g. float16)."""
-    Br, Bc = blocks.resolve(pb, lambda r, c, d: footprint(r, c, d, scaling is not None))
+    g = _grid(pb, scaling is not None)
+    Br, Bc = g.Br, g.Bc
     Nq, Nk, d, lead = pb.Nq, pb.Nk, pb.d, pb.lead_shape
     low = qkv is not None or p is not None
     cdt = np.dtype(np.float32) if low else pb.dtype  # FP8: accumulate in fp32, as on the GPU
@@ -280,12 +298,14 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
                 fc.elementwise(P_tilde, ops=2)  # scale, cast
                 s_pv = s_v / p_scale
             # Alg.1 l.10: O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j; FP8: the product times s_v / p_scale.
-            PV = fc.matmul(P_tilde, up(V_j))  # (Br, d)
-            if s_pv is not one:
-                PV = PV * s_pv[..., None]
-                fc.elementwise(PV)
-            fc.elementwise(O_i)
-            O_i = mem.hold("O_i", alpha[..., None] * O_i + PV)
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
+                PV = fc.matmul(P_tilde, up(V_j))  # (Br, d)
+                if s_pv is not one:
+                    PV = PV * s_pv[..., None]
+                    fc.elementwise(PV)
+                fc.elementwise(O_i)
+                O_i = alpha[..., None] * O_i + PV
+            O_i = mem.hold("O_i", require_finite(O_i, "the accumulator O_i (with its product P̃_ij V_j)"))
             m_i = mem.hold("m_i", m_new)
             mem.free("K_j", "V_j", "S_ij", "m_new", *(("K_scale_j", "V_scale_j") if scaling == "block" else ()))
         # Alg.1 l.12-15: normalise, log-sum-exp, write O_i and L_i once.

@@ -128,9 +128,9 @@ def _dropout_p(p) -> float:
     return float(p)
 
 
-def _seed(seed) -> int:
+def _seed(seed, name: str = "seed") -> int:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed: expected an integer, got {seed!r}")
+        raise TypeError(f"{name}: expected an integer, got {seed!r}")
     return int(seed)
 
 
@@ -174,12 +174,21 @@ def _slopes(x, lead: tuple, from_shapes: bool):
     if not np.isfinite(a).all():
         raise ValueError("alibi_slopes: contains NaN or inf")
     if from_shapes:
+        _slopes_fit_heads(a, int(np.prod(lead, dtype=np.int64)))
         return np.zeros(lead)  # the values do not change the IO; their presence does
     try:
         return np.broadcast_to(a.astype(np.float64), lead)
     except ValueError:
         raise ValueError(f"alibi_slopes: shape {a.shape} does not broadcast to the leading (batch, head) "
                          f"axes {lead}") from None
+
+
+def _slopes_fit_heads(a: np.ndarray, heads: int) -> None:
+    """From shapes only the product of the leading axes is known: slopes that broadcast to them number
+    a divisor of it (or any number, for an empty batch)."""
+    if heads and (a.size == 0 or heads % a.size):
+        raise ValueError(f"alibi_slopes: shape {a.shape} ({a.size} slopes) does not broadcast to the leading "
+                         f"(batch, head) axes of heads={heads}")
 
 
 def _kv_lead(q_lead: tuple, kv_lead: tuple, enable_gqa: bool, what: str) -> tuple:
@@ -305,8 +314,14 @@ class Problem:
 
     @property
     def group(self) -> int:
-        """Query heads per K/V head (1 without GQA)."""
-        return self.heads // self.kv_heads if self.kv_heads else 1
+        """Query heads per K/V head: 1 without GQA, 0 with no query heads (Hq = 0 < Hkv).
+
+        Taken from the head axes (-3), not the products, so an empty batch keeps its group.
+        """
+        kv = self.kv_lead if self.kv_lead is not None else self.lead_shape
+        if not kv or kv[-1] == 0:
+            return 1
+        return self.lead_shape[-1] // kv[-1]
 
     def with_blocks(self, Br: int, Bc: int) -> Problem:
         """The same problem with its block sizes pinned (block-sparse passes share one grid)."""
@@ -365,7 +380,8 @@ class Problem:
         Nq, Nk, d = positive_int(Nq, "Nq"), positive_int(Nk, "Nk"), positive_int(d, "d")
         heads = _nonnegative_int(heads, "heads")
         kv = opts.pop("kv_heads", None)
-        kv_lead = (heads,) if kv is None else (positive_int(kv, "kv_heads"),)
+        # kv_heads = 0 only with heads = 0: in an empty batch K's leading axes multiply to 0 too
+        kv_lead = (heads,) if kv is None else ((positive_int if heads else _nonnegative_int)(kv, "kv_heads"),)
         if kv_lead != (heads,):
             kv_lead = _kv_lead((heads,), kv_lead, _bool(opts.get("enable_gqa", False), "enable_gqa"), "kv_heads")
         for name in ("mask", "bias"):

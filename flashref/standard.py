@@ -218,5 +218,6 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     mem.store("dK", dK, line="Alg.3 l.5")  # write Nk*d
 
     # Alg.3 l.6: return dQ, dK, dV.
-    return BackwardResult(dQ=variants.unpack_rows(mem.result("dQ"), G), dK=mem.result("dK"), dV=mem.result("dV"),
+    dK, dV = variants.kv_gradients(pb0, mem.result("dK"), mem.result("dV"))  # [gqa] no query heads: zeros
+    return BackwardResult(dQ=variants.unpack_rows(mem.result("dQ"), G), dK=dK, dV=dV,
                           io=mem.report(), flops=fc.report(), events=mem.events)

@@ -47,8 +47,8 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["pack_rows", "unpack_rows", "loop_problem", "band", "tile_visited", "tile_inside", "tile_attend",
-           "modify_scores", "softcap", "alibi", "slopes_of_rows", "sum_groups"]
+__all__ = ["pack_rows", "unpack_rows", "packed_group", "loop_problem", "kv_gradients", "band", "tile_visited",
+           "tile_inside", "tile_attend", "modify_scores", "softcap", "alibi", "slopes_of_rows", "sum_groups"]
 
 
 # --------------------------------------------------------------------------- GQA layouts
@@ -76,6 +76,11 @@ def _pack_vec(x: np.ndarray, G: int) -> np.ndarray:
     return pack_rows(x[..., None], G)[..., 0]
 
 
+def packed_group(pb, packed: bool) -> int:
+    """Loop rows per query position: g with packed GQA, else 1 (also with no query heads: nothing to pack)."""
+    return pb.group if packed and pb.group > 1 else 1
+
+
 def loop_problem(pb, packed: bool):
     """The problem the tile loop runs on, in the GQA schedule asked for.
 
@@ -88,7 +93,7 @@ def loop_problem(pb, packed: bool):
     slopes = pb.alibi_slopes
     if G == 1:
         return dataclasses.replace(pb, alibi_slopes=None if slopes is None else np.asarray(slopes)[..., None])
-    if not packed:
+    if packed_group(pb, packed) == 1:  # unpacked, or no query heads (G = 0: K, V repeated 0 times, an empty loop)
         rep = {n: (None if getattr(pb, n) is None else np.repeat(getattr(pb, n), G, axis=-3)) for n in ("K", "V")}
         return dataclasses.replace(pb, kv_lead=pb.lead_shape, **rep,
                                    alibi_slopes=None if slopes is None else np.asarray(slopes)[..., None])
@@ -99,6 +104,13 @@ def loop_problem(pb, packed: bool):
         mask=None if pb.mask is None else pack_rows(np.broadcast_to(pb.mask, pb.lead_shape + (pb.Nq, pb.Nk)), G),
         bias=None if pb.bias is None else pack_rows(np.broadcast_to(pb.bias, pb.lead_shape + (pb.Nq, pb.Nk)), G),
         alibi_slopes=None if slopes is None else np.asarray(slopes).reshape(kv + (G,)))
+
+
+def kv_gradients(pb, dK, dV):
+    """dK, dV in K's and V's own shape: zeros when there are no query heads (G = 0), whose loop was empty."""
+    if pb.group:
+        return dK, dV
+    return np.zeros(pb.K.shape, dtype=dK.dtype), np.zeros(pb.V.shape, dtype=dV.dtype)
 
 
 def sum_groups(X: np.ndarray, G: int) -> np.ndarray:

@@ -261,3 +261,56 @@ def test_fp8_with_an_attention_variant_is_refused_by_name(variant):
     with pytest.raises(ValueError, match=f"{name}: not supported with the low-precision options"):
         iomodel.predict("flash2", "forward", Nq=16, Nk=16, d=8, heads=4, fp8="e4m3",
                         **({"kv_heads": 2, **variant} if "enable_gqa" in variant else variant))
+
+
+# A wrongly typed value is refused even when it equals the default; nothing is compared unchecked.
+BAD_DEFAULTS = [
+    (dict(p_scale=np.array([1.0, 2.0])), ValueError, "p_scale"),
+    (dict(incoherent=0), TypeError, "incoherent"),
+    (dict(incoherent_seed=0.0), TypeError, "incoherent_seed"),
+    (dict(incoherent_seed=1.5), TypeError, "incoherent_seed"),
+    (dict(key_order=np.array(["forward", "reverse"])), ValueError, "key_order"),
+    (dict(fp8_scaling=np.array(["tensor", "block"])), ValueError, "fp8_scaling"),
+]
+
+
+@pytest.mark.parametrize("opts,exc,word", BAD_DEFAULTS)
+def test_a_bad_value_is_refused_even_if_it_equals_the_default(rng, opts, exc, word):
+    Q, K, V = _qkv(rng, (), 8, 8, 16)
+    with pytest.raises(exc, match=word):
+        flash2.forward(Q, K, V, **opts)
+    with pytest.raises(exc, match=word):
+        iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=16, **opts)
+
+
+def test_defaults_of_numpy_types_run_the_plain_loop():
+    assert not lowp.requested(dict(incoherent=np.bool_(False), incoherent_seed=np.int64(0), p_scale=np.float32(1.0)))
+    assert lowp.requested(dict(key_order="reverse"))
+
+
+def test_the_low_precision_options_are_the_forwards_only(rng):
+    """flash2.backward refuses them as unknown; so do predict and predict_varlen for the backward."""
+    Q, K, V = _qkv(rng, (), 4, 4, 2)
+    fwd = flash2.forward(Q, K, V)
+    cu = np.array([0, 4])
+    for name, default in lowp.OPTIONS.items():
+        msg = f"unknown option '{name}'"
+        with pytest.raises(TypeError, match=msg):
+            flash2.backward(Q, K, V, fwd.O, Q, fwd.L, **{name: default})
+        with pytest.raises(TypeError, match=msg):
+            iomodel.predict("flash2", "backward", Nq=4, Nk=4, d=2, **{name: default})
+        with pytest.raises(TypeError, match=msg):
+            iomodel.predict_varlen("backward", cu_seqlens_q=cu, cu_seqlens_k=cu, d=2, **{name: default})
+        iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=2, **{name: default})  # the forward takes them
+
+
+@pytest.mark.parametrize("M", [100, 140, 200])
+@pytest.mark.parametrize("lp", [dict(fp8="e4m3"), dict(fp8="e4m3", fp8_scaling="tensor"), dict(p_fp8="e5m2")])
+def test_grid_is_the_fp8_loops(rng, M, lp):
+    """The FP8 loop holds three descales more than FlashAttention-2's (when Q, K, V are scaled): its blocks."""
+    Q = rng.standard_normal((1, 64, 4))
+    res = flash2.forward(Q, Q, Q, sram_size=M, **lp)
+    kw = dict(Nq=64, Nk=64, d=4, sram_size=M, **lp)
+    assert iomodel.block_sizes("flash2", "forward", **kw) == res.block_sizes
+    g = iomodel.grid("flash2", "forward", **kw)
+    assert (g.Tr, g.Tc) == (-(-64 // res.block_sizes[0]), -(-64 // res.block_sizes[1]))

@@ -187,6 +187,30 @@ def test_a_bias_that_overflows_the_scores_raises(module):
     assert np.array_equal(out.O, np.tile(np.arange(4.0), (2, 1)))
 
 
+OUTPUT_OVERFLOWS = {
+    "flash1": lambda q, k, v: flash1.forward(q, k, v),
+    "flash2": lambda q, k, v: flash2.forward(q, k, v),
+    "decoding, one split": lambda q, k, v: decoding.forward(q, k, v, num_splits=1),
+    "decoding, the merge": lambda q, k, v: decoding.forward(q, k, v, num_splits=8),  # one key per split
+    "decoding.forward_paged": lambda q, k, v: decoding.forward_paged(
+        q[None], k.reshape(4, 1, 2, 2), v.reshape(4, 1, 2, 2), np.arange(4)[None], np.array([8])),
+}
+
+
+@pytest.mark.parametrize("run", OUTPUT_OVERFLOWS.values(), ids=list(OUTPUT_OVERFLOWS))
+def test_an_overflowing_output_accumulator_raises_naming_the_cure(run):
+    """Scores of 0, values of 3e38: the unnormalised P̃V of 8 keys (or the merge of the partials) passes
+    float32's 3.4e38. An error naming float64, not O = inf with a RuntimeWarning."""
+    q, k = np.zeros((1, 4, 2), np.float32), np.zeros((1, 8, 2), np.float32)
+    v = np.full((1, 8, 2), 3e38, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning on the way
+        with pytest.raises(FloatingPointError, match="overflowed float32.*float64"):
+            run(q, k, v)
+        O = run(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)).O
+    np.testing.assert_allclose(O, float(v[0, 0, 0]), rtol=1e-12)  # float64 holds it: the mean of equal values
+
+
 def test_star_import_needs_neither_torch_nor_triton():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
             "from flashref import *\n"

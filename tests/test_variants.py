@@ -208,3 +208,72 @@ def test_predict_refuses_what_the_simulator_refuses():
         iomodel.predict("standard", "backward", Nq=4, Nk=4, d=2, softcap=-2.0)
     with pytest.raises(TypeError, match="unknown option 'gqa_packing'"):
         standard.forward(Q, Q, Q, gqa_packing=True)
+
+
+# ----------------------------------------------------------------- GQA with empty head axes
+
+
+def _fwd_bwd(module, Q, K, V, **o):
+    """Forward and backward of ``module`` (each backward takes its algorithm's saved tensors)."""
+    dO = np.zeros(Q.shape)
+    fwd = module.forward(Q, K, V, **o)
+    saved = (dO, fwd.P) if module is standard else (fwd.O, dO, fwd.L)
+    return fwd, module.backward(Q, K, V, *saved, **o)
+
+
+GQA_EMPTY = [(standard, {}), (flash2, {}), (flash2, {"gqa_packing": True})]
+
+
+@pytest.mark.parametrize("module, packing", GQA_EMPTY)
+def test_gqa_with_an_empty_batch_gives_empty_results(module, packing):
+    """B = 0, Hq = 4, Hkv = 2: the group comes from the head axes, not from the (zero) products."""
+    Q, K = np.zeros((0, 4, 5, 8)), np.zeros((0, 2, 6, 8))
+    o = dict(enable_gqa=True, alibi_slopes=np.ones(4), **packing)
+    fwd, bwd = _fwd_bwd(module, Q, K, K, **o)
+    assert fwd.O.shape == (0, 4, 5, 8) and fwd.io.total == 0  # torch.nn.functional's shape
+    assert (bwd.dQ.shape, bwd.dK.shape, bwd.dV.shape) == (Q.shape, K.shape, K.shape) and bwd.io.total == 0
+    name = module.__name__.split(".")[-1]
+    for direction in ("forward", "backward"):
+        p = iomodel.predict(name, direction, Nq=5, Nk=6, d=8, heads=0, kv_heads=0, **shapes_opts(o))
+        assert (p.reads, p.writes) == (0, 0)
+
+
+@pytest.mark.parametrize("module, packing", GQA_EMPTY)
+def test_gqa_with_no_query_heads_moves_nothing(module, packing):
+    """Hq = 0 < Hkv = 2: an empty output, zero gradients for K and V, zero IO (predicted zero too)."""
+    r = np.random.default_rng(1)
+    Q, K, V = np.zeros((1, 0, 5, 3)), r.standard_normal((1, 2, 4, 3)), r.standard_normal((1, 2, 4, 3))
+    o = dict(enable_gqa=True, **packing)
+    fwd, bwd = _fwd_bwd(module, Q, K, V, **o)
+    assert fwd.O.shape == Q.shape and fwd.io.total == 0
+    assert bwd.dQ.shape == Q.shape and bwd.io.total == 0
+    assert bwd.dK.shape == K.shape and bwd.dV.shape == V.shape and not bwd.dK.any() and not bwd.dV.any()
+    name = module.__name__.split(".")[-1]
+    for direction, res in (("forward", fwd), ("backward", bwd)):
+        p = iomodel.predict(name, direction, Nq=5, Nk=4, d=3, heads=0, kv_heads=2, **o)
+        assert (p.reads, p.writes) == (res.io.reads, res.io.writes) == (0, 0)
+
+
+@pytest.mark.parametrize("o", [dict(sram_size=200), dict(block_sizes=(3, 3))])
+def test_iomodel_block_sizes_are_the_simulators_with_packed_gqa(o):
+    """Packed GQA tiles g·Br loop rows; both report Br in query positions."""
+    Q, K = np.ones((4, 8, 2)), np.ones((2, 8, 2))
+    kw = dict(Nq=8, Nk=8, d=2, heads=4, kv_heads=2, enable_gqa=True, gqa_packing=True, **o)
+    fwd, bwd = _fwd_bwd(flash2, Q, K, K, enable_gqa=True, gqa_packing=True, **o)
+    for direction, res in (("forward", fwd), ("backward", bwd)):
+        assert iomodel.block_sizes("flash2", direction, **kw) == res.block_sizes
+        g = iomodel.grid("flash2", direction, **kw)
+        assert (g.Tr, g.Tc) == (-(-8 // res.block_sizes[0]), -(-8 // res.block_sizes[1]))
+
+
+def test_predict_refuses_slopes_that_cannot_fit_the_heads():
+    kw = dict(Nq=4, Nk=4, d=2, heads=4)
+    with pytest.raises(ValueError, match=r"alibi_slopes: shape \(3,\)"):
+        iomodel.predict("flash2", "forward", alibi_slopes=np.ones(3), **kw)
+    with pytest.raises(ValueError, match="alibi_slopes: shape"):
+        flash2.forward(np.zeros((4, 4, 2)), np.zeros((4, 4, 2)), np.zeros((4, 4, 2)), alibi_slopes=np.ones(3))
+    # (2,) broadcasts to (B, H) = (2, 2): four heads, accepted by both, counted alike
+    q = np.zeros((2, 2, 4, 2))
+    res = flash2.forward(q, q, q, alibi_slopes=np.ones(2))
+    pred = iomodel.predict("flash2", "forward", alibi_slopes=np.ones(2), **kw)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)

@@ -5,6 +5,8 @@ small model with GQA and a sliding window training on the torch front."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -61,6 +63,37 @@ def test_varlen_bad_cu_seqlens_are_named():
         flash2.forward_varlen(Q, Q, Q, np.array([1, 6]), np.array([0, 6]))
     with pytest.raises(TypeError, match="cu_seqlens_q: expected a 1-D integer array"):
         flash2.forward_varlen(Q, Q, Q, np.array([0.0, 6.0]), np.array([0, 6]))
+
+
+@pytest.mark.parametrize("name", ["mask", "bias"])
+def test_predict_varlen_refuses_a_mask_or_bias_as_forward_varlen_does(name):
+    Q, cu = np.zeros((1, 6, 2)), np.array([0, 2, 6])
+    value = np.ones((6, 6), bool) if name == "mask" else np.zeros((6, 6))
+    msg = f"{name} is not supported with variable-length batches"
+    with pytest.raises(ValueError, match=msg):
+        flash2.forward_varlen(Q, Q, Q, cu, cu, **{name: value})
+    for direction in ("forward", "backward"):
+        with pytest.raises(ValueError, match=msg):
+            iomodel.predict_varlen(direction, cu_seqlens_q=cu, cu_seqlens_k=cu, d=2, **{name: True})
+
+
+def test_cu_seqlens_are_checked_by_name_whatever_their_integer_type():
+    Q, ok = np.zeros((1, 6, 2)), np.array([0, 2, 4, 6])
+    wraps = np.array([0, 4, 2, 6], np.uint64)  # unsigned: np.diff would wrap 2 - 4 to a huge positive
+    with pytest.raises(ValueError, match="cu_seqlens_q: expected strictly increasing"):
+        flash2.forward_varlen(Q, Q, Q, wraps, ok)
+    with pytest.raises(ValueError, match="cu_seqlens_k: expected strictly increasing"):
+        iomodel.predict_varlen("forward", cu_seqlens_q=ok, cu_seqlens_k=wraps, d=2)
+    for bad in (5, [[0, 6]], np.array([0.0, 6.0]), np.array([True, True])):
+        for name in ("cu_seqlens_q", "cu_seqlens_k"):
+            cus = {"cu_seqlens_q": np.array([0, 6]), "cu_seqlens_k": np.array([0, 6]), name: bad}
+            with pytest.raises(TypeError, match=f"{name}: expected a 1-D integer array"):
+                iomodel.predict_varlen("forward", d=2, **cus)
+    # unsigned offsets that do increase are counted as their int64 copies
+    u = np.array([0, 2, 6], np.uint32)
+    res = flash2.forward_varlen(Q, Q, Q, u, u)
+    pred = iomodel.predict_varlen("forward", cu_seqlens_q=u, cu_seqlens_k=u, d=2)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
 
 
 # ----------------------------------------------------------------- paged KV cache
@@ -122,6 +155,75 @@ def test_paged_bad_input_is_named():
         decoding.forward_paged(Q, Kp, Vp, bt, np.array([1, 17, 1]))
     with pytest.raises(TypeError, match="unknown option 'mask'"):
         decoding.forward_paged(Q, Kp, Vp, bt, np.array([1, 1, 1]), mask=np.ones((2, 1), bool))
+
+
+PAGED_VALID = "valid options are alibi_slopes, causal, dtype_bytes, scale, softcap, sram_size, window$"
+
+
+@pytest.mark.parametrize("opt", [dict(mask=True), dict(dropout_p=0.5), dict(seed=3), dict(block_sizes=(1, 1))])
+def test_predict_paged_takes_the_paged_options_only(opt):
+    """The tile is the page: no mask, dropout or block sizes, for the simulator and the closed form alike."""
+    Q, Kp, Vp, bt, lens = _paged(3)
+    name = next(iter(opt))
+    with pytest.raises(TypeError, match=f"unknown option '{name}'; {PAGED_VALID}"):
+        decoding.forward_paged(Q, Kp, Vp, bt, lens, **opt)
+    with pytest.raises(TypeError, match=f"unknown option '{name}'; {PAGED_VALID}"):
+        iomodel.predict_paged(Nq=2, d=4, heads=2, page_size=4, cache_seqlens=lens, **opt)
+
+
+@pytest.mark.parametrize("kw,exc,msg", [
+    (dict(cache_seqlens=[-1]), ValueError, r"cache_seqlens\[0\]: expected a non-negative integer"),
+    (dict(cache_seqlens=[3, 2.5]), TypeError, r"cache_seqlens\[0\]: expected a non-negative integer"),
+    (dict(cache_seqlens=3), TypeError, r"cache_seqlens: expected integers of shape \(B,\)"),
+    (dict(page_size=2.0), TypeError, "page_size: expected a positive integer"),
+    (dict(page_size=0), ValueError, "page_size: expected a positive integer"),
+    (dict(heads=-1), ValueError, "heads"),
+    (dict(Nq=0), ValueError, "Nq"),
+])
+def test_predict_paged_checks_its_own_arguments(kw, exc, msg):
+    with pytest.raises(exc, match=msg):
+        iomodel.predict_paged(**{**dict(Nq=1, d=2, heads=2, page_size=2, cache_seqlens=[3]), **kw})
+
+
+def test_forward_paged_refuses_negative_lengths_and_empty_pages():
+    Q, Kp, Vp, bt, _ = _paged(4)
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\]: expected a non-negative integer, got -1"):
+        decoding.forward_paged(Q, Kp, Vp, bt, np.array([1, -1, 1]))
+    empty = np.zeros(Kp.shape[:2] + (0,) + Kp.shape[3:])  # a zero page axis: pages of no slot
+    with pytest.raises(ValueError, match="K_pages: expected pages of at least one slot"):
+        decoding.forward_paged(Q, empty, empty, bt, np.zeros(3, int))
+
+
+@pytest.mark.parametrize("slopes,exc,msg", [
+    (np.array([np.nan, 0.5]), ValueError, "alibi_slopes: contains NaN or inf"),
+    (np.array([np.inf, 0.5]), ValueError, "alibi_slopes: contains NaN or inf"),
+    (np.array([True, False]), TypeError, "alibi_slopes: expected a float array"),
+    (np.array(["a", "b"]), TypeError, "alibi_slopes: expected a float array"),
+    (np.ones(3), ValueError, r"alibi_slopes: shape \(3,\) does not broadcast"),
+])
+def test_paged_alibi_slopes_are_checked_as_everywhere(slopes, exc, msg):
+    Q, Kp, Vp, bt, lens = _paged(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused before any NaN or RuntimeWarning
+        with pytest.raises(exc, match=msg):
+            decoding.forward_paged(Q, Kp, Vp, bt, lens, alibi_slopes=slopes)
+    with pytest.raises(exc, match=msg):
+        iomodel.predict_paged(Nq=2, d=4, heads=2, page_size=4, cache_seqlens=lens, alibi_slopes=slopes)
+
+
+def test_paged_with_no_heads_or_no_sequences_is_empty_and_moves_nothing():
+    # H = 0: an empty result, zero IO, and the prediction's lines are the simulator's
+    res = decoding.forward_paged(np.zeros((2, 0, 1, 3)), np.zeros((4, 0, 2, 3)), np.zeros((4, 0, 2, 3)),
+                                 np.zeros((2, 2), int), np.array([3, 1]))
+    pred = iomodel.predict_paged(Nq=1, d=3, heads=0, page_size=2, cache_seqlens=[3, 1])
+    assert res.O.shape == (2, 0, 1, 3) and res.L.shape == (2, 0, 1)
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes) == (0, 0) and res.io.by_line == pred.by_line
+    # B = 0: an IO report (not None) and a prediction of zeros
+    Kp = np.zeros((4, 2, 2, 3))
+    res = decoding.forward_paged(np.zeros((0, 2, 1, 3)), Kp, Kp, np.zeros((0, 2), int), [])
+    pred = iomodel.predict_paged(Nq=1, d=3, heads=2, page_size=2, cache_seqlens=[])
+    assert res.O.shape == (0, 2, 1, 3) and res.io is not None
+    assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes) == (0, 0)
 
 
 # ----------------------------------------------------------------- against PyTorch's own

@@ -29,6 +29,7 @@ from .. import flash1_bwd as _flash1_bwd
 from .. import flash2 as _flash2
 from .. import lowp as _lowp
 from .. import standard as _standard
+from .. import variants as _variants
 from ..blocks import Grid
 from ..memory import Traffic
 from ..problem import VARIANT_OPTIONS, Problem
@@ -42,9 +43,22 @@ ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
 _PROBLEM_FIELDS = VARIANT_OPTIONS + ("gqa_packing",)
 
 #: Options each algorithm takes beyond the shared ones (the same lists its simulator checks).
-_EXTRA = {"standard": _standard.OPTIONS, "flash1": (), "flash2": _flash2.OPTIONS + tuple(_lowp.OPTIONS),
+_EXTRA = {"standard": _standard.OPTIONS, "flash1": (), "flash2": _flash2.OPTIONS,
           "blocksparse": ("block_mask",),
           "decoding": _decoding.OPTIONS}
+
+
+def _extra(algorithm: str, direction: str) -> tuple:
+    """The options ``algorithm``'s ``direction`` takes beyond the shared ones: the low-precision
+    ones are flash2's forward's only (``flash2.backward`` refuses them as unknown)."""
+    if (algorithm, direction) == ("flash2", "forward"):
+        return _EXTRA["flash2"] + tuple(_lowp.OPTIONS)
+    return _EXTRA[algorithm]
+
+
+def _own_options(algorithm: str, direction: str, opts: dict) -> dict:
+    """Take out of ``opts`` the options that are arguments of the closed form, not fields of the Problem."""
+    return {k: opts.pop(k) for k in _extra(algorithm, direction) if k in opts and k not in _PROBLEM_FIELDS}
 
 
 @dataclass
@@ -113,8 +127,8 @@ def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: 
     if algorithm == "decoding" and direction == "backward":
         raise ValueError("direction: decoding has no backward pass")
     where = f"iomodel.predict({algorithm!r}, {direction!r})"
-    extra = {k: opts.pop(k) for k in _EXTRA[algorithm] if k in opts and k not in _PROBLEM_FIELDS}
-    pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_EXTRA[algorithm], **opts)
+    extra = _own_options(algorithm, direction, opts)
+    pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_extra(algorithm, direction), **opts)
     module = _MODULES[algorithm]
     return getattr(module, direction)(pb, **extra)
 
@@ -122,8 +136,9 @@ def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: 
 def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads: int = 1, **opts) -> Prediction:
     """Exact reads and writes of ``flash2.forward_varlen`` / ``backward_varlen``: the sum, over the
     sequences, of ``predict("flash2", direction, Nq=Nq_b, Nk=Nk_b, ...)``; no padding is counted."""
-    cq = _flash2.check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", int(cu_seqlens_q[-1]))
-    ck = _flash2.check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", int(cu_seqlens_k[-1]))
+    _flash2.refuse_varlen_scores(opts, f"iomodel.predict_varlen({direction!r})")
+    cq = _flash2.check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q")  # the totals are theirs: no Q, K to match
+    ck = _flash2.check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
     if cq.size != ck.size:
         raise ValueError(f"cu_seqlens_k: {ck.size - 1} sequences, cu_seqlens_q has {cq.size - 1}")
     return sum(predict("flash2", direction, Nq=int(cq[b + 1] - cq[b]), Nk=int(ck[b + 1] - ck[b]), d=d, heads=heads,
@@ -132,7 +147,8 @@ def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads:
 
 def predict_paged(*, Nq: int, d: int, heads: int, page_size: int, cache_seqlens, **opts) -> Prediction:
     """Exact reads and writes of ``decoding.forward_paged`` (``heads`` = H per sequence); see
-    :func:`flashref.iomodel.decoding.forward_paged`."""
+    :func:`flashref.iomodel.decoding.forward_paged`. Its options are ``forward_paged``'s
+    (``decoding.PAGED_OPTIONS``), checked by the same code."""
     return decoding.forward_paged(Nq=Nq, d=d, heads=heads, page_size=page_size, cache_seqlens=cache_seqlens, **opts)
 
 
@@ -148,12 +164,16 @@ def grid(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int
     if (algorithm, direction) not in _GRIDS:
         raise ValueError(f"algorithm, direction: expected one of {sorted(_GRIDS)}, got {(algorithm, direction)!r}")
     where = f"iomodel.grid({algorithm!r}, {direction!r})"
-    opts.pop("block_mask", None)  # the grid is fixed before the block mask is looked at
-    for k in ("num_splits", "sms"):
-        if algorithm == "decoding":
-            opts.pop(k, None)
-    pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_EXTRA[algorithm], **opts)
-    return _GRIDS[algorithm, direction](pb)
+    # block_mask, num_splits, sms leave the grid as it is (it is fixed before they are looked at); FP8 changes it
+    own = _own_options(algorithm, direction, opts)
+    pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_extra(algorithm, direction), **opts)
+    lowp_opts = {k: v for k, v in own.items() if k in _lowp.OPTIONS}
+    if _lowp.requested(lowp_opts):
+        return _lowp.grid(pb, **lowp_opts)  # the FP8 loop holds three descales more: its own blocks
+    g = _GRIDS[algorithm, direction](pb)
+    # Packed GQA tiles g·Br loop rows; the simulator reports (and this gives) Br in query positions.
+    G = _variants.packed_group(pb, pb.gqa_packing)
+    return g if G == 1 else Grid.of(g.Br // G, g.Bc, pb.Nq, pb.Nk)
 
 
 def block_sizes(algorithm: str, direction: str, **kw) -> tuple[int, int]:

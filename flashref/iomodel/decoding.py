@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from .. import decoding
 from ..parallelism import resolve_num_splits
-from ..problem import Problem
+from ..problem import Problem, _slopes
 from ..variants import band
 from . import Prediction, Tally
 
@@ -79,25 +81,35 @@ def forward_paged(*, Nq, d, heads, page_size, cache_seqlens, alibi_slopes=None, 
     Leading term: ``2·N_b·d·Tr`` per head, the same bytes as a contiguous cache, plus
     ``Tr·⌈N_b/page_size⌉`` block-table reads; the unused slots of the last page are not read.
     """
-    total = None
-    for n in cache_seqlens:
-        n = int(n)
-        pb, Br = decoding.paged_problem(Nq, n, d, heads, page_size, alibi_slopes=alibi_slopes is not None
-                                        and alibi_slopes is not False, **opts)
-        L, R = band(dataclasses.replace(pb, Nk=n))
-        t = Tally(heads, pb.dtype_bytes)
-        Tr = -(-Nq // Br)
-        t.add("load Q_i", reads=Nq * d + (Tr if pb.alibi_slopes is not None else 0))
-        pages = keys = 0
-        for i in range(Tr):
-            a, b = i * Br, min((i + 1) * Br, Nq) - 1
-            lo, hi = max(0, a - L), min(n - 1, b + R)
-            if hi >= lo:
-                pages += hi // page_size - lo // page_size + 1
-                keys += min(n, (hi // page_size + 1) * page_size) - (lo // page_size) * page_size
-        if pages:
-            t.add("[paged] block_table", reads=pages)
-            t.add("[paged] load K_j, V_j", reads=2 * d * keys)
-        t.add("write O_i, L_i", writes=Nq * d + Nq)
-        total = t.prediction() if total is None else total + t.prediction()
+    lens = decoding.check_cache_seqlens(cache_seqlens)
+    # An array of slopes is checked as the simulator checks it, against (B, H); True/False say whether there are any.
+    given = alibi_slopes is not None and not isinstance(alibi_slopes, (bool, np.bool_))
+    pb0, Br = decoding.paged_problem(Nq, 1, d, heads, page_size, where="iomodel.predict_paged",
+                                     alibi_slopes=True if given else alibi_slopes, **opts)
+    if given:
+        _slopes(alibi_slopes, (lens.size, pb0.heads), from_shapes=False)
+    total = Tally(pb0.heads, pb0.dtype_bytes).prediction()  # an empty batch moves nothing
+    for n in lens:
+        total = total + _paged_sequence(dataclasses.replace(pb0, Nk=int(n)), Br, pb0.Nq, page_size)
     return total
+
+
+def _paged_sequence(pb: Problem, Br: int, Nq: int, page_size: int) -> Prediction:
+    """One sequence of N_b = ``pb.Nk`` cached keys, all heads."""
+    n, d = pb.Nk, pb.d
+    L, R = band(pb)
+    t = Tally(pb.heads, pb.dtype_bytes)
+    Tr = -(-Nq // Br)
+    t.add("load Q_i", reads=Nq * d + (Tr if pb.alibi_slopes is not None else 0))
+    pages = keys = 0
+    for i in range(Tr):
+        a, b = i * Br, min((i + 1) * Br, Nq) - 1
+        lo, hi = max(0, a - L), min(n - 1, b + R)
+        if hi >= lo:
+            pages += hi // page_size - lo // page_size + 1
+            keys += min(n, (hi // page_size + 1) * page_size) - (lo // page_size) * page_size
+    if pages:
+        t.add("[paged] block_table", reads=pages)
+        t.add("[paged] load K_j, V_j", reads=2 * d * keys)
+    t.add("write O_i, L_i", writes=Nq * d + Nq)
+    return t.prediction()

@@ -46,7 +46,7 @@ but dK_j = dV_j = 0 are still written).
 
 from __future__ import annotations
 
-from .. import flash2
+from .. import flash2, variants
 from ..problem import Problem
 from ..variants import band
 from . import Prediction, Tally
@@ -88,7 +88,7 @@ def q_per_column_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> li
 
 def _loop(pb: Problem, g):
     """(loop heads, g rows per position, Br in positions, band L, R) of the tile loop."""
-    G = pb.group if pb.gqa_packing else 1
+    G = variants.packed_group(pb, pb.gqa_packing)
     heads = pb.kv_heads if G > 1 else pb.heads
     L, R = band(pb)
     return heads, G, g.Br // G, L, R

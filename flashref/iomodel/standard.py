@@ -50,9 +50,14 @@ def _shapes(pb: Problem):
     return G * pb.Nq, pb.Nk, pb.d, G
 
 
+def _loop_heads(pb: Problem) -> int:
+    """The K/V heads the packed matmuls run over: none when there are no query heads (g = 0)."""
+    return pb.kv_heads if pb.group else 0
+
+
 def forward(pb: Problem) -> Prediction:
     Nq, Nk, d, G = _shapes(pb)
-    t = Tally(pb.kv_heads, pb.dtype_bytes)
+    t = Tally(_loop_heads(pb), pb.dtype_bytes)
     t.add("Alg.0 l.1", reads=Nq * d + Nk * d, writes=Nq * Nk)
     if pb.softcap is not None:
         t.add("softcap", reads=Nq * Nk, writes=Nq * Nk)
@@ -71,7 +76,7 @@ def forward(pb: Problem) -> Prediction:
 
 def backward(pb: Problem) -> Prediction:
     Nq, Nk, d, _ = _shapes(pb)
-    t = Tally(pb.kv_heads, pb.dtype_bytes)
+    t = Tally(_loop_heads(pb), pb.dtype_bytes)
     t.add("Alg.3 l.1", reads=Nq * Nk + Nq * d, writes=Nk * d)
     t.add("Alg.3 l.2", reads=Nq * d + Nk * d, writes=Nq * Nk)
     if pb.dropout_p > 0:
