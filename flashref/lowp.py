@@ -208,6 +208,10 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     return run(pb, **lp)
 
 
+# With FP8 the accumulators are fp32 whatever the inputs' dtype: float64 inputs would not help.
+FP32_CURE = "scale the inputs down (the FP8 path accumulates in fp32 whatever the inputs' dtype)"
+
+
 def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=False) -> ForwardResult:
     """The loop, for a checked problem. ``qkv`` and ``p`` are storage dtypes (or None for none);
     ``scaling`` is "tensor", "block" or None (unscaled storage, e.g. float16)."""
@@ -267,9 +271,11 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
                 s_k = mem.load("K_scale", rows=(j, j + 1), as_="K_scale_j", line="Alg.1 l.7").astype(cdt)
                 s_v = mem.load("V_scale", rows=(j, j + 1), as_="V_scale_j", line="Alg.1 l.7").astype(cdt)
             # Alg.1 l.8: S_ij = τ Q_i K_jᵀ; FP8: FP8 products summed in fp32, times τ·s_q·s_k.
-            S_ij = fc.matmul(up(Q_i), up(K_j).swapaxes(-1, -2))  # (Br, Bc)
-            fc.elementwise(S_ij)
-            S_ij = mem.hold("S_ij", S_ij * (pb.scale * s_q * s_k)[..., None])
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
+                S_ij = fc.matmul(up(Q_i), up(K_j).swapaxes(-1, -2))  # (Br, Bc)
+                fc.elementwise(S_ij)
+                S_ij = S_ij * (pb.scale * s_q * s_k)[..., None]
+            S_ij = mem.hold("S_ij", require_finite(S_ij, "scores τ·QKᵀ", FP32_CURE if low else None))
             attend = masks.tile_mask(pb.mask, flash2.mask_needed(pb.causal, rows, cols), rows, cols)
             if attend is not None:
                 S_ij = mem.hold("S_ij", masks.apply(S_ij, attend))
@@ -305,7 +311,8 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
                     fc.elementwise(PV)
                 fc.elementwise(O_i)
                 O_i = alpha[..., None] * O_i + PV
-            O_i = mem.hold("O_i", require_finite(O_i, "the accumulator O_i (with its product P̃_ij V_j)"))
+            O_i = mem.hold("O_i", require_finite(O_i, "the accumulator O_i (with its product P̃_ij V_j)",
+                                                  FP32_CURE if low else None))
             m_i = mem.hold("m_i", m_new)
             mem.free("K_j", "V_j", "S_ij", "m_new", *(("K_scale_j", "V_scale_j") if scaling == "block" else ()))
         # Alg.1 l.12-15: normalise, log-sum-exp, write O_i and L_i once.

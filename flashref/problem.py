@@ -243,13 +243,15 @@ def check_finite(a: np.ndarray, name: str) -> None:
         raise ValueError(f"{name}: contains NaN or inf")
 
 
-def require_finite(X: np.ndarray, what: str) -> np.ndarray:
-    """Raise ``FloatingPointError`` if a computed array overflowed (finite inputs, infinite result)."""
+def require_finite(X: np.ndarray, what: str, cure: str | None = None) -> np.ndarray:
+    """Raise ``FloatingPointError`` if a computed array overflowed (finite inputs, infinite result), naming the
+    cure: float64 where the computation follows the inputs' dtype, else ``cure`` (e.g. the FP8 path, whose
+    accumulators are fp32 whatever the inputs)."""
     # Called on τ·QKᵀ before MASK and bias (which may add -inf on purpose) and on results.
     if not np.isfinite(X).all():
-        cure = ("scale the inputs down" if X.dtype == np.float64 else
-                "compute in float64 (float64 inputs: Q.astype(np.float64), or query.double() at the torch front) "
-                "or scale the inputs down")
+        cure = cure or ("scale the inputs down" if X.dtype == np.float64 else
+                        "compute in float64 (float64 inputs: Q.astype(np.float64), or query.double() at the torch "
+                        "front) or scale the inputs down")
         raise FloatingPointError(
             f"{what} overflowed {X.dtype}: the inputs are finite but too large for this precision; {cure}")
     return X

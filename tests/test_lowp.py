@@ -314,3 +314,15 @@ def test_grid_is_the_fp8_loops(rng, M, lp):
     assert iomodel.block_sizes("flash2", "forward", **kw) == res.block_sizes
     g = iomodel.grid("flash2", "forward", **kw)
     assert (g.Tr, g.Tc) == (-(-64 // res.block_sizes[0]), -(-64 // res.block_sizes[1]))
+
+
+@pytest.mark.parametrize("opts", [dict(fp8="e4m3"), dict(p_fp8="e4m3"), dict(fp8="e5m2", fp8_scaling="block", block_sizes=(4, 4))])
+def test_fp8_scores_that_overflow_raise_with_the_cure_that_works(opts):
+    """Scores past fp32 under the FP8 options: a FloatingPointError (no NaN with warnings), and its cure is scaling
+    the inputs down, not float64: the FP8 path accumulates in fp32 whatever the inputs' dtype."""
+    import warnings
+    Q = np.random.default_rng(0).standard_normal((16, 8)) * 1e19
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FloatingPointError, match=r"scores .* overflowed float32.*scale the inputs down \(the FP8"):
+            flash2.forward(Q, Q, Q, **opts)
