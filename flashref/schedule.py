@@ -265,7 +265,9 @@ K3_SMEM_RESERVED = 1024  # per resident CTA, kept by the driver
 K3_REGS_PER_SM = 65536
 # Every kernel 3 build uses 168 registers a thread (cuobjdump --dump-resource-usage of the Triton 3.6.0 sm_90
 # cubins, compiled on a CPU; figures/gpu/NOTES-l2.md). A warp-specialized launch (the pingpong forward, the
-# dK/dV and dQ kernels) runs 12 warps: its default partition's 4 (the producer) and two consumer warpgroups of 4.
+# dK/dV and dQ kernels) declares 9 warps (the default partition, consumer warpgroup 0, and the workers, consumer
+# warpgroup 1 and a 1-warp producer), and its build runs 12 (the count the occupancy tool reads). Either way one
+# CTA an SM: 9 x 32 x 168 = 48384 registers already leave too few for a second.
 K3_REGS_PER_THREAD = 168
 K3_WS_WARPS = 12
 
@@ -283,9 +285,12 @@ def _k3_ctas_per_sm(smem_bytes: int, warps: int, regs: int = K3_REGS_PER_THREAD)
 def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     """Kernel 3's forward: grid (Tr, B·H), row block fastest (kernel3._k3ws_tile); causal, the longest rows
     first; each program scans its K/V blocks from 0 up. The persistent version (one program per SM striding
-    over the tiles in grid order) runs the same waves: program p's t-th tile is tile p + t·SMs."""
+    over the tiles in grid order) runs the same waves: program p's t-th tile is tile p + t·SMs, where every tile
+    is as long (non-causal, as the default persistent launch is)."""
     from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
     t = tiles or TILES[(d, bool(causal))]
+    if t.persistent and causal:  # a persistent program strides statically over tiles of unequal length
+        raise NotImplementedError("the L2 model has no schedule for kernel 3's persistent causal forward")
     BM, BN = t.block_m, t.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)
@@ -302,6 +307,10 @@ def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     (not causal). No fp32 dQ: the dQ kernel computes it."""
     from .gpu.kernel3_bwd import BWD_TILES
     t = tiles or BWD_TILES[(d, bool(causal))]
+    if t.dq or t.persistent:  # so that retuning BWD_TILES to either cannot leave the model silently wrong
+        raise NotImplementedError("the L2 model has kernel 3's atomic-free, non-persistent backward only (dq = 0: "
+                                  "the dK/dV kernel, then the dQ kernel); an atomic dQ adds an fp32 dQ read and "
+                                  "written in L2 and no dQ kernel")
     BM, BN = t.block_m, t.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("flashref kernel 3 dK/dV", BH, Tr, 2 * BM * d * e + 8 * BM, 0, 2 * BN * d * e,

@@ -432,6 +432,21 @@ def test_kernel3_schedules():
     assert (q.ctas_per_head, q.n_tiles, q.launch[0], q.ranges[0]) == (8, 16, 7, (0, 2))
 
 
+def test_kernel3_schedules_the_model_lacks_are_refused():
+    """Retuning kernel 3 to a schedule the model has no rule for (a persistent causal forward, an atomic dQ) makes
+    the model refuse, not mispredict: the committed predictions assume the defaults' schedules."""
+    import dataclasses
+
+    from flashref.gpu import kernel3, kernel3_bwd
+    persistent = dataclasses.replace(kernel3.TILES[(64, True)], persistent=True)
+    with pytest.raises(NotImplementedError, match="persistent causal forward"):
+        schedule.flashref3_fwd(BH=1, Nq=1024, Nk=1024, d=64, causal=True, tiles=persistent)
+    with pytest.raises(NotImplementedError, match="atomic-free"):
+        schedule.flashref3_dkdv(BH=1, Nq=1024, Nk=1024, d=128, tiles=kernel3_bwd.ATOMIC_TILES[(128, False)])
+    for (d, causal), t in kernel3_bwd.BWD_TILES.items():  # the defaults are all modelled
+        assert schedule.flashref3_dkdv(BH=1, Nq=1024, Nk=1024, d=d, causal=causal, tiles=t).rmw_bytes == 0
+
+
 def test_figure2_standard_row_within_15_percent():
     measured = 39.0e9  # Nsight Compute, eager fp16 fwd + bwd, batch 8 scaled to 64
     eager = [r for r in RESULT["rows"] if r["impl"] == "eager" and r["shape"] == "fig2"][0]
