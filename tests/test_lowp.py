@@ -230,7 +230,18 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("opts,exc,word", BAD)
+# A wrongly typed value is refused even when it equals the default; nothing is compared unchecked.
+BAD_DEFAULTS = [
+    (dict(p_scale=np.array([1.0, 2.0])), ValueError, "p_scale"),
+    (dict(incoherent=0), TypeError, "incoherent"),
+    (dict(incoherent_seed=0.0), TypeError, "incoherent_seed"),
+    (dict(incoherent_seed=1.5), TypeError, "incoherent_seed"),
+    (dict(key_order=np.array(["forward", "reverse"])), ValueError, "key_order"),
+    (dict(fp8_scaling=np.array(["tensor", "block"])), ValueError, "fp8_scaling"),
+]
+
+
+@pytest.mark.parametrize("opts,exc,word", BAD + BAD_DEFAULTS)
 def test_bad_options(rng, opts, exc, word):
     Q, K, V = _qkv(rng, (), 8, 8, 16)
     with pytest.raises(exc, match=word):
@@ -262,25 +273,6 @@ def test_fp8_with_an_attention_variant_is_refused_by_name(variant):
         iomodel.predict("flash2", "forward", Nq=16, Nk=16, d=8, heads=4, fp8="e4m3",
                         **({"kv_heads": 2, **variant} if "enable_gqa" in variant else variant))
 
-
-# A wrongly typed value is refused even when it equals the default; nothing is compared unchecked.
-BAD_DEFAULTS = [
-    (dict(p_scale=np.array([1.0, 2.0])), ValueError, "p_scale"),
-    (dict(incoherent=0), TypeError, "incoherent"),
-    (dict(incoherent_seed=0.0), TypeError, "incoherent_seed"),
-    (dict(incoherent_seed=1.5), TypeError, "incoherent_seed"),
-    (dict(key_order=np.array(["forward", "reverse"])), ValueError, "key_order"),
-    (dict(fp8_scaling=np.array(["tensor", "block"])), ValueError, "fp8_scaling"),
-]
-
-
-@pytest.mark.parametrize("opts,exc,word", BAD_DEFAULTS)
-def test_a_bad_value_is_refused_even_if_it_equals_the_default(rng, opts, exc, word):
-    Q, K, V = _qkv(rng, (), 8, 8, 16)
-    with pytest.raises(exc, match=word):
-        flash2.forward(Q, K, V, **opts)
-    with pytest.raises(exc, match=word):
-        iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=16, **opts)
 
 
 def test_defaults_of_numpy_types_run_the_plain_loop():
