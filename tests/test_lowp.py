@@ -308,7 +308,8 @@ def test_grid_is_the_fp8_loops(rng, M, lp):
     assert (g.Tr, g.Tc) == (-(-64 // res.block_sizes[0]), -(-64 // res.block_sizes[1]))
 
 
-@pytest.mark.parametrize("opts", [dict(fp8="e4m3"), dict(p_fp8="e4m3"), dict(fp8="e5m2", fp8_scaling="block", block_sizes=(4, 4))])
+@pytest.mark.parametrize("opts", [dict(fp8="e4m3"), dict(p_fp8="e4m3"),
+                                  dict(fp8="e5m2", fp8_scaling="block", block_sizes=(4, 4))])
 def test_fp8_scores_that_overflow_raise_with_the_cure_that_works(opts):
     """Scores past fp32 under the FP8 options: a FloatingPointError (no NaN with warnings), and its cure is scaling
     the inputs down, not float64: the FP8 path accumulates in fp32 whatever the inputs' dtype."""
