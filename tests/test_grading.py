@@ -90,12 +90,26 @@ CHEATS = [  # (exercise, file, words the refusal must say)
     ("02", "cheat_return.py", "returned a ndarray: the grader reads the output only from HBM"),
     ("02", "cheat_patch.py", "Memory._count was changed: the counter is the grader's"),
     ("02", "cheat_caught.py", "mem._io refused"),
+    # the import blocker checked names only: a solution loaded from its file, the blocker taken off
+    ("03", "cheat_solution_file.py", "refused: the files that hold the answers"),
+    ("03", "cheat_meta_path.py", "sys.meta_path was changed: the import blocker"),
+    ("03", "cheat_meta_path_late.py", "sys.meta_path was changed: the import blocker"),
+    # what could outlive the run or change the grader: a file written into it, a process left behind
+    ("02", "cheat_write_grader.py", "exercise code writes no files"),
+    ("02", "cheat_spawn.py", "subprocess.Popen refused: exercise code starts no processes"),
+    ("02", "cheat_fork.py", "os.fork refused: exercise code starts no processes"),
+    ("07", "cheat_budgets.py", "budgets.json refused: the files that hold the answers"),
 ]
 
 
 @pytest.mark.parametrize("number, name, says", CHEATS, ids=[c[1] for c in CHEATS])
 def test_cheats_are_refused(number, name, says):
-    rep = grading.grade(number, FILES / name)
+    written = Path(budgets.HERE) / "_written_by_student.py"
+    try:
+        rep = grading.grade(number, FILES / name)
+        assert not written.exists(), "the student's code wrote into the grader's package"
+    finally:
+        written.unlink(missing_ok=True)
     assert rep.refused and rep.points == 0, rep
     assert says in rep.message, rep.message
     assert "REFUSED" in str(rep)
@@ -112,7 +126,7 @@ def test_output_without_a_store_is_never_stored(tmp_path):
 
 BAD = [  # (file, words of the message)
     ("bad_import.py", "your file does not import: SyntaxError"),
-    ("bad_signature.py", "wrong signature: merge_states takes 1 argument(s)"),
+    ("bad_signature.py", "wrong signature: merge_states(mem) cannot be called as merge_states(mem, spec)"),
     ("bad_raises.py", "your function raised: ZeroDivisionError"),
     ("bad_loop.py", "time limit: your code ran past 3 s"),
     ("bad_junk.py", "wrong"),
@@ -127,6 +141,18 @@ def test_bad_files_get_a_message_and_zero(name, says):
     assert time.monotonic() - t < 15
     assert rep.points == 0 and says in rep.message, rep.message
     assert "Traceback (most recent call last)" not in rep.message or "File \"" + name in rep.message
+
+
+@pytest.mark.parametrize("number", ["03", "04", "05", "06", "08"])
+def test_untiled_attention_is_correct_but_loses_the_io_points(number):
+    # Load each input once (freeing it at once and keeping a Python copy), compute dense attention: it
+    # moves less than the algorithm and fits the footprint, but the exercise is the algorithm's schedule.
+    ex = grading.get(number)
+    assert ex.io_rule == "equal"
+    rep = grading.grade(number, FILES / f"naive_ex{int(number)}.py")
+    assert rep.correct and rep.footprint_ok and not rep.io_ok and rep.points == ex.max_points - ex.points[1], rep
+    assert "exactly the budget: per tensor, no more and no less" in rep.message, rep.message
+    assert [r["tensor"] for r in rep.table if not r["ok"]][-1] == "all"
 
 
 def test_correct_but_over_budget_loses_only_io_points():
@@ -185,8 +211,21 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(tmp_path):
     for pkg in ("iomodel", "gpu"):  # compiled away: bytecode only
         assert not list((out / "flashref" / pkg).rglob("*.py")) and list((out / "flashref" / pkg).rglob("*.pyc"))
     assert "FILL ME IN" in (out / "exercises" / "ex3_flash1_forward.py").read_text()
+    # COURSE.md says what ships as bytecode: every compiled module and package of the copy, by name
+    course = (ROOT / "COURSE.md").read_text()
+    assert "no algorithm modules" not in course
+    compiled = {p.relative_to(out / "flashref").parts[0].removesuffix(".pyc") for p in out.rglob("*.pyc")}
+    assert compiled and all(f"`{m}`" in course for m in compiled), sorted(m for m in compiled if f"`{m}`" not in course)
+    # no answer table: exercise 7's choices are not in the copy; its grader computes them when it grades
+    released = json.loads((out / "flashref/grading/budgets.json").read_text())
+    assert "07-block-sizes" not in released and "choices" not in json.dumps(released)
+    assert set(released) == {n for n, e in grading.EXERCISES.items() if e.kind != "choice"}
     # the student copy grades with its released budgets and its own oracle (no solutions, no iomodel)
     env = dict(os.environ, PYTHONPATH=str(out))
+    for path, score in ((SOLUTIONS / "ex7_block_sizes.py", "score: 10 / 10"), (FILES / "cheat_budgets.py", "REFUSED")):
+        r = subprocess.run([sys.executable, "-m", "flashref", "grade", "07", str(path)], capture_output=True,
+                           text=True, cwd=out, env=env)
+        assert score in r.stdout, r.stdout + r.stderr
     r = subprocess.run([sys.executable, "-m", "flashref", "grade", "02", str(out / "exercises" / "ex2_merge.py")],
                        capture_output=True, text=True, cwd=out, env=env)
     assert r.returncode == 1 and "score: 0 / 10" in r.stdout, r.stdout + r.stderr
@@ -233,23 +272,234 @@ def test_autograder_bundle_on_reference_and_stub(tmp_path):
         z.extractall(src)
     assert {"setup.sh", "run_autograder", "flashref/grading/gradescope.py", "flashref/grading/budgets.json"} <= \
         set(names)
-    assert not any("solutions" in n or n.endswith("flash2.py") for n in names)
-    recorded = {}
-    for kind in ("reference", "stub"):
+    # the grader alone: no solution, no algorithm module or closed form, not even as bytecode
+    assert not any("solutions" in n or n.endswith(".pyc") or "iomodel" in n for n in names), names
+    assert {n.split("/")[1] for n in names if n.count("/") == 1} == {
+        "__init__.py", "__main__.py", "memory.py", "masks.py", "dropout.py"}
+    # the instructor's bundle carries every budget, exercise 7's table too (its child cannot open it)
+    assert "07-block-sizes" in json.loads((src / "flashref/grading/budgets.json").read_text())
+    env = dict(os.environ, PYTHONPATH=str(src))
+
+    def gradescope(kind, files):
         sub = tmp_path / kind
         sub.mkdir()
-        ex = grading.get("02")
-        if kind == "reference":
-            (sub / ex.solution).write_text((SOLUTIONS / ex.solution).read_text())
-        else:
-            (sub / ex.solution).write_text(release.stub_source(ex))
+        for name, text in files.items():
+            (sub / name).write_text(text)
         out = tmp_path / f"{kind}.json"
-        env = dict(os.environ, PYTHONPATH=str(src))
         subprocess.run([sys.executable, "-m", "flashref.grading.gradescope", str(sub), str(out)], check=True,
                        cwd=src, env=env, capture_output=True)
-        recorded[kind] = json.loads(out.read_text())
-    ref, stb = recorded["reference"], recorded["stub"]
+        return json.loads(out.read_text())
+
+    ex = grading.get("02")
+    ref = gradescope("reference", {ex.solution: (SOLUTIONS / ex.solution).read_text()})
+    stb = gradescope("stub", {ex.solution: release.stub_source(ex)})
     assert [t["score"] for t in ref["tests"] if t["name"].startswith("02-")] == [5, 3, 2]
     assert ref["score"] == 10 and stb["score"] == 0
     assert all(t["score"] == 0 for t in stb["tests"])
     assert "not submitted" in next(t for t in ref["tests"] if t["name"] == "01-standard correctness")["output"]
+    # the file the exercise notebook writes, exNN_stub.py, is graded too
+    nb = gradescope("notebook-name", {"ex02_stub.py": (SOLUTIONS / ex.solution).read_text()})
+    assert nb["score"] == 10
+    assert "graded ex02_stub.py" in next(t for t in nb["tests"] if t["name"] == "02-merge-states correctness")["output"]
+    # the tester's submission: exercise 1 appends to grading/lab.py a json.dump that gives full marks
+    lab = src / "flashref/grading/lab.py"
+    before = lab.read_text()
+    hacked = gradescope("attack", {"ex1_standard.py": (FILES / "attack_lab_json.py").read_text(),
+                                   "ex9_triton_lab.py": release.stub_source(grading.get("09"))})
+    assert lab.read_text() == before
+    assert hacked["score"] == 0 and "exercise code writes no files" in hacked["tests"][0]["output"]
+
+
+# ---------------------------------------------------------------- the grader's own integrity
+
+def _tamper_during_runs(tmp_path, monkeypatch):
+    """Hash a stand-in package tree instead of flashref, and change a file of it while the student's code
+    "runs" (standing in for code that got past the audit hook): what the hash check must catch."""
+    from flashref.grading import harness, integrity
+
+    tree = tmp_path / "flashref"
+    (tree / "grading").mkdir(parents=True)
+    (tree / "grading" / "lab.py").write_text("x = 1\n")
+    monkeypatch.setattr(integrity, "ROOTS", [str(tree)])
+    real = harness.run
+
+    def run_and_tamper(*args, **kwargs):
+        res = real(*args, **kwargs)
+        with open(tree / "grading" / "lab.py", "a") as f:
+            f.write("import json\n")
+        return res
+
+    monkeypatch.setattr(harness, "run", run_and_tamper)
+
+
+def test_a_run_that_changes_the_graders_files_is_not_scored(tmp_path, monkeypatch):
+    _tamper_during_runs(tmp_path, monkeypatch)
+    rep = grading.grade("02", SOLUTIONS / "ex2_merge.py")
+    assert rep.refused and rep.points == 0 and not rep.correct, rep
+    assert "the grader's files changed while your code ran (flashref/grading/lab.py)" in rep.message
+
+
+def test_gradescope_scores_nothing_after_a_change_to_the_grader(tmp_path, monkeypatch):
+    from flashref.grading import gradescope
+
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    for n in ("01", "02"):
+        ex = grading.get(n)
+        (sub / ex.solution).write_text((SOLUTIONS / ex.solution).read_text())
+    _tamper_during_runs(tmp_path, monkeypatch)
+    out = gradescope.results(str(sub))
+    assert out["score"] == 0 and all(t["score"] == 0 for t in out["tests"])
+    assert "not scored" in out["tests"][0]["output"] and "flashref/grading/lab.py" in out["tests"][0]["output"]
+
+
+def test_gradescope_has_every_budget_before_any_student_code(tmp_path, monkeypatch):
+    from flashref.grading import gradescope, harness
+
+    events = []
+    real_budgets, real_run = budgets.budgets, harness.run
+    monkeypatch.setattr(budgets, "budgets", lambda name: events.append(("budget", name)) or real_budgets(name))
+    monkeypatch.setattr(harness, "run", lambda *a, **k: events.append(("run", a[0].name)) or real_run(*a, **k))
+    sub = tmp_path / "submission"
+    sub.mkdir()
+    (sub / "ex1_standard.py").write_text((SOLUTIONS / "ex1_standard.py").read_text())
+    assert gradescope.results(str(sub))["score"] == 10
+    first_run = events.index(("run", "01-standard"))
+    assert {n for kind, n in events[:first_run] if kind == "budget"} == set(grading.EXERCISES)
+
+
+def test_the_grader_imports_what_it_needs_before_student_code():
+    # a module imported after student code ran could have been rewritten by it (the tester's lab.py)
+    needed = ["flashref.grading." + m for m in ("lab", "oracle", "report", "harness", "budgets", "integrity")]
+    code = f"import sys, flashref.grading; print([m for m in {needed!r} if m not in sys.modules])"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_ending_a_run_kills_what_it_started(tmp_path):
+    from flashref.grading import harness
+
+    pidfile = tmp_path / "pid"
+    leader = subprocess.Popen(["sh", "-c", f"sleep 60 & echo $! > {pidfile}"], start_new_session=True)
+    harness.end_process(leader)  # the leader has exited; the sleep it left behind is in its process group
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            state = "gone"
+        if state in ("gone", "Z", "X"):  # dead (a zombie until its new parent reaps it)
+            break
+        time.sleep(0.05)
+    assert state in ("gone", "Z", "X"), state
+
+
+def test_student_code_runs_in_its_own_session(tmp_path):
+    p = tmp_path / "session.py"
+    p.write_text("import os\n\n\ndef merge_states(mem, spec):\n"
+                 "    print('own session:', os.getsid(0) == os.getpid())\n")
+    rep = grading.grade("02", p)
+    assert "own session: True" in rep.output, rep.output
+
+
+def test_helper_modules_stay_open_to_exercise_code(tmp_path):
+    # the guard closes the files of the modules that hold the answers, not the package's helpers
+    p = tmp_path / "helpers.py"
+    p.write_text("from flashref import patterns, softmax\n\n\ndef merge_states(mem, spec):\n"
+                 "    print('helpers:', softmax.safe_max is not None, patterns.density is not None)\n")
+    rep = grading.grade("02", p)
+    assert not rep.refused and "helpers: True True" in rep.output, rep
+
+
+# ---------------------------------------------------------------- what a request may do
+
+def test_a_huge_init_is_the_students_error_not_the_graders(tmp_path):
+    for name, says in (("bad_big_init.py", "far more than any exercise needs"),
+                       ("bad_large_init.py", "the exercise needs no buffer that large")):
+        rep = grading.grade("03", FILES / name)
+        assert rep.points == 0 and not rep.refused and "your function raised: ValueError: " in rep.message
+        assert says in rep.message and "harness.py" not in rep.message, rep.message
+
+
+def test_any_exception_a_request_causes_is_reported_to_the_student(monkeypatch):
+    from flashref.grading import harness
+
+    def broken(self, h, payload):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(harness._Served, "handle", broken)
+    rep = grading.grade("02", SOLUTIONS / "ex2_merge.py")
+    assert rep.points == 0 and "your function raised: ValueError: mem.load('m1') failed: RuntimeError: boom" in \
+        rep.message, rep.message
+
+
+# ---------------------------------------------------------------- signatures
+
+@pytest.mark.parametrize("header", ["def merge_states(mem, spec, verbose=False):", "def merge_states(*args):",
+                                    "def merge_states(mem, *rest, **options):"])
+def test_any_callable_taking_the_arguments_is_accepted(tmp_path, header):
+    src = (SOLUTIONS / "ex2_merge.py").read_text()
+    body = src.replace("def merge_states(mem, spec):", header)
+    if "*args" in header:
+        body = body.replace("    # BEGIN SOLUTION\n", "    # BEGIN SOLUTION\n    mem, spec = args\n")
+    elif "*rest" in header:
+        body = body.replace("    # BEGIN SOLUTION\n", "    # BEGIN SOLUTION\n    spec, = rest\n")
+    p = tmp_path / "ex2_merge.py"
+    p.write_text(body)
+    rep = grading.grade("02", p)
+    assert rep.points == 10, rep
+
+
+# ---------------------------------------------------------------- the Triton lab
+
+@pytest.mark.parametrize("name, refused, says", [
+    ("lab_not_a_kernel.py", True, "flash2_kernel is a _NotAKernel, not a Triton kernel"),
+    ("lab_filled_outside.py", False, "O and L must be written by your kernel's tl.store"),
+])
+def test_the_lab_grades_only_what_a_kernel_stores(name, refused, says):
+    pytest.importorskip("triton")
+    rep = grading.grade("09", FILES / name)
+    assert rep.points == 0 and rep.refused == refused and says in rep.message, rep
+
+
+# ---------------------------------------------------------------- the command line
+
+@pytest.mark.parametrize("option, says", [
+    (["--timeout", "-5"], "argument --timeout"), (["--timeout", "0"], "argument --timeout"),
+    (["--timeout", "nan"], "argument --timeout"), (["--seed", "-1"], "argument --seed"),
+    (["--json", "{tmp}/no/such/dir/r.json"], "argument --json: no directory"),
+    (["--json", "{tmp}"], "argument --json: {tmp} is a directory"),
+    (["--exercise-instead"], "unrecognized arguments"),
+])
+def test_grade_options_are_checked(tmp_path, option, says):
+    option = [o.replace("{tmp}", str(tmp_path)) for o in option]
+    r = subprocess.run([sys.executable, "-m", "flashref", "grade", "02", str(SOLUTIONS / "ex2_merge.py"), *option],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and says.replace("{tmp}", str(tmp_path)) in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "score:" not in r.stdout
+
+
+def test_release_and_bundle_paths_are_checked(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    (tmp_path / "afile").write_text("")
+    cases = [("student-release", tmp_path / "full", "argument OUT_DIR: ", "exists and is not empty"),
+             ("student-release", tmp_path / "afile", "argument OUT_DIR: ", "is not a directory"),
+             ("student-release", tmp_path / "afile" / "sub", "argument OUT_DIR: ", "is not a directory"),
+             ("autograder", tmp_path / "missing" / "b.zip", "argument OUT.zip: ", "no directory"),
+             ("autograder", tmp_path, "argument OUT.zip: ", "is a directory"),
+             ("autograder", tmp_path / "afile" / "b.zip", "argument OUT.zip: ", "no directory")]
+    for cmd, path, arg, says in cases:
+        r = subprocess.run([sys.executable, "-m", "flashref", cmd, str(path)], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 2 and arg in r.stderr and says in r.stderr and "Traceback" not in r.stderr, \
+            (cmd, path, r.stderr)
+    assert os.listdir(tmp_path / "full") == ["x"]
+
+
+def test_notebooks_say_what_to_hand_in():
+    for ex in grading.EXERCISES.values():
+        path = ROOT / "notebooks" / "exercises" / f"{ex.number:02d}-{ex.name.split('-', 1)[1]}.ipynb"
+        text = path.read_text()
+        assert "Hand it in" in text and f"ex{ex.number:02d}_stub.py" in text and ex.solution in text, path.name

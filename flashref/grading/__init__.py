@@ -13,14 +13,20 @@ given no arrays: to see Q it must ``mem.load`` it (counted), to produce O it mus
 oracle (``oracle``), its IO per tensor against the reference solution's (``budgets``), and its peak
 on-chip footprint against the reference's, under an SRAM of 1.5× that peak (more is refused).
 Points: correctness, then IO and footprint (these two only for a correct run).
+
+Every module the grader needs is imported here, before any student code runs, and the grader's
+files are hashed before each run and checked after it (``integrity``): a run that changed them is
+not scored. What this guards against, and what it does not, is in COURSE.md.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+# Everything the grading process uses, imported now: a file changed on disk by student code later
+# is never imported by this process.
 from . import budgets as _budgets
-from . import harness
+from . import harness, integrity, lab, oracle, report  # noqa: F401
 from .exercises import EXERCISES, Exercise, get
 from .report import Report
 
@@ -31,25 +37,44 @@ RTOL, ATOL = 1e-7, 1e-9
 
 def grade(exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT) -> Report:
     """Grade the file ``path`` on ``exercise`` (name or number). Never raises for a bad student file."""
-    ex = get(exercise)
-    if ex.kind == "triton":
-        from . import lab
+    return _grade(get(exercise), path, seed=seed, timeout=timeout)
 
-        return lab.grade(ex, path, timeout=max(timeout, 120.0))
-    budget = _budgets.budgets(ex.name)
-    rng = np.random.default_rng(seed)
-    setups = [ex.setup(case, rng) for case in ex.cases]
-    sram = [b.get("sram_size") for b in budget]
-    res = harness.run(ex, path, setups, sram, timeout=timeout)
-    rep = Report(exercise=ex.name, title=ex.title, max_points=ex.max_points, output=res.output[-2000:],
-                 parts={"correctness": (0, ex.points[0]), "io": (0, ex.points[1]), "footprint": (0, ex.points[2])})
-    if res.refused or res.error:
-        rep.refused = res.refused is not None
-        rep.message = res.refused or res.error
-        return rep
-    if ex.kind == "choice":
-        return _score_choice(ex, rep, res, budget)
-    return _score_memory(ex, rep, res, budget)
+
+def _grade(ex: Exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT, baseline=None) -> Report:
+    """:func:`grade`, checking the grader's files against ``baseline`` (default: hashed now, before the run)."""
+    budget = _budgets.budgets(ex.name)  # computed (or read) before the student's code starts
+    if baseline is None:
+        baseline = integrity.snapshot()
+    if ex.kind == "triton":
+        rep = lab.grade(ex, path, timeout=max(timeout, 120.0), seed=seed)
+    else:
+        rng = np.random.default_rng(seed)
+        setups = [ex.setup(case, rng) for case in ex.cases]
+        sram = [b.get("sram_size") for b in budget]
+        res = harness.run(ex, path, setups, sram, timeout=timeout)
+        rep = Report(exercise=ex.name, title=ex.title, max_points=ex.max_points, output=res.output[-2000:],
+                     parts={"correctness": (0, ex.points[0]), "io": (0, ex.points[1]),
+                            "footprint": (0, ex.points[2])})
+        if res.refused or res.error:
+            rep.refused = res.refused is not None
+            rep.message = res.refused or res.error
+        elif ex.kind == "choice":
+            rep = _score_choice(ex, rep, res, budget)
+        else:
+            rep = _score_memory(ex, rep, res, budget)
+    changed = integrity.changes(baseline)
+    if changed:
+        return refuse_tampered(ex, rep, changed)
+    return rep
+
+
+def refuse_tampered(ex: Exercise, rep: Report, changed: list[str]) -> Report:
+    """Zero ``rep``: the grader's files changed while the student's code ran."""
+    rep.correct = rep.io_ok = rep.footprint_ok = False
+    rep.points, rep.refused = 0.0, True
+    rep.parts = {k: (0, mx) for k, (_, mx) in rep.parts.items()}
+    rep.message = integrity.message(changed)
+    return rep
 
 
 def _close(a, b) -> bool:
@@ -78,7 +103,7 @@ def _score_memory(ex: Exercise, rep: Report, res, budget) -> Report:
         if not io_ok:
             notes.append(f"case {k + 1} ({_shape(ex, k)}): IO {sum(map(sum, st.values())):,} elements against a "
                          f"budget of {sum(map(sum, bt.values())):,}" +
-                         (" (Algorithm 0 moves exactly the budget, line by line)" if ex.io_rule == "equal" else ""))
+                         (f" ({ex.io_note}: per tensor, no more and no less)" if ex.io_rule == "equal" else ""))
         if not fp_ok:
             notes.append(f"case {k + 1}: peak on-chip footprint {c.io.peak_sram:,} > budget {b['peak_sram']:,}")
         for name in list(bt) + [n for n in st if n not in bt]:

@@ -4,6 +4,13 @@ Run by :mod:`flashref.grading.lab` as ``python _lab_student.py CASES.json STUDEN
 ``TRITON_INTERPRET=1``. Every ``tl.load`` and ``tl.store`` of the interpreter goes through two
 builder methods; they are wrapped here to count the elements whose mask is true, attributed to the
 tensor (Q, K, V, O, L) the pointer falls in. The outputs and the counts are written as JSON.
+
+Before the student's file loads, the cases are read, the output file is opened (the only file this
+process writes), the functions the report needs are bound, and the audit hook of ``_guard.py`` is
+installed (no flashref file opened, no file written, no process started). After it loads,
+``flash2_kernel`` must be a Triton kernel (what ``@triton.jit`` returns, exactly that type), and the
+interpreter's classes and the counting wrappers must be unchanged, after the load and after every
+case. A refusal is written to the output and ends the process at once.
 """
 
 import importlib.util
@@ -12,13 +19,34 @@ import os
 import sys
 import traceback
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PKG = os.path.dirname(_HERE)
+
 
 def main(cases_path, student_path, out_path):
-    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
         sys.path.pop(0)
     import numpy as np
     import torch
     from triton.runtime import interpreter
+    from triton.runtime.jit import JITFunction
+
+    dumps, tolist = json.dumps, torch.Tensor.tolist
+    with open(cases_path) as f:
+        cases = json.load(f)
+    out = open(out_path, "w")
+
+    def write(result):
+        out.seek(0)
+        out.truncate()
+        out.write(dumps(result))
+        out.flush()
+
+    def refuse(message):
+        try:
+            write({"refused": str(message)})
+        finally:
+            os._exit(3)
 
     counts = {}
     regions = []
@@ -43,6 +71,25 @@ def main(cases_path, student_path, out_path):
         return orig_store(self, ptrs, value, mask, cache_policy)
 
     builder.create_masked_load, builder.create_masked_store = load, store
+    kernel_types = tuple(t for t in (getattr(interpreter, "InterpretedFunction", None), JITFunction) if t)
+    watched = {cls: dict(vars(cls)) for cls in set(kernel_types) | {builder, getattr(interpreter, "GridExecutor",
+                                                                                         builder)}}
+
+    def check_intact(when):
+        for cls, before in watched.items():
+            now = dict(vars(cls))
+            changed = sorted(k for k in set(before) | set(now) if before.get(k) is not now.get(k))
+            if changed:
+                refuse(f"{cls.__name__}.{changed[0]} was changed {when}: the interpreter and its load/store "
+                       f"counters are the grader's, and patching them is refused")
+
+    spec = importlib.util.spec_from_file_location(_guard_name(), os.path.join(_HERE, "_guard.py"))
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    readable = [student_path, importlib.util.cache_from_source(student_path), os.path.abspath(__file__),
+                os.path.join(_HERE, "_guard.py")]  # the student's file, and this script's own (tracebacks)
+    guard.install(refuse, package_root=_PKG, readable=readable, writable_dir=None, blocked=("flashref",),
+                  what="the lab's kernel code")
 
     result = {"cases": []}
     try:
@@ -50,15 +97,17 @@ def main(cases_path, student_path, out_path):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except BaseException as e:  # noqa: BLE001
-        result["error"] = f"your file does not import: {type(e).__name__}: {e}"
-        json.dump(result, open(out_path, "w"))
+        write({"error": f"your file does not import: {type(e).__name__}: {e}"})
         return
+    check_intact("while your file loaded")
     kernel = getattr(module, "flash2_kernel", None)
     if kernel is None:
-        result["error"] = "wrong signature: your file defines no flash2_kernel"
-        json.dump(result, open(out_path, "w"))
+        write({"error": "wrong signature: your file defines no flash2_kernel"})
         return
-    for case in json.load(open(cases_path)):
+    if type(kernel) not in kernel_types:
+        refuse(f"flash2_kernel is a {type(kernel).__name__}, not a Triton kernel: decorate a function with "
+               f"@triton.jit (the lab counts what its tl.load and tl.store move)")
+    for case in cases:
         counts.clear()
         BH, Nq, Nk, d = case["B"] * case["H"], case["Nq"], case["Nk"], case["d"]
         q, k, v = (torch.tensor(np.array(case[n]), dtype=torch.float32) for n in ("Q", "K", "V"))
@@ -78,8 +127,14 @@ def main(cases_path, student_path, out_path):
                 os.path.dirname(os.path.abspath(student_path)) + os.sep, "")[-1200:]
             result["error"] = f"your kernel raised: {type(e).__name__}: {str(e)[:500]}\n{tb}"
             break
-        result["cases"].append({"O": o.tolist(), "L": lse.tolist(), "counts": dict(counts)})
-    json.dump(result, open(out_path, "w"))
+        check_intact("while your kernel ran")
+        result["cases"].append({"O": tolist(o), "L": tolist(lse), "counts": {n: list(c) for n, c in counts.items()}})
+    write(result)
+    out.close()
+
+
+def _guard_name():
+    return "_flashref_grading_guard"
 
 
 if __name__ == "__main__":

@@ -13,11 +13,18 @@ What the student's code meets here, besides the verbs:
 * any other attribute of ``mem`` (``mem._hbm``, ``mem._count``, ``mem.result``...) is a refusal;
 * the classes of :mod:`flashref.memory` are checked unchanged after the call (patching the counter
   is a refusal, although it could not change the grader's count anyway);
-* returning an array instead of storing it is a refusal: the grader reads only HBM.
+* returning an array instead of storing it is a refusal: the grader reads only HBM;
+* before the student's file loads, an audit hook (``_guard.py``) refuses opening the files of the
+  blocked modules (solutions, algorithm modules, grader, budgets), writing any file, starting or
+  signalling processes, every real import of a blocked module (so removing the meta-path blocker
+  reopens nothing) and ``ctypes``; and after the file loads, at every request and before each case
+  is reported done, the blocker must still be first on ``sys.meta_path`` and no blocked module loaded.
 
 Every refusal is reported to the grader before the student's code sees the exception, so catching
 it does not hide it. Messages go over the socket as a JSON header plus raw float64 bytes: the grader
-never unpickles anything this process sends.
+never unpickles anything this process sends. None of this is a sandbox (see ``_guard.py``): the
+count and the data are safe because they live in the grader's process, and the grader checks its
+own files after the run.
 """
 
 import importlib.abc
@@ -91,6 +98,17 @@ def _stub_package():
     sys.modules["flashref"] = pkg
 
 
+def _blocked(name):
+    return any(name == b or name.startswith(b + ".") for b in BLOCKED)
+
+
+def _load_guard():
+    spec = importlib.util.spec_from_file_location("_flashref_grading_guard", os.path.join(_HERE, "_guard.py"))
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    return guard
+
+
 def main(fd):
     if sys.path and os.path.abspath(sys.path[0] or '.') == _HERE:
         sys.path.pop(0)  # the grader's folder is not the student's import path
@@ -100,13 +118,25 @@ def main(fd):
     import flashref.memory as fm
     from flashref import dropout, masks
 
+    guard = _load_guard()
     sock = socket.socket(fileno=fd)
+    blocker = None
 
     def refuse(message):
         _send(sock, {"op": "refused", "message": message})
         raise Refused(message)
 
+    def check_intact():
+        """The import blocker is still first on sys.meta_path, and no module that holds answers is loaded."""
+        if not sys.meta_path or sys.meta_path[0] is not blocker:
+            refuse("sys.meta_path was changed: the import blocker that closes the modules holding the answers "
+                   "must stay first, and exercise code may not remove or bypass it")
+        loaded = sorted(n for n in list(sys.modules) if _blocked(n))
+        if loaded:
+            refuse(f"{loaded[0]} was loaded: the modules that hold the answers are closed to exercise code")
+
     def request(header, payload=b""):
+        check_intact()
         _send(sock, header, payload)
         reply, data = _recv(sock)
         if reply.get("error"):
@@ -181,8 +211,14 @@ def main(fd):
 
     start, _ = _recv(sock)
     job = pickle.loads(bytes.fromhex(start["job"]))  # from the grader: trusted
-    sys.meta_path.insert(0, _Blocker(refuse))
-    sys.path.insert(0, os.path.dirname(os.path.abspath(job["path"])))
+    student = os.path.abspath(job["path"])
+    # Files of blocked modules this process may still read: its own scripts (tracebacks), the file graded.
+    own = [os.path.abspath(__file__), os.path.join(_HERE, "_guard.py"), student,
+           importlib.util.cache_from_source(student)]
+    guard.install(refuse, package_root=_PKG, readable=own, writable_dir=os.getcwd(), blocked=BLOCKED)
+    blocker = _Blocker(refuse)
+    sys.meta_path.insert(0, blocker)
+    sys.path.insert(0, os.path.dirname(student))
 
     # Student output goes to this process's stdout (a file the grader reads), never to the socket.
     try:
@@ -195,6 +231,10 @@ def main(fd):
         _send(sock, {"op": "error", "stage": "import", "message": f"{type(e).__name__}: {e}",
                      "traceback": _student_tb(job["path"])})
         return
+    try:
+        check_intact()
+    except Refused:
+        return
     fn = getattr(module, job["function"], None)
     if fn is None or not callable(fn):
         _send(sock, {"op": "error", "stage": "signature",
@@ -202,16 +242,17 @@ def main(fd):
         return
     want = job["params"]
     try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        ok = len(params) == len(want)
+        sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        ok = True  # a builtin or a triton kernel: let the call decide
-    if not ok:
-        _send(sock, {"op": "error", "stage": "signature",
-                     "message": f"{job['function']} takes {len(params)} argument(s); the exercise calls "
-                                f"{job['function']}{job['signature']}"})
-        return
+        sig = None  # a builtin or another callable without a signature: let the call decide
+    if sig is not None:
+        try:
+            sig.bind(*want)  # called with exactly the exercise's positional arguments
+        except TypeError as e:
+            _send(sock, {"op": "error", "stage": "signature",
+                         "message": f"{job['function']}{sig} cannot be called as {job['function']}"
+                                    f"{job['signature']} ({e})"})
+            return
 
     mem = StudentMemory()
     while True:
@@ -239,6 +280,10 @@ def main(fd):
                 _send(sock, {"op": "refused", "message": f"{cls.__name__}.{changed[0]} was changed: the counter "
                                                           f"is the grader's, and patching it is refused"})
                 return
+        try:
+            check_intact()
+        except Refused:
+            return
         if job["kind"] == "memory":
             if returned is not None:
                 what = type(returned).__name__

@@ -3,11 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
+
+
+def _timeout(text: str) -> float:
+    try:
+        t = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(t) or t <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
+    return t
+
+
+def _seed(text: str) -> int:
+    try:
+        s = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if s < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return s
+
+
+def _json_out(p, path: str) -> None:
+    """Refuse an --json path that cannot be written, before grading (not after printing the report)."""
+    if os.path.isdir(path):
+        p.error(f"argument --json: {path} is a directory: name the file to write")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        p.error(f"argument --json: no directory {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        p.error(f"argument --json: {path} is not writable")
 
 
 def grade_main(argv) -> int:
     from . import grade
-    from .exercises import EXERCISES
+    from .exercises import EXERCISES, get
 
     p = argparse.ArgumentParser(prog="python -m flashref grade",
                                 description="Grade an exercise file on correctness, counted IO and footprint. "
@@ -15,33 +49,50 @@ def grade_main(argv) -> int:
     p.add_argument("exercise")
     p.add_argument("file")
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds the file may run (default 30)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the random data (default: fresh)")
+    p.add_argument("--timeout", type=_timeout, default=30.0, help="seconds the file may run (default 30)")
+    p.add_argument("--seed", type=_seed, default=None, help="seed of the random data, >= 0 (default: fresh)")
     a = p.parse_args(argv)
+    if a.json is not None:
+        _json_out(p, a.json)
     try:
-        rep = grade(a.exercise, a.file, seed=a.seed, timeout=a.timeout)
+        ex = get(a.exercise)
     except ValueError as e:
-        p.error(str(e))
+        p.error(f"argument exercise: {str(e).removeprefix('exercise: ')}")
+    rep = grade(ex.name, a.file, seed=a.seed, timeout=a.timeout)
     print(rep)
     if a.json:
-        rep.to_json(a.json)
+        try:
+            rep.to_json(a.json)
+        except OSError as e:
+            print(f"python -m flashref grade: could not write --json {a.json}: {e}", file=sys.stderr)
+            return 2
     return 0 if rep.passed else 1
 
 
 def release_main(argv) -> int:
-    from .release import student_release
+    from .release import check_release_dir, student_release
 
     p = argparse.ArgumentParser(prog="python -m flashref student-release",
                                 description="Write the course for students: stubs, no solutions.")
-    p.add_argument("out_dir")
-    student_release(p.parse_args(argv).out_dir)
+    p.add_argument("out_dir", metavar="OUT_DIR")
+    out = p.parse_args(argv).out_dir
+    try:
+        check_release_dir(out)
+        student_release(out)
+    except (OSError, RuntimeError) as e:
+        p.error(f"argument OUT_DIR: {e}")
     return 0
 
 
 def autograder_main(argv) -> int:
-    from .release import autograder
+    from .release import autograder, check_bundle_path
 
     p = argparse.ArgumentParser(prog="python -m flashref autograder", description="Write a Gradescope bundle.")
-    p.add_argument("out_zip")
-    autograder(p.parse_args(argv).out_zip)
+    p.add_argument("out_zip", metavar="OUT.zip")
+    out = p.parse_args(argv).out_zip
+    try:
+        check_bundle_path(out)
+        autograder(out)
+    except (OSError, RuntimeError) as e:
+        p.error(f"argument OUT.zip: {e}")
     return 0

@@ -1,8 +1,15 @@
 """Gradescope's results.json from a submission folder: ``python -m flashref.grading.gradescope SUB OUT``.
 
-Each exercise whose file (``exNN_*.py``, the stub's name) is in the submission is graded; points
-for correctness, IO and footprint are separate tests, so the student sees where each point went.
-A missing file scores zero with a message. Never raises for a bad submission.
+Each exercise whose file is in the submission is graded: the stub's name (``ex3_flash1_forward.py``,
+what ``student-release`` writes in ``exercises/``) or the exercise notebook's (``ex03_stub.py``, what
+its ``%%writefile`` cell writes); with both, the stub's name wins. Points for correctness, IO and
+footprint are separate tests, so the student sees where each point went. A missing file scores zero
+with a message. Never raises for a bad submission.
+
+Before any student code runs, every budget is computed (or read) and the grader's files are hashed
+(:mod:`flashref.grading.integrity`); they are checked after every exercise and once more before
+results.json is written. If a submission changed them, no exercise is scored: every test gets zero
+and says why.
 """
 
 from __future__ import annotations
@@ -11,24 +18,43 @@ import json
 import os
 import sys
 
-from . import grade
+from . import _grade, budgets, integrity
 from .exercises import EXERCISES
 
 
+def submitted(submission: str, ex) -> str | None:
+    """The file of ``ex`` in the submission folder: the stub's name, else the notebook's ``exNN_stub.py``."""
+    for name in (ex.solution, f"ex{ex.number:02d}_stub.py"):
+        path = os.path.join(submission, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def results(submission: str) -> dict:
-    tests, total = [], 0.0
+    baseline = integrity.snapshot()
+    for ex in EXERCISES.values():  # every budget in memory before any student code runs
+        budgets.budgets(ex.name)
+    tests, total, tampered = [], 0.0, None
     for ex in EXERCISES.values():
-        path = os.path.join(submission, ex.solution)
-        if os.path.exists(path):
+        path = submitted(submission, ex)
+        rep = None
+        if tampered:
+            msg = tampered
+        elif path is not None:
             try:
-                rep = grade(ex.name, path)
+                rep = _grade(ex, path, baseline=baseline)
             except Exception as e:  # noqa: BLE001 - a grader bug must still produce results.json
-                rep = None
                 msg = f"the grader failed on this file ({type(e).__name__}: {e}); please tell the staff"
             else:
-                msg = str(rep)
+                name = os.path.basename(path)
+                msg = str(rep) if name == ex.solution else f"graded {name}\n{rep}"
         else:
-            rep, msg = None, f"not submitted: expected a file named {ex.solution}"
+            msg = f"not submitted: expected a file named {ex.solution} (or ex{ex.number:02d}_stub.py)"
+        changed = integrity.changes(baseline)
+        if changed and not tampered:
+            tampered = f"not scored: while {ex.name} ran, {integrity.message(changed)}"
+            rep, msg = None, tampered
         for part, mx in zip(("correctness", "io", "footprint"), ex.points):
             if mx == 0:
                 continue
@@ -36,6 +62,12 @@ def results(submission: str) -> dict:
             total += got
             tests.append({"name": f"{ex.name} {part}", "score": got, "max_score": mx,
                           "output": msg if part == "correctness" else ""})
+    changed = integrity.changes(baseline)
+    if changed or tampered:  # a change after the last exercise, or any before: nothing is scored
+        why = tampered or f"not scored: {integrity.message(changed)}"
+        for t in tests:
+            t["score"], t["output"] = 0, why if t["output"] else ""
+        total = 0.0
     return {"score": total, "tests": tests, "visibility": "visible", "stdout_visibility": "visible"}
 
 

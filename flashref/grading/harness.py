@@ -1,17 +1,21 @@
 """The grader's side: run a student's file in its own process against a counted memory held here.
 
-:func:`run` starts ``_student.py`` in a subprocess with a time limit, serves its memory requests
+:func:`run` starts ``_student.py`` in a subprocess with a time limit (in its own session: when the
+run ends, its whole process group is killed, :func:`end_process`), serves its memory requests
 from a :class:`~flashref.memory.Memory` that only this process holds (inputs in HBM, outputs NaN
 until stored), and returns, per case, the counted IO, the measured peak on-chip footprint and the
 outputs read back from HBM. A crash, a wrong signature, an import error, a time-out or junk on
-stdout ends in a :class:`RunResult` with a message, never in an exception here.
+stdout ends in a :class:`RunResult` with a message, never in an exception here; so does any
+exception a request causes (a malformed or oversized shape, ...), reported as the student's error.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
+import signal
 import socket
 import struct
 import subprocess
@@ -28,6 +32,11 @@ from .exercises import Exercise, Setup, nan_like_outputs
 STUDENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_student.py")
 DEFAULT_TIMEOUT = 30.0
 MAX_MESSAGE = 64 * 1024 * 1024
+#: A buffer the student's code creates (``mem.init``, or a store to a new name) may hold at most this
+#: many times the elements of the case's largest tensor, per head.
+MAX_NEW_TENSOR = 8
+#: No shape the student's code sends may have more elements than this (``hold`` counts shapes only).
+MAX_ELEMENTS = 1 << 40
 
 
 @dataclass
@@ -70,7 +79,57 @@ def _recv(sock, deadline):
     nh, npay = struct.unpack("!II", exact(8))
     if nh > MAX_MESSAGE or npay > MAX_MESSAGE:
         raise ValueError("message too large")
-    return json.loads(exact(nh)), exact(npay)
+    header = json.loads(exact(nh))
+    if not isinstance(header, dict):
+        raise ValueError("a request must be a JSON object")
+    return header, exact(npay)
+
+
+def _shape(h, key="shape") -> tuple:
+    """A shape sent by the student's code: a list of non-negative ints of bounded size."""
+    raw = h.get(key)
+    if not isinstance(raw, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in raw):
+        raise ValueError(f"expected a shape (a list of ints), got {raw!r}")
+    if any(s < 0 for s in raw):
+        raise ValueError(f"shape {tuple(raw)} has a negative length")
+    if math.prod(raw) > MAX_ELEMENTS:
+        raise ValueError(f"shape {tuple(raw)} has {math.prod(raw):,} elements, far more than any exercise needs")
+    return tuple(raw)
+
+
+def end_process(proc, grace: float = 2.0) -> bool:
+    """Let ``proc`` (started with ``start_new_session=True``, not yet waited for) exit by itself for up to
+    ``grace`` seconds, then kill its whole process group, so nothing it started outlives the run; then reap
+    it. Returns whether it had exited by itself.
+
+    The group is killed while the leader is still unreaped (``waitid(..., WNOWAIT)``), so its id cannot
+    have been reused by an unrelated process."""
+    deadline = time.monotonic() + grace
+    exited = False
+    if hasattr(os, "waitid"):
+        while True:
+            try:
+                exited = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            except ChildProcessError:
+                exited = True
+            if exited or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+    else:  # no waitid (macOS before Python 3.13): the group is killed right after the leader is reaped
+        try:
+            proc.wait(timeout=grace)
+            exited = True
+        except subprocess.TimeoutExpired:
+            pass
+    if hasattr(os, "killpg"):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    else:
+        proc.kill()
+    proc.wait()
+    return exited
 
 
 class _Served:
@@ -83,6 +142,19 @@ class _Served:
             self.mem.input(name, np.asarray(X, dtype=np.float64))
         for name, X in nan_like_outputs(setup).items():
             self.mem.input(name, X)  # NaN until the student stores into it: free, like mem.output
+        # The largest buffer the student's code may create: MAX_NEW_TENSOR times the larger of the case's
+        # largest tensor and (its longest axis)² (an N x N score matrix, as exercise 1 stores), per head.
+        lead = len(setup.lead_shape)
+        trailing = [a.shape[lead:] for a in self.mem._hbm.values()]
+        longest = max([max(t, default=1) for t in trailing] + [1])
+        self.max_new = MAX_NEW_TENSOR * max([math.prod(t) for t in trailing] + [longest * longest])
+
+    def _check_new(self, verb, name, shape):
+        n = math.prod(shape)
+        if n > self.max_new:
+            raise ValueError(f"{verb} {name}: shape {shape} holds {n:,} elements per head; the exercise needs no "
+                             f"buffer that large (this case allows up to {self.max_new:,}: {MAX_NEW_TENSOR}x its "
+                             f"largest tensor)")
 
     def handle(self, h, payload):
         """Reply header and payload for one request."""
@@ -100,8 +172,8 @@ class _Served:
             if name in self.inputs:
                 raise ValueError(f"{name} is an input: store your results into the outputs "
                                  f"({', '.join(k for k in mem._hbm if k not in self.inputs)}) or a new tensor")
-            shape = tuple(int(s) for s in h["shape"])
-            if int(np.prod(shape, dtype=np.int64)) * 8 != len(payload):
+            shape = _shape(h)
+            if math.prod(shape) * 8 != len(payload):
                 raise ValueError("store: the value's bytes do not match its shape")
             value = np.frombuffer(payload, dtype=np.float64).reshape(shape)
             if name in mem._hbm:
@@ -121,18 +193,21 @@ class _Served:
                                                                                        len(mem.lead_shape) + 2):
                 raise ValueError(f"store {name}: a new tensor needs shape {mem.lead_shape} + (rows, cols), "
                                  f"got {shape}")
+            else:
+                self._check_new("store", name, shape[len(mem.lead_shape):])
             mem.store(name, value, rows, cols, line=h.get("line", ""))
             return {}, b""
         if op == "init":
             if h["name"] in self.inputs:
                 raise ValueError(f"{h['name']} is an input: it cannot be re-initialised")
-            shape = tuple(int(s) for s in h["shape"])
+            shape = _shape(h)
             if not 1 <= len(shape) <= 2:
                 raise ValueError(f"init {h['name']}: expected a shape (rows,) or (rows, cols), got {shape}")
+            self._check_new("init", h["name"], shape)
             mem.init(h["name"], shape, float(h["fill"]), line=h.get("line", ""))
             return {}, b""
         if op in ("hold", "reuse"):
-            shape = tuple(int(s) for s in h["shape"])
+            shape = _shape(h)
             stand_in = np.broadcast_to(np.float64(0), shape)  # only the shape counts on chip
             if op == "hold":
                 mem.hold(h["name"], stand_in)
@@ -160,9 +235,10 @@ def run(ex: Exercise, path, setups: list[Setup], sram_sizes: list, *, timeout: f
         child_env["PYTHONPATH"] = os.pathsep.join(
             [os.path.dirname(os.path.dirname(os.path.dirname(STUDENT)))] +
             ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
-        proc = subprocess.Popen([sys.executable, STUDENT, str(child.fileno())], pass_fds=(child.fileno(),),
+        # -B: the child writes no bytecode; its own session, so that ending it ends all it started.
+        proc = subprocess.Popen([sys.executable, "-B", STUDENT, str(child.fileno())], pass_fds=(child.fileno(),),
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=tmp,
-                                env=child_env)
+                                env=child_env, start_new_session=True)
         child.close()
         deadline = time.monotonic() + timeout
         try:
@@ -203,9 +279,12 @@ def run(ex: Exercise, path, setups: list[Setup], sram_sizes: list, *, timeout: f
                         reply, data = {"error": "SRAMOverflowError", "message": str(e)}, b""
                     except KeyError as e:
                         reply, data = {"error": "KeyError", "message": str(e.args[0] if e.args else e)}, b""
-                    except (ValueError, TypeError, IndexError) as e:
-                        reply, data = {"error": type(e).__name__ if isinstance(e, TypeError) else "ValueError",
-                                       "message": str(e)}, b""
+                    except (ValueError, TypeError) as e:
+                        reply, data = {"error": type(e).__name__, "message": str(e)}, b""
+                    except Exception as e:  # noqa: BLE001 - whatever a request causes is the student's error
+                        what = f"mem.{op}({h.get('name', h.get('names', ''))!r})" if isinstance(op, str) else "request"
+                        reply, data = {"error": "ValueError",
+                                       "message": f"{what} failed: {type(e).__name__}: {e}"[:2000]}, b""
                     _send(parent, reply, data)
             _send(parent, {"op": "exit"})
         except TimeoutError:
@@ -217,11 +296,7 @@ def run(ex: Exercise, path, setups: list[Setup], sram_sizes: list, *, timeout: f
             res.error = f"the grader could not understand a request from your code ({e})"
         finally:
             parent.close()
-            try:
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            end_process(proc)
             out.seek(0)
             text = out.read()[-4000:].decode("utf-8", "replace")
             res.output = text

@@ -4,7 +4,13 @@ The interpreter's loads and stores are counted per tensor (mask-true elements on
 ``_lab_student.py``); the budget is the reference kernel's count, which the tests check equals
 ``iomodel.predict("flash2", "forward", ...)`` for the kernel's block sizes. Note the trust model
 differs from the numpy exercises: a Triton kernel is handed its tensors (that is what a kernel is),
-so the lab grades what the kernel moves, not whether it could have moved more.
+so the lab grades what the kernel moves, not whether it could have moved more; and the kernel runs
+in the process that counts its loads and stores. So the runner requires a real Triton kernel
+(``@triton.jit``; anything else with a ``[grid]`` is refused), checks that the interpreter and its
+counters were not patched, and the grader requires O and L to be written by the kernel's
+``tl.store`` (as many elements as the budget: every element once); the same audit hook as the
+numpy exercises' (``_guard.py``) closes the package's files, file writes and process starts. It is
+still not a sandbox: a determined kernel author can forge what the runner reports.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import tempfile
 import numpy as np
 
 from . import oracle
+from .harness import end_process
 from .report import Report
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lab_student.py")
@@ -40,23 +47,30 @@ def _run(ex, path, cases, timeout):
         with open(cpath, "w") as f:
             json.dump(cases, f)
         env = dict(os.environ, TRITON_INTERPRET="1")
+        with open(os.path.join(tmp, "stdout.txt"), "w+b") as log:
+            # -B: no bytecode written; its own session, so that ending it ends everything it started
+            proc = subprocess.Popen([sys.executable, "-B", RUNNER, cpath, os.path.abspath(path), opath], cwd=tmp,
+                                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            timed_out = not end_process(proc, grace=timeout)  # waits, then ends its whole process group
+            log.seek(0)
+            text = log.read()[-2000:].decode("utf-8", "replace")
+        if timed_out:
+            return {"error": f"time limit: your kernel ran past {timeout:g} s"}, text
         try:
-            p = subprocess.run([sys.executable, RUNNER, cpath, os.path.abspath(path), opath], cwd=tmp, env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"error": f"time limit: your kernel ran past {timeout:g} s"}, ""
-        text = p.stdout.decode("utf-8", "replace")[-2000:]
-        if not os.path.exists(opath):
+            with open(opath) as f:
+                res = json.load(f)
+        except (OSError, ValueError):
             return {"error": f"your code ended the process before finishing:\n{text[-1500:]}"}, text
-        with open(opath) as f:
-            return json.load(f), text
+        if not isinstance(res, dict) or not isinstance(res.get("cases", []), list):
+            return {"error": "the kernel's runner wrote no results"}, text
+        return res, text
 
 
 def measure_budgets(ex, solution_path):
     res, text = _run(ex, solution_path, _inputs(ex, 0), timeout=300)
-    if res.get("error"):
-        raise RuntimeError(f"the reference kernel failed: {res['error']}\n{text}")
+    if res.get("error") or res.get("refused"):
+        raise RuntimeError(f"the reference kernel failed: {res.get('error') or res.get('refused')}\n{text}")
     return [{"by_tensor": c["counts"], "peak_sram": 0, "sram_size": None} for c in res["cases"]]
 
 
@@ -71,8 +85,14 @@ def grade(ex, path, *, timeout=120.0, seed=None) -> Report:
         rep.message = f"no file {path}"
         return rep
     res, rep.output = _run(ex, path, cases, timeout)
+    if res.get("refused"):
+        rep.refused, rep.message = True, str(res["refused"])[:2000]
+        return rep
     if res.get("error"):
-        rep.message = res["error"]
+        rep.message = str(res["error"])[:3000]
+        return rep
+    if len(res.get("cases", [])) != len(cases):
+        rep.message = f"the kernel's runner reported {len(res.get('cases', []))} case(s) of {len(cases)}"
         return rep
     correct = io_ok = True
     notes, totals = [], {}
@@ -80,12 +100,25 @@ def grade(ex, path, *, timeout=120.0, seed=None) -> Report:
         attend = oracle.attend_mask(case["Nq"], case["Nk"], case["causal"])
         want = oracle.forward(*(np.array(case[n], dtype=np.float64) for n in ("Q", "K", "V")), scale=case["scale"],
                               attend=attend)
-        O, L = np.array(got["O"]), np.array(got["L"])
-        ok = np.allclose(O, want["O"], rtol=1e-4, atol=1e-4) and np.allclose(L, want["L"], rtol=1e-4, atol=1e-4)
+        try:
+            O, L = np.array(got["O"], dtype=np.float64), np.array(got["L"], dtype=np.float64)
+            st = {str(n): [int(rw[0]), int(rw[1])] for n, rw in dict(got["counts"]).items()}
+        except (KeyError, TypeError, ValueError, IndexError):
+            rep.message = f"case {k + 1}: the kernel's runner reported no outputs or counts"
+            return rep
+        bt = b["by_tensor"]
+        ok = O.shape == want["O"].shape and L.shape == want["L"].shape and \
+            np.allclose(O, want["O"], rtol=1e-4, atol=1e-4) and np.allclose(L, want["L"], rtol=1e-4, atol=1e-4)
         if not ok:
-            notes.append(f"case {k + 1}: O or L wrong (max error {float(np.nanmax(np.abs(O - want['O']))):.3g}; "
-                         f"NaN means never stored)")
-        st, bt = got["counts"], b["by_tensor"]
+            err = float(np.nanmax(np.abs(O - want["O"]))) if O.shape == want["O"].shape else float("nan")
+            notes.append(f"case {k + 1}: O or L wrong (max error {err:.3g}; NaN means never stored)")
+        # O and L must come from the kernel's tl.store: every element written once, as in the budget
+        short = [f"{n} {st.get(n, [0, 0])[1]:,} < {bt[n][1]:,}" for n in ("O", "L")
+                 if n in bt and st.get(n, [0, 0])[1] < bt[n][1]]
+        if short:
+            ok = False
+            notes.append(f"case {k + 1}: O and L must be written by your kernel's tl.store, every element (counted "
+                         f"writes {', '.join(short)}); outputs filled any other way are not graded")
         case_io_ok = all(st.get(n, [0, 0])[i] <= bt[n][i] for n in bt for i in (0, 1)) and set(st) <= set(bt)
         if not case_io_ok:
             notes.append(f"case {k + 1}: moved {sum(map(sum, st.values())):,} elements, budget "

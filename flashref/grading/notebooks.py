@@ -29,9 +29,15 @@ sram_size`...) and two helpers, `spec.tile_mask(rows, cols)` (the attend-mask of
 
 **Graded on** correctness against a float64 oracle (random data, ragged shapes, Nq ≠ Nk, causal, a
 fully masked row, dropout where the algorithm has it), your counted IO per tensor against the reference
-solution's, and your peak on-chip footprint against the reference's. On-chip capacity is
+solution's ({io}), and your peak on-chip footprint against the reference's. On-chip capacity is
 `spec.sram_size` = 1.5× the reference's peak: keep more and the grader refuses the run. Return nothing:
 the grader reads your output from HBM."""
+
+IO_RULE = {
+    "equal": "exactly equal,\ntensor by tensor: the exercise is the algorithm's schedule with these block sizes, so "
+             "loading\neverything once and computing untiled in Python, which moves less, loses the IO points",
+    "at_most": "no more than it,\ntensor by tensor",
+}
 
 TEXT = {
     1: ("Algorithm 0 of the FlashAttention paper, one HBM pass per line:",
@@ -121,7 +127,7 @@ def _percent(ex) -> str:
         parts.append(f"# {intro}\n#\n# > " + box.replace("\n", "\n# > ") + "\n#\n# **Spec.** " +
                      spec.replace("\n", "\n# ") + "\n#\n")
         if ex.kind == "memory":
-            parts.append("# " + MEMORY_SPEC.replace("\n", "\n# ") + "\n")
+            parts.append("# " + MEMORY_SPEC.format(io=IO_RULE[ex.io_rule]).replace("\n", "\n# ") + "\n")
     parts.append("\n# %% [markdown]\n# **Predict first.** Answer before you write the code.\n\n# %%\n"
                  f"from flashref import quiz\n\nquiz.ask({qid!r})\nanswer = None  # your answer\n"
                  f"quiz.check({qid!r}, answer)\n")
@@ -131,7 +137,10 @@ def _percent(ex) -> str:
     if ex.kind != "triton":
         parts.append("\n# %% [markdown]\n# **Hints.**\n" + "".join(f"# - {h}\n" for h in TEXT[ex.number][3]))
     parts.append(f"\n# %% [markdown]\n# **Grade it.** The table shows your counted IO per tensor beside the "
-                 f"budget. Or, from a shell: `python -m flashref grade {ex.number:02d} {stub_file}`.\n\n# %%\n"
+                 f"budget. Or, from a shell: `python -m flashref grade {ex.number:02d} {stub_file}`.\n#\n"
+                 f"# **Hand it in.** Upload `{stub_file}` (the file this notebook writes) to Gradescope as it is: "
+                 f"the autograder grades `{stub_file}` or `{ex.solution}` (the name of the stub in the course "
+                 f"copy's `exercises/` folder; with both, `{ex.solution}`).\n\n# %%\n"
                  f"from flashref import grading\n\nreport = grading.grade('{ex.number:02d}', {stub_file!r})\n"
                  f"print(report)\n")
     return "".join(parts)

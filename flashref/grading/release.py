@@ -9,13 +9,18 @@
 * the package without the solutions folder, and with the modules that *are* the answers
   (:data:`EXCLUDED`: the algorithms and the closed forms) compiled away: their bytecode only
   (``flash1.pyc`` beside where ``flash1.py`` was, which Python imports without a source), so the
-  notebooks still run and plot, but no solution's source is in the copy. Bytecode is tied to the
-  Python version that built the release: build it with the course's Python. Exercise code cannot
-  import them (the grader refuses); the grader works from the budgets measured now, at release
-  (``budgets.json``), and its own float64 oracle.
+  notebooks still run and plot. No solution's *source* is in the copy, but bytecode is not a secret:
+  it keeps every name, docstring and constant, and disassembles into the algorithm. Bytecode is tied
+  to the Python version that built the release: build it with the course's Python. Exercise code
+  cannot open them while graded (the grader refuses); the grader works from the budgets measured
+  now, at release (``budgets.json``: the per-tensor budgets every score table shows anyway, but not
+  exercise 7's table of choices, which is its answer and which the grader computes when it grades),
+  and its own float64 oracle.
 
-``python -m flashref autograder OUT.zip`` writes a Gradescope bundle: that student copy's package,
-``setup.sh``, ``run_autograder`` and the results writer (:mod:`flashref.grading.gradescope`).
+``python -m flashref autograder OUT.zip`` writes a Gradescope bundle, for the instructor to upload
+(students never see it): the grader alone (:data:`BUNDLE`: no algorithm module, not even as
+bytecode, no ``iomodel``, no solution), every budget including exercise 7's table, ``setup.sh``,
+``run_autograder`` and the results writer (:mod:`flashref.grading.gradescope`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,18 @@ def __getattr__(name):
         return importlib.import_module(f"{__name__}.{name}")
     except ModuleNotFoundError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+'''
+
+#: What the Gradescope bundle's package holds: the grader and the three modules its child processes import.
+BUNDLE = ("__main__.py", "memory.py", "masks.py", "dropout.py", "grading")
+
+AUTOGRADER_INIT = '''"""flashref, Gradescope copy: the grader alone (counted memory, masks, dropout, flashref.grading).
+
+No algorithm module, no closed form and no reference solution is in this copy; the budgets are in
+flashref/grading/budgets.json, measured when the bundle was built.
+"""
+
+__version__ = "0.1.0-autograder"
 '''
 
 _REGION = re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n(.*?)^[ \t]*# END SOLUTION[^\n]*\n?", re.S | re.M)
@@ -125,7 +142,24 @@ def _copy_package(dst_pkg: str) -> None:
     with open(os.path.join(dst_pkg, "__init__.py"), "w") as f:
         f.write(STUDENT_INIT)
     with open(os.path.join(dst_pkg, "grading", "budgets.json"), "w") as f:
-        json.dump(_budgets.all_budgets(), f)
+        json.dump(_budgets.all_budgets(answers=False), f)  # no answer table: exercise 7's is computed
+
+
+def _copy_grader(dst_pkg: str) -> None:
+    """The bundle's package: :data:`BUNDLE` only, and every budget (exercise 7's table included)."""
+    src_pkg = os.path.join(REPO, "flashref")
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "budgets.json", "solutions")
+    os.makedirs(dst_pkg)
+    for name in BUNDLE:
+        src = os.path.join(src_pkg, name)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(dst_pkg, name), ignore=skip)
+        else:
+            shutil.copy(src, dst_pkg)
+    with open(os.path.join(dst_pkg, "__init__.py"), "w") as f:
+        f.write(AUTOGRADER_INIT)
+    with open(os.path.join(dst_pkg, "grading", "budgets.json"), "w") as f:
+        json.dump(_budgets.all_budgets(answers=True), f)
 
 
 def _compile_excluded(src_pkg: str, dst_pkg: str) -> None:
@@ -153,8 +187,7 @@ def student_release(out_dir: str) -> str:
     """Write the student copy into ``out_dir`` (created; must not exist or be empty)."""
     if not _budgets.have_solutions():
         raise RuntimeError("student-release needs the solution copy (flashref/grading/solutions)")
-    if os.path.exists(out_dir) and os.listdir(out_dir):
-        raise FileExistsError(f"{out_dir} exists and is not empty")
+    check_release_dir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     _copy_package(os.path.join(out_dir, "flashref"))
     for name in ("README.md", "COURSE.md", "pyproject.toml", "environment.yml"):
@@ -193,12 +226,39 @@ PYTHONPATH=/autograder/source python3 -m flashref.grading.gradescope /autograder
 """
 
 
+def check_release_dir(out_dir: str) -> None:
+    """Raise (``NotADirectoryError``, ``FileExistsError``, ``PermissionError``) unless ``out_dir`` can take a copy."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise NotADirectoryError(f"{out_dir} exists and is not a directory")
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        raise FileExistsError(f"{out_dir} exists and is not empty")
+    existing = os.path.abspath(out_dir)  # the deepest folder of the path that exists: it must be writable
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise NotADirectoryError(f"{out_dir}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"{out_dir}: {existing} is not writable")
+
+
+def check_bundle_path(out_zip: str) -> None:
+    """Raise unless ``out_zip`` names a file that can be written in an existing directory."""
+    if os.path.isdir(out_zip):
+        raise IsADirectoryError(f"{out_zip} is a directory: name the .zip file to write")
+    folder = os.path.dirname(os.path.abspath(out_zip))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{out_zip}: no directory {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"{out_zip}: {folder} is not writable")
+
+
 def autograder(out_zip: str) -> str:
     """Write the Gradescope bundle ``out_zip``."""
     import tempfile
 
+    check_bundle_path(out_zip)
     with tempfile.TemporaryDirectory(prefix="flashref-autograder-") as tmp:
-        _copy_package(os.path.join(tmp, "flashref"))
+        _copy_grader(os.path.join(tmp, "flashref"))
         for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
             with open(os.path.join(tmp, name), "w") as f:
                 f.write(text)

@@ -45,7 +45,11 @@ class Exercise:
     setup: Callable | None
     solution: str
     lines: int  # "FILL ME IN (~N lines)"
-    io_rule: str = "at_most"  # or "equal": Algorithm 0 is graded on the IO of each line, no less
+    # "equal": the exercise is an algorithm's schedule (fixed Br, Bc): its IO must equal the reference's,
+    # per tensor; loading everything once and computing untiled in Python is not that algorithm.
+    # "at_most": no more than the reference's, per tensor (where moving less is fair game).
+    io_rule: str = "at_most"
+    io_note: str = ""  # why the IO must be equal, said when it is not
     points: tuple = (5, 3, 2)  # correctness, IO, footprint
 
     @property
