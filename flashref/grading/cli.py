@@ -69,30 +69,28 @@ def grade_main(argv) -> int:
     return 0 if rep.passed else 1
 
 
+def _write_main(argv, prog, description, metavar, check, write) -> int:
+    """A command that writes one artefact at a path: checked first, each error naming the argument (exit 2)."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("out", metavar=metavar)
+    out = p.parse_args(argv).out
+    try:
+        check(out)
+        write(out)
+    except (OSError, RuntimeError) as e:
+        p.error(f"argument {metavar}: {e}")
+    return 0
+
+
 def release_main(argv) -> int:
     from .release import check_release_dir, student_release
 
-    p = argparse.ArgumentParser(prog="python -m flashref student-release",
-                                description="Write the course for students: stubs, no solutions.")
-    p.add_argument("out_dir", metavar="OUT_DIR")
-    out = p.parse_args(argv).out_dir
-    try:
-        check_release_dir(out)
-        student_release(out)
-    except (OSError, RuntimeError) as e:
-        p.error(f"argument OUT_DIR: {e}")
-    return 0
+    return _write_main(argv, "python -m flashref student-release", "Write the course for students: stubs, no "
+                       "solutions.", "OUT_DIR", check_release_dir, student_release)
 
 
 def autograder_main(argv) -> int:
     from .release import autograder, check_bundle_path
 
-    p = argparse.ArgumentParser(prog="python -m flashref autograder", description="Write a Gradescope bundle.")
-    p.add_argument("out_zip", metavar="OUT.zip")
-    out = p.parse_args(argv).out_zip
-    try:
-        check_bundle_path(out)
-        autograder(out)
-    except (OSError, RuntimeError) as e:
-        p.error(f"argument OUT.zip: {e}")
-    return 0
+    return _write_main(argv, "python -m flashref autograder", "Write a Gradescope bundle.", "OUT.zip",
+                       check_bundle_path, autograder)
