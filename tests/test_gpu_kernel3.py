@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -51,10 +52,19 @@ needs_k3 = pytest.mark.skipif(not RUNS, reason=f"kernel 3 unavailable: {WHY}")
     (128, 4096, 4096, "float16", False, {"softcap": 30.0, "alibi_slopes": [0.5]}, "alibi_slopes"),
     (64, 4096, 4096, "float16", False, {"alibi_slopes": torch.tensor([0.5, 0.25])}, "alibi_slopes"),  # a tensor
     (64, 4096, 4096, "float16", False, {"window": (-1, -1)}, "window"),
+    (64, 0, 0, "float16", False, {}, "N=0"),
+    (128, -128, -128, "float16", False, {}, "N=-128"),
+    (64, 4096, 4096, "float16", False, {"enable_gqa": np.bool_(True)}, "enable_gqa"),
 ])
 def test_plan_refuses_and_says_why(d, Nq, Nk, dtype, causal, options, why):
     t, reason = plan(d, Nq, Nk, dtype, causal, options)
     assert t is None and why in reason, reason
+
+
+def test_options_asking_for_nothing_do_not_refuse():
+    """An option left at a value that asks for nothing, numpy's scalars included, is not a reason to refuse."""
+    for value in (None, 0.0, False, np.float32(0.0), np.bool_(False), np.int64(0)):
+        assert plan(64, 4096, 4096, "float16", False, {"dropout_p": value})[1] is None
 
 
 @pytest.mark.parametrize("d", kernel3.HEAD_DIMS)

@@ -47,6 +47,7 @@ the kernels are then left undefined, and :func:`unavailable` says why they canno
 from __future__ import annotations
 
 import functools
+import numbers
 from dataclasses import dataclass
 
 from . import exp2 as _exp2
@@ -157,6 +158,8 @@ def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | Non
         return f"d={d}: {what} takes d in {HEAD_DIMS} (a power of two with tuned tiles)"
     if Nq != Nk:
         return f"Nq={Nq} != Nk={Nk}: {what} takes equal lengths"
+    if Nq < 1:
+        return f"N={Nq}: {what} needs at least one row"
     if Nq % tiles.block_m or Nq % tiles.block_n:
         return f"N={Nq} is not a multiple of the {tiles.block_m}x{tiles.block_n} tiles (no ragged tiles in {what})"
     options = sorted(k for k, v in (options or {}).items() if _is_set(v))
@@ -170,7 +173,8 @@ def _is_set(value) -> bool:
     enable_gqa=False); anything else (a tensor of ALiBi slopes, a window) is set."""
     if value is None:
         return False
-    if isinstance(value, (bool, int, float)):
+    # numbers.Number takes numpy's scalars too (np.float32(0.0) asks for nothing); numpy's bool_ has .item()
+    if isinstance(value, numbers.Number) or type(value).__name__ in ("bool_", "bool"):
         return bool(value)
     return True
 
