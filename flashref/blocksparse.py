@@ -56,7 +56,7 @@ from .patterns import (
     local_blocks,
     random_blocks,
 )
-from .problem import Problem
+from .problem import Problem, overflow_checked
 from .results import BackwardResult, ForwardResult
 
 __all__ = ["forward", "backward", "grid", "Grid", "footprint", "check_block_mask", "element_mask", "density",
@@ -117,6 +117,7 @@ def forward(Q, K, V, block_mask, **opts) -> ForwardResult:
                          density=density(M))
 
 
+@overflow_checked
 def backward(Q, K, V, O, dO, l, m, block_mask, **opts) -> BackwardResult:
     """Algorithm 4 with Algorithm 5's skip: a zero block of ``M`` is neither loaded nor computed.
 

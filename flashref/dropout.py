@@ -6,7 +6,8 @@ counter-based generator (Philox in the CUDA kernels; see flash-attention issue #
 random number of entry (row, col) from its coordinates alone, in whatever order the tiles visit
 them. We use the same idea with a simple 64-bit mixing function (SplitMix64's finaliser), which is
 enough for teaching: the keep decisions pass the statistical checks in the tests, but it is not a
-cryptographic or Philox-quality generator.
+cryptographic or Philox-quality generator. The seed is taken modulo 2^64 (it keys a 64-bit generator):
+``seed`` and ``seed + 2**64`` drop the same entries, here and in the GPU kernels alike.
 
 Example::
 
@@ -37,7 +38,7 @@ def uniform(seed: int, lead_shape: tuple, rows: tuple[int, int], cols: tuple[int
     j = np.arange(cols[0], cols[1], dtype=np.uint64)[None, :]  # (1, c)
     with np.errstate(over="ignore"):
         # Chain the coordinates through the mixer one at a time, so (g, i, j) and (g, j, i) differ.
-        h = _mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + _GOLDEN)
+        h = _mix(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + _GOLDEN)  # int(): numpy's ints too
         h = _mix(h ^ (g * _GOLDEN))
         h = _mix(h ^ (i + np.uint64(1)) * _GOLDEN)
         h = _mix(h ^ (j + np.uint64(2)) * _GOLDEN)
@@ -52,4 +53,6 @@ def keep_mask(seed: int, p: float, lead_shape: tuple, rows, cols) -> np.ndarray:
 
 def scale_mask(seed: int, p: float, lead_shape: tuple, rows, cols, dtype=np.float64) -> np.ndarray:
     """The paper's Z (Alg.4 l.14): ``1/(1-p)`` where kept, ``0`` where dropped."""
+    if not 0.0 <= p < 1.0:  # p = 1 would scale by 1/0
+        raise ValueError(f"p: expected a dropout probability in [0, 1), got {p!r}")
     return keep_mask(seed, p, lead_shape, rows, cols).astype(dtype) / dtype(1.0 - p)

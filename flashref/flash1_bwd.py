@@ -41,7 +41,7 @@ import numpy as np
 from . import blocks, masks
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import Problem, check_finite, check_like
+from .problem import Problem, check_finite, check_like, overflow_checked
 from .results import BackwardResult
 from .softmax import finite_or_zero
 
@@ -81,6 +81,7 @@ def check_stats(pb: Problem, O, dO, l, m):
     return O, dO, l, m
 
 
+@overflow_checked
 def backward(Q, K, V, O, dO, l, m, **opts) -> BackwardResult:
     """Algorithm 4: gradients of ``O = dropout(softmax(MASK(τ QKᵀ))) V`` from ``O``, ``ℓ`` and ``m``.
 

@@ -58,7 +58,7 @@ import numpy as np
 from . import blocks, masks, variants
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, require_finite
+from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, overflow_checked, require_finite
 from .results import BackwardResult, ForwardResult
 from .softmax import finite_or_zero
 
@@ -254,6 +254,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
                          block_sizes=(g.Br // G, g.Bc))
 
 
+@overflow_checked
 def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     """Algorithm 2 of FlashAttention-2 without its redundant loads, with τ, mask, bias, dropout, causal.
 

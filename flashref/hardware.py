@@ -172,21 +172,22 @@ _ALIASES = {"a100": "A100-40GB", "a100-sxm4-40gb": "A100-40GB", "a100-sxm4-80gb"
             "h100-sxm5-80gb": "H100", "h100-sxm5": "H100", "h200-sxm-141gb": "H200", "h200-sxm": "H200"}
 
 
-def get(name: str) -> GPU:
-    """Look up a GPU by key ("A100-40GB", "A100-80GB", "H100", "H200"; "A100" = the 40 GB part), any case."""
+def get(name: str, arg: str = "name") -> GPU:
+    """Look up a GPU by key ("A100-40GB", "A100-80GB", "H100", "H200"; "A100" = the 40 GB part), any case.
+    ``arg``: the caller's name for the argument, which the errors name."""
     if isinstance(name, GPU):
         return name
     if not isinstance(name, str):
-        raise TypeError(f"name: expected a GPU name (str), got {type(name).__name__}")
+        raise TypeError(f"{arg}: expected a GPU name (str), got {type(name).__name__}")
     key = {k.lower(): k for k in GPUS}.get(name.lower()) or _ALIASES.get(name.lower())
     if key is None:
-        raise ValueError(f"name: unknown GPU {name!r}; known: {sorted(GPUS)} (or 'A100')")
+        raise ValueError(f"{arg}: unknown GPU {name!r}; known: {sorted(GPUS)} (or 'A100')")
     return GPUS[key]
 
 
 def ridge_point(gpu, kind: str = "matmul", measured: bool = False) -> float:
     """``peak / bandwidth`` in FLOP/byte: below it a kernel is memory-bound, above it compute-bound."""
-    gpu = get(gpu)
+    gpu = get(gpu, "gpu")
     return gpu.peak(kind, measured) / gpu.bandwidth(measured)
 
 
@@ -203,8 +204,11 @@ def attainable_flops(intensity, gpu, kind: str = "matmul", measured: bool = Fals
     """The roofline: ``min(peak, intensity * bandwidth)`` FLOP/s (works on numpy arrays too)."""
     import numpy as np
 
-    gpu = get(gpu)
-    return np.minimum(gpu.peak(kind, measured), np.asarray(intensity, dtype=float) * gpu.bandwidth(measured))
+    gpu = get(gpu, "gpu")
+    intensity = np.asarray(intensity, dtype=float)
+    if (intensity < 0).any():
+        raise ValueError(f"intensity: expected FLOP per byte >= 0, got {intensity.min()}")
+    return np.minimum(gpu.peak(kind, measured), intensity * gpu.bandwidth(measured))
 
 
 def time_estimate(matmul_flops, nonmatmul_flops, bytes_moved, gpu, measured: bool = False) -> float:
@@ -214,7 +218,7 @@ def time_estimate(matmul_flops, nonmatmul_flops, bytes_moved, gpu, measured: boo
     tensor cores, the CUDA cores and HBM are assumed to work concurrently with perfect overlap, so
     this is a lower bound on the real time (no latency, launch cost, L2 or serialisation).
     """
-    gpu = get(gpu)
+    gpu = get(gpu, "gpu")
     for name, v in (("matmul_flops", matmul_flops), ("nonmatmul_flops", nonmatmul_flops),
                     ("bytes_moved", bytes_moved)):
         if v < 0:

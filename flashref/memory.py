@@ -35,8 +35,9 @@ Example::
 
     mem = Memory(sram_size=1024)
     mem.input("Q", Q)                                  # inputs start in HBM at no cost
+    mem.output("O", Q.shape[-2:])                      # an output buffer in HBM, free until written
     Q_1 = mem.load("Q", rows=(0, 16), as_="Q_i")       # 16*d reads per head, held on chip
-    mem.store("O", O_1, rows=(0, 16))                  # 16*d writes per head
+    mem.store("O", 2 * Q_1, rows=(0, 16))              # 16*d writes per head
     print(mem.report())
 """
 
@@ -131,11 +132,20 @@ class IOReport(Traffic):
     def __add__(self, other: IOReport) -> IOReport:
         if not isinstance(other, IOReport):
             return NotImplemented
-        merged = {name: TensorIO(t.reads, t.writes, t.dtype_bytes) for name, t in self.by_tensor.items()}
-        for name, t in other.by_tensor.items():
-            m = merged.setdefault(name, TensorIO(dtype_bytes=t.dtype_bytes))
-            m.reads += t.reads
-            m.writes += t.writes
+        # Each tensor's elements keep their own bytes: a tensor moved in two precisions (an FP8 forward's Q
+        # and its backward's fp16 Q, or reports of different dtype_bytes) gets a row per precision, so that
+        # (a + b).bytes == a.bytes + b.bytes whichever comes first.
+        merged, width = {}, {}
+        for rep in (self, other):
+            for name, t in rep.by_tensor.items():
+                b = rep.dtype_bytes if t.dtype_bytes is None else t.dtype_bytes
+                key = name if width.get(name, b) == b else f"{name} ({b} B/elt)"
+                m = merged.setdefault(key, TensorIO())
+                width[key] = b
+                m.reads += t.reads
+                m.writes += t.writes
+        for key, m in merged.items():
+            m.dtype_bytes = None if width[key] == self.dtype_bytes else width[key]
         lines = dict(self.by_line)
         for line, (r, w) in other.by_line.items():
             r0, w0 = lines.get(line, (0, 0))
@@ -179,6 +189,8 @@ def _range(r, n: int) -> tuple[int, int]:
     if r is None:
         return (0, n)
     start, stop = int(r[0]), int(r[1])
+    if not 0 <= start <= stop:
+        raise ValueError(f"rows/cols: expected a range (start, stop) with 0 <= start <= stop, got {tuple(r)}")
     # A ragged last tile asks for rows past the end: it holds only the rows that exist (rule 2).
     return (max(0, min(start, n)), max(0, min(stop, n)))
 
@@ -251,6 +263,9 @@ class Memory:
         The tile is held on chip under ``as_`` (default: ``name``) until :meth:`free` or until
         another array is held under the same name.
         """
+        if name not in self._hbm:
+            raise KeyError(f"HBM has no tensor {name!r} to load (it holds {', '.join(self._hbm) or 'nothing'}); "
+                           "place it with input, output or init first")
         src = self._hbm[name]
         r = _range(rows, src.shape[-1] if self._is_vector[name] else src.shape[-2])
         if self._is_vector[name]:
@@ -280,10 +295,12 @@ class Memory:
             dst = self._hbm[name]
             if self._is_vector[name]:
                 r, c = _range(rows, dst.shape[-1]), (0, 1)
-                dst[..., r[0]:r[1]] = value
+                tile = dst[..., r[0]:r[1]]
             else:
                 r, c = _range(rows, dst.shape[-2]), _range(cols, dst.shape[-1])
-                dst[..., r[0]:r[1], c[0]:c[1]] = value
+                tile = dst[..., r[0]:r[1], c[0]:c[1]]
+            tile[...] = value  # a value that broadcasts (a scalar, a row) still writes the whole tile ...
+            value = tile  # ... and the whole tile is what is counted
         self._count(name, "write", r, c, value.size, line)
 
     def result(self, name: str) -> np.ndarray:

@@ -60,7 +60,7 @@ def sm_count(gpu) -> int:
         if gpu <= 0:
             raise ValueError(f"gpu: expected a positive SM count, got {gpu}")
         return int(gpu)
-    return hardware.get(gpu).sms  # A100: 108 SMs, H100 SXM5: 132 SMs (NVIDIA whitepapers; see hardware.py)
+    return hardware.get(gpu, "gpu").sms  # A100: 108 SMs, H100 SXM5: 132 SMs (NVIDIA whitepapers; see hardware.py)
 
 
 def _pos(x, name):
@@ -202,10 +202,11 @@ def smem_traffic(scheme: str, *, Br: int = DEFAULT_BLOCK, Bc: int = DEFAULT_BLOC
         raise ValueError(f"scheme: expected one of {SCHEMES}, got {scheme!r}")
     Br, Bc, d, W, inner = (_pos(v, n) for v, n in ((Br, "Br"), (Bc, "Bc"), (d, "d"), (warps, "warps"),
                                                     (inner, "inner")))
-    split = Bc if scheme == "split-K" else Br
-    if split % W:
-        raise ValueError(f"warps: {scheme} splits {'Bc' if scheme == 'split-K' else 'Br'}={split} across warps; "
-                         f"expected a divisor of it, got {W}")
+    # split-Q splits the query rows Br across the warps; split-K splits the keys Bc, and then its merge splits
+    # the rows Br again (each warp merges Br/W rows of the W partial states), so both must divide
+    for name, split in (("Br", Br),) if scheme == "split-Q" else (("Bc", Bc), ("Br", Br)):
+        if split % W:
+            raise ValueError(f"warps: {scheme} splits {name}={split} across warps; expected a divisor of it, got {W}")
     rng = np.random.default_rng(seed)
     scale = 1.0 / math.sqrt(d)
     smem = Memory(None, 2, ())  # the block's shared memory; "loads" go to warp registers

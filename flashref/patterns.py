@@ -12,6 +12,7 @@ import numbers
 import numpy as np
 
 from .blocks import Grid
+from .problem import positive_int
 
 __all__ = ["check_block_mask", "element_mask", "density", "causal_blocks", "local_blocks", "butterfly_blocks",
            "random_blocks"]
@@ -38,7 +39,8 @@ def check_block_mask(block_mask, g: Grid) -> np.ndarray:
 
 def element_mask(block_mask, Br: int, Bc: int, Nq: int, Nk: int) -> np.ndarray:
     """The ``(Nq, Nk)`` element mask M̃ of a block mask: ``M̃_kl = M_ij``, ``i = ⌊k/Br⌋``, ``j = ⌊l/Bc⌋`` (§3.3)."""
-    M = check_block_mask(np.asarray(block_mask, dtype=bool), Grid.of(Br, Bc, Nq, Nk))
+    Br, Bc, Nq, Nk = _sizes(Br=Br, Bc=Bc, Nq=Nq, Nk=Nk)
+    M = check_block_mask(block_mask, Grid.of(Br, Bc, Nq, Nk))  # a non-boolean mask is refused, not cast
     return M[np.arange(Nq) // Br][:, np.arange(Nk) // Bc]  # (Nq, Nk)
 
 
@@ -48,7 +50,13 @@ def density(block_mask) -> float:
     return float(M.mean()) if M.size else 0.0
 
 
+def _sizes(**sizes) -> tuple[int, ...]:
+    """Each size a positive integer (numpy's included), or a ``TypeError``/``ValueError`` naming it."""
+    return tuple(positive_int(v, name) for name, v in sizes.items())
+
+
 def _row_col_ranges(Nq, Nk, Br, Bc):
+    Nq, Nk, Br, Bc = _sizes(Nq=Nq, Nk=Nk, Br=Br, Bc=Bc)
     i = np.arange(-(-Nq // Br))
     j = np.arange(-(-Nk // Bc))
     r0, r1 = i * Br, np.minimum((i + 1) * Br, Nq) - 1  # first and last row of block i
@@ -86,6 +94,7 @@ def butterfly_blocks(Tr: int, Tc: int) -> np.ndarray:
     (one sparse matrix instead of a product), so each block row has 1 + log₂T nonzero blocks.
     Written here from that definition; it works for any (Tr, Tc).
     """
+    Tr, Tc = _sizes(Tr=Tr, Tc=Tc)
     x = np.arange(Tr)[:, None] ^ np.arange(Tc)[None, :]
     return (x & (x - 1)) == 0  # 0 or a single set bit
 
@@ -94,6 +103,7 @@ def random_blocks(Tr: int, Tc: int, density: float, seed: int = 0) -> np.ndarray
     """Exactly ``round(density·Tr·Tc)`` nonzero blocks at positions drawn with ``seed``."""
     if isinstance(density, bool) or not isinstance(density, numbers.Real) or not 0 <= density <= 1:
         raise ValueError(f"density: expected a fraction in [0, 1], got {density!r}")
+    Tr, Tc = _sizes(Tr=Tr, Tc=Tc)
     n = Tr * Tc
     k = int(round(density * n))
     M = np.zeros(n, dtype=bool)

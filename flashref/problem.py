@@ -51,6 +51,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ import numpy as np
 from .dropout import scale_mask
 
 __all__ = ["Problem", "SHARED_OPTIONS", "VARIANT_OPTIONS", "check_options", "positive_int", "check_like",
-           "check_finite", "check_block_sizes", "require_finite"]
+           "check_finite", "check_block_sizes", "require_finite", "overflow_checked"]
 
 #: The options every algorithm takes, with their defaults.
 SHARED_OPTIONS = {"scale": None, "causal": False, "mask": None, "dropout_p": 0.0, "seed": 0,
@@ -255,6 +256,20 @@ def require_finite(X: np.ndarray, what: str, cure: str | None = None) -> np.ndar
         raise FloatingPointError(
             f"{what} overflowed {X.dtype}: the inputs are finite but too large for this precision; {cure}")
     return X
+
+
+def overflow_checked(backward):
+    """``backward`` run with numpy's overflow warnings off, its gradients then checked: its inputs were checked
+    finite, so an inf or NaN in ``dQ``, ``dK`` or ``dV`` is an overflow (dP_ij = dO_i V_jᵀ or dS_ij past the
+    dtype), raised as ``FloatingPointError`` with the cure, never returned with warnings."""
+    @functools.wraps(backward)
+    def checked(*args, **opts):
+        with np.errstate(over="ignore", invalid="ignore"):
+            result = backward(*args, **opts)
+        for name in ("dQ", "dK", "dV"):
+            require_finite(getattr(result, name), f"the gradient {name}")
+        return result
+    return checked
 
 
 def check_like(x, name: str, shape: tuple, dtype) -> np.ndarray:

@@ -214,16 +214,30 @@ def digest(qid: str, answer) -> str:
     return hashlib.sha256((QUESTIONS[qid][1] + ":" + _norm(answer, digits(qid))).encode()).hexdigest()
 
 
+def _known(qid) -> bool:
+    if qid in QUESTIONS:
+        return True
+    print(f"[{qid}] no such question: the ids are like {next(iter(QUESTIONS))!r} (quiz.QUESTIONS lists them)")
+    return False
+
+
 def ask(qid: str) -> None:
     """Print the question (answer it in the next cell, before running what reveals it)."""
-    print(f"[{qid}] {QUESTIONS[qid][0]}")
+    if _known(qid):
+        print(f"[{qid}] {QUESTIONS[qid][0]}")
 
 
 def check(qid: str, answer) -> bool | None:
-    """True if right, False if wrong, None if not answered yet (``answer`` is None or ``...``)."""
+    """True if right, False if wrong, None if not answered yet (``answer`` is None or ``...``) or if ``qid`` is no
+    question. Never an exception: an answer that is not a number or a word (an array, a huge int) is not right."""
+    if not _known(qid):
+        return None
     if answer is None or answer is Ellipsis:
         print(f"[{qid}] not answered yet: write your prediction, then run this cell again")
         return None
-    ok = digest(qid, answer) == QUESTIONS[qid][2]
+    try:
+        ok = digest(qid, answer) == QUESTIONS[qid][2]
+    except (TypeError, ValueError, OverflowError):  # float() of an array of several numbers, of 10**400
+        ok = False
     print(f"[{qid}] {'right' if ok else 'not right yet: look again at the algorithm box'}")
     return ok

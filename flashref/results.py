@@ -21,6 +21,8 @@ class _Result:
                 parts.append(f"io.total={v.total:,}")
             elif k == "flops":
                 parts.append(f"flops.total={v.total:,}")
+            elif isinstance(v, (list, tuple, dict)) and len(v) > 8:  # the event trace: thousands of entries
+                parts.append(f"{k}: [{len(v):,} {'entries' if isinstance(v, dict) else 'items'}]")
             else:
                 parts.append(f"{k}={v!r}")
         return f"{type(self).__name__}({', '.join(parts)})"

@@ -35,7 +35,7 @@ import numpy as np
 from . import masks, variants
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like
+from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, overflow_checked
 from .results import BackwardResult, ForwardResult
 from .softmax import safe_softmax
 
@@ -135,6 +135,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
                          io=mem.report(), flops=fc.report(), events=mem.events)
 
 
+@overflow_checked
 def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     """Algorithm 3: gradients from the stored softmax ``P`` (the forward's ``.P``)."""
     pb0 = Problem.from_arrays(Q, K, V, where="standard.backward", extra=OPTIONS, **opts)

@@ -223,3 +223,45 @@ def test_bad_block_mask_named_with_the_expected_shape(rng):
         blocksparse.random_blocks(3, 3, 1.5)
     with pytest.raises(ValueError, match="window"):
         blocksparse.local_blocks(8, 8, 2, 2, -1)
+
+
+def test_pattern_builders_name_a_bad_size():
+    """Sizes go through the one positive-integer rule (Br = 0 divided by zero; Nq = -1 gave an empty mask;
+    Nq = 4.5 a (5, 4) one), and element_mask refuses a non-boolean block mask as forward does."""
+    for call, match in ((lambda: blocksparse.causal_blocks(4, 4, 0, 1), "Br"),
+                        (lambda: blocksparse.causal_blocks(-1, 4, 1, 1), "Nq"),
+                        (lambda: blocksparse.causal_blocks(4.5, 4, 1, 1), "Nq"),
+                        (lambda: blocksparse.butterfly_blocks(-1, 2), "Tr"),
+                        (lambda: blocksparse.local_blocks(4, 4, 1, 0, window=1), "Bc"),
+                        (lambda: blocksparse.element_mask(np.ones((1, 1)), 4, 4, 4, 4), "block_mask"),
+                        (lambda: blocksparse.element_mask(np.ones((1, 1), bool), 4.0, 4, 4, 4), "Br")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            call()
+
+
+def test_a_backward_that_overflows_raises_with_the_cure():
+    """Finite inputs whose dP = dO Vᵀ overflows float32: a FloatingPointError naming float64, not NaN gradients
+    with warnings (blocksparse, flash1, flash2 and standard share the rule)."""
+    import warnings
+
+    from flashref import flash2
+    r = np.random.default_rng(0)
+    Q = r.standard_normal((4, 2)).astype(np.float32)
+    V, dO = ((r.standard_normal((4, 2)) * 1e20).astype(np.float32) for _ in range(2))
+    M = np.ones((1, 1), bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f, f1, f2, fs = (blocksparse.forward(Q, Q, V, M, block_sizes=(4, 4)), flash1.forward(Q, Q, V),
+                         flash2.forward(Q, Q, V), standard.forward(Q, Q, V))
+        for call in (lambda: blocksparse.backward(Q, Q, V, f.O, dO, f.l, f.m, M, block_sizes=(4, 4)),
+                     lambda: flash1.backward(Q, Q, V, f1.O, dO, f1.l, f1.m),
+                     lambda: flash2.backward(Q, Q, V, f2.O, dO, f2.L), lambda: standard.backward(Q, Q, V, dO, fs.P)):
+            with pytest.raises(FloatingPointError, match="gradient .* overflowed float32.*float64"):
+                call()
+
+
+def test_a_result_prints_short():
+    """A result's repr names its event trace's length instead of printing thousands of events."""
+    x = np.ones((64, 8))
+    text = repr(blocksparse.forward(x, x, x, np.ones((8, 8), bool), block_sizes=(8, 8)))
+    assert len(text) < 300 and "events: [" in text

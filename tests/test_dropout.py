@@ -39,3 +39,14 @@ def test_scale_mask_values():
     Z = dropout.scale_mask(5, 0.25, (), (0, 16), (0, 16))
     assert set(np.unique(Z)) <= {0.0, 1 / 0.75}
     assert np.array_equal(Z > 0, dropout.keep_mask(5, 0.25, (), (0, 16), (0, 16)))
+
+
+def test_seeds_modulo_2_to_the_64_and_p_checked():
+    """The seed keys a 64-bit generator (numpy ints taken as Python's); Z refuses p = 1 instead of dividing by 0."""
+    a = dropout.uniform(5, (2,), (0, 3), (0, 4))
+    assert np.array_equal(a, dropout.uniform(np.int64(5), (2,), (0, 3), (0, 4)))
+    assert np.array_equal(a, dropout.uniform(5 + 2 ** 64, (2,), (0, 3), (0, 4)))
+    minus_one = dropout.uniform(np.int64(-1), (1,), (0, 1), (0, 3))
+    assert np.array_equal(minus_one, dropout.uniform(2 ** 64 - 1, (1,), (0, 1), (0, 3)))
+    with pytest.raises(ValueError, match="p: expected a dropout probability"):
+        dropout.scale_mask(0, 1.0, (1,), (0, 1), (0, 2))

@@ -91,3 +91,7 @@ def test_bad_input():
         hardware.arithmetic_intensity(1.0, 0)
     with pytest.raises(ValueError, match="matmul_flops"):
         hardware.time_estimate(-1, 0, 1, "H100")
+    with pytest.raises(ValueError, match="gpu: unknown GPU 'B200'"):  # the caller's argument is named
+        hardware.ridge_point("B200")
+    with pytest.raises(ValueError, match="intensity"):
+        hardware.attainable_flops(-5, "H100")

@@ -43,3 +43,42 @@ def test_reports_add():
     c = a + b
     assert (c.reads, c.writes, c.total, c.peak_sram) == (4, 6, 10, 7)
     assert c.by_tensor["Q"].total == 6 and sum([a, b]).total == 10
+
+
+def test_reports_of_different_precisions_add_their_bytes():
+    """A tensor moved in two precisions keeps a row per precision: (a + b).bytes == a.bytes + b.bytes whichever
+    comes first (an FP8 forward's 1-byte Q beside its backward's 2-byte Q; reports of dtype_bytes 4 and 2)."""
+    from flashref import flash2, iomodel
+    r = np.random.default_rng(0)
+    Q, K, V, dO = (r.standard_normal((2, 8, 4)) for _ in range(4))
+    f8 = flash2.forward(Q, K, V, fp8="e4m3", block_sizes=(4, 4))
+    f4 = flash2.forward(Q, K, V, block_sizes=(4, 4), dtype_bytes=4)
+    f = flash2.forward(Q, K, V, block_sizes=(4, 4))
+    b = flash2.backward(Q, K, V, f.O, dO, f.L, block_sizes=(4, 4))
+    for x, y in ((f8.io, b.io), (f4.io, f.io)):
+        assert (x + y).bytes == (y + x).bytes == x.bytes + y.bytes
+        assert (x + y).total == x.total + y.total
+    assert "Q (2 B/elt)" in (f8.io + b.io).by_tensor
+    p4 = iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, dtype_bytes=4)
+    p2 = iomodel.predict("flash2", "backward", Nq=8, Nk=8, d=4)
+    assert (p4 + p2).bytes == (p2 + p4).bytes == p4.bytes + p2.bytes
+
+
+def test_a_store_counts_the_tile_it_writes():
+    """A value that broadcasts (a scalar, one head's row) writes the whole tile, and that is what is counted."""
+    m = Memory(lead_shape=(2,))
+    m.output("O", (4, 3))
+    m.store("O", np.ones((2, 1, 3)), rows=(0, 4))
+    m.store("O", 5.0)
+    assert m.report().by_tensor["O"].writes == 2 * (2 * 4 * 3)
+
+
+def test_ranges_and_names_are_checked():
+    m = Memory()
+    m.input("Q", np.ones((6, 2)))
+    with pytest.raises(ValueError, match=r"0 <= start <= stop, got \(-2, 5\)"):
+        m.load("Q", rows=(-2, 5))
+    with pytest.raises(ValueError, match="start <= stop"):
+        m.load("Q", rows=(4, 2))
+    with pytest.raises(KeyError, match="HBM has no tensor 'X' to load .* place it with input, output or init"):
+        m.load("X")

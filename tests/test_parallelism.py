@@ -94,3 +94,11 @@ def test_split_q_moves_less_than_split_k_at_paper_block_sizes():
     K = parallelism.smem_traffic("split-K", Br=128, Bc=128, d=64, inner=16)
     Q = parallelism.smem_traffic("split-Q", Br=128, Bc=128, d=64, inner=16)
     assert Q.total < 0.7 * K.total
+
+
+def test_split_k_needs_warps_that_divide_the_rows_its_merge_splits():
+    """split-K splits Bc over the warps, then its merge splits Br: Br = 6 over 4 warps dropped 2 rows silently."""
+    with pytest.raises(ValueError, match="warps: split-K splits Br=6 across warps"):
+        parallelism.smem_traffic("split-K", Br=6, Bc=8, d=4, warps=4)
+    t, states, plain = parallelism.smem_traffic("split-K", Br=8, Bc=8, d=4, warps=4, inner=1, return_states=True)
+    assert all(np.allclose(a, b) for s, p in zip(states, plain) for a, b in zip(s, p))

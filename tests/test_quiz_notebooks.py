@@ -139,3 +139,14 @@ def test_student_copy_of_the_notebooks_keeps_the_questions_without_the_answers(t
         for _, qid, cell in _questions(nb):
             assert "BEGIN SOLUTION" not in cell.source and "answer = None" in cell.source, (path.name, qid)
             assert not cell.get("outputs"), f"{path.name}: the student copy keeps the output of {qid}'s cell"
+
+
+def test_check_never_raises(capsys):
+    """quiz.check answers a wrong id, an array or a huge int with a message, never an exception."""
+    import numpy as np
+    assert quiz.check("no-such-question", 1) is None
+    quiz.ask("no-such-question")
+    assert "no such question" in capsys.readouterr().out
+    qid = next(iter(quiz.QUESTIONS))
+    assert quiz.check(qid, np.array([40, 1])) is False
+    assert quiz.check(qid, 10 ** 400) is False

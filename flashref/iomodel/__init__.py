@@ -85,12 +85,17 @@ class Prediction(Traffic):
         """Predictions add as reports do (a varlen batch, a forward plus its backward)."""
         if not isinstance(other, Prediction):
             return NotImplemented
-        lines = dict(self.by_line)
-        for k, (r, w) in other.by_line.items():
-            r0, w0 = lines.get(k, (0, 0))
-            lines[k] = (r0 + r, w0 + w)
-        return Prediction(self.reads + other.reads, self.writes + other.writes, self.dtype_bytes, lines,
-                          {**self.line_bytes, **other.line_bytes})
+        # Each line keeps its own bytes per element, as IOReport's tensors do: a line moved in two precisions
+        # gets an entry per precision, so (a + b).bytes == a.bytes + b.bytes whichever comes first.
+        lines, width = {}, {}
+        for pred in (self, other):
+            for k, (r, w) in pred.by_line.items():
+                b = pred.line_bytes.get(k, pred.dtype_bytes)
+                key = k if width.get(k, b) == b else f"{k} ({b} B/elt)"
+                r0, w0 = lines.get(key, (0, 0))
+                lines[key], width[key] = (r0 + r, w0 + w), b
+        own = {k: b for k, b in width.items() if b != self.dtype_bytes}
+        return Prediction(self.reads + other.reads, self.writes + other.writes, self.dtype_bytes, lines, own)
 
     def __radd__(self, other):
         return self if other == 0 else self.__add__(other)
