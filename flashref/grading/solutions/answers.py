@@ -39,7 +39,7 @@ ANSWERS = {
     "nb07-q2": "no",  # the repeated passes over K, V and Q, dO, dQ hit the 50 MB L2, not DRAM
     "nb07-q3": 0.375,  # (128 − 80) / 128
     # notebooks 08-12
-    "nb08-q1": 'yes',  # 12 kernels, not 7 lines (scale passes, a binary kernel): no N × N pass fits the L2
+    "nb08-q1": 'yes',  # 12 kernels, not 8 lines (scale passes, a binary kernel): no N × N pass fits the L2
     "nb08-q2": 4.5,  # Q once (0.5 MiB), K and V (1 MiB) once per wave: 0.5 + 4 · 1
     "nb08-q3": 46080,  # 45 · 2^20 / 2 bytes / (2 · 128 · 2 bytes per token)
     "nb08-q4": 15.5,  # 262144 / 128 = 2048 row blocks over 132 SMs: 15.52 waves, each one pass over K and V
