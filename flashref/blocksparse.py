@@ -89,6 +89,7 @@ def _problem(Q, K, V, block_mask, opts, where):
     return pb.with_blocks(g.Br, g.Bc), g, check_block_mask(block_mask, g)
 
 
+@overflow_checked("O")
 def forward(Q, K, V, block_mask, **opts) -> ForwardResult:
     """Algorithm 5: ``O = dropout(softmax(MASK(τ QKᵀ) ⊙ 1_M̃)) V`` with the block mask ``M`` (Tr × Tc, bool).
 
@@ -117,7 +118,7 @@ def forward(Q, K, V, block_mask, **opts) -> ForwardResult:
                          density=density(M))
 
 
-@overflow_checked
+@overflow_checked("dQ", "dK", "dV")
 def backward(Q, K, V, O, dO, l, m, block_mask, **opts) -> BackwardResult:
     """Algorithm 4 with Algorithm 5's skip: a zero block of ``M`` is neither loaded nor computed.
 

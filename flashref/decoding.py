@@ -62,8 +62,8 @@ from .problem import (
     _slopes,
     check_finite,
     check_options,
+    overflow_checked,
     positive_int,
-    require_finite,
 )
 from .results import ForwardResult
 from .softmax import finite_or_zero
@@ -106,6 +106,7 @@ def split_bounds(Nk: int, num_splits: int) -> list[tuple[int, int]]:
     return [(s * Nk // num_splits, (s + 1) * Nk // num_splits) for s in range(num_splits)]
 
 
+@overflow_checked("O")
 def forward(Q, K, V, **opts) -> ForwardResult:
     """Split-KV decoding: ``O = dropout(softmax(MASK(scale · Q Kᵀ))) V`` computed in ``num_splits`` chunks.
 
@@ -195,9 +196,8 @@ def _split_item(mem: Memory, fc: FlopCounter, pb: Problem, rows, keys, Bc: int, 
             P_tilde_ij = mem.hold("P_dropped_ij", fc.ew(P_tilde_ij * Z_ij, "dropout"))
         # On chip, O_i ← e^{m_i − m_new} O_i + e^{m̃_ij − m_new} P̃_ij^dropped V_j
         # (unnormalised, as FlashAttention-2: divide by ℓ once, at the end of the chunk)
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
-            O_i = fc.ew(alpha * O_i + beta * fc.matmul(P_tilde_ij, V_j), "rescale O_i", "scale P̃V", "add")
-        O_i = mem.hold("O_i", require_finite(O_i, "the accumulator O_i (with its product P̃_ij V_j)"))
+        O_i = mem.hold("O_i", fc.ew(alpha * O_i + beta * fc.matmul(P_tilde_ij, V_j), "rescale O_i", "scale P̃V",
+                                    "add"))
         m_i = mem.reuse("alpha", "m_i", m_new)
         mem.free("K_j", "V_j", "beta", "P_tilde_ij", "l_tilde_ij", "Z_ij", "P_dropped_ij", "m_new")
     # On chip, O^(s)_i = diag(ℓ_i)⁻¹ O_i (a row that saw no key: ℓ = 0, O stays 0).
@@ -240,10 +240,8 @@ def _merge_pass(mem: Memory, fc: FlopCounter, pb: Problem, S: int, g: blocks.Gri
             b = fc.ew(np.exp(m_s - finite_or_zero(m_new)) * l_s, "subtract", "exp", "multiply")  # partial s
             l_new = fc.ew(a + b, "add")  # (Br, 1)
             # On chip, O ← diag(ℓ^new)⁻¹ (a O + b O^(s))   (Alg.1 l.12 with normalised partials)
-            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
-                O_acc = fc.ew((a * O_acc + b * O_s) / np.where(l_new == 0, 1.0, l_new),
-                              "multiply", "multiply", "add", "divide")
-            O_acc = mem.hold("O_acc", require_finite(O_acc, "the merge of the partials a·O + b·O^(s)"))
+            O_acc = mem.hold("O_acc", fc.ew((a * O_acc + b * O_s) / np.where(l_new == 0, 1.0, l_new),
+                                            "multiply", "multiply", "add", "divide"))
             m, l = mem.hold("m", m_new), mem.hold("l", l_new)
             mem.free("O_s", "m_s", "l_s")
         # Write O_i, ℓ_i, m_i to HBM.
@@ -325,6 +323,7 @@ def footprint_paged(Br: int, page_size: int, d: int) -> int:
     return 2 * Br * d + 2 * page_size * d + Br * page_size + 3 * Br + 1
 
 
+@overflow_checked("O")
 def forward_paged(Q, K_pages, V_pages, block_table, cache_seqlens, **opts) -> ForwardResult:
     """Decoding against a paged KV cache (vLLM's PagedAttention layout, flash-attn's ``block_table``).
 
@@ -410,9 +409,7 @@ def _paged_item(mem, fc, pb, rows, ps, table):
         P_ij = mem.reuse("S_ij", "P_tilde_ij", fc.ew(np.exp(S_ij - m_safe[..., None]), "subtract", "exp"))
         alpha = mem.reuse("m_i", "alpha", fc.ew(np.exp(m_i - m_safe), "subtract", "exp"))
         l_i = mem.hold("l_i", fc.ew(alpha * l_i + fc.rowsum(P_ij), "multiply", "add"))
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
-            O_i = fc.ew(alpha[..., None] * O_i, "rescale") + fc.matmul(P_ij, V_j)
-        O_i = mem.hold("O_i", require_finite(O_i, "the accumulator O_i (with its product P̃_ij V_j)"))
+        O_i = mem.hold("O_i", fc.ew(alpha[..., None] * O_i, "rescale") + fc.matmul(P_ij, V_j))
         m_i = mem.reuse("alpha", "m_i", m_new)
         mem.free("K_j", "V_j", "P_tilde_ij", "m_new", "page_id")
     O_i = mem.hold("O_i", fc.ew(O_i / np.where(l_i == 0, 1.0, l_i)[..., None], "divide"))

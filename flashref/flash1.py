@@ -41,7 +41,7 @@ from . import blocks, masks
 from .flash1_bwd import backward  # Algorithm 4: FlashAttention's backward, in its own module
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import Problem, require_finite
+from .problem import Problem, overflow_checked
 from .results import ForwardResult
 from .softmax import finite_or_zero
 
@@ -62,6 +62,7 @@ def grid(pb: Problem) -> blocks.Grid:
     return blocks.grid_for(pb, footprint)
 
 
+@overflow_checked("O")
 def forward(Q, K, V, **opts) -> ForwardResult:
     """Algorithm 1 (with Algorithm 2's scale τ, MASK and dropout): ``O = dropout(softmax(MASK(τ QKᵀ))) V``.
 
@@ -141,11 +142,9 @@ def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, rows, cols, l
     # l.12: O_i ← diag(ℓ_i^new)⁻¹ (diag(ℓ_i) e^{m_i − m_i^new} O_i + e^{m̃_ij − m_i^new} P̃_ij V_j),
     # written to HBM. A row with ℓ_i^new = 0 (nothing attended yet) keeps O_i = 0: divide by 1.
     inv_l_new = fc.ew(1.0 / np.where(l_new == 0, 1.0, l_new), "divide")  # (Br,), a register: used in this line only
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow of P̃_ij V_j is raised just below, not warned
-        O_i = fc.ew((l_i * alpha * inv_l_new)[..., None] * O_i
-                    + (beta * inv_l_new)[..., None] * fc.matmul(P_tilde_ij, V_j),
-                    "rescale O_i", "scale P̃V", "add")  # (Br, d)
-    O_i = mem.hold("O_i", require_finite(O_i, "O_i, with its product P̃_ij V_j (Alg.1 l.12),"))
+    O_i = mem.hold("O_i", fc.ew((l_i * alpha * inv_l_new)[..., None] * O_i
+                                + (beta * inv_l_new)[..., None] * fc.matmul(P_tilde_ij, V_j),
+                                "rescale O_i", "scale P̃V", "add"))  # (Br, d)
     mem.store("O", O_i, rows=rows, line=lines["write O"])  # Br·d writes
     # l.13: write ℓ_i ← ℓ_i^new, m_i ← m_i^new to HBM.
     mem.store("l", l_new, rows=rows, line=lines["write l, m"])  # Br writes

@@ -81,7 +81,7 @@ def check_stats(pb: Problem, O, dO, l, m):
     return O, dO, l, m
 
 
-@overflow_checked
+@overflow_checked("dQ", "dK", "dV")
 def backward(Q, K, V, O, dO, l, m, **opts) -> BackwardResult:
     """Algorithm 4: gradients of ``O = dropout(softmax(MASK(τ QKᵀ))) V`` from ``O``, ``ℓ`` and ``m``.
 

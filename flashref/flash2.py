@@ -58,7 +58,7 @@ import numpy as np
 from . import blocks, masks, variants
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, overflow_checked, require_finite
+from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, overflow_checked
 from .results import BackwardResult, ForwardResult
 from .softmax import finite_or_zero
 
@@ -155,6 +155,7 @@ def _scores(mem, fc, pb, Q_i, K_j, rows, cols, line, slopes_i=None, keep_dtanh=F
     return S_ij, dtanh_ij
 
 
+@overflow_checked("O")
 def forward(Q, K, V, **opts) -> ForwardResult:
     """Algorithm 1 of FlashAttention-2, with scale τ, mask, bias, dropout, causal block skipping and
     the variants (GQA, window, ALiBi, softcap).
@@ -232,9 +233,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
             # Alg.1 l.10: O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j (the + is the matmul's accumulate).
             # (The paper prints diag(e^{m^(j−1) − m^(j)})^{−1}; the inverse is a typo: the old
             # accumulator must shrink by e^{m_old − m_new} ≤ 1. Issues #991, #2342, #1349.)
-            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
-                O_i = fc.ew(alpha[..., None] * O_i, "rescale") + fc.matmul(P_tilde_ij, V_j)  # (Br, d)
-            O_i = mem.hold("O_i", require_finite(O_i, "the accumulator O_i (with its product P̃_ij V_j)"))
+            O_i = mem.hold("O_i", fc.ew(alpha[..., None] * O_i, "rescale") + fc.matmul(P_tilde_ij, V_j))  # (Br, d)
             m_i = mem.reuse("alpha", "m_i", m_new)
             mem.free("K_j", "V_j", "P_tilde_ij", "m_new")
         # Alg.1 l.11: end for.
@@ -254,7 +253,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
                          block_sizes=(g.Br // G, g.Bc))
 
 
-@overflow_checked
+@overflow_checked("dQ", "dK", "dV")
 def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     """Algorithm 2 of FlashAttention-2 without its redundant loads, with τ, mask, bias, dropout, causal.
 

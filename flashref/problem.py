@@ -258,18 +258,24 @@ def require_finite(X: np.ndarray, what: str, cure: str | None = None) -> np.ndar
     return X
 
 
-def overflow_checked(backward):
-    """``backward`` run with numpy's overflow warnings off, its gradients then checked: its inputs were checked
-    finite, so an inf or NaN in ``dQ``, ``dK`` or ``dV`` is an overflow (dP_ij = dO_i V_jᵀ or dS_ij past the
-    dtype), raised as ``FloatingPointError`` with the cure, never returned with warnings."""
-    @functools.wraps(backward)
-    def checked(*args, **opts):
-        with np.errstate(over="ignore", invalid="ignore"):
-            result = backward(*args, **opts)
-        for name in ("dQ", "dK", "dV"):
-            require_finite(getattr(result, name), f"the gradient {name}")
-        return result
-    return checked
+def overflow_checked(*outputs: str):
+    """A decorator: the algorithm runs with numpy's overflow warnings off, then its ``outputs`` (``"O"`` of a
+    forward; ``"dQ", "dK", "dV"`` of a backward) are checked. Its inputs were checked finite, and a fully masked
+    row gives zeros, so an inf or NaN there is an overflow on the way (an accumulator O_i past the dtype, the
+    merge of partials, dP_ij = dO_i V_jᵀ): raised as ``FloatingPointError`` with the cure, never returned with
+    warnings. An inf never leaves an accumulator once in it (it stays inf, or becomes NaN), so checking the
+    outputs catches every step's overflow; the scores are checked where they are made (:meth:`FlopCounter.scores`),
+    before a mask's -inf is added on purpose."""
+    def decorate(algorithm):
+        @functools.wraps(algorithm)
+        def checked(*args, **opts):
+            with np.errstate(over="ignore", invalid="ignore"):
+                result = algorithm(*args, **opts)
+            for name in outputs:
+                require_finite(getattr(result, name), name if name == "O" else f"the gradient {name}")
+            return result
+        return checked
+    return decorate
 
 
 def check_like(x, name: str, shape: tuple, dtype) -> np.ndarray:

@@ -135,7 +135,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
                          io=mem.report(), flops=fc.report(), events=mem.events)
 
 
-@overflow_checked
+@overflow_checked("dQ", "dK", "dV")
 def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     """Algorithm 3: gradients from the stored softmax ``P`` (the forward's ``.P``)."""
     pb0 = Problem.from_arrays(Q, K, V, where="standard.backward", extra=OPTIONS, **opts)
