@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from . import flash1, flash2, standard
-from .problem import check_options
+from .problem import _bool, check_options
 
 __all__ = ["scaled_dot_product_attention", "ALGORITHMS"]
 
@@ -187,13 +187,6 @@ def _number(x, name: str):
     return x
 
 
-def _check_causal(is_causal) -> bool:
-    # bool(...) would take any value ("no" is truthy): refuse what is not a bool, as PyTorch does
-    if not isinstance(is_causal, (bool, np.bool_)):
-        raise TypeError(f"is_causal: expected True or False, got {is_causal!r}")
-    return bool(is_causal)
-
-
 def _check_finite(t: torch.Tensor, name: str) -> None:
     # checked here so that the error names the front's argument (the algorithms would say Q, K, V)
     if t.numel() and not torch.isfinite(t).all():
@@ -247,7 +240,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise ValueError(f"key: head dimension {key.shape[-1]} does not match query's {query.shape[-1]}")
     if value.shape[-2] != key.shape[-2]:
         raise ValueError(f"value: length {value.shape[-2]} does not match key's {key.shape[-2]}")
-    is_causal = _check_causal(is_causal)
+    is_causal = _bool(is_causal, "is_causal")  # not bool(...): "no" is truthy; PyTorch refuses a non-bool too
     dropout_p, scale = _number(dropout_p, "dropout_p"), _number(scale, "scale")
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, (int, float, np.floating)) \
             or not 0.0 <= dropout_p <= 1.0:

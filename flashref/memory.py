@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Memory", "IOReport", "TensorIO", "Event", "SRAMOverflowError", "io_by_line"]
+__all__ = ["Memory", "IOReport", "TensorIO", "Event", "SRAMOverflowError", "io_by_line", "merge_by_precision"]
 
 
 class SRAMOverflowError(MemoryError):
@@ -88,6 +88,20 @@ class Event:
     direction: str
     elements: int
     line: str = ""
+
+
+def merge_by_precision(entries) -> dict[str, tuple[int, int, int]]:
+    """``{key: (reads, writes, bytes per element)}`` from ``(name, reads, writes, bytes per element)`` entries:
+    counts of one name add up while their precision agrees, and a name met in another precision (an FP8
+    forward's 1-byte Q beside its backward's 2-byte Q) gets a key of its own, ``"Q (2 B/elt)"``. So the bytes of
+    a sum of reports (:class:`IOReport`) or predictions (``iomodel.Prediction``) are the sum of their bytes,
+    whichever is added first."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for name, r, w, b in entries:
+        key = name if out.get(name, (0, 0, b))[2] == b else f"{name} ({b} B/elt)"
+        r0, w0, _ = out.get(key, (0, 0, b))
+        out[key] = (r0 + r, w0 + w, b)
+    return out
 
 
 class Traffic:
@@ -132,20 +146,10 @@ class IOReport(Traffic):
     def __add__(self, other: IOReport) -> IOReport:
         if not isinstance(other, IOReport):
             return NotImplemented
-        # Each tensor's elements keep their own bytes: a tensor moved in two precisions (an FP8 forward's Q
-        # and its backward's fp16 Q, or reports of different dtype_bytes) gets a row per precision, so that
-        # (a + b).bytes == a.bytes + b.bytes whichever comes first.
-        merged, width = {}, {}
-        for rep in (self, other):
-            for name, t in rep.by_tensor.items():
-                b = rep.dtype_bytes if t.dtype_bytes is None else t.dtype_bytes
-                key = name if width.get(name, b) == b else f"{name} ({b} B/elt)"
-                m = merged.setdefault(key, TensorIO())
-                width[key] = b
-                m.reads += t.reads
-                m.writes += t.writes
-        for key, m in merged.items():
-            m.dtype_bytes = None if width[key] == self.dtype_bytes else width[key]
+        # each tensor's elements keep their own bytes per element (a row per precision)
+        merged = merge_by_precision((name, t.reads, t.writes, t.dtype_bytes or rep.dtype_bytes)
+                                    for rep in (self, other) for name, t in rep.by_tensor.items())
+        merged = {k: TensorIO(r, w, None if b == self.dtype_bytes else b) for k, (r, w, b) in merged.items()}
         lines = dict(self.by_line)
         for line, (r, w) in other.by_line.items():
             r0, w0 = lines.get(line, (0, 0))

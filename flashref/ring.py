@@ -64,14 +64,19 @@ def min_length(layout: str, world_size: int) -> int:
     return 2 * world_size if layout == "zigzag" else world_size
 
 
+def check_length(N: int, world_size: int, layout: str) -> None:
+    """Refuse a sequence too short for ``layout`` to give every device a token (:func:`min_length`)."""
+    if N < min_length(layout, world_size):
+        raise ValueError(f"N: the {layout} layout over world_size={world_size} needs at least "
+                         f"{min_length(layout, world_size)} tokens (one per "
+                         f"{'chunk' if layout == 'zigzag' else 'device'}), got N={N}")
+
+
 def positions(N: int, world_size: int, layout: str = "contiguous") -> list[np.ndarray]:
     """The global token indices each device holds, in the order it holds them (increasing)."""
     N, P = positive_int(N, "N"), positive_int(world_size, "world_size")
     check_layout(layout)
-    if N < min_length(layout, P):
-        raise ValueError(f"N: the {layout} layout over world_size={P} needs at least "
-                         f"{min_length(layout, P)} tokens (one per {'chunk' if layout == 'zigzag' else 'device'}), "
-                         f"got N={N}")
+    check_length(N, P, layout)
     tokens = np.arange(N)
     if layout == "contiguous":
         return np.array_split(tokens, P)

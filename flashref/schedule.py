@@ -82,13 +82,12 @@ class ScanKernel:
 
     def grid_order(self):
         """(head, block) of every CTA in the order the hardware launches them."""
-        T = self.ctas_per_head
-        if self.heads_first:
-            return [(h, self.launch[p]) for p in range(T) for h in range(self.heads)]
-        return [(h, self.launch[p]) for h in range(self.heads) for p in range(T)]
+        heads, blocks = self.grid_arrays()
+        return list(zip(heads.tolist(), blocks.tolist()))
 
     def grid_arrays(self):
-        """:meth:`grid_order` as two integer arrays (heads, blocks): the closed form's fast path."""
+        """The launch order as two integer arrays (heads, blocks): heads fastest when ``heads_first``, else each
+        head's blocks in ``launch`` order, head by head."""
         import numpy as np
         T, H = self.ctas_per_head, self.heads
         block = np.asarray(self.launch, dtype=np.int64)

@@ -50,6 +50,8 @@ import functools
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import exp2 as _exp2
 
 LOG2E = 1.4426950408889634
@@ -173,8 +175,7 @@ def _is_set(value) -> bool:
     enable_gqa=False); anything else (a tensor of ALiBi slopes, a window) is set."""
     if value is None:
         return False
-    # numbers.Number takes numpy's scalars too (np.float32(0.0) asks for nothing); numpy's bool_ has .item()
-    if isinstance(value, numbers.Number) or type(value).__name__ in ("bool_", "bool"):
+    if isinstance(value, (numbers.Number, np.bool_)):  # numpy's scalars too: np.float32(0.0) asks for nothing
         return bool(value)
     return True
 

@@ -39,6 +39,22 @@ RAW_SPAWN = ("_posixsubprocess", "_winapi")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
+def snapshot(classes) -> dict:
+    """The attributes of ``classes`` now (the counters' and the kernels' classes), for :func:`patched`."""
+    return {cls: dict(vars(cls)) for cls in classes}
+
+
+def patched(snap: dict):
+    """``(class name, attribute)`` of the first attribute of a :func:`snapshot`'s classes replaced, added or
+    removed since it was taken, else None."""
+    for cls, before in snap.items():
+        now = dict(vars(cls))
+        changed = sorted(k for k in set(before) | set(now) if before.get(k) is not now.get(k))
+        if changed:
+            return cls.__name__, changed[0]
+    return None
+
+
 def _inside(path, folder):
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 

@@ -72,20 +72,17 @@ def main(cases_path, student_path, out_path):
 
     builder.create_masked_load, builder.create_masked_store = load, store
     kernel_types = tuple(t for t in (getattr(interpreter, "InterpretedFunction", None), JITFunction) if t)
-    watched = {cls: dict(vars(cls)) for cls in set(kernel_types) | {builder, getattr(interpreter, "GridExecutor",
-                                                                                         builder)}}
-
-    def check_intact(when):
-        for cls, before in watched.items():
-            now = dict(vars(cls))
-            changed = sorted(k for k in set(before) | set(now) if before.get(k) is not now.get(k))
-            if changed:
-                refuse(f"{cls.__name__}.{changed[0]} was changed {when}: the interpreter and its load/store "
-                       f"counters are the grader's, and patching them is refused")
-
     spec = importlib.util.spec_from_file_location(_guard_name(), os.path.join(_HERE, "_guard.py"))
     guard = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(guard)
+    watched = guard.snapshot(set(kernel_types) | {builder, getattr(interpreter, "GridExecutor", builder)})
+
+    def check_intact(when):
+        change = guard.patched(watched)
+        if change:
+            refuse(f"{change[0]}.{change[1]} was changed {when}: the interpreter and its load/store "
+                   f"counters are the grader's, and patching them is refused")
+
     readable = [student_path, importlib.util.cache_from_source(student_path), os.path.abspath(__file__),
                 os.path.join(_HERE, "_guard.py")]  # the student's file, and this script's own (tracebacks)
     guard.install(refuse, package_root=_PKG, readable=readable, writable_dir=None, blocked=("flashref",),

@@ -206,8 +206,7 @@ def main(fd):
         return [int(r[0]), int(r[1])]
 
     # The classes whose methods count: remembered now, compared after the student's call.
-    watched = {cls: dict(vars(cls)) for cls in (fm.Memory, fm.IOReport, fm.TensorIO)}
-    watched[StudentMemory] = dict(vars(StudentMemory))
+    watched = guard.snapshot((fm.Memory, fm.IOReport, fm.TensorIO, StudentMemory))
 
     start, _ = _recv(sock)
     job = pickle.loads(bytes.fromhex(start["job"]))  # from the grader: trusted
@@ -273,13 +272,11 @@ def main(fd):
             _send(sock, {"op": "error", "stage": "run", "message": f"{type(e).__name__}: {e}",
                          "traceback": _student_tb(job["path"])})
             return
-        for cls, before in watched.items():
-            now = dict(vars(cls))
-            changed = sorted(k for k in set(before) | set(now) if before.get(k) is not now.get(k))
-            if changed:
-                _send(sock, {"op": "refused", "message": f"{cls.__name__}.{changed[0]} was changed: the counter "
-                                                          f"is the grader's, and patching it is refused"})
-                return
+        change = guard.patched(watched)
+        if change:
+            _send(sock, {"op": "refused", "message": f"{change[0]}.{change[1]} was changed: the counter "
+                                                      f"is the grader's, and patching it is refused"})
+            return
         try:
             check_intact()
         except Refused:

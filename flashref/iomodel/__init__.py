@@ -31,7 +31,7 @@ from .. import lowp as _lowp
 from .. import standard as _standard
 from .. import variants as _variants
 from ..blocks import Grid
-from ..memory import Traffic
+from ..memory import Traffic, merge_by_precision
 from ..problem import VARIANT_OPTIONS, Problem
 
 __all__ = ["Prediction", "predict", "predict_varlen", "predict_paged", "grid", "block_sizes", "dram",
@@ -85,16 +85,11 @@ class Prediction(Traffic):
         """Predictions add as reports do (a varlen batch, a forward plus its backward)."""
         if not isinstance(other, Prediction):
             return NotImplemented
-        # Each line keeps its own bytes per element, as IOReport's tensors do: a line moved in two precisions
-        # gets an entry per precision, so (a + b).bytes == a.bytes + b.bytes whichever comes first.
-        lines, width = {}, {}
-        for pred in (self, other):
-            for k, (r, w) in pred.by_line.items():
-                b = pred.line_bytes.get(k, pred.dtype_bytes)
-                key = k if width.get(k, b) == b else f"{k} ({b} B/elt)"
-                r0, w0 = lines.get(key, (0, 0))
-                lines[key], width[key] = (r0 + r, w0 + w), b
-        own = {k: b for k, b in width.items() if b != self.dtype_bytes}
+        # each line keeps its own bytes per element, as IOReport's tensors do (a line per precision)
+        merged = merge_by_precision((k, r, w, pred.line_bytes.get(k, pred.dtype_bytes))
+                                    for pred in (self, other) for k, (r, w) in pred.by_line.items())
+        lines = {k: (r, w) for k, (r, w, _) in merged.items()}
+        own = {k: b for k, (_, _, b) in merged.items() if b != self.dtype_bytes}
         return Prediction(self.reads + other.reads, self.writes + other.writes, self.dtype_bytes, lines, own)
 
     def __radd__(self, other):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import hardware
-from ..ring import CommReport, min_length
+from ..ring import CommReport, check_layout, check_length
 
 __all__ = ["shard_lengths", "comm", "ring_bytes_per_rank", "ulysses_bytes_per_rank", "min_tokens_per_device",
            "overlap", "NVLINK", "NVLINK_SOURCES"]
@@ -57,18 +57,13 @@ def _pos(x, name):
 def shard_lengths(N: int, world_size: int, layout: str = "contiguous") -> list[int]:
     """Tokens each device holds (equals ``[len(p) for p in ring.positions(N, P, layout)]``)."""
     N, P = _pos(N, "N"), _pos(world_size, "world_size")
-    if layout in ("contiguous", "zigzag", "striped") and N < min_length(layout, P):
-        # the same refusal as ring.positions: some device would hold no token
-        raise ValueError(f"N: the {layout} layout over world_size={P} needs at least {min_length(layout, P)} "
-                         f"tokens (one per {'chunk' if layout == 'zigzag' else 'device'}), got N={N}")
+    check_length(N, P, check_layout(layout))  # ring.positions' refusals: an unknown layout, too few tokens
     if layout == "contiguous":
         return [N // P + (r < N % P) for r in range(P)]
     if layout == "zigzag":
         c = [N // (2 * P) + (k < N % (2 * P)) for k in range(2 * P)]
         return [c[r] + c[2 * P - 1 - r] for r in range(P)]
-    if layout == "striped":
-        return [-(-(N - r) // P) for r in range(P)]
-    raise ValueError(f"layout: expected one of ('contiguous', 'zigzag', 'striped'), got {layout!r}")
+    return [-(-(N - r) // P) for r in range(P)]  # striped (check_layout refused any other)
 
 
 def comm(direction: str, *, N: int, d: int, world_size: int, layout: str = "contiguous", heads: int = 1,
