@@ -97,6 +97,10 @@ def test_plan_checks_the_tiles():
     assert kernel3._parse_tiles("128,128,8,3,pp,persist") == per
     assert plan(128, 4096, 4096, "float16", False, tiles=per) == (per, None)
     assert "persistent" in plan(128, 4096, 4096, "float16", False, tiles=Tiles3(128, 128, 8, 2, persistent=True))[1]
+    qr = Tiles3(128, 128, 8, 3, pingpong=True, persistent=True, q_regs=True)
+    assert kernel3._parse_tiles("128,128,8,3,pp,persist,qregs") == qr
+    assert plan(64, 4096, 4096, "float16", False, tiles=qr) == (qr, None)
+    assert "q_regs" in plan(64, 4096, 4096, "float16", False, tiles=Tiles3(64, 128, 4, 2, q_regs=True))[1]
 
 
 def test_unavailable_says_why_on_this_machine():
@@ -225,6 +229,20 @@ def test_kernel3_persistent_equals_one_program_per_tile(d, causal, dtype):
     for hf in (False, True):  # heads first: the other tile order
         oh, _ = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=replace(t, heads_first=hf))
         assert torch.equal(oh, o1)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,N,causal,dtype", [g for g in GRID if g[1] in (256, 2048)])
+def test_kernel3_q_in_registers_two_oracles(d, N, causal, dtype):
+    """Tiles3.q_regs: each warpgroup's Q_i loaded into registers once, the A operand of every S product. The
+    oracle, and bit-equality with the same tiles reading Q_i from shared memory (the same products)."""
+    t = Tiles3(128, 128, 8, 3, pingpong=True, q_regs=True)
+    o, L2 = _check3(2, 3, N, d, dtype, causal, seed=d + N + 41, tiles=t)
+    _check3(1, 2, N, d, dtype, causal, seed=43, scale=4.0, tiles=replace(t, persistent=not causal))
+    q, k, v, _ = _inputs(2, 3, N, N, d, dtype, d + N + 41)
+    o1, L21 = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=replace(t, q_regs=False))
+    assert torch.equal(o, o1) and torch.equal(L2, L21)
 
 
 @needs_k3
@@ -495,6 +513,14 @@ def test_separate_plan():
     assert "pipe=True needs dq=0" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
                                                       tiles=TilesB(64, 128, 2, dq=2, pipe=True))[1]
     assert TilesB(64, 128, 3, dq=0).smem_bytes(64) - piped.smem_bytes(64) == 2 * 2 * 128 * 64 + 8 * 2
+    tma = TilesB(64, 128, 4, dq=4, pipe=True)  # each warpgroup's dQ by a TMA reduce-add (d = 64)
+    assert kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=tma) == (tma, None)
+    for bad in (replace(tma, block_m=128), replace(tma, vec4=True)):
+        assert "dq=4: BLOCK_M=64" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=bad)[1]
+    # one dS_ijᵀ buffer (64 keys x BLOCK_M) and one fp32 dQ_i staging tile (BLOCK_M x d) per warpgroup
+    assert tma.smem_bytes(64) - replace(tma, dq=0).smem_bytes(64) == 2 * 64 * 64 * 2 + 2 * 64 * 64 * 4
+    assert "kv_regs=True needs pipe=True" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
+                                                             tiles=TilesB(64, 128, 3, dq=0, kv_regs=True))[1]
     assert "persistent=True needs pipe=True" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
                                                                 tiles=TilesB(64, 128, 3, dq=0, persistent=True))[1]
 
@@ -506,6 +532,10 @@ def test_parse_tiles():
                                                                            pipe=True)
     assert kernel3_bwd._parse_tiles("64,128,4,0,0,128,3,1,1,1")[1] == TilesB(64, 128, 4, 0, False, TilesQ(128, 3, True),
                                                                              pipe=True, persistent=True)
+    assert kernel3_bwd._parse_tiles("64,128,4,0,0,128,3,1,1,0,kv_regs=1,qdo_regs=1")[1] == TilesB(
+        64, 128, 4, 0, False, TilesQ(128, 3, True, qdo_regs=True), pipe=True, kv_regs=True)
+    with pytest.raises(ValueError, match="kv_reg"):
+        kernel3_bwd._parse_tiles("64,128,4,kv_reg=1")
 
 
 def test_deterministic_attention_falls_back_where_the_dq_kernel_cannot():
@@ -538,7 +568,10 @@ PIPE_VARIANTS = [TilesB(64, 128, 2, dq=0, dq_tiles=TilesQ(128, 3), pipe=True),
                  TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4), pipe=True),
                  # 128 query rows a step (d = 64 only): P kept in the input dtype
                  TilesB(128, 128, 2, dq=0, dq_tiles=TilesQ(128, 3)),
-                 TilesB(128, 128, 3, dq=0, dq_tiles=TilesQ(128, 3))]
+                 TilesB(128, 128, 3, dq=0, dq_tiles=TilesQ(128, 3)),
+                 # the A operands of S and dP in registers: K_j, V_j in the dK/dV kernel, Q_i, dO_i in the dQ kernel
+                 TilesB(64, 128, 4, dq=0, dq_tiles=TilesQ(128, 3, qdo_regs=True), pipe=True, kv_regs=True),
+                 TilesB(64, 128, 4, dq=0, dq_tiles=TilesQ(64, 4, qdo_regs=True), pipe=True, kv_regs=True)]
 
 
 @needs_k3
@@ -551,6 +584,31 @@ def test_kernel3_separate_backward_variants(tiles, causal):
             if kernel3_bwd.plan(d, N, N, "float16", causal, tiles=tiles)[1] is None:
                 _check_bwd(2, 3, N, d, torch.float16, causal, seed=d + N + 3, tiles=tiles)
                 _check_bwd(1, 2, N, d, torch.float16, causal, seed=d + N + 4, scale=4.0, tiles=tiles)
+
+
+# FlashAttention-3's dQ (TilesB.pipe with dq = 4): the pipelined dK/dV kernel adds each warpgroup's dQ_i by one
+# TMA reduce-add a step (d = 64; Q/dO stages 2-4, and persistent)
+TMA_DQ = TilesB(64, 128, 4, dq=4, pipe=True)
+TMA_DQ_VARIANTS = [replace(TMA_DQ, stages=2), replace(TMA_DQ, stages=3), replace(TMA_DQ, persistent=True)]
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,N,causal,dtype", [g for g in BWD_GRID if g[0] == 64])
+def test_kernel3_tma_dq_backward_two_oracles(d, N, causal, dtype):
+    _check_bwd(2, 3, N, d, dtype, causal, seed=d + N + causal + 23, tiles=TMA_DQ)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("tiles", TMA_DQ_VARIANTS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel3_tma_dq_variants(tiles, causal):
+    # 640 rows: ten row blocks, a column block's dQ reduce-adds land on rows other programs add to at once;
+    # 16 heads at N = 2048: 512 column blocks, 3-4 a persistent program
+    for B, H, N in ((2, 3, 128), (2, 3, 640), (1, 16, 2048)):
+        _check_bwd(B, H, N, 64, torch.float16, causal, seed=N + causal + 29, tiles=tiles)
+    _check_bwd(1, 2, 640, 64, torch.float16, causal, seed=31, scale=4.0, tiles=tiles)
 
 
 @needs_k3

@@ -75,6 +75,7 @@ class Tiles3:
     # none. On an H100 every fraction was slower (0.82-0.99x; figures/gpu/NOTES.md)
     emu: int = 0
     persistent: bool = False  # pingpong: one program per SM looping over the tiles (FA3's static tile scheduler)
+    q_regs: bool = False  # pingpong: Q_i (a warpgroup's 64 rows) as the S product's A operand in registers
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Shared memory the tiles take: Q_i (reused for O_i's store) and STAGES slots of K_j and V_j."""
@@ -202,6 +203,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, "pingpong: two consumer warpgroups of 64 rows each (BLOCK_M=128, 8 warps)"
     if t.persistent and not t.pingpong:
         return None, "persistent: the pingpong version only (its producer warp streams the next tile's loads)"
+    if t.q_regs and not t.pingpong:
+        return None, "q_regs: the pingpong version only"
     if t.emu not in (0, 2, 4, 8) or (t.emu and not t.pingpong):
         return None, f"emu={t.emu}: 0, or 2, 4 or 8 with pingpong (every emu-th step's exponentials on the FMA units)"
     if t.warps & (t.warps - 1) or t.warps < 4:
@@ -542,6 +545,7 @@ if _MODS is not None:
         EMU: gl.constexpr = cfg.shape[0]
         CAUSAL: gl.constexpr = cfg.shape[1] == 2
         HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
+        Q_REGS: gl.constexpr = cfg.shape[3] == 2
         my_turn, other_turn = _k3_turns(turn0, turn1, WG)
         q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i
         it = 0
@@ -556,10 +560,14 @@ if _MODS is not None:
             m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
             # FA3 Alg.2 l.3: wait for Q_i and K_0.
             mbarrier.wait(q_bar, tc & 1)
+            if Q_REGS:  # Tiles3.q_regs: Q_i into registers once, the A operand of every S product of the tile
+                q_a = q_c.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
+            else:
+                q_a = q_c
             mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
             # FA3 Alg.2 l.4 = FA2 Alg.1 l.8: S_cur = Q_i K_0ᵀ; commit and wait (one issue of the ping-pong).
             _k3_turn(my_turn, tt, WG == 0)
-            S_tok = warpgroup_mma(q_c, k_smem.index(it % STAGES).permute((1, 0)),
+            S_tok = warpgroup_mma(q_a, k_smem.index(it % STAGES).permute((1, 0)),
                                   gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
             mbarrier.arrive(other_turn, count=1)
             S = warpgroup_mma_wait(0, deps=(S_tok,))
@@ -579,7 +587,7 @@ if _MODS is not None:
                 mbarrier.wait(v_ready.index(sp), ((it + j - 1) // STAGES) & 1)
                 _k3_turn(my_turn, tt + j, WG == 0)
                 # FA3 Alg.2 l.9 = FA2 Alg.1 l.8: S_next = Q_i K_jᵀ; commit, do not wait.
-                S_tok = warpgroup_mma(q_c, k_smem.index(s).permute((1, 0)),
+                S_tok = warpgroup_mma(q_a, k_smem.index(s).permute((1, 0)),
                                       gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
                 # FA3 Alg.2 l.11 = FA2 Alg.1 l.10: O_i += P̃_cur V_{j−1}; commit, do not wait.
                 O_tok = warpgroup_mma(P, v_smem.index(sp), O, is_async=True)
@@ -642,7 +650,8 @@ if _MODS is not None:
     def _k3ws_fwd_kernel(desc_q, desc_k, desc_v, desc_o, L2, N, qk_scale, BH,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                          CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, EMU: gl.constexpr,
-                         PERSISTENT: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                         PERSISTENT: gl.constexpr, Q_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                         num_warps: gl.constexpr):
         # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0,
         # worker 0 consumer warpgroup 1, worker 1 the producer warp. Not persistent: one program per tile
         # (row block i of one (batch, head)), the grid (Tr, BH) or (BH, Tr). Persistent (FA3's tile scheduler,
@@ -663,8 +672,8 @@ if _MODS is not None:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        cfg = gl.allocate_shared_memory(gl.int8, [EMU + (EMU == 0), 1 + CAUSAL, 1 + HEADS_FIRST],
-                                        gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
+        cfg = gl.allocate_shared_memory(gl.int8, [EMU + (EMU == 0), 1 + CAUSAL, 1 + HEADS_FIRST, 1 + Q_REGS],
+                                        gl.SwizzledSharedLayout(1, 1, 1, order=[3, 2, 1, 0]))
         mbarrier.init(q_bar, count=1)
         mbarrier.init(q_empty, count=2)  # one arrival from each consumer warpgroup, after its O store
         mbarrier.init(turn0, count=1)
@@ -688,7 +697,7 @@ if _MODS is not None:
 
 def _gl_dtype(torch_dtype):
     import torch
-    return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[torch_dtype]
+    return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[torch_dtype]
 
 
 def descriptor(x, rows: int):
@@ -734,7 +743,8 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
             grid = (min(B * H * Tr, _num_sms(q.device)),)
         _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                                BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
-                               EMU=t.emu, PERSISTENT=t.persistent, CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
+                               EMU=t.emu, PERSISTENT=t.persistent, Q_REGS=t.q_regs, CONSUMER_REGS=PINGPONG_REGS,
+                               num_warps=4)
     else:
         _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                              BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
@@ -893,13 +903,14 @@ def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, b
 
 def _parse_tiles(text: str) -> Tiles3:
     """``BM,BN,warps,stages`` then optional flags: ``pp`` (pingpong: producer warp + two consumer warpgroups),
-    ``hf`` / ``nohf`` (causal grid heads first or not), ``emuK`` (Tiles3.emu = K), ``persist`` (persistent)."""
+    ``hf`` / ``nohf`` (causal grid heads first or not), ``emuK`` (Tiles3.emu = K), ``persist`` (persistent),
+    ``qregs`` (Tiles3.q_regs)."""
     parts = text.split(",")
     flags = set(parts[4:])
     hf = True if "hf" in flags else False if "nohf" in flags else None
     emu = [int(f[3:]) for f in flags if f.startswith("emu")]
     return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf, emu=emu[0] if emu else 0,
-                  persistent="persist" in flags)
+                  persistent="persist" in flags, q_regs="qregs" in flags)
 
 
 def _sweep_fns(q, k, v, causal, configs, dtype_name):

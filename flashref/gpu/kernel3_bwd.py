@@ -38,6 +38,18 @@ and with ``TilesB.pipe`` 1.02x it on average). ``TilesB.pipe`` (the d = 64 defau
 the dQ kernel is: step i issues S, dP of row block i with dV, dK of row block i−1, and the two warpgroups take
 turns at issuing.
 
+**FlashAttention-3's dQ** (``TilesB.pipe`` with ``dq = 4``, d = 64): the pipelined dK/dV kernel adds dQ itself,
+as FA3 does, without an atomic instruction per element. Each warpgroup keeps dS_ijᵀ of its 64 keys in shared
+memory, computes dQ_i = dS_ij K_j over those keys with the step's other products, stages it (fp32) in shared memory
+and adds it into the fp32 dQ in HBM with one TMA reduce-add (``cp.reduce.async.bulk.tensor ... .add``, the adds
+done in L2; Gluon 3.6 has no wrapper for it, so :func:`_tma_reduce_add` calls its builder). Five products a step
+pair instead of the separate backward's seven, no second pass over K and V. Measured on an H100 it ties with the
+default (0.97-1.04x; figures/gpu/NOTES.md): not the default.
+
+``TilesB.kv_regs`` (K_j, V_j) and ``TilesQ.qdo_regs`` (Q_i, dO_i) load the S and dP products' A operand into
+registers once instead of reading it from shared memory at every step: tried to relieve shared-memory
+bandwidth, measured no faster (figures/gpu/NOTES.md), kept as options.
+
 kernel 2's pre-pass (D = rowsum(dO ∘ O), and dQ = 0 for the atomic path) and, for the atomic path, its
 dq_scale kernel run unchanged around it (:func:`backward`). It takes what kernel 3's forward takes (d in
 {64, 128}, fp16/bf16, Nq = Nk a multiple of the tiles, no options; :func:`plan`);
@@ -66,6 +78,9 @@ class TilesQ:
     block_n: int = 128
     stages: int = 2
     pingpong: bool = True
+    # Q_i and dO_i as the S and dP products' A operand in registers (loaded once), not read from shared memory
+    # by every step's products: each step's wgmmas then read only K_j, V_j (and dS from registers)
+    qdo_regs: bool = False
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Q_i and dO_i (128 rows each), STAGES slots of K_j and V_j, the mbarriers."""
@@ -80,19 +95,23 @@ class TilesB:
     block_m: int = 64
     block_n: int = 128
     stages: int = 2
-    dq: int = 1  # 1 dQ_i split by columns between the warpgroups, this step; 2 the same a step later; 4 per warpgroup;
+    dq: int = 1  # 1 dQ_i split by columns between the warpgroups, this step; 2 the same a step later; 4 per warpgroup
+    #              (with pipe: per warpgroup, added by one TMA reduce-add a step, FA3's dQ);
     #              0 no dQ here: the separate dQ kernel (FA2 §3.2's other option, no atomics) computes it
     vec4: bool = False  # dQ's atomic adds 16 bytes wide (a layout conversion through shared memory first)
     dq_tiles: TilesQ = TilesQ()  # dq = 0: the dQ kernel's tiles
-    pipe: bool = False  # dq = 0 only: dV, dK of row block i−1 issued with S, dP of row block i, warpgroups in turns
+    pipe: bool = False  # dq = 0 or 4: dV, dK (and dQ) of row block i−1 issued with S, dP of row block i, in turns
     persistent: bool = False  # pipe only: one dK/dV program per SM, looping over the column blocks
+    kv_regs: bool = False  # pipe only: K_j, V_j (this warpgroup's keys) as the S, dP products' A operand in registers
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
-        """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ (not with pipe); the mbarriers (K/V full and
+        """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ (not with pipe; with pipe and dq = 4 one per
+        warpgroup, and each warpgroup's fp32 dQ_i staged for its TMA reduce-add); the mbarriers (K/V full and
         empty, Q/dO full and empty per slot, dS full and empty or the two turns); vec4: the fp32 dQ of both
         warpgroups, the layout conversion's scratch."""
-        ds = 0 if self.pipe else 2 * self.block_n * self.block_m
-        return elem * (2 * self.block_n * d + 2 * self.stages * self.block_m * d + ds) \
+        ds = (self.block_n * self.block_m if self.dq else 0) if self.pipe else 2 * self.block_n * self.block_m
+        staged = 2 * self.block_m * d * 4 if self.pipe and self.dq else 0
+        return elem * (2 * self.block_n * d + 2 * self.stages * self.block_m * d + ds) + staged \
             + 8 * (2 + 2 * self.stages + (2 if self.pipe else 4)) + (4 * self.block_m * d if self.vec4 else 0)
 
 
@@ -138,10 +157,15 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     if t.dq not in (0, 1, 2, 4):
         return None, (f"dq={t.dq}: 0 (a separate dQ kernel), 1 (split by columns), 2 (the same, a step later) "
                       "or 4 (per warpgroup)")
-    if t.pipe and t.dq != 0:
-        return None, f"pipe=True needs dq=0 (the dK/dV kernel without dQ), not dq={t.dq}"
+    if t.pipe and t.dq not in (0, 4):
+        return None, (f"pipe=True needs dq=0 (the dK/dV kernel without dQ) or dq=4 (each warpgroup's dQ by a TMA "
+                      f"reduce-add), not dq={t.dq}")
+    if t.pipe and t.dq and (t.block_m != 64 or t.vec4):
+        return None, "pipe=True with dq=4: BLOCK_M=64 (dQ_i of 64 rows a warpgroup in registers), no vec4"
     if t.persistent and not t.pipe:
         return None, "persistent=True needs pipe=True (the tile loop is the pipelined consumers')"
+    if t.kv_regs and not t.pipe:
+        return None, "kv_regs=True needs pipe=True (the pipelined consumers load K_j, V_j into registers)"
     if t.smem_bytes(d) > SMEM_LIMIT:
         return None, f"tiles {t} need {t.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
     if t.dq == 0:
@@ -161,6 +185,9 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
 # --------------------------------------------------------------------------------------------
 
 if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
+    from triton._C.libtriton import ir as _ir
+    from triton.experimental.gluon.language._core import builtin as _builtin
+
     from .kernel3 import (
         _k3_kv_blocks,
         _k3_program_tiles,
@@ -174,6 +201,16 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         warpgroup_mma,
         warpgroup_mma_wait,
     )
+
+    @_builtin
+    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        # TMA's bulk reduce-add (cp.reduce.async.bulk.tensor ... .add): the copy engine adds a shared-memory tile
+        # into global memory, element by element, the adds done in L2. Gluon 3.6's hopper.tma wraps the plain
+        # store (async_copy_shared_to_global) but not this sibling op, so this calls its builder as that wrapper
+        # does; tma.store_wait waits for it like for a store.
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                  src.handle)
 
     @gluon.jit
     def _k3b_row_block(t, i0, Tr, CAUSAL: gl.constexpr):
@@ -455,15 +492,35 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         return P
 
     @gluon.jit
+    def _k3b_dq_reduce(dQ, dq_w, desc_dq, row, ds_w, dS):
+        # FA2 Alg.2 l.15 (FA3's dQ): this warpgroup's dQ_i' (its 64 keys' share) to HBM by one TMA reduce-add
+        # into the fp32 dQ, the adds done in L2 (no atomic instruction per element); then dS_ijᵀ into shared
+        # memory for the next step's dQ product. The caller has waited for every product that read ds_w, and
+        # its arrive on the Q/dO slot synchronised the warpgroup. First, the previous reduce-add must have read
+        # dq_w (store_wait), for every thread of the warpgroup (the barrier).
+        tma.store_wait(0)
+        gl.thread_barrier()
+        dq_w.store(dQ)
+        if dS is not None:
+            ds_w.store(dS)
+        fence_async_shared()
+        gl.thread_barrier()
+        _tma_reduce_add(desc_dq, [row, 0], dq_w)
+
+    @gluon.jit
     def _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale,
-                           WG: gl.constexpr):
-        # FA2 Alg.2 l.5-19 without l.15 (TilesB.pipe, dq = 0) on keys [start_n + 64·WG, + 64) of each of this
-        # program's column blocks j, in the dQ kernel's order (FA3 Alg.2's software pipeline): step t issues
-        # S_ijᵀ and dP_ijᵀ of row block i = the t-th together with the previous row block's
-        # dV_j += P_i'jᵀ dO_i' and dK_j += dS_i'jᵀ Q_i' (P, dS from registers), then computes P_ijᵀ and dS_ijᵀ
-        # under them. The two warpgroups take turns at issuing (pingpong), so one's exponentials run under the
-        # other's products. The Q/dO slot of step t is released in step t + 1, after the products that read it.
+                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem,
+                           desc_dq, WG: gl.constexpr):
+        # FA2 Alg.2 l.5-19 (TilesB.pipe) on keys [start_n + 64·WG, + 64) of each of this program's column
+        # blocks j, in the dQ kernel's order (FA3 Alg.2's software pipeline): step t issues S_ijᵀ and dP_ijᵀ of
+        # row block i = the t-th together with the previous row block's dV_j += P_i'jᵀ dO_i' and
+        # dK_j += dS_i'jᵀ Q_i' (P, dS from registers), then computes P_ijᵀ and dS_ijᵀ under them. The two
+        # warpgroups take turns at issuing (pingpong), so one's exponentials run under the other's products.
+        # The Q/dO slot of step t is released in step t + 1, after the products that read it.
+        # dq = 0: no l.15 here (the dQ kernel computes it). dq = 4 (TMA_DQ): l.15 too, as FlashAttention-3
+        # does it: with the previous row block's products, dQ_i' = dS_i'j K_j over this warpgroup's 64 keys
+        # (dS_i'jᵀ from shared memory, written a step before), added into an fp32 dQ in HBM by a TMA
+        # reduce-add (_k3b_dq_reduce).
         # it counts the Q/dO pairs of every tile so far (slot it % STAGES), tt this warpgroup's issues (the
         # turns), tc the tiles (K_j, V_j's phase).
         STAGES: gl.constexpr = q_smem.shape[0]
@@ -471,6 +528,9 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         HEAD_D: gl.constexpr = q_smem.shape[2]
         BLOCK_N: gl.constexpr = k_smem.shape[0]
         CAUSAL: gl.constexpr = cfg.shape[0] == 2
+        TMA_DQ: gl.constexpr = cfg.shape[1] == 2
+        KV_REGS: gl.constexpr = cfg.shape[2] == 2
+        MORE: gl.constexpr = cfg.shape[1] - 1  # products in flight beyond dq = 0's: the dQ product
         KEYS: gl.constexpr = 64
         dtype: gl.constexpr = q_smem.dtype
         st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -483,6 +543,9 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         Tr = N // BLOCK_M
         k_w = k_smem.slice(WG * KEYS, KEYS)  # this warpgroup's keys of K_j, V_j
         v_w = v_smem.slice(WG * KEYS, KEYS)
+        if TMA_DQ:
+            ds_w = ds_smem.index(WG)  # this warpgroup's dS_i'jᵀ (64 keys x BLOCK_M rows), for dQ's product
+            dq_w = dq_smem.index(WG)  # its fp32 dQ_i' (BLOCK_M x d), staged for the TMA reduce-add
         it = 0
         tt = 0
         tc = 0
@@ -497,6 +560,13 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             dV = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
             # FA2 Alg.2 l.6: wait for K_j, V_j.
             mbarrier.wait(kv_bar, tc & 1)
+            if KV_REGS:  # this warpgroup's K_j, V_j into registers once, the A operand of every S, dP product
+                ka_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=st_layout, k_width=2)
+                k_a = k_w.load(ka_layout)
+                v_a = v_w.load(ka_layout)
+            else:
+                k_a = k_w
+                v_a = v_w
             # Step 0 (FA2 Alg.2 l.8, the first row block i0): l.9 L_i, D_i; wait for Q_i, dO_i.
             s0 = it % STAGES
             offs_m = i0 * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
@@ -505,9 +575,9 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             mbarrier.wait(qd_ready.index(s0), (it // STAGES) & 1)
             _k3_turn(my_turn, tt, WG == 0)
             # FA2 Alg.2 l.10: S_ijᵀ = K_j Q_iᵀ; l.13: dP_ijᵀ = V_j dO_iᵀ; commit both.
-            S_tok = warpgroup_mma(k_w, q_smem.index(s0).permute((1, 0)),
+            S_tok = warpgroup_mma(k_a, q_smem.index(s0).permute((1, 0)),
                                   gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
-            dP_tok = warpgroup_mma(v_w, do_smem.index(s0).permute((1, 0)),
+            dP_tok = warpgroup_mma(v_a, do_smem.index(s0).permute((1, 0)),
                                    gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
             mbarrier.arrive(other_turn, count=1)
             S = warpgroup_mma_wait(1, deps=(S_tok,))
@@ -516,7 +586,12 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, CAUSAL)
             dS = P * (dP - gl.expand_dims(D_i, 0))
             P_op = gl.convert_layout(P.to(dtype), p_layout)
-            dS_op = gl.convert_layout(dS.to(dtype), p_layout)
+            if TMA_DQ:  # dS_i0jᵀ into shared memory, for step 1's dK and dQ products
+                ds_w.store(dS.to(dtype))
+                fence_async_shared()
+                gl.thread_barrier()
+            else:
+                dS_op = gl.convert_layout(dS.to(dtype), p_layout)
             # FA2 Alg.2 l.8: for each further row block (causal: the diagonal's n_mask blocks masked).
             for t in range(1, n_steps):
                 s = (it + t) % STAGES
@@ -529,39 +604,66 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                 mbarrier.wait(qd_ready.index(s), ((it + t) // STAGES) & 1)
                 _k3_turn(my_turn, tt + t, WG == 0)
                 # FA2 Alg.2 l.10, l.13: S_ijᵀ, dP_ijᵀ; commit, do not wait.
-                S_tok = warpgroup_mma(k_w, q_smem.index(s).permute((1, 0)),
+                S_tok = warpgroup_mma(k_a, q_smem.index(s).permute((1, 0)),
                                       gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
-                dP_tok = warpgroup_mma(v_w, do_smem.index(s).permute((1, 0)),
+                dP_tok = warpgroup_mma(v_a, do_smem.index(s).permute((1, 0)),
                                        gl.zeros([KEYS, BLOCK_M], gl.float32, st_layout), use_acc=False, is_async=True)
                 # FA2 Alg.2 l.12, l.16 for the previous row block i': dV_j += P_i'jᵀ dO_i', dK_j += dS_i'jᵀ Q_i'.
                 dV_tok = warpgroup_mma(P_op, do_smem.index(sp), dV, is_async=True)
-                dK_tok = warpgroup_mma(dS_op, q_smem.index(sp), dK, is_async=True)
+                if TMA_DQ:
+                    # dS_i'jᵀ from shared memory (fewer registers live); FA2 Alg.2 l.15 for i': dQ_i' = dS_i'j K_j
+                    # over this warpgroup's keys.
+                    dK_tok = warpgroup_mma(ds_w, q_smem.index(sp), dK, is_async=True)
+                    dQ_tok = warpgroup_mma(ds_w.permute((1, 0)), k_w, gl.zeros([BLOCK_M, HEAD_D], gl.float32,
+                                                                               acc_layout), use_acc=False,
+                                           is_async=True)
+                else:
+                    dK_tok = warpgroup_mma(dS_op, q_smem.index(sp), dK, is_async=True)
                 mbarrier.arrive(other_turn, count=1)  # the other warpgroup's products may go next
-                # Wait for S_ijᵀ only; P_ijᵀ under dP and the two products. Then dP_ijᵀ, and dS_ijᵀ under dV, dK.
-                S = warpgroup_mma_wait(3, deps=(S_tok,))
+                # Wait for S_ijᵀ only; P_ijᵀ under dP and the other products. Then dP_ijᵀ, and dS_ijᵀ under those.
+                S = warpgroup_mma_wait(3 + MORE, deps=(S_tok,))
                 # FA2 Alg.2 l.11 (causal: masked on the diagonal's n_mask row blocks).
                 if t < n_mask:
                     P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, True)
                 else:
                     P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, False)
-                dP = warpgroup_mma_wait(2, deps=(dP_tok,))
+                dP = warpgroup_mma_wait(2 + MORE, deps=(dP_tok,))
                 # FA2 Alg.2 l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i).
                 dS = P * (dP - gl.expand_dims(D_i, 0))
                 # Wait for the previous row block's products: slot sp (Q_i', dO_i') is read no more, release it.
-                dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
-                mbarrier.arrive(qd_empty.index(sp), count=1)
+                if TMA_DQ:
+                    dV, dK, dQ, P_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, dQ_tok, P_op))
+                    mbarrier.arrive(qd_empty.index(sp), count=1)
+                    ip = _k3b_row_block(t - 1, i0, Tr, CAUSAL)
+                    _k3b_dq_reduce(dQ, dq_w, desc_dq, bh * N + ip * BLOCK_M, ds_w, dS.to(dtype))
+                else:
+                    dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
+                    mbarrier.arrive(qd_empty.index(sp), count=1)
+                    dS_op = gl.convert_layout(dS.to(dtype), p_layout)
                 P_op = gl.convert_layout(P.to(dtype), p_layout)
-                dS_op = gl.convert_layout(dS.to(dtype), p_layout)
-            # K_j, V_j are read no more (the last S, dP have landed): the producer may load the next tile's.
-            mbarrier.arrive(kv_empty, count=1)
-            # FA2 Alg.2 l.12, l.16 for the last row block; commit and wait; release its slot.
+            # K_j, V_j are read no more by S, dP (the last have landed); with dq = 4, K_j is, by the last dQ product.
+            if not TMA_DQ:
+                mbarrier.arrive(kv_empty, count=1)
+            # FA2 Alg.2 l.12, l.16 (and l.15) for the last row block; commit and wait; release its slot.
             sl = (it + n_steps - 1) % STAGES
             _k3_turn(my_turn, tt + n_steps, WG == 0)
             dV_tok = warpgroup_mma(P_op, do_smem.index(sl), dV, is_async=True)
-            dK_tok = warpgroup_mma(dS_op, q_smem.index(sl), dK, is_async=True)
+            if TMA_DQ:
+                dK_tok = warpgroup_mma(ds_w, q_smem.index(sl), dK, is_async=True)
+                dQ_tok = warpgroup_mma(ds_w.permute((1, 0)), k_w, gl.zeros([BLOCK_M, HEAD_D], gl.float32, acc_layout),
+                                       use_acc=False, is_async=True)
+            else:
+                dK_tok = warpgroup_mma(dS_op, q_smem.index(sl), dK, is_async=True)
             mbarrier.arrive(other_turn, count=1)
-            dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
-            mbarrier.arrive(qd_empty.index(sl), count=1)
+            if TMA_DQ:
+                dV, dK, dQ, P_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, dQ_tok, P_op))
+                mbarrier.arrive(kv_empty, count=1)
+                mbarrier.arrive(qd_empty.index(sl), count=1)
+                il = _k3b_row_block(n_steps - 1, i0, Tr, CAUSAL)
+                _k3b_dq_reduce(dQ, dq_w, desc_dq, bh * N + il * BLOCK_M, ds_w, None)
+            else:
+                dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
+                mbarrier.arrive(qd_empty.index(sl), count=1)
             # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
             offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
             offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
@@ -571,24 +673,32 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             it += n_steps
             tt += n_steps + 1
             tc += 1
+        if TMA_DQ:  # the last reduce-add must have read its shared memory before the program ends
+            tma.store_wait(0)
 
     @gluon.jit
     def _k3b_consumer_pipe0(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                            qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale):
+                            qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem,
+                            dq_smem, desc_dq):
         _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, 0)
+                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem,
+                           desc_dq, 0)
 
     @gluon.jit
     def _k3b_consumer_pipe1(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                            qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale):
+                            qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem,
+                            dq_smem, desc_dq):
         _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, 1)
+                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem,
+                           desc_dq, 1)
 
     @gluon.jit
-    def _k3b_dkdv_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQacc, dK_out, dV_out, N, qk_scale, sm_scale, BH,
+    def _k3b_dkdv_kernel(desc_q, desc_do, desc_k, desc_v, desc_dq, L2, Dd, dQacc, dK_out, dV_out, N, qk_scale,
+                         sm_scale, BH,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                          CAUSAL: gl.constexpr, DQ: gl.constexpr, VEC4: gl.constexpr, PIPE: gl.constexpr,
-                         PERSISTENT: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                         PERSISTENT: gl.constexpr, KV_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                         num_warps: gl.constexpr):
         # FA2 Alg.2 l.5: a program per column block j of one (batch, head) bh, the grid (N / BLOCK_N, BH)
         # (causal: j = 0 first, the longest row loop); persistent (pipe only): one program per SM striding over
         # the tiles in the same order. Default partition: consumer warpgroup 0; workers: warpgroup 1, the
@@ -610,15 +720,25 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             mbarrier.init(qd_ready.index(s), count=1)
             mbarrier.init(qd_empty.index(s), count=2)  # one arrival from each consumer warpgroup
         if PIPE:
-            # TilesB.pipe (dq = 0): the pipelined consumers take turns through two mbarriers; no dS buffer.
-            # The causal flag travels as a placeholder buffer's shape (see below).
-            cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+            # TilesB.pipe: the pipelined consumers take turns through two mbarriers. dq = 0: no dS buffer; dq = 4:
+            # each warpgroup's dS_i'jᵀ and its fp32 dQ_i' (staged for the TMA reduce-add) in shared memory. The
+            # causal and dq flags travel as a placeholder buffer's shape (see below).
+            TMA_DQ: gl.constexpr = DQ == 4
+            cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + TMA_DQ, 1 + KV_REGS],
+                                            gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
+            if TMA_DQ:
+                ds_smem = gl.allocate_shared_memory(dtype, [2, 64, BLOCK_M],
+                                                    gl.NVMMASharedLayout.get_default_for([64, BLOCK_M], dtype))
+                dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, HEAD_D], desc_dq.layout)
+            else:  # never read or written (the dq = 0 consumers do not touch them)
+                ds_smem = cfg
+                dq_smem = cfg
             turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
             mbarrier.init(turn0, count=1)
             mbarrier.init(turn1, count=1)
             cargs = (dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready, qd_empty,
-                     turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale)
+                     turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem, desc_dq)
             pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
                      qd_empty, cfg, N, first, n_tiles, step)
             gl.warp_specialize([(_k3b_consumer_pipe0, cargs), (_k3b_consumer_pipe1, cargs), (_k3b_producer, pargs)],
@@ -696,6 +816,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         HEAD_D: gl.constexpr = k_smem.shape[2]
         CAUSAL: gl.constexpr = cfg.shape[0] == 2
         PINGPONG: gl.constexpr = cfg.shape[1] == 2
+        QDO_REGS: gl.constexpr = cfg.shape[2] == 2
         dtype: gl.constexpr = k_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
@@ -716,13 +837,20 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         dQ = gl.zeros([ROWS, HEAD_D], gl.float32, acc_layout)
         # FA2 Alg.2 l.9: wait for Q_i and dO_i; l.6: for K_0, V_0.
         mbarrier.wait(q_bar, 0)
+        if QDO_REGS:  # Q_i, dO_i into registers once, as the A operand of every S and dP product (TilesQ.qdo_regs)
+            a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
+            q_a = q_c.load(a_layout)
+            do_a = do_c.load(a_layout)
+        else:
+            q_a = q_c
+            do_a = do_c
         mbarrier.wait(k_ready.index(0), 0)
         mbarrier.wait(v_ready.index(0), 0)
         # Block j = 0. FA2 Alg.2 l.10: S_i0 = Q_i K_0ᵀ; l.13: dP_i0 = dO_i V_0ᵀ; commit both.
         _k3_turn(my_turn, 0, WG == 0, PINGPONG)
-        S_tok = warpgroup_mma(q_c, k_smem.index(0).permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+        S_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
                               use_acc=False, is_async=True)
-        dP_tok = warpgroup_mma(do_c, v_smem.index(0).permute((1, 0)),
+        dP_tok = warpgroup_mma(do_a, v_smem.index(0).permute((1, 0)),
                                gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
         if PINGPONG:
             mbarrier.arrive(other_turn, count=1)
@@ -740,10 +868,10 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             mbarrier.wait(v_ready.index(s), (j // STAGES) & 1)
             _k3_turn(my_turn, j, WG == 0, PINGPONG)
             # FA2 Alg.2 l.10: S_ij = Q_i K_jᵀ; commit, do not wait.
-            S_tok = warpgroup_mma(q_c, k_smem.index(s).permute((1, 0)),
+            S_tok = warpgroup_mma(q_a, k_smem.index(s).permute((1, 0)),
                                   gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
             # FA2 Alg.2 l.13: dP_ij = dO_i V_jᵀ; commit, do not wait.
-            dP_tok = warpgroup_mma(do_c, v_smem.index(s).permute((1, 0)),
+            dP_tok = warpgroup_mma(do_a, v_smem.index(s).permute((1, 0)),
                                    gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
             # FA2 Alg.2 l.15 for the previous block: dQ_i += dS_i(j−1) K_(j−1) (dS from registers); commit.
             dQ_tok = warpgroup_mma(dS, k_smem.index(sp), dQ, is_async=True)
@@ -793,7 +921,8 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
     @gluon.jit
     def _k3q_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQ_out, N, qk_scale, sm_scale,
                     HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                    PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                    PINGPONG: gl.constexpr, QDO_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                    num_warps: gl.constexpr):
         # One program per row block i (128 rows) of one (batch, head) bh; causal: the longest rows first.
         # Default partition: consumer warpgroup 0; workers: warpgroup 1, the producer warp.
         BLOCK_M: gl.constexpr = 128
@@ -820,8 +949,8 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         # The flags travel to the partitions as a placeholder buffer's shape (as in _k3b_dkdv_kernel).
-        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + PINGPONG],
-                                        gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + PINGPONG, 1 + QDO_REGS],
+                                        gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
         mbarrier.init(q_bar, count=1)
         mbarrier.init(turn0, count=1)
         mbarrier.init(turn1, count=1)
@@ -865,13 +994,16 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     _bwd_preprocess[(triton.cdiv(N, 32), B * H)](o, do, D, dq_acc, N, HEAD_D=d, D_PAD=d, BLOCK_M=32, ATOMIC_DQ=atomic)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     descs = [descriptor(q, t.block_m), descriptor(do, t.block_m), descriptor(k, t.block_n), descriptor(v, t.block_n)]
+    # the fp32 dQ's TMA reduce-adds (pipe with dq = 4), BLOCK_M rows of d a box; otherwise a placeholder never used
+    descs.append(descriptor(dq_acc, t.block_m) if t.pipe and t.dq else descs[0])
     # FA2 Alg.2 l.5-19 (dq = 0: without l.15): dK, dV (and dQ by atomic adds).
     grid = (N // t.block_n, B * H)
     if t.persistent:  # one program per SM (one fits: its registers), each looping over the column blocks
         grid = (min(grid[0] * grid[1], _num_sms(q.device)),)
     _k3b_dkdv_kernel[grid](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, B * H, HEAD_D=d,
                            BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, DQ=t.dq, VEC4=t.vec4,
-                           PIPE=t.pipe, PERSISTENT=t.persistent, CONSUMER_REGS=BWD_REGS, num_warps=4)
+                           PIPE=t.pipe, PERSISTENT=t.persistent, KV_REGS=t.kv_regs, CONSUMER_REGS=BWD_REGS,
+                           num_warps=4)
     if atomic:
         # FA2 Alg.2 l.20: dQ times τ, cast: kernel 2's dq_scale kernel, unchanged.
         n = dq.numel()
@@ -882,7 +1014,8 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
         _k3q_kernel[(N // 128, B * H)](descriptor(q, 128), descriptor(do, 128), descriptor(k, tq.block_n),
                                        descriptor(v, tq.block_n), L2, D,
                                        dq, N, scale * LOG2E, scale, HEAD_D=d, BLOCK_N=tq.block_n, STAGES=tq.stages,
-                                       CAUSAL=causal, PINGPONG=tq.pingpong, CONSUMER_REGS=BWD_REGS, num_warps=4)
+                                       CAUSAL=causal, PINGPONG=tq.pingpong, QDO_REGS=tq.qdo_regs,
+                                       CONSUMER_REGS=BWD_REGS, num_warps=4)
     return dq, dk, dv
 
 
@@ -892,12 +1025,19 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
 
 def _parse_tiles(text: str):
     """``BM,BN,stages[,dq[,vec4[,qBN,qstages,qpingpong[,pipe[,persistent]]]]]`` (TilesB's fields, vec4 as 0 or
-    1; then, for dq = 0, the dQ kernel's TilesQ, TilesB.pipe and TilesB.persistent)."""
-    x = [int(v) for v in text.split(",")]
+    1; then, for dq = 0, the dQ kernel's TilesQ, TilesB.pipe and TilesB.persistent), then any ``name=0|1`` of
+    TilesB's ``kv_regs`` and TilesQ's ``qdo_regs``."""
+    parts = text.split(",")
+    flags = dict(p.split("=") for p in parts if "=" in p)
+    unknown = set(flags) - {"kv_regs", "qdo_regs"}
+    if unknown:
+        raise ValueError(f"tiles {text!r}: unknown field(s) {sorted(unknown)} (kv_regs, qdo_regs)")
+    x = [int(v) for v in parts if "=" not in v]
+    kv_regs, qdo_regs = (bool(int(flags.get(k, 0))) for k in ("kv_regs", "qdo_regs"))
     if len(x) > 5:
-        return text, TilesB(x[0], x[1], x[2], x[3], bool(x[4]), TilesQ(x[5], x[6], bool(x[7])),
-                            *(bool(v) for v in x[8:10]))
-    return text, TilesB(*x[:4], *(bool(v) for v in x[4:]))
+        return text, TilesB(x[0], x[1], x[2], x[3], bool(x[4]), TilesQ(x[5], x[6], bool(x[7]), qdo_regs),
+                            *(bool(v) for v in x[8:10]), kv_regs=kv_regs)
+    return text, TilesB(*x[:4], *(bool(v) for v in x[4:]), kv_regs=kv_regs, dq_tiles=TilesQ(qdo_regs=qdo_regs))
 
 
 def _bench(argv=None) -> int:

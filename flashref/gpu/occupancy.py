@@ -20,12 +20,13 @@ import tempfile
 N_PLACEHOLDER = 4096  # rows of the placeholder (B·H·N, d) views: the build does not depend on it
 
 
-def _desc(gl, rows, d):
+def _desc(gl, rows, d, dtype=None):
     from triton.runtime.jit import MockTensor
 
     from .kernel3 import _TensorDescriptor
-    layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.float16)
-    return _TensorDescriptor(MockTensor(gl.float16, [N_PLACEHOLDER, d]), [N_PLACEHOLDER, d], [d, 1], [rows, d], layout)
+    dtype = dtype or gl.float16
+    layout = gl.NVMMASharedLayout.get_default_for([rows, d], dtype)
+    return _TensorDescriptor(MockTensor(dtype, [N_PLACEHOLDER, d]), [N_PLACEHOLDER, d], [d, 1], [rows, d], layout)
 
 
 def _compile(jitfn, args, constexprs, num_warps):
@@ -56,18 +57,64 @@ def _resources(compiled) -> dict:
     return dict(regs=int(regs), stack=int(stack))
 
 
+def compile_fwd(d, causal, t):
+    """Kernel 3's forward with tiles ``t`` (Tiles3) built for sm_90 (no GPU)."""
+    from triton.runtime.jit import MockTensor
+
+    from . import kernel3 as k3
+    gl = k3.gl
+    args = dict(desc_q=_desc(gl, t.block_m, d), desc_k=_desc(gl, t.block_n, d), desc_v=_desc(gl, t.block_n, d),
+                desc_o=_desc(gl, t.block_m // 2 if t.pingpong else t.block_m, d), L2=MockTensor(gl.float32),
+                N=N_PLACEHOLDER, qk_scale=0.5, BH=1)
+    common = dict(HEAD_D=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=False)
+    if t.pingpong:
+        return _compile(k3._k3ws_fwd_kernel, args, dict(common, EMU=t.emu, PERSISTENT=t.persistent, Q_REGS=t.q_regs,
+                                                         CONSUMER_REGS=k3.PINGPONG_REGS, num_warps=4), 4)
+    return _compile(k3._k3_fwd_kernel, args, dict(common, num_warps=t.warps), t.warps)
+
+
+def compile_dkdv(d, causal, tb):
+    """Kernel 3's dK/dV kernel with tiles ``tb`` built for sm_90 (no GPU)."""
+    from triton.runtime.jit import MockTensor
+
+    from . import kernel3 as k3
+    from . import kernel3_bwd as kb
+    gl = k3.gl
+    f32, f16 = MockTensor(gl.float32), MockTensor(gl.float16)
+    args = dict(desc_q=_desc(gl, tb.block_m, d), desc_do=_desc(gl, tb.block_m, d), desc_k=_desc(gl, tb.block_n, d),
+                desc_v=_desc(gl, tb.block_n, d),
+                desc_dq=_desc(gl, tb.block_m, d, gl.float32) if tb.pipe and tb.dq else _desc(gl, tb.block_m, d),
+                L2=f32, Dd=f32, dQacc=f32, dK_out=f16, dV_out=f16, N=N_PLACEHOLDER, qk_scale=0.5, sm_scale=0.125, BH=1)
+    return _compile(kb._k3b_dkdv_kernel, args, dict(
+        HEAD_D=d, BLOCK_M=tb.block_m, BLOCK_N=tb.block_n, STAGES=tb.stages, CAUSAL=causal, DQ=tb.dq,
+        VEC4=tb.vec4, PIPE=tb.pipe, PERSISTENT=tb.persistent, KV_REGS=tb.kv_regs, CONSUMER_REGS=kb.BWD_REGS,
+        num_warps=4), 4)
+
+
+def compile_dq(d, causal, tq):
+    """Kernel 3's dQ kernel with tiles ``tq`` (TilesQ) built for sm_90 (no GPU)."""
+    from triton.runtime.jit import MockTensor
+
+    from . import kernel3 as k3
+    from . import kernel3_bwd as kb
+    gl = k3.gl
+    f32, f16 = MockTensor(gl.float32), MockTensor(gl.float16)
+    args = dict(desc_q=_desc(gl, 128, d), desc_do=_desc(gl, 128, d), desc_k=_desc(gl, tq.block_n, d),
+                desc_v=_desc(gl, tq.block_n, d), L2=f32, Dd=f32, dQ_out=f16, N=N_PLACEHOLDER, qk_scale=0.5,
+                sm_scale=0.125)
+    return _compile(kb._k3q_kernel, args, dict(HEAD_D=d, BLOCK_N=tq.block_n, STAGES=tq.stages, CAUSAL=causal,
+                                               PINGPONG=tq.pingpong, QDO_REGS=tq.qdo_regs,
+                                               CONSUMER_REGS=kb.BWD_REGS, num_warps=4), 4)
+
+
 def builds() -> list[dict]:
     """One row per default launch: kernel, d, causal, warps, registers a thread, stack, shared memory (bytes),
     CTAs per SM as compiled (registers and shared memory) and as the L2 model assumes."""
-    from triton.runtime.jit import MockTensor
-
     from .. import schedule as S  # noqa: N812
     from . import kernel3 as k3
     from . import kernel3_bwd as kb
     if k3._MODS is None:  # Gluon 3.6.0 is missing; a GPU is not needed
         raise RuntimeError(f"kernel 3 cannot be built here: {k3._WHY}")
-    gl = k3.gl
-    f32, f16 = MockTensor(gl.float32), MockTensor(gl.float16)
     rows = []
 
     def row(kernel, d, causal, compiled, model):
@@ -77,31 +124,14 @@ def builds() -> list[dict]:
                          model_ctas_per_sm=model))
 
     for (d, causal), t in sorted(k3.TILES.items()):
-        args = dict(desc_q=_desc(gl, t.block_m, d), desc_k=_desc(gl, t.block_n, d), desc_v=_desc(gl, t.block_n, d),
-                    desc_o=_desc(gl, t.block_m // 2 if t.pingpong else t.block_m, d), L2=f32, N=N_PLACEHOLDER,
-                    qk_scale=0.5, BH=1)
-        common = dict(HEAD_D=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal,
-                      HEADS_FIRST=False)
-        if t.pingpong:
-            c = _compile(k3._k3ws_fwd_kernel, args, dict(common, EMU=t.emu, PERSISTENT=t.persistent,
-                                                          CONSUMER_REGS=k3.PINGPONG_REGS, num_warps=4), 4)
-        else:
-            c = _compile(k3._k3_fwd_kernel, args, dict(common, num_warps=t.warps), t.warps)
+        c = compile_fwd(d, causal, t)
         row("forward", d, causal, c, S.flashref3_fwd(1, N_PLACEHOLDER, N_PLACEHOLDER, d, causal, sms=1).resident)
     for (d, causal), tb in sorted(kb.BWD_TILES.items()):
-        args = dict(desc_q=_desc(gl, tb.block_m, d), desc_do=_desc(gl, tb.block_m, d), desc_k=_desc(gl, tb.block_n, d),
-                    desc_v=_desc(gl, tb.block_n, d), L2=f32, Dd=f32, dQacc=f32, dK_out=f16, dV_out=f16,
-                    N=N_PLACEHOLDER, qk_scale=0.5, sm_scale=0.125, BH=1)
-        c = _compile(kb._k3b_dkdv_kernel, args, dict(
-            HEAD_D=d, BLOCK_M=tb.block_m, BLOCK_N=tb.block_n, STAGES=tb.stages, CAUSAL=causal, DQ=tb.dq,
-            VEC4=tb.vec4, PIPE=tb.pipe, PERSISTENT=tb.persistent, CONSUMER_REGS=kb.BWD_REGS, num_warps=4), 4)
+        c = compile_dkdv(d, causal, tb)
         row("dK/dV", d, causal, c, S.flashref3_dkdv(1, N_PLACEHOLDER, N_PLACEHOLDER, d, causal, sms=1).resident)
-        tq = tb.dq_tiles
-        args = dict(desc_q=_desc(gl, 128, d), desc_do=_desc(gl, 128, d), desc_k=_desc(gl, tq.block_n, d),
-                    desc_v=_desc(gl, tq.block_n, d), L2=f32, Dd=f32, dQ_out=f16, N=N_PLACEHOLDER, qk_scale=0.5,
-                    sm_scale=0.125)
-        c = _compile(kb._k3q_kernel, args, dict(HEAD_D=d, BLOCK_N=tq.block_n, STAGES=tq.stages, CAUSAL=causal,
-                                                PINGPONG=tq.pingpong, CONSUMER_REGS=kb.BWD_REGS, num_warps=4), 4)
+        if tb.dq:  # dQ added by the dK/dV kernel: no dQ kernel
+            continue
+        c = compile_dq(d, causal, tb.dq_tiles)
         row("dQ", d, causal, c, S.flashref3_dq(1, N_PLACEHOLDER, N_PLACEHOLDER, d, causal, sms=1).resident)
     return rows
 
