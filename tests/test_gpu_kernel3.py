@@ -519,6 +519,8 @@ def test_separate_plan():
         assert "dq=4: BLOCK_M=64" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=bad)[1]
     # one dS_ijᵀ buffer (64 keys x BLOCK_M) and one fp32 dQ_i staging tile (BLOCK_M x d) per warpgroup
     assert tma.smem_bytes(64) - replace(tma, dq=0).smem_bytes(64) == 2 * 64 * 64 * 2 + 2 * 64 * 64 * 4
+    assert "side_stream=True needs dq=0" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
+                                                            tiles=TilesB(64, 128, 2, dq=2, side_stream=True))[1]
     assert "kv_regs=True needs pipe=True" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
                                                              tiles=TilesB(64, 128, 3, dq=0, kv_regs=True))[1]
     assert "persistent=True needs pipe=True" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
@@ -536,6 +538,8 @@ def test_parse_tiles():
         64, 128, 4, 0, False, TilesQ(128, 3, True, qdo_regs=True), pipe=True, kv_regs=True)
     with pytest.raises(ValueError, match="kv_reg"):
         kernel3_bwd._parse_tiles("64,128,4,kv_reg=1")
+    assert kernel3_bwd._parse_tiles("64,128,3,0,0,64,4,1,0,0,side_stream=1")[1] == TilesB(
+        64, 128, 3, 0, False, TilesQ(64, 4, True), side_stream=True)
 
 
 def test_deterministic_attention_falls_back_where_the_dq_kernel_cannot():
@@ -609,6 +613,22 @@ def test_kernel3_tma_dq_variants(tiles, causal):
     for B, H, N in ((2, 3, 128), (2, 3, 640), (1, 16, 2048)):
         _check_bwd(B, H, N, 64, torch.float16, causal, seed=N + causal + 29, tiles=tiles)
     _check_bwd(1, 2, 640, 64, torch.float16, causal, seed=31, scale=4.0, tiles=tiles)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel3_side_stream_equals_one_stream(d, causal):
+    """TilesB.side_stream: the dQ kernel on a second stream beside the dK/dV kernel. The same kernels, so the
+    same gradients bit for bit; and dq is complete when backward returns (the caller's stream waits for it)."""
+    t = kernel3_bwd.BWD_TILES[(d, causal)]
+    q, k, v, do = _inputs(2, 16, 2048, 2048, d, torch.float16, d + causal + 9)
+    o, L2 = kernel3.forward(q, k, v, causal, d ** -0.5)
+    one = kernel3_bwd.backward(q, k, v, o, L2, do, causal, d ** -0.5, tiles=t)
+    two = kernel3_bwd.backward(q, k, v, o, L2, do, causal, d ** -0.5, tiles=replace(t, side_stream=True))
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
+    _check_bwd(2, 3, 640, d, torch.float16, causal, seed=d + causal + 10, tiles=replace(t, side_stream=True))
 
 
 @needs_k3

@@ -62,7 +62,7 @@ undefined and :func:`flashref.gpu.kernel3.unavailable` says why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .kernel3 import _MODS, DTYPES, LOG2E, SMEM_LIMIT, refusal
 
@@ -103,6 +103,7 @@ class TilesB:
     pipe: bool = False  # dq = 0 or 4: dV, dK (and dQ) of row block i−1 issued with S, dP of row block i, in turns
     persistent: bool = False  # pipe only: one dK/dV program per SM, looping over the column blocks
     kv_regs: bool = False  # pipe only: K_j, V_j (this warpgroup's keys) as the S, dP products' A operand in registers
+    side_stream: bool = False  # dq = 0 only: the dQ kernel on a second CUDA stream, beside the dK/dV kernel (backward)
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ (not with pipe; with pipe and dq = 4 one per
@@ -136,8 +137,11 @@ SEPARATE_TILES = {(128, False): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4))
 # The default per (d, causal): the atomic-free backward everywhere, so the default gradients are bit-reproducible.
 # At d = 128 it was 1.07-1.19x the atomic one (calls 1 and 2). At d = 64 the unpipelined one tied with the atomic
 # one (within 3-4% either way in both calls: a tie, the same atomic backward timed twice moved up to 3%); the
-# pipelined one was 0.99-1.08x the atomic one, mean 1.02x, in the call that measured it.
+# pipelined one was 0.99-1.08x the atomic one, mean 1.02x, in the call that measured it. At d = 128 the dQ kernel
+# runs on a second stream beside the dK/dV kernel (side_stream): over one stream, backward 1.00-1.05x (mean 1.02x)
+# and forward+backward 1.00-1.04x on the twelve d = 128 rows of one H100 call; at d = 64 0.99-1.02x, not taken.
 BWD_TILES = dict(SEPARATE_TILES)
+BWD_TILES.update({(128, c): replace(SEPARATE_TILES[(128, c)], side_stream=True) for c in (False, True)})
 
 
 def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,
@@ -164,6 +168,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, "pipe=True with dq=4: BLOCK_M=64 (dQ_i of 64 rows a warpgroup in registers), no vec4"
     if t.persistent and not t.pipe:
         return None, "persistent=True needs pipe=True (the tile loop is the pipelined consumers')"
+    if t.side_stream and t.dq != 0:
+        return None, "side_stream=True needs dq=0 (a separate dQ kernel to run beside the dK/dV kernel)"
     if t.kv_regs and not t.pipe:
         return None, "kv_regs=True needs pipe=True (the pipelined consumers load K_j, V_j into registers)"
     if t.smem_bytes(d) > SMEM_LIMIT:
@@ -996,6 +1002,14 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     descs = [descriptor(q, t.block_m), descriptor(do, t.block_m), descriptor(k, t.block_n), descriptor(v, t.block_n)]
     # the fp32 dQ's TMA reduce-adds (pipe with dq = 4), BLOCK_M rows of d a box; otherwise a placeholder never used
     descs.append(descriptor(dq_acc, t.block_m) if t.pipe and t.dq else descs[0])
+    main = torch.cuda.current_stream(q.device)
+    if t.side_stream:
+        # TilesB.side_stream: the dQ kernel below runs on a second stream, at the same time as the dK/dV kernel.
+        # They are independent (both read Q, K, V, dO, L, D; one writes dK, dV, the other dQ), and each is a
+        # whole number of waves and a few CTAs (4096 CTAs on 132 SMs: 31.03 waves), so one after the other each
+        # ends on a wave of 4 CTAs with 128 SMs idle. Side by side, the other kernel's CTAs fill those SMs.
+        side = _side_stream(q.device)
+        side.wait_stream(main)  # after the pre-pass's D
     # FA2 Alg.2 l.5-19 (dq = 0: without l.15): dK, dV (and dQ by atomic adds).
     grid = (N // t.block_n, B * H)
     if t.persistent:  # one program per SM (one fits: its registers), each looping over the column blocks
@@ -1011,12 +1025,27 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     else:
         # FA2 Alg.2 l.15 (and l.20) as its own kernel: dQ_i = τ Σ_j dS_ij K_j, one program per 128 rows.
         tq = t.dq_tiles
-        _k3q_kernel[(N // 128, B * H)](descriptor(q, 128), descriptor(do, 128), descriptor(k, tq.block_n),
-                                       descriptor(v, tq.block_n), L2, D,
-                                       dq, N, scale * LOG2E, scale, HEAD_D=d, BLOCK_N=tq.block_n, STAGES=tq.stages,
-                                       CAUSAL=causal, PINGPONG=tq.pingpong, QDO_REGS=tq.qdo_regs,
-                                       CONSUMER_REGS=BWD_REGS, num_warps=4)
+        with torch.cuda.stream(side if t.side_stream else main):
+            _k3q_kernel[(N // 128, B * H)](descriptor(q, 128), descriptor(do, 128), descriptor(k, tq.block_n),
+                                           descriptor(v, tq.block_n), L2, D,
+                                           dq, N, scale * LOG2E, scale, HEAD_D=d, BLOCK_N=tq.block_n,
+                                           STAGES=tq.stages, CAUSAL=causal, PINGPONG=tq.pingpong,
+                                           QDO_REGS=tq.qdo_regs, CONSUMER_REGS=BWD_REGS, num_warps=4)
+        if t.side_stream:
+            main.wait_stream(side)  # the caller's stream sees dQ, and nothing it frees is still read on side
     return dq, dk, dv
+
+
+_SIDE_STREAMS = {}
+
+
+def _side_stream(device):
+    """One second stream per device for the dQ kernel (TilesB.side_stream), made once."""
+    import torch
+    key = torch.device(device).index
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device)
+    return _SIDE_STREAMS[key]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1026,18 +1055,19 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
 def _parse_tiles(text: str):
     """``BM,BN,stages[,dq[,vec4[,qBN,qstages,qpingpong[,pipe[,persistent]]]]]`` (TilesB's fields, vec4 as 0 or
     1; then, for dq = 0, the dQ kernel's TilesQ, TilesB.pipe and TilesB.persistent), then any ``name=0|1`` of
-    TilesB's ``kv_regs`` and TilesQ's ``qdo_regs``."""
+    TilesB's ``kv_regs`` and ``side_stream`` and TilesQ's ``qdo_regs``."""
     parts = text.split(",")
     flags = dict(p.split("=") for p in parts if "=" in p)
-    unknown = set(flags) - {"kv_regs", "qdo_regs"}
+    unknown = set(flags) - {"kv_regs", "qdo_regs", "side_stream"}
     if unknown:
-        raise ValueError(f"tiles {text!r}: unknown field(s) {sorted(unknown)} (kv_regs, qdo_regs)")
+        raise ValueError(f"tiles {text!r}: unknown field(s) {sorted(unknown)} (kv_regs, qdo_regs, side_stream)")
     x = [int(v) for v in parts if "=" not in v]
-    kv_regs, qdo_regs = (bool(int(flags.get(k, 0))) for k in ("kv_regs", "qdo_regs"))
+    kv_regs, qdo_regs, side = (bool(int(flags.get(k, 0))) for k in ("kv_regs", "qdo_regs", "side_stream"))
     if len(x) > 5:
         return text, TilesB(x[0], x[1], x[2], x[3], bool(x[4]), TilesQ(x[5], x[6], bool(x[7]), qdo_regs),
-                            *(bool(v) for v in x[8:10]), kv_regs=kv_regs)
-    return text, TilesB(*x[:4], *(bool(v) for v in x[4:]), kv_regs=kv_regs, dq_tiles=TilesQ(qdo_regs=qdo_regs))
+                            *(bool(v) for v in x[8:10]), kv_regs=kv_regs, side_stream=side)
+    return text, TilesB(*x[:4], *(bool(v) for v in x[4:]), kv_regs=kv_regs, side_stream=side,
+                        dq_tiles=TilesQ(qdo_regs=qdo_regs))
 
 
 def _bench(argv=None) -> int:
