@@ -260,6 +260,17 @@ if _MODS is not None:
         return first, step
 
     @gluon.jit
+    def _k3_operand_a(x_smem, parent: gl.constexpr, IN_REGS: gl.constexpr):
+        # The A operand of a product every step repeats with the same tile (Q_i in the forward; K_j, V_j or Q_i,
+        # dO_i in the backward): the shared-memory tile itself, or (IN_REGS: Tiles3.q_regs, TilesB.kv_regs,
+        # TilesQ.qdo_regs) the tile loaded into registers once, in the layout wgmma reads a register A operand in
+        # (parent: the product's accumulator layout), so that the steps' products read only B from shared memory.
+        if IN_REGS:
+            return x_smem.load(gl.DotOperandLayout(operand_index=0, parent=parent, k_width=2))
+        else:
+            return x_smem
+
+    @gluon.jit
     def _k3_turns(turn0, turn1, WG: gl.constexpr):
         # Ping-pong: (the mbarrier this warpgroup waits on, the one it signals the other warpgroup through).
         if WG == 0:
@@ -560,10 +571,7 @@ if _MODS is not None:
             m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
             # FA3 Alg.2 l.3: wait for Q_i and K_0.
             mbarrier.wait(q_bar, tc & 1)
-            if Q_REGS:  # Tiles3.q_regs: Q_i into registers once, the A operand of every S product of the tile
-                q_a = q_c.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
-            else:
-                q_a = q_c
+            q_a = _k3_operand_a(q_c, s_layout, Q_REGS)  # Q_i, the A operand of every S product of the tile
             mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
             # FA3 Alg.2 l.4 = FA2 Alg.1 l.8: S_cur = Q_i K_0ᵀ; commit and wait (one issue of the ping-pong).
             _k3_turn(my_turn, tt, WG == 0)

@@ -196,6 +196,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
 
     from .kernel3 import (
         _k3_kv_blocks,
+        _k3_operand_a,
         _k3_program_tiles,
         _k3_turn,
         _k3_turns,
@@ -566,13 +567,9 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             dV = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
             # FA2 Alg.2 l.6: wait for K_j, V_j.
             mbarrier.wait(kv_bar, tc & 1)
-            if KV_REGS:  # this warpgroup's K_j, V_j into registers once, the A operand of every S, dP product
-                ka_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=st_layout, k_width=2)
-                k_a = k_w.load(ka_layout)
-                v_a = v_w.load(ka_layout)
-            else:
-                k_a = k_w
-                v_a = v_w
+            # this warpgroup's K_j, V_j: the A operands of every S, dP product of the column block
+            k_a = _k3_operand_a(k_w, st_layout, KV_REGS)
+            v_a = _k3_operand_a(v_w, st_layout, KV_REGS)
             # Step 0 (FA2 Alg.2 l.8, the first row block i0): l.9 L_i, D_i; wait for Q_i, dO_i.
             s0 = it % STAGES
             offs_m = i0 * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
@@ -843,13 +840,8 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         dQ = gl.zeros([ROWS, HEAD_D], gl.float32, acc_layout)
         # FA2 Alg.2 l.9: wait for Q_i and dO_i; l.6: for K_0, V_0.
         mbarrier.wait(q_bar, 0)
-        if QDO_REGS:  # Q_i, dO_i into registers once, as the A operand of every S and dP product (TilesQ.qdo_regs)
-            a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
-            q_a = q_c.load(a_layout)
-            do_a = do_c.load(a_layout)
-        else:
-            q_a = q_c
-            do_a = do_c
+        q_a = _k3_operand_a(q_c, s_layout, QDO_REGS)  # Q_i, dO_i: the A operands of every S, dP product
+        do_a = _k3_operand_a(do_c, s_layout, QDO_REGS)
         mbarrier.wait(k_ready.index(0), 0)
         mbarrier.wait(v_ready.index(0), 0)
         # Block j = 0. FA2 Alg.2 l.10: S_i0 = Q_i K_0ᵀ; l.13: dP_i0 = dO_i V_0ᵀ; commit both.
