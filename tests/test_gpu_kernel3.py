@@ -516,7 +516,8 @@ def test_separate_plan():
     tma = TilesB(64, 128, 4, dq=4, pipe=True)  # each warpgroup's dQ by a TMA reduce-add (d = 64)
     assert kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=tma) == (tma, None)
     for bad in (replace(tma, block_m=128), replace(tma, vec4=True)):
-        assert "dq=4: BLOCK_M=64" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=bad)[1]
+        assert "dq=4: d=64, BLOCK_M=64" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=bad)[1]
+    assert "dq=4: d=64" in kernel3_bwd.plan(128, 4096, 4096, "float16", False, tiles=replace(tma, stages=2))[1]
     # one dS_ijᵀ buffer (64 keys x BLOCK_M) and one fp32 dQ_i staging tile (BLOCK_M x d) per warpgroup
     assert tma.smem_bytes(64) - replace(tma, dq=0).smem_bytes(64) == 2 * 64 * 64 * 2 + 2 * 64 * 64 * 4
     assert "side_stream=True needs dq=0" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,

@@ -164,8 +164,9 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     if t.pipe and t.dq not in (0, 4):
         return None, (f"pipe=True needs dq=0 (the dK/dV kernel without dQ) or dq=4 (each warpgroup's dQ by a TMA "
                       f"reduce-add), not dq={t.dq}")
-    if t.pipe and t.dq and (t.block_m != 64 or t.vec4):
-        return None, "pipe=True with dq=4: BLOCK_M=64 (dQ_i of 64 rows a warpgroup in registers), no vec4"
+    if t.pipe and t.dq and (t.block_m != 64 or t.vec4 or d != 64):
+        return None, ("pipe=True with dq=4: d=64, BLOCK_M=64 (dQ_i of 64 rows a warpgroup in registers), no vec4 "
+                      "(at d=128 the dQ tile beside dK, dV spills 552 bytes a thread; not tested there)")
     if t.persistent and not t.pipe:
         return None, "persistent=True needs pipe=True (the tile loop is the pipelined consumers')"
     if t.side_stream and t.dq != 0:
