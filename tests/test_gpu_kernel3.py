@@ -522,6 +522,12 @@ def test_separate_plan():
     assert tma.smem_bytes(64) - replace(tma, dq=0).smem_bytes(64) == 2 * 64 * 64 * 2 + 2 * 64 * 64 * 4
     assert "side_stream=True needs dq=0" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
                                                             tiles=TilesB(64, 128, 2, dq=2, side_stream=True))[1]
+    wide = TilesB(128, 128, 2, dq=0, wide=True)
+    assert kernel3_bwd.plan(64, 4096, 4096, "float16", True, tiles=wide) == (wide, None)
+    for bad in (replace(wide, pipe=True), replace(wide, block_m=64), replace(wide, dq=2)):
+        assert "wide=True" in kernel3_bwd.plan(64, 4096, 4096, "float16", False, tiles=bad)[1]
+    assert kernel3_bwd.plan(128, 4096, 4096, "float16", False, tiles=wide)[0] is None  # d = 64 only
+    assert wide.smem_bytes(64) == 2 * (2 * 128 * 64 + 2 * 2 * 128 * 64 + 2 * 128 * 128) + 8 * (2 + 4 + 4)
     assert "kv_regs=True needs pipe=True" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
                                                              tiles=TilesB(64, 128, 3, dq=0, kv_regs=True))[1]
     assert "persistent=True needs pipe=True" in kernel3_bwd.plan(64, 4096, 4096, "float16", False,
@@ -602,6 +608,21 @@ TMA_DQ_VARIANTS = [replace(TMA_DQ, stages=2), replace(TMA_DQ, stages=3), replace
 @pytest.mark.parametrize("d,N,causal,dtype", [g for g in BWD_GRID if g[0] == 64])
 def test_kernel3_tma_dq_backward_two_oracles(d, N, causal, dtype):
     _check_bwd(2, 3, N, d, dtype, causal, seed=d + N + causal + 23, tiles=TMA_DQ)
+
+
+# FlashAttention-3's layout for the dK/dV kernel (TilesB.wide, d = 64): 128-row steps, P and dS through shared memory
+WIDE = TilesB(128, 128, 2, dq=0, dq_tiles=TilesQ(128, 3), wide=True)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,N,causal,dtype", [g for g in BWD_GRID if g[0] == 64])
+@pytest.mark.parametrize("stages", [2, 3])
+def test_kernel3_wide_backward_two_oracles(d, N, causal, dtype, stages):
+    t = replace(WIDE, stages=stages)
+    _check_bwd(2, 3, N, d, dtype, causal, seed=d + N + causal + stages + 37, tiles=t)
+    if N == 640:
+        _check_bwd(1, 2, N, d, dtype, causal, seed=39, scale=4.0, tiles=t)
 
 
 @needs_k3

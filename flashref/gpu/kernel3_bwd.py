@@ -46,6 +46,11 @@ done in L2; Gluon 3.6 has no wrapper for it, so :func:`_tma_reduce_add` calls it
 pair instead of the separate backward's seven, no second pass over K and V. Measured on an H100 it ties with the
 default (0.97-1.04x; figures/gpu/NOTES.md): not the default.
 
+``TilesB.wide`` (d = 64) is FlashAttention-3's layout for the dK/dV kernel: 128-row steps, each warpgroup computing
+S and dP for 64 rows against all 128 keys, P and dS handed to both warpgroups through shared memory for the dV and
+dK products (:func:`_k3b_consumer_wide`). Measured 0.93-0.99x the default on an H100: the hand-over every step
+keeps the two warpgroups in lockstep. An option, not the default.
+
 ``TilesB.kv_regs`` (K_j, V_j) and ``TilesQ.qdo_regs`` (Q_i, dO_i) load the S and dP products' A operand into
 registers once instead of reading it from shared memory at every step: tried to relieve shared-memory
 bandwidth, measured no faster (figures/gpu/NOTES.md), kept as options.
@@ -104,6 +109,9 @@ class TilesB:
     persistent: bool = False  # pipe only: one dK/dV program per SM, looping over the column blocks
     kv_regs: bool = False  # pipe only: K_j, V_j (this warpgroup's keys) as the S, dP products' A operand in registers
     side_stream: bool = False  # dq = 0 only: the dQ kernel on a second CUDA stream, beside the dK/dV kernel (backward)
+    # dq = 0, d = 64: FlashAttention-3's layout, 128-row steps, S and dP of 64 rows x 128 keys a warpgroup, P and dS
+    # through shared memory for the dV, dK products (_k3b_consumer_wide)
+    wide: bool = False
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ (not with pipe; with pipe and dq = 4 one per
@@ -111,6 +119,7 @@ class TilesB:
         empty, Q/dO full and empty per slot, dS full and empty or the two turns); vec4: the fp32 dQ of both
         warpgroups, the layout conversion's scratch."""
         ds = (self.block_n * self.block_m if self.dq else 0) if self.pipe else 2 * self.block_n * self.block_m
+        # wide: P_ij and dS_ij of the step (BLOCK_M x BLOCK_N each), as the two dS slots take
         staged = 2 * self.block_m * d * 4 if self.pipe and self.dq else 0
         return elem * (2 * self.block_n * d + 2 * self.stages * self.block_m * d + ds) + staged \
             + 8 * (2 + 2 * self.stages + (2 if self.pipe else 4)) + (4 * self.block_m * d if self.vec4 else 0)
@@ -169,6 +178,9 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
                       "(at d=128 the dQ tile beside dK, dV spills 552 bytes a thread; not tested there)")
     if t.persistent and not t.pipe:
         return None, "persistent=True needs pipe=True (the tile loop is the pipelined consumers')"
+    if t.wide and (t.dq or t.pipe or t.persistent or t.kv_regs or (t.block_m, t.block_n) != (128, 128) or d != 64):
+        return None, ("wide=True: d=64, 128 x 128 tiles, dq=0, not pipe/persistent/kv_regs (S, dP of 64 x 128 and "
+                      "dK, dV a warpgroup fill its registers)")
     if t.side_stream and t.dq != 0:
         return None, "side_stream=True needs dq=0 (a separate dQ kernel to run beside the dK/dV kernel)"
     if t.kv_regs and not t.pipe:
@@ -697,10 +709,143 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                            desc_dq, 1)
 
     @gluon.jit
+    def _k3b_wide_rows(L2_bh, D_bh, i, BLOCK_M: gl.constexpr, WG: gl.constexpr, row_layout: gl.constexpr):
+        # FA2 Alg.2 l.9: L_i, D_i of this warpgroup's 64 rows of row block i (loaded before the wait for Q_i,
+        # dO_i, which hides their latency), and the rows' indices.
+        offs_m = i * BLOCK_M + WG * 64 + gl.arange(0, 64, layout=row_layout)
+        return gl.load(L2_bh + offs_m), gl.load(D_bh + offs_m), offs_m
+
+    @gluon.jit
+    def _k3b_wide_sdp(q_s, do_s, k_smem, v_smem, WG: gl.constexpr, s_layout: gl.constexpr):
+        # FA2 Alg.2 l.10: S_ij = Q_i K_jᵀ; l.13: dP_ij = dO_i V_jᵀ, this warpgroup's 64 rows and all the
+        # column block's keys; committed, not waited for.
+        BLOCK_N: gl.constexpr = k_smem.shape[0]
+        S_tok = warpgroup_mma(q_s.slice(WG * 64, 64), k_smem.permute((1, 0)),
+                              gl.zeros([64, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        dP_tok = warpgroup_mma(do_s.slice(WG * 64, 64), v_smem.permute((1, 0)),
+                               gl.zeros([64, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        return S_tok, dP_tok
+
+    @gluon.jit
+    def _k3b_wide_p(S, L_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
+        # FA2 Alg.2 l.11: P_ij = exp2(S_ij·τ·log2 e − L_i) (base 2: L_i is the forward's L2); on the
+        # diagonal's block (MASK, causal), key > query → P = 0.
+        P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 1))
+        if MASK:
+            P = gl.where(gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0), P, 0.0)
+        return P
+
+    @gluon.jit
+    def _k3b_wide_publish(P, dP, D_i, p_w, ds_w, pd_full, t):
+        # FA2 Alg.2 l.14: dS_ij = P_ij ∘ (dP_ij − D_i). P_ij, dS_ij of this warpgroup's rows into shared memory
+        # (the buffers are free: the caller waited for pd_empty); then wait until the other warpgroup's rows are
+        # there too, for the dV, dK products over all 128 rows.
+        dtype: gl.constexpr = p_w.dtype
+        p_w.store(P.to(dtype))
+        ds_w.store((P * (dP - gl.expand_dims(D_i, 1))).to(dtype))
+        fence_async_shared()
+        mbarrier.arrive(pd_full, count=1)
+        mbarrier.wait(pd_full, t & 1)
+
+    @gluon.jit
+    def _k3b_consumer_wide(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, p_smem, ds_smem, kv_bar,
+                           qd_ready, qd_empty, pd_full, pd_empty, cfg, N, tile, qk_scale, sm_scale, WG: gl.constexpr):
+        # FA2 Alg.2 l.5-19 without l.15 (TilesB.wide, dq = 0) in FlashAttention-3's layout: a step is a row block of
+        # 128 queries against the program's column block of 128 keys. Warpgroup WG computes S_ij and dP_ij for its
+        # 64 rows of the step and all 128 keys (64 x 128 products, twice the pipelined kernel's 64 x 64), P_ij and
+        # dS_ij from them, and writes both into shared memory; once both warpgroups' rows are there, it computes
+        # dV_j += P_ijᵀ dO_i and dK_j += dS_ijᵀ Q_i for its 64 keys over all 128 rows (shared-memory A operands,
+        # transposed). Step t issues S, dP of its row block together with dV, dK of the previous one, so the
+        # exponentials run under those products.
+        STAGES: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        HEAD_D: gl.constexpr = q_smem.shape[2]
+        BLOCK_N: gl.constexpr = k_smem.shape[0]
+        CAUSAL: gl.constexpr = cfg.shape[0] == 2
+        ROWS: gl.constexpr = 64  # a warpgroup's rows of S_ij, dP_ij
+        KEYS: gl.constexpr = 64  # a warpgroup's keys of dK_j, dV_j
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                             instr_shape=[16, HEAD_D, 16])
+        row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        # (n_mask, the diagonal's row blocks, is 1 here: BLOCK_M = BLOCK_N, so only step 0 is masked)
+        bh, start_n, i0, n_steps, n_mask = _k3b_tile(tile, N, BLOCK_M, BLOCK_N, CAUSAL)
+        Tr = N // BLOCK_M
+        bh64 = bh.to(gl.int64)
+        L2_bh = L2 + bh64 * N
+        D_bh = Dd + bh64 * N
+        offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        p_w = p_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of P_ij, dS_ij (written)
+        ds_w = ds_smem.slice(WG * ROWS, ROWS)
+        pT_w = p_smem.slice(WG * KEYS, KEYS, dim=1).permute((1, 0))  # P_ijᵀ, dS_ijᵀ of its keys (read)
+        dsT_w = ds_smem.slice(WG * KEYS, KEYS, dim=1).permute((1, 0))
+        # FA2 Alg.2 l.7: dK_j = 0, dV_j = 0 on chip (fp32), this warpgroup's 64 keys.
+        dK = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
+        dV = gl.zeros([KEYS, HEAD_D], gl.float32, acc_layout)
+        # FA2 Alg.2 l.6: wait for K_j, V_j.
+        mbarrier.wait(kv_bar, 0)
+        # FA2 Alg.2 l.8, step 0 (the first row block i0; causal: the diagonal's, masked): l.9-11, l.13-14.
+        L_i, D_i, offs_m = _k3b_wide_rows(L2_bh, D_bh, i0, BLOCK_M, WG, row_layout)
+        mbarrier.wait(qd_ready.index(0), 0)
+        S_tok, dP_tok = _k3b_wide_sdp(q_smem.index(0), do_smem.index(0), k_smem, v_smem, WG, s_layout)
+        S = warpgroup_mma_wait(1, deps=(S_tok,))
+        P = _k3b_wide_p(S, L_i, qk_scale, offs_m, offs_n, CAUSAL)
+        dP = warpgroup_mma_wait(0, deps=(dP_tok,))
+        _k3b_wide_publish(P, dP, D_i, p_w, ds_w, pd_full, 0)
+        # FA2 Alg.2 l.8: for each further row block.
+        for t in range(1, n_steps):
+            s = t % STAGES
+            sp = (t - 1) % STAGES
+            L_i, D_i, offs_m = _k3b_wide_rows(L2_bh, D_bh, _k3b_row_block(t, i0, Tr, CAUSAL), BLOCK_M, WG, row_layout)
+            mbarrier.wait(qd_ready.index(s), (t // STAGES) & 1)
+            # FA2 Alg.2 l.10, l.13: S_ij, dP_ij; commit. Then l.12, l.16 for the previous row block i' (P, dS of
+            # both warpgroups are in shared memory): dV_j += P_i'jᵀ dO_i', dK_j += dS_i'jᵀ Q_i'; commit.
+            S_tok, dP_tok = _k3b_wide_sdp(q_smem.index(s), do_smem.index(s), k_smem, v_smem, WG, s_layout)
+            dV_tok = warpgroup_mma(pT_w, do_smem.index(sp), dV, is_async=True)
+            dK_tok = warpgroup_mma(dsT_w, q_smem.index(sp), dK, is_async=True)
+            # FA2 Alg.2 l.11 under dP and the two products (causal: only step 0 is on the diagonal).
+            S = warpgroup_mma_wait(3, deps=(S_tok,))
+            P = _k3b_wide_p(S, L_i, qk_scale, offs_m, offs_n, False)
+            dP = warpgroup_mma_wait(2, deps=(dP_tok,))
+            # The previous row block's products are done: its Q/dO slot is free, and the P, dS buffers once the
+            # other warpgroup's are done too.
+            dV, dK = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok))
+            mbarrier.arrive(qd_empty.index(sp), count=1)
+            mbarrier.arrive(pd_empty, count=1)
+            mbarrier.wait(pd_empty, (t - 1) & 1)
+            _k3b_wide_publish(P, dP, D_i, p_w, ds_w, pd_full, t)
+        # FA2 Alg.2 l.12, l.16 for the last row block; commit and wait; release its slot.
+        sl = (n_steps - 1) % STAGES
+        dV_tok = warpgroup_mma(pT_w, do_smem.index(sl), dV, is_async=True)
+        dK_tok = warpgroup_mma(dsT_w, q_smem.index(sl), dK, is_async=True)
+        dV, dK = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok))
+        mbarrier.arrive(qd_empty.index(sl), count=1)
+        # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
+        offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
+        offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
+        off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
+        gl.store(dK_out + off, (dK * sm_scale).to(dK_out.dtype.element_ty))
+        gl.store(dV_out + off, dV.to(dV_out.dtype.element_ty))
+
+    @gluon.jit
+    def _k3b_consumer_wide0(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, p_smem, ds_smem, kv_bar,
+                            qd_ready, qd_empty, pd_full, pd_empty, cfg, N, tile, qk_scale, sm_scale):
+        _k3b_consumer_wide(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, p_smem, ds_smem, kv_bar,
+                           qd_ready, qd_empty, pd_full, pd_empty, cfg, N, tile, qk_scale, sm_scale, 0)
+
+    @gluon.jit
+    def _k3b_consumer_wide1(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, p_smem, ds_smem, kv_bar,
+                            qd_ready, qd_empty, pd_full, pd_empty, cfg, N, tile, qk_scale, sm_scale):
+        _k3b_consumer_wide(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, p_smem, ds_smem, kv_bar,
+                           qd_ready, qd_empty, pd_full, pd_empty, cfg, N, tile, qk_scale, sm_scale, 1)
+
+    @gluon.jit
     def _k3b_dkdv_kernel(desc_q, desc_do, desc_k, desc_v, desc_dq, L2, Dd, dQacc, dK_out, dV_out, N, qk_scale,
                          sm_scale, BH,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                          CAUSAL: gl.constexpr, DQ: gl.constexpr, VEC4: gl.constexpr, PIPE: gl.constexpr,
+                         WIDE: gl.constexpr,
                          PERSISTENT: gl.constexpr, KV_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                          num_warps: gl.constexpr):
         # FA2 Alg.2 l.5: a program per column block j of one (batch, head) bh, the grid (N / BLOCK_N, BH)
@@ -723,7 +868,25 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         for s in gl.static_range(STAGES):
             mbarrier.init(qd_ready.index(s), count=1)
             mbarrier.init(qd_empty.index(s), count=2)  # one arrival from each consumer warpgroup
-        if PIPE:
+        if WIDE:
+            # TilesB.wide: one column block a program, 128-row steps; P_ij and dS_ij of the step's 128 rows in
+            # shared memory, handed between the warpgroups through pd_full (both have written their rows) and
+            # pd_empty (both have read them). The causal flag travels as a placeholder buffer's shape.
+            pd_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], dtype)
+            p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], pd_layout)
+            ds_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], pd_layout)
+            pd_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            pd_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(pd_full, count=2)
+            mbarrier.init(pd_empty, count=2)
+            cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+            cargs = (dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, p_smem, ds_smem, kv_bar, qd_ready,
+                     qd_empty, pd_full, pd_empty, cfg, N, first, qk_scale, sm_scale)
+            pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
+                     qd_empty, cfg, N, first, n_tiles, step)
+            gl.warp_specialize([(_k3b_consumer_wide0, cargs), (_k3b_consumer_wide1, cargs), (_k3b_producer, pargs)],
+                               [4, 1], [CONSUMER_REGS, 24])
+        elif PIPE:
             # TilesB.pipe: the pipelined consumers take turns through two mbarriers. dq = 0: no dS buffer; dq = 4:
             # each warpgroup's dS_i'jᵀ and its fp32 dQ_i' (staged for the TMA reduce-add) in shared memory. The
             # causal and dq flags travel as a placeholder buffer's shape (see below).
@@ -1009,7 +1172,8 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
         grid = (min(grid[0] * grid[1], _num_sms(q.device)),)
     _k3b_dkdv_kernel[grid](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, B * H, HEAD_D=d,
                            BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, DQ=t.dq, VEC4=t.vec4,
-                           PIPE=t.pipe, PERSISTENT=t.persistent, KV_REGS=t.kv_regs, CONSUMER_REGS=BWD_REGS,
+                           PIPE=t.pipe, WIDE=t.wide, PERSISTENT=t.persistent, KV_REGS=t.kv_regs,
+                           CONSUMER_REGS=BWD_REGS,
                            num_warps=4)
     if atomic:
         # FA2 Alg.2 l.20: dQ times τ, cast: kernel 2's dq_scale kernel, unchanged.
@@ -1048,18 +1212,19 @@ def _side_stream(device):
 def _parse_tiles(text: str):
     """``BM,BN,stages[,dq[,vec4[,qBN,qstages,qpingpong[,pipe[,persistent]]]]]`` (TilesB's fields, vec4 as 0 or
     1; then, for dq = 0, the dQ kernel's TilesQ, TilesB.pipe and TilesB.persistent), then any ``name=0|1`` of
-    TilesB's ``kv_regs`` and ``side_stream`` and TilesQ's ``qdo_regs``."""
+    TilesB's ``kv_regs``, ``side_stream`` and ``wide`` and TilesQ's ``qdo_regs``."""
     parts = text.split(",")
     flags = dict(p.split("=") for p in parts if "=" in p)
-    unknown = set(flags) - {"kv_regs", "qdo_regs", "side_stream"}
+    names = ("kv_regs", "qdo_regs", "side_stream", "wide")
+    unknown = set(flags) - set(names)
     if unknown:
-        raise ValueError(f"tiles {text!r}: unknown field(s) {sorted(unknown)} (kv_regs, qdo_regs, side_stream)")
+        raise ValueError(f"tiles {text!r}: unknown field(s) {sorted(unknown)} ({', '.join(names)})")
     x = [int(v) for v in parts if "=" not in v]
-    kv_regs, qdo_regs, side = (bool(int(flags.get(k, 0))) for k in ("kv_regs", "qdo_regs", "side_stream"))
+    kv_regs, qdo_regs, side, wide = (bool(int(flags.get(k, 0))) for k in names)
     if len(x) > 5:
         return text, TilesB(x[0], x[1], x[2], x[3], bool(x[4]), TilesQ(x[5], x[6], bool(x[7]), qdo_regs),
-                            *(bool(v) for v in x[8:10]), kv_regs=kv_regs, side_stream=side)
-    return text, TilesB(*x[:4], *(bool(v) for v in x[4:]), kv_regs=kv_regs, side_stream=side,
+                            *(bool(v) for v in x[8:10]), kv_regs=kv_regs, side_stream=side, wide=wide)
+    return text, TilesB(*x[:4], *(bool(v) for v in x[4:]), kv_regs=kv_regs, side_stream=side, wide=wide,
                         dq_tiles=TilesQ(qdo_regs=qdo_regs))
 
 

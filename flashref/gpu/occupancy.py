@@ -87,7 +87,8 @@ def compile_dkdv(d, causal, tb):
                 L2=f32, Dd=f32, dQacc=f32, dK_out=f16, dV_out=f16, N=N_PLACEHOLDER, qk_scale=0.5, sm_scale=0.125, BH=1)
     return _compile(kb._k3b_dkdv_kernel, args, dict(
         HEAD_D=d, BLOCK_M=tb.block_m, BLOCK_N=tb.block_n, STAGES=tb.stages, CAUSAL=causal, DQ=tb.dq,
-        VEC4=tb.vec4, PIPE=tb.pipe, PERSISTENT=tb.persistent, KV_REGS=tb.kv_regs, CONSUMER_REGS=kb.BWD_REGS,
+        VEC4=tb.vec4, PIPE=tb.pipe, WIDE=tb.wide, PERSISTENT=tb.persistent, KV_REGS=tb.kv_regs,
+        CONSUMER_REGS=kb.BWD_REGS,
         num_warps=4), 4)
 
 
