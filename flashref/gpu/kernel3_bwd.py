@@ -727,9 +727,10 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         return S_tok, dP_tok
 
     @gluon.jit
-    def _k3b_wide_p(S, L_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
-        # FA2 Alg.2 l.11: P_ij = exp2(S_ij·τ·log2 e − L_i) (base 2: L_i is the forward's L2); on the
-        # diagonal's block (MASK, causal), key > query → P = 0.
+    def _k3b_p(S, L_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
+        # FA2 Alg.2 l.11 on S_ij with the rows first (the dQ kernel, TilesB.wide; _k3b_pipe_p is the same on
+        # S_ijᵀ): P_ij = exp2(S_ij·τ·log2 e − L_i) (base 2: L_i is the forward's L2); on the diagonal's blocks
+        # (MASK, causal), key > query → P = 0.
         P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 1))
         if MASK:
             P = gl.where(gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0), P, 0.0)
@@ -790,7 +791,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         mbarrier.wait(qd_ready.index(0), 0)
         S_tok, dP_tok = _k3b_wide_sdp(q_smem.index(0), do_smem.index(0), k_smem, v_smem, WG, s_layout)
         S = warpgroup_mma_wait(1, deps=(S_tok,))
-        P = _k3b_wide_p(S, L_i, qk_scale, offs_m, offs_n, CAUSAL)
+        P = _k3b_p(S, L_i, qk_scale, offs_m, offs_n, CAUSAL)
         dP = warpgroup_mma_wait(0, deps=(dP_tok,))
         _k3b_wide_publish(P, dP, D_i, p_w, ds_w, pd_full, 0)
         # FA2 Alg.2 l.8: for each further row block.
@@ -806,7 +807,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             dK_tok = warpgroup_mma(dsT_w, q_smem.index(sp), dK, is_async=True)
             # FA2 Alg.2 l.11 under dP and the two products (causal: only step 0 is on the diagonal).
             S = warpgroup_mma_wait(3, deps=(S_tok,))
-            P = _k3b_wide_p(S, L_i, qk_scale, offs_m, offs_n, False)
+            P = _k3b_p(S, L_i, qk_scale, offs_m, offs_n, False)
             dP = warpgroup_mma_wait(2, deps=(dP_tok,))
             # The previous row block's products are done: its Q/dO slot is free, and the P, dS buffers once the
             # other warpgroup's are done too.
@@ -963,12 +964,8 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
 
     @gluon.jit
     def _k3q_ds(S, dP, L_i, D_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
-        # FA2 Alg.2 l.11: P_ij = exp2(S_ij·τ·log2 e − L_i) (base 2: L_i is the forward's L2); causal, on the
-        # diagonal's blocks only, key > query → P = 0.
-        P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 1))
-        if MASK:
-            P = gl.where(gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0), P, 0.0)
-        # FA2 Alg.2 l.14: dS_ij = P_ij ∘ (dP_ij − D_i).
+        # FA2 Alg.2 l.11: P_ij (causal, masked on the diagonal's blocks only); l.14: dS_ij = P_ij ∘ (dP_ij − D_i).
+        P = _k3b_p(S, L_i, qk_scale, offs_m, offs_n, MASK)
         return P * (dP - gl.expand_dims(D_i, 1))
 
     @gluon.jit
