@@ -503,15 +503,6 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                       qd_empty, ds_full, ds_empty, cfg, bh, N, start_n, i0, Tr, n_steps, n_mask, qk_scale, sm_scale, 1)
 
     @gluon.jit
-    def _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
-        # FA2 Alg.2 l.11: P_ijᵀ = exp2(S_ijᵀ·τ·log2 e − L_i) (base 2: L_i is the forward's L2); on the diagonal's
-        # row blocks (MASK, causal), key > query → P = 0.
-        P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 0))
-        if MASK:
-            P = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), P, 0.0)
-        return P
-
-    @gluon.jit
     def _k3b_dq_reduce(dQ, dq_w, desc_dq, row, ds_w, dS):
         # FA2 Alg.2 l.15 (FA3's dQ): this warpgroup's dQ_i' (its 64 keys' share) to HBM by one TMA reduce-add
         # into the fp32 dQ, the adds done in L2 (no atomic instruction per element); then dS_ijᵀ into shared
@@ -599,7 +590,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             S = warpgroup_mma_wait(1, deps=(S_tok,))
             dP = warpgroup_mma_wait(0, deps=(dP_tok,))
             # FA2 Alg.2 l.11 (causal: row block i0 is crossed by the diagonal), l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i).
-            P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, CAUSAL)
+            P = _k3b_p(S, L_i, qk_scale, offs_m, offs_n, CAUSAL, True)
             dS = P * (dP - gl.expand_dims(D_i, 0))
             P_op = gl.convert_layout(P.to(dtype), p_layout)
             if TMA_DQ:  # dS_i0jᵀ into shared memory, for step 1's dK and dQ products
@@ -640,9 +631,9 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                 S = warpgroup_mma_wait(3 + MORE, deps=(S_tok,))
                 # FA2 Alg.2 l.11 (causal: masked on the diagonal's n_mask row blocks).
                 if t < n_mask:
-                    P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, True)
+                    P = _k3b_p(S, L_i, qk_scale, offs_m, offs_n, True, True)
                 else:
-                    P = _k3b_pipe_p(S, L_i, qk_scale, offs_m, offs_n, False)
+                    P = _k3b_p(S, L_i, qk_scale, offs_m, offs_n, False, True)
                 dP = warpgroup_mma_wait(2 + MORE, deps=(dP_tok,))
                 # FA2 Alg.2 l.14: dS_ijᵀ = P_ijᵀ ∘ (dP_ijᵀ − D_i).
                 dS = P * (dP - gl.expand_dims(D_i, 0))
@@ -727,13 +718,14 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         return S_tok, dP_tok
 
     @gluon.jit
-    def _k3b_p(S, L_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
-        # FA2 Alg.2 l.11 on S_ij with the rows first (the dQ kernel, TilesB.wide; _k3b_pipe_p is the same on
-        # S_ijᵀ): P_ij = exp2(S_ij·τ·log2 e − L_i) (base 2: L_i is the forward's L2); on the diagonal's blocks
-        # (MASK, causal), key > query → P = 0.
-        P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, 1))
+    def _k3b_p(S, L_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr, KEYS_FIRST: gl.constexpr = False):
+        # FA2 Alg.2 l.11: P_ij = exp2(S_ij·τ·log2 e − L_i) (base 2: L_i is the forward's L2); on the diagonal's
+        # blocks (MASK, causal), key > query → P = 0. S is S_ij (rows first: the dQ kernel, TilesB.wide), or
+        # S_ijᵀ (KEYS_FIRST: the pipelined dK/dV kernel); L_i and the row indices run along the rows' axis.
+        ROW_AXIS: gl.constexpr = 0 if KEYS_FIRST else 1
+        P = gl.exp2(S * qk_scale - gl.expand_dims(L_i, ROW_AXIS))
         if MASK:
-            P = gl.where(gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0), P, 0.0)
+            P = gl.where(gl.expand_dims(offs_m, ROW_AXIS) >= gl.expand_dims(offs_n, 1 - ROW_AXIS), P, 0.0)
         return P
 
     @gluon.jit
