@@ -312,6 +312,19 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         gl.atomic_add(dQ_bh + gl.expand_dims(offs_qm, 1) * HEAD_D + gl.expand_dims(offs_qd, 0), dQ, sem="relaxed")
 
     @gluon.jit
+    def _k3b_store_dkdv(dK, dV, dK_out, dV_out, head, row0, sm_scale):
+        # FA2 Alg.2 l.17-18: dK_j (times τ) and dV_j of a warpgroup's 64 keys, rows [row0, row0 + 64) of one
+        # (batch, head)'s (N, d) block of the outputs (its first element at ``head``), to HBM in the outputs' dtype,
+        # once.
+        KEYS: gl.constexpr = dK.shape[0]
+        HEAD_D: gl.constexpr = dK.shape[1]
+        offs_r = row0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, dK.type.layout))
+        offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, dK.type.layout))
+        off = head + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
+        gl.store(dK_out + off, (dK * sm_scale).to(dK_out.dtype.element_ty))
+        gl.store(dV_out + off, dV.to(dV_out.dtype.element_ty))
+
+    @gluon.jit
     def _k3b_step(t, i0, Tr, dK, dV, q_smem, do_smem, k_w, v_w, k_cols, ds_smem, qd_ready, qd_empty,
                   ds_full, ds_empty, L2_bh, D_bh, dQ_bh, offs_n, qk_scale, N, n_steps,
                   WG: gl.constexpr, MASK: gl.constexpr, CAUSAL: gl.constexpr, DQ: gl.constexpr,
@@ -484,11 +497,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             dQ = warpgroup_mma_wait(0, deps=(dQ_tok,))
             _k3b_dq_add(dQ_bh, dQ, _k3b_row_block(tp, i0, Tr, CAUSAL), WG * DQ_COLS, BLOCK_M, DQ_COLS, HEAD_D, VEC4)
         # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
-        offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
-        offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
-        off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
-        gl.store(dK_out + off, (dK * sm_scale).to(dK_out.dtype.element_ty))
-        gl.store(dV_out + off, dV.to(dV_out.dtype.element_ty))
+        _k3b_store_dkdv(dK, dV, dK_out, dV_out, bh64 * N * HEAD_D, start_n + WG * KEYS, sm_scale)
 
     @gluon.jit
     def _k3b_consumer0(dK_out, dV_out, L2, Dd, dQacc, q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, qd_ready,
@@ -672,11 +681,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                 dV, dK, P_op, dS_op = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok, P_op, dS_op))
                 mbarrier.arrive(qd_empty.index(sl), count=1)
             # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
-            offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
-            offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
-            off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
-            gl.store(dK_out + off, (dK * sm_scale).to(dK_out.dtype.element_ty))
-            gl.store(dV_out + off, dV.to(dV_out.dtype.element_ty))
+            _k3b_store_dkdv(dK, dV, dK_out, dV_out, bh64 * N * HEAD_D, start_n + WG * KEYS, sm_scale)
             it += n_steps
             tt += n_steps + 1
             tc += 1
@@ -815,11 +820,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         dV, dK = warpgroup_mma_wait(0, deps=(dV_tok, dK_tok))
         mbarrier.arrive(qd_empty.index(sl), count=1)
         # FA2 Alg.2 l.17-18: write dK_j (times τ) and dV_j to HBM, once.
-        offs_r = start_n + WG * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, acc_layout))
-        offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
-        off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
-        gl.store(dK_out + off, (dK * sm_scale).to(dK_out.dtype.element_ty))
-        gl.store(dV_out + off, dV.to(dV_out.dtype.element_ty))
+        _k3b_store_dkdv(dK, dV, dK_out, dV_out, bh64 * N * HEAD_D, start_n + WG * KEYS, sm_scale)
 
     @gluon.jit
     def _k3b_consumer_wide0(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, p_smem, ds_smem, kv_bar,
