@@ -113,14 +113,21 @@ class TilesB:
     # through shared memory for the dV, dK products (_k3b_consumer_wide)
     wide: bool = False
 
+    @property
+    def tma_dq(self) -> bool:
+        """The pipelined dK/dV kernel adds dQ itself by TMA reduce-adds (pipe with dq = 4; plan refuses other dq
+        with pipe): it then needs the fp32 dQ's descriptor and stages dS and dQ in shared memory."""
+        return self.pipe and self.dq == 4
+
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """K_j, V_j; STAGES slots of Q_i and dO_i; two slots of dS_ijᵀ (not with pipe; with pipe and dq = 4 one per
         warpgroup, and each warpgroup's fp32 dQ_i staged for its TMA reduce-add); the mbarriers (K/V full and
         empty, Q/dO full and empty per slot, dS full and empty or the two turns); vec4: the fp32 dQ of both
         warpgroups, the layout conversion's scratch."""
-        ds = (self.block_n * self.block_m if self.dq else 0) if self.pipe else 2 * self.block_n * self.block_m
-        # wide: P_ij and dS_ij of the step (BLOCK_M x BLOCK_N each), as the two dS slots take
-        staged = 2 * self.block_m * d * 4 if self.pipe and self.dq else 0
+        # (wide: P_ij and dS_ij of the step, BLOCK_M x BLOCK_N each, the same bytes as the two dS slots; its two
+        # hand-over mbarriers are counted as the four dS ones, 16 bytes over)
+        ds = (self.block_n * self.block_m if self.tma_dq else 0) if self.pipe else 2 * self.block_n * self.block_m
+        staged = 2 * self.block_m * d * 4 if self.tma_dq else 0
         return elem * (2 * self.block_n * d + 2 * self.stages * self.block_m * d + ds) + staged \
             + 8 * (2 + 2 * self.stages + (2 if self.pipe else 4)) + (4 * self.block_m * d if self.vec4 else 0)
 
@@ -173,7 +180,7 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     if t.pipe and t.dq not in (0, 4):
         return None, (f"pipe=True needs dq=0 (the dK/dV kernel without dQ) or dq=4 (each warpgroup's dQ by a TMA "
                       f"reduce-add), not dq={t.dq}")
-    if t.pipe and t.dq and (t.block_m != 64 or t.vec4 or d != 64):
+    if t.tma_dq and (t.block_m != 64 or t.vec4 or d != 64):
         return None, ("pipe=True with dq=4: d=64, BLOCK_M=64 (dQ_i of 64 rows a warpgroup in registers), no vec4 "
                       "(at d=128 the dQ tile beside dK, dV spills 552 bytes a thread; not tested there)")
     if t.persistent and not t.pipe:
@@ -1147,7 +1154,7 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     descs = [descriptor(q, t.block_m), descriptor(do, t.block_m), descriptor(k, t.block_n), descriptor(v, t.block_n)]
     # the fp32 dQ's TMA reduce-adds (pipe with dq = 4), BLOCK_M rows of d a box; otherwise a placeholder never used
-    descs.append(descriptor(dq_acc, t.block_m) if t.pipe and t.dq else descs[0])
+    descs.append(descriptor(dq_acc, t.block_m) if t.tma_dq else descs[0])
     main = torch.cuda.current_stream(q.device)
     if t.side_stream:
         # TilesB.side_stream: the dQ kernel below runs on a second stream, at the same time as the dK/dV kernel.
@@ -1163,8 +1170,7 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     _k3b_dkdv_kernel[grid](*descs, L2, D, dq_acc, dk, dv, N, scale * LOG2E, scale, B * H, HEAD_D=d,
                            BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, DQ=t.dq, VEC4=t.vec4,
                            PIPE=t.pipe, WIDE=t.wide, PERSISTENT=t.persistent, KV_REGS=t.kv_regs,
-                           CONSUMER_REGS=BWD_REGS,
-                           num_warps=4)
+                           CONSUMER_REGS=BWD_REGS, num_warps=4)
     if atomic:
         # FA2 Alg.2 l.20: dQ times τ, cast: kernel 2's dq_scale kernel, unchanged.
         n = dq.numel()

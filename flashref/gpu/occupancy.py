@@ -83,13 +83,12 @@ def compile_dkdv(d, causal, tb):
     f32, f16 = MockTensor(gl.float32), MockTensor(gl.float16)
     args = dict(desc_q=_desc(gl, tb.block_m, d), desc_do=_desc(gl, tb.block_m, d), desc_k=_desc(gl, tb.block_n, d),
                 desc_v=_desc(gl, tb.block_n, d),
-                desc_dq=_desc(gl, tb.block_m, d, gl.float32) if tb.pipe and tb.dq else _desc(gl, tb.block_m, d),
+                desc_dq=_desc(gl, tb.block_m, d, gl.float32) if tb.tma_dq else _desc(gl, tb.block_m, d),
                 L2=f32, Dd=f32, dQacc=f32, dK_out=f16, dV_out=f16, N=N_PLACEHOLDER, qk_scale=0.5, sm_scale=0.125, BH=1)
     return _compile(kb._k3b_dkdv_kernel, args, dict(
         HEAD_D=d, BLOCK_M=tb.block_m, BLOCK_N=tb.block_n, STAGES=tb.stages, CAUSAL=causal, DQ=tb.dq,
         VEC4=tb.vec4, PIPE=tb.pipe, WIDE=tb.wide, PERSISTENT=tb.persistent, KV_REGS=tb.kv_regs,
-        CONSUMER_REGS=kb.BWD_REGS,
-        num_warps=4), 4)
+        CONSUMER_REGS=kb.BWD_REGS, num_warps=4), 4)
 
 
 def compile_dq(d, causal, tq):
@@ -130,8 +129,6 @@ def builds() -> list[dict]:
     for (d, causal), tb in sorted(kb.BWD_TILES.items()):
         c = compile_dkdv(d, causal, tb)
         row("dK/dV", d, causal, c, S.flashref3_dkdv(1, N_PLACEHOLDER, N_PLACEHOLDER, d, causal, sms=1).resident)
-        if tb.dq:  # dQ added by the dK/dV kernel: no dQ kernel
-            continue
         c = compile_dq(d, causal, tb.dq_tiles)
         row("dQ", d, causal, c, S.flashref3_dq(1, N_PLACEHOLDER, N_PLACEHOLDER, d, causal, sms=1).resident)
     return rows
