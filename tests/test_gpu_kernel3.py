@@ -40,7 +40,7 @@ needs_k3 = pytest.mark.skipif(not RUNS, reason=f"kernel 3 unavailable: {WHY}")
 
 @pytest.mark.parametrize("d,Nq,Nk,dtype,causal,options,why", [
     (96, 4096, 4096, "float16", False, {}, "d=96"),
-    (256, 4096, 4096, "float16", True, {}, "d=256"),
+    (192, 4096, 4096, "float16", True, {}, "d=192"),
     (32, 4096, 4096, "bfloat16", False, {}, "d=32"),
     (128, 4096, 2048, "float16", False, {}, "Nq=4096 != Nk=2048"),
     (128, 1000, 1000, "float16", True, {}, "not a multiple"),
@@ -259,6 +259,19 @@ def test_kernel3_fma_exponentials_two_oracles(emu, d, N, causal, dtype):
 
 @needs_k3
 @pytest.mark.cuda
+@pytest.mark.parametrize("N", [128, 256, 640, 2048])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_kernel3_d256_two_oracles(N, causal, dtype):
+    """d = 256: the pingpong forward with 128 x 64 tiles (O is 128 registers a thread), its gradients through
+    kernel 2's backward (kernel 3's backward takes d in 64, 128 only)."""
+    assert kernel3.backward_plan(256, N, N, "float16", causal)[0] is None
+    _check3(2, 3, N, 256, dtype, causal, seed=N + causal, grads=N <= 640)
+    _check3(1, 2, N, 256, dtype, causal, seed=7, scale=4.0)
+
+
+@needs_k3
+@pytest.mark.cuda
 @pytest.mark.parametrize("d,causal", [(64, False), (128, True)])
 def test_kernel3_with_kernel2_backward(d, causal):
     _check3(1, 2, 512, d, torch.bfloat16, causal, seed=11, grads=True)
@@ -348,6 +361,7 @@ def test_kernel3_other_tiles(tiles):
 
 @pytest.mark.parametrize("d,Nq,Nk,dtype,options,why", [
     (96, 4096, 4096, "float16", {}, "d=96"),
+    (256, 4096, 4096, "float16", {}, "d=256"),  # kernel 3's forward takes it, its backward does not
     (128, 4096, 2048, "float16", {}, "Nq=4096 != Nk=2048"),
     (64, 4160, 4160, "bfloat16", {}, "not a multiple"),  # a multiple of 64, not of BLOCK_N = 128
     (128, 4096, 4096, "float32", {}, "float32"),
@@ -359,7 +373,7 @@ def test_backward_plan_refuses_and_says_why(d, Nq, Nk, dtype, options, why):
     assert t is None and why in reason, reason
 
 
-@pytest.mark.parametrize("d", kernel3.HEAD_DIMS)
+@pytest.mark.parametrize("d", kernel3_bwd.BWD_HEAD_DIMS)
 @pytest.mark.parametrize("N", [128, 4096, 16384])
 def test_backward_plan_takes_the_benchmark_shapes(d, N):
     for dtype in kernel3.DTYPES:

@@ -36,7 +36,8 @@ so kernel 2's backward consumes them (:func:`attention` pairs the two). What it 
 
 * a Hopper GPU (sm_90: ``wgmma`` exists there only) and Triton 3.6.0 exactly (Gluon's API changes between
   releases; another version, or no Gluon at all, as under CI's interpreter, reports kernel 3 unavailable);
-* fp16 or bf16; d in {64, 128} (a power of two: TMA boxes are whole rows, and the tiles were sized for these);
+* fp16 or bf16; d in {64, 128, 256} (a power of two: Gluon's shapes are, and the tiles were sized for these;
+  at d = 256 the backward is kernel 2's, see :mod:`kernel3_bwd`);
 * Nq = Nk, a multiple of both blocks (no ragged tile, so no row mask and no TMA box past a head's end);
 * none of kernel 2's options: dropout, GQA, window, ALiBi, softcap.
 
@@ -56,7 +57,7 @@ from . import exp2 as _exp2
 
 LOG2E = 1.4426950408889634
 TRITON_VERSION = "3.6.0"  # the Gluon API this file is written against
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128, 256)
 DTYPES = ("float16", "bfloat16")
 
 
@@ -91,7 +92,12 @@ class Tiles3:
 TILES = {(128, False): Tiles3(128, 128, 8, 3, pingpong=True),
          (128, True): Tiles3(128, 128, 8, 3, pingpong=True, heads_first=False),
          (64, False): Tiles3(128, 128, 8, 3, pingpong=True, persistent=True),
-         (64, True): Tiles3(64, 128, 4, 2, heads_first=False)}
+         (64, True): Tiles3(64, 128, 4, 2, heads_first=False),
+         # d = 256 (ninth session, one sweep on an H100: figures/gpu/NOTES.md, "d = 256 in kernel 3"): 128 x 64 with
+         # two stages, 1.07-1.08x cuDNN non-causal and 1.01-1.04x causal, against 0.77-0.84x for kernel 2; one
+         # stage, or 32 keys a step, 0.65-0.86x; persistent a tie non-causal and 0.68-0.95x causal
+         (256, False): Tiles3(128, 64, 8, 2, pingpong=True),
+         (256, True): Tiles3(128, 64, 8, 2, pingpong=True, heads_first=False)}
 HEADS_FIRST_CAUSAL = (128,)  # causal, where a Tiles3 leaves heads_first at None
 SMEM_LIMIT = 227 * 1024  # an sm_90 thread block's shared memory
 PINGPONG_REGS = 240  # registers a thread of consumer warpgroup 1 (setmaxnreg); the producer warp gets 24
@@ -187,9 +193,9 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     and kernel 2 runs instead. Pure Python (no GPU, no Gluon): the rules, in order:
 
     * dtype fp16 or bf16 (the wgmma paths written here);
-    * d in {64, 128}: powers of two (a TMA box is whole rows of d·2 bytes, a multiple of 16), the widths the
-      tiles and the register budget were sized for (S, S_next, O and P̃ of 128 rows live at once: at d = 256
-      O alone is 128 registers a thread);
+    * d in {64, 128, 256}: powers of two (Gluon's tensor shapes are), the widths the tiles and the register
+      budget were sized for. At d = 256 O alone is 128 registers a thread of a consumer warpgroup, so its tiles
+      take 64 keys a step (S and S_next 32 registers each) and two K/V stages (192 KB of shared memory);
     * Nq = Nk (the causal diagonal then sits at i = j; the kernel has no offset for Nq != Nk) and a
       multiple of both blocks: no ragged tile, so no row masks and no TMA box past a head's rows;
     * no dropout, GQA, window, ALiBi or softcap (kernel 2 has them; kernel 3 is the plain forward);
@@ -929,6 +935,7 @@ def _sweep_fns(q, k, v, causal, configs, dtype_name):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from . import attention as attention2
+    from .config import Config
 
     B, H, N, d = q.shape
 
@@ -937,7 +944,7 @@ def _sweep_fns(q, k, v, causal, configs, dtype_name):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     def kernel2():
-        return attention2(q, k, v, causal=causal)
+        return attention2(q, k, v, causal=causal, config=Config())
 
     def kernel3(t):
         return lambda: forward(q, k, v, causal, d ** -0.5, tiles=t)[0]

@@ -156,6 +156,7 @@ SEPARATE_TILES = {(128, False): TilesB(64, 128, 3, dq=0, dq_tiles=TilesQ(64, 4))
 # pipelined one was 0.99-1.08x the atomic one, mean 1.02x, in the call that measured it. At d = 128 the dQ kernel
 # runs on a second stream beside the dK/dV kernel (side_stream): over one stream, backward 1.00-1.05x (mean 1.02x)
 # and forward+backward 1.00-1.04x on the twelve d = 128 rows of one H100 call; at d = 64 0.99-1.02x, not taken.
+BWD_HEAD_DIMS = (64, 128)  # kernel 3's forward also takes d = 256; its backward there is kernel 2's
 BWD_TILES = dict(SEPARATE_TILES)
 BWD_TILES.update({(128, c): replace(SEPARATE_TILES[(128, c)], side_stream=True) for c in (False, True)})
 
@@ -167,6 +168,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     options (dropout, GQA, window, ALiBi, softcap); two consumer warpgroups of 64 keys (BLOCK_N = 128) and
     64 query rows a step (128 allowed at d = 64, where the registers hold S and dP of 128 columns); the tiles fit
     in shared memory."""
+    if d not in BWD_HEAD_DIMS:
+        return None, f"d={d}: kernel 3's backward takes d in {BWD_HEAD_DIMS}"
     t = tiles or BWD_TILES.get((d, bool(causal)), TilesB())
     why = refusal("kernel 3's backward", d, Nq, Nk, dtype, options, t)
     if why:
