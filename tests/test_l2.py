@@ -388,6 +388,17 @@ def test_kernel3_predictions_are_the_model(gpu):
             r["predicted_bytes"], rel=1e-12)
 
 
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_check5_predictions_are_the_model(gpu):
+    """check5 (d = 96 and 256, flashref and SDPA flash), committed before any GPU measured it: still the model's."""
+    pre = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-check5-predicted.json").read_text())
+    assert {r["d"] for r in pre["rows"]} == {96, 256} and len(pre["rows"]) == 32
+    for r in pre["rows"]:
+        kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
+        assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes == pytest.approx(
+            r["predicted_bytes"], rel=1e-12)
+
+
 def test_flashref_is_what_gpu_attention_runs():
     """impl="flashref" models kernel 3 where its dispatcher takes the shape (and its own backward), kernel 2
     elsewhere; "flashref2" is kernel 2 everywhere."""
@@ -535,7 +546,8 @@ def _when_measured(name, gpu):
 # staggered set (SHARED_STAG), check4 and kernel3 (flashref's default, kernel 3) by the current model.
 PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", SHARED_STAG)
                  + _preregistered("check4", {}) + _preregistered("check4", {}, "h200")
-                 + _when_measured("kernel3", "h100") + _when_measured("kernel3", "h200"))
+                 + _when_measured("kernel3", "h100") + _when_measured("kernel3", "h200")
+                 + _when_measured("check5", "h100") + _when_measured("check5", "h200"))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

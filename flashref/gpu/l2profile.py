@@ -93,6 +93,15 @@ CHECK4 = [
     ("check4_128_12k_causal", 2, 16, 12288, 128, True), ("check4_128_48k_causal", 1, 4, 49152, 128, True),
     ("check4_128_160k_causal", 1, 1, 163840, 128, True),
 ]
+# A fifth, at head dims no earlier group measured (d = 96: kernel 2's split tiles; d = 256: kernel 3's forward with
+# 64-key steps and kernel 2's backward; FlashAttention-2's tiles there are the model's guess, its nearest measured
+# d's), predicted before these were measured (h100-l2-check5-predicted.json, h200-l2-check5-predicted.json).
+CHECK5 = [
+    ("check5_256_4k", 4, 8, 4096, 256, False), ("check5_256_4k_causal", 4, 8, 4096, 256, True),
+    ("check5_256_32k", 1, 4, 32768, 256, False), ("check5_256_65k", 1, 1, 65536, 256, False),
+    ("check5_256_65k_causal", 1, 2, 65536, 256, True), ("check5_96_16k", 2, 8, 16384, 96, False),
+    ("check5_96_16k_causal", 2, 8, 16384, 96, True), ("check5_96_131k", 1, 1, 131072, 96, False),
+]
 # shares of the time budget
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8, "flashref2": 1.0}
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
@@ -110,7 +119,8 @@ METRIC_SETS = (
 )
 
 
-GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4}
+GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
+          "check5": CHECK5}
 
 
 def shapes(groups=("grid", "sweep")):
