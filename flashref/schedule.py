@@ -24,9 +24,10 @@ builders give the kernels modelled:
   scans K and V again; their tiles from the kernel's own tables, their CTAs per SM from their builds'
   registers and shared memory (``python -m flashref.gpu.occupancy``);
 * FlashAttention-2's CUDA kernels as PyTorch's SDPA flash backend runs them (``flash_fwd_kernel``
-  with grid ``(Tr, B, H)``, 128 x 128 tiles at d = 64 and 128 x 64 at d = 128, two CTAs per SM,
-  each CTA walking its key blocks from the last to the first; ``flash_bwd_dq_dk_dv_loop_seqk_parallel``
-  with grid ``(Tc, B, H)``, 128 x 128 tiles at d = 64 and 64 x 128 at d = 128, one CTA per SM,
+  with grid ``(Tr, B, H)``, 128 x 128 tiles at d = 64, 128 x 64 at d = 96 and 128, 64 x 64 at d = 256
+  (``FA2_TILES``), two CTAs per SM, each CTA walking its key blocks from the last to the first;
+  ``flash_bwd_dq_dk_dv_loop_seqk_parallel`` with grid ``(Tc, B, H)``, 128 x 128 tiles at d = 64,
+  64 x 128 at d = 96 and 128, 64 x 64 at d = 256, one CTA per SM,
   walking its row blocks from the last to the first, dQ accumulated in fp32 with atomics).
 
 The tiles, grids and CTAs per SM are what Nsight Compute reports for these launches
@@ -186,8 +187,18 @@ def _col_ranges(Tc, Tr, BM, BN, causal, Nq):
 # Kernel 2's tiles and heads-first flag are its own defaults (flashref/gpu/config.py, Config().resolve, as on a
 # GPU); its CTAs per SM are Nsight's occupancy limits at d = 64 and 128, and elsewhere the nearest measured d's.
 FLASHREF_CTAS_PER_SM = {"fwd": {64: 2, 128: 1}, "dkdv_atomic": {64: 1, 128: 1}}  # ncu occupancy limits
-# FlashAttention-2's tiles as Nsight reports them at d = 64 and 128; other d take the nearest larger one's.
-FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 128), 128: (64, 128)}}
+# FlashAttention-2's tiles (BLOCK_M, BLOCK_N) by the head dim it rounds d up to, as its launch templates choose
+# them on an H100 or H200 (FlashAttention-2's run_mha_fwd_hdim* and run_mha_bwd_hdim*, in PyTorch's copy under
+# aten/src/ATen/native/transformers/cuda/flash_attn: the branches for a GPU that is not sm8x and has 227 KB of
+# shared memory a block; at d = 256 the forward takes 64 x 64 so that two CTAs fit an SM). Nsight Compute's grid
+# sizes agree at d = 64, 96, 128 and 256 (figures/gpu/h100-l2-grid.json, h100-l2-check5.json). Until the check5
+# measurement the table held d = 64 and 128 only, and d = 256 took d = 128's tiles: five of its pre-registered
+# predictions missed (figures/gpu/NOTES-l2.md, "Tenth round").
+FA2_TILES = {"fwd": {32: (128, 128), 64: (128, 128), 96: (128, 64), 128: (128, 64), 160: (128, 32),
+                     192: (128, 64), 224: (128, 64), 256: (64, 64)},
+             "bwd": {32: (128, 128), 64: (128, 128), 96: (64, 128), 128: (64, 128), 160: (64, 64), 192: (64, 64),
+                     224: (64, 64), 256: (64, 64)}}
+# CTAs per SM: Nsight's occupancy limits at d = 64, 96, 128 and 256 (unmeasured at the other head dims)
 FA2_CTAS_PER_SM = {"fwd": 2, "bwd": 1}
 
 

@@ -388,15 +388,71 @@ def test_kernel3_predictions_are_the_model(gpu):
             r["predicted_bytes"], rel=1e-12)
 
 
+# FlashAttention-2's tiles as the model had them when check5 was predicted: d = 64 and 128 read from Nsight, any
+# other d given the nearest larger one's (d = 256 got d = 128's). schedule.FA2_TILES now holds FlashAttention-2's
+# own choice at every head dim it dispatches (its launch templates); check5's measurement is what showed it.
+GUESSED_FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 128), 128: (64, 128)}}
+
+
+def _as_predicted(pred, monkeypatch):
+    """Put back the FlashAttention-2 tiles a pre-registered prediction was made with (check5: the guess)."""
+    if pred["shape"].startswith("check5") and pred["impl"] == "sdpa_flash":
+        monkeypatch.setattr(schedule, "FA2_TILES", GUESSED_FA2_TILES)
+
+
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
-def test_check5_predictions_are_the_model(gpu):
-    """check5 (d = 96 and 256, flashref and SDPA flash), committed before any GPU measured it: still the model's."""
+def test_check5_predictions_are_the_model(gpu, monkeypatch):
+    """check5 (d = 96 and 256, flashref and SDPA flash), committed before any GPU measured it: still the model's,
+    with the FlashAttention-2 tiles it had then; and those tiles differ from FlashAttention-2's own at d = 256 only
+    (d = 96 took d = 128's, which FlashAttention-2 also chooses there)."""
     pre = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-check5-predicted.json").read_text())
     assert {r["d"] for r in pre["rows"]} == {96, 256} and len(pre["rows"]) == 32
+    changed = set()
     for r in pre["rows"]:
         kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
-        assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes == pytest.approx(
-            r["predicted_bytes"], rel=1e-12)
+        now = iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes
+        with monkeypatch.context() as m:
+            _as_predicted(r, m)
+            assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes == pytest.approx(
+                r["predicted_bytes"], rel=1e-12)
+        if now != pytest.approx(r["predicted_bytes"], rel=1e-12):
+            changed.add((r["impl"], r["d"]))
+    assert changed == {("sdpa_flash", 256)}
+
+
+def test_fa2_tiles_are_what_nsight_launched():
+    """FlashAttention-2's grids in every Nsight measurement: the forward launches cdiv(N, BLOCK_M)·B·H CTAs,
+    the backward cdiv(N, BLOCK_N)·B·H, with schedule.FA2_TILES' blocks (d = 64 and 128 in the grid, 96 and 256
+    in check5); and the occupancy Nsight reports is FA2_CTAS_PER_SM."""
+    seen = set()
+    for name in ("h100-l2-grid.json", "h100-l2-check5.json"):
+        res = json.loads((REPO / "figures" / "gpu" / name).read_text())
+        shape_of = {r["shape"]: r for r in res["rows"]}
+        for k in res["kernels"]:
+            if k["impl"] != "sdpa_flash" or "launch__grid_size" not in k:
+                continue
+            r = shape_of[k["shape"]]
+            which = "fwd" if "flash_fwd_kernel" in k["name"] else "bwd" if "dq_dk_dv_loop" in k["name"] else None
+            if which is None:
+                continue
+            BM, BN = schedule._pick(schedule.FA2_TILES[which], r["d"])
+            block = BM if which == "fwd" else BN
+            assert k["launch__grid_size"] == math.ceil(r["N"] / block) * r["B"] * r["H"], (name, k["shape"], which)
+            limit = min(k["launch__occupancy_limit_registers"], k["launch__occupancy_limit_shared_mem"])
+            assert limit == schedule.FA2_CTAS_PER_SM[which], (name, k["shape"], which, limit)
+            seen.add((which, r["d"]))
+    assert seen == {(w, d) for w in ("fwd", "bwd") for d in (64, 96, 128, 256)}
+
+
+def test_check5_within_25_percent_with_fa2_own_tiles():
+    """check5 as measured (the median of two runs), against the model with FlashAttention-2's tiles from its own
+    launch templates: read after the pre-registered d = 256 predictions missed, with no parameter fitted, so
+    this is a check of the corrected schedule, not an out-of-sample one."""
+    meas = D.repeats(json.loads((REPO / "figures" / "gpu" / "h100-l2-check5.json").read_text()))
+    assert len(meas) == 32
+    for (impl, shape, mode), (kw, runs) in meas.items():
+        err = iomodel.dram(impl, mode, **kw).total_bytes / float(np.median(runs)) - 1
+        assert abs(err) <= 0.25, (impl, shape, mode, f"{err:+.1%}")
 
 
 def test_flashref_is_what_gpu_attention_runs():
@@ -571,15 +627,21 @@ PREREGISTERED_MISSES = {
     ("flashref", "few64_65k", "fwd"), ("flashref", "check64_65536", "fwd"), ("flashref", "sweep_262144", "fwd"),
     ("flashref", "sweep_262144", "fwd_bwd"), ("flashref", "check64_262144", "fwd_bwd"),
     ("flashref", "check2_64_262k_causal", "fwd"), ("flashref", "check2_64_262k_causal", "fwd_bwd"),
-    ("flashref", "check3_128_32k_causal", "fwd")}
+    ("flashref", "check3_128_32k_causal", "fwd"),
+    # check5: FlashAttention-2 at d = 256, predicted with d = 128's tiles (GUESSED_FA2_TILES), where it runs 64 x 64
+    # forward and backward; with its own tiles every check5 row is within 15%
+    ("sdpa_flash", "check5_256_4k_causal", "fwd"), ("sdpa_flash", "check5_256_32k", "fwd"),
+    ("sdpa_flash", "check5_256_32k", "fwd_bwd"), ("sdpa_flash", "check5_256_65k", "fwd"),
+    ("sdpa_flash", "check5_256_65k", "fwd_bwd")}
 
 
 @pytest.mark.parametrize("pred,measured,params,gpu", PREREGISTERED,
                          ids=[f"{g}-{p['impl']}-{p['shape']}-{p['mode']}" for p, _, _, g in PREREGISTERED])
-def test_preregistered_predictions(pred, measured, params, gpu):
+def test_preregistered_predictions(pred, measured, params, gpu, monkeypatch):
     """The committed model still gives the predictions committed before the measurement; each is
     within 25% of it, except the misses listed (expected failures, not hidden)."""
     kw = dict(B=pred["B"], H=pred["H"], Nq=pred["N"], Nk=pred["N"], d=pred["d"], causal=pred["causal"])
+    _as_predicted(pred, monkeypatch)
     assert iomodel.dram(pred["impl"], pred["mode"], **kw, params=params, gpu=gpu).total_bytes == pytest.approx(
         pred["predicted_bytes"])
     err = pred["predicted_bytes"] / measured - 1
