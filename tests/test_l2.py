@@ -505,6 +505,21 @@ def test_kernel3_occupancy_as_measured():
     assert seen == {("_k3ws_fwd_kernel", 1), ("_k3_fwd_kernel", 3), ("_k3b_dkdv_kernel", 1), ("_k3q_kernel", 1)}
 
 
+def test_kernel3_d256_forward_as_measured():
+    """Kernel 3's d = 256 forward in check5 (h100-l2-check5.json): one CTA an SM, and one program per 128-row
+    tile of every head, as flashref3_fwd's schedule from kernel3.TILES has it (64 keys a step: n_tiles = N / 64)."""
+    meas = json.loads((REPO / "figures" / "gpu" / "h100-l2-check5.json").read_text())
+    rows = {r["shape"]: r for r in meas["rows"] if r["impl"] == "flashref"}
+    launches = [k for k in meas["kernels"] if k["impl"] == "flashref" and k["name"] == "_k3ws_fwd_kernel"]
+    assert {rows[k["shape"]]["d"] for k in launches} == {256}  # d = 96 is kernel 2's
+    for k in launches:
+        r = rows[k["shape"]]
+        f = schedule.flashref3_fwd(BH=r["B"] * r["H"], Nq=r["N"], Nk=r["N"], d=256, causal=r["causal"])
+        ctas = min(k[f"launch__occupancy_limit_{x}"] for x in ("registers", "shared_mem", "warps", "blocks"))
+        assert (k["launch__grid_size"], ctas * meas["metadata"]["sms"]) == (f.ctas_per_head * f.heads, f.resident), k["shape"]
+        assert f.n_tiles == r["N"] // 64
+
+
 def test_kernel3_schedules():
     """Kernel 3's grids from its own tile tables: 128 x 128 pingpong forward (one CTA an SM), causal d = 64 on
     64-row one-warpgroup programs (three an SM), the dK/dV kernel's 64-row steps staggered by two, the dQ kernel's
