@@ -516,7 +516,8 @@ def test_kernel3_d256_forward_as_measured():
         r = rows[k["shape"]]
         f = schedule.flashref3_fwd(BH=r["B"] * r["H"], Nq=r["N"], Nk=r["N"], d=256, causal=r["causal"])
         ctas = min(k[f"launch__occupancy_limit_{x}"] for x in ("registers", "shared_mem", "warps", "blocks"))
-        assert (k["launch__grid_size"], ctas * meas["metadata"]["sms"]) == (f.ctas_per_head * f.heads, f.resident), k["shape"]
+        launched = (k["launch__grid_size"], ctas * meas["metadata"]["sms"])
+        assert launched == (f.ctas_per_head * f.heads, f.resident), k["shape"]
         assert f.n_tiles == r["N"] // 64
 
 
@@ -644,7 +645,7 @@ PREREGISTERED_MISSES = {
     ("flashref", "check2_64_262k_causal", "fwd"), ("flashref", "check2_64_262k_causal", "fwd_bwd"),
     ("flashref", "check3_128_32k_causal", "fwd"),
     # check5: FlashAttention-2 at d = 256, predicted with d = 128's tiles (GUESSED_FA2_TILES), where it runs 64 x 64
-    # forward and backward; with its own tiles every check5 row is within 15%
+    # forward and backward; with its own tiles every check5 row is within 16%
     ("sdpa_flash", "check5_256_4k_causal", "fwd"), ("sdpa_flash", "check5_256_32k", "fwd"),
     ("sdpa_flash", "check5_256_32k", "fwd_bwd"), ("sdpa_flash", "check5_256_65k", "fwd"),
     ("sdpa_flash", "check5_256_65k", "fwd_bwd")}

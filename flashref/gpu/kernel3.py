@@ -93,7 +93,7 @@ TILES = {(128, False): Tiles3(128, 128, 8, 3, pingpong=True),
          (128, True): Tiles3(128, 128, 8, 3, pingpong=True, heads_first=False),
          (64, False): Tiles3(128, 128, 8, 3, pingpong=True, persistent=True),
          (64, True): Tiles3(64, 128, 4, 2, heads_first=False),
-         # d = 256 (ninth session, one sweep on an H100: figures/gpu/NOTES.md, "d = 256 in kernel 3"): 128 x 64 with
+         # d = 256 (ninth session, one sweep on an H100: figures/gpu/NOTES.md, "Ninth session"): 128 x 64 with
          # two stages, 1.07-1.08x cuDNN non-causal and 1.01-1.04x causal, against 0.77-0.84x for kernel 2; one
          # stage, or 32 keys a step, 0.65-0.86x; persistent a tie non-causal and 0.68-0.95x causal
          (256, False): Tiles3(128, 64, 8, 2, pingpong=True),
