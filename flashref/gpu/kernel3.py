@@ -157,14 +157,16 @@ def available(device=None) -> bool:
     return unavailable(device) is None
 
 
-def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | None, tiles) -> str | None:
+def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | None, tiles,
+            head_dims: tuple = HEAD_DIMS) -> str | None:
     """The rules kernel 3's forward and backward share, in this order (None: they take the call): fp16 or
-    bf16; d in HEAD_DIMS; Nq = Nk; N a multiple of both blocks of ``tiles`` (no ragged tile); no option set
-    (dropout, GQA, window, ALiBi, softcap). ``what`` names the kernel in the reason."""
+    bf16; d in ``head_dims`` (the forward's HEAD_DIMS; the backward passes its own); Nq = Nk; N a multiple of
+    both blocks of ``tiles`` (no ragged tile); no option set (dropout, GQA, window, ALiBi, softcap). ``what``
+    names the kernel in the reason."""
     if dtype not in DTYPES:
         return f"dtype {dtype}: {what} takes float16 or bfloat16"
-    if d not in HEAD_DIMS:
-        return f"d={d}: {what} takes d in {HEAD_DIMS} (a power of two with tuned tiles)"
+    if d not in head_dims:
+        return f"d={d}: {what} takes d in {head_dims} (a power of two with tuned tiles)"
     if Nq != Nk:
         return f"Nq={Nq} != Nk={Nk}: {what} takes equal lengths"
     if Nq < 1:

@@ -56,8 +56,8 @@ registers once instead of reading it from shared memory at every step: tried to 
 bandwidth, measured no faster (figures/gpu/NOTES.md), kept as options.
 
 kernel 2's pre-pass (D = rowsum(dO ∘ O), and dQ = 0 for the atomic path) and, for the atomic path, its
-dq_scale kernel run unchanged around it (:func:`backward`). It takes what kernel 3's forward takes (d in
-{64, 128}, fp16/bf16, Nq = Nk a multiple of the tiles, no options; :func:`plan`);
+dq_scale kernel run unchanged around it (:func:`backward`). It takes what kernel 3's forward takes but d = 256 (d in
+``BWD_HEAD_DIMS`` = {64, 128}, fp16/bf16, Nq = Nk a multiple of the tiles, no options; :func:`plan`);
 :func:`kernel3.attention <flashref.gpu.kernel3.attention>` uses it where ``plan`` allows and kernel 2's
 backward everywhere else.
 
@@ -168,10 +168,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
     options (dropout, GQA, window, ALiBi, softcap); two consumer warpgroups of 64 keys (BLOCK_N = 128) and
     64 query rows a step (128 allowed at d = 64, where the registers hold S and dP of 128 columns); the tiles fit
     in shared memory."""
-    if d not in BWD_HEAD_DIMS:
-        return None, f"d={d}: kernel 3's backward takes d in {BWD_HEAD_DIMS}"
     t = tiles or BWD_TILES.get((d, bool(causal)), TilesB())
-    why = refusal("kernel 3's backward", d, Nq, Nk, dtype, options, t)
+    why = refusal("kernel 3's backward", d, Nq, Nk, dtype, options, t, head_dims=BWD_HEAD_DIMS)
     if why:
         return None, why
     if t.block_n != 128 or t.block_m not in (64, 128) or (t.block_m == 128 and d != 64):
