@@ -101,6 +101,13 @@ def test_plan_checks_the_tiles():
     assert kernel3._parse_tiles("128,128,8,3,pp,persist,qregs") == qr
     assert plan(64, 4096, 4096, "float16", False, tiles=qr) == (qr, None)
     assert "q_regs" in plan(64, 4096, 4096, "float16", False, tiles=Tiles3(64, 128, 4, 2, q_regs=True))[1]
+    qp = Tiles3(128, 128, 8, 2, pingpong=True, persistent=True, q_prefetch=True)
+    assert kernel3._parse_tiles("128,128,8,2,pp,persist,qpre") == qp
+    assert plan(128, 4096, 4096, "float16", False, tiles=qp) == (qp, None)
+    assert "q_prefetch" in plan(128, 4096, 4096, "float16", False, tiles=replace(qp, persistent=False))[1]
+    # O's own buffer: at d = 128 three K/V stages no longer fit (32 + 32 + 192 KB), two do (192 KB)
+    assert qp.smem_bytes(128) - replace(qp, q_prefetch=False).smem_bytes(128) == 128 * 128 * 2
+    assert "shared memory" in plan(128, 4096, 4096, "float16", False, tiles=replace(qp, stages=3))[1]
 
 
 def test_unavailable_says_why_on_this_machine():
@@ -229,6 +236,27 @@ def test_kernel3_persistent_equals_one_program_per_tile(d, causal, dtype):
     for hf in (False, True):  # heads first: the other tile order
         oh, _ = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=replace(t, heads_first=hf))
         assert torch.equal(oh, o1)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("N", [128, 2048])
+def test_kernel3_q_prefetch_equals_persistent(d, causal, dtype, N):
+    """Tiles3.q_prefetch: O_i staged in its own buffer, Q_i's handed back after a tile's last S product so the
+    next tile's Q_i loads early. The oracle, and bit-equality with the persistent kernel that stages O_i in Q_i's
+    buffer: only when the loads and stores happen moves, not what is computed. N = 128: one K/V block a tile
+    (Q_i released after the first S product); N = 2048 with 32 heads: 512 tiles, three or four a program."""
+    t = Tiles3(128, 128, 8, 2, pingpong=True, persistent=True, q_prefetch=True)
+    H = 16 if N == 2048 else 300  # 600 one-block tiles: more than one a program
+    o, L2 = _check3(2, H, N, d, dtype, causal, seed=d + causal + N, tiles=t)
+    q, k, v, _ = _inputs(2, H, N, N, d, dtype, d + causal + N)
+    o1, L21 = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=replace(t, q_prefetch=False))
+    assert torch.equal(o, o1) and torch.equal(L2, L21)
+    oq, _ = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=replace(t, q_regs=True))  # Q_i in registers too
+    assert torch.equal(oq, o1)
 
 
 @needs_k3

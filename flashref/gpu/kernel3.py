@@ -77,10 +77,15 @@ class Tiles3:
     emu: int = 0
     persistent: bool = False  # pingpong: one program per SM looping over the tiles (FA3's static tile scheduler)
     q_regs: bool = False  # pingpong: Q_i (a warpgroup's 64 rows) as the S product's A operand in registers
+    # persistent: O_i staged for its store in a buffer of its own, so Q_i's buffer is handed back after the tile's
+    # last S product and the next tile's Q_i loads under this tile's last step and store (FA3 keeps smem_o apart)
+    q_prefetch: bool = False
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
-        """Shared memory the tiles take: Q_i (reused for O_i's store) and STAGES slots of K_j and V_j."""
-        return elem * d * (self.block_m + 2 * self.stages * self.block_n) + 8 * (1 + 2 * self.stages)
+        """Shared memory the tiles take: Q_i (reused for O_i's store unless q_prefetch, which gives O_i its
+        own buffer) and STAGES slots of K_j and V_j."""
+        o_rows = self.block_m if self.q_prefetch else 0
+        return elem * d * (self.block_m + o_rows + 2 * self.stages * self.block_n) + 8 * (1 + 2 * self.stages)
 
 
 # The defaults by (head dimension, causal), from three interleaved sweeps on an H100 (figures/gpu/NOTES.md,
@@ -213,6 +218,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, "persistent: the pingpong version only (its producer warp streams the next tile's loads)"
     if t.q_regs and not t.pingpong:
         return None, "q_regs: the pingpong version only"
+    if t.q_prefetch and not t.persistent:
+        return None, "q_prefetch: the persistent version only (it loads the program's next tile's Q_i early)"
     if t.emu not in (0, 2, 4, 8) or (t.emu and not t.pingpong):
         return None, f"emu={t.emu}: 0, or 2, 4 or 8 with pingpong (every emu-th step's exponentials on the FMA units)"
     if t.warps & (t.warps - 1) or t.warps < 4:
@@ -524,7 +531,8 @@ if _MODS is not None:
         tc = 0
         for tile in range(first, n_tiles, step):
             bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, BLOCK_M, BLOCK_N, CAUSAL, HEADS_FIRST)
-            # Q_i's buffer holds the previous tile's O until both consumers' stores of it are done.
+            # Q_i's buffer is free once both consumers are done with the previous tile's Q: after their O stores
+            # (O staged in Q's buffer), or with q_prefetch after their last S product.
             mbarrier.wait(q_empty, (tc - 1) & 1, pred=tc > 0)
             mbarrier.expect(q_bar, desc_q.block_type.nbytes)
             tma.async_copy_global_to_shared(desc_q, [bh * N + start_m, 0], q_bar, q_smem)
@@ -541,7 +549,7 @@ if _MODS is not None:
             tc += 1
 
     @gluon.jit
-    def _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+    def _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                        turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, WG: gl.constexpr):
         # FA3 Alg.2 on rows [WG·64, WG·64 + 64) of each of this program's tiles, one warpgroup (4 warps).
         # it counts the K/V blocks of the tiles so far (slot it % STAGES), tt this warpgroup's GEMM issues
@@ -565,8 +573,10 @@ if _MODS is not None:
         CAUSAL: gl.constexpr = cfg.shape[1] == 2
         HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
         Q_REGS: gl.constexpr = cfg.shape[3] == 2
+        Q_PREFETCH: gl.constexpr = cfg.shape[4] == 2
         my_turn, other_turn = _k3_turns(turn0, turn1, WG)
         q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i
+        o_c = o_smem.slice(WG * ROWS, ROWS)  # and of O_i's staging buffer (Q_i's own unless q_prefetch)
         it = 0
         tt = 0
         tc = 0
@@ -587,8 +597,9 @@ if _MODS is not None:
                                   gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
             mbarrier.arrive(other_turn, count=1)
             S = warpgroup_mma_wait(0, deps=(S_tok,))
-            # FA3 Alg.2 l.5: release K_0's slot to the producer.
+            # FA3 Alg.2 l.5: release K_0's slot to the producer (and, q_prefetch, Q_i's buffer if it was the last S).
             mbarrier.arrive(k_empty.index(it % STAGES), count=1)
+            mbarrier.arrive(q_empty, count=1, pred=Q_PREFETCH and n_blocks == 1)
             # FA3 Alg.2 l.6 = FA2 Alg.1 l.9: m_i, P̃_cur, ℓ_i from S_cur.
             offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
             P, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, CAUSAL)
@@ -611,6 +622,8 @@ if _MODS is not None:
                 # FA3 Alg.2 l.12: wait for Q_i K_jᵀ; release K_j's slot.
                 S = warpgroup_mma_wait(1, deps=(S_tok,))
                 mbarrier.arrive(k_empty.index(s), count=1)
+                # q_prefetch: the tile's last S product has read Q_i; the producer may load the next tile's.
+                mbarrier.arrive(q_empty, count=1, pred=Q_PREFETCH and j == n_blocks - 1)
                 # FA3 Alg.2 l.13 = FA2 Alg.1 l.9: softmax of S_next while P̃_cur V_{j−1} runs.
                 offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
                 if EMU > 1:
@@ -638,36 +651,42 @@ if _MODS is not None:
             O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
             mbarrier.arrive(v_empty.index(last % STAGES), count=1)
             # FA3 Alg.2 l.20 = FA2 Alg.1 l.12-15: O_i / ℓ_i, L_i = m_i + log2 ℓ_i; write both (O through this
-            # warpgroup's rows of Q_i's buffer, by TMA), then hand the buffer back to the producer.
+            # warpgroup's rows of the staging buffer, by TMA). Staged in Q_i's buffer, the store must be done
+            # before the buffer goes back to the producer; in its own buffer (q_prefetch) it runs on under the
+            # next tile, and only the next tile's store waits for it (the store_wait before o_c.store).
             O = O / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
-            q_c.store(O.to(dtype))
+            if Q_PREFETCH:
+                tma.store_wait(0)
+            o_c.store(O.to(dtype))
             fence_async_shared()
-            tma.async_copy_shared_to_global(desc_o, [bh * N + start_m + WG * ROWS, 0], q_c)
+            tma.async_copy_shared_to_global(desc_o, [bh * N + start_m + WG * ROWS, 0], o_c)
             gl.store(L2 + bh * N + offs_m, m_i + gl.log2(l_i))
-            tma.store_wait(0)
-            mbarrier.arrive(q_empty, count=1)
+            if not Q_PREFETCH:
+                tma.store_wait(0)
+                mbarrier.arrive(q_empty, count=1)
             it += n_blocks
             tt += n_blocks + 1
             tc += 1
+        tma.store_wait(0)  # the last O store has read its buffer before the program ends
 
     @gluon.jit
-    def _k3ws_consumer0(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                        turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
-        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+    def _k3ws_consumer0(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                        v_empty, turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
+        _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                        turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 0)
 
     @gluon.jit
-    def _k3ws_consumer1(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                        turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
-        _k3ws_consumer(desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+    def _k3ws_consumer1(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                        v_empty, turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
+        _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                        turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 1)
 
     @gluon.jit
     def _k3ws_fwd_kernel(desc_q, desc_k, desc_v, desc_o, L2, N, qk_scale, BH,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                          CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, EMU: gl.constexpr,
-                         PERSISTENT: gl.constexpr, Q_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                         num_warps: gl.constexpr):
+                         PERSISTENT: gl.constexpr, Q_REGS: gl.constexpr, Q_PREFETCH: gl.constexpr,
+                         CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
         # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0,
         # worker 0 consumer warpgroup 1, worker 1 the producer warp. Not persistent: one program per tile
         # (row block i of one (batch, head)), the grid (Tr, BH) or (BH, Tr). Persistent (FA3's tile scheduler,
@@ -678,6 +697,10 @@ if _MODS is not None:
         first, step = _k3_program_tiles(n_tiles, PERSISTENT)
         dtype: gl.constexpr = desc_q.dtype
         q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
+        if Q_PREFETCH:
+            o_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
+        else:
+            o_smem = q_smem
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_k.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_v.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -688,8 +711,9 @@ if _MODS is not None:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        cfg = gl.allocate_shared_memory(gl.int8, [EMU + (EMU == 0), 1 + CAUSAL, 1 + HEADS_FIRST, 1 + Q_REGS],
-                                        gl.SwizzledSharedLayout(1, 1, 1, order=[3, 2, 1, 0]))
+        cfg = gl.allocate_shared_memory(gl.int8, [EMU + (EMU == 0), 1 + CAUSAL, 1 + HEADS_FIRST, 1 + Q_REGS,
+                                                  1 + Q_PREFETCH],
+                                        gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
         mbarrier.init(q_bar, count=1)
         mbarrier.init(q_empty, count=2)  # one arrival from each consumer warpgroup, after its O store
         mbarrier.init(turn0, count=1)
@@ -699,8 +723,8 @@ if _MODS is not None:
             mbarrier.init(v_ready.index(s), count=1)
             mbarrier.init(k_empty.index(s), count=2)  # one arrival from each consumer warpgroup
             mbarrier.init(v_empty.index(s), count=2)
-        cargs = (desc_o, L2, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn0, turn1,
-                 cfg, N, Tr, BH, first, n_tiles, step, qk_scale)
+        cargs = (desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn0,
+                 turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale)
         pargs = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                  cfg, N, Tr, BH, first, n_tiles, step)
         gl.warp_specialize([(_k3ws_consumer0, cargs), (_k3ws_consumer1, cargs), (_k3ws_producer, pargs)],
@@ -759,8 +783,8 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
             grid = (min(B * H * Tr, _num_sms(q.device)),)
         _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                                BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
-                               EMU=t.emu, PERSISTENT=t.persistent, Q_REGS=t.q_regs, CONSUMER_REGS=PINGPONG_REGS,
-                               num_warps=4)
+                               EMU=t.emu, PERSISTENT=t.persistent, Q_REGS=t.q_regs, Q_PREFETCH=t.q_prefetch,
+                               CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
     else:
         _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                              BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
@@ -920,13 +944,13 @@ def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, b
 def _parse_tiles(text: str) -> Tiles3:
     """``BM,BN,warps,stages`` then optional flags: ``pp`` (pingpong: producer warp + two consumer warpgroups),
     ``hf`` / ``nohf`` (causal grid heads first or not), ``emuK`` (Tiles3.emu = K), ``persist`` (persistent),
-    ``qregs`` (Tiles3.q_regs)."""
+    ``qregs`` (Tiles3.q_regs), ``qpre`` (Tiles3.q_prefetch)."""
     parts = text.split(",")
     flags = set(parts[4:])
     hf = True if "hf" in flags else False if "nohf" in flags else None
     emu = [int(f[3:]) for f in flags if f.startswith("emu")]
     return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf, emu=emu[0] if emu else 0,
-                  persistent="persist" in flags, q_regs="qregs" in flags)
+                  persistent="persist" in flags, q_regs="qregs" in flags, q_prefetch="qpre" in flags)
 
 
 def _sweep_fns(q, k, v, causal, configs, dtype_name):

@@ -69,7 +69,8 @@ def compile_fwd(d, causal, t):
     common = dict(HEAD_D=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=False)
     if t.pingpong:
         return _compile(k3._k3ws_fwd_kernel, args, dict(common, EMU=t.emu, PERSISTENT=t.persistent, Q_REGS=t.q_regs,
-                                                         CONSUMER_REGS=k3.PINGPONG_REGS, num_warps=4), 4)
+                                                         Q_PREFETCH=t.q_prefetch, CONSUMER_REGS=k3.PINGPONG_REGS,
+                                                         num_warps=4), 4)
     return _compile(k3._k3_fwd_kernel, args, dict(common, num_warps=t.warps), t.warps)
 
 
