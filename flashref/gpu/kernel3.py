@@ -26,7 +26,8 @@ arithmetic is:
   (``gl.warp_specialize``). One producer warp issues every TMA load into STAGES slots and waits on "slot
   empty" mbarriers. Each of two consumer warpgroups owns 64 rows and runs Algorithm 2, and the two take
   turns at the tensor cores (FA3 §3.1, "pingpong"): one warpgroup's softmax runs under the other's GEMMs.
-  With ``persistent=True`` (the default at d = 64 without a mask) one program per SM loops over the tiles.
+  With ``persistent=True`` (the default without a mask at d = 64 and 128) one program per SM loops over the tiles;
+  with ``q_prefetch`` (the d = 128 default) it loads its next tile's Q_i while this tile's last step runs.
   Measured 0.99-1.11x cuDNN at d = 128 (figures/gpu/NOTES.md, "Issue 14, third session" and "Kernel 3,
   fourth session").
 
@@ -93,8 +94,11 @@ class Tiles3:
 # programs of one warpgroup (64 rows) per SM beat it; causal grids in plain longest-first order (heads first
 # was 2-5% slower with pingpong at N = 4096). Non-causal d = 64 persistent (one program per SM looping over the
 # tiles): +2-5% at N = 4096 and 8192, a tie at 16384, in the one sweep that measured it (NOTES.md, "persistent");
-# at d = 128 a tie, and causal d = 128 4-20% slower (a static order balances the causal tiles' lengths badly).
-TILES = {(128, False): Tiles3(128, 128, 8, 3, pingpong=True),
+# causal d = 128 4-20% slower (a static order balances the causal tiles' lengths badly). Non-causal d = 128
+# persistent with q_prefetch (the next tile's Q_i loaded under this tile's last step, so two K/V stages):
+# +6.4%, +5.4%, +0.2% at N = 4096, 8192, 16384 over three stages one tile a program (NOTES.md, "Eleventh
+# session"); at d = 64 the same change was a tie.
+TILES = {(128, False): Tiles3(128, 128, 8, 2, pingpong=True, persistent=True, q_prefetch=True),
          (128, True): Tiles3(128, 128, 8, 3, pingpong=True, heads_first=False),
          (64, False): Tiles3(128, 128, 8, 3, pingpong=True, persistent=True),
          (64, True): Tiles3(64, 128, 4, 2, heads_first=False),
