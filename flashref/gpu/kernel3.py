@@ -500,11 +500,19 @@ if _MODS is not None:
     # ----------------------------------------------------------------------------------------
 
     @gluon.jit
-    def _k3ws_tile(tile, Tr, BH, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                   HEADS_FIRST: gl.constexpr):
+    def _k3ws_tile(tile, Tr, BH, N, n_tiles, step, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr):
         # FA2 Alg.1 l.3: which row block i of which (batch, head) bh the tile-th program's work is, in the
         # order the GPU launches a grid of (Tr, BH) programs (or (BH, Tr) heads first); causal, the longest
         # rows first. Returns bh, the first row, and the key blocks it visits (_k3_kv_blocks).
+        if CAUSAL:
+            # Persistent (step programs take tiles p, p + step, ...): causal tiles shorten along the order, so
+            # every other round of `step` tiles is taken in reverse (a snake), and the program that took a
+            # round's longest tile takes the next round's shortest. One program a tile: step = n_tiles, r = 0.
+            r = tile // step
+            c = gl.minimum(step, n_tiles - r * step)  # tiles in round r (the last may be short)
+            pos = tile - r * step
+            tile = tile + (r % 2) * (c - 1 - 2 * pos)
         if HEADS_FIRST:
             bh = tile % BH
             pid = tile // BH
@@ -534,7 +542,8 @@ if _MODS is not None:
         it = 0
         tc = 0
         for tile in range(first, n_tiles, step):
-            bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, BLOCK_M, BLOCK_N, CAUSAL, HEADS_FIRST)
+            bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, step, BLOCK_M, BLOCK_N, CAUSAL,
+                                                       HEADS_FIRST)
             # Q_i's buffer is free once both consumers are done with the previous tile's Q: after their O stores
             # (O staged in Q's buffer), or with q_prefetch after their last S product.
             mbarrier.wait(q_empty, (tc - 1) & 1, pred=tc > 0)
@@ -585,7 +594,8 @@ if _MODS is not None:
         tt = 0
         tc = 0
         for tile in range(first, n_tiles, step):
-            bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, BLOCK_M, BLOCK_N, CAUSAL, HEADS_FIRST)
+            bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, step, BLOCK_M, BLOCK_N, CAUSAL,
+                                                       HEADS_FIRST)
             offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=row_layout)
             # FA3 Alg.2 l.2 = FA2 Alg.1 l.5: O_i = 0, ℓ_i = 0, m_i = −inf.
             O = gl.zeros([ROWS, HEAD_D], gl.float32, o_layout)
