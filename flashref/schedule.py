@@ -296,11 +296,13 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     """Kernel 3's forward: grid (Tr, B·H), row block fastest (kernel3._k3ws_tile); causal, the longest rows
     first; each program scans its K/V blocks from 0 up. The persistent version (one program per SM striding
     over the tiles in grid order) runs the same waves: program p's t-th tile is tile p + t·SMs, where every tile
-    is as long (non-causal, as the default persistent launch is)."""
+    is as long (non-causal, as the default persistent launch is). The dynamic version (Tiles3.dynamic: each
+    program claims its next tile from a counter) takes the tiles in grid order as they free up, as the GPU
+    hands out a one-tile-a-program grid, so it runs the same waves causal too."""
     from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
     t = tiles or TILES[(d, bool(causal))]
-    if t.persistent and causal:  # a persistent program strides statically over tiles of unequal length
-        raise NotImplementedError("the L2 model has no schedule for kernel 3's persistent causal forward")
+    if t.persistent and causal and not t.dynamic:  # a static stride over tiles of unequal length
+        raise NotImplementedError("the L2 model has no schedule for kernel 3's static persistent causal forward")
     BM, BN = t.block_m, t.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)

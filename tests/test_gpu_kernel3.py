@@ -108,6 +108,11 @@ def test_plan_checks_the_tiles():
     # O's own buffer: at d = 128 three K/V stages no longer fit (32 + 32 + 192 KB), two do (192 KB)
     assert qp.smem_bytes(128) - replace(qp, q_prefetch=False).smem_bytes(128) == 128 * 128 * 2
     assert "shared memory" in plan(128, 4096, 4096, "float16", False, tiles=replace(qp, stages=3))[1]
+    dy = replace(qp, dynamic=True)
+    assert kernel3._parse_tiles("128,128,8,2,pp,persist,qpre,dyn") == dy
+    assert plan(128, 4096, 4096, "float16", True, tiles=dy) == (dy, None)
+    assert "dynamic" in plan(128, 4096, 4096, "float16", True, tiles=replace(dy, persistent=False,
+                                                                            q_prefetch=False))[1]
 
 
 def test_unavailable_says_why_on_this_machine():
@@ -257,6 +262,28 @@ def test_kernel3_q_prefetch_equals_persistent(d, causal, dtype, N):
     assert torch.equal(o, o1) and torch.equal(L2, L21)
     oq, _ = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=replace(t, q_regs=True))  # Q_i in registers too
     assert torch.equal(oq, o1)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d,stages,q_prefetch", [(64, 3, True), (128, 2, True), (256, 2, False)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("N", [128, 2048])
+def test_kernel3_dynamic_equals_one_program_per_tile(d, stages, q_prefetch, causal, N):
+    """Tiles3.dynamic: one program per SM, each claiming its next tile from an atomic counter and handing it to
+    its consumer warpgroups through a ring in shared memory. Every tile is computed once, by the same
+    instructions as one program a tile: the oracle, and bit-equality with that launch. N = 128 with 300 heads:
+    600 one-block tiles; N = 2048 with 16: 512 tiles of 1-16 blocks causal (d = 256: 64 keys a step)."""
+    bn = 64 if d == 256 else 128
+    t = Tiles3(128, bn, 8, stages, pingpong=True, persistent=True, q_prefetch=q_prefetch, dynamic=True)
+    H = 16 if N == 2048 else 300
+    o, L2 = _check3(2, H, N, d, torch.float16, causal, seed=d + causal + N + 7, tiles=t)
+    q, k, v, _ = _inputs(2, H, N, N, d, torch.float16, d + causal + N + 7)
+    o1, L21 = kernel3.forward(q, k, v, causal, d ** -0.5, tiles=replace(t, persistent=False, q_prefetch=False,
+                                                                        dynamic=False))
+    assert torch.equal(o, o1) and torch.equal(L2, L21)
+    for _ in range(3):  # the counter starts from zero at every call
+        assert torch.equal(kernel3.forward(q, k, v, causal, d ** -0.5, tiles=t)[0], o1)
 
 
 @needs_k3

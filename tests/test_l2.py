@@ -545,6 +545,12 @@ def test_kernel3_schedules_the_model_lacks_are_refused():
     persistent = dataclasses.replace(kernel3.TILES[(64, True)], persistent=True)
     with pytest.raises(NotImplementedError, match="persistent causal forward"):
         schedule.flashref3_fwd(BH=1, Nq=1024, Nk=1024, d=64, causal=True, tiles=persistent)
+    # a dynamic persistent launch takes its tiles as the GPU hands out a grid's: the same waves, the same bytes
+    pp = kernel3.Tiles3(128, 128, 8, 2, pingpong=True)
+    dynamic = dataclasses.replace(pp, persistent=True, q_prefetch=True, dynamic=True)
+    one, dyn = (schedule.flashref3_fwd(BH=16, Nq=8192, Nk=8192, d=128, causal=True, tiles=t) for t in (pp, dynamic))
+    assert (dyn.launch, dyn.ranges, dyn.resident, dyn.heads_first) == (one.launch, one.ranges, one.resident,
+                                                                      one.heads_first)
     with pytest.raises(NotImplementedError, match="atomic-free"):
         schedule.flashref3_dkdv(BH=1, Nq=1024, Nk=1024, d=128, tiles=kernel3_bwd.ATOMIC_TILES[(128, False)])
     for (d, causal), t in kernel3_bwd.BWD_TILES.items():  # the defaults are all modelled

@@ -81,6 +81,9 @@ class Tiles3:
     # persistent: O_i staged for its store in a buffer of its own, so Q_i's buffer is handed back after the tile's
     # last S product and the next tile's Q_i loads under this tile's last step and store (FA3 keeps smem_o apart)
     q_prefetch: bool = False
+    # persistent: each program claims its next tile from an atomic counter (FA3's dynamic tile scheduler), so
+    # causal tiles of unequal length balance over the programs as a one-tile-a-program launch's do
+    dynamic: bool = False
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Shared memory the tiles take: Q_i (reused for O_i's store unless q_prefetch, which gives O_i its
@@ -224,6 +227,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, "q_regs: the pingpong version only"
     if t.q_prefetch and not t.persistent:
         return None, "q_prefetch: the persistent version only (it loads the program's next tile's Q_i early)"
+    if t.dynamic and not t.persistent:
+        return None, "dynamic: the persistent version only (its programs claim their tiles from a counter)"
     if t.emu not in (0, 2, 4, 8) or (t.emu and not t.pingpong):
         return None, f"emu={t.emu}: 0, or 2, 4 or 8 with pingpong (every emu-th step's exponentials on the FMA units)"
     if t.warps & (t.warps - 1) or t.warps < 4:
@@ -527,46 +532,91 @@ if _MODS is not None:
         return bh, start_m, n_full, n_blocks
 
     @gluon.jit
-    def _k3ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
-                       v_empty, cfg, N, Tr, BH, first, n_tiles, step):
-        # FA3 Alg.1 l.3-9 (producer warpgroup, here one warp), for each of this program's tiles: load Q_i; for
-        # each j, wait until the consumers have released slot it % STAGES (it counts the K/V blocks of every
-        # tile so far), then load K_j and V_j into it by TMA. (A worker partition's arguments are IR values:
-        # its constexprs come from the buffers' shapes, the flags from the cfg placeholder's.)
+    def _k3ws_load_tile(tile, it, tc, desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                        v_ready, k_empty, v_empty, N, Tr, BH, n_tiles, order_step, CAUSAL: gl.constexpr,
+                        HEADS_FIRST: gl.constexpr):
+        # FA3 Alg.1 l.3-9 (producer) for one tile: load Q_i; for each j, wait until the consumers have released
+        # slot it % STAGES (it counts the K/V blocks of every tile so far), then load K_j and V_j into it by TMA.
+        # tc counts the program's tiles (Q_i's phase). Returns it.
         STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         BLOCK_M: gl.constexpr = q_smem.shape[0]
-        CAUSAL: gl.constexpr = cfg.shape[1] == 2
-        HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
         kv_bytes: gl.constexpr = desc_k.block_type.nbytes
-        it = 0
-        tc = 0
-        for tile in range(first, n_tiles, step):
-            bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, step, BLOCK_M, BLOCK_N, CAUSAL,
-                                                       HEADS_FIRST)
-            # Q_i's buffer is free once both consumers are done with the previous tile's Q: after their O stores
-            # (O staged in Q's buffer), or with q_prefetch after their last S product.
-            mbarrier.wait(q_empty, (tc - 1) & 1, pred=tc > 0)
-            mbarrier.expect(q_bar, desc_q.block_type.nbytes)
-            tma.async_copy_global_to_shared(desc_q, [bh * N + start_m, 0], q_bar, q_smem)
-            for j in range(n_blocks):
-                s = it % STAGES
-                ph = ((it // STAGES) & 1) ^ 1  # the release of the previous round of this slot
-                mbarrier.wait(k_empty.index(s), ph, pred=it >= STAGES)
-                mbarrier.expect(k_ready.index(s), kv_bytes)
-                tma.async_copy_global_to_shared(desc_k, [bh * N + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
-                mbarrier.wait(v_empty.index(s), ph, pred=it >= STAGES)
-                mbarrier.expect(v_ready.index(s), kv_bytes)
-                tma.async_copy_global_to_shared(desc_v, [bh * N + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
-                it += 1
-            tc += 1
+        bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, order_step, BLOCK_M, BLOCK_N,
+                                                   CAUSAL, HEADS_FIRST)
+        # Q_i's buffer is free once both consumers are done with the previous tile's Q: after their O stores
+        # (O staged in Q's buffer), or with q_prefetch after their last S product.
+        mbarrier.wait(q_empty, (tc - 1) & 1, pred=tc > 0)
+        mbarrier.expect(q_bar, desc_q.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc_q, [bh * N + start_m, 0], q_bar, q_smem)
+        for j in range(n_blocks):
+            s = it % STAGES
+            ph = ((it // STAGES) & 1) ^ 1  # the release of the previous round of this slot
+            mbarrier.wait(k_empty.index(s), ph, pred=it >= STAGES)
+            mbarrier.expect(k_ready.index(s), kv_bytes)
+            tma.async_copy_global_to_shared(desc_k, [bh * N + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+            mbarrier.wait(v_empty.index(s), ph, pred=it >= STAGES)
+            mbarrier.expect(v_ready.index(s), kv_bytes)
+            tma.async_copy_global_to_shared(desc_v, [bh * N + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+            it += 1
+        return it
 
     @gluon.jit
-    def _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                       turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, WG: gl.constexpr):
-        # FA3 Alg.2 on rows [WG·64, WG·64 + 64) of each of this program's tiles, one warpgroup (4 warps).
-        # it counts the K/V blocks of the tiles so far (slot it % STAGES), tt this warpgroup's GEMM issues
-        # (the pingpong turns), tc the tiles (Q_i's phase).
+    def _k3ws_publish(nxt, tc, ring, t_full, t_empty):
+        # Tiles3.dynamic: hand the program's next tile to both consumer warpgroups through slot tc % 2 of a
+        # two-slot ring in shared memory, once both have read what the slot held two tiles ago.
+        s = tc % 2
+        mbarrier.wait(t_empty.index(s), ((tc // 2) & 1) ^ 1, pred=tc >= 2)
+        ring.index(s).store(gl.full([32], nxt, gl.int32, gl.BlockedLayout([1], [32], [1], [0])))
+        mbarrier.arrive(t_full.index(s), count=1)  # release: the store above is seen by whoever waits on it
+
+    @gluon.jit
+    def _k3ws_take(tc, ring, t_full, t_empty):
+        # Tiles3.dynamic: the consumer's side of _k3ws_publish; every lane holds the same tile.
+        s = tc % 2
+        mbarrier.wait(t_full.index(s), (tc // 2) & 1)
+        x = ring.index(s).load(gl.BlockedLayout([1], [32], [4], [0]))
+        mbarrier.arrive(t_empty.index(s), count=1)
+        return gl.max(x, axis=0)
+
+    @gluon.jit
+    def _k3ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, ring, t_full, t_empty, counter, cfg, N, Tr, BH, first, n_tiles, step):
+        # FA3 Alg.1 (producer warpgroup, here one warp): _k3ws_load_tile for each of this program's tiles.
+        # (A worker partition's arguments are IR values: its constexprs come from the buffers' shapes, the flags
+        # from the cfg placeholder's.) Static: tiles first, first + step, ... Dynamic (FA3's dynamic tile
+        # scheduler): the first tile is the program's id; each next one is claimed from a global counter while
+        # this tile's loads are issued (so the atomic's round trip is hidden), and handed to the consumers.
+        CAUSAL: gl.constexpr = cfg.shape[1] == 2
+        HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
+        DYNAMIC: gl.constexpr = cfg.shape[5] == 2
+        it = 0
+        tc = 0
+        if DYNAMIC:
+            tile = first
+            while tile < n_tiles:
+                nxt = step + gl.atomic_add(counter, 1)  # tiles 0 .. step - 1 went to the programs' ids
+                it = _k3ws_load_tile(tile, it, tc, desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty,
+                                     k_ready, v_ready, k_empty, v_empty, N, Tr, BH, n_tiles, n_tiles, CAUSAL,
+                                     HEADS_FIRST)
+                _k3ws_publish(nxt, tc, ring, t_full, t_empty)  # past n_tiles: the consumers stop too
+                tile = nxt
+                tc += 1
+        else:
+            for tile in range(first, n_tiles, step):
+                it = _k3ws_load_tile(tile, it, tc, desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty,
+                                     k_ready, v_ready, k_empty, v_empty, N, Tr, BH, n_tiles, step, CAUSAL,
+                                     HEADS_FIRST)
+                tc += 1
+
+    @gluon.jit
+    def _k3ws_compute_tile(tile, it, tt, tc, desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                           v_ready, k_empty, v_empty, my_turn, other_turn, N, Tr, BH, n_tiles, order_step, qk_scale,
+                           WG: gl.constexpr, EMU: gl.constexpr, CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr,
+                           Q_REGS: gl.constexpr, Q_PREFETCH: gl.constexpr):
+        # FA3 Alg.2 on rows [WG·64, WG·64 + 64) of one tile, one warpgroup (4 warps). it counts the K/V blocks
+        # of the tiles so far (slot it % STAGES), tt this warpgroup's GEMM issues (the pingpong turns), tc the
+        # tiles (Q_i's phase). Returns it and tt after the tile.
         ROWS: gl.constexpr = 64
         STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -579,133 +629,155 @@ if _MODS is not None:
                                                            instr_shape=[16, HEAD_D, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+        q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i
+        o_c = o_smem.slice(WG * ROWS, ROWS)  # and of O_i's staging buffer (Q_i's own unless q_prefetch)
+        bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, order_step, BLOCK_M, BLOCK_N,
+                                                   CAUSAL, HEADS_FIRST)
+        offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=row_layout)
+        # FA3 Alg.2 l.2 = FA2 Alg.1 l.5: O_i = 0, ℓ_i = 0, m_i = −inf.
+        O = gl.zeros([ROWS, HEAD_D], gl.float32, o_layout)
+        l_i = gl.zeros([ROWS], gl.float32, row_layout)
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+        # FA3 Alg.2 l.3: wait for Q_i and K_0.
+        mbarrier.wait(q_bar, tc & 1)
+        q_a = _k3_operand_a(q_c, s_layout, Q_REGS)  # Q_i, the A operand of every S product of the tile
+        mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
+        # FA3 Alg.2 l.4 = FA2 Alg.1 l.8: S_cur = Q_i K_0ᵀ; commit and wait (one issue of the ping-pong).
+        _k3_turn(my_turn, tt, WG == 0)
+        S_tok = warpgroup_mma(q_a, k_smem.index(it % STAGES).permute((1, 0)),
+                              gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        mbarrier.arrive(other_turn, count=1)
+        S = warpgroup_mma_wait(0, deps=(S_tok,))
+        # FA3 Alg.2 l.5: release K_0's slot to the producer (and, q_prefetch, Q_i's buffer if it was the last S).
+        mbarrier.arrive(k_empty.index(it % STAGES), count=1)
+        mbarrier.arrive(q_empty, count=1, pred=Q_PREFETCH and n_blocks == 1)
+        # FA3 Alg.2 l.6 = FA2 Alg.1 l.9: m_i, P̃_cur, ℓ_i from S_cur.
+        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        P, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, CAUSAL)
+        P = gl.convert_layout(P.to(dtype), p_layout)
+        # FA3 Alg.2 l.7: for 1 <= j < Tc.
+        for j in range(1, n_blocks):
+            s = (it + j) % STAGES
+            sp = (it + j - 1) % STAGES
+            # FA3 Alg.2 l.8: wait for K_j.
+            mbarrier.wait(k_ready.index(s), ((it + j) // STAGES) & 1)
+            # FA3 Alg.2 l.10: wait for V_{j−1} (before taking the turn, so the turn is spent on GEMMs).
+            mbarrier.wait(v_ready.index(sp), ((it + j - 1) // STAGES) & 1)
+            _k3_turn(my_turn, tt + j, WG == 0)
+            # FA3 Alg.2 l.9 = FA2 Alg.1 l.8: S_next = Q_i K_jᵀ; commit, do not wait.
+            S_tok = warpgroup_mma(q_a, k_smem.index(s).permute((1, 0)),
+                                  gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+            # FA3 Alg.2 l.11 = FA2 Alg.1 l.10: O_i += P̃_cur V_{j−1}; commit, do not wait.
+            O_tok = warpgroup_mma(P, v_smem.index(sp), O, is_async=True)
+            mbarrier.arrive(other_turn, count=1)  # the other warpgroup's GEMMs may go next
+            # FA3 Alg.2 l.12: wait for Q_i K_jᵀ; release K_j's slot.
+            S = warpgroup_mma_wait(1, deps=(S_tok,))
+            mbarrier.arrive(k_empty.index(s), count=1)
+            # q_prefetch: the tile's last S product has read Q_i; the producer may load the next tile's.
+            mbarrier.arrive(q_empty, count=1, pred=Q_PREFETCH and j == n_blocks - 1)
+            # FA3 Alg.2 l.13 = FA2 Alg.1 l.9: softmax of S_next while P̃_cur V_{j−1} runs.
+            offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            if EMU > 1:
+                # Tiles3.emu: every EMU-th step's exponentials on the FMA units (exp2.py); the two warpgroups'
+                # emulated steps differ by one (WG), so the SM's MUFU is never idle on both at once.
+                emu = (j + WG) % EMU == 0
+            else:
+                emu = False
+            if CAUSAL:
+                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, j >= n_full, emu)
+            else:
+                P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, False, emu)
+            # FA3 Alg.2 l.14: wait for P̃_cur V_{j−1}, rescale O_i; l.15: release V_{j−1}'s slot.
+            O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
+            mbarrier.arrive(v_empty.index(sp), count=1)
+            O = O * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            # FA3 Alg.2 l.16: S_next becomes S_cur.
+            P = gl.convert_layout(P_next.to(dtype), p_layout)
+        # FA3 Alg.2 l.18-19: wait for V_{Tc−1}; O_i += P̃_last V_{Tc−1}; commit and wait.
+        last = it + n_blocks - 1
+        mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+        _k3_turn(my_turn, tt + n_blocks, WG == 0)
+        O_tok = warpgroup_mma(P, v_smem.index(last % STAGES), O, is_async=True)
+        mbarrier.arrive(other_turn, count=1)
+        O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
+        mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+        # FA3 Alg.2 l.20 = FA2 Alg.1 l.12-15: O_i / ℓ_i, L_i = m_i + log2 ℓ_i; write both (O through this
+        # warpgroup's rows of the staging buffer, by TMA). Staged in Q_i's buffer, the store must be done
+        # before the buffer goes back to the producer; in its own buffer (q_prefetch) it runs on under the
+        # next tile, and only the next tile's store waits for it (the store_wait before o_c.store).
+        O = O / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+        if Q_PREFETCH:
+            tma.store_wait(0)
+        o_c.store(O.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(desc_o, [bh * N + start_m + WG * ROWS, 0], o_c)
+        gl.store(L2 + bh * N + offs_m, m_i + gl.log2(l_i))
+        if not Q_PREFETCH:
+            tma.store_wait(0)
+            mbarrier.arrive(q_empty, count=1)
+        return it + n_blocks, tt + n_blocks + 1
+
+    @gluon.jit
+    def _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale,
+                       WG: gl.constexpr):
+        # _k3ws_compute_tile for each of this program's tiles: static, first, first + step, ...; dynamic, the
+        # program's id, then each tile the producer hands over (_k3ws_take), until one is past the last.
         # The flags travel as the placeholder buffer's shape (kernel3_bwd.py's cfg: a constexpr passed to
         # gl.warp_specialize arrives as a tensor, a shape does not): Tiles3.emu (extent 1: never), causal,
-        # heads first.
+        # heads first, q_regs, q_prefetch, dynamic.
         EMU: gl.constexpr = cfg.shape[0]
         CAUSAL: gl.constexpr = cfg.shape[1] == 2
         HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
         Q_REGS: gl.constexpr = cfg.shape[3] == 2
         Q_PREFETCH: gl.constexpr = cfg.shape[4] == 2
+        DYNAMIC: gl.constexpr = cfg.shape[5] == 2
         my_turn, other_turn = _k3_turns(turn0, turn1, WG)
-        q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i
-        o_c = o_smem.slice(WG * ROWS, ROWS)  # and of O_i's staging buffer (Q_i's own unless q_prefetch)
         it = 0
         tt = 0
         tc = 0
-        for tile in range(first, n_tiles, step):
-            bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, step, BLOCK_M, BLOCK_N, CAUSAL,
-                                                       HEADS_FIRST)
-            offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=row_layout)
-            # FA3 Alg.2 l.2 = FA2 Alg.1 l.5: O_i = 0, ℓ_i = 0, m_i = −inf.
-            O = gl.zeros([ROWS, HEAD_D], gl.float32, o_layout)
-            l_i = gl.zeros([ROWS], gl.float32, row_layout)
-            m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-            # FA3 Alg.2 l.3: wait for Q_i and K_0.
-            mbarrier.wait(q_bar, tc & 1)
-            q_a = _k3_operand_a(q_c, s_layout, Q_REGS)  # Q_i, the A operand of every S product of the tile
-            mbarrier.wait(k_ready.index(it % STAGES), (it // STAGES) & 1)
-            # FA3 Alg.2 l.4 = FA2 Alg.1 l.8: S_cur = Q_i K_0ᵀ; commit and wait (one issue of the ping-pong).
-            _k3_turn(my_turn, tt, WG == 0)
-            S_tok = warpgroup_mma(q_a, k_smem.index(it % STAGES).permute((1, 0)),
-                                  gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
-            mbarrier.arrive(other_turn, count=1)
-            S = warpgroup_mma_wait(0, deps=(S_tok,))
-            # FA3 Alg.2 l.5: release K_0's slot to the producer (and, q_prefetch, Q_i's buffer if it was the last S).
-            mbarrier.arrive(k_empty.index(it % STAGES), count=1)
-            mbarrier.arrive(q_empty, count=1, pred=Q_PREFETCH and n_blocks == 1)
-            # FA3 Alg.2 l.6 = FA2 Alg.1 l.9: m_i, P̃_cur, ℓ_i from S_cur.
-            offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            P, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, CAUSAL)
-            P = gl.convert_layout(P.to(dtype), p_layout)
-            # FA3 Alg.2 l.7: for 1 <= j < Tc.
-            for j in range(1, n_blocks):
-                s = (it + j) % STAGES
-                sp = (it + j - 1) % STAGES
-                # FA3 Alg.2 l.8: wait for K_j.
-                mbarrier.wait(k_ready.index(s), ((it + j) // STAGES) & 1)
-                # FA3 Alg.2 l.10: wait for V_{j−1} (before taking the turn, so the turn is spent on GEMMs).
-                mbarrier.wait(v_ready.index(sp), ((it + j - 1) // STAGES) & 1)
-                _k3_turn(my_turn, tt + j, WG == 0)
-                # FA3 Alg.2 l.9 = FA2 Alg.1 l.8: S_next = Q_i K_jᵀ; commit, do not wait.
-                S_tok = warpgroup_mma(q_a, k_smem.index(s).permute((1, 0)),
-                                      gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
-                # FA3 Alg.2 l.11 = FA2 Alg.1 l.10: O_i += P̃_cur V_{j−1}; commit, do not wait.
-                O_tok = warpgroup_mma(P, v_smem.index(sp), O, is_async=True)
-                mbarrier.arrive(other_turn, count=1)  # the other warpgroup's GEMMs may go next
-                # FA3 Alg.2 l.12: wait for Q_i K_jᵀ; release K_j's slot.
-                S = warpgroup_mma_wait(1, deps=(S_tok,))
-                mbarrier.arrive(k_empty.index(s), count=1)
-                # q_prefetch: the tile's last S product has read Q_i; the producer may load the next tile's.
-                mbarrier.arrive(q_empty, count=1, pred=Q_PREFETCH and j == n_blocks - 1)
-                # FA3 Alg.2 l.13 = FA2 Alg.1 l.9: softmax of S_next while P̃_cur V_{j−1} runs.
-                offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-                if EMU > 1:
-                    # Tiles3.emu: every EMU-th step's exponentials on the FMA units (exp2.py); the two warpgroups'
-                    # emulated steps differ by one (WG), so the SM's MUFU is never idle on both at once.
-                    emu = (j + WG) % EMU == 0
-                else:
-                    emu = False
-                if CAUSAL:
-                    P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, j >= n_full, emu)
-                else:
-                    P_next, m_i, l_i, alpha = _softmax_step(S, m_i, l_i, qk_scale, offs_m, offs_n, False, emu)
-                # FA3 Alg.2 l.14: wait for P̃_cur V_{j−1}, rescale O_i; l.15: release V_{j−1}'s slot.
-                O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
-                mbarrier.arrive(v_empty.index(sp), count=1)
-                O = O * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-                # FA3 Alg.2 l.16: S_next becomes S_cur.
-                P = gl.convert_layout(P_next.to(dtype), p_layout)
-            # FA3 Alg.2 l.18-19: wait for V_{Tc−1}; O_i += P̃_last V_{Tc−1}; commit and wait.
-            last = it + n_blocks - 1
-            mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-            _k3_turn(my_turn, tt + n_blocks, WG == 0)
-            O_tok = warpgroup_mma(P, v_smem.index(last % STAGES), O, is_async=True)
-            mbarrier.arrive(other_turn, count=1)
-            O, P = warpgroup_mma_wait(0, deps=(O_tok, P))
-            mbarrier.arrive(v_empty.index(last % STAGES), count=1)
-            # FA3 Alg.2 l.20 = FA2 Alg.1 l.12-15: O_i / ℓ_i, L_i = m_i + log2 ℓ_i; write both (O through this
-            # warpgroup's rows of the staging buffer, by TMA). Staged in Q_i's buffer, the store must be done
-            # before the buffer goes back to the producer; in its own buffer (q_prefetch) it runs on under the
-            # next tile, and only the next tile's store waits for it (the store_wait before o_c.store).
-            O = O / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
-            if Q_PREFETCH:
-                tma.store_wait(0)
-            o_c.store(O.to(dtype))
-            fence_async_shared()
-            tma.async_copy_shared_to_global(desc_o, [bh * N + start_m + WG * ROWS, 0], o_c)
-            gl.store(L2 + bh * N + offs_m, m_i + gl.log2(l_i))
-            if not Q_PREFETCH:
-                tma.store_wait(0)
-                mbarrier.arrive(q_empty, count=1)
-            it += n_blocks
-            tt += n_blocks + 1
-            tc += 1
+        if DYNAMIC:
+            tile = first
+            while tile < n_tiles:
+                it, tt = _k3ws_compute_tile(tile, it, tt, tc, desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar,
+                                            q_empty, k_ready, v_ready, k_empty, v_empty, my_turn, other_turn, N, Tr,
+                                            BH, n_tiles, n_tiles, qk_scale, WG, EMU, CAUSAL, HEADS_FIRST, Q_REGS,
+                                            Q_PREFETCH)
+                tile = _k3ws_take(tc, ring, t_full, t_empty)
+                tc += 1
+        else:
+            for tile in range(first, n_tiles, step):
+                it, tt = _k3ws_compute_tile(tile, it, tt, tc, desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar,
+                                            q_empty, k_ready, v_ready, k_empty, v_empty, my_turn, other_turn, N, Tr,
+                                            BH, n_tiles, step, qk_scale, WG, EMU, CAUSAL, HEADS_FIRST, Q_REGS,
+                                            Q_PREFETCH)
+                tc += 1
         tma.store_wait(0)  # the last O store has read its buffer before the program ends
 
     @gluon.jit
     def _k3ws_consumer0(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
-                        v_empty, turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
+                        v_empty, turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
         _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                       turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 0)
+                       turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 0)
 
     @gluon.jit
     def _k3ws_consumer1(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
-                        v_empty, turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
+                        v_empty, turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
         _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                       turn0, turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 1)
+                       turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 1)
 
     @gluon.jit
-    def _k3ws_fwd_kernel(desc_q, desc_k, desc_v, desc_o, L2, N, qk_scale, BH,
+    def _k3ws_fwd_kernel(desc_q, desc_k, desc_v, desc_o, L2, counter, N, qk_scale, BH,
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                          CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, EMU: gl.constexpr,
                          PERSISTENT: gl.constexpr, Q_REGS: gl.constexpr, Q_PREFETCH: gl.constexpr,
-                         CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                         DYNAMIC: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
         # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0,
         # worker 0 consumer warpgroup 1, worker 1 the producer warp. Not persistent: one program per tile
         # (row block i of one (batch, head)), the grid (Tr, BH) or (BH, Tr). Persistent (FA3's tile scheduler,
         # static): one program per SM, taking tiles first, first + step, ... in the same order, so the next
-        # tile's K/V loads start while this one's last products and O store run.
+        # tile's K/V loads start while this one's last products and O store run. Dynamic: one program per SM,
+        # each claiming its next tile from `counter` (an int32 zeroed by the launcher) in the grid's order.
         Tr = N // BLOCK_M
         n_tiles = BH * Tr
         first, step = _k3_program_tiles(n_tiles, PERSISTENT)
@@ -725,22 +797,30 @@ if _MODS is not None:
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        # the dynamic scheduler's two-slot ring of tile numbers and its mbarriers (256 bytes; unused if static)
+        ring = gl.allocate_shared_memory(gl.int32, [2, 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        t_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        t_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         cfg = gl.allocate_shared_memory(gl.int8, [EMU + (EMU == 0), 1 + CAUSAL, 1 + HEADS_FIRST, 1 + Q_REGS,
-                                                  1 + Q_PREFETCH],
-                                        gl.SwizzledSharedLayout(1, 1, 1, order=[4, 3, 2, 1, 0]))
+                                                  1 + Q_PREFETCH, 1 + DYNAMIC],
+                                        gl.SwizzledSharedLayout(1, 1, 1, order=[5, 4, 3, 2, 1, 0]))
         mbarrier.init(q_bar, count=1)
         mbarrier.init(q_empty, count=2)  # one arrival from each consumer warpgroup, after its O store
         mbarrier.init(turn0, count=1)
         mbarrier.init(turn1, count=1)
+        if DYNAMIC:
+            for s in gl.static_range(2):
+                mbarrier.init(t_full.index(s), count=1)
+                mbarrier.init(t_empty.index(s), count=2)  # both consumer warpgroups have read the slot
         for s in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(s), count=1)
             mbarrier.init(v_ready.index(s), count=1)
             mbarrier.init(k_empty.index(s), count=2)  # one arrival from each consumer warpgroup
             mbarrier.init(v_empty.index(s), count=2)
         cargs = (desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn0,
-                 turn1, cfg, N, Tr, BH, first, n_tiles, step, qk_scale)
+                 turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale)
         pargs = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                 cfg, N, Tr, BH, first, n_tiles, step)
+                 ring, t_full, t_empty, counter, cfg, N, Tr, BH, first, n_tiles, step)
         gl.warp_specialize([(_k3ws_consumer0, cargs), (_k3ws_consumer1, cargs), (_k3ws_producer, pargs)],
                            [4, 1], [CONSUMER_REGS, 24])
 
@@ -795,10 +875,12 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     if t.pingpong:
         if t.persistent:  # one program per SM (one fits: its registers), each looping over the tiles
             grid = (min(B * H * Tr, _num_sms(q.device)),)
-        _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
+        # dynamic: the tile counter, zeroed each call (static launches pass L2 in its place, never read)
+        counter = torch.zeros(1, device=q.device, dtype=torch.int32) if t.dynamic else L2
+        _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, counter, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                                BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
                                EMU=t.emu, PERSISTENT=t.persistent, Q_REGS=t.q_regs, Q_PREFETCH=t.q_prefetch,
-                               CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
+                               DYNAMIC=t.dynamic, CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
     else:
         _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                              BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
@@ -958,13 +1040,14 @@ def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, b
 def _parse_tiles(text: str) -> Tiles3:
     """``BM,BN,warps,stages`` then optional flags: ``pp`` (pingpong: producer warp + two consumer warpgroups),
     ``hf`` / ``nohf`` (causal grid heads first or not), ``emuK`` (Tiles3.emu = K), ``persist`` (persistent),
-    ``qregs`` (Tiles3.q_regs), ``qpre`` (Tiles3.q_prefetch)."""
+    ``qregs`` (Tiles3.q_regs), ``qpre`` (Tiles3.q_prefetch), ``dyn`` (Tiles3.dynamic)."""
     parts = text.split(",")
     flags = set(parts[4:])
     hf = True if "hf" in flags else False if "nohf" in flags else None
     emu = [int(f[3:]) for f in flags if f.startswith("emu")]
     return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf, emu=emu[0] if emu else 0,
-                  persistent="persist" in flags, q_regs="qregs" in flags, q_prefetch="qpre" in flags)
+                  persistent="persist" in flags, q_regs="qregs" in flags, q_prefetch="qpre" in flags,
+                  dynamic="dyn" in flags)
 
 
 def _sweep_fns(q, k, v, causal, configs, dtype_name):
