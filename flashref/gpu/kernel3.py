@@ -585,8 +585,10 @@ if _MODS is not None:
         # FA3 Alg.1 (producer warpgroup, here one warp): _k3ws_load_tile for each of this program's tiles.
         # (A worker partition's arguments are IR values: its constexprs come from the buffers' shapes, the flags
         # from the cfg placeholder's.) Static: tiles first, first + step, ... Dynamic (FA3's dynamic tile
-        # scheduler): the first tile is the program's id; each next one is claimed from a global counter while
-        # this tile's loads are issued (so the atomic's round trip is hidden), and handed to the consumers.
+        # scheduler): the first tile is the program's id; each next one is claimed from a global counter once
+        # this tile's last loads are issued, STAGES blocks before the consumers finish it (late enough that the
+        # claim follows the order in which programs free up, early enough that the atomic's round trip is
+        # hidden), and handed to the consumers.
         CAUSAL: gl.constexpr = cfg.shape[1] == 2
         HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
         DYNAMIC: gl.constexpr = cfg.shape[5] == 2
@@ -595,10 +597,10 @@ if _MODS is not None:
         if DYNAMIC:
             tile = first
             while tile < n_tiles:
-                nxt = step + gl.atomic_add(counter, 1)  # tiles 0 .. step - 1 went to the programs' ids
                 it = _k3ws_load_tile(tile, it, tc, desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty,
                                      k_ready, v_ready, k_empty, v_empty, N, Tr, BH, n_tiles, n_tiles, CAUSAL,
                                      HEADS_FIRST)
+                nxt = step + gl.atomic_add(counter, 1)  # tiles 0 .. step - 1 went to the programs' ids
                 _k3ws_publish(nxt, tc, ring, t_full, t_empty)  # past n_tiles: the consumers stop too
                 tile = nxt
                 tc += 1
