@@ -364,6 +364,7 @@ def _flashref_configs(backend, d, causal, mode, N=1 << 14, dtype="float16"):
     if backend == "flashref3" or backend == "flashref" and not unavailable() and plan(d, N, N, dtype, causal)[0]:
         t, why = plan(d, N, N, dtype, causal)
         flags = "".join(f" {name}" for name, on in (("pingpong", t and t.pingpong), ("persistent", t and t.persistent),
+                                                    ("q_prefetch", t and t.q_prefetch), ("dynamic", t and t.dynamic),
                                                     (f"emu{t and t.emu}", t and t.emu)) if on)
         out = {"fwd": f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{flags} kernel3" if t else f"kernel 2 ({why})"}
         if mode != "fwd":

@@ -26,8 +26,9 @@ arithmetic is:
   (``gl.warp_specialize``). One producer warp issues every TMA load into STAGES slots and waits on "slot
   empty" mbarriers. Each of two consumer warpgroups owns 64 rows and runs Algorithm 2, and the two take
   turns at the tensor cores (FA3 §3.1, "pingpong"): one warpgroup's softmax runs under the other's GEMMs.
-  With ``persistent=True`` (the default without a mask at d = 64 and 128) one program per SM loops over the tiles;
-  with ``q_prefetch`` (the d = 128 default) it loads its next tile's Q_i while this tile's last step runs.
+  With ``persistent=True`` (the default at d = 128, and at d = 64 without a mask) one program per SM loops over
+  the tiles; with ``q_prefetch`` (d = 128) it loads its next tile's Q_i while this tile's last step runs, and with
+  ``dynamic`` (d = 128 causal) it claims each next tile from an atomic counter (FA3's dynamic scheduler).
   Measured 0.99-1.11x cuDNN at d = 128 (figures/gpu/NOTES.md, "Issue 14, third session" and "Kernel 3,
   fourth session").
 
@@ -100,9 +101,12 @@ class Tiles3:
 # causal d = 128 4-20% slower (a static order balances the causal tiles' lengths badly). Non-causal d = 128
 # persistent with q_prefetch (the next tile's Q_i loaded under this tile's last step, so two K/V stages):
 # +6.4%, +5.4%, +0.2% at N = 4096, 8192, 16384 over three stages one tile a program (NOTES.md, "Eleventh
-# session"); at d = 64 the same change was a tie.
+# session"); at d = 64 the same change was a tie. Causal d = 128 the same with the dynamic scheduler (tiles
+# claimed from a counter, head by head): +6.0%, +3.6%, +1.1% over three stages one tile a program; a static
+# stride, even in a snake order, lost 23% at N = 16384 (NOTES.md, "Eleventh session").
 TILES = {(128, False): Tiles3(128, 128, 8, 2, pingpong=True, persistent=True, q_prefetch=True),
-         (128, True): Tiles3(128, 128, 8, 3, pingpong=True, heads_first=False),
+         (128, True): Tiles3(128, 128, 8, 2, pingpong=True, heads_first=False, persistent=True, q_prefetch=True,
+                             dynamic=True),
          (64, False): Tiles3(128, 128, 8, 3, pingpong=True, persistent=True),
          (64, True): Tiles3(64, 128, 4, 2, heads_first=False),
          # d = 256 (ninth session, one sweep on an H100: figures/gpu/NOTES.md, "Ninth session"): 128 x 64 with
