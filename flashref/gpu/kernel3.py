@@ -840,12 +840,19 @@ def _gl_dtype(torch_dtype):
     return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[torch_dtype]
 
 
+@functools.lru_cache(maxsize=None)
+def _box_layout(rows: int, d: int, torch_dtype):
+    # The shared-memory layout of a rows x d box. Built once per box: Gluon's get_default_for takes tens of
+    # microseconds of Python, and a forward at N = 4096 causal runs in half a millisecond, so per-call host work
+    # of that size decided whether the GPU waited for the host (figures/gpu/NOTES.md, "Eleventh session").
+    return gl.NVMMASharedLayout.get_default_for([rows, d], _gl_dtype(torch_dtype))
+
+
 def descriptor(x, rows: int):
     """A TMA descriptor over the (B·H·N, d) view of ``x`` whose box is ``rows`` whole rows."""
     d = x.shape[-1]
     x2 = x.view(-1, d)
-    layout = gl.NVMMASharedLayout.get_default_for([rows, d], _gl_dtype(x.dtype))
-    return _TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], layout)
+    return _TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [rows, d], _box_layout(rows, d, x.dtype))
 
 
 def descriptors(q, k, v, o, t: Tiles3):
