@@ -840,7 +840,7 @@ def _gl_dtype(torch_dtype):
     return {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[torch_dtype]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _box_layout(rows: int, d: int, torch_dtype):
     # The shared-memory layout of a rows x d box. Built once per box: Gluon's get_default_for takes tens of
     # microseconds of Python, and a forward at N = 4096 causal runs in half a millisecond, so per-call host work
