@@ -625,7 +625,10 @@ def _when_measured(name, gpu):
 PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", SHARED_STAG)
                  + _preregistered("check4", {}) + _preregistered("check4", {}, "h200")
                  + _when_measured("kernel3", "h100") + _when_measured("kernel3", "h200")
-                 + _when_measured("check5", "h100") + _when_measured("check5", "h200"))
+                 + _when_measured("check5", "h100") + _when_measured("check5", "h200")
+                 # kernel 3 with the eleventh session's d = 128 forward (persistent, q_prefetch; causal dynamic),
+                 # which the model runs as the same waves as the one-tile-a-program launch it replaced
+                 + _when_measured("kernel3b", "h100"))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
