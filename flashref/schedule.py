@@ -298,7 +298,10 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     over the tiles in grid order) runs the same waves: program p's t-th tile is tile p + t·SMs, where every tile
     is as long (non-causal, as the default persistent launch is). The dynamic version (Tiles3.dynamic: each
     program claims its next tile from a counter) takes the tiles in grid order as they free up, as the GPU
-    hands out a one-tile-a-program grid, so it runs the same waves causal too."""
+    hands out a one-tile-a-program grid, so it runs the same waves causal too. Measured, that holds below the
+    knee and fails past it at one head: the persistent d = 128 forward at N = 262144 read 21.9 GB on an H200
+    against 2.2 predicted (figures/gpu/NOTES-l2.md, "Eleventh round"): programs that are not restarted together
+    wave by wave drift apart along the scan. No rule for that drift is written."""
     from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
     t = tiles or TILES[(d, bool(causal))]
     if t.persistent and causal and not t.dynamic:  # a static stride over tiles of unequal length
