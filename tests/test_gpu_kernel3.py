@@ -105,6 +105,16 @@ def test_plan_checks_the_tiles():
     assert kernel3._parse_tiles("128,128,8,2,pp,persist,qpre") == qp
     assert plan(128, 4096, 4096, "float16", False, tiles=qp) == (qp, None)
     assert "q_prefetch" in plan(128, 4096, 4096, "float16", False, tiles=replace(qp, persistent=False))[1]
+    # three consumer warpgroups (FA3's 192-row d = 64 tile): N a multiple of 64 rows and of BLOCK_N, so the last
+    # tile of N = 4096 runs 128 rows past it (one warpgroup wholly past, storing nothing); d = 64 only
+    t3 = Tiles3(192, 128, 12, 2, pingpong=True, persistent=True)
+    assert kernel3._parse_tiles("192,128,12,2,pp,persist") == t3 and t3.consumers == 3
+    assert plan(64, 4096, 4096, "float16", False, tiles=t3) == (t3, None)
+    assert "multiple of 64 rows" in plan(64, 4032, 4032, "float16", False, tiles=t3)[1]  # 31.5 key blocks
+    assert "three consumer warpgroups" in plan(128, 4096, 4096, "float16", False, tiles=t3)[1]
+    assert "12 warps" in plan(64, 3072, 3072, "float16", False, tiles=Tiles3(192, 128, 12, 2))[1]  # no pingpong
+    assert "BLOCK_M=128 with 8 warps" in plan(64, 4096, 4096, "float16", False,
+                                             tiles=Tiles3(256, 128, 16, 2, pingpong=True))[1]
     # O's own buffer: at d = 128 three K/V stages no longer fit (32 + 32 + 192 KB), two do (192 KB)
     assert qp.smem_bytes(128) - replace(qp, q_prefetch=False).smem_bytes(128) == 128 * 128 * 2
     assert "shared memory" in plan(128, 4096, 4096, "float16", False, tiles=replace(qp, stages=3))[1]
@@ -284,6 +294,27 @@ def test_kernel3_dynamic_equals_one_program_per_tile(d, stages, q_prefetch, caus
     assert torch.equal(o, o1) and torch.equal(L2, L21)
     for _ in range(3):  # the counter starts from zero at every call
         assert torch.equal(kernel3.forward(q, k, v, causal, d ** -0.5, tiles=t)[0], o1)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("N", [128, 640, 2048])
+def test_kernel3_three_consumers_two_oracles(causal, dtype, N):
+    """FA3's d = 64 tile: 192 rows, three consumer warpgroups taking turns in a ring. N = 128, 640, 2048 are not
+    multiples of 192, so each head's last tile runs past N by one or two whole warpgroups, which read the next
+    head's rows (or the TMA unit's zeros past the tensor) and store nothing. The oracle for every launch (one
+    program a tile; persistent; persistent with q_prefetch; dynamic), and bit-equality among them."""
+    t = Tiles3(192, 128, 12, 2, pingpong=True)
+    o, L2 = _check3(2, 3, N, 64, dtype, causal, seed=N + causal + 5, tiles=t)
+    q, k, v, _ = _inputs(2, 3, N, N, 64, dtype, N + causal + 5)
+    for other in (replace(t, persistent=True), replace(t, persistent=True, q_prefetch=True),
+                  replace(t, persistent=True, q_prefetch=True, dynamic=True), replace(t, stages=3)):
+        o1, L21 = kernel3.forward(q, k, v, causal, 64 ** -0.5, tiles=other)
+        assert torch.equal(o1, o) and torch.equal(L21, L2), other
+    H = 16 if N == 2048 else 100  # more tiles than programs: each persistent program runs several
+    _check3(1, H, N, 64, dtype, causal, seed=N + 3, scale=4.0, tiles=replace(t, persistent=True, dynamic=causal))
 
 
 @needs_k3

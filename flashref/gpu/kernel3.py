@@ -65,8 +65,9 @@ DTYPES = ("float16", "bfloat16")
 
 @dataclass(frozen=True)
 class Tiles3:
-    """Kernel 3's launch shape: BLOCK_M query rows (16 per warp: 8 warps = two warpgroups of 64 rows),
-    BLOCK_N key columns, STAGES shared-memory slots for each of K and V."""
+    """Kernel 3's launch shape: BLOCK_M query rows (16 per warp: 8 warps = two warpgroups of 64 rows; pingpong
+    also 12 warps = three, FA3's d = 64 tile of 192 rows), BLOCK_N key columns, STAGES shared-memory slots for
+    each of K and V."""
 
     block_m: int = 128
     block_n: int = 128
@@ -85,6 +86,17 @@ class Tiles3:
     # persistent: each program claims its next tile from an atomic counter (FA3's dynamic tile scheduler), so
     # causal tiles of unequal length balance over the programs as a one-tile-a-program launch's do
     dynamic: bool = False
+
+    @property
+    def consumers(self) -> int:
+        """pingpong: the consumer warpgroups (64 rows each) that take turns at the tensor cores."""
+        return self.block_m // 64
+
+    @property
+    def rows_multiple(self) -> int:
+        """What N must be a multiple of: pingpong, a warpgroup's 64 rows (a tile may run past N, and a
+        warpgroup whose rows all lie past it stores nothing: so 192-row tiles take N = 4096); else BLOCK_M."""
+        return 64 if self.pingpong else self.block_m
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Shared memory the tiles take: Q_i (reused for O_i's store unless q_prefetch, which gives O_i its
@@ -116,7 +128,9 @@ TILES = {(128, False): Tiles3(128, 128, 8, 2, pingpong=True, persistent=True, q_
          (256, True): Tiles3(128, 64, 8, 2, pingpong=True, heads_first=False)}
 HEADS_FIRST_CAUSAL = (128,)  # causal, where a Tiles3 leaves heads_first at None
 SMEM_LIMIT = 227 * 1024  # an sm_90 thread block's shared memory
-PINGPONG_REGS = 240  # registers a thread of consumer warpgroup 1 (setmaxnreg); the producer warp gets 24
+# registers a thread of a consumer warpgroup (setmaxnreg) by the number of consumers; the producer warp gets 24.
+# Three consumers and the producer's (padded) warpgroup share the SM's 64K registers: 3 x 128 x 160 + 128 x 24.
+PINGPONG_REGS = {2: 240, 3: 160}
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,11 +188,11 @@ def available(device=None) -> bool:
 
 
 def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | None, tiles,
-            head_dims: tuple = HEAD_DIMS) -> str | None:
+            head_dims: tuple = HEAD_DIMS, rows: int | None = None) -> str | None:
     """The rules kernel 3's forward and backward share, in this order (None: they take the call): fp16 or
     bf16; d in ``head_dims`` (the forward's HEAD_DIMS; the backward passes its own); Nq = Nk; N a multiple of
-    both blocks of ``tiles`` (no ragged tile); no option set (dropout, GQA, window, ALiBi, softcap). ``what``
-    names the kernel in the reason."""
+    ``tiles``' BLOCK_N and of ``rows`` (default BLOCK_M: no ragged tile); no option set (dropout, GQA, window,
+    ALiBi, softcap). ``what`` names the kernel in the reason."""
     if dtype not in DTYPES:
         return f"dtype {dtype}: {what} takes float16 or bfloat16"
     if d not in head_dims:
@@ -187,8 +201,10 @@ def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | Non
         return f"Nq={Nq} != Nk={Nk}: {what} takes equal lengths"
     if Nq < 1:
         return f"N={Nq}: {what} needs at least one row"
-    if Nq % tiles.block_m or Nq % tiles.block_n:
-        return f"N={Nq} is not a multiple of the {tiles.block_m}x{tiles.block_n} tiles (no ragged tiles in {what})"
+    rows = rows or tiles.block_m
+    if Nq % rows or Nq % tiles.block_n:
+        return (f"N={Nq} is not a multiple of {rows} rows and {tiles.block_n} keys (tiles {tiles.block_m}x"
+                f"{tiles.block_n}; no ragged blocks in {what})")
     options = sorted(k for k, v in (options or {}).items() if _is_set(v))
     if options:
         return f"option(s) {options}: {what} is the plain one (no dropout or variants)"
@@ -215,16 +231,21 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
       budget were sized for. At d = 256 O alone is 128 registers a thread of a consumer warpgroup, so its tiles
       take 64 keys a step (S and S_next 32 registers each) and two K/V stages (192 KB of shared memory);
     * Nq = Nk (the causal diagonal then sits at i = j; the kernel has no offset for Nq != Nk) and a
-      multiple of both blocks: no ragged tile, so no row masks and no TMA box past a head's rows;
+      multiple of BLOCK_N and of BLOCK_M (pingpong: of a warpgroup's 64 rows, so the 192-row tile runs past N
+      by whole warpgroups, which store nothing): no row masks within a warpgroup, no ragged key block;
     * no dropout, GQA, window, ALiBi or softcap (kernel 2 has them; kernel 3 is the plain forward);
     * the tiles fit in shared memory.
     """
     t = tiles or TILES.get((d, bool(causal)))
-    why = refusal("kernel 3", d, Nq, Nk, dtype, options, t)
+    why = refusal("kernel 3", d, Nq, Nk, dtype, options, t, rows=t.rows_multiple if t is not None else None)
     if why:
         return None, why
-    if t.pingpong and (t.block_m, t.warps) != (128, 8):
-        return None, "pingpong: two consumer warpgroups of 64 rows each (BLOCK_M=128, 8 warps)"
+    if t.pingpong and (t.block_m, t.warps) not in ((128, 8), (192, 12)):
+        return None, ("pingpong: two or three consumer warpgroups of 64 rows each (BLOCK_M=128 with 8 warps, or "
+                      "192 with 12)")
+    if t.pingpong and t.consumers == 3 and d != 64:
+        return None, (f"d={d}: three consumer warpgroups at d = 64 only (160 registers a thread hold S, P and O "
+                      f"of 64 rows at d = 64; FA3 takes 192-row tiles there only)")
     if t.persistent and not t.pingpong:
         return None, "persistent: the pingpong version only (its producer warp streams the next tile's loads)"
     if t.q_regs and not t.pingpong:
@@ -235,7 +256,7 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, "dynamic: the persistent version only (its programs claim their tiles from a counter)"
     if t.emu not in (0, 2, 4, 8) or (t.emu and not t.pingpong):
         return None, f"emu={t.emu}: 0, or 2, 4 or 8 with pingpong (every emu-th step's exponentials on the FMA units)"
-    if t.warps & (t.warps - 1) or t.warps < 4:
+    if not t.pingpong and (t.warps & (t.warps - 1) or t.warps < 4):  # pingpong: num_warps=4 and workers
         return None, f"{t.warps} warps: Triton launches a power of two, at least one warpgroup (4)"
     if t.block_m != 16 * t.warps:
         return None, f"BLOCK_M={t.block_m} must be 16 rows per warp ({t.warps} warps: {16 * t.warps})"
@@ -310,10 +331,16 @@ if _MODS is not None:
         return my_turn, other_turn
 
     @gluon.jit
+    def _k3_ring_turns(turns, WG: gl.constexpr, NUM_WG: gl.constexpr):
+        # Ping-pong among NUM_WG warpgroups (two, or FA3's three at d = 64) in a ring: (the mbarrier this
+        # warpgroup waits on, the one it signals the next warpgroup through). With two, _k3_turns' pair.
+        return turns.index(WG), turns.index((WG + 1) % NUM_WG)
+
+    @gluon.jit
     def _k3_turn(my_turn, t, FIRST: gl.constexpr, ON: gl.constexpr = True):
-        # Ping-pong: the t-th GEMM issue of a warpgroup waits for the other warpgroup's matching issue
-        # (warpgroup 0, FIRST, waits for warpgroup 1's (t−1)-th, warpgroup 1 for warpgroup 0's t-th). ON = False:
-        # no turns.
+        # Ping-pong: the t-th GEMM issue of a warpgroup waits for the previous warpgroup's matching issue
+        # (warpgroup 0, FIRST, waits for the last warpgroup's (t−1)-th, warpgroup w > 0 for warpgroup w−1's t-th).
+        # ON = False: no turns.
         if ON:
             if FIRST:
                 mbarrier.wait(my_turn, (t - 1) & 1, pred=t > 0)
@@ -544,15 +571,19 @@ if _MODS is not None:
         # tc counts the program's tiles (Q_i's phase). Returns it.
         STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
-        BLOCK_M: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[0] * q_smem.shape[1]  # warpgroups x 64 rows
         kv_bytes: gl.constexpr = desc_k.block_type.nbytes
         bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, order_step, BLOCK_M, BLOCK_N,
                                                    CAUSAL, HEADS_FIRST)
         # Q_i's buffer is free once both consumers are done with the previous tile's Q: after their O stores
         # (O staged in Q's buffer), or with q_prefetch after their last S product.
         mbarrier.wait(q_empty, (tc - 1) & 1, pred=tc > 0)
-        mbarrier.expect(q_bar, desc_q.block_type.nbytes)
-        tma.async_copy_global_to_shared(desc_q, [bh * N + start_m, 0], q_bar, q_smem)
+        # Q_i as one 64-row box per consumer warpgroup (a shared-memory tile's rows are a power of two: 192 is not);
+        # a box past the tensor's last row is zero-filled by the TMA unit, and its bytes still count.
+        NUM_WG: gl.constexpr = q_smem.shape[0]
+        mbarrier.expect(q_bar, NUM_WG * desc_q.block_type.nbytes)
+        for w in gl.static_range(NUM_WG):
+            tma.async_copy_global_to_shared(desc_q, [bh * N + start_m + w * 64, 0], q_bar, q_smem.index(w))
         for j in range(n_blocks):
             s = it % STAGES
             ph = ((it // STAGES) & 1) ^ 1  # the release of the previous round of this slot
@@ -627,7 +658,7 @@ if _MODS is not None:
         STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         HEAD_D: gl.constexpr = k_smem.shape[2]
-        BLOCK_M: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[0] * ROWS
         dtype: gl.constexpr = desc_o.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
@@ -635,8 +666,8 @@ if _MODS is not None:
                                                            instr_shape=[16, HEAD_D, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-        q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i
-        o_c = o_smem.slice(WG * ROWS, ROWS)  # and of O_i's staging buffer (Q_i's own unless q_prefetch)
+        q_c = q_smem.index(WG)  # this warpgroup's rows of Q_i
+        o_c = o_smem.index(WG)  # and of O_i's staging buffer (Q_i's own unless q_prefetch)
         bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, order_step, BLOCK_M, BLOCK_N,
                                                    CAUSAL, HEADS_FIRST)
         offs_m = start_m + WG * ROWS + gl.arange(0, ROWS, layout=row_layout)
@@ -712,12 +743,13 @@ if _MODS is not None:
         # before the buffer goes back to the producer; in its own buffer (q_prefetch) it runs on under the
         # next tile, and only the next tile's store waits for it (the store_wait before o_c.store).
         O = O / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
-        if Q_PREFETCH:
-            tma.store_wait(0)
-        o_c.store(O.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(desc_o, [bh * N + start_m + WG * ROWS, 0], o_c)
-        gl.store(L2 + bh * N + offs_m, m_i + gl.log2(l_i))
+        if start_m + WG * ROWS < N:  # a 192-row tile's last warpgroup may lie past N: it computed, stores nothing
+            if Q_PREFETCH:
+                tma.store_wait(0)
+            o_c.store(O.to(dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(desc_o, [bh * N + start_m + WG * ROWS, 0], o_c)
+            gl.store(L2 + bh * N + offs_m, m_i + gl.log2(l_i))
         if not Q_PREFETCH:
             tma.store_wait(0)
             mbarrier.arrive(q_empty, count=1)
@@ -725,7 +757,7 @@ if _MODS is not None:
 
     @gluon.jit
     def _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                       turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale,
+                       turns, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale,
                        WG: gl.constexpr):
         # _k3ws_compute_tile for each of this program's tiles: static, first, first + step, ...; dynamic, the
         # program's id, then each tile the producer hands over (_k3ws_take), until one is past the last.
@@ -738,7 +770,8 @@ if _MODS is not None:
         Q_REGS: gl.constexpr = cfg.shape[3] == 2
         Q_PREFETCH: gl.constexpr = cfg.shape[4] == 2
         DYNAMIC: gl.constexpr = cfg.shape[5] == 2
-        my_turn, other_turn = _k3_turns(turn0, turn1, WG)
+        NUM_WG: gl.constexpr = q_smem.shape[0]
+        my_turn, other_turn = _k3_ring_turns(turns, WG, NUM_WG)
         it = 0
         tt = 0
         tc = 0
@@ -762,15 +795,21 @@ if _MODS is not None:
 
     @gluon.jit
     def _k3ws_consumer0(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
-                        v_empty, turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
+                        v_empty, turns, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
         _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                       turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 0)
+                       turns, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 0)
 
     @gluon.jit
     def _k3ws_consumer1(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
-                        v_empty, turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
+                        v_empty, turns, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
         _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
-                       turn0, turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 1)
+                       turns, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 1)
+
+    @gluon.jit
+    def _k3ws_consumer2(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                        v_empty, turns, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale):
+        _k3ws_consumer(desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
+                       turns, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale, 2)
 
     @gluon.jit
     def _k3ws_fwd_kernel(desc_q, desc_k, desc_v, desc_o, L2, counter, N, qk_scale, BH,
@@ -784,13 +823,15 @@ if _MODS is not None:
         # static): one program per SM, taking tiles first, first + step, ... in the same order, so the next
         # tile's K/V loads start while this one's last products and O store run. Dynamic: one program per SM,
         # each claiming its next tile from `counter` (an int32 zeroed by the launcher) in the grid's order.
-        Tr = N // BLOCK_M
+        NUM_WG: gl.constexpr = BLOCK_M // 64  # consumer warpgroups
+        Tr = gl.cdiv(N, BLOCK_M)  # 192-row tiles: the last of a head may run past N (Tiles3.rows_multiple)
         n_tiles = BH * Tr
         first, step = _k3_program_tiles(n_tiles, PERSISTENT)
         dtype: gl.constexpr = desc_q.dtype
-        q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
+        # Q_i (and O_i's staging buffer) as NUM_WG tiles of 64 rows, one a consumer warpgroup
+        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, HEAD_D], desc_q.layout)
         if Q_PREFETCH:
-            o_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
+            o_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 64, HEAD_D], desc_q.layout)
         else:
             o_smem = q_smem
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_k.layout)
@@ -801,8 +842,7 @@ if _MODS is not None:
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         # the dynamic scheduler's two-slot ring of tile numbers and its mbarriers (256 bytes; unused if static)
         ring = gl.allocate_shared_memory(gl.int32, [2, 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
         t_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -811,24 +851,28 @@ if _MODS is not None:
                                                   1 + Q_PREFETCH, 1 + DYNAMIC],
                                         gl.SwizzledSharedLayout(1, 1, 1, order=[5, 4, 3, 2, 1, 0]))
         mbarrier.init(q_bar, count=1)
-        mbarrier.init(q_empty, count=2)  # one arrival from each consumer warpgroup, after its O store
-        mbarrier.init(turn0, count=1)
-        mbarrier.init(turn1, count=1)
+        mbarrier.init(q_empty, count=NUM_WG)  # one arrival from each consumer warpgroup, after its O store
+        for w in gl.static_range(NUM_WG):
+            mbarrier.init(turns.index(w), count=1)
         if DYNAMIC:
             for s in gl.static_range(2):
                 mbarrier.init(t_full.index(s), count=1)
-                mbarrier.init(t_empty.index(s), count=2)  # both consumer warpgroups have read the slot
+                mbarrier.init(t_empty.index(s), count=NUM_WG)  # every consumer warpgroup has read the slot
         for s in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(s), count=1)
             mbarrier.init(v_ready.index(s), count=1)
-            mbarrier.init(k_empty.index(s), count=2)  # one arrival from each consumer warpgroup
-            mbarrier.init(v_empty.index(s), count=2)
-        cargs = (desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turn0,
-                 turn1, ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale)
+            mbarrier.init(k_empty.index(s), count=NUM_WG)  # one arrival from each consumer warpgroup
+            mbarrier.init(v_empty.index(s), count=NUM_WG)
+        cargs = (desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty, turns,
+                 ring, t_full, t_empty, cfg, N, Tr, BH, first, n_tiles, step, qk_scale)
         pargs = (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty, v_empty,
                  ring, t_full, t_empty, counter, cfg, N, Tr, BH, first, n_tiles, step)
-        gl.warp_specialize([(_k3ws_consumer0, cargs), (_k3ws_consumer1, cargs), (_k3ws_producer, pargs)],
-                           [4, 1], [CONSUMER_REGS, 24])
+        if NUM_WG == 3:  # FA3's d = 64 tile: three consumer warpgroups in a ring of turns
+            gl.warp_specialize([(_k3ws_consumer0, cargs), (_k3ws_consumer1, cargs), (_k3ws_consumer2, cargs),
+                                (_k3ws_producer, pargs)], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
+        else:
+            gl.warp_specialize([(_k3ws_consumer0, cargs), (_k3ws_consumer1, cargs), (_k3ws_producer, pargs)],
+                               [4, 1], [CONSUMER_REGS, 24])
 
 
 # --------------------------------------------------------------------------------------------
@@ -857,8 +901,8 @@ def descriptor(x, rows: int):
 
 def descriptors(q, k, v, o, t: Tiles3):
     """TMA descriptors over the (B·H·N, d) views of q, k, v, o with the tiles' boxes."""
-    o_rows = t.block_m // 2 if t.pingpong else t.block_m  # pingpong: each warpgroup stores its 64 rows
-    return [descriptor(x, rows) for x, rows in ((q, t.block_m), (k, t.block_n), (v, t.block_n), (o, o_rows))]
+    rows = 64 if t.pingpong else t.block_m  # pingpong: each warpgroup loads and stores its 64 rows of Q_i, O_i
+    return [descriptor(x, rows) for x, rows in ((q, rows), (k, t.block_n), (v, t.block_n), (o, rows))]
 
 
 def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, heads_first: bool | None = None):
@@ -883,7 +927,7 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     if heads_first is None:
         heads_first = t.heads_first if t.heads_first is not None else d in HEADS_FIRST_CAUSAL
     heads_first = heads_first and causal
-    Tr = N // t.block_m
+    Tr = -(-N // t.block_m)  # 192-row tiles: the last may run past N (Tiles3.rows_multiple)
     grid = (B * H, Tr) if heads_first else (Tr, B * H)
     if t.pingpong:
         if t.persistent:  # one program per SM (one fits: its registers), each looping over the tiles
@@ -893,7 +937,7 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
         _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, counter, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                                BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
                                EMU=t.emu, PERSISTENT=t.persistent, Q_REGS=t.q_regs, Q_PREFETCH=t.q_prefetch,
-                               DYNAMIC=t.dynamic, CONSUMER_REGS=PINGPONG_REGS, num_warps=4)
+                               DYNAMIC=t.dynamic, CONSUMER_REGS=PINGPONG_REGS[t.consumers], num_warps=4)
     else:
         _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                              BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
@@ -1051,7 +1095,7 @@ def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, b
 # --------------------------------------------------------------------------------------------
 
 def _parse_tiles(text: str) -> Tiles3:
-    """``BM,BN,warps,stages`` then optional flags: ``pp`` (pingpong: producer warp + two consumer warpgroups),
+    """``BM,BN,warps,stages`` then optional flags: ``pp`` (pingpong: producer warp + BM/64 consumer warpgroups),
     ``hf`` / ``nohf`` (causal grid heads first or not), ``emuK`` (Tiles3.emu = K), ``persist`` (persistent),
     ``qregs`` (Tiles3.q_regs), ``qpre`` (Tiles3.q_prefetch), ``dyn`` (Tiles3.dynamic)."""
     parts = text.split(",")

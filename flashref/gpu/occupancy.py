@@ -63,15 +63,16 @@ def compile_fwd(d, causal, t):
 
     from . import kernel3 as k3
     gl = k3.gl
-    args = dict(desc_q=_desc(gl, t.block_m, d), desc_k=_desc(gl, t.block_n, d), desc_v=_desc(gl, t.block_n, d),
-                desc_o=_desc(gl, t.block_m // 2 if t.pingpong else t.block_m, d), L2=MockTensor(gl.float32),
+    rows = 64 if t.pingpong else t.block_m  # pingpong: Q_i and O_i in 64-row boxes, one a consumer warpgroup
+    args = dict(desc_q=_desc(gl, rows, d), desc_k=_desc(gl, t.block_n, d), desc_v=_desc(gl, t.block_n, d),
+                desc_o=_desc(gl, rows, d), L2=MockTensor(gl.float32),
                 N=N_PLACEHOLDER, qk_scale=0.5, BH=1)
     common = dict(HEAD_D=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=False)
     if t.pingpong:
         args["counter"] = MockTensor(gl.int32)  # Tiles3.dynamic's tile counter
         return _compile(k3._k3ws_fwd_kernel, args, dict(common, EMU=t.emu, PERSISTENT=t.persistent, Q_REGS=t.q_regs,
                                                          Q_PREFETCH=t.q_prefetch, DYNAMIC=t.dynamic,
-                                                         CONSUMER_REGS=k3.PINGPONG_REGS, num_warps=4), 4)
+                                                         CONSUMER_REGS=k3.PINGPONG_REGS[t.consumers], num_warps=4), 4)
     return _compile(k3._k3_fwd_kernel, args, dict(common, num_warps=t.warps), t.warps)
 
 
