@@ -612,7 +612,18 @@ def _preregistered(name, params, gpu="h100", measured=None):
     meas = D.repeats(json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{measured or name}.json").read_text()))
     pred = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{name}-predicted.json").read_text())
     keyed = [((D.recorded_impl(p), p["shape"], p["mode"]), p) for p in pred["rows"]]
-    return [(dict(p, impl=key[0]), float(np.median(meas[key][1])), params, gpu) for key, p in keyed if key in meas]
+    return [(dict(p, impl=key[0], measured_in=measured or name), float(np.median(meas[key][1])), params, gpu)
+            for key, p in keyed if key in meas]
+
+
+def _miss_key(pred, gpu):
+    """A row's key in PREREGISTERED_MISSES: (impl, shape, mode), after the GPU where it is not the H100, and after
+    "kernel3b" for the H100's second kernel 3 measurement, whose shapes are those of its first (kernel3): the two
+    are different runs, and a row may miss in one and not in the other."""
+    key = (pred["impl"], pred["shape"], pred["mode"])
+    if gpu != "h100":
+        return (gpu, *key)
+    return ("kernel3b", *key) if pred["measured_in"] == "kernel3b" else key
 
 
 def _when_measured(name, gpu):
@@ -673,7 +684,17 @@ PREREGISTERED_MISSES = {
     # forward and backward; with its own tiles every check5 row is within 16%
     ("sdpa_flash", "check5_256_4k_causal", "fwd"), ("sdpa_flash", "check5_256_32k", "fwd"),
     ("sdpa_flash", "check5_256_32k", "fwd_bwd"), ("sdpa_flash", "check5_256_65k", "fwd"),
-    ("sdpa_flash", "check5_256_65k", "fwd_bwd")}
+    ("sdpa_flash", "check5_256_65k", "fwd_bwd"),
+    # kernel 3 with its new d = 128 forward on the H100 (h100-l2-kernel3b.json, one run; keyed after "kernel3b"): the
+    # persistent d = 128 forward at one head of N = 262144, 17.4 GB against 2.2 predicted and 2.9-3.3 for the
+    # one-tile-a-program forward, its programs drifting apart past the knee as on the H200 (21.9 GB); and, for
+    # kernels the change left alone, the misses kernel3's two runs had: d = 64 without a mask below the knee
+    # (few64_65k, check64_65536: +35% and +36%) and the causal d = 64 forward at one head of N = 262144 (-35%,
+    # forward+backward -25.5%); new, the d = 64 forward+backward at one head of N = 524288 (-31.8%): 19.6 GB where
+    # kernel3's two runs read 14.9 and 19.0, the dQ kernel past the knee again
+    *(("kernel3b", "flashref", shape, mode) for shape, mode in (
+        ("sweep_262144", "fwd"), ("sweep_262144", "fwd_bwd"), ("few64_65k", "fwd"), ("check64_65536", "fwd"),
+        ("check2_64_262k_causal", "fwd"), ("check2_64_262k_causal", "fwd_bwd"), ("check64_524288", "fwd_bwd")))}
 
 
 @pytest.mark.parametrize("pred,measured,params,gpu", PREREGISTERED,
@@ -686,5 +707,4 @@ def test_preregistered_predictions(pred, measured, params, gpu, monkeypatch):
     assert iomodel.dram(pred["impl"], pred["mode"], **kw, params=params, gpu=gpu).total_bytes == pytest.approx(
         pred["predicted_bytes"])
     err = pred["predicted_bytes"] / measured - 1
-    key = (pred["impl"], pred["shape"], pred["mode"])
-    _within_25_percent(err, key if gpu == "h100" else (gpu, *key), PREREGISTERED_MISSES, 2.0, "pre-registered miss")
+    _within_25_percent(err, _miss_key(pred, gpu), PREREGISTERED_MISSES, 2.0, "pre-registered miss")
