@@ -273,13 +273,20 @@ def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
 K3_SMEM_PER_SM = 228 * 1024  # an sm_90 SM's shared memory
 K3_SMEM_RESERVED = 1024  # per resident CTA, kept by the driver
 K3_REGS_PER_SM = 65536
-# Every kernel 3 build uses 168 registers a thread (cuobjdump --dump-resource-usage of the Triton 3.6.0 sm_90
-# cubins, compiled on a CPU; figures/gpu/NOTES-l2.md). A warp-specialized launch (the pingpong forward, the
-# dK/dV and dQ kernels) declares 9 warps (the default partition, consumer warpgroup 0, and the workers, consumer
-# warpgroup 1 and a 1-warp producer), and its build runs 12 (the count the occupancy tool reads). Either way one
+# A kernel 3 build uses at most 168 registers a thread (cuobjdump --dump-resource-usage of the Triton 3.6.0 sm_90
+# cubins, compiled on a CPU; figures/gpu/NOTES-l2.md; the 192-row forward launches at 128 and moves them with
+# setmaxnreg). A warp-specialized launch (the pingpong forward, the dK/dV and dQ kernels) declares 9 warps (the
+# default partition, consumer warpgroup 0, and the workers, consumer warpgroup 1 and a 1-warp producer), and its
+# build runs 12 (the count the occupancy tool reads); the 192-row forward (three consumers) 16. Either way one
 # CTA an SM: 9 x 32 x 168 = 48384 registers already leave too few for a second.
 K3_REGS_PER_THREAD = 168
 K3_WS_WARPS = 12
+
+
+def _k3_launch_warps(t) -> int:
+    """Warps a kernel 3 forward build runs: pingpong, a warpgroup per consumer and one for the producer warp
+    (padded); else the tiles' warps."""
+    return 4 * (t.consumers + 1) if t.pingpong else t.warps
 
 
 def _k3_ctas_per_sm(smem_bytes: int, warps: int, regs: int = K3_REGS_PER_THREAD) -> int:
@@ -311,7 +318,7 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     launch = _launch(Tr, causal)
     heads_first = bool(causal) and (t.heads_first if t.heads_first is not None else d in HEADS_FIRST_CAUSAL)
     k = ScanKernel("flashref kernel 3 fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                   sms * _k3_ctas_per_sm(t.smem_bytes(d, e), K3_WS_WARPS if t.pingpong else t.warps),
+                   sms * _k3_ctas_per_sm(t.smem_bytes(d, e), _k3_launch_warps(t)),
                    _row_ranges(Tr, Tc, BM, BN, causal, Nk), launch, heads_first=heads_first, sms=sms)
     return _ragged(k, Nk, BN, Nq, BM)
 

@@ -115,11 +115,13 @@ class Tiles3:
 # +6.4%, +5.4%, +0.2% at N = 4096, 8192, 16384 over three stages one tile a program (NOTES.md, "Eleventh
 # session"); at d = 64 the same change was a tie. Causal d = 128 the same with the dynamic scheduler (tiles
 # claimed from a counter, head by head): +6.0%, +3.6%, +1.1% over three stages one tile a program; a static
-# stride, even in a snake order, lost 23% at N = 16384 (NOTES.md, "Eleventh session").
+# stride, even in a snake order, lost 23% at N = 16384 (NOTES.md, "Eleventh session"). Non-causal d = 64: FA3's
+# 192-row tile, three consumer warpgroups, persistent with three stages: +10%, +16%, +18% at N = 4096, 8192, 16384
+# over the two-consumer tile (NOTES.md, "Twelfth session"); causal it lost 1-10%, so causal d = 64 stays.
 TILES = {(128, False): Tiles3(128, 128, 8, 2, pingpong=True, persistent=True, q_prefetch=True),
          (128, True): Tiles3(128, 128, 8, 2, pingpong=True, heads_first=False, persistent=True, q_prefetch=True,
                              dynamic=True),
-         (64, False): Tiles3(128, 128, 8, 3, pingpong=True, persistent=True),
+         (64, False): Tiles3(192, 128, 12, 3, pingpong=True, persistent=True),
          (64, True): Tiles3(64, 128, 4, 2, heads_first=False),
          # d = 256 (ninth session, one sweep on an H100: figures/gpu/NOTES.md, "Ninth session"): 128 x 64 with
          # two stages, 1.07-1.08x cuDNN non-causal and 1.01-1.04x causal, against 0.77-0.84x for kernel 2; one
