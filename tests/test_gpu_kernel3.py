@@ -112,6 +112,8 @@ def test_plan_checks_the_tiles():
     assert plan(64, 4096, 4096, "float16", False, tiles=t3) == (t3, None)
     assert "multiple of 64 rows" in plan(64, 4032, 4032, "float16", False, tiles=t3)[1]  # 31.5 key blocks
     assert "three consumer warpgroups" in plan(128, 4096, 4096, "float16", False, tiles=t3)[1]
+    # a two-consumer tile keeps whole tiles (its ragged case is not tested on a GPU): d = 256's 128 x 64 at N = 4160
+    assert "multiple of 128 rows" in plan(256, 4160, 4160, "float16", False)[1]
     assert "12 warps" in plan(64, 3072, 3072, "float16", False, tiles=Tiles3(192, 128, 12, 2))[1]  # no pingpong
     assert "BLOCK_M=128 with 8 warps" in plan(64, 4096, 4096, "float16", False,
                                              tiles=Tiles3(256, 128, 16, 2, pingpong=True))[1]

@@ -94,9 +94,11 @@ class Tiles3:
 
     @property
     def rows_multiple(self) -> int:
-        """What N must be a multiple of: pingpong, a warpgroup's 64 rows (a tile may run past N, and a
-        warpgroup whose rows all lie past it stores nothing: so 192-row tiles take N = 4096); else BLOCK_M."""
-        return 64 if self.pingpong else self.block_m
+        """What N must be a multiple of: for the 192-row tile, a warpgroup's 64 rows (a tile may run past N, and
+        a warpgroup whose rows all lie past it stores nothing: so it takes N = 4096); else BLOCK_M. (The kernel
+        treats a two-consumer tile past N the same way, but only the 192-row tile's ragged tiles were tested on
+        a GPU, so the others keep whole tiles.)"""
+        return 64 if self.pingpong and self.consumers == 3 else self.block_m
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Shared memory the tiles take: Q_i (reused for O_i's store unless q_prefetch, which gives O_i its
@@ -233,8 +235,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
       budget were sized for. At d = 256 O alone is 128 registers a thread of a consumer warpgroup, so its tiles
       take 64 keys a step (S and S_next 32 registers each) and two K/V stages (192 KB of shared memory);
     * Nq = Nk (the causal diagonal then sits at i = j; the kernel has no offset for Nq != Nk) and a
-      multiple of BLOCK_N and of BLOCK_M (pingpong: of a warpgroup's 64 rows, so the 192-row tile runs past N
-      by whole warpgroups, which store nothing): no row masks within a warpgroup, no ragged key block;
+      multiple of BLOCK_N and of BLOCK_M (the 192-row tile: of a warpgroup's 64 rows, so it runs past N by
+      whole warpgroups, which store nothing): no row masks within a warpgroup, no ragged key block;
     * no dropout, GQA, window, ALiBi or softcap (kernel 2 has them; kernel 3 is the plain forward);
     * the tiles fit in shared memory.
     """
