@@ -132,8 +132,9 @@ TILES = {(128, False): Tiles3(128, 128, 8, 2, pingpong=True, persistent=True, q_
          (256, True): Tiles3(128, 64, 8, 2, pingpong=True, heads_first=False)}
 HEADS_FIRST_CAUSAL = (128,)  # causal, where a Tiles3 leaves heads_first at None
 SMEM_LIMIT = 227 * 1024  # an sm_90 thread block's shared memory
-# registers a thread of a consumer warpgroup (setmaxnreg) by the number of consumers; the producer warp gets 24.
-# Three consumers and the producer's (padded) warpgroup share the SM's 64K registers: 3 x 128 x 160 + 128 x 24.
+# registers a thread of a worker consumer warpgroup (setmaxnreg) by the number of consumers; the producer warp gets
+# 24 and the default partition (consumer 0) the rest. Three consumers and the producer's (padded) warpgroup share
+# the SM's 64K registers: 128 threads x (168 + 160 + 160 + 24) as compiled.
 PINGPONG_REGS = {2: 240, 3: 160}
 
 
@@ -579,7 +580,7 @@ if _MODS is not None:
         kv_bytes: gl.constexpr = desc_k.block_type.nbytes
         bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, order_step, BLOCK_M, BLOCK_N,
                                                    CAUSAL, HEADS_FIRST)
-        # Q_i's buffer is free once both consumers are done with the previous tile's Q: after their O stores
+        # Q_i's buffer is free once all consumers are done with the previous tile's Q: after their O stores
         # (O staged in Q's buffer), or with q_prefetch after their last S product.
         mbarrier.wait(q_empty, (tc - 1) & 1, pred=tc > 0)
         # Q_i as one 64-row box per consumer warpgroup (a shared-memory tile's rows are a power of two: 192 is not);
