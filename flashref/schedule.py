@@ -36,7 +36,10 @@ The tiles, grids and CTAs per SM are what Nsight Compute reports for these launc
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import math
+import re
 from dataclasses import dataclass, field
 
 from .l2 import L2Cache
@@ -297,6 +300,26 @@ def _k3_ctas_per_sm(smem_bytes: int, warps: int, regs: int = K3_REGS_PER_THREAD)
     by_regs = K3_REGS_PER_SM // (warps * 32 * regs)
     by_smem = K3_SMEM_PER_SM // (smem_bytes + K3_SMEM_RESERVED)
     return max(1, min(by_regs, by_smem))
+
+
+@contextlib.contextmanager
+def kernel3_as_recorded(recorded: dict):
+    """Within the block, the model runs kernel 3's forward with the tiles a recorded L2 measurement ran.
+    ``recorded`` is its ``info["flashref"]["kernel3"]``: ``{"d64": {"fwd": "Tiles3(block_m=128, ...)"}, ...}``.
+    The schedules read ``kernel3.TILES``, which move on as the kernel is tuned (the twelfth session's 192-row
+    d = 64 tile); a prediction made for an older default is re-derived only with the tiles of its day. Fields
+    a recorded repr lacks (added since) keep their defaults, which are off."""
+    from .gpu.kernel3 import TILES, Tiles3
+    saved = dict(TILES)
+    try:
+        for key, tiles in recorded.items():
+            d, causal = int(key[1:].removesuffix("_causal")), key.endswith("_causal")
+            fields = {k: ast.literal_eval(v) for k, v in re.findall(r"(\w+)=([^,()]+)", tiles["fwd"])}
+            TILES[(d, causal)] = Tiles3(**fields)
+        yield
+    finally:
+        TILES.clear()
+        TILES.update(saved)
 
 
 def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
