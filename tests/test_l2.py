@@ -414,6 +414,23 @@ def test_recorded_kernel3_tiles():
     assert kernel3.TILES[(64, False)] == _measured_d64_tiles() != TODAY["d64"]  # the fixture's doing
 
 
+def test_kernel3_as_recorded_puts_the_tiles_back_and_restores_them():
+    """schedule.kernel3_as_recorded: inside the block the model runs a recorded run's kernel 3 forward tiles (a
+    repr of its day, fields added since left at their defaults); after it, even after an error, today's."""
+    from flashref.gpu import kernel3
+    info = json.loads((REPO / "figures" / "gpu" / "h100-l2-kernel3.json").read_text())["info"]["flashref"]["kernel3"]
+    today = dict(kernel3.TILES)
+    kw = dict(BH=1, Nq=262144, Nk=262144, d=128)
+    with schedule.kernel3_as_recorded(info):
+        assert kernel3.TILES[(128, False)] == kernel3.Tiles3(128, 128, 8, 3, pingpong=True)  # one tile a program
+        assert kernel3.TILES[(64, False)] == _measured_d64_tiles()
+    assert kernel3.TILES == today
+    with pytest.raises(RuntimeError), schedule.kernel3_as_recorded(info):
+        raise RuntimeError("inside")
+    assert kernel3.TILES == today
+    assert schedule.flashref3_fwd(**kw).ctas_per_head == 2048
+
+
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_kernel3_predictions_are_the_model(gpu):
     """The kernel 3 predictions committed before any GPU measured them are what the model still says."""
