@@ -302,6 +302,13 @@ def _k3_ctas_per_sm(smem_bytes: int, warps: int, regs: int = K3_REGS_PER_THREAD)
     return max(1, min(by_regs, by_smem))
 
 
+def recorded_tiles3(text: str):
+    """The ``kernel3.Tiles3`` a recorded repr names (``"Tiles3(block_m=128, ..., persistent=True)"``), read field
+    by field as literals (no eval); a field the repr lacks keeps its default."""
+    from .gpu.kernel3 import Tiles3
+    return Tiles3(**{k: ast.literal_eval(v) for k, v in re.findall(r"(\w+)=([^,()]+)", text)})
+
+
 @contextlib.contextmanager
 def kernel3_as_recorded(recorded: dict):
     """Within the block, the model runs kernel 3's forward with the tiles a recorded L2 measurement ran.
@@ -309,13 +316,12 @@ def kernel3_as_recorded(recorded: dict):
     The schedules read ``kernel3.TILES``, which move on as the kernel is tuned (the twelfth session's 192-row
     d = 64 tile); a prediction made for an older default is re-derived only with the tiles of its day. Fields
     a recorded repr lacks (added since) keep their defaults, which are off."""
-    from .gpu.kernel3 import TILES, Tiles3
+    from .gpu.kernel3 import TILES
     saved = dict(TILES)
     try:
         for key, tiles in recorded.items():
             d, causal = int(key[1:].removesuffix("_causal")), key.endswith("_causal")
-            fields = {k: ast.literal_eval(v) for k, v in re.findall(r"(\w+)=([^,()]+)", tiles["fwd"])}
-            TILES[(d, causal)] = Tiles3(**fields)
+            TILES[(d, causal)] = recorded_tiles3(tiles["fwd"])
         yield
     finally:
         TILES.clear()

@@ -380,8 +380,8 @@ def test_recorded_rows_name_the_kernel_that_ran():
 # Kernel 3's d = 64 non-causal forward as every kernel 3 measurement recorded so far ran it (their info.kernel3):
 # two consumer warpgroups, persistent. The twelfth session made FA3's 192-row tile (three consumers) the default
 # after them; the model builds kernel 3's schedules from kernel3.TILES, so the tests of recorded data put back
-# the tiles those runs had (test_recorded_kernel3_tiles checks that they had them), until a measurement of the new
-# tile is recorded (h100-l2-kernel3c-predicted.json waits for it).
+# the tiles those runs had (test_recorded_kernel3_tiles checks that they had them); kernel3c, the new tile's own
+# measurement, is checked with today's (_as_predicted).
 def _measured_d64_tiles():
     from flashref.gpu import kernel3
     return kernel3.Tiles3(128, 128, 8, 3, pingpong=True, persistent=True)
@@ -402,14 +402,16 @@ def test_recorded_kernel3_tiles():
     """Every recorded L2 measurement that ran kernel 3 says which tiles it ran: at d = 64 non-causal, the tiles
     the fixture puts back (no longer the default), except kernel3c's, which ran today's."""
     from flashref.gpu import kernel3
+    assert schedule.recorded_tiles3("Tiles3(block_m=64, block_n=128, warps=4, stages=2, heads_first=False)") == \
+        kernel3.Tiles3(64, 128, 4, 2, heads_first=False)
     runs = []
     for path in sorted((REPO / "figures" / "gpu").glob("*-l2-*.json")):
         info = json.loads(path.read_text()).get("info", {}).get("flashref", {}).get("kernel3")
         if info and not path.name.endswith("-predicted.json"):
             runs.append(path.name)
-            # the repr of its day (fields added since default to off): read back as a Tiles3
+            # the repr of its day (fields added since default to off), read back as a Tiles3
             want = TODAY["d64"] if "-l2-kernel3c" in path.name else _measured_d64_tiles()
-            assert eval(info["d64"]["fwd"], {"Tiles3": kernel3.Tiles3}) == want, path.name
+            assert schedule.recorded_tiles3(info["d64"]["fwd"]) == want, path.name
     assert len(runs) >= 3, runs
     assert kernel3.TILES[(64, False)] == _measured_d64_tiles() != TODAY["d64"]  # the fixture's doing
 
