@@ -130,6 +130,9 @@ QUESTIONS = {
     "nb07-q3": ("A kernel that pads d = 80 to 128 on chip (a power of two for the tensor cores): what fraction of"
                 " its matmul work is spent on zeros?",
                 "ba02", "54ec159f1378b06eac47f20f7b26c462e827d19df08edc6c61cd604d9409ca6e"),
+    "nb07-q4": ("An H100 SXM5 does 989 TFLOP/s of fp16 matmul and 3.9 TFLOP/s of exp2. How many matmul flops does it "
+                "do in the time of one exp2? (to 3 significant digits)",
+                "6553", "f1c544223b2c03d0e6a26af1df42a3b11153639300937318f6fb4d966f613b65", 3),
     # notebooks 08-12
     "nb08-q1": ("At the paper's Figure 2 shape (N = 1024, d = 64, 16 heads, batch 8 here), forward + backward on the "
                 "H100: does eager PyTorch attention move more DRAM bytes than the two-level count (Theorem 2's "

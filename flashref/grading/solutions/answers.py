@@ -38,6 +38,7 @@ ANSWERS = {
     "nb07-q1": 0.201,  # 12 tensors of B·H·N·d = 8,388,608 elements, 2 bytes each
     "nb07-q2": "no",  # the repeated passes over K, V and Q, dO, dQ hit the 50 MB L2, not DRAM
     "nb07-q3": 0.375,  # (128 − 80) / 128
+    "nb07-q4": 254,  # 989 / 3.9 = 253.6: a forward's score costs 4d = 256 of them at d = 64
     # notebooks 08-12
     "nb08-q1": 'yes',  # 12 kernels, not 8 lines (scale passes, a binary kernel): no N × N pass fits the L2
     "nb08-q2": 4.5,  # Q once (0.5 MiB), K and V (1 MiB) once per wave: 0.5 + 4 · 1
