@@ -26,6 +26,7 @@ arithmetic is:
   (``gl.warp_specialize``). One producer warp issues every TMA load into STAGES slots and waits on "slot
   empty" mbarriers. Each of two consumer warpgroups owns 64 rows and runs Algorithm 2, and the two take
   turns at the tensor cores (FA3 §3.1, "pingpong"): one warpgroup's softmax runs under the other's GEMMs.
+  At d = 64 without a mask the tile has 192 rows and three consumer warpgroups, taking turns in a ring.
   With ``persistent=True`` (the default at d = 128, and at d = 64 without a mask) one program per SM loops over
   the tiles; with ``q_prefetch`` (d = 128) it loads its next tile's Q_i while this tile's last step runs, and with
   ``dynamic`` (d = 128 causal) it claims each next tile from an atomic counter (FA3's dynamic scheduler).
@@ -40,7 +41,8 @@ so kernel 2's backward consumes them (:func:`attention` pairs the two). What it 
   releases; another version, or no Gluon at all, as under CI's interpreter, reports kernel 3 unavailable);
 * fp16 or bf16; d in {64, 128, 256} (a power of two: Gluon's shapes are, and the tiles were sized for these;
   at d = 256 the backward is kernel 2's, see :mod:`kernel3_bwd`);
-* Nq = Nk, a multiple of both blocks (no ragged tile, so no row mask and no TMA box past a head's end);
+* Nq = Nk, a multiple of both blocks (no ragged tile, so no row mask; the 192-row tile needs only a multiple of
+  64 rows: its last tile runs past N by whole warpgroups, which store nothing);
 * none of kernel 2's options: dropout, GQA, window, ALiBi, softcap.
 
 This module imports without Gluon (CI's Triton 3.9 runs the interpreter, where Gluon does not run):
@@ -99,6 +101,12 @@ class Tiles3:
         treats a two-consumer tile past N the same way, but only the 192-row tile's ragged tiles were tested on
         a GPU, so the others keep whole tiles.)"""
         return 64 if self.pingpong and self.consumers == 3 else self.block_m
+
+    @property
+    def box_rows(self) -> int:
+        """Rows of Q_i's and O_i's TMA boxes: pingpong, a consumer warpgroup's 64 (each loads and stores its
+        own); else BLOCK_M."""
+        return 64 if self.pingpong else self.block_m
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Shared memory the tiles take: Q_i (reused for O_i's store unless q_prefetch, which gives O_i its
@@ -603,8 +611,8 @@ if _MODS is not None:
 
     @gluon.jit
     def _k3ws_publish(nxt, tc, ring, t_full, t_empty):
-        # Tiles3.dynamic: hand the program's next tile to both consumer warpgroups through slot tc % 2 of a
-        # two-slot ring in shared memory, once both have read what the slot held two tiles ago.
+        # Tiles3.dynamic: hand the program's next tile to every consumer warpgroup through slot tc % 2 of a
+        # two-slot ring in shared memory, once all have read what the slot held two tiles ago.
         s = tc % 2
         mbarrier.wait(t_empty.index(s), ((tc // 2) & 1) ^ 1, pred=tc >= 2)
         ring.index(s).store(gl.full([32], nxt, gl.int32, gl.BlockedLayout([1], [32], [1], [0])))
@@ -822,8 +830,8 @@ if _MODS is not None:
                          CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, EMU: gl.constexpr,
                          PERSISTENT: gl.constexpr, Q_REGS: gl.constexpr, Q_PREFETCH: gl.constexpr,
                          DYNAMIC: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
-        # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0,
-        # worker 0 consumer warpgroup 1, worker 1 the producer warp. Not persistent: one program per tile
+        # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0, the
+        # workers consumer warpgroups 1 (and 2, for the 192-row tile) and last the producer warp. Not persistent: one program per tile
         # (row block i of one (batch, head)), the grid (Tr, BH) or (BH, Tr). Persistent (FA3's tile scheduler,
         # static): one program per SM, taking tiles first, first + step, ... in the same order, so the next
         # tile's K/V loads start while this one's last products and O store run. Dynamic: one program per SM,
@@ -906,8 +914,7 @@ def descriptor(x, rows: int):
 
 def descriptors(q, k, v, o, t: Tiles3):
     """TMA descriptors over the (B·H·N, d) views of q, k, v, o with the tiles' boxes."""
-    rows = 64 if t.pingpong else t.block_m  # pingpong: each warpgroup loads and stores its 64 rows of Q_i, O_i
-    return [descriptor(x, rows) for x, rows in ((q, rows), (k, t.block_n), (v, t.block_n), (o, rows))]
+    return [descriptor(x, rows) for x, rows in ((q, t.box_rows), (k, t.block_n), (v, t.block_n), (o, t.box_rows))]
 
 
 def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, heads_first: bool | None = None):

@@ -63,9 +63,8 @@ def compile_fwd(d, causal, t):
 
     from . import kernel3 as k3
     gl = k3.gl
-    rows = 64 if t.pingpong else t.block_m  # pingpong: Q_i and O_i in 64-row boxes, one a consumer warpgroup
-    args = dict(desc_q=_desc(gl, rows, d), desc_k=_desc(gl, t.block_n, d), desc_v=_desc(gl, t.block_n, d),
-                desc_o=_desc(gl, rows, d), L2=MockTensor(gl.float32),
+    args = dict(desc_q=_desc(gl, t.box_rows, d), desc_k=_desc(gl, t.block_n, d), desc_v=_desc(gl, t.block_n, d),
+                desc_o=_desc(gl, t.box_rows, d), L2=MockTensor(gl.float32),
                 N=N_PLACEHOLDER, qk_scale=0.5, BH=1)
     common = dict(HEAD_D=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=False)
     if t.pingpong:
