@@ -102,6 +102,17 @@ CHECK5 = [
     ("check5_256_65k_causal", 1, 2, 65536, 256, True), ("check5_96_16k", 2, 8, 16384, 96, False),
     ("check5_96_16k_causal", 2, 8, 16384, 96, True), ("check5_96_131k", 1, 1, 131072, 96, False),
 ]
+# A sixth, on the drift past the knee: kernel 3's persistent d = 128 forward read 17.4 GB (H100) and 21.9 GB
+# (H200) at one head of N = 262144 against 2.2 predicted, where its one-tile-a-program forward read 2.9-3.3 and
+# its persistent d = 64 forward, on a head of the same K/V bytes (N = 524288), read what the model says. Where
+# the drift starts (one head of N = 163840 to 393216, two heads of 262144) and whether d = 64 drifts further
+# out (one head of N = 786432); measured with the default tiles and, with --tiles3, without Q_i's prefetch
+# and without the persistent loop (h100-l2-check6*-predicted.json, written before).
+CHECK6 = [
+    ("check6_128_163k", 1, 1, 163840, 128, False), ("check6_128_196k", 1, 1, 196608, 128, False),
+    ("check6_128_393k", 1, 1, 393216, 128, False), ("check6_128_2x262k", 1, 2, 262144, 128, False),
+    ("check6_64_786k", 1, 1, 786432, 64, False),
+]
 # shares of the time budget
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8, "flashref2": 1.0}
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
@@ -120,7 +131,7 @@ METRIC_SETS = (
 
 
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
-          "check5": CHECK5}
+          "check5": CHECK5, "check6": CHECK6}
 
 
 def shapes(groups=("grid", "sweep")):
@@ -183,9 +194,35 @@ def _marker():
     torch.cuda._sleep(1)
 
 
-def _child(impl, shapes_json, out_json, deadline="inf"):
+def tiles3_overrides(specs):
+    """``{(d, causal): Tiles3}`` from ``--tiles3`` values ``D=SPEC`` or ``Dc=SPEC`` (causal), ``SPEC`` in
+    ``python -m flashref.gpu.kernel3 --tiles``'s words (``128,128,8,3,pp,persist``): kernel 3's forward tiles to
+    measure (or predict) instead of its defaults. A bad value raises ValueError naming ``--tiles3``."""
+    from .kernel3 import _parse_tiles
+
+    out = {}
+    for spec in specs or ():
+        key, sep, tiles = spec.partition("=")
+        causal = key.endswith("c")
+        if not sep or not key.removesuffix("c").isdigit():
+            raise ValueError(f"--tiles3: expected D=SPEC or Dc=SPEC (e.g. 128=128,128,8,3,pp,persist), got {spec!r}")
+        try:
+            out[(int(key.removesuffix("c")), causal)] = _parse_tiles(tiles)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"--tiles3: cannot read the tiles of {spec!r} ({err})") from None
+    return out
+
+
+def _use_tiles3(specs):
+    """Put ``--tiles3``'s tiles into kernel3.TILES for this process (the child's launches, or --predict's model)."""
+    from . import kernel3
+    kernel3.TILES.update(tiles3_overrides(specs))
+
+
+def _child(impl, shapes_json, out_json, deadline="inf", tiles3="[]"):
     import torch
 
+    _use_tiles3(json.loads(tiles3))
     todo = json.loads(Path(shapes_json).read_text())
     done = []
     cudart = torch.cuda.cudart()
@@ -360,7 +397,7 @@ def probe_metrics(ncu, timeout=120):
     return None
 
 
-def run_impl(ncu, impl, shape_list, metrics, timeout):
+def run_impl(ncu, impl, shape_list, metrics, timeout, tiles3=()):
     """Profile one implementation over its shapes: (rows, kernels, info, log).
 
     The child starts no new shape after ``timeout`` - 20 s; the parent kills it at ``timeout`` + 90 s."""
@@ -369,7 +406,7 @@ def run_impl(ncu, impl, shape_list, metrics, timeout):
         Path(sj).write_text(json.dumps(shape_list))
         deadline = time.time() + max(10.0, timeout - 20)
         cmd = _ncu_cmd(ncu, metrics, [sys.executable, "-m", "flashref.gpu.l2profile", "--child", impl, sj, oj,
-                                      str(deadline)])
+                                      str(deadline), json.dumps(list(tiles3))])
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 90)
             stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
@@ -397,7 +434,7 @@ def run_impl(ncu, impl, shape_list, metrics, timeout):
 
 def main(argv=None) -> int:
     if argv and argv[0] == "--child":
-        _child(*argv[1:5])
+        _child(*argv[1:6])
         return 0
     p = argparse.ArgumentParser(prog="python -m flashref profile-l2", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="figures/gpu")
@@ -415,6 +452,10 @@ def main(argv=None) -> int:
                    help="write iomodel.dram's predictions for the chosen shapes (<name>-predicted.json) and stop: "
                         "no GPU, no ncu; commit the file before measuring")
     p.add_argument("--gpu", default="h100", help="with --predict: the L2 preset (h100, h200)")
+    p.add_argument("--tiles3", action="append", default=[], metavar="D=SPEC",
+                   help="kernel 3's forward tiles at head dim D (Dc: causal) instead of the default, in "
+                        "python -m flashref.gpu.kernel3 --tiles's words, e.g. 128=128,128,8,3,pp,persist "
+                        "(repeatable); the JSON's info records the tiles that ran, and --predict uses them")
     args = p.parse_args(argv)
     unknown = sorted(set(args.impls) - set(IMPLS))
     if unknown:
@@ -433,7 +474,12 @@ def main(argv=None) -> int:
         p.error(f"--repeat: expected a positive number of runs, got {args.repeat}")
     if not args.budget > 0:
         p.error(f"--budget: expected a positive number of seconds, got {args.budget}")
+    try:
+        tiles3_overrides(args.tiles3)
+    except ValueError as err:
+        p.error(str(err))
     if args.predict:
+        _use_tiles3(args.tiles3)
         return _write_predictions(args)
     t0 = time.time()
     ncu = args.ncu or shutil.which("ncu")
@@ -456,7 +502,7 @@ def main(argv=None) -> int:
         todo = [s + (r,) for r in range(args.repeat) for s in todo]
     result = dict(metadata=dict(device=device, **versions, metrics=list(metrics),
                                 date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                                dtype="float16", ncu_cache_control="all (default: caches flushed before each kernel)",
+                                dtype="float16", tiles3=args.tiles3, ncu_cache_control="all (default: caches flushed before each kernel)",
                                 note="one forward+backward after one warm-up per shape; kernels split at "
                                      "spin_kernel markers"),
                   rows=[], kernels=[], info={}, log=[])
@@ -471,7 +517,7 @@ def main(argv=None) -> int:
         print(f"[{time.time() - t0:5.0f}s] {impl}: {len(runs_for(impl, todo))} shapes, timeout {share:.0f}s",
               flush=True)
         rows, klist, info, log, raw = run_impl(ncu, impl, runs_for(impl, todo), metrics,
-                                          timeout=max(40, share if i < n_impl - 1 else left))
+                                          timeout=max(40, share if i < n_impl - 1 else left), tiles3=args.tiles3)
         result["rows"] += rows
         result["kernels"] += klist
         result["info"][impl] = info
@@ -526,6 +572,7 @@ def _write_predictions(args):
     path = out / f"{args.name or args.gpu + '-l2-' + '-'.join(args.groups)}-predicted.json"
     meta = dict(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 params={**PARAMS, **GPU_PARAMS[args.gpu]}, staggered_d64=STAGGERED_D64[args.gpu], gpu=args.gpu,
+                tiles3=args.tiles3,
                 note="iomodel.dram's predictions, written before these shapes were measured")
     rows = predictions(todo, args.gpu, args.impls)
     path.write_text(json.dumps(dict(metadata=meta, rows=rows), indent=0))
