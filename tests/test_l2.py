@@ -400,18 +400,24 @@ def _kernel3_as_measured(monkeypatch):
 
 def test_recorded_kernel3_tiles():
     """Every recorded L2 measurement that ran kernel 3 says which tiles it ran: at d = 64 non-causal, the tiles
-    the fixture puts back (no longer the default), except kernel3c's, which ran today's."""
-    from flashref.gpu import kernel3
+    the fixture puts back (no longer the default), except the runs since (kernel3c, check6*), which ran today's;
+    and a run with ``--tiles3`` recorded the tiles it asked for."""
+    from flashref.gpu import kernel3, l2profile
     assert schedule.recorded_tiles3("Tiles3(block_m=64, block_n=128, warps=4, stages=2, heads_first=False)") == \
         kernel3.Tiles3(64, 128, 4, 2, heads_first=False)
     runs = []
     for path in sorted((REPO / "figures" / "gpu").glob("*-l2-*.json")):
-        info = json.loads(path.read_text()).get("info", {}).get("flashref", {}).get("kernel3")
+        run = json.loads(path.read_text())
+        info = run.get("info", {}).get("flashref", {}).get("kernel3")
         if info and not path.name.endswith("-predicted.json"):
             runs.append(path.name)
             # the repr of its day (fields added since default to off), read back as a Tiles3
-            want = TODAY["d64"] if "-l2-kernel3c" in path.name else _measured_d64_tiles()
+            today = any(f"-l2-{name}" in path.name for name in ("kernel3c", "check6"))
+            want = TODAY["d64"] if today else _measured_d64_tiles()
             assert schedule.recorded_tiles3(info["d64"]["fwd"]) == want, path.name
+            for (d, causal), tiles in l2profile.tiles3_overrides(run["metadata"].get("tiles3")).items():
+                assert schedule.recorded_tiles3(info[f"d{d}{'_causal' if causal else ''}"]["fwd"]) == tiles
+                assert tiles != kernel3.TILES[(d, causal)], path.name
     assert len(runs) >= 3, runs
     assert kernel3.TILES[(64, False)] == _measured_d64_tiles() != TODAY["d64"]  # the fixture's doing
 
@@ -452,12 +458,15 @@ GUESSED_FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 
 
 def _as_predicted(pred, monkeypatch):
     """Put back the FlashAttention-2 tiles a pre-registered prediction was made with (check5: the guess), and
-    kernel 3's tiles: the measured ones (the autouse fixture) except for kernel3c, predicted for today's."""
+    kernel 3's forward tiles as the run that measured it recorded them (``ran``: its ``info``; the kernel3c and
+    check6 runs had today's d = 64 tile, check6b and check6c other d = 128 tiles by ``--tiles3``, with which their
+    predictions were written); a run that recorded none keeps the autouse fixture's."""
     if pred["shape"].startswith("check5") and pred["impl"] == "sdpa_flash":
         monkeypatch.setattr(schedule, "FA2_TILES", GUESSED_FA2_TILES)
-    if pred.get("measured_in") == "kernel3c":
-        from flashref.gpu import kernel3
-        monkeypatch.setitem(kernel3.TILES, (64, False), TODAY["d64"])
+    from flashref.gpu import kernel3
+    for key, tiles in (pred.get("ran") or {}).items():
+        d, causal = int(key[1:].removesuffix("_causal")), key.endswith("_causal")
+        monkeypatch.setitem(kernel3.TILES, (d, causal), schedule.recorded_tiles3(tiles["fwd"]))
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
@@ -655,12 +664,34 @@ def test_profile_l2_splits_kernels_at_markers():
 
 @pytest.mark.parametrize("argv,name", [(["--impls", "flashref,cudnn"], "--impls"), (["--groups", "gird"], "--groups"),
                                        (["--gpu", "a100"], "--gpu"), (["--only", "nosuch"], "--only"),
-                                       (["--repeat", "0"], "--repeat"), (["--budget", "-1"], "--budget")])
+                                       (["--repeat", "0"], "--repeat"), (["--budget", "-1"], "--budget"),
+                                       (["--tiles3", "128"], "--tiles3"), (["--tiles3", "x=128,128,8,2"], "--tiles3"),
+                                       (["--tiles3", "128=128,abc,8,2"], "--tiles3"), (["--tiles3", "64=128"], "--tiles3")])
 def test_profile_l2_names_a_bad_argument(argv, name, capsys):
     from flashref.gpu import l2profile as lp
     with pytest.raises(SystemExit):
         lp.main(["--predict", *argv])
     assert name in capsys.readouterr().err
+
+
+def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
+    """--tiles3 reads kernel 3's tiles in kernel3 --tiles's words (Dc: causal); --predict runs the model with them
+    (in its own process, as the measuring child does: the test puts kernel3.TILES back) and records them."""
+    from flashref.gpu import kernel3
+    from flashref.gpu import l2profile as lp
+    got = lp.tiles3_overrides(["128=128,128,8,3,pp,persist", "64c=64,128,4,2,nohf"])
+    assert got == {(128, False): kernel3.Tiles3(128, 128, 8, 3, pingpong=True, persistent=True),
+                   (64, True): kernel3.Tiles3(64, 128, 4, 2, heads_first=False)}
+    monkeypatch.setattr(kernel3, "TILES", dict(kernel3.TILES))
+    # 64-row tiles at d = 64 (one consumer warpgroup): more row blocks, so the model's d = 64 forward changes
+    args = ["--predict", "--groups", "check", "--only", "check64_524288", "--impls", "flashref", "--out", str(tmp_path)]
+    lp.main([*args, "--name", "a"])
+    lp.main([*args, "--name", "b", "--tiles3", "64=64,128,4,2"])
+    a, b = (json.loads((tmp_path / f"{n}-predicted.json").read_text()) for n in "ab")
+    assert a["metadata"]["tiles3"] == [] and b["metadata"]["tiles3"] == ["64=64,128,4,2"]
+    assert kernel3.TILES[(64, False)] == kernel3.Tiles3(64, 128, 4, 2)
+    fwd = {n: next(r["predicted_bytes"] for r in x["rows"] if r["mode"] == "fwd") for n, x in (("a", a), ("b", b))}
+    assert fwd["a"] != fwd["b"]
 
 
 
@@ -669,22 +700,36 @@ def test_profile_l2_names_a_bad_argument(argv, name, capsys):
 
 def _preregistered(name, params, gpu="h100", measured=None):
     """(prediction, measured bytes of its mode: the median of the runs, the model's params, gpu) of one set: the
-    predictions of ``<gpu>-l2-<name>-predicted.json`` that ``<gpu>-l2-<measured or name>.json`` measured."""
-    meas = D.repeats(json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{measured or name}.json").read_text()))
+    predictions of ``<gpu>-l2-<name>-predicted.json`` that ``<gpu>-l2-<measured or name>.json`` measured
+    (``measured`` may name several runs of the same shapes and tiles: their repeats are pooled). Each prediction
+    carries ``ran``, kernel 3's tiles as the (first) run recorded them."""
+    runs = [json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{m}.json").read_text())
+            for m in ((measured,) if isinstance(measured, str) else measured or (name,))]
+    meas = {}
+    for run in runs:
+        for key, (_, values) in D.repeats(run).items():
+            meas.setdefault(key, []).extend(values)
+    ran = runs[0].get("info", {}).get("flashref", {}).get("kernel3")
     pred = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{name}-predicted.json").read_text())
     keyed = [((D.recorded_impl(p), p["shape"], p["mode"]), p) for p in pred["rows"]]
-    return [(dict(p, impl=key[0], measured_in=measured or name), float(np.median(meas[key][1])), params, gpu)
+    measured_in = measured if isinstance(measured, str) else name
+    return [(dict(p, impl=key[0], measured_in=measured_in, ran=ran), float(np.median(meas[key])), params, gpu)
             for key, p in keyed if key in meas]
 
 
 def _miss_key(pred, gpu):
     """A row's key in PREREGISTERED_MISSES: (impl, shape, mode), after the GPU where it is not the H100, and after
-    "kernel3b" or "kernel3c" for the H100's later kernel 3 measurements, whose shapes are those of its first
-    (kernel3): they are different runs, and a row may miss in one and not in the other."""
+    the set's name for the H100 sets in OWN_KEYS (kernel 3's later runs, whose shapes are those of its first,
+    kernel3; check6, which measures sweep_262144 again): they are different runs, and a row may miss in one and
+    not in the other."""
     key = (pred["impl"], pred["shape"], pred["mode"])
     if gpu != "h100":
         return (gpu, *key)
-    return (pred["measured_in"], *key) if pred["measured_in"] in ("kernel3b", "kernel3c") else key
+    return (pred["measured_in"], *key) if pred["measured_in"] in OWN_KEYS else key
+
+
+# the H100 sets keyed after their own name: kernel 3's later runs, and check6 (its sweep_262144 is a kernel3 shape)
+OWN_KEYS = ("kernel3b", "kernel3c", "check6", "check6b", "check6c", "check6x")
 
 
 def _when_measured(name, gpu):
@@ -708,7 +753,13 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _preregistered("kernel3", {}, "h200", measured="kernel3b")
                  + _preregistered("check5", {}, "h200", measured="kernel3b")
                  # kernel 3 with the twelfth session's 192-row d = 64 forward (three consumer warpgroups)
-                 + _when_measured("kernel3c", "h100") + _when_measured("kernel3c", "h200"))
+                 + _when_measured("kernel3c", "h100") + _when_measured("kernel3c", "h200")
+                 # check6, the drift past the knee (NOTES-l2.md, "Thirteenth round"): kernel 3's default (two runs,
+                 # five rounds in all), its d = 128 forward persistent without Q_i's prefetch (check6b) and one tile
+                 # a program (check6c), then SDPA flash and kernel 2 (check6x, two rounds)
+                 + _preregistered("check6", {}, measured=("check6", "check6r")) + _when_measured("check6b", "h100")
+                 + _when_measured("check6c", "h100") + _when_measured("check6x", "h100")
+                 + _when_measured("check6", "h200") + _when_measured("check6x", "h200"))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -761,7 +812,25 @@ PREREGISTERED_MISSES = {
     # the 192-row d = 64 forward on the H100 (h100-l2-kernel3c.json, its 13 d = 64 non-causal shapes, one run):
     # every forward within 25%; the forward+backward at one head of N = 524288 again (-26.5%: 16.2 GB, 2.96 of
     # them the forward's), the dQ kernel past the knee as in kernel3 and kernel3b
-    ("kernel3c", "flashref", "check64_524288", "fwd_bwd")}
+    ("kernel3c", "flashref", "check64_524288", "fwd_bwd"),
+    # check6, past the knee (NOTES-l2.md, "Thirteenth round"): the model predicts the lockstep pass, which a wave of
+    # kernel 3 (any of its three launches) or kernel 2 keeps in some runs and leaves in others, so one call's bytes
+    # move from run to run (kernel 3's default at two heads of N = 262144: 73.7-106.1 GB in five rounds, 4.6
+    # predicted; its d = 64 forward, unchanged across the three runs, 6.7-12.0 GB). FlashAttention-2's forward reads
+    # the same bytes in every round, and misses only where its two CTAs an SM share more than the model's half a
+    # scan (+28%, as sweep_262144 did in the grid); its d = 64 backward at one head of N = 786432 writes 95-109 GB
+    # where the model has 10 (the fp32 dQ accumulator, 201 MB, past the knee)
+    *(("check6", "flashref", shape, mode) for shape, mode in (
+        ("sweep_262144", "fwd"), ("check6_128_393k", "fwd"), ("check6_128_393k", "fwd_bwd"),
+        ("check6_128_2x262k", "fwd"), ("check6_128_2x262k", "fwd_bwd"), ("check6_64_786k", "fwd_bwd"))),
+    *((run, "flashref", shape, mode) for run, shapes in (
+        ("check6b", ("sweep_262144", "check6_128_196k", "check6_128_393k", "check6_128_2x262k", "check6_64_786k")),
+        ("check6c", ("sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k")))
+        for shape in shapes for mode in ("fwd", "fwd_bwd")),
+    ("check6x", "sdpa_flash", "sweep_262144", "fwd"), ("check6x", "sdpa_flash", "check6_128_196k", "fwd"),
+    ("check6x", "sdpa_flash", "check6_64_786k", "fwd_bwd"), ("check6x", "flashref2", "check6_128_393k", "fwd_bwd"),
+    ("check6x", "flashref2", "check6_128_2x262k", "fwd"), ("check6x", "flashref2", "check6_128_2x262k", "fwd_bwd"),
+    ("check6x", "flashref2", "check6_64_786k", "fwd"), ("check6x", "flashref2", "check6_64_786k", "fwd_bwd")}
 
 
 @pytest.mark.parametrize("pred,measured,params,gpu", PREREGISTERED,

@@ -204,7 +204,7 @@ def tiles3_overrides(specs):
     for spec in specs or ():
         key, sep, tiles = spec.partition("=")
         causal = key.endswith("c")
-        if not sep or not key.removesuffix("c").isdigit():
+        if not sep or not key.removesuffix("c").isdigit() or len(tiles.split(",")) < 4:
             raise ValueError(f"--tiles3: expected D=SPEC or Dc=SPEC (e.g. 128=128,128,8,3,pp,persist), got {spec!r}")
         try:
             out[(int(key.removesuffix("c")), causal)] = _parse_tiles(tiles)
