@@ -14,17 +14,24 @@ The existing ``backward_figure2_table`` is unchanged: this table is an addition.
 forward and forward+backward, predicted (lines) and measured (points), with the two-level count.
 Past the knee (one head's K and V, 2·N·d·2 bytes, larger than the L2 can keep) every wave re-reads
 them.
+
+``l2_past_the_knee``: the check6 shapes (one or two heads whose K and V are 1.3-3x the L2), each run measured
+in several rounds (``figures/gpu/h100-l2-check6*.json``): measured over predicted for every round, for kernel 3
+with three launches of its d = 128 forward, kernel 2 and FlashAttention-2. The model predicts the lockstep pass;
+whether a wave keeps it past the knee changes from run to run for kernels 2 and 3, not for FlashAttention-2.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 
-from .. import iomodel
+from .. import iomodel, schedule
 from ..plots import COLORS, figure
 from . import Figure
 
@@ -210,7 +217,69 @@ def knee_plot(rows):
     return fig
 
 
+# check6 (NOTES-l2.md, "Thirteenth round"): which runs measured which launch; the rounds of a launch are pooled
+CHECK6_RUNS = {  # label: (impl, the measurements)
+    "kernel 3, default": ("flashref", ("h100-l2-check6.json", "h100-l2-check6r.json")),
+    "kernel 3, d=128 persistent without Q prefetch": ("flashref", ("h100-l2-check6b.json",)),
+    "kernel 3, d=128 one tile a program": ("flashref", ("h100-l2-check6c.json",)),
+    "kernel 2": ("flashref2", ("h100-l2-check6x.json",)),
+    "FlashAttention-2 (SDPA flash)": ("sdpa_flash", ("h100-l2-check6x.json",)),
+}
+CHECK6_SHAPES = ("check6_128_163k", "check6_128_196k", "sweep_262144", "check6_128_2x262k", "check6_128_393k",
+                 "check6_64_786k")
+
+
+def past_knee_data():
+    """One row per (launch, shape, mode, round): the model's bytes (with the tiles the run recorded) and Nsight's."""
+    rows = []
+    for label, (impl, files) in CHECK6_RUNS.items():
+        for name in files:
+            run = json.loads(GRID_JSON.with_name(name).read_text())
+            ran = run.get("info", {}).get("flashref", {}).get("kernel3")
+            with schedule.kernel3_as_recorded(ran) if ran else contextlib.nullcontext():
+                for r in run["rows"]:
+                    if D.recorded_impl(r) != impl or r.get("error"):
+                        continue
+                    kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=bool(r["causal"]))
+                    for mode in D.MODES:
+                        pred, m = D.dram(impl, mode, **kw).total_bytes, r[mode]["total_bytes"]
+                        rows.append(dict(launch=label, shape=r["shape"], B=r["B"], H=r["H"], N=r["N"], d=r["d"],
+                                         mode=mode, run=name.removesuffix(".json"), round=r.get("rep", 0),
+                                         predicted_gb=pred / 1e9, measured_gb=m / 1e9, measured_over_model=m / pred))
+    return rows
+
+
+def past_knee_plot(rows):
+    fig, axes = figure("Past the knee on an H100: every round of the same call, measured / iomodel.dram "
+                       "(band: within ±25%)", ncols=2, width=12, height=4.5)
+    labels = list(CHECK6_RUNS)
+    colors = [COLOR["flashref"], "#8c564b", "#e377c2", COLOR["flashref2"], COLOR["sdpa_flash"]]
+    for ax, mode in zip(axes.flat, D.MODES):
+        ax.axhspan(1 / 1.25, 1 / 0.75, color="0.9", zorder=0)  # |predicted / measured - 1| <= 0.25
+        ax.axhline(1, color="k", lw=0.8)
+        for j, (label, color) in enumerate(zip(labels, colors)):
+            xs, ys = [], []
+            for i, shape in enumerate(CHECK6_SHAPES):
+                for r in rows:
+                    if r["launch"] == label and r["shape"] == shape and r["mode"] == mode:
+                        xs.append(i + (j - 2) * 0.13)
+                        ys.append(float(r["measured_over_model"]))
+            ax.plot(xs, ys, "o", color=color, mfc="none", ms=5, label=label)
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")  # 2 and 6, not 2 x 10^0
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+        ax.set_xticks(range(len(CHECK6_SHAPES)),
+                      ["1x163k", "1x196k", "1x262k", "2x262k", "1x393k", "1x786k\nd=64"], fontsize=8)
+        ax.set(xlabel="heads x N (d = 128 unless marked)", ylabel="measured / predicted DRAM bytes",
+               title="forward" if mode == "fwd" else "forward + backward")
+        ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
 FIGURES = [
     Figure("l2_figure2_table", figure2_l2_data, figure2_l2_plot),
     Figure("l2_knee_sweep", knee_data, knee_plot),
+    Figure("l2_past_the_knee", past_knee_data, past_knee_plot),
 ]
