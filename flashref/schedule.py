@@ -335,9 +335,10 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     is as long (non-causal, as the default persistent launch is). The dynamic version (Tiles3.dynamic: each
     program claims its next tile from a counter) takes the tiles in grid order as they free up, as the GPU
     hands out a one-tile-a-program grid, so it runs the same waves causal too. Measured, that holds below the
-    knee and fails past it at one head: the persistent d = 128 forward at N = 262144 read 21.9 GB on an H200
-    against 2.2 predicted (figures/gpu/NOTES-l2.md, "Eleventh round"): programs that are not restarted together
-    wave by wave drift apart along the scan. No rule for that drift is written."""
+    knee. Past it, a wave may come apart along the scan in one run and not in the next, persistent or not: at
+    one head of N = 262144 the persistent d = 128 forward read 17.4 GB in one H100 run and 2.6-3.5 in five
+    others (2.2 predicted), and the one-tile-a-program launch did the same at other shapes
+    (figures/gpu/NOTES-l2.md, "Thirteenth round"). The schedule is the lockstep one; no rule for the drift."""
     from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
     t = tiles or TILES[(d, bool(causal))]
     if t.persistent and causal and not t.dynamic:  # a static stride over tiles of unequal length
