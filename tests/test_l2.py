@@ -666,7 +666,8 @@ def test_profile_l2_splits_kernels_at_markers():
                                        (["--gpu", "a100"], "--gpu"), (["--only", "nosuch"], "--only"),
                                        (["--repeat", "0"], "--repeat"), (["--budget", "-1"], "--budget"),
                                        (["--tiles3", "128"], "--tiles3"), (["--tiles3", "x=128,128,8,2"], "--tiles3"),
-                                       (["--tiles3", "128=128,abc,8,2"], "--tiles3"), (["--tiles3", "64=128"], "--tiles3")])
+                                       (["--tiles3", "128=128,abc,8,2"], "--tiles3"),
+                                       (["--tiles3", "64=128"], "--tiles3")])
 def test_profile_l2_names_a_bad_argument(argv, name, capsys):
     from flashref.gpu import l2profile as lp
     with pytest.raises(SystemExit):
@@ -710,6 +711,7 @@ def _preregistered(name, params, gpu="h100", measured=None):
         for key, (_, values) in D.repeats(run).items():
             meas.setdefault(key, []).extend(values)
     ran = runs[0].get("info", {}).get("flashref", {}).get("kernel3")
+    assert all(run.get("info", {}).get("flashref", {}).get("kernel3") == ran for run in runs), "pooled: other tiles"
     pred = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{name}-predicted.json").read_text())
     keyed = [((D.recorded_impl(p), p["shape"], p["mode"]), p) for p in pred["rows"]]
     measured_in = measured if isinstance(measured, str) else name

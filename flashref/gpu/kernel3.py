@@ -831,11 +831,12 @@ if _MODS is not None:
                          PERSISTENT: gl.constexpr, Q_REGS: gl.constexpr, Q_PREFETCH: gl.constexpr,
                          DYNAMIC: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
         # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0, the
-        # workers consumer warpgroups 1 (and 2, for the 192-row tile) and last the producer warp. Not persistent: one program per tile
-        # (row block i of one (batch, head)), the grid (Tr, BH) or (BH, Tr). Persistent (FA3's tile scheduler,
-        # static): one program per SM, taking tiles first, first + step, ... in the same order, so the next
-        # tile's K/V loads start while this one's last products and O store run. Dynamic: one program per SM,
-        # each claiming its next tile from `counter` (an int32 zeroed by the launcher) in the grid's order.
+        # workers consumer warpgroups 1 (and 2, for the 192-row tile) and last the producer warp. Not
+        # persistent: one program per tile (row block i of one (batch, head)), the grid (Tr, BH) or (BH, Tr).
+        # Persistent (FA3's tile scheduler, static): one program per SM, taking tiles first, first + step, ...
+        # in the same order, so the next tile's K/V loads start while this one's last products and O store
+        # run. Dynamic: one program per SM, each claiming its next tile from `counter` (an int32 zeroed by the
+        # launcher) in the grid's order.
         NUM_WG: gl.constexpr = BLOCK_M // 64  # consumer warpgroups
         Tr = gl.cdiv(N, BLOCK_M)  # 192-row tiles: the last of a head may run past N (Tiles3.rows_multiple)
         n_tiles = BH * Tr

@@ -502,7 +502,8 @@ def main(argv=None) -> int:
         todo = [s + (r,) for r in range(args.repeat) for s in todo]
     result = dict(metadata=dict(device=device, **versions, metrics=list(metrics),
                                 date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                                dtype="float16", tiles3=args.tiles3, ncu_cache_control="all (default: caches flushed before each kernel)",
+                                dtype="float16", tiles3=args.tiles3,
+                                ncu_cache_control="all (default: caches flushed before each kernel)",
                                 note="one forward+backward after one warm-up per shape; kernels split at "
                                      "spin_kernel markers"),
                   rows=[], kernels=[], info={}, log=[])
