@@ -147,6 +147,10 @@ QUESTIONS = {
     "nb08-q4": ("One head, N = 262144, d = 128: kernel 3's forward runs one CTA per 128 query rows, 132 of them at "
                 "once (one per SM). How many waves does its grid make, to 3 significant digits?",
                 "b83e", "ed6bc4ec28ef581b5a0c0a2a44ed8ca683f43fd482a21f5168e91334092842d4", 3),
+    "nb08-q5": ("Two heads of N = 262144, d = 128: kernel 3's forward has 2048 row blocks a head, head 0's first in "
+                "grid order, 132 CTAs a wave. A pass is one wave reading one head's K and V once; a wave that holds "
+                "row blocks of both heads makes a pass over each. How many passes in all?",
+                "3c6a", "a68463212979e33810867e5f439453f5777caa25d5688cf81e38824f6ced778e"),
     "nb09-q1": ('8 query heads share one K/V head (g = 8), blocks 16 × 16 either way: by what factor does PackGQA '
                 "(`gqa_packing=True`) cut the forward's reads of K?",
                 "4e90", "6b601f34ecb6b6f3bb2167c45cf3c095163e0050c57f3661f7c4b47a075f5a80"),
