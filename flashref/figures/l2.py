@@ -220,8 +220,8 @@ def knee_plot(rows):
 # check6 (NOTES-l2.md, "Thirteenth round"): which runs measured which launch; the rounds of a launch are pooled
 CHECK6_RUNS = {  # label: (impl, the measurements)
     "kernel 3, default": ("flashref", ("h100-l2-check6.json", "h100-l2-check6r.json")),
-    "kernel 3, d=128 persistent without Q prefetch": ("flashref", ("h100-l2-check6b.json",)),
-    "kernel 3, d=128 one tile a program": ("flashref", ("h100-l2-check6c.json",)),
+    "kernel 3, d=128 persistent without Q prefetch": ("flashref", ("h100-l2-check6b.json", "h100-l2-check6br.json")),
+    "kernel 3, d=128 one tile a program": ("flashref", ("h100-l2-check6c.json", "h100-l2-check6cr.json")),
     "kernel 2": ("flashref2", ("h100-l2-check6x.json",)),
     "FlashAttention-2 (SDPA flash)": ("sdpa_flash", ("h100-l2-check6x.json",)),
 }
