@@ -335,9 +335,9 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     is as long (non-causal, as the default persistent launch is). The dynamic version (Tiles3.dynamic: each
     program claims its next tile from a counter) takes the tiles in grid order as they free up, as the GPU
     hands out a one-tile-a-program grid, so it runs the same waves causal too. Measured, that holds below the
-    knee. Past it, a wave may come apart along the scan in one run and not in the next, persistent or not: at
-    one head of N = 262144 the persistent d = 128 forward read 17.4 GB in one H100 run and 2.6-3.5 in five
-    others (2.2 predicted), and the one-tile-a-program launch did the same at other shapes
+    knee. Past it, a wave may come apart along the scan, persistent or not, each launch at shapes of its own and
+    by amounts that move from run to run: at one head of N = 262144 the persistent d = 128 forward read 17.4 GB
+    in one H100 run and 2.6-3.5 in five others (2.2 predicted), at two heads 74-106 GB in five rounds (4.6)
     (figures/gpu/NOTES-l2.md, "Thirteenth round"). The schedule is the lockstep one; no rule for the drift."""
     from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
     t = tiles or TILES[(d, bool(causal))]

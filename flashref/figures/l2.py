@@ -18,7 +18,8 @@ them.
 ``l2_past_the_knee``: the check6 shapes (one or two heads whose K and V are 1.3-3x the L2), each run measured
 in several rounds (``figures/gpu/h100-l2-check6*.json``): measured over predicted for every round, for kernel 3
 with three launches of its d = 128 forward, kernel 2 and FlashAttention-2. The model predicts the lockstep pass;
-whether a wave keeps it past the knee changes from run to run for kernels 2 and 3, not for FlashAttention-2.
+whether a wave keeps it past the knee depends, for kernels 2 and 3, on the launch, the shape and the run; for
+FlashAttention-2 it does not.
 """
 
 from __future__ import annotations
