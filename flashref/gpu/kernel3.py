@@ -333,20 +333,10 @@ if _MODS is not None:
             return x_smem
 
     @gluon.jit
-    def _k3_turns(turn0, turn1, WG: gl.constexpr):
-        # Ping-pong: (the mbarrier this warpgroup waits on, the one it signals the other warpgroup through).
-        if WG == 0:
-            my_turn = turn0
-            other_turn = turn1
-        else:
-            my_turn = turn1
-            other_turn = turn0
-        return my_turn, other_turn
-
-    @gluon.jit
     def _k3_ring_turns(turns, WG: gl.constexpr, NUM_WG: gl.constexpr):
         # Ping-pong among NUM_WG warpgroups (two, or FA3's three at d = 64) in a ring: (the mbarrier this
-        # warpgroup waits on, the one it signals the next warpgroup through). With two, _k3_turns' pair.
+        # warpgroup waits on, the one it signals the next warpgroup through). With two, each waits on its own
+        # mbarrier and signals the other's (the backward kernels' pair).
         return turns.index(WG), turns.index((WG + 1) % NUM_WG)
 
     @gluon.jit

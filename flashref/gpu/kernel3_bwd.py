@@ -219,8 +219,8 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         _k3_kv_blocks,
         _k3_operand_a,
         _k3_program_tiles,
+        _k3_ring_turns,
         _k3_turn,
-        _k3_turns,
         fence_async_shared,
         gl,
         gluon,
@@ -537,7 +537,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
 
     @gluon.jit
     def _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem,
+                           qd_empty, turns, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem,
                            desc_dq, WG: gl.constexpr):
         # FA2 Alg.2 l.5-19 (TilesB.pipe) on keys [start_n + 64·WG, + 64) of each of this program's column
         # blocks j, in the dQ kernel's order (FA3 Alg.2's software pipeline): step t issues S_ijᵀ and dP_ijᵀ of
@@ -567,7 +567,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
                                                              instr_shape=[16, HEAD_D, 16])
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         col_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
-        my_turn, other_turn = _k3_turns(turn0, turn1, WG)
+        my_turn, other_turn = _k3_ring_turns(turns, WG, 2)
         Tr = N // BLOCK_M
         k_w = k_smem.slice(WG * KEYS, KEYS)  # this warpgroup's keys of K_j, V_j
         v_w = v_smem.slice(WG * KEYS, KEYS)
@@ -698,18 +698,18 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
 
     @gluon.jit
     def _k3b_consumer_pipe0(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                            qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem,
+                            qd_empty, turns, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem,
                             dq_smem, desc_dq):
         _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem,
+                           qd_empty, turns, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem,
                            desc_dq, 0)
 
     @gluon.jit
     def _k3b_consumer_pipe1(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                            qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem,
+                            qd_empty, turns, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem,
                             dq_smem, desc_dq):
         _k3b_consumer_pipe(dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
-                           qd_empty, turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem,
+                           qd_empty, turns, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem,
                            desc_dq, 1)
 
     @gluon.jit
@@ -902,12 +902,11 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             else:  # never read or written (the dq = 0 consumers do not touch them)
                 ds_smem = cfg
                 dq_smem = cfg
-            turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-            turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-            mbarrier.init(turn0, count=1)
-            mbarrier.init(turn1, count=1)
+            turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # _k3_ring_turns
+            for w in gl.static_range(2):
+                mbarrier.init(turns.index(w), count=1)
             cargs = (dK_out, dV_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready, qd_empty,
-                     turn0, turn1, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem, desc_dq)
+                     turns, cfg, N, first, n_tiles, step, qk_scale, sm_scale, ds_smem, dq_smem, desc_dq)
             pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_empty, qd_ready,
                      qd_empty, cfg, N, first, n_tiles, step)
             gl.warp_specialize([(_k3b_consumer_pipe0, cargs), (_k3b_consumer_pipe1, cargs), (_k3b_producer, pargs)],
@@ -971,7 +970,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
 
     @gluon.jit
     def _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                      turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, WG: gl.constexpr):
+                      turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, WG: gl.constexpr):
         # FA2 Alg.2's dQ part on rows [start_m + 64·WG, + 64) of row block i, one warpgroup (4 warps). Step j
         # issues S_ij, dP_ij and dQ_i += dS_i(j−1) K_(j−1) together (FA3 Alg.2's order: the product of the
         # previous block's result runs while this block's exponentials and dS are computed).
@@ -990,7 +989,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         ds_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
         col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-        my_turn, other_turn = _k3_turns(turn0, turn1, WG)
+        my_turn, other_turn = _k3_ring_turns(turns, WG, 2)
         q_c = q_smem.slice(WG * ROWS, ROWS)  # this warpgroup's rows of Q_i, dO_i
         do_c = do_smem.slice(WG * ROWS, ROWS)
         bh64 = bh.to(gl.int64)
@@ -1068,15 +1067,15 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
 
     @gluon.jit
     def _k3q_consumer0(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                       turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale):
+                       turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale):
         _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                      turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, 0)
+                      turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, 0)
 
     @gluon.jit
     def _k3q_consumer1(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                       turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale):
+                       turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale):
         _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                      turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, 1)
+                      turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, 1)
 
     @gluon.jit
     def _k3q_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQ_out, N, qk_scale, sm_scale,
@@ -1106,21 +1105,20 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        turn0 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        turn1 = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # _k3_ring_turns
         # The flags travel to the partitions as a placeholder buffer's shape (as in _k3b_dkdv_kernel).
         cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + PINGPONG, 1 + QDO_REGS],
                                         gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
         mbarrier.init(q_bar, count=1)
-        mbarrier.init(turn0, count=1)
-        mbarrier.init(turn1, count=1)
+        for w in gl.static_range(2):
+            mbarrier.init(turns.index(w), count=1)
         for s in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(s), count=1)
             mbarrier.init(v_ready.index(s), count=1)
             mbarrier.init(k_empty.index(s), count=2)  # one arrival from each consumer warpgroup
             mbarrier.init(v_empty.index(s), count=2)
         cargs = (dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                 turn0, turn1, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale)
+                 turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale)
         pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                  k_empty, v_empty, q_row0, kv_row0, n_blocks)
         gl.warp_specialize([(_k3q_consumer0, cargs), (_k3q_consumer1, cargs), (_k3q_producer, pargs)],
