@@ -377,25 +377,18 @@ def test_recorded_rows_name_the_kernel_that_ran():
     assert D.recorded_impl(dict(row, impl="sdpa_flash")) == "sdpa_flash"
 
 
-# Kernel 3's d = 64 non-causal forward as every kernel 3 measurement recorded so far ran it (their info.kernel3):
-# two consumer warpgroups, persistent. The twelfth session made FA3's 192-row tile (three consumers) the default
-# after them; the model builds kernel 3's schedules from kernel3.TILES, so the tests of recorded data put back
-# the tiles those runs had (test_recorded_kernel3_tiles checks that they had them); kernel3c, the new tile's own
-# measurement, is checked with today's (_as_predicted).
+# Kernel 3's d = 64 non-causal forward as the kernel 3 measurements before the twelfth session ran it (their
+# info.kernel3): two consumer warpgroups, persistent. The twelfth session made FA3's 192-row tile (three consumers)
+# the default; the model builds kernel 3's schedules from kernel3.TILES, so a test of recorded data puts back the
+# tiles its run recorded (schedule.kernel3_as_recorded, _as_predicted); test_recorded_kernel3_tiles checks them.
 def _measured_d64_tiles():
     from flashref.gpu import kernel3
     return kernel3.Tiles3(128, 128, 8, 3, pingpong=True, persistent=True)
 
 
-TODAY = {}  # kernel 3's d = 64 non-causal default as the fixture found it (kernel3 is imported in tests only:
-# test_gpu_kernel3.py sets TRITON_INTERPRET before Triton's first import)
-
-
-@pytest.fixture(autouse=True)
-def _kernel3_as_measured(monkeypatch):
-    from flashref.gpu import kernel3
-    monkeypatch.setitem(TODAY, "d64", kernel3.TILES[(64, False)])
-    monkeypatch.setitem(kernel3.TILES, (64, False), _measured_d64_tiles())
+def _run_info(name):
+    """The kernel 3 tiles a recorded run says it ran (``info["flashref"]["kernel3"]``)."""
+    return json.loads((REPO / "figures" / "gpu" / name).read_text())["info"]["flashref"]["kernel3"]
 
 
 def test_recorded_kernel3_tiles():
@@ -413,20 +406,20 @@ def test_recorded_kernel3_tiles():
             runs.append(path.name)
             # the repr of its day (fields added since default to off), read back as a Tiles3
             today = any(f"-l2-{name}" in path.name for name in ("kernel3c", "check6"))
-            want = TODAY["d64"] if today else _measured_d64_tiles()
+            want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             assert schedule.recorded_tiles3(info["d64"]["fwd"]) == want, path.name
             for (d, causal), tiles in l2profile.tiles3_overrides(run["metadata"].get("tiles3")).items():
                 assert schedule.recorded_tiles3(info[f"d{d}{'_causal' if causal else ''}"]["fwd"]) == tiles
                 assert tiles != kernel3.TILES[(d, causal)], path.name
     assert len(runs) >= 3, runs
-    assert kernel3.TILES[(64, False)] == _measured_d64_tiles() != TODAY["d64"]  # the fixture's doing
+    assert kernel3.TILES[(64, False)] != _measured_d64_tiles()  # the default moved on since the early runs
 
 
 def test_kernel3_as_recorded_puts_the_tiles_back_and_restores_them():
     """schedule.kernel3_as_recorded: inside the block the model runs a recorded run's kernel 3 forward tiles (a
     repr of its day, fields added since left at their defaults); after it, even after an error, today's."""
     from flashref.gpu import kernel3
-    info = json.loads((REPO / "figures" / "gpu" / "h100-l2-kernel3.json").read_text())["info"]["flashref"]["kernel3"]
+    info = _run_info("h100-l2-kernel3.json")
     today = dict(kernel3.TILES)
     kw = dict(BH=1, Nq=262144, Nk=262144, d=128)
     with schedule.kernel3_as_recorded(info):
@@ -441,13 +434,15 @@ def test_kernel3_as_recorded_puts_the_tiles_back_and_restores_them():
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_kernel3_predictions_are_the_model(gpu):
-    """The kernel 3 predictions committed before any GPU measured them are what the model still says."""
+    """The kernel 3 predictions committed before any GPU measured them are what the model still says with the
+    tiles of their day, which the first kernel 3 measurement (h100-l2-kernel3.json) recorded."""
     pre = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-kernel3-predicted.json").read_text())
     assert len(pre["rows"]) == 110 and all(r["kernel"] == "kernel 3" for r in pre["rows"])
-    for r in pre["rows"]:
-        kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
-        assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes == pytest.approx(
-            r["predicted_bytes"], rel=1e-12)
+    with schedule.kernel3_as_recorded(_run_info("h100-l2-kernel3.json")):
+        for r in pre["rows"]:
+            kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
+            assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes == pytest.approx(
+                r["predicted_bytes"], rel=1e-12)
 
 
 # FlashAttention-2's tiles as the model had them when check5 was predicted: d = 64 and 128 read from Nsight, any
@@ -460,7 +455,7 @@ def _as_predicted(pred, monkeypatch):
     """Put back the FlashAttention-2 tiles a pre-registered prediction was made with (check5: the guess), and
     kernel 3's forward tiles as the run that measured it recorded them (``ran``: its ``info``; the kernel3c and
     check6 runs had today's d = 64 tile, check6b and check6c other d = 128 tiles by ``--tiles3``, with which their
-    predictions were written); a run that recorded none keeps the autouse fixture's."""
+    predictions were written); a run that recorded none (kernel 2's rows) keeps today's."""
     if pred["shape"].startswith("check5") and pred["impl"] == "sdpa_flash":
         monkeypatch.setattr(schedule, "FA2_TILES", GUESSED_FA2_TILES)
     from flashref.gpu import kernel3
@@ -538,7 +533,7 @@ def test_flashref_is_what_gpu_attention_runs():
     assert k3 != k2
 
 
-def test_kernel3_occupancy_as_compiled(monkeypatch):
+def test_kernel3_occupancy_as_compiled():
     """Where Triton 3.6.0 is installed (the GPU machines; CI has a newer one), kernel 3's default launches
     compiled for sm_90 leave as many CTAs per SM as the L2 model's schedules assume (registers and shared
     memory, from cuobjdump)."""
@@ -546,7 +541,6 @@ def test_kernel3_occupancy_as_compiled(monkeypatch):
     if kernel3._MODS is None:
         pytest.skip(f"kernel 3 cannot be built here: {kernel3._WHY}")
     from flashref.gpu import kernel3_bwd, occupancy
-    monkeypatch.setitem(kernel3.TILES, (64, False), TODAY["d64"])  # today's defaults, as built
     rows = occupancy.builds()
     assert len(rows) == len(kernel3.TILES) + 2 * len(kernel3_bwd.BWD_TILES)  # d = 256: kernel 2's backward
     for r in rows:
