@@ -293,13 +293,19 @@ def _k3_launch_warps(t) -> int:
 
 
 def _k3_ctas_per_sm(smem_bytes: int, warps: int, regs: int = K3_REGS_PER_THREAD) -> int:
-    """CTAs of a kernel 3 launch resident on one SM: as many as both its registers (``regs`` a thread) and its
-    shared memory allow. A 12-warp warp-specialized kernel takes 12 x 32 x 168 = 64512 of the 65536 registers:
-    one CTA. The causal d = 64 forward (one warpgroup, 4 warps: 21504 registers, 73.8 KB of shared memory) fits
-    three."""
-    by_regs = K3_REGS_PER_SM // (warps * 32 * regs)
+    """CTAs of a kernel 3 launch resident on one SM: as many as both its registers and its shared memory allow.
+    A thread launches with ``regs`` registers, or fewer where a CTA of ``warps`` warps would not fit an SM at that
+    count: the 192-row forward's 16 warps launch at 65536 / (16 x 32) = 128 and move them between partitions with
+    setmaxnreg (Triton 3.6.0's build says 128). A 12-warp warp-specialized kernel takes 12 x 32 x 168 = 64512 of
+    the 65536 registers: one CTA. The causal d = 64 forward (one warpgroup, 4 warps: 21504 registers, 73.8 KB of
+    shared memory) fits three."""
+    at_launch = min(regs, K3_REGS_PER_SM // (warps * 32) // 8 * 8)  # registers are allocated 8 a thread at a time
+    by_regs = K3_REGS_PER_SM // (warps * 32 * at_launch)
     by_smem = K3_SMEM_PER_SM // (smem_bytes + K3_SMEM_RESERVED)
-    return max(1, min(by_regs, by_smem))
+    if by_smem == 0:  # kernel3.plan refuses such tiles; a schedule built from them directly must not divide by 0
+        raise ValueError(f"kernel 3 tiles needing {smem_bytes} bytes of shared memory do not fit an SM's "
+                         f"{K3_SMEM_PER_SM - K3_SMEM_RESERVED}")
+    return min(by_regs, by_smem)
 
 
 def recorded_tiles3(text: str):

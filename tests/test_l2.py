@@ -585,6 +585,18 @@ def test_kernel3_d256_forward_as_measured():
         assert f.n_tiles == r["N"] // 64
 
 
+def test_kernel3_ctas_per_sm_from_launch_registers():
+    """One CTA an SM for the 16-warp 192-row forward (it launches at 128 registers a thread, 65536 in all), one for
+    the 12-warp kernels (168), three for the 4-warp causal d = 64 forward (its shared memory), and tiles that do
+    not fit an SM's shared memory are an error, not a zero to divide by."""
+    assert schedule._k3_ctas_per_sm(123320, 16) == 1
+    assert schedule._k3_ctas_per_sm(196976, 12) == 1
+    assert schedule._k3_ctas_per_sm(73768, 4) == 3
+    assert schedule._k3_ctas_per_sm(20000, 4) == 3  # registers: 65536 // (4 x 32 x 168)
+    with pytest.raises(ValueError, match="shared memory"):
+        schedule._k3_ctas_per_sm(240 * 1024, 12)
+
+
 def test_kernel3_schedules():
     """Kernel 3's grids from its own tile tables: 128 x 128 pingpong forward (one CTA an SM), causal d = 64 on
     64-row one-warpgroup programs (three an SM), the dK/dV kernel's 64-row steps staggered by two, the dQ kernel's
