@@ -41,6 +41,12 @@ cold and reads each byte it needs at least once (the compulsory reads). Beyond t
 4. *Writes.* Every byte written reaches DRAM, except what is still dirty in L2 when the kernel
    ends (Nsight counts neither side of its flush): ``min(alpha * W, rho)`` of a kernel's ``W``.
 
+**What it cannot say.** Past the knee, the lockstep pass of rule 1 is one of two states. FlashAttention-2's
+waves keep it, run after run; kernel 2's and kernel 3's leave it at some shapes (each launch at shapes of its
+own) and then read up to 23x more, by amounts that move about 2x from run to run of the same call
+(figures/gpu/NOTES-l2.md, "Thirteenth round"; notebook 08). The prediction there is the lockstep state,
+which some runs meet; it is not an estimate of the others.
+
 **Fitted parameters** (``PARAMS``; :func:`fit` re-derives them from a recorded JSON):
 ``C_eff`` (bytes of L2 that the scanned tiles get; the prior is one partition, 25 MB of the
 H100's 50, since a line read by SMs on both sides is held in both partitions), ``kappa``,
