@@ -315,19 +315,29 @@ def recorded_tiles3(text: str):
     return Tiles3(**{k: ast.literal_eval(v) for k, v in re.findall(r"(\w+)=([^,()]+)", text)})
 
 
+def kernel3_info(run: dict) -> dict | None:
+    """What a recorded ``profile-l2`` run says of kernel 3's tiles (``info["flashref"]["kernel3"]``: ``{"d64":
+    {"fwd": "Tiles3(block_m=128, ...)", "bwd": ...}, "d128_causal": ...}``), or None where it ran no kernel 3."""
+    return run.get("info", {}).get("flashref", {}).get("kernel3")
+
+
+def recorded_kernel3_tiles(recorded: dict | None) -> dict:
+    """``{(d, causal): Tiles3}``: the forward tiles of a run's :func:`kernel3_info` (``{}`` for None)."""
+    return {(int(key[1:].removesuffix("_causal")), key.endswith("_causal")): recorded_tiles3(tiles["fwd"])
+            for key, tiles in (recorded or {}).items()}
+
+
 @contextlib.contextmanager
-def kernel3_as_recorded(recorded: dict):
-    """Within the block, the model runs kernel 3's forward with the tiles a recorded L2 measurement ran.
-    ``recorded`` is its ``info["flashref"]["kernel3"]``: ``{"d64": {"fwd": "Tiles3(block_m=128, ...)"}, ...}``.
-    The schedules read ``kernel3.TILES``, which move on as the kernel is tuned (the twelfth session's 192-row
-    d = 64 tile); a prediction made for an older default is re-derived only with the tiles of its day. Fields
-    a recorded repr lacks (added since) keep their defaults, which are off."""
+def kernel3_as_recorded(recorded: dict | None):
+    """Within the block, the model runs kernel 3's forward with the tiles a recorded L2 measurement ran:
+    ``recorded`` is its :func:`kernel3_info` (None: a run without kernel 3, nothing put back). The schedules read
+    ``kernel3.TILES``, which move on as the kernel is tuned (the twelfth session's 192-row d = 64 tile); a
+    prediction made for an older default is re-derived only with the tiles of its day. Fields a recorded repr
+    lacks (added since) keep their defaults, which are off."""
     from .gpu.kernel3 import TILES
     saved = dict(TILES)
     try:
-        for key, tiles in recorded.items():
-            d, causal = int(key[1:].removesuffix("_causal")), key.endswith("_causal")
-            TILES[(d, causal)] = recorded_tiles3(tiles["fwd"])
+        TILES.update(recorded_kernel3_tiles(recorded))
         yield
     finally:
         TILES.clear()

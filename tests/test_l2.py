@@ -387,8 +387,8 @@ def _measured_d64_tiles():
 
 
 def _run_info(name):
-    """The kernel 3 tiles a recorded run says it ran (``info["flashref"]["kernel3"]``)."""
-    return json.loads((REPO / "figures" / "gpu" / name).read_text())["info"]["flashref"]["kernel3"]
+    """The kernel 3 tiles a recorded run says it ran (schedule.kernel3_info)."""
+    return schedule.kernel3_info(json.loads((REPO / "figures" / "gpu" / name).read_text()))
 
 
 def test_recorded_kernel3_tiles():
@@ -401,16 +401,16 @@ def test_recorded_kernel3_tiles():
     runs = []
     for path in sorted((REPO / "figures" / "gpu").glob("*-l2-*.json")):
         run = json.loads(path.read_text())
-        info = run.get("info", {}).get("flashref", {}).get("kernel3")
+        info = schedule.kernel3_info(run)
         if info and not path.name.endswith("-predicted.json"):
             runs.append(path.name)
-            # the repr of its day (fields added since default to off), read back as a Tiles3
+            # the reprs of its day (fields added since default to off), read back as Tiles3
+            recorded = schedule.recorded_kernel3_tiles(info)
             today = any(f"-l2-{name}" in path.name for name in ("kernel3c", "check6"))
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
-            assert schedule.recorded_tiles3(info["d64"]["fwd"]) == want, path.name
-            for (d, causal), tiles in l2profile.tiles3_overrides(run["metadata"].get("tiles3")).items():
-                assert schedule.recorded_tiles3(info[f"d{d}{'_causal' if causal else ''}"]["fwd"]) == tiles
-                assert tiles != kernel3.TILES[(d, causal)], path.name
+            assert recorded[(64, False)] == want, path.name
+            for key, tiles in l2profile.tiles3_overrides(run["metadata"].get("tiles3")).items():
+                assert recorded[key] == tiles != kernel3.TILES[key], path.name
     assert len(runs) >= 3, runs
     assert kernel3.TILES[(64, False)] != _measured_d64_tiles()  # the default moved on since the early runs
 
@@ -459,9 +459,8 @@ def _as_predicted(pred, monkeypatch):
     if pred["shape"].startswith("check5") and pred["impl"] == "sdpa_flash":
         monkeypatch.setattr(schedule, "FA2_TILES", GUESSED_FA2_TILES)
     from flashref.gpu import kernel3
-    for key, tiles in (pred.get("ran") or {}).items():
-        d, causal = int(key[1:].removesuffix("_causal")), key.endswith("_causal")
-        monkeypatch.setitem(kernel3.TILES, (d, causal), schedule.recorded_tiles3(tiles["fwd"]))
+    for key, tiles in schedule.recorded_kernel3_tiles(pred.get("ran")).items():
+        monkeypatch.setitem(kernel3.TILES, key, tiles)
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
@@ -716,8 +715,8 @@ def _preregistered(name, params, gpu="h100", measured=None):
     for run in runs:
         for key, (_, values) in D.repeats(run).items():
             meas.setdefault(key, []).extend(values)
-    ran = runs[0].get("info", {}).get("flashref", {}).get("kernel3")
-    assert all(run.get("info", {}).get("flashref", {}).get("kernel3") == ran for run in runs), "pooled: other tiles"
+    ran = schedule.kernel3_info(runs[0])
+    assert all(schedule.kernel3_info(run) == ran for run in runs), "pooled: other tiles"
     pred = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{name}-predicted.json").read_text())
     keyed = [((D.recorded_impl(p), p["shape"], p["mode"]), p) for p in pred["rows"]]
     measured_in = measured if isinstance(measured, str) else name

@@ -24,7 +24,6 @@ FlashAttention-2 it does not.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 from pathlib import Path
@@ -236,8 +235,7 @@ def past_knee_data():
     for label, (impl, files) in CHECK6_RUNS.items():
         for name in files:
             run = json.loads(GRID_JSON.with_name(name).read_text())
-            ran = run.get("info", {}).get("flashref", {}).get("kernel3")
-            with schedule.kernel3_as_recorded(ran) if ran else contextlib.nullcontext():
+            with schedule.kernel3_as_recorded(schedule.kernel3_info(run)):
                 for r in run["rows"]:
                     if D.recorded_impl(r) != impl or r.get("error"):
                         continue

@@ -213,16 +213,11 @@ def tiles3_overrides(specs):
     return out
 
 
-def _use_tiles3(specs):
-    """Put ``--tiles3``'s tiles into kernel3.TILES for this process (the child's launches, or --predict's model)."""
-    from . import kernel3
-    kernel3.TILES.update(tiles3_overrides(specs))
-
-
 def _child(impl, shapes_json, out_json, deadline="inf", tiles3="[]"):
     import torch
 
-    _use_tiles3(json.loads(tiles3))
+    from . import kernel3
+    kernel3.TILES.update(tiles3_overrides(json.loads(tiles3)))  # --tiles3: the launches below run these
     todo = json.loads(Path(shapes_json).read_text())
     done = []
     cudart = torch.cuda.cudart()
@@ -475,11 +470,12 @@ def main(argv=None) -> int:
     if not args.budget > 0:
         p.error(f"--budget: expected a positive number of seconds, got {args.budget}")
     try:
-        tiles3_overrides(args.tiles3)
+        overrides = tiles3_overrides(args.tiles3)
     except ValueError as err:
         p.error(str(err))
     if args.predict:
-        _use_tiles3(args.tiles3)
+        from . import kernel3
+        kernel3.TILES.update(overrides)  # the model builds kernel 3's schedules from kernel3.TILES
         return _write_predictions(args)
     t0 = time.time()
     ncu = args.ncu or shutil.which("ncu")
