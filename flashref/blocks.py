@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .memory import SRAMOverflowError
+from .problem import _nonnegative_int, positive_int
 
 __all__ = ["DEFAULT_SRAM_BYTES", "paper_block_sizes", "default_sram_size", "resolve", "tile", "cdiv", "Grid",
            "grid_for"]
@@ -40,12 +41,18 @@ DEFAULT_SRAM_BYTES = 100_000
 
 
 def cdiv(a: int, b: int) -> int:
-    """⌈a / b⌉ for non-negative integers (the number of blocks of size ``b`` covering ``a``)."""
+    """⌈a / b⌉ for ``a >= 0`` and ``b > 0`` (the number of blocks of size ``b`` covering ``a``)."""
+    # Two comparisons, no type checks: the loops call this; a block of 0 would divide by zero.
+    if not b > 0:
+        raise ValueError(f"b: expected a positive block size, got {b!r}")
+    if not a >= 0:
+        raise ValueError(f"a: expected a non-negative length, got {a!r}")
     return -(-a // b)
 
 
 def paper_block_sizes(M: int, d: int) -> tuple[int, int]:
-    """Alg.1 l.1: ``(Br, Bc) = (min(⌈M/4d⌉, d), ⌈M/4d⌉)``."""
+    """Alg.1 l.1: ``(Br, Bc) = (min(⌈M/4d⌉, d), ⌈M/4d⌉)``, for an on-chip size ``M`` and head dimension ``d``."""
+    M, d = positive_int(M, "M"), positive_int(d, "d")  # M = 0 would give 0x0 blocks, d = 0 divide by zero
     Bc = cdiv(M, 4 * d)
     return min(Bc, d), Bc
 
@@ -57,7 +64,7 @@ def tile(i: int, B: int, N: int) -> tuple[int, int]:
 
 def default_sram_size(dtype_bytes: int = 2) -> int:
     """The default M in elements: 100 KB of on-chip memory at ``dtype_bytes`` per element."""
-    return DEFAULT_SRAM_BYTES // dtype_bytes
+    return DEFAULT_SRAM_BYTES // positive_int(dtype_bytes, "dtype_bytes")
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,9 @@ class Grid:
 
     @classmethod
     def of(cls, Br: int, Bc: int, Nq: int, Nk: int) -> Grid:
+        """The grid of ``Br x Bc`` tiles over ``Nq`` queries and ``Nk`` keys (blocks positive, lengths >= 0)."""
+        Br, Bc = positive_int(Br, "Br"), positive_int(Bc, "Bc")
+        Nq, Nk = _nonnegative_int(Nq, "Nq"), _nonnegative_int(Nk, "Nk")
         return cls(Br, Bc, cdiv(Nq, Br), cdiv(Nk, Bc), Nq, Nk)
 
     def rows(self, i: int) -> tuple[int, int]:

@@ -48,11 +48,17 @@ def uniform(seed: int, lead_shape: tuple, rows: tuple[int, int], cols: tuple[int
 
 def keep_mask(seed: int, p: float, lead_shape: tuple, rows, cols) -> np.ndarray:
     """Boolean mask, True where the entry is kept (probability ``1 - p``)."""
+    _check_p(p)
     return uniform(seed, lead_shape, rows, cols) >= p
+
+
+def _check_p(p) -> None:
+    # p < 0 would keep everything and p = 1 drop everything (and scale_mask divide by 1 − p = 0): neither is
+    # a dropout probability, and a NaN fails both comparisons.
+    if isinstance(p, (bool, np.bool_)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"p: expected a dropout probability in [0, 1), got {p!r}")
 
 
 def scale_mask(seed: int, p: float, lead_shape: tuple, rows, cols, dtype=np.float64) -> np.ndarray:
     """The paper's Z (Alg.4 l.14): ``1/(1-p)`` where kept, ``0`` where dropped."""
-    if not 0.0 <= p < 1.0:  # p = 1 would scale by 1/0
-        raise ValueError(f"p: expected a dropout probability in [0, 1), got {p!r}")
     return keep_mask(seed, p, lead_shape, rows, cols).astype(dtype) / dtype(1.0 - p)

@@ -193,9 +193,10 @@ def ridge_point(gpu, kind: str = "matmul", measured: bool = False) -> float:
 
 def arithmetic_intensity(flops, bytes_moved) -> float:
     """FLOPs per byte of HBM traffic."""
-    if bytes_moved <= 0:
+    # "not x > 0" rather than "x <= 0": a NaN fails every comparison, so it is refused too
+    if not bytes_moved > 0:
         raise ValueError(f"bytes_moved: expected a positive number of bytes, got {bytes_moved!r}")
-    if flops < 0:
+    if not flops >= 0:
         raise ValueError(f"flops: expected a non-negative count, got {flops!r}")
     return flops / bytes_moved
 
@@ -206,8 +207,9 @@ def attainable_flops(intensity, gpu, kind: str = "matmul", measured: bool = Fals
 
     gpu = get(gpu, "gpu")
     intensity = np.asarray(intensity, dtype=float)
-    if (intensity < 0).any():
-        raise ValueError(f"intensity: expected FLOP per byte >= 0, got {intensity.min()}")
+    if not (intensity >= 0).all():  # a NaN fails >= too
+        bad = intensity[~(intensity >= 0)].flat[0]
+        raise ValueError(f"intensity: expected FLOP per byte >= 0 (not NaN), got {bad}")
     return np.minimum(gpu.peak(kind, measured), intensity * gpu.bandwidth(measured))
 
 
@@ -221,7 +223,7 @@ def time_estimate(matmul_flops, nonmatmul_flops, bytes_moved, gpu, measured: boo
     gpu = get(gpu, "gpu")
     for name, v in (("matmul_flops", matmul_flops), ("nonmatmul_flops", nonmatmul_flops),
                     ("bytes_moved", bytes_moved)):
-        if v < 0:
+        if not v >= 0:  # NaN too
             raise ValueError(f"{name}: expected a non-negative count, got {v!r}")
     return max(matmul_flops / gpu.peak("matmul", measured),
                nonmatmul_flops / gpu.peak("nonmatmul"),

@@ -43,9 +43,12 @@ Example::
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .problem import _nonnegative_int, positive_int
 
 __all__ = ["Memory", "IOReport", "TensorIO", "Event", "SRAMOverflowError", "io_by_line", "merge_by_precision"]
 
@@ -88,6 +91,13 @@ class Event:
     direction: str
     elements: int
     line: str = ""
+
+
+def _lead_shape(lead) -> tuple:
+    """The leading (batch, head) axes: a tuple of non-negative integers (0 is an empty batch)."""
+    if not isinstance(lead, (tuple, list)):
+        raise TypeError(f"lead_shape: expected a tuple of non-negative integers, got {lead!r}")
+    return tuple(_nonnegative_int(n, "lead_shape") for n in lead)
 
 
 def merge_by_precision(entries) -> dict[str, tuple[int, int, int]]:
@@ -188,15 +198,43 @@ def io_by_line(events) -> dict[str, tuple[int, int]]:
     return {k: (r, w) for k, (r, w) in out.items()}
 
 
-def _range(r, n: int) -> tuple[int, int]:
-    """Normalise a ``(start, stop)`` pair or ``None`` (everything) to a clipped half-open range."""
+def _range(r, n: int, axis: str, name: str) -> tuple[int, int]:
+    """Normalise a ``(start, stop)`` pair or ``None`` (everything) to a clipped half-open range.
+
+    ``axis`` ("rows" or "cols") and the tensor's ``name`` are for the errors. This runs on every load and
+    store, so the common case (a pair of Python ints, as :class:`~flashref.blocks.Grid` makes) costs two
+    type checks; anything else takes the slow path and is refused by name.
+    """
     if r is None:
         return (0, n)
-    start, stop = int(r[0]), int(r[1])
+    try:
+        start, stop = r
+    except (TypeError, ValueError):  # an int, a 1-tuple, a triple...
+        raise TypeError(f"{axis} of {name!r}: expected a range (start, stop) of two integers, or None, "
+                        f"got {r!r}") from None
+    if type(start) is not int or type(stop) is not int:  # numpy integers pass; floats and bools do not
+        start, stop = _index(start, axis, name, r), _index(stop, axis, name, r)
     if not 0 <= start <= stop:
-        raise ValueError(f"rows/cols: expected a range (start, stop) with 0 <= start <= stop, got {tuple(r)}")
+        raise ValueError(f"{axis} of {name!r}: expected a range (start, stop) with 0 <= start <= stop, "
+                         f"got {tuple(r)}")
     # A ragged last tile asks for rows past the end: it holds only the rows that exist (rule 2).
-    return (max(0, min(start, n)), max(0, min(stop, n)))
+    return (start if start < n else n, stop if stop < n else n)
+
+
+def _index(x, axis: str, name: str, r) -> int:
+    """An integer end of a range (numpy's too); a float would silently truncate, so it is refused."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{axis} of {name!r}: expected a range (start, stop) of two integers, got {r!r}")
+    return int(x)
+
+
+def _shape(shape, name: str) -> tuple:
+    """The per-head shape of an HBM buffer: ``(rows,)`` for a vector or ``(rows, cols)`` for a matrix."""
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"shape of {name!r}: expected a tuple (rows,) or (rows, cols) per head, got {shape!r}")
+    if len(shape) not in (1, 2):
+        raise ValueError(f"shape of {name!r}: expected (rows,) or (rows, cols) per head, got {tuple(shape)}")
+    return tuple(_nonnegative_int(n, f"shape of {name!r}") for n in shape)
 
 
 class Memory:
@@ -213,9 +251,11 @@ class Memory:
     """
 
     def __init__(self, sram_size: int | None = None, dtype_bytes: int = 2, lead_shape: tuple = ()):
-        self.sram_size = sram_size
-        self.dtype_bytes = dtype_bytes
-        self.lead_shape = tuple(lead_shape)
+        # Checked here, once, so that the verbs below can trust them (a negative dtype_bytes would make
+        # io.bytes negative; a string sram_size would fail at the first hold, far from its cause).
+        self.sram_size = None if sram_size is None else positive_int(sram_size, "sram_size")
+        self.dtype_bytes = positive_int(dtype_bytes, "dtype_bytes")
+        self.lead_shape = _lead_shape(lead_shape)
         self.heads = int(np.prod(self.lead_shape, dtype=np.int64)) if self.lead_shape else 1
         self._hbm: dict[str, np.ndarray] = {}
         self._is_vector: dict[str, bool] = {}
@@ -234,7 +274,7 @@ class Memory:
         """
         array = np.asarray(array)
         if dtype_bytes is not None:
-            self._bytes[name] = int(dtype_bytes)
+            self._bytes[name] = positive_int(dtype_bytes, "dtype_bytes")
         self._check_lead(name, array)
         self._hbm[name] = array.copy()
         self._is_vector[name] = array.ndim == len(self.lead_shape) + 1
@@ -245,13 +285,14 @@ class Memory:
         Use it for a buffer whose every block is written exactly once by :meth:`store` (FA2's O and L).
         Its content before those stores is undefined on a GPU; here it is zeros, never read.
         """
-        self._hbm[name] = np.zeros(self.lead_shape + tuple(shape), dtype=dtype)
+        shape = _shape(shape, name)
+        self._hbm[name] = np.zeros(self.lead_shape + shape, dtype=dtype)
         self._is_vector[name] = len(shape) == 1
 
     def init(self, name: str, shape: tuple, fill: float, dtype=np.float64, line: str = "") -> None:
         """Initialise a buffer in HBM (e.g. Alg.1 l.2 ``O = 0``): the initialisation counts as writes (rule 3)."""
-        full = self.lead_shape + tuple(shape)
-        self._hbm[name] = np.full(full, fill, dtype=dtype)
+        shape = _shape(shape, name)
+        self._hbm[name] = np.full(self.lead_shape + shape, fill, dtype=dtype)
         self._is_vector[name] = len(shape) == 1
         rows = (0, shape[0])
         cols = (0, shape[1]) if len(shape) == 2 else (0, 1)
@@ -267,16 +308,13 @@ class Memory:
         The tile is held on chip under ``as_`` (default: ``name``) until :meth:`free` or until
         another array is held under the same name.
         """
-        if name not in self._hbm:
-            raise KeyError(f"HBM has no tensor {name!r} to load (it holds {', '.join(self._hbm) or 'nothing'}); "
-                           "place it with input, output or init first")
-        src = self._hbm[name]
-        r = _range(rows, src.shape[-1] if self._is_vector[name] else src.shape[-2])
+        src = self._tensor(name, "load")
+        r = _range(rows, src.shape[-1] if self._is_vector[name] else src.shape[-2], "rows", name)
         if self._is_vector[name]:
             tile = src[..., r[0]:r[1]].copy()
             c = (0, 1)
         else:
-            c = _range(cols, src.shape[-1])
+            c = _range(cols, src.shape[-1], "cols", name)
             tile = src[..., r[0]:r[1], c[0]:c[1]].copy()
         self._count(name, "read", r, c, tile.size, line)
         self.hold(as_ or name, tile)
@@ -290,7 +328,9 @@ class Memory:
         value = np.asarray(value)
         if name not in self._hbm:
             if rows is not None or cols is not None:
-                raise KeyError(f"HBM has no tensor {name!r} to store a tile into")
+                raise KeyError(f"HBM has no tensor {name!r} to store a tile into (it holds "
+                               f"{', '.join(self._hbm) or 'nothing'}); store it whole first, or use output or init")
+            self._check_lead(name, value)
             self._hbm[name] = value.copy()
             self._is_vector[name] = value.ndim == len(self.lead_shape) + 1
             r = (0, value.shape[-1] if self._is_vector[name] else value.shape[-2])
@@ -298,18 +338,30 @@ class Memory:
         else:
             dst = self._hbm[name]
             if self._is_vector[name]:
-                r, c = _range(rows, dst.shape[-1]), (0, 1)
+                r, c = _range(rows, dst.shape[-1], "rows", name), (0, 1)
                 tile = dst[..., r[0]:r[1]]
             else:
-                r, c = _range(rows, dst.shape[-2]), _range(cols, dst.shape[-1])
+                r, c = _range(rows, dst.shape[-2], "rows", name), _range(cols, dst.shape[-1], "cols", name)
                 tile = dst[..., r[0]:r[1], c[0]:c[1]]
-            tile[...] = value  # a value that broadcasts (a scalar, a row) still writes the whole tile ...
+            try:
+                tile[...] = value  # a value that broadcasts (a scalar, a row) still writes the whole tile ...
+            except ValueError:
+                raise ValueError(f"value: shape {value.shape} does not fit the tile of {name!r} at rows={r}"
+                                 f"{'' if self._is_vector[name] else f', cols={c}'}, of shape {tile.shape}") from None
             value = tile  # ... and the whole tile is what is counted
         self._count(name, "write", r, c, value.size, line)
 
     def result(self, name: str) -> np.ndarray:
         """Hand an HBM tensor back to the caller (the host); not counted, like the inputs."""
-        return self._hbm[name].copy()
+        return self._tensor(name, "return").copy()
+
+    def _tensor(self, name: str, verb: str) -> np.ndarray:
+        """The HBM tensor ``name``, or a KeyError that lists the ones HBM holds."""
+        try:
+            return self._hbm[name]
+        except KeyError:
+            raise KeyError(f"HBM has no tensor {name!r} to {verb} (it holds {', '.join(self._hbm) or 'nothing'}); "
+                           "place it with input, output or init first") from None
 
     # ---------------------------------------------------------------- SRAM
     def hold(self, name: str, value):
@@ -355,9 +407,10 @@ class Memory:
         self.events.append(Event(len(self.events), name, rows, cols, direction, int(elements), line))
 
     def _check_lead(self, name, array):
-        if array.shape[: len(self.lead_shape)] != self.lead_shape:
-            raise ValueError(f"{name}: leading axes {array.shape[:len(self.lead_shape)]} "
-                             f"do not match the memory's {self.lead_shape}")
+        """A tensor placed in HBM is ``lead_shape`` + a vector's (rows,) or a matrix's (rows, cols)."""
+        if array.ndim <= len(self.lead_shape) or array.shape[: len(self.lead_shape)] != self.lead_shape:
+            raise ValueError(f"{name}: shape {array.shape} is not the memory's leading axes {self.lead_shape} "
+                             f"followed by (rows,) or (rows, cols)")
 
     def report(self) -> IOReport:
         """The IO of everything run so far."""

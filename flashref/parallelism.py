@@ -37,7 +37,7 @@ import numpy as np
 
 from . import hardware
 from .memory import Memory
-from .problem import positive_int
+from .problem import _nonnegative_int, positive_int
 from .softmax import finite_or_zero
 
 __all__ = ["work_items", "waves", "efficiency", "occupancy", "sm_count", "SmemTraffic", "smem_traffic",
@@ -126,7 +126,9 @@ def choose_num_splits(items: int, Tc: int, Nk: int, sms: int = DEFAULT_SMS, max_
     heuristic (fill the SMs in whole waves, prefer fewer splits because each adds merge traffic);
     the code is our own.
     """
-    if items >= sms:
+    items, sms = _nonnegative_int(items, "items"), positive_int(sms, "sms")
+    Tc, Nk, max_splits = positive_int(Tc, "Tc"), positive_int(Nk, "Nk"), positive_int(max_splits, "max_splits")
+    if items == 0 or items >= sms:  # nothing to run (an empty batch), or already a full wave
         return 1
     limit = max(1, min(Tc, Nk, max_splits))
     util = {s: wave_utilisation(items * s, sms)["utilisation"] for s in range(1, limit + 1)}

@@ -175,7 +175,7 @@ def _slopes(x, lead: tuple, from_shapes: bool):
     if not np.isfinite(a).all():
         raise ValueError("alibi_slopes: contains NaN or inf")
     if from_shapes:
-        _slopes_fit_heads(a, int(np.prod(lead, dtype=np.int64)))
+        _fits_heads("alibi_slopes", a.shape, a.size, int(np.prod(lead, dtype=np.int64)))
         return np.zeros(lead)  # the values do not change the IO; their presence does
     try:
         return np.broadcast_to(a.astype(np.float64), lead)
@@ -184,11 +184,13 @@ def _slopes(x, lead: tuple, from_shapes: bool):
                          f"axes {lead}") from None
 
 
-def _slopes_fit_heads(a: np.ndarray, heads: int) -> None:
-    """From shapes only the product of the leading axes is known: slopes that broadcast to them number
-    a divisor of it (or any number, for an empty batch)."""
-    if heads and (a.size == 0 or heads % a.size):
-        raise ValueError(f"alibi_slopes: shape {a.shape} ({a.size} slopes) does not broadcast to the leading "
+def _fits_heads(name: str, shape: tuple, n: int, heads: int) -> None:
+    """From shapes only the product ``heads`` of the leading (batch, head) axes is known. An array whose own
+    leading axes hold ``n`` entries (slopes; masks or biases of (Nq, Nk)) broadcasts to some leading axes of
+    that product exactly when ``n`` divides it (or anything, for an empty batch): the simulator's
+    ``np.broadcast_to`` rule, as far as shapes alone can tell it."""
+    if heads and (n == 0 or heads % n):
+        raise ValueError(f"{name}: shape {shape} ({n} along its leading axes) does not broadcast to the leading "
                          f"(batch, head) axes of heads={heads}")
 
 
@@ -208,8 +210,12 @@ def _kv_lead(q_lead: tuple, kv_lead: tuple, enable_gqa: bool, what: str) -> tupl
     return kv_lead
 
 
-def _scores_array(x, name: str, kind: str, target: tuple):
-    """A ``mask`` (boolean) or ``bias`` (float) array broadcast to ``target = lead + (Nq, Nk)``."""
+def _scores_array(x, name: str, kind: str, target: tuple, from_shapes: bool = False):
+    """A ``mask`` (boolean) or ``bias`` (float) array broadcast to ``target = lead + (Nq, Nk)``.
+
+    From shapes, ``lead`` is ``(heads,)``, the product of the real leading axes: the array's own leading axes
+    must fit it (:func:`_fits_heads`) and are then dropped, since they do not change the IO.
+    """
     if x is None:
         return None
     a = np.asarray(x)
@@ -220,6 +226,9 @@ def _scores_array(x, name: str, kind: str, target: tuple):
             raise TypeError(f"bias: expected a float array added to the scores, got dtype {a.dtype}")
         if np.isnan(a).any() or np.isposinf(a).any():
             raise ValueError("bias: expected finite values or -inf (a masked entry), got NaN or +inf")
+    if from_shapes and a.ndim > 2:
+        _fits_heads(name, a.shape, int(np.prod(a.shape[:-2], dtype=np.int64)), target[0])
+        a = a.reshape((-1,) + a.shape[-2:])[:1]
     try:
         return np.broadcast_to(a, target)
     except ValueError:
@@ -244,12 +253,13 @@ def check_finite(a: np.ndarray, name: str) -> None:
         raise ValueError(f"{name}: contains NaN or inf")
 
 
-def require_finite(X: np.ndarray, what: str, cure: str | None = None) -> np.ndarray:
+def require_finite(X: np.ndarray, what: str, cure: str | None = None, masked: bool = False) -> np.ndarray:
     """Raise ``FloatingPointError`` if a computed array overflowed (finite inputs, infinite result), naming the
     cure: float64 where the computation follows the inputs' dtype, else ``cure`` (e.g. the FP8 path, whose
-    accumulators are fp32 whatever the inputs)."""
+    accumulators are fp32 whatever the inputs). ``masked``: scores after MASK, where -inf is on purpose."""
     # Called on τ·QKᵀ before MASK and bias (which may add -inf on purpose) and on results.
-    if not np.isfinite(X).all():
+    # X < inf is False exactly for +inf and NaN: one pass that lets a mask's -inf through.
+    if not ((X < np.inf).all() if masked else np.isfinite(X).all()):
         cure = cure or ("scale the inputs down" if X.dtype == np.float64 else
                         "compute in float64 (float64 inputs: Q.astype(np.float64), or query.double() at the torch "
                         "front) or scale the inputs down")
@@ -278,12 +288,13 @@ def overflow_checked(*outputs: str):
     return decorate
 
 
-def check_like(x, name: str, shape: tuple, dtype) -> np.ndarray:
-    """A saved tensor or upstream gradient (``dO``, ``O``, ``P``, ``l``, ``m``, ``L``) of ``shape``."""
+def check_like(x, name: str, shape: tuple, dtype=None) -> np.ndarray:
+    """A saved tensor or upstream gradient (``dO``, ``O``, ``P``, ``l``, ``m``, ``L``) of ``shape``, cast to
+    ``dtype`` (``None``: its own)."""
     a = _array(x, name)
     if a.shape != tuple(shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
-    return a.astype(dtype)
+    return a if dtype is None else a.astype(dtype)
 
 
 # --------------------------------------------------------------------------- the problem
@@ -393,14 +404,22 @@ class Problem:
         return pb
 
     @classmethod
-    def from_shapes(cls, *, Nq, Nk, d, heads=1, where: str, extra=(), **opts) -> Problem:
+    def from_shapes(cls, *, Nq, Nk, d, heads=None, where: str, extra=(), **opts) -> Problem:
         """The same checks from shapes alone (``heads`` = product of the leading axes; 0 is an empty batch).
 
-        ``mask`` and ``bias`` may be arrays (their last two axes must broadcast to ``(Nq, Nk)``) or
-        ``True`` for "there is one": only their presence changes the IO.
+        ``mask`` and ``bias`` may be arrays (their last two axes must broadcast to ``(Nq, Nk)``, and their
+        leading axes to some of product ``heads``, as ``alibi_slopes``'s) or ``True`` for "there is one":
+        only their presence changes the IO. ``heads=None`` (a grid, which no head count changes) is one
+        head and lets any leading axes of a mask or bias through.
         """
         check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads", "kv_heads"}, where)
         Nq, Nk, d = positive_int(Nq, "Nq"), positive_int(Nk, "Nk"), positive_int(d, "d")
+        if heads is None:
+            heads = 1
+            for name in ("mask", "bias"):
+                v = opts.get(name)
+                if isinstance(v, np.ndarray) and v.ndim > 2:
+                    opts[name] = v.reshape((-1,) + v.shape[-2:])[:1]  # one head's worth: it fits any
         heads = _nonnegative_int(heads, "heads")
         kv = opts.pop("kv_heads", None)
         # kv_heads = 0 only with heads = 0: in an empty batch K's leading axes multiply to 0 too
@@ -414,8 +433,6 @@ class Problem:
                     opts[name] = np.asarray(bool(v))
                 elif v is True:
                     opts[name] = np.zeros(())  # "a bias is present"
-            elif isinstance(v, np.ndarray) and v.ndim > 2:
-                opts[name] = v.reshape((-1,) + v.shape[-2:])[:1]  # leading axes do not change the IO
         return cls._checked(Nq, Nk, d, (heads,), opts, kv_lead=kv_lead, from_shapes=True)
 
     @classmethod
@@ -426,8 +443,8 @@ class Problem:
             Nq=Nq, Nk=Nk, d=d, lead_shape=tuple(lead),
             scale=_scale(o["scale"], d),
             causal=_causal(o["causal"]),
-            mask=_scores_array(o["mask"], "mask", "mask", target),
-            bias=_scores_array(opts.get("bias"), "bias", "bias", target),
+            mask=_scores_array(o["mask"], "mask", "mask", target, from_shapes),
+            bias=_scores_array(opts.get("bias"), "bias", "bias", target, from_shapes),
             dropout_p=_dropout_p(o["dropout_p"]),
             seed=_seed(o["seed"]),
             sram_size=None if o["sram_size"] is None else positive_int(o["sram_size"], "sram_size"),

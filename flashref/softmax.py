@@ -14,6 +14,9 @@ is associative and commutative, so the parts may be visited in any order and gro
 ("algebraic aggregation", the paper's footnote). :func:`online_softmax` folds the elements of a
 row one block at a time into a running state; Algorithm 1 does the same with tiles of S.
 
+Scores are finite, or -inf where masked; a NaN or +inf is a ``ValueError`` naming the input (there is
+no softmax of it to return without a NaN).
+
 Fully masked rows: a row whose scores are all -inf (every key masked) has no maximum to subtract.
 PyTorch (since 2.5, ``_safe_softmax``) and the FlashAttention kernels (``softmax.h``: a -inf row
 max is replaced by 0) both return a zero row there. Here the empty state is ``(m, ℓ) = (-inf, 0)``;
@@ -45,8 +48,22 @@ def finite_or_zero(m: np.ndarray) -> np.ndarray:
 _finite_or_zero = finite_or_zero  # the first arc's private name, kept for older notebooks
 
 
+def _scores(x, name: str) -> np.ndarray:
+    """Scores to take a softmax of: finite, or -inf where masked. A NaN or +inf has no softmax this module could
+    return without a NaN (+inf − +inf), so it is refused by name instead of returned with a warning."""
+    x = np.asarray(x)
+    if not (x < np.inf).all():  # False exactly for +inf and NaN: one pass
+        raise ValueError(f"{name}: expected finite scores or -inf (masked), got NaN or +inf")
+    return x
+
+
 def safe_softmax(S: np.ndarray) -> np.ndarray:
-    """Row-wise softmax over the last axis; a fully masked (all -inf) row gives zeros."""
+    """Row-wise softmax over the last axis; a fully masked (all -inf) row gives zeros.
+
+    Scores are finite, or -inf where masked. A NaN or +inf has no softmax that the promise above (no NaN,
+    no warning) could keep (+inf − +inf is NaN), so it is a ``ValueError`` naming ``S``.
+    """
+    S = _scores(S, "S")
     m = finite_or_zero(safe_max(S))  # (..., N, 1)
     P_tilde = np.exp(S - m)  # (..., N, Nk), 0 where masked
     l = P_tilde.sum(axis=-1, keepdims=True)  # (..., N, 1)
@@ -58,7 +75,7 @@ def softmax_state(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     ``m`` is the row maximum, ``ℓ = Σ e^{x − m}``; for an all -inf (or empty) block ``(-inf, 0)``.
     """
-    x = np.asarray(x)
+    x = _scores(x, "x")
     if not np.issubdtype(x.dtype, np.floating):
         x = x.astype(np.float64)
     if x.shape[-1] == 0:
@@ -75,6 +92,11 @@ def merge(m1, l1, m2, l2) -> tuple[np.ndarray, np.ndarray]:
     ``m = max(m1, m2)``, ``ℓ = e^{m1 − m} ℓ1 + e^{m2 − m} ℓ2``. An empty part ``(-inf, 0)`` is the
     identity; two empty parts give ``(-inf, 0)`` without NaN.
     """
+    try:  # one state per row: both parts' (m, ℓ) have the same shape (a scalar, e.g. EMPTY_STATE, broadcasts)
+        np.broadcast_shapes(np.shape(m1), np.shape(l1), np.shape(m2), np.shape(l2))
+    except ValueError:
+        raise ValueError(f"m1, l1, m2, l2: the two states' shapes {np.shape(m1)}, {np.shape(l1)}, {np.shape(m2)}, "
+                         f"{np.shape(l2)} do not match (one (m, ℓ) per row)") from None
     m = np.maximum(m1, m2)
     m_safe = finite_or_zero(m)  # when m = -inf both parts are empty: e^{-inf - 0} = 0
     l = np.exp(m1 - m_safe) * l1 + np.exp(m2 - m_safe) * l2
@@ -85,7 +107,7 @@ def online_state(x: np.ndarray, block: int = 1) -> tuple[np.ndarray, np.ndarray]
     """One pass over the row in blocks of ``block`` elements, folding each into a running (m, ℓ)."""
     if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
         raise ValueError(f"block: expected a positive integer, got {block!r}")
-    x = np.asarray(x)
+    x = _scores(x, "x")
     m = np.full(x.shape[:-1], -np.inf)
     l = np.zeros(x.shape[:-1])
     for start in range(0, x.shape[-1], block):

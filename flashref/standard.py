@@ -18,8 +18,13 @@ the pass (the distances are never read: Nq·Nk + 1 reads, Nq·Nk writes per head
 is part of the mask pass. ``[gqa]``: the matmuls run on the packed layout (Q of a group's g heads
 as g·Nq rows against their K/V head), so a matmul "by blocks" reads each K/V head once (rule 6).
 
-The option ``sram_size`` is accepted for a common signature and checked, but does not limit this
-algorithm: the memory records the footprint it really held, which is the whole matrices.
+On-chip memory: ``sram_size`` and ``block_sizes``. Both are among the options every algorithm shares
+(one signature, so a loop over algorithms can pass the same options to each), and both are checked
+here as everywhere. Neither changes a count: standard attention's IO does not depend on M (Theorem 2:
+Θ(Nd + N²) HBM accesses for every M) nor on a tile shape (rule 6 models each matmul as a tiled GEMM
+that reads its operands once, whatever its tiles), so pass the M and (Br, Bc) you give FlashAttention
+and compare the two on the same machine. The memory records the footprint the simulation really
+held, the whole matrices, which no ``sram_size`` bounds (the GEMM's own tiles are not modelled).
 
 Example::
 
@@ -35,7 +40,7 @@ import numpy as np
 from . import masks, variants
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, overflow_checked
+from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, overflow_checked, require_finite
 from .results import BackwardResult, ForwardResult
 from .softmax import safe_softmax
 
@@ -49,6 +54,7 @@ def _T(X: np.ndarray) -> np.ndarray:
     return X.swapaxes(-1, -2)
 
 
+@overflow_checked("O")
 def forward(Q, K, V, **opts) -> ForwardResult:
     """Algorithm 0 with the Appendix B.3 additions: ``O = dropout(softmax(MASK(scale * Q Kᵀ + bias))) V``.
 
@@ -86,7 +92,9 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         mem.input("alibi_slopes", pb.alibi_slopes)
         S = mem.load(s_name, as_="S", line="alibi")
         slopes = mem.load("alibi_slopes", line="alibi")  # (..., G)
-        S = mem.hold("S", variants.alibi(fc, pb, S, *everything, slopes))
+        # in the inputs' dtype, as the other passes: the distances |i − j| are integers, which numpy would
+        # promote a float32 S with to float64
+        S = mem.hold("S", variants.alibi(fc, pb, S, *everything, slopes).astype(pb.dtype, copy=False))
         mem.store("S_alibi", S, line="alibi")
         mem.free("S", "alibi_slopes")
         s_name = "S_alibi"
@@ -111,6 +119,8 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
     # Alg.0 l.2: read S from HBM, compute P = softmax(S), write P to HBM.
     S = mem.load(s_name, as_="S", line="Alg.0 l.2")  # read Nq*Nk
+    # τQKᵀ was checked where it was made; an ALiBi or bias pass may still have overflowed to +inf (or NaN).
+    require_finite(S, "the scores S", masked=True)
     P = mem.hold("P", fc.ew(safe_softmax(S), "rowmax", "subtract", "exp", "rowsum", "divide"))
     mem.store("P", P, line="Alg.0 l.2")  # write Nq*Nk
     mem.free("S", "P")

@@ -50,3 +50,9 @@ def test_seeds_modulo_2_to_the_64_and_p_checked():
     assert np.array_equal(minus_one, dropout.uniform(2 ** 64 - 1, (1,), (0, 1), (0, 3)))
     with pytest.raises(ValueError, match="p: expected a dropout probability"):
         dropout.scale_mask(0, 1.0, (1,), (0, 1), (0, 2))
+
+
+@pytest.mark.parametrize("p", [-1.0, 1.0, 1.5, float("nan"), True])
+def test_keep_mask_refuses_what_is_not_a_dropout_probability(p):
+    with pytest.raises(ValueError, match=r"p: expected a dropout probability in \[0, 1\)"):
+        dropout.keep_mask(0, p, (), (0, 4), (0, 4))

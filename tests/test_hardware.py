@@ -95,3 +95,16 @@ def test_bad_input():
         hardware.ridge_point("B200")
     with pytest.raises(ValueError, match="intensity"):
         hardware.attainable_flops(-5, "H100")
+
+
+def test_nan_is_refused_by_name():
+    with pytest.raises(ValueError, match="intensity: expected FLOP per byte >= 0"):
+        hardware.attainable_flops(float("nan"), hardware.H100)
+    with pytest.raises(ValueError, match="intensity"):
+        hardware.attainable_flops(np.array([1.0, np.nan]), "H100")
+    with pytest.raises(ValueError, match="bytes_moved"):
+        hardware.arithmetic_intensity(1.0, float("nan"))
+    with pytest.raises(ValueError, match="flops"):
+        hardware.arithmetic_intensity(float("nan"), 1.0)
+    with pytest.raises(ValueError, match="nonmatmul_flops"):
+        hardware.time_estimate(1.0, float("nan"), 1.0, "H100")

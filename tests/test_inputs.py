@@ -62,3 +62,18 @@ def test_iomodel_rejects():
         iomodel.predict("standard", "sideways", Nq=4, Nk=4, d=2)
     with pytest.raises(ValueError, match="Nq"):
         iomodel.predict("standard", "forward", Nq=0, Nk=4, d=2)
+
+
+def test_tiling_helpers_name_their_arguments():
+    from flashref import blocks
+
+    for call, msg in ((lambda: blocks.paper_block_sizes(0, 64), "M: expected a positive integer"),
+                      (lambda: blocks.paper_block_sizes(50_000, 0), "d: expected a positive integer"),
+                      (lambda: blocks.default_sram_size(0), "dtype_bytes: expected a positive integer"),
+                      (lambda: blocks.cdiv(1, 0), "b: expected a positive block size"),
+                      (lambda: blocks.Grid.of(0, 1, 1, 1), "Br: expected a positive integer"),
+                      (lambda: blocks.Grid.of(1, 1, -1, 1), "Nq: expected a non-negative integer")):
+        with pytest.raises(ValueError, match=msg):
+            call()
+    assert blocks.paper_block_sizes(np.int64(50_000), 64) == (64, 196)
+    assert tuple(blocks.Grid.of(2, 3, 0, 7)) == (2, 3, 0, 3)

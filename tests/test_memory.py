@@ -82,3 +82,54 @@ def test_ranges_and_names_are_checked():
         m.load("Q", rows=(4, 2))
     with pytest.raises(KeyError, match="HBM has no tensor 'X' to load .* place it with input, output or init"):
         m.load("X")
+
+
+# ----------------------------------------------------------------- bad input to the simulated machine
+
+
+def _mem():
+    m = Memory(lead_shape=(2,))
+    m.input("Q", np.ones((2, 8, 4)))
+    return m
+
+
+@pytest.mark.parametrize("kwargs,exc,msg", [
+    (dict(sram_size=-5), ValueError, "sram_size: expected a positive integer"),
+    (dict(sram_size=1.5), TypeError, "sram_size: expected a positive integer"),
+    (dict(sram_size="big"), TypeError, "sram_size: expected a positive integer"),
+    (dict(dtype_bytes=-2), ValueError, "dtype_bytes: expected a positive integer"),
+    (dict(dtype_bytes=0), ValueError, "dtype_bytes"),
+    (dict(lead_shape=2), TypeError, "lead_shape"),
+])
+def test_memory_checks_its_parameters(kwargs, exc, msg):
+    with pytest.raises(exc, match=msg):
+        Memory(**kwargs)
+
+
+@pytest.mark.parametrize("verb,exc,msg", [
+    (lambda m: m.load("Q", rows=(0,)), TypeError, r"rows of 'Q': expected a range \(start, stop\) of two integers"),
+    (lambda m: m.load("Q", rows=3), TypeError, r"rows of 'Q': expected a range"),
+    (lambda m: m.load("Q", rows=(1.5, 3)), TypeError, r"rows of 'Q': .* two integers, got \(1.5, 3\)"),
+    (lambda m: m.load("Q", cols=(0, True)), TypeError, "cols of 'Q'"),
+    (lambda m: m.store("Q", np.ones((2, 3, 4)), rows=(0, 2)), ValueError,
+     r"value: shape \(2, 3, 4\) does not fit the tile of 'Q' at rows=\(0, 2\), cols=\(0, 4\)"),
+    (lambda m: m.store("Z", np.ones((5, 3, 4))), ValueError, r"Z: shape \(5, 3, 4\) is not the memory's leading axes"),
+    (lambda m: m.store("Z", np.float64(1.0)), ValueError, "Z: shape"),
+    (lambda m: m.init("O", (), 0.0), ValueError, r"shape of 'O': expected \(rows,\) or \(rows, cols\)"),
+    (lambda m: m.output("O", (2, 3, 4)), ValueError, "shape of 'O'"),
+    (lambda m: m.init("O", (-1, 2), 0.0), ValueError, "shape of 'O': expected a non-negative integer"),
+    (lambda m: m.init("O", 4, 0.0), TypeError, r"shape of 'O': expected a tuple \(rows,\)"),
+    (lambda m: m.result("nope"), KeyError, "HBM has no tensor 'nope' to return .it holds Q."),
+])
+def test_memory_verbs_name_the_bad_argument(verb, exc, msg):
+    with pytest.raises(exc, match=msg):
+        verb(_mem())
+
+
+def test_memory_takes_numpy_integers_and_lists():
+    m = Memory(sram_size=np.int64(1000), dtype_bytes=np.int32(4), lead_shape=[2])
+    m.input("Q", np.ones((2, 8, 4)))
+    assert m.load("Q", rows=(np.int64(2), np.int32(5))).shape == (2, 3, 4)
+    m.init("O", [8, np.int64(4)], 0.0)
+    m.store("O", np.ones((2, 2, 4)), rows=[0, 2])
+    assert m.report().bytes == 4 * (2 * 3 * 4 + 2 * 8 * 4 + 2 * 2 * 4)

@@ -295,3 +295,29 @@ def test_memory_verbs_say_the_counting_rule():
     mem.store("O", S, rows=(0, 2), line="store")
     r = mem.report()
     assert (r.reads, r.writes, r.peak_sram) == (4, 8, 4)
+
+
+# ----------------------------------------------------------------- mask and bias leading axes, from shapes
+
+
+@pytest.mark.parametrize("lead", [(3,), (0,), (2,), (1,), ()])
+@pytest.mark.parametrize("name", ["mask", "bias"])
+def test_predict_checks_the_leading_axes_of_a_mask_or_bias_as_the_simulator(name, lead):
+    """predict knows heads = 2, the simulator Q's leading axes (2,): a (3, Nq, Nk) mask is refused by both."""
+    r = np.random.default_rng(4)
+    q = r.standard_normal((2, 8, 4))
+    x = np.ones(lead + (8, 8), bool) if name == "mask" else r.standard_normal(lead + (8, 8))
+
+    def outcome(f, *args, **kw):
+        try:
+            res = f(*args, **kw)
+        except ValueError as e:
+            return str(e).split(":")[0]  # the argument the error names
+        return (res.io if hasattr(res, "io") else res).total
+
+    for algorithm in ("flash2", "standard"):
+        module = flash2 if algorithm == "flash2" else standard
+        sim = outcome(module.forward, q, q, q, **{name: x})
+        pred = outcome(iomodel.predict, algorithm, "forward", Nq=8, Nk=8, d=4, heads=2, **{name: x})
+        assert sim == pred, (algorithm, sim, pred)
+        assert (sim == name) == (lead in ((3,), (0,)))

@@ -102,3 +102,13 @@ def test_split_k_needs_warps_that_divide_the_rows_its_merge_splits():
         parallelism.smem_traffic("split-K", Br=6, Bc=8, d=4, warps=4)
     t, states, plain = parallelism.smem_traffic("split-K", Br=8, Bc=8, d=4, warps=4, inner=1, return_states=True)
     assert all(np.allclose(a, b) for s, p in zip(states, plain) for a, b in zip(s, p))
+
+
+def test_choose_num_splits_checks_its_arguments():
+    with pytest.raises(ValueError, match="sms: expected a positive integer"):
+        parallelism.choose_num_splits(4, 4, 100, sms=0)
+    with pytest.raises(ValueError, match="items: expected a non-negative integer"):
+        parallelism.choose_num_splits(-1, 4, 100)
+    with pytest.raises(ValueError, match="Tc"):
+        parallelism.choose_num_splits(4, 0, 100)
+    assert parallelism.choose_num_splits(0, 4, 100) == 1  # an empty batch: nothing to split

@@ -96,3 +96,23 @@ def test_empty_state_is_the_identity_and_two_empties_stay_empty():
 def test_bad_block_is_rejected_by_name(block):
     with pytest.raises(ValueError, match="block"):
         softmax.online_softmax(np.zeros((1, 3)), block)
+
+
+def test_nan_or_plus_inf_scores_are_refused_by_name():
+    """No softmax of +inf or NaN could be returned without a NaN: a ValueError naming the input, no warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for bad in (np.array([[np.inf, 0.0]]), np.array([[np.nan, 1.0]])):
+            with pytest.raises(ValueError, match="S: expected finite scores or -inf"):
+                softmax.safe_softmax(bad)
+            with pytest.raises(ValueError, match="x: expected finite scores or -inf"):
+                softmax.online_softmax(bad, block=1)
+            with pytest.raises(ValueError, match="x: expected finite scores or -inf"):
+                softmax.softmax_state(bad)
+
+
+def test_merge_refuses_states_of_different_rows():
+    with pytest.raises(ValueError, match=r"m1, l1, m2, l2: the two states' shapes \(3,\), \(3,\), \(2,\), \(2,\)"):
+        softmax.merge(np.ones(3), np.ones(3), np.ones(2), np.ones(2))
+    m, l = softmax.merge(np.ones(3), np.ones(3), *softmax.EMPTY_STATE)  # the empty state is a scalar identity
+    assert np.array_equal(m, np.ones(3)) and np.array_equal(l, np.ones(3))

@@ -1,12 +1,14 @@
 """Standard attention (Algorithms 0 and 3) against the float64 oracle and torch autograd."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given
 from reference import attention_ref, rel_err, torch_grads
 from strategies import problems
 
-from flashref import iomodel, standard
+from flashref import flash2, iomodel, standard
 
 
 @given(problems())
@@ -132,3 +134,58 @@ def test_leading_axes_add_up(leading):
     heads = int(np.prod(leading)) if leading else 1
     assert many.io.total == heads * one.io.total
     assert many.io.peak_sram == one.io.peak_sram  # the footprint is per head
+
+
+# ----------------------------------------------------------------- overflow, dtype, and the options it takes
+
+
+def test_overflow_raises_floating_point_error_naming_float64_like_flash2():
+    """Finite inputs whose result overflows: a FloatingPointError with the cure, never inf/NaN with warnings."""
+    Q = np.zeros((2, 16, 4), np.float32)
+    V = np.full((2, 16, 4), 3e38, np.float32)  # dropout's 1/(1-p) = 2 doubles the row average past float32
+    big = np.full((1, 1, 1), 1e19, np.float32)  # τ·QKᵀ = 1e38 is finite; + a bias of 3e38 is not
+    bias = np.full((1, 1), 3e38, np.float32)
+    r = np.random.default_rng(0)
+    X = r.standard_normal((2, 4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for module, args, opts in ((standard, (Q, Q, V), dict(dropout_p=0.5, seed=0)),
+                                   (flash2, (Q, Q, V), dict(dropout_p=0.5, seed=0)),
+                                   (standard, (X, X, X), dict(alibi_slopes=np.full(2, -1e308))),
+                                   (standard, (big, big, big), dict(scale=1.0, bias=bias))):
+            with pytest.raises(FloatingPointError, match="float64|scale the inputs down"):
+                module.forward(*args, **opts)
+        with pytest.raises(FloatingPointError, match="compute in float64"):  # dP = dO Vᵀ overflows
+            standard.backward(Q + 1, Q + 1, V, V, np.full((2, 16, 16), 1 / 16, np.float32))
+
+
+def test_alibi_keeps_the_inputs_dtype():
+    r = np.random.default_rng(1)
+    Q, K, V = (r.standard_normal((2, 5, 3)).astype(np.float32) for _ in range(3))
+    fwd = standard.forward(Q, K, V, alibi_slopes=np.array([0.5, 0.25]))
+    assert fwd.O.dtype == fwd.P.dtype == np.float32
+    assert flash2.forward(Q, K, V, alibi_slopes=np.array([0.5, 0.25])).O.dtype == np.float32
+
+
+def test_block_sizes_and_sram_size_are_checked_and_change_nothing(rng):
+    """The options every algorithm shares: standard attention takes them (one signature for a loop over
+    algorithms), checks their values as everywhere, and, as Theorem 2 and rule 6 say, counts the same IO
+    whatever they are, in the simulator and in the closed form."""
+    Q, K, V, dO = (rng.standard_normal((2, 6, 3)) for _ in range(4))
+    plain = standard.forward(Q, K, V)
+    for opts in (dict(block_sizes=(2, 2)), dict(sram_size=10), dict(block_sizes=(5, 1), sram_size=4096)):
+        fwd = standard.forward(Q, K, V, **opts)
+        bwd = standard.backward(Q, K, V, dO, fwd.P, **opts)
+        assert (fwd.io.reads, fwd.io.writes) == (plain.io.reads, plain.io.writes)
+        np.testing.assert_array_equal(fwd.O, plain.O)
+        ref = standard.backward(Q, K, V, dO, plain.P)
+        assert (bwd.io.reads, bwd.io.writes) == (ref.io.reads, ref.io.writes)
+        for direction, got in (("forward", fwd.io), ("backward", bwd.io)):
+            pred = iomodel.predict("standard", direction, Nq=6, Nk=6, d=3, heads=2, **opts)
+            assert (pred.reads, pred.writes) == (got.reads, got.writes)
+    for bad, name in (((0, 2), r"block_sizes\[0\]"), (0, "sram_size")):
+        key = "block_sizes" if isinstance(bad, tuple) else "sram_size"
+        with pytest.raises(ValueError, match=name):
+            standard.forward(Q, K, V, **{key: bad})
+        with pytest.raises(ValueError, match=name):
+            iomodel.predict("standard", "forward", Nq=6, Nk=6, d=3, **{key: bad})

@@ -120,13 +120,18 @@ class Tally:
 
 def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int = 1, **opts) -> Prediction:
     """Exact reads and writes of ``algorithm``'s ``direction`` ("forward" or "backward")."""
+    return _predict(algorithm, direction, f"iomodel.predict({algorithm!r}, {direction!r})", Nq=Nq, Nk=Nk, d=d,
+                    heads=heads, **opts)
+
+
+def _predict(algorithm: str, direction: str, where: str, /, *, Nq, Nk, d, heads, **opts) -> Prediction:
+    """:func:`predict`, its errors naming ``where``: the entry point the user called."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: expected one of {ALGORITHMS}, got {algorithm!r}")
     if direction not in ("forward", "backward"):
         raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
     if algorithm == "decoding" and direction == "backward":
         raise ValueError("direction: decoding has no backward pass")
-    where = f"iomodel.predict({algorithm!r}, {direction!r})"
     extra = _own_options(algorithm, direction, opts)
     pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_extra(algorithm, direction), **opts)
     module = _MODULES[algorithm]
@@ -136,13 +141,14 @@ def predict(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: 
 def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads: int = 1, **opts) -> Prediction:
     """Exact reads and writes of ``flash2.forward_varlen`` / ``backward_varlen``: the sum, over the
     sequences, of ``predict("flash2", direction, Nq=Nq_b, Nk=Nk_b, ...)``; no padding is counted."""
-    _flash2.refuse_varlen_scores(opts, f"iomodel.predict_varlen({direction!r})")
+    where = f"iomodel.predict_varlen({direction!r})"
+    _flash2.refuse_varlen_scores(opts, where)
     cq = _flash2.check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q")  # the totals are theirs: no Q, K to match
     ck = _flash2.check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
     if cq.size != ck.size:
         raise ValueError(f"cu_seqlens_k: {ck.size - 1} sequences, cu_seqlens_q has {cq.size - 1}")
-    return sum(predict("flash2", direction, Nq=int(cq[b + 1] - cq[b]), Nk=int(ck[b + 1] - ck[b]), d=d, heads=heads,
-                       **opts) for b in range(cq.size - 1))
+    return sum(_predict("flash2", direction, where, Nq=int(cq[b + 1] - cq[b]), Nk=int(ck[b + 1] - ck[b]), d=d,
+                        heads=heads, **opts) for b in range(cq.size - 1))
 
 
 def predict_paged(*, Nq: int, d: int, heads: int, page_size: int, cache_seqlens, **opts) -> Prediction:

@@ -24,6 +24,9 @@ backward
   Alg.3 l.4  dQ = dS K       Nq·Nk + Nk·d     Nq·d
   Alg.3 l.5  dK = dSᵀ Q      Nq·Nk + Nq·d     Nk·d
 
+``sram_size`` and ``block_sizes`` change no count (Theorem 2: the same Θ(Nd + N²) for every M; rule 6: a
+matmul by blocks reads each operand once whatever its tiles), as in the simulator.
+
 "mask" covers ``causal``, a boolean ``mask`` and a ``window`` (one pass for all of them). With
 ``enable_gqa`` the rows above are those of one K/V head's group: Nq → g·Nq for Q, S, P, O, dO,
 dQ, dS (and g slopes), while K, V, dK, dV keep Nk·d: each K/V head is read once per matmul (rule 6),
