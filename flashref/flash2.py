@@ -58,7 +58,16 @@ import numpy as np
 from . import blocks, masks, variants
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, overflow_checked
+from .problem import (
+    SHARED_OPTIONS,
+    VARIANT_OPTIONS,
+    Problem,
+    _array,
+    check_finite,
+    check_like,
+    check_options,
+    overflow_checked,
+)
 from .results import BackwardResult, ForwardResult
 from .softmax import finite_or_zero
 
@@ -253,6 +262,23 @@ def forward(Q, K, V, **opts) -> ForwardResult:
                          block_sizes=(g.Br // G, g.Bc))
 
 
+def _check_L_holds_log_l(L: np.ndarray) -> None:
+    """Refuse an ``L`` too large in magnitude to carry ``log ℓ``: the backward's ``P = exp(S − L)`` would be off.
+
+    ``L_i = m_i + log ℓ_i`` is one float. A row whose every score is a huge finite number (a key-padding
+    mask written as ``finfo.min`` instead of -inf, fully masking a row) has ``|m_i|`` so large that its spacing
+    swamps ``log ℓ_i ≤ log Nk``: L_i rounds to m_i and every recomputed P_ij comes out ℓ_i times too large
+    (the forward is right: it divides by ℓ_i itself). FlashAttention-1 keeps m and ℓ apart and has no such
+    limit. The threshold is a spacing of 1/4, where rounding log ℓ moves P by up to e^(1/8) − 1 = 13%."""
+    finite = np.abs(L[np.isfinite(L)])
+    if finite.size and np.spacing(finite.max()) > 0.25:
+        raise FloatingPointError(
+            f"L: a row's log-sum-exp is {finite.max():.3g} in magnitude, too large for {L.dtype} to carry log ℓ "
+            "(its spacing exceeds 1/4), so P = exp(S − L) cannot be recomputed: every score of that row is huge, "
+            "as when a mask is added as finfo.min; mask with -inf (or a boolean mask), or use flash1 or standard, "
+            "which keep m and ℓ apart")
+
+
 @overflow_checked("dQ", "dK", "dV")
 def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     """Algorithm 2 of FlashAttention-2 without its redundant loads, with τ, mask, bias, dropout, causal.
@@ -269,6 +295,7 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     check_finite(dO, "dO")
     if np.isnan(L).any() or np.isposinf(L).any():
         raise ValueError("L: expected the forward's log-sum-exp (finite, or -inf for a fully masked row)")
+    _check_L_holds_log_l(L)
     # Alg.2 l.1-2: Tr row blocks of Q, O, dO, L; Tc column blocks of K, V.
     g = grid_backward(pb0)
     # [gqa] the loop's layout, as in the forward; O, dO, L follow Q.
@@ -437,16 +464,27 @@ def refuse_varlen_scores(opts: dict, where: str) -> None:
                              f"(its (Nq, Nk) shape differs per sequence); use causal, window, alibi_slopes")
 
 
-def _varlen_args(Q, K, cu_seqlens_q, cu_seqlens_k, opts, where):
+def _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, where, extra):
+    """Check a packed batch once, as a whole, under the name of the function called (``where``).
+
+    Returns ``Q, K, V`` as arrays (lists work, as in :func:`forward`) and the checked offsets. The
+    per-sequence calls check the rest (finite values, head dimensions) on each slice; what a slice
+    cannot see, such as V longer than K, is checked here.
+    """
+    check_options(opts, set(SHARED_OPTIONS) | set(extra), where)
     refuse_varlen_scores(opts, where)
-    Q, K = np.asarray(Q), np.asarray(K)
-    if Q.ndim != 3 or K.ndim != 3:
-        raise ValueError(f"{where}: expected Q (H, total_q, d) and K, V (H, total_k, d), got {Q.shape}, {K.shape}")
+    Q, K, V = _array(Q, "Q"), _array(K, "K"), _array(V, "V")
+    if Q.ndim != 3 or K.ndim != 3 or V.ndim != 3:
+        raise ValueError(f"{where}: expected Q (H, total_q, d) and K, V (H, total_k, d), got Q {Q.shape}, "
+                         f"K {K.shape}, V {V.shape}")
+    if V.shape[-2] != K.shape[-2]:
+        raise ValueError(f"V: total length {V.shape[-2]} does not match K's {K.shape[-2]} (K and V pair up row "
+                         f"by row)")
     cq = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", Q.shape[-2])
     ck = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", K.shape[-2])
     if cq.size != ck.size:
         raise ValueError(f"cu_seqlens_k: {ck.size - 1} sequences, cu_seqlens_q has {cq.size - 1}")
-    return cq, ck
+    return Q, K, V, cq, ck
 
 
 def forward_varlen(Q, K, V, cu_seqlens_q, cu_seqlens_k, **opts) -> ForwardResult:
@@ -458,7 +496,10 @@ def forward_varlen(Q, K, V, cu_seqlens_q, cu_seqlens_k, **opts) -> ForwardResult
     ragged last tiles count what they hold. Returns ``.O`` (H, total_q, d), ``.L`` (H, total_q),
     ``.io``, ``.flops``, ``.work_items`` (Σ_b H·Tr_b) and ``.seqlens`` (the (Nq_b, Nk_b) pairs).
     """
-    cq, ck = _varlen_args(Q, K, cu_seqlens_q, cu_seqlens_k, opts, "flash2.forward_varlen")
+    from . import lowp  # the FP8 options pass through to forward (lowp imports this module: imported here)
+
+    Q, K, V, cq, ck = _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, "flash2.forward_varlen",
+                                   OPTIONS + tuple(lowp.OPTIONS))
     Os, Ls, ios, flops, items = [], [], [], [], 0
     for b in range(cq.size - 1):
         q, k = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
@@ -475,11 +516,9 @@ def forward_varlen(Q, K, V, cu_seqlens_q, cu_seqlens_k, **opts) -> ForwardResult
 
 def backward_varlen(Q, K, V, O, dO, L, cu_seqlens_q, cu_seqlens_k, **opts) -> BackwardResult:
     """Algorithm 2 on a packed batch (see :func:`forward_varlen`); ``O``, ``L`` from its forward."""
-    cq, ck = _varlen_args(Q, K, cu_seqlens_q, cu_seqlens_k, opts, "flash2.backward_varlen")
-    Q = np.asarray(Q)
-    O, dO = check_like(O, "O", Q.shape, O.dtype if hasattr(O, "dtype") else np.float64), np.asarray(dO)
-    dO = check_like(dO, "dO", Q.shape, dO.dtype)
-    L = check_like(L, "L", Q.shape[:-1], np.asarray(L).dtype)
+    Q, K, V, cq, ck = _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, "flash2.backward_varlen", OPTIONS)
+    # The saved tensors follow Q's packing (their values are checked per sequence, by backward).
+    O, dO, L = check_like(O, "O", Q.shape), check_like(dO, "dO", Q.shape), check_like(L, "L", Q.shape[:-1])
     dQs, dKs, dVs, ios, flops = [], [], [], [], []
     for b in range(cq.size - 1):
         q, k = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])

@@ -198,3 +198,69 @@ def test_float32_inputs_stay_float32(rng):
     assert fwd.O.dtype == np.float32 and fwd.L.dtype == np.float32
     O_ref, _, _ = attention_ref(Q, K, V)
     assert np.abs(fwd.O - O_ref).max() < 1e-5
+
+
+# ----------------------------------------------------------------- variable-length batches: their own checks
+
+
+def _varlen_batch():
+    r = np.random.default_rng(5)
+    Q, K, V, dO = (r.standard_normal((2, n, 4)) for n in (11, 14, 14, 11))
+    return Q, K, V, dO, np.array([0, 3, 10, 11]), np.array([0, 5, 6, 14])
+
+
+def test_varlen_checks_V_and_the_saved_tensors_against_the_packing():
+    Q, K, V, dO, cq, ck = _varlen_batch()
+    fwd = flash2.forward_varlen(Q, K, V, cq, ck)
+    V_long = np.random.default_rng(6).standard_normal((2, 20, 4))  # each sequence's slice would look fine
+    with pytest.raises(ValueError, match="V: total length 20 does not match K's 14"):
+        flash2.forward_varlen(Q, K, V_long, cq, ck)
+    with pytest.raises(ValueError, match="V: total length 20 does not match K's 14"):
+        flash2.backward_varlen(Q, K, V_long, fwd.O, dO, fwd.L, cq, ck)
+    for name, args in (("O", (fwd.O[:, :5], dO, fwd.L)), ("dO", (fwd.O, dO[..., :3], fwd.L)),
+                       ("L", (fwd.O, dO, fwd.L[:1]))):
+        with pytest.raises(ValueError, match=f"{name}: expected shape"):
+            flash2.backward_varlen(Q, K, V, *args, cq, ck)
+
+
+def test_varlen_takes_lists_as_forward_does():
+    Q, K, V, dO, cq, ck = _varlen_batch()
+    fwd = flash2.forward_varlen(Q, K, V, cq, ck)
+    lists = flash2.forward_varlen(Q.tolist(), K.tolist(), V.tolist(), cq, ck)
+    assert np.array_equal(lists.O, fwd.O) and lists.io.total == fwd.io.total
+    bwd = flash2.backward_varlen(Q, K, V, fwd.O, dO, fwd.L, cq, ck)
+    lbwd = flash2.backward_varlen(Q.tolist(), K.tolist(), V.tolist(), fwd.O.tolist(), dO.tolist(), fwd.L.tolist(),
+                                  cq, ck)
+    assert all(np.array_equal(a, b) for a, b in ((bwd.dQ, lbwd.dQ), (bwd.dK, lbwd.dK), (bwd.dV, lbwd.dV)))
+
+
+def test_varlen_errors_name_the_function_called():
+    Q, K, V, dO, cq, ck = _varlen_batch()
+    fwd = flash2.forward_varlen(Q, K, V, cq, ck)
+    with pytest.raises(TypeError, match=r"^flash2\.forward_varlen: unknown option 'casual'"):
+        flash2.forward_varlen(Q, K, V, cq, ck, casual=True)
+    with pytest.raises(TypeError, match=r"^flash2\.backward_varlen: unknown option 'casual'"):
+        flash2.backward_varlen(Q, K, V, fwd.O, dO, fwd.L, cq, ck, casual=True)
+    for direction in ("forward", "backward"):
+        with pytest.raises(TypeError, match=rf"^iomodel\.predict_varlen\('{direction}'\): unknown option 'casual'"):
+            iomodel.predict_varlen(direction, cu_seqlens_q=cq, cu_seqlens_k=ck, d=4, heads=2, casual=True)
+
+
+def test_backward_refuses_an_L_that_cannot_carry_log_l():
+    """A row masked by a huge finite bias (finfo.min, as HF-style padding masks are written): the forward is right
+    (uniform over the row, as torch), the backward says why it cannot recompute P rather than return gradients ℓ
+    times too large; with -inf for the same entries it runs and agrees with standard attention."""
+    r = np.random.default_rng(5)
+    q, k, v, g = (r.standard_normal((2, n, 3)) for n in (4, 6, 6, 4))
+    bias = r.standard_normal((4, 6))
+    bias[1] = np.finfo(np.float64).min
+    fwd = flash2.forward(q, k, v, bias=bias)
+    np.testing.assert_allclose(fwd.O, standard.forward(q, k, v, bias=bias).O, rtol=1e-12, atol=1e-12)
+    with pytest.raises(FloatingPointError, match="L: a row's log-sum-exp .* mask with -inf"):
+        flash2.backward(q, k, v, fwd.O, g, fwd.L, bias=bias)
+    bias[1] = -np.inf
+    fwd = flash2.forward(q, k, v, bias=bias)
+    ours, ref = flash2.backward(q, k, v, fwd.O, g, fwd.L, bias=bias), standard.backward(
+        q, k, v, g, standard.forward(q, k, v, bias=bias).P, bias=bias)
+    for a, b in ((ours.dQ, ref.dQ), (ours.dK, ref.dK), (ours.dV, ref.dV)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
