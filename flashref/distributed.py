@@ -51,8 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.autograd.function import once_differentiable
 
+from .problem import _scale, check_options
 from .ring import LAYOUTS, min_length
 from .ring import positions as _positions
 
@@ -135,6 +135,13 @@ def unshard(shards, layout: str, dim: int = -2) -> torch.Tensor:
         if not isinstance(s, torch.Tensor):
             raise TypeError(f"shards: expected torch.Tensors, got {type(s).__name__}")
         _check_dim(s, dim, "shards")
+    shapes = [tuple(s.shape) for s in shards]
+    others = {sh[:dim % len(sh)] + sh[dim % len(sh) + 1:] for sh in shapes}  # every axis but the sequence's
+    if len(others) != 1:
+        raise ValueError(f"shards: expected the same size on every axis but the sequence axis (dim={dim}), "
+                         f"got shapes {shapes}")
+    if len({s.device for s in shards}) != 1:
+        raise ValueError(f"shards: expected tensors on one device, got {[str(s.device) for s in shards]}")
     lengths = [s.shape[dim] for s in shards]
     if len(set(lengths)) != 1:
         raise ValueError(f"shards: expected equal lengths, got {lengths}")
@@ -343,6 +350,10 @@ def _head_groups(q, cfg: _Config) -> list:
     return [slice(h, min(h + hg, H)) for h in range(0, H, hg)]
 
 
+DOUBLE_BACKWARD = ("flashref.distributed.ring_attention: double backward (create_graph=True) is not supported; "
+                   "its backward runs the ring again (pair kernels and exchanges) and has no derivative of its own")
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cfg):
@@ -361,8 +372,9 @@ class _RingAttention(torch.autograd.Function):
         return o
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, do):
+        if torch.is_grad_enabled():  # backward(create_graph=True): a gradient of this gradient is asked for
+            raise RuntimeError(DOUBLE_BACKWARD)
         q, k, v, o, lse = ctx.saved_tensors
         do = do.contiguous()
         groups = _head_groups(q, ctx.cfg)
@@ -386,8 +398,9 @@ _LOCAL_ERRORS = {
     2: (TypeError, "q, k and v must be floating-point tensors (float64, float32, float16 or bfloat16)"),
     3: (ValueError, f"q, k and v must have between 2 and {_MAXDIM} axes, (..., n, d)"),
     4: (TypeError, "causal must be True or False"),
-    5: (ValueError, "scale must be a positive finite number or None"),
+    5: (ValueError, "scale: expected a finite real number or None"),
 }
+_NONFINITE = 5 + 3 * (3 + _MAXDIM)  # where the descriptor's three "contains NaN or inf" flags start
 
 
 def _descriptor(q, k, v, causal, layout, scale, device):
@@ -401,9 +414,11 @@ def _descriptor(q, k, v, causal, layout, scale, device):
         err = 3
     elif not isinstance(causal, bool):
         err = 4
-    elif scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
-                                or not math.isfinite(scale) or scale <= 0):
-        err = 5
+    else:
+        try:
+            _scale(scale, 1)  # the rule every entry point shares (flashref.problem): any finite real, or None
+        except ValueError:
+            err = 5
     desc = [7741, LAYOUTS.index(layout) if layout in LAYOUTS else -1, int(causal is True), err]
     scale_bits = torch.tensor([-1.0 if scale is None or err else float(scale)], dtype=torch.float64)
     desc.append(int(scale_bits.view(torch.int64).item()))
@@ -414,7 +429,13 @@ def _descriptor(q, k, v, causal, layout, scale, device):
         shape = list(x.shape) if ok else []
         desc.extend(shape + [-1] * (_MAXDIM - len(shape)))
         desc.append(int(x.is_cuda) if ok else -1)
-    return torch.tensor(desc, dtype=torch.int64, device=device)
+    desc.extend([0, 0, 0])
+    desc = torch.tensor(desc, dtype=torch.int64, device=device)
+    if not err:  # NaN or inf anywhere: on the device, no wait here (the all-gather's result is read anyway)
+        for i, x in enumerate((q, k, v)):
+            if x.numel():
+                desc[_NONFINITE + i] = (~torch.isfinite(x)).any().to(device)
+    return desc
 
 
 def _shape(row, i):
@@ -441,6 +462,10 @@ def _agree(q, k, v, causal, layout, scale, group, device):
         if row[3]:
             cls, msg = _LOCAL_ERRORS[row[3]]
             raise cls(f"ring_attention: on rank {r}: {msg}")
+    for r, row in enumerate(rows):
+        for i, name in enumerate("qkv"):
+            if row[_NONFINITE + i]:
+                raise ValueError(f"ring_attention: on rank {r}: {name} contains NaN or inf")
     bad = [r for r, row in enumerate(rows) if row[1] < 0]
     if bad:
         here = f"; this rank passed {layout!r}" if layout not in LAYOUTS else ""
@@ -483,8 +508,13 @@ def _agree(q, k, v, causal, layout, scale, group, device):
     return P
 
 
-def ring_attention(q, k, v, *, group=None, causal=False, layout="zigzag", scale=None):
+RING_OPTIONS = ("group", "causal", "layout", "scale")
+
+
+def ring_attention(q, k, v, **options):
     """Attention of this rank's query shard against the whole sequence, by ring attention, with autograd.
+
+    Options (keyword only): ``group=None``, ``causal=False``, ``layout="zigzag"``, ``scale=None``.
 
     q, k, v: this rank's shards, ``(..., n, d)``, laid out by :func:`shard` with the same ``layout``
     on every rank of ``group`` (default: the world). CUDA fp16/bf16 tensors with ``(B, H, n, d)``
@@ -492,9 +522,15 @@ def ring_attention(q, k, v, *, group=None, causal=False, layout="zigzag", scale=
     torch pair attention over gloo. ``causal`` is causal in global positions. ``scale`` defaults to
     1/√d. Returns this rank's shard of the output; ``.backward`` gives this rank's shards of dq, dk, dv.
     """
+    # Options enter one way (flashref.problem): an unknown name is a TypeError listing the valid ones.
+    check_options(options, RING_OPTIONS, "ring_attention")
+    group, causal = options.get("group"), options.get("causal", False)
+    layout, scale = options.get("layout", "zigzag"), options.get("scale")
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("ring_attention: torch.distributed is not initialised (call "
                            "torch.distributed.init_process_group, or launch with torchrun)")
+    if isinstance(causal, np.bool_):
+        causal = bool(causal)  # as every entry point takes it (flashref.problem)
     backend = dist.get_backend(group)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     P = _agree(q, k, v, causal, layout, scale, group, device)

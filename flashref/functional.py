@@ -241,6 +241,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if value.shape[-2] != key.shape[-2]:
         raise ValueError(f"value: length {value.shape[-2]} does not match key's {key.shape[-2]}")
     is_causal = _bool(is_causal, "is_causal")  # not bool(...): "no" is truthy; PyTorch refuses a non-bool too
+    enable_gqa = _bool(enable_gqa, "enable_gqa")  # the same rule (PyTorch and the algorithms refuse 1, "yes", None)
     dropout_p, scale = _number(dropout_p, "dropout_p"), _number(scale, "scale")
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, (int, float, np.floating)) \
             or not 0.0 <= dropout_p <= 1.0:
@@ -253,7 +254,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise ValueError("alibi_slopes: slopes that require grad are not supported (their gradient is not "
                              "computed); pass alibi_slopes.detach()")
         variant_opts["alibi_slopes"] = variant_opts["alibi_slopes"].detach().to("cpu", torch.float64).numpy()
-    native = (bool(enable_gqa) and spec.variants and query.dim() >= 3 and key.dim() >= 3
+    native = (enable_gqa and spec.variants and query.dim() >= 3 and key.dim() >= 3
               and key.shape[-3] != query.shape[-3])
     key, value = _gqa(query, key, value, enable_gqa, native)
     query, key, value = _broadcast(query, key, value, keep=3 if native else 2)

@@ -24,10 +24,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _full_attention(q, k, v, do, causal):
+def _full_attention(q, k, v, do, causal, scale=None):
     """One process's float64 attention and its gradients by autograd (the oracle)."""
     q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
-    S = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    S = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
     if causal:
         N = q.shape[-2]
         S = S.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
@@ -133,6 +133,46 @@ def _bad_inputs(rank, P):
         time.sleep(2.5)
 
 
+def _nan_scale_and_double_backward(rank, P):
+    ra = fd.ring_attention
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 2, 4, 8, generator=g, dtype=torch.float64)
+    # NaN or inf on one rank only: every rank raises the same error (never an all-NaN output, never a hang)
+    nan = x.clone().index_fill_(-1, torch.tensor([0]), float("nan"))
+    _expect(lambda: ra(nan if rank == 1 else x, x, x), ValueError, "on rank 1: q contains NaN or inf")
+    _expect(lambda: ra(x, x, x.clone().fill_(float("inf")) if rank == 0 else x), ValueError,
+            "on rank 0: v contains NaN or inf")
+    # double backward: the front's clear RuntimeError; a first-order gradient still works
+    q = x.clone().requires_grad_()
+    _expect(lambda: torch.autograd.grad(ra(q, x, x).sum(), q, create_graph=True), RuntimeError, "double backward")
+    (gq,) = torch.autograd.grad(ra(q, x, x).sum(), q)
+    assert gq.shape == q.shape and not gq.requires_grad
+    # any finite scale, as every entry point takes it (0 and negative included, numpy floats too)
+    import numpy as np
+    N = 4 * P
+    q, k, v, do = (torch.randn(1, 2, N, 8, generator=g, dtype=torch.float64) for _ in range(4))
+    for scale in (0.0, -0.7, np.float32(0.5)):  # (torch's own SDPA gives NaN for causal with scale 0: not the oracle)
+        want = _full_attention(q, k, v, do, True, float(scale))
+        mine = [fd.shard(t, "zigzag", rank, P).requires_grad_(i < 3) for i, t in enumerate((q, k, v, do))]
+        got = ra(*mine[:3], causal=True, scale=scale)
+        got.backward(mine[3])
+        for a, b in zip((got, *(t.grad for t in mine[:3])), want):
+            assert (a - fd.shard(b, "zigzag", rank, P)).abs().max().item() < 1e-12, scale
+    _expect(lambda: ra(x, x, x, scale=float("nan")), ValueError, "scale: expected a finite real number")
+    # ... and on the CUDA path's Triton pair kernels (interpreted), which take |scale| on -q (gpu.forward/backward)
+    fd._FORCE_TRITON = True
+    try:
+        q32, k32, v32, do32 = (t.float() for t in (q, k, v, do))
+        want = _full_attention(q, k, v, do, True, -0.7)
+        mine = [fd.shard(t, "zigzag", rank, P).requires_grad_(i < 3) for i, t in enumerate((q32, k32, v32, do32))]
+        got = ra(*mine[:3], causal=True, scale=-0.7)
+        got.backward(mine[3])
+        for a, b in zip((got, *(t.grad for t in mine[:3])), want):
+            assert (a.double() - fd.shard(b, "zigzag", rank, P)).abs().max().item() < 1e-5
+    finally:
+        fd._FORCE_TRITON = False
+
+
 def _worker(rank, P, port, cases, errfile):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRITON_INTERPRET="1")
     torch.set_num_threads(1)
@@ -167,7 +207,7 @@ def _run_world(P, cases, tmp_path):
 
 
 def test_two_ranks_match_one_process_and_refuse_bad_input(tmp_path):
-    _run_world(2, ["_correctness", "_triton_interpreted", "_bad_inputs"], tmp_path)
+    _run_world(2, ["_correctness", "_triton_interpreted", "_nan_scale_and_double_backward", "_bad_inputs"], tmp_path)
 
 
 def test_three_ranks_match_one_process(tmp_path):
@@ -197,6 +237,17 @@ def test_shard_checks_its_axis_and_takes_numpy_ints():
         fd.unshard([t, t], "contiguous", dim=3)
 
 
+def test_unshard_names_shards_that_differ_off_the_sequence_axis():
+    x = torch.zeros(2, 6, 3)
+    with pytest.raises(ValueError, match=r"shards: expected the same size on every axis but the sequence axis "
+                                         r"\(dim=-2\), got shapes \[\(1, 3, 3\), \(2, 3, 3\)\]"):
+        fd.unshard([x[:1, :3], x[:, 3:]], "contiguous")
+    with pytest.raises(ValueError, match="shards: expected the same size"):
+        fd.unshard([x[:, :3], x[:, 3:, :2]], "contiguous")
+    with pytest.raises(ValueError, match="shards: expected the same size"):
+        fd.unshard([x[:, :3], x[0, 3:]], "contiguous")
+
+
 def test_pieces_cover_exactly_the_causal_pairs():
     from flashref import ring
 
@@ -218,3 +269,10 @@ def test_not_initialised():
     x = torch.zeros(1, 2, 4, 8)
     with pytest.raises(RuntimeError, match="not initialised"):
         fd.ring_attention(x, x, x)
+
+
+def test_ring_attention_names_an_unknown_option():
+    """Options enter one way: a misspelt option is a TypeError that lists the valid ones (before any process group)."""
+    q = torch.zeros(1, 1, 4, 2)
+    with pytest.raises(TypeError, match=r"ring_attention: unknown option 'casual'; valid options are causal, group"):
+        fd.ring_attention(q, q, q, casual=True)

@@ -36,8 +36,7 @@ def test_gradcheck(algorithm, case):
         kw["attn_mask"] = mask
     if case == "causal+ragged":
         q, k, v = _qkv((1, 2, 7, 4), (1, 2, 4, 4))  # Nq != Nk, leading axes, blocks that do not divide
-        kw["block_sizes"] = (3, 3)
-        kw["scale"] = 0.7
+        kw.update(block_sizes=(3, 3), scale=0.7)
     assert torch.autograd.gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, **kw), (q, k, v))
 
 

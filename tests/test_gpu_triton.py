@@ -193,6 +193,70 @@ def test_custom_scale_and_batch():
     _check(2, 1, 21, 13, 16, DTYPES[0], causal=True, scale=0.3, seed=7)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("p", [0.0, 0.25])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [0.0, -0.7, np.float32(0.5)], ids=["zero", "negative", "np.float32"])
+def test_any_finite_scale_as_every_entry_point(scale, causal, p):
+    """gpu.attention takes the scales the algorithms, the torch front and torch take: 0 (every score 0), a
+    negative one, numpy floats. Kernel 2 (the kernel of these shapes) masks S with -inf before scaling and
+    folds τ into the row max, so the dispatcher runs τ < 0 as |τ| on -q and τ = 0 as 1 on 0·q: forward and
+    backward against the oracle, dropout included."""
+    _check(1, 2, 9, 13, 8, DTYPES[0], causal, seed=11, scale=scale, dropout_p=p)
+
+
+def test_forward_and_backward_pieces_take_any_finite_scale():
+    """gpu.forward / gpu.backward (ring attention's pieces): the same scores for τ <= 0, and dq of the q given."""
+    q, k, v, do = _inputs(1, 2, 9, 13, 8, DTYPES[0], seed=12)
+    for scale in (0.0, -1.5):
+        o, lse = gpu.forward(q, k, v, causal=True, scale=scale)
+        dq, dk, dv = gpu.backward(q, k, v, o, do, lse, causal=True, scale=scale)
+        qa, ka, va = (x.detach().clone().requires_grad_() for x in (q, k, v))
+        oa = gpu.attention(qa, ka, va, causal=True, scale=scale)
+        oa.backward(do)
+        for got, want in ((o, oa), (dq, qa.grad), (dk, ka.grad), (dv, va.grad)):
+            assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+        if scale == 0:
+            assert not dq.any()
+        truth = _attention(q, k, v, do, True, scale, None, torch.float64)
+        assert _err(o, truth[0]) < 10 * ATOL[DTYPES[0]]
+
+
+def test_scale_and_dropout_p_enter_as_at_the_front():
+    """A 0-d tensor scale or dropout_p (the torch front takes both), numpy numbers; the shared messages."""
+    q, k, v = _ok()
+    want = gpu.attention(q, k, v, scale=0.5, dropout_p=0.2, seed=3)
+    for scale, p in ((torch.tensor(0.5), torch.tensor(0.2)), (np.float32(0.5), np.float64(0.2))):
+        assert torch.equal(gpu.attention(q, k, v, scale=scale, dropout_p=p, seed=np.int64(3)), want)
+    with pytest.raises(ValueError, match="scale: expected a finite real number"):
+        gpu.attention(q, k, v, scale="0.5")
+    with pytest.raises(TypeError, match="scale: expected a number or a 0-d float tensor"):
+        gpu.attention(q, k, v, scale=torch.ones(2))
+    with pytest.raises(ValueError, match=r"dropout_p: expected a probability in \[0, 1\)"):
+        gpu.attention(q, k, v, dropout_p=torch.tensor(1.5))
+
+
+@pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled", "ignore:Error detected in _Attention")
+def test_nan_and_inf_inputs_are_refused():
+    """As at the torch front: a ValueError naming the tensor, never a NaN output with warnings. On a GPU the check
+    runs under torch.autograd.detect_anomaly() only (it would cost a sync and a read of every input per call)."""
+    import contextlib
+    q, k, v = (x.requires_grad_() for x in _ok())
+    bad = q.detach().clone()
+    bad[0, 1, 3, 2] = float("nan")
+    anomaly = contextlib.nullcontext() if INTERPRET else torch.autograd.detect_anomaly(check_nan=False)
+    with anomaly:
+        with pytest.raises(ValueError, match="q contains NaN or inf"):
+            gpu.attention(bad, k, v)
+        with pytest.raises(ValueError, match="v contains NaN or inf"):
+            gpu.attention(q, k, v.detach().clone().fill_(float("inf")))
+        with pytest.raises(ValueError, match="k contains NaN or inf"):
+            gpu.forward(q, bad, v)
+        o = gpu.attention(q, k, v)
+        with pytest.raises(ValueError, match="grad_output.*contains NaN or inf"):
+            o.backward(torch.full_like(o, float("nan")))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("causal", [False, True])
 def test_large_logits_force_rescaling(causal, dtype):
@@ -324,7 +388,7 @@ def test_bad_head_dim_dtype_scale_causal():
     with pytest.raises(TypeError, match="q must be float16"):
         gpu.attention(q.to(torch.int32), k, v)
     with pytest.raises(ValueError, match="scale"):
-        gpu.attention(q, k, v, scale=-1.0)
+        gpu.attention(q, k, v, scale=float("inf"))
     with pytest.raises(ValueError, match="scale"):
         gpu.attention(q, k, v, scale=float("nan"))
     with pytest.raises(TypeError, match="causal"):
@@ -399,6 +463,30 @@ def test_which_kernel_refuses_what_attention_refuses():
 def test_dropout_mask_checks_its_arguments(args, arg, exc):
     with pytest.raises(exc, match=arg):
         gpu.dropout_mask(*args)
+
+
+def test_which_kernel_asks_kernel_3_as_attention_does(monkeypatch):
+    """scale is attention's own argument: which_kernel does not hand it to kernel 3's dispatcher as an option it
+    would refuse (it answered "kernel 2" for every scale given where attention ran kernel 3)."""
+    from flashref.gpu import kernel3
+
+    seen = []
+    monkeypatch.setattr(kernel3, "choose", lambda q, k, v, causal, **o: seen.append(sorted(o)) or (False, "-"))
+    q, k, v = _ok()
+    gpu.which_kernel(q, k, v, scale=0.3)
+    gpu.attention(q, k, v, scale=0.3)
+    assert seen == [[], []]
+
+
+def test_dropout_mask_on_the_cpu_needs_the_interpreter(monkeypatch):
+    """A CPU device without TRITON_INTERPRET=1 (or no CUDA at all): a RuntimeError saying so, not torch's
+    "Torch not compiled with CUDA enabled" from deep inside the launch."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU, or Triton's interpreter"):
+        gpu.dropout_mask(1, 1, 4, 4, 0.5, 0, device="cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+            gpu.dropout_mask(1, 1, 4, 4, 0.5, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -505,3 +593,23 @@ def test_cuda_n16384(causal):
     _check(1, 2, 16384, 16384, 64, torch.float16, causal, seed=1)
     _check(1, 2, 16384, 16384, 128, torch.float16, causal, seed=2, deterministic=True)
     _check(1, 2, 16384, 16384, 64, torch.float16, causal, seed=3, config=KERNELS["kernel2"])
+
+
+@needs_cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [0.0, -0.3], ids=["zero", "negative"])
+def test_cuda_default_dispatch_any_finite_scale(scale, causal, d):
+    """Scale 0 and a negative scale through the default dispatch, forward and backward, against the oracle: kernel
+    3 where it takes the call (Hopper, Nq = Nk = 384), kernel 2 elsewhere (Nq != Nk). Kernels 2 and 3 both mask S
+    before scaling it and fold τ into the row max, so gpu.attention hands every kernel |τ| on -q (1 on 0·q)."""
+    from flashref.gpu import kernel3
+
+    _check(1, 2, 384, 384, d, torch.float16, causal, seed=d, scale=scale)
+    _check(1, 2, 200, 333, d, torch.float16, causal, seed=d + 1, scale=scale)
+    q, k, v, _ = _inputs(1, 2, 384, 384, d, torch.float16, seed=0)
+    assert gpu.which_kernel(q, k, v, causal=causal, scale=scale) == gpu.which_kernel(q, k, v, causal=causal)
+    if kernel3.choose(q, k, v, causal)[0]:  # kernel 3 launched as it is takes no scale <= 0: refused, not wrong
+        with pytest.raises(ValueError, match="scale: kernel 3 launched directly needs a scale > 0"):
+            kernel3.attention(q, k, v, causal=causal, scale=scale)

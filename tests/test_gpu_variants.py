@@ -153,14 +153,18 @@ def test_variant_other_kernels(case, kernel):
     _check(1, Hq, Hkv, Nq, Nk, d, **kw, **dict(opts))
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # the interpreter evaluates in numpy: no log2(0) anywhere
 @pytest.mark.parametrize("kernel", ["kernel1", "kernel2"])
 def test_fully_masked_rows_give_zeros(kernel):
     """A window leaves queries past Nk + left with no key: their output and gradients are 0, L is -inf,
-    and nothing is NaN. Batch 2 with per-batch ALiBi slopes ((B, Hq))."""
+    and nothing is NaN (nor, in the interpreter, a RuntimeWarning). Batch 2 with per-batch ALiBi slopes
+    ((B, Hq)); then window (0, 0) with Nq > Nk, and with GQA."""
     cfg = Config(version=1 if kernel == "kernel1" else 2)
     slopes = [[0.5, 0.1], [0.2, 0.3]]
     o = _check(2, 2, 2, 40, 16, 16, config=cfg, window=(3, 2), alibi_slopes=slopes)
     assert (o[:, :, 19:] == 0).all() and (o[:, :, :19] != 0).any()
+    assert (_check(1, 1, 1, 6, 3, 4, config=cfg, window=(0, 0))[:, :, 3:] == 0).all()
+    assert (_check(1, 4, 2, 9, 6, 8, config=cfg, window=(2, 1))[:, :, 8:] == 0).all()
     q, k, v, _ = _inputs(1, 2, 2, 40, 16, 16, DTYPE)
     _, L = gpu.forward(q, k, v, window=(3, 2), config=cfg)
     assert torch.isinf(L[..., 19:]).all() and (L[..., 19:] < 0).all() and torch.isfinite(L[..., :19]).all()

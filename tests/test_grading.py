@@ -481,6 +481,25 @@ def test_grade_options_are_checked(tmp_path, option, says):
     assert "Traceback" not in r.stderr and "score:" not in r.stdout
 
 
+@pytest.mark.parametrize("kw, exc, says", [
+    ({"timeout": -1}, ValueError, "timeout: expected a positive, finite number of seconds"),
+    ({"timeout": 0}, ValueError, "timeout: expected a positive"), ({"timeout": float("nan")}, ValueError, "timeout:"),
+    ({"timeout": float("inf")}, ValueError, "timeout:"), ({"timeout": "abc"}, TypeError, "timeout:"),
+    ({"timeout": True}, TypeError, "timeout:"), ({"seed": -1}, ValueError, "seed: expected a non-negative integer"),
+    ({"seed": "x"}, TypeError, "seed:"), ({"seed": 1.5}, TypeError, "seed:"), ({"seed": True}, TypeError, "seed:"),
+])
+def test_grade_checks_seed_and_timeout_as_the_cli_does(kw, exc, says):
+    # refused before anything runs (not a 0/10 for the reference solution, nor numpy's own error)
+    with pytest.raises(exc, match=says):
+        grading.grade("01-standard", SOLUTIONS / "ex1_standard.py", **kw)
+
+
+def test_grade_takes_numpy_seed_and_integer_timeout():
+    import numpy as np
+    assert grading.check_seed(np.int64(3)) == 3 and grading.check_timeout(np.float32(2)) == 2.0
+    assert grading.check_timeout(5) == 5.0 and grading.check_seed(None) is None
+
+
 def test_release_and_bundle_paths_are_checked(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")

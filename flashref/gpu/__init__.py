@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 
-from ..problem import check_options
+from ..problem import _dropout_p, _scale, _seed, check_options
 
 __all__ = ["attention", "forward", "backward", "dropout_mask", "which_kernel", "MAX_HEAD_DIM", "OPTIONS"]
 
@@ -43,10 +43,17 @@ def _interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _check(q, k, v, causal, scale, enable_gqa=False, launch=True):
-    """q, k, v, causal, scale and enable_gqa checked, each error naming its argument; returns the scale.
-    ``launch=False`` (which_kernel: nothing runs) skips the one rule about where the tensors live."""
+def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=False):
+    """q, k, v, causal, scale and enable_gqa checked, each error naming its argument; returns the scale (a float).
+    ``launch=False`` (which_kernel: nothing runs) skips the one rule about where the tensors live.
+
+    ``scale``: a finite real number (numpy's too, or a 0-d tensor, as the torch front takes it), the rule every
+    entry point shares (``flashref.problem``). The kernels themselves need it positive (see
+    :func:`_positive_scale`): ``any_scale=True`` for a caller that maps it there (``attention``, ``forward``,
+    ``backward``); without it (``kernel3.attention``, which launches kernel 3 as it is) a scale <= 0 is refused."""
     import torch
+
+    from ..functional import _number
 
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
@@ -84,11 +91,42 @@ def _check(q, k, v, causal, scale, enable_gqa=False, launch=True):
         raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False (a Python bool), got {causal!r}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
-    return float(scale)
+    scale = _scale(_number(scale, "scale"), d)
+    if not any_scale and scale <= 0:
+        raise ValueError(f"scale: kernel 3 launched directly needs a scale > 0, got {scale!r}; "
+                         "flashref.gpu.attention takes any finite scale")
+    return scale
+
+
+def _positive_scale(q, scale: float):
+    """``(q', τ')`` with ``τ' > 0`` and ``τ' q' kᵀ = τ q kᵀ``: the same scores, so the same output and LSE.
+
+    The kernels need ``τ > 0``: kernels 2 and 3 mask S = Q_i K_jᵀ with -inf *before* scaling it (τ · -inf is
+    +inf for τ < 0 and NaN for τ = 0) and take the row max as ``τ · rowmax(S)`` (the min for τ < 0), folded
+    with log2 e into one FMA per element. So τ < 0 runs as ``|τ|`` on ``-q``, and τ = 0 (every score 0) as 1 on
+    ``0 · q``. These are torch ops: autograd carries dq through them (``-dq'``, and 0)."""
+    if scale > 0:
+        return q, scale
+    if scale < 0:
+        return -q, -scale
+    return q * 0, 1.0
+
+
+def _finite(*named):
+    """NaN or inf in an input: a ValueError naming it, as the torch front and the numpy algorithms raise.
+
+    Checked where it is free: on the CPU (Triton's interpreter). On a GPU the check would read every input
+    once more and wait for the GPU (a host sync) on every call, which would change what ``bench`` times and
+    the DRAM bytes ``profile-l2`` measures for a call as a user makes it (``iomodel.dram``'s model of the
+    kernels alone); there it runs only under ``torch.autograd.detect_anomaly()``, PyTorch's own switch for
+    hunting NaNs at that price."""
+    import torch
+
+    for name, x in named:
+        if x.device.type == "cuda" and not torch.is_anomaly_enabled():
+            continue
+        if x.numel() and not torch.isfinite(x).all():
+            raise ValueError(f"{name} contains NaN or inf")
 
 
 def _variants(q, k, causal, options):
@@ -137,14 +175,14 @@ def _variants(q, k, causal, options):
 
 def _check_options(options, d, causal, deterministic):
     """The options beside q, k, v: unknown names refused; returns (dropout or None, resolved config)."""
-    check_options(options, OPTIONS, "gpu.attention")  # the rule every entry point shares (flashref.problem)
-    p = options.get("dropout_p", 0.0)
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout_p must be a number in [0, 1), got {p!r}")
-    seed = options.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    from ..functional import _number
     from . import kernels
+
+    check_options(options, OPTIONS, "gpu.attention")  # the rules every entry point shares (flashref.problem)
+    p = _dropout_p(_number(options.get("dropout_p", 0.0), "dropout_p"))  # a 0-d tensor too, as the front
+    seed = options.get("seed")
+    if seed is not None:
+        seed = _seed(seed)
 
     config = options.get("config")
     if config is None:
@@ -165,11 +203,13 @@ def forward(q, k, v, *, causal=False, scale=None, **options):
     (-inf for a row that a window leaves with no key).
 
     Takes attention's options except ``deterministic`` (a backward option)."""
-    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False))
+    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
     if "deterministic" in options:
         raise TypeError("unknown option deterministic for forward (it chooses the backward's dQ scheme)")
     dropout, cfg = _check_options(options, q.shape[-1], causal, False)
     var = _variants(q, k, causal, options)
+    _finite(("q", q), ("k", k), ("v", v))
+    q, scale = _positive_scale(q, scale)
     o, L2 = _forward(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, cfg, dropout, var)
     return o, L2 * math.log(2.0)
 
@@ -179,13 +219,21 @@ def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=Fal
 
     ``lse`` is natural-log, (B, H, Nq) fp32, as :func:`forward` returns it; a caller that merges
     partial results (ring attention) hands in the merged one. Options as :func:`forward`'s."""
-    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False))
+    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
     _check_saved(q, o, do, lse)
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     var = _variants(q, k, causal, options)
+    _finite(("q", q), ("k", k), ("v", v), ("do", do))
+    tau = scale
+    q, scale = _positive_scale(q, scale)  # as forward ran it; dq of the original q below
     L2 = (lse / math.log(2.0)).float().contiguous()  # the kernels keep the base-2 LSE (exp2 in their loops)
-    return _backward(q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), L2, do.contiguous(),
-                     causal, scale, deterministic, cfg, dropout, var)
+    dq, dk, dv = _backward(q.contiguous(), k.contiguous(), v.contiguous(), o.contiguous(), L2, do.contiguous(),
+                           causal, scale, deterministic, cfg, dropout, var)
+    if tau < 0:  # q' = -q
+        dq = dq.neg_()
+    elif tau == 0:  # q' = 0 · q: no score depends on q
+        dq = dq.zero_()
+    return dq, dk, dv
 
 
 def _check_saved(q, o, do, lse):
@@ -221,7 +269,11 @@ def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
         raise ValueError(f"p must be a dropout probability in [0, 1), got {p!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {seed!r}")
-    device = device or ("cpu" if _interpret() else "cuda")
+    device = torch.device(device or ("cpu" if _interpret() else "cuda"))
+    if (device.type == "cuda" and not torch.cuda.is_available()) or (device.type != "cuda" and not _interpret()):
+        raise RuntimeError(f"gpu.dropout_mask: the mask is computed by a Triton kernel, which needs a CUDA GPU, or "
+                           f"Triton's interpreter on the CPU (TRITON_INTERPRET=1, set before triton is imported); "
+                           f"device {device} has neither")
     mask = torch.empty((B, H, Nq, Nk), dtype=torch.int8, device=device)
     kernels.dropout_mask(mask, float(p), int(seed))
     return mask.bool()
@@ -268,6 +320,7 @@ def _function():
         def backward(ctx, do):
             if torch.is_grad_enabled():  # backward(create_graph=True): the kernels have no derivative
                 raise RuntimeError(DOUBLE_BACKWARD)
+            _finite(("grad_output (the gradient flowing into attention's output)", do))
             q, k, v, o, L2 = ctx.saved_tensors
             dq, dk, dv = _backward(q, k, v, o, L2, do, *ctx.args)
             return dq, dk, dv, None, None, None, None, None, None
@@ -282,8 +335,12 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     """FlashAttention-2 in Triton: ``softmax(scale · q kᵀ [causal mask]) v`` with autograd.
 
     q: (B, H, Nq, d), k and v: (B, H, Nk, d); fp16 or bf16 CUDA tensors; any d in 1..256 (the
-    kernels pad it to a power of two on chip). scale defaults to 1/sqrt(d). causal masks key j for
-    query i when j > i (top-left).
+    kernels pad it to a power of two on chip). scale defaults to 1/sqrt(d); any finite real number (0 and
+    negative ones too, as the numpy algorithms, the torch front and torch take them; the kernels run
+    ``|scale|`` on ``-q``, or 1 on ``0·q``). causal masks key j for query i when j > i (top-left).
+    NaN or inf in q, k, v (or in the gradient flowing back) raises a ValueError on the CPU (the interpreter);
+    on a GPU only under ``torch.autograd.detect_anomaly()``, since the check reads every input again and waits
+    for the GPU.
 
     deterministic: the backward's dQ. False: FA2's scheme, every column block's program adds its
     dS_ij K_j into an fp32 dQ in HBM with atomics (5 matmuls per block pair; the order of the adds,
@@ -316,7 +373,7 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     * ``softcap=c > 0``: the scaled scores become ``c·tanh(s/c)`` (before ALiBi and the mask).
     """
     global _FN
-    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False))
+    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
     if deterministic is None:
         import torch
         deterministic = torch.are_deterministic_algorithms_enabled()
@@ -324,6 +381,10 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
         raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     var = _variants(q, k, causal, options)
+    _finite(("q", q), ("k", k), ("v", v))
+    # Every kernel (kernel 3 included) gets a scale > 0: a scale <= 0 becomes one on -q or 0·q here, before the
+    # dispatch, with autograd through the negation (_positive_scale says why the kernels need it).
+    q, scale = _positive_scale(q, scale)
     if options.get("config") is None:  # no kernel asked for: kernel 3 wherever it takes the call
         from . import kernel3
         if kernel3.choose(q, k, v, causal, **options)[0]:
@@ -339,7 +400,7 @@ def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str
     the call."""
     check_options(options, OPTIONS, "gpu.which_kernel")
     # attention's checks, so that a call attention would refuse is not answered with a kernel
-    _check(q, k, v, causal, options.get("scale"), options.get("enable_gqa", False), launch=False)
+    _check(q, k, v, causal, options.get("scale"), options.get("enable_gqa", False), launch=False, any_scale=True)
     if deterministic is not None and not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     _check_options(options, q.shape[-1], causal, bool(deterministic))
@@ -348,7 +409,9 @@ def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str
     if config is not None:
         return f"kernel {config.version}: a kernels.Config was given"
     from . import kernel3
-    ok, why = kernel3.choose(q, k, v, causal, **options)
+    # as attention asks it: scale is attention's own argument, not one of the options kernel 3 refuses (any
+    # scale reaches kernel 3 positive, see _positive_scale)
+    ok, why = kernel3.choose(q, k, v, causal, **{n: x for n, x in options.items() if n != "scale"})
     if not ok:
         return f"kernel 2: kernel 3 does not take this call ({why})"
     if deterministic is None:

@@ -102,12 +102,12 @@ def _forward(Q, K, V, O, L2, Slopes, Nq, Nk, qk_scale, seed_key, thresh, inv_kee
     # Alg.1 l.11: end for.
     # Alg.1 l.12: O_i = diag(ℓ_i)^{−1} O_i, once per row block (ℓ_i > 0: key 0 is always visible;
     # [window] ℓ_i = 0 for a fully masked row: O_i = 0, and L_i below is -inf).
+    l_div = l_i
     if WINDOW:
-        O_i = O_i / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    else:
-        O_i = O_i / l_i[:, None]
-    # Alg.1 l.13: L_i = m_i + log(ℓ_i) (base 2 here).
-    L_i = m_i + tl.math.log2(l_i)
+        l_div = tl.where(l_i == 0.0, 1.0, l_i)
+    O_i = O_i / l_div[:, None]
+    # Alg.1 l.13: L_i = m_i + log(ℓ_i) (base 2 here; a fully masked row: m_i = -inf, log2 of 1, never of 0).
+    L_i = m_i + tl.math.log2(l_div)
     # Alg.1 l.14: write O_i to HBM; l.15: write L_i to HBM. Once each per row block.
     _store_rows(O + bh * Nq * HEAD_D, rows, Nq, offs_d, O_i, HEAD_D, D_PAD)
     tl.store(L2 + bh * Nq + rows, L_i, mask=rows < Nq)

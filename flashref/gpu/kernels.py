@@ -465,8 +465,9 @@ def _finish(acc, l_i, m_i, O_base, L2_base, offs_m, offs_d, Nq, inv_keep, HEAD_D
     O_i = acc / l_div[:, None]
     if DROPOUT:
         O_i = O_i * inv_keep
-    # FA2 Alg.1 l.13 (flash2.py): L_i = m_i + log ℓ_i, in base 2 (m_i is already base 2).
-    L2_i = m_i + tl.math.log2(l_i)
+    # FA2 Alg.1 l.13 (flash2.py): L_i = m_i + log ℓ_i, in base 2 (m_i is already base 2). A fully masked row
+    # ([window]) has m_i = -inf and ℓ_i = 0: log2 of l_div (1 there) gives L_i = -inf without evaluating log2(0).
+    L2_i = m_i + tl.math.log2(l_div)
     # FA2 Alg.1 l.14-15 (flash2.py): write O_i and L_i to HBM, once each.
     _store_rows(O_base, offs_m, Nq, offs_d, O_i, HEAD_D, D_PAD)
     if D_B > 0:  # the second column tile of O_i
@@ -992,6 +993,14 @@ def _num_sms(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
+def _positive(scale) -> None:
+    # Kernel 2's forward masks S with -inf before scaling it and takes the row max as τ·rowmax(S) (one FMA with
+    # the subtraction): both need τ > 0. flashref.gpu maps any other finite τ to one (gpu._positive_scale).
+    if not scale > 0:
+        raise ValueError(f"scale: the kernels take a scale > 0 (flashref.gpu.attention, forward and backward map "
+                         f"any other finite scale to one), got {scale!r}")
+
+
 def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None, var: Variants = NO_VARIANTS):
     """Launch Algorithm 1 on contiguous (B, H, N, d) tensors; fills o and the base-2 LSE L2.
 
@@ -999,6 +1008,7 @@ def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None, var: Varia
     :class:`Variants` (k and v then have ``H / var.group`` heads)."""
     B, H, Nq, d = q.shape
     Nk = k.shape[2]
+    _positive(scale)
     seed_key, thresh, inv_keep = dropout_args(*dropout) if dropout else (0, 0, 1.0)
     if cfg.version == 1:
         from . import kernel1  # kernel1 imports this module's helpers
@@ -1044,6 +1054,7 @@ def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, drop
     """
     B, H, Nq, d = q.shape
     Nk = k.shape[2]
+    _positive(scale)
     D_PAD = pad_dim(d)
     atomic = dq_acc is not None
     seed_key, thresh, inv_keep = dropout_args(*dropout) if dropout else (0, 0, 1.0)

@@ -21,6 +21,9 @@ not scored. What this guards against, and what it does not, is in COURSE.md.
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 
 # Everything the grading process uses, imported now: a file changed on disk by student code later
@@ -30,13 +33,36 @@ from . import harness, integrity, lab, oracle, report  # noqa: F401
 from .exercises import EXERCISES, Exercise, get
 from .report import Report
 
-__all__ = ["grade", "Report", "EXERCISES", "get"]
+__all__ = ["grade", "Report", "EXERCISES", "get", "check_seed", "check_timeout"]
 
 RTOL, ATOL = 1e-7, 1e-9
 
 
+def check_timeout(timeout, name: str = "timeout") -> float:
+    """Seconds a file may run: a positive, finite real number (the one rule of :func:`grade` and the CLI)."""
+    if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"{name}: expected a positive, finite number of seconds, got {timeout!r}")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"{name}: expected a positive, finite number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def check_seed(seed, name: str = "seed") -> int | None:
+    """The random data's seed: None (fresh) or an integer >= 0 (numpy's ``default_rng`` takes no other)."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"{name}: expected a non-negative integer or None, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"{name}: expected a non-negative integer or None, got {seed!r}")
+    return int(seed)
+
+
 def grade(exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT) -> Report:
-    """Grade the file ``path`` on ``exercise`` (name or number). Never raises for a bad student file."""
+    """Grade the file ``path`` on ``exercise`` (name or number). Never raises for a bad student file;
+    a bad ``seed`` (not None or an integer >= 0) or ``timeout`` (not a positive, finite number of seconds)
+    raises a TypeError or ValueError naming it, before anything runs."""
+    seed, timeout = check_seed(seed), check_timeout(timeout)
     return _grade(get(exercise), path, seed=seed, timeout=timeout)
 
 
