@@ -26,6 +26,8 @@ import numbers
 
 import numpy as np
 
+from ..problem import _seed
+
 # Everything the grading process uses, imported now: a file changed on disk by student code later
 # is never imported by this process.
 from . import budgets as _budgets
@@ -51,8 +53,7 @@ def check_seed(seed, name: str = "seed") -> int | None:
     """The random data's seed: None (fresh) or an integer >= 0 (numpy's ``default_rng`` takes no other)."""
     if seed is None:
         return None
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"{name}: expected a non-negative integer or None, got {seed!r}")
+    seed = _seed(seed, name)  # an integer, by the rule every entry point's seed follows (flashref.problem)
     if seed < 0:
         raise ValueError(f"{name}: expected a non-negative integer or None, got {seed!r}")
     return int(seed)
