@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from .problem import _bool, _nonnegative_int, positive_int
+
 __all__ = ["L2Cache", "L2Spec", "preset", "PRESETS"]
 
 MB = 1024 * 1024
@@ -78,9 +80,8 @@ class L2Cache:
     """
 
     def __init__(self, capacity: int, line_bytes: int = 1):
-        if capacity <= 0:
-            raise ValueError(f"capacity: expected a positive number of bytes, got {capacity!r}")
-        self.capacity, self.line_bytes = int(capacity), int(line_bytes)
+        # whole bytes: a NaN, infinite or fractional capacity has no LRU meaning, and line_bytes=0 divides by 0
+        self.capacity, self.line_bytes = positive_int(capacity, "capacity"), positive_int(line_bytes, "line_bytes")
         self._blocks: OrderedDict = OrderedDict()  # key -> [nbytes, dirty]
         self.used = 0
         self.reads = self.writes = self.dram_reads = self.dram_writes = 0
@@ -91,9 +92,12 @@ class L2Cache:
         return -(-int(nbytes) // lb) * lb
 
     def access(self, key, nbytes: int, write: bool = False) -> bool:
-        """Touch ``key``; returns True on a hit."""
-        n = self._size(nbytes)
+        """Touch ``key``, a block of ``nbytes`` (the same size each time); returns True on a hit."""
+        n = self._size(_nonnegative_int(nbytes, "nbytes"))  # negative bytes would count negative traffic
+        write = _bool(write, "write")
         blk = self._blocks.get(key)
+        if blk is not None and blk[0] != n:  # a hit would count bytes the cache does not hold
+            raise ValueError(f"nbytes: key {key!r} is a block of {blk[0]} bytes in the cache, got {nbytes}")
         if write:
             self.writes += n
         else:

@@ -43,6 +43,7 @@ import re
 from dataclasses import dataclass, field
 
 from .l2 import L2Cache
+from .problem import _causal, positive_int
 
 __all__ = ["ScanKernel", "simulate", "flashref_fwd", "flashref_dkdv", "flashref3_fwd", "flashref3_dkdv", "flashref3_dq",
            "fa2_fwd", "fa2_bwd", "SMS"]
@@ -131,6 +132,15 @@ class ScanKernel:
         return list(range(hi - 1, lo - 1, -1)) if self.descending else list(range(lo, hi))
 
 
+def _checked(k) -> ScanKernel:
+    """``k``, refused unless a ScanKernel with CTAs resident (``resident`` may be set by hand, as notebook 08 does:
+    with none, :func:`simulate` would wait forever for a free slot and the closed forms divide by zero)."""
+    if not isinstance(k, ScanKernel):
+        raise TypeError(f"k: expected a schedule.ScanKernel, got {type(k).__name__}")
+    positive_int(k.resident, "resident (CTAs resident at once)")
+    return k
+
+
 def simulate(k: ScanKernel, cache: L2Cache) -> L2Cache:
     """Run ``k`` against ``cache``: every resident CTA loads one scanned tile per step.
 
@@ -138,7 +148,7 @@ def simulate(k: ScanKernel, cache: L2Cache) -> L2Cache:
     takes the next CTA in grid order at the next step. Returns the cache, whose counters hold the
     L2 and DRAM bytes (``dram_writes + dirty_bytes()`` = every write that eventually reaches DRAM).
     """
-    order = k.grid_order()
+    order = _checked(k).grid_order()
     nxt = 0
     slots = []  # [head, block, remaining tiles (reversed list)]
     while nxt < len(order) or slots:
@@ -168,6 +178,21 @@ def simulate(k: ScanKernel, cache: L2Cache) -> L2Cache:
 
 
 # ------------------------------------------------------------------------------------ builders
+
+def _shape(BH, Nq, Nk, d, causal, e, sms):
+    """A builder's arguments, checked by the rules of every entry point (flashref.problem)."""
+    return (*(positive_int(v, name) for v, name in ((BH, "BH"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"))), _causal(causal),
+            positive_int(e, "e"), positive_int(sms, "sms"))
+
+
+def _tiles3(table, d, causal, what):
+    """Kernel 3's tiles at (d, causal) from ``table``, or an error naming the head dims it has tiles for."""
+    try:
+        return table[(d, causal)]
+    except KeyError:
+        raise ValueError(f"d={d}: kernel 3's {what} has tiles for d in {sorted({k[0] for k in table})} only "
+                         f"(causal={causal})") from None
+
 
 def _cdiv(a, b):
     return -(-a // b)
@@ -232,6 +257,7 @@ def _kernel2(d, causal):
 
 
 def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_first=None):
+    BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     cfg = _kernel2(d, causal)
     BM, BN = blocks or (cfg.fwd.block_m, cfg.fwd.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
@@ -243,6 +269,7 @@ def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_f
 
 
 def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagger=True):
+    BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     cfg = _kernel2(d, causal)
     BM, BN = blocks or (cfg.dkdv.block_m, cfg.dkdv.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
@@ -254,6 +281,7 @@ def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagge
 
 
 def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
+    BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     BM, BN = _pick(FA2_TILES["fwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
@@ -263,6 +291,7 @@ def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
 
 
 def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
+    BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     BM, BN = _pick(FA2_TILES["bwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
@@ -356,7 +385,8 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     in one H100 run and 2.6-3.5 in five others (2.2 predicted), at two heads 74-106 GB in five rounds (4.6)
     (figures/gpu/NOTES-l2.md, "Thirteenth round"). The schedule is the lockstep one; no rule for the drift."""
     from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
-    t = tiles or TILES[(d, bool(causal))]
+    BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
+    t = tiles or _tiles3(TILES, d, causal, "forward")
     if t.persistent and causal and not t.dynamic:  # a static stride over tiles of unequal length
         raise NotImplementedError("the L2 model has no schedule for kernel 3's static persistent causal forward")
     BM, BN = t.block_m, t.block_n
@@ -374,7 +404,8 @@ def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     row blocks (Q_i, dO_i, L_i, D_i) from its diagonal down (causal) or from row block j·BN/BM with wrap-around
     (not causal). No fp32 dQ: the dQ kernel computes it."""
     from .gpu.kernel3_bwd import BWD_TILES
-    t = tiles or BWD_TILES[(d, bool(causal))]
+    BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
+    t = tiles or _tiles3(BWD_TILES, d, causal, "backward")
     if t.dq or t.persistent:  # so that retuning BWD_TILES to either cannot leave the model silently wrong
         raise NotImplementedError("the L2 model has kernel 3's atomic-free, non-persistent backward only (dq = 0: "
                                   "the dK/dV kernel, then the dQ kernel); an atomic dQ adds an fp32 dQ read and "
@@ -392,7 +423,8 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     """Kernel 3's dQ kernel (kernel3_bwd._k3q_kernel): grid (N/128, B·H); row block i (128 rows: Q_i, dO_i,
     L_i, D_i read once, dQ_i written once) scans K_j, V_j from 0 up; causal, the longest rows first."""
     from .gpu.kernel3_bwd import BWD_TILES
-    tq = (tiles or BWD_TILES[(d, bool(causal))]).dq_tiles
+    BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
+    tq = (tiles or _tiles3(BWD_TILES, d, causal, "backward")).dq_tiles
     BM, BN = 128, tq.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)
@@ -404,6 +436,7 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
 
 def waves(k: ScanKernel) -> float:
     """CTAs of the grid over resident slots."""
+    _checked(k)
     return k.heads * k.ctas_per_head / k.resident
 
 

@@ -69,7 +69,7 @@ import numpy as np
 
 from .. import schedule as S  # noqa: N812
 from ..l2 import preset
-from ..problem import check_options, positive_int
+from ..problem import _causal, check_options, positive_int
 
 __all__ = ["dram", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "STAGGERED_D64", "IMPLS", "MODES", "scan_bytes",
            "staggered_scan_bytes", "kernels", "kernel3_tiles", "recorded_impl"]
@@ -121,6 +121,8 @@ def miss(D, C, kappa):
     if D <= 0:
         return 0.0
     r = C / D
+    if r == 0:  # C / D underflowed (a capacity of a few subnormal bytes): the limit, not log(0)
+        return 1.0
     if kappa == math.inf:
         return 0.0 if r >= 1 else 1.0
     x = kappa * math.log(r)
@@ -140,6 +142,7 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     cover the union of their tile ranges once (one pass). A pass re-reads what the head's previous
     pass covered with probability ``miss(D)``, ``D`` the footprint of the passes in between.
     """
+    k, p = S._checked(k), _full_params(p)
     C, kappa = p["C_eff"], p["kappa"]
     # A tile read by a whole wave at once is held in both L2 partitions. A wave that starts on the
     # diagonal (flashref's causal dK/dV) never reads one tile with all its CTAs at once: held once, as
@@ -151,12 +154,14 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     per_sm = max(1, k.resident // k.sms)
     unit = k.tile_bytes + k.rmw_bytes
     waves, heads, los, his, foot = _passes(k, unit)
-    before = np.concatenate([[0.0], np.cumsum(foot)])  # footprint of the waves before each one
+    before = np.concatenate([[0.0], np.cumsum(foot)]).tolist()  # footprint of the waves before each one
+    foot = foot.tolist()  # Python floats: the same IEEE sums, without numpy's per-scalar cost in the loop
     last = {}  # head -> (wave index, range)
     reads = writes = 0.0
     dirty_pending = {}  # head -> bytes of rmw data dirty from its last pass
     for w, h, lo, hi in zip(waves.tolist(), heads.tolist(), los.tolist(), his.tolist()):
-        size = k.span(lo, hi) * unit
+        span = k.span(lo, hi)
+        size = span * unit
         if h in last:
             w_prev, (plo, phi) = last[h]
             ov = k.span(max(lo, plo), min(hi, phi))  # tiles this pass shares with the last, in full tiles
@@ -174,7 +179,7 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
                 (phi - plo - ov) / max(1, phi - plo))
         else:
             reads += size
-        dirty_pending[h] = k.span(lo, hi) * k.rmw_bytes
+        dirty_pending[h] = span * k.rmw_bytes
         last[h] = (w, (lo, hi))
     writes += sum(dirty_pending.values())  # the last pass's dirty data reaches DRAM eventually
     own = k.private_total()  # per head, in full tiles
@@ -229,6 +234,7 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
     ``kappa_stag``): no tile is shared by a whole wave at once, so the two partitions do not both
     hold it as in a lockstep pass, and the knee is sharper.
     """
+    k, p = S._checked(k), _full_params(p)
     C, kappa, lag = p["C_stag"], p["kappa_stag"], p["lag"]
     unit, R, T = k.tile_bytes, k.resident, k.ctas_per_head
     his = np.array([k.span(lo, hi) for lo, hi in (k.ranges[c] for c in k.launch)], dtype=float)
@@ -270,6 +276,9 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS):
     """The kernels one call launches: ("scan", ScanKernel, staggered), ("stream", name, R, W, launches) (R and W
     over all its launches) or ("mask", name, R, W, chunks, heads) (one masked_fill chunk, launched ``chunks``
     times)."""
+    _check_impl_mode(impl, mode)
+    B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e)
+    causal = _causal(causal)
     BH = B * H
     Xq, Xk = BH * Nq * d * e, BH * Nk * d * e  # one Q-sized (K-sized) fp16 tensor
     out = []
@@ -323,6 +332,8 @@ def kernel3_tiles(d, Nq, Nk, causal, e=2):
     its dispatcher's own pure-Python rules (``kernel3.plan``, ``kernel3.backward_plan``) for a call without
     options on 2-byte inputs; 4-byte inputs go to kernel 2."""
     from ..gpu import kernel3
+    (d, Nq, Nk, e), causal = (positive_int(v, n) for v, n in ((d, "d"), (Nq, "Nq"), (Nk, "Nk"), (e, "e"))), \
+        _causal(causal)  # else a head dim no kernel runs would come back as "kernel 2 runs it"
     if e != 2:
         return None, None
     fwd, why = kernel3.plan(d, Nq, Nk, "float16", causal)
@@ -367,21 +378,33 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     overrides entries of PARAMS (for fitting and for what-if sweeps)."""
     check_options(opts, {"B", "H", "Nq", "Nk", "d", "causal", "gpu", "dtype_bytes", "params"}, "iomodel.dram")
     params = opts.get("params")
-    if impl not in IMPLS:
-        raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-    # The same value rules as every entry point (flashref.problem).
-    B, H, Nq, Nk, d, dtype_bytes = (positive_int(v, name) for v, name in (
-        (B, "B"), (H, "H"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"), (dtype_bytes, "dtype_bytes")))
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal: expected True or False, got {causal!r}")
+    _check_impl_mode(impl, mode)
+    B, H, Nq, Nk, d, dtype_bytes = _sizes(B, H, Nq, Nk, d, dtype_bytes, e_name="dtype_bytes")
+    _causal(causal)
     _check_call(impl, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
     p = _params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params))
     seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), e=dtype_bytes, sms=spec.sms)
     rows = predict_kernels(seq, Nq, Nk, p)
     return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows)
+
+
+def _check_impl_mode(impl, mode):
+    if impl not in IMPLS:
+        raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+
+
+def _sizes(B, H, Nq, Nk, d, e, e_name="e"):
+    """The same value rules as every entry point (flashref.problem)."""
+    return tuple(positive_int(v, name) for v, name in ((B, "B"), (H, "H"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"),
+                                                       (e, e_name)))
+
+
+def _full_params(p):
+    """A closed form's ``p``: PARAMS, overridden by ``p``'s entries, each checked as ``dram(params=...)``'s."""
+    return p if p is PARAMS else {**PARAMS, **(_check_params(p) or {})}
 
 
 MAX_N = 2 ** 31 - 1  # the kernels index a sequence with 32-bit integers (and so does this model's grid)
@@ -422,10 +445,14 @@ def _check_params(params):
              "partitions_diagonal": (1, True)}  # name: (lower bound, bound included)
     for name, v in params.items():
         lo, incl = rules[name]
+        # only a sharpness may be infinite (an exact LRU step); an infinite lag or partition count made an
+        # infinite reuse distance, and log(C / inf) a bare "math domain error"
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
-                or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1):
+                or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1) \
+                or (math.isinf(v) and not name.startswith("kappa")):
             raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"
-                             f"{' and <= 1' if name == 'alpha' else ''}, got {v!r}")
+                             f"{' and <= 1' if name == 'alpha' else ''}{'' if name.startswith('kappa') else ', finite'}"
+                             f", got {v!r}")
     return params
 
 
@@ -472,6 +499,8 @@ def recorded_impl(row):
     kernel ran in the row's ``kernel`` field (``gpu.which_kernel``'s words). A ``"flashref"`` row is
     ``"flashref"`` where kernel 3 ran, and ``"flashref2"`` where kernel 2 did: where kernel 3 refused the call
     (on a GPU without Triton 3.6, say), and in every row recorded before, when the default was kernel 2."""
+    if not isinstance(row, dict) or "impl" not in row:
+        raise ValueError(f"row: expected a recorded row, a dict with an 'impl' entry, got {row!r}"[:300])
     if row["impl"] == "flashref" and not str(row.get("kernel", "")).startswith("kernel 3"):
         return "flashref2"
     return row["impl"]
@@ -511,6 +540,8 @@ def fit(result, start=None, rounds=2, grid=None):
     to measured bytes. Returns (params, loss)."""
     grid = grid or GRID
     rows = [r for r in measured_rows(result) if not is_held_out(r[1])]
+    if not rows:
+        raise ValueError("result: no measured rows to fit (every row held out, failed or of another impl)")
 
     def loss(q):
         return sum(math.log1p(e) ** 2 for e in errors(rows, q)) / len(rows)
@@ -549,6 +580,9 @@ def fit_staggered(results, grid=None, gpu="h100", d=None):
     Returns (params, loss)."""
     grid = grid or STAG_GRID
     rows = [r for r in staggered_rows(results) if d is None or r[3]["d"] == d]
+    if not rows:
+        at = f" at d={d}" if d else ""
+        raise ValueError(f"results: no measured rows to fit (FlashAttention-2 causal forwards{at})")
     best_p, best = None, math.inf
     for C in grid["C_stag"]:
         for kappa in grid["kappa_stag"]:

@@ -1,0 +1,155 @@
+"""Bad input to the three-level model (flashref.l2, flashref.schedule, iomodel.dram): a clear error naming the
+argument, never a raw internal error, a hang, negative bytes or a silently wrong answer."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+
+from flashref import iomodel, schedule
+from flashref.l2 import L2Cache
+
+D = importlib.import_module("flashref.iomodel.dram")  # the module; iomodel.dram is the function
+SHAPE = dict(B=1, H=1, Nq=1024, Nk=1024, d=64)
+
+
+# ----------------------------------------------------------------------------- the cache
+
+
+@pytest.mark.parametrize("capacity,exc", [
+    (float("nan"), TypeError), (math.inf, TypeError), ("1024", TypeError), (True, TypeError), (1.5, TypeError),
+    (-8, ValueError),
+])
+def test_cache_capacity_must_be_a_positive_integer(capacity, exc):
+    with pytest.raises(exc, match="capacity"):
+        L2Cache(capacity)
+
+
+@pytest.mark.parametrize("line_bytes,exc", [(0, ValueError), (-4, ValueError), (0.5, TypeError)])
+def test_cache_line_bytes_must_be_a_positive_integer(line_bytes, exc):
+    with pytest.raises(exc, match="line_bytes"):
+        L2Cache(1024, line_bytes=line_bytes)
+
+
+@pytest.mark.parametrize("nbytes,exc", [(-5, ValueError), (float("nan"), TypeError), (1.5, TypeError),
+                                        (True, TypeError)])
+def test_cache_access_refuses_a_bad_size(nbytes, exc):
+    cache = L2Cache(1024)
+    with pytest.raises(exc, match="nbytes"):
+        cache.access("a", nbytes)
+    assert cache.reads == cache.dram_reads == cache.misses == 0  # nothing was counted
+
+
+def test_cache_access_write_must_be_a_bool():
+    with pytest.raises(TypeError, match="write"):
+        L2Cache(1024).access("a", 8, write="no")
+
+
+def test_cache_block_keeps_its_size():
+    """A key is one block of one size: touching it again with another size would count bytes the cache never
+    holds (reads grew by 50 while ``used`` stayed at 1)."""
+    cache = L2Cache(1024)
+    cache.access("a", 1)
+    with pytest.raises(ValueError, match="nbytes"):
+        cache.access("a", 50)
+    assert cache.access("a", 1) and cache.reads == 2
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(BH=0), ValueError, "BH"), (dict(Nq=0), ValueError, "Nq"), (dict(Nk=-5), ValueError, "Nk"),
+    (dict(Nq=1.5), TypeError, "Nq"), (dict(d=0), ValueError, "d"), (dict(e=0), ValueError, "e"),
+    (dict(sms=0), ValueError, "sms"), (dict(BH=True), TypeError, "BH"),
+])
+@pytest.mark.parametrize("builder", [schedule.flashref_fwd, schedule.flashref_dkdv, schedule.fa2_fwd,
+                                     schedule.fa2_bwd, schedule.flashref3_fwd])
+def test_builders_refuse_bad_shapes(builder, kw, exc, match):
+    args = dict(BH=1, Nq=1024, Nk=1024, d=64, causal=False, e=2, sms=4, **{})
+    with pytest.raises(exc, match=match):
+        builder(**{**args, **kw})
+
+
+def test_kernel3_builders_name_a_head_dim_without_tiles():
+    with pytest.raises(ValueError, match="d=100"):
+        schedule.flashref3_fwd(1, 1024, 1024, 100)
+    with pytest.raises(ValueError, match="d=100"):
+        schedule.flashref3_dkdv(1, 1024, 1024, 100)
+
+
+def test_no_resident_ctas_is_refused_not_a_hang():
+    """``simulate`` with no CTA resident used to loop forever; ``scan_bytes`` divided by zero."""
+    k = schedule.flashref_fwd(1, 1024, 1024, 64, sms=1)
+    k.resident = 0  # as notebook 08 sets it
+    for f in (lambda: schedule.simulate(k, L2Cache(2 ** 20)), lambda: D.scan_bytes(k), lambda: schedule.waves(k)):
+        with pytest.raises(ValueError, match="resident"):
+            f()
+
+
+def test_scan_bytes_names_a_bad_kernel_and_takes_partial_params():
+    with pytest.raises(TypeError, match="k: expected a schedule.ScanKernel"):
+        D.scan_bytes("flashref fwd")
+    k = schedule.flashref_fwd(2, 4096, 4096, 64, sms=4)
+    assert D.scan_bytes(k, {"kappa": 2.0}) == D.scan_bytes(k)  # the rest from PARAMS, as dram's params=
+    with pytest.raises(ValueError, match="params: unknown"):
+        D.scan_bytes(k, {"C_ef": 1})
+
+
+# ----------------------------------------------------------------------------- iomodel.dram and friends
+
+
+@pytest.mark.parametrize("params", [dict(lag=math.inf), dict(partitions=math.inf), dict(C_eff=math.inf),
+                                    dict(rho=math.inf)])
+def test_dram_params_must_be_finite(params):
+    """``lag=inf`` used to end in a bare "math domain error"; only kappa may be infinite (an exact LRU)."""
+    with pytest.raises(ValueError, match=f"params: {next(iter(params))}"):
+        iomodel.dram("sdpa_flash", "fwd", **SHAPE, causal=True, params=params)
+    lru = iomodel.dram("flashref", "fwd", **SHAPE, params=dict(kappa=math.inf, kappa_stag=math.inf))
+    assert math.isfinite(lru.total_bytes)
+
+
+def test_miss_of_a_vanishing_capacity_is_one():
+    """C / D underflowing to 0 is the limit of a cache too small to hold anything, not a math domain error."""
+    assert D.miss(1e9, 1e-320, 2.0) == 1.0
+    p = iomodel.dram("flashref2", "fwd", B=1, H=1, Nq=65536, Nk=65536, d=64, params=dict(C_eff=1e-320))
+    assert math.isfinite(p.total_bytes) and p.read_bytes > 0
+
+
+def test_kernels_refuses_an_unknown_mode_and_bad_shapes():
+    """``kernels("eager", "bogus", ...)`` used to return the forward's kernels."""
+    with pytest.raises(ValueError, match="mode"):
+        D.kernels("eager", "bogus", B=1, H=1, Nq=8, Nk=8, d=8)
+    with pytest.raises(ValueError, match="B"):
+        D.kernels("flashref", "fwd", B=0, H=1, Nq=8, Nk=8, d=8)
+
+
+@pytest.mark.parametrize("args,exc,match", [((-1, 1024, 1024, False), ValueError, "d"),
+                                            (("64", 1024, 1024, False), TypeError, "d"),
+                                            ((64, 0, 1024, False), ValueError, "Nq"),
+                                            ((64, 1024, 1024, "yes"), TypeError, "causal")])
+def test_kernel3_tiles_refuses_bad_shapes(args, exc, match):
+    """It used to answer (None, None), "kernel 2 runs", for a head dim no kernel runs."""
+    with pytest.raises(exc, match=match):
+        D.kernel3_tiles(*args)
+
+
+@pytest.mark.parametrize("row", [{}, None, {"kernel": "kernel 3"}])
+def test_recorded_impl_names_a_row_without_impl(row):
+    with pytest.raises((TypeError, ValueError), match="row"):
+        D.recorded_impl(row)
+
+
+@pytest.mark.parametrize("fit", [lambda: D.fit({"rows": []}), lambda: D.fit_staggered([{"rows": []}])])
+def test_fit_without_rows_says_so(fit):
+    with pytest.raises(ValueError, match="no measured rows"):
+        fit()
+
+
+def test_numpy_sizes_agree_with_python_ones():
+    a = iomodel.dram("sdpa_flash", "fwd_bwd", B=np.int16(2), H=np.uint8(3), Nq=np.int64(1000), Nk=1000, d=64)
+    b = iomodel.dram("sdpa_flash", "fwd_bwd", B=2, H=3, Nq=1000, Nk=1000, d=64)
+    assert (a.read_bytes, a.write_bytes, a.l2_bytes) == (b.read_bytes, b.write_bytes, b.l2_bytes)
