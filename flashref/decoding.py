@@ -103,6 +103,9 @@ def grid(pb: Problem) -> blocks.Grid:
 
 def split_bounds(Nk: int, num_splits: int) -> list[tuple[int, int]]:
     """The key ranges ``[k0, k1)`` of the splits: contiguous, as equal as possible, none empty."""
+    Nk, num_splits = positive_int(Nk, "Nk"), positive_int(num_splits, "num_splits")
+    if num_splits > Nk:  # some splits would be empty
+        raise ValueError(f"num_splits: expected at most Nk = {Nk} splits (each split needs a key), got {num_splits}")
     return [(s * Nk // num_splits, (s + 1) * Nk // num_splits) for s in range(num_splits)]
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from . import blocks, flash2, masks
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import Problem, _bool, _seed, require_finite
+from .problem import Problem, _bool, _nonnegative_int, positive_int, require_finite
 from .results import ForwardResult
 from .softmax import finite_or_zero
 
@@ -53,6 +53,7 @@ FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 OPTIONS = {"fp8": None, "p_fp8": None, "fp8_scaling": None, "incoherent": False, "incoherent_seed": 0,
            "p_scale": 1.0, "key_order": "forward"}
 SCALE_BYTES = 4  # descales are float32
+_TINY_SCALE = np.finfo(np.float32).smallest_subnormal  # the smallest descale a float32 holds
 
 
 def fmax(dtype) -> float:
@@ -109,14 +110,16 @@ def quantize(X: np.ndarray, dtype, rows_per_block: int | None = None):
     ``s`` has shape ``lead + (T,)`` with T = ⌈N / rows_per_block⌉ (1 per tensor).
     """
     N = X.shape[-2]
-    B = N if rows_per_block is None else rows_per_block
+    B = N if rows_per_block is None else positive_int(rows_per_block, "rows_per_block")
     T = -(-N // B)
     s = np.empty(X.shape[:-2] + (T,), dtype=np.float32)
     X8 = np.empty(X.shape, dtype=dtype)
     for t in range(T):
         r0, r1 = blocks.tile(t, B, N)
         amax = np.abs(X[..., r0:r1, :]).max(axis=(-2, -1))
-        s[..., t] = np.where(amax > 0, amax / fmax(dtype), 1.0)
+        # A tiny amax (< ~6e-43) makes amax/max 0 in float32, and X/0 NaN: keep the descale positive,
+        # so that such values underflow in FP8 as they would on the GPU.
+        s[..., t] = np.where(amax > 0, np.maximum(amax / fmax(dtype), _TINY_SCALE), 1.0)
         X8[..., r0:r1, :] = cast(X[..., r0:r1, :] / s[..., t, None, None].astype(X.dtype), dtype)
     return X8, s
 
@@ -137,7 +140,8 @@ def _values(fp8=None, p_fp8=None, fp8_scaling=None, incoherent=False, incoherent
         raise ValueError(f"fp8_scaling: expected 'tensor' or 'block', got {fp8_scaling!r}")
     if fp8_scaling is not None and qkv is None:
         raise ValueError(f"fp8_scaling={fp8_scaling!r} needs fp8='e4m3' or 'e5m2' (Q, K, V in FP8)")
-    incoherent, seed = _bool(incoherent, "incoherent"), _seed(incoherent_seed, "incoherent_seed")
+    # non-negative: numpy's generator (random_signs) refuses a negative seed with a message that names nothing
+    incoherent, seed = _bool(incoherent, "incoherent"), _nonnegative_int(incoherent_seed, "incoherent_seed")
     if seed != 0 and not incoherent:
         raise ValueError("incoherent_seed: only used with incoherent=True")
     if (isinstance(p_scale, (bool, np.bool_)) or not isinstance(p_scale, numbers.Real)

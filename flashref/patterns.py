@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from .blocks import Grid
-from .problem import positive_int
+from .problem import _bool, _nonnegative_int, positive_int
 
 __all__ = ["check_block_mask", "element_mask", "density", "causal_blocks", "local_blocks", "butterfly_blocks",
            "random_blocks"]
@@ -45,8 +45,10 @@ def element_mask(block_mask, Br: int, Bc: int, Nq: int, Nk: int) -> np.ndarray:
 
 
 def density(block_mask) -> float:
-    """s, the fraction of nonzero blocks."""
-    M = np.asarray(block_mask, dtype=bool)
+    """s, the fraction of nonzero blocks of a boolean ``(Tr, Tc)`` block mask."""
+    M = np.asarray(block_mask)
+    if M.dtype != np.bool_ or M.ndim != 2:  # a cast would make density(None) 0 and density("ab") 1
+        raise TypeError(f"block_mask: expected a boolean (Tr, Tc) array, got {M.dtype} of shape {M.shape}")
     return float(M.mean()) if M.size else 0.0
 
 
@@ -82,7 +84,7 @@ def local_blocks(Nq: int, Nk: int, Br: int, Bc: int, window: int, causal: bool =
         raise ValueError(f"window: expected a non-negative integer, got {window!r}")
     r0, r1, c0, c1 = _row_col_ranges(Nq, Nk, Br, Bc)
     lo, hi = r0 - c1, r1 - c0  # smallest and largest k − l inside the block
-    lower = 0 if causal else -window
+    lower = 0 if _bool(causal, "causal") else -window
     return (hi >= lower) & (lo <= window)
 
 
@@ -104,6 +106,7 @@ def random_blocks(Tr: int, Tc: int, density: float, seed: int = 0) -> np.ndarray
     if isinstance(density, bool) or not isinstance(density, numbers.Real) or not 0 <= density <= 1:
         raise ValueError(f"density: expected a fraction in [0, 1], got {density!r}")
     Tr, Tc = _sizes(Tr=Tr, Tc=Tc)
+    seed = _nonnegative_int(seed, "seed")  # numpy's generator takes None (unseeded), refuses floats and negatives
     n = Tr * Tc
     k = int(round(density * n))
     M = np.zeros(n, dtype=bool)

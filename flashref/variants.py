@@ -47,6 +47,8 @@ import dataclasses
 
 import numpy as np
 
+from .problem import require_finite
+
 __all__ = ["pack_rows", "unpack_rows", "packed_group", "loop_problem", "kv_gradients", "band", "tile_visited",
            "tile_inside", "tile_attend", "modify_scores", "softcap", "alibi", "slopes_of_rows", "sum_groups"]
 
@@ -188,7 +190,12 @@ def alibi(fc, pb, S, rows, cols, slopes):
     i = (np.arange(rows[0], rows[1]) // pb.q_group)[:, None]
     j = np.arange(cols[0], cols[1])[None, :]
     slope = slopes_of_rows(pb, slopes, rows)[..., None]  # (..., r, 1)
-    return fc.ew(S - slope * np.abs(i - j), "alibi distance", "alibi multiply", "alibi add")
+    # In S's dtype (the float64 slopes would promote a float32 tile). A product past the dtype is -inf, which
+    # the softmax would read as "masked" (a row of zeros, or the wrong keys): raise it, as scores() does.
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = S - (slope * np.abs(i - j)).astype(S.dtype, copy=False)
+    S = require_finite(S, "the scores with ALiBi, τ·QKᵀ − alibi_slopes·|i − j|,")
+    return fc.ew(S, "alibi distance", "alibi multiply", "alibi add")
 
 
 def modify_scores(fc, pb, S_ij, rows, cols, slopes_i=None, keep_dtanh=False):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import blocksparse
-from ..problem import Problem
+from ..problem import Problem, positive_int
 from . import Prediction
 from . import flash1 as _flash1
 
@@ -41,19 +41,24 @@ LINES_ALG5 = {"init": "Alg.5 l.2", "K_j, V_j": "Alg.5 l.6", "load": "Alg.5 l.9",
 
 
 def nonzero_rows(block_mask, Nq: int, Br: int) -> int:
-    """R = Σ over nonzero blocks (i, j) of r_i, the rows of row block i."""
-    M = np.asarray(block_mask, dtype=bool)
+    """R = Σ over nonzero blocks (i, j) of r_i, the rows of row block i (``block_mask``: boolean, Tr rows)."""
+    Nq, Br = positive_int(Nq, "Nq"), positive_int(Br, "Br")
+    M, Tr = np.asarray(block_mask), -(-Nq // Br)
+    if M.dtype != np.bool_ or M.ndim != 2 or M.shape[0] != Tr:
+        raise ValueError(f"block_mask: expected a boolean array of shape (Tr = {Tr}, Tc) for Nq={Nq}, Br={Br}; "
+                         f"got {M.dtype} {M.shape}")
     return _flash1.visited_rows(Nq, Br, M.shape[1], M)
 
 
-def forward(pb: Problem, *, block_mask) -> Prediction:
+# block_mask=None: left out, it is refused by check_block_mask with the simulator's message
+def forward(pb: Problem, *, block_mask=None) -> Prediction:
     g = blocksparse.grid_of(pb)
     M = blocksparse.check_block_mask(block_mask, g)
     # Algorithm 5 runs Algorithm 1's tile step behind "if M_ij ≠ 0": the same closed form, on this grid.
     return _flash1.forward(pb, grid=g, block_mask=M, lines=LINES_ALG5)
 
 
-def backward(pb: Problem, *, block_mask) -> Prediction:
+def backward(pb: Problem, *, block_mask=None) -> Prediction:
     g = blocksparse.grid_of(pb)
     M = blocksparse.check_block_mask(block_mask, g)
     # Algorithm 4 with the same skip: its closed form with the block mask, on this grid.
