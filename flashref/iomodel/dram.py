@@ -117,16 +117,18 @@ class DRAMPrediction:
 
 
 def miss(D, C, kappa):
-    """Fraction of re-reads at reuse distance ``D`` that miss an L2 of effective capacity ``C``."""
-    if D <= 0:
-        return 0.0
-    r = C / D
-    if r == 0:  # C / D underflowed (a capacity of a few subnormal bytes): the limit, not log(0)
-        return 1.0
-    if kappa == math.inf:
-        return 0.0 if r >= 1 else 1.0
-    x = kappa * math.log(r)
-    return 0.0 if x > 700 else 1.0 / (1.0 + math.exp(x))
+    """Fraction of re-reads at reuse distance ``D`` (a number, or an array of them) that miss an L2 of effective
+    capacity ``C``."""
+    D = np.asarray(D, dtype=float)
+    with np.errstate(divide="ignore", over="ignore"):
+        # D <= 0 (nothing in between): r = inf, every re-read hits. C / D underflowed to 0: log(0) = -inf, all miss.
+        r = C / np.where(D > 0, D, 0.0)
+        if kappa == math.inf:  # exact LRU: a step at C
+            m = np.where(r >= 1, 0.0, 1.0)
+        else:
+            x = kappa * np.log(r)
+            m = np.where(x > 700, 0.0, 1.0 / (1.0 + np.exp(np.minimum(x, 700.0))))
+    return float(m) if m.ndim == 0 else m
 
 
 def _residue(W, p):
@@ -153,41 +155,45 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     dup = p["partitions_diagonal"] if k.diagonal_starts else p.get("partitions", PARTITIONS)
     per_sm = max(1, k.resident // k.sms)
     unit = k.tile_bytes + k.rmw_bytes
-    waves, heads, los, his, foot = _passes(k, unit)
-    before = np.concatenate([[0.0], np.cumsum(foot)]).tolist()  # footprint of the waves before each one
-    foot = foot.tolist()  # Python floats: the same IEEE sums, without numpy's per-scalar cost in the loop
-    last = {}  # head -> (wave index, range)
-    reads = writes = 0.0
-    dirty_pending = {}  # head -> bytes of rmw data dirty from its last pass
-    for w, h, lo, hi in zip(waves.tolist(), heads.tolist(), los.tolist(), his.tolist()):
-        span = k.span(lo, hi)
-        size = span * unit
-        if h in last:
-            w_prev, (plo, phi) = last[h]
-            ov = k.span(max(lo, plo), min(hi, phi))  # tiles this pass shares with the last, in full tiles
-            # between the two passes: half of each pass's wave, and every wave in between
-            D = (foot[w_prev] + foot[w]) / 2 + (before[w] - before[w_prev + 1])
-            m = miss(dup * D, C, kappa)
-            # after the first wave, the CTAs sharing an SM drift apart: per_sm groups, out of phase
-            # by 1/per_sm of a scan; a group re-reads what the one ahead of it read if that was
-            # evicted, i.e. if 1/per_sm of the head's tiles (held twice) outgrow the L2
-            lag = miss(dup * ov * unit / per_sm, C, kappa) if per_sm > 1 else 0.0
-            spread = 1 + (per_sm - 1) * lag if w > 0 else 1
-            reads += size - ov * unit + ov * unit * m * spread
-            # the previous pass's dirty fp32 dQ: written back if evicted before this pass
-            writes += dirty_pending.get(h, 0.0) * m + dirty_pending.get(h, 0.0) * (1 - m) * (
-                (phi - plo - ov) / max(1, phi - plo))
-        else:
-            reads += size
-        dirty_pending[h] = span * k.rmw_bytes
-        last[h] = (w, (lo, hi))
-    writes += sum(dirty_pending.values())  # the last pass's dirty data reaches DRAM eventually
+    # Numpy over the passes (a causal grid of many heads has 10^5 of them): each pass against its head's last.
+    w, h, lo, hi, foot = _passes(k, unit)
+    before = np.concatenate([[0.0], np.cumsum(foot)])  # footprint of the waves before each one
+    span = _span(k, lo, hi)
+    # prev[i]: the same head's pass before pass i (passes are ordered by wave), or -1 for its first
+    by_head = np.lexsort((w, h))
+    prev = np.full(len(w), -1, dtype=np.int64)
+    same = h[by_head[1:]] == h[by_head[:-1]]
+    prev[by_head[1:][same]] = by_head[:-1][same]
+    again, first = np.flatnonzero(prev >= 0), prev < 0
+    j = prev[again]  # the previous pass of each pass in `again`
+    wa, wp, plo, phi = w[again], w[j], lo[j], hi[j]
+    ov = _span(k, np.maximum(lo[again], plo), np.minimum(hi[again], phi))  # tiles shared with the last pass
+    # between the two passes: half of each pass's wave, and every wave in between
+    D = (foot[wp] + foot[wa]) / 2 + (before[wa] - before[wp + 1])
+    m = miss(dup * D, C, kappa)
+    # after the first wave, the CTAs sharing an SM drift apart: per_sm groups, out of phase by 1/per_sm of a
+    # scan; a group re-reads what the one ahead of it read if that was evicted, i.e. if 1/per_sm of the head's
+    # tiles (held twice) outgrow the L2
+    lag = miss(dup * ov * unit / per_sm, C, kappa) if per_sm > 1 else 0.0
+    spread = np.where(wa > 0, 1 + (per_sm - 1) * lag, 1.0)
+    reads = float(np.sum(span[first]) * unit + np.sum(span[again] * unit - ov * unit + ov * unit * m * spread))
+    # the previous pass's dirty fp32 dQ: written back if evicted before this pass, or if this pass leaves it
+    dirty = span[j] * k.rmw_bytes
+    writes = float(np.sum(dirty * m + dirty * (1 - m) * ((phi - plo - ov) / np.maximum(1, phi - plo))))
+    last = np.ones(len(w), dtype=bool)
+    last[j] = False  # a pass that no later pass follows: its dirty data reaches DRAM eventually
+    writes += float(np.sum(span[last])) * k.rmw_bytes
     own = k.private_total()  # per head, in full tiles
     reads += k.heads * own * k.private_read
     writes += k.heads * own * k.private_write
     accesses = k.heads * sum(k.span(lo, hi) for lo, hi in k.ranges)
     l2 = accesses * (k.tile_bytes + 2 * k.rmw_bytes) + k.heads * own * (k.private_read + k.private_write)
     return reads, writes, l2
+
+
+def _span(k: S.ScanKernel, lo, hi):
+    """:meth:`ScanKernel.span`, vectorised: tiles lo..hi-1 in full tiles, the ragged last one as its share."""
+    return np.where(hi > lo, hi - lo - np.where(hi == k.n_tiles, 1.0 - k.last_scan, 0.0), 0.0)
 
 
 def _passes(k: S.ScanKernel, unit):
@@ -205,7 +211,7 @@ def _passes(k: S.ScanKernel, unit):
     lo = np.minimum.reduceat(ranges[blocks[order], 0], first)
     hi = np.maximum.reduceat(ranges[blocks[order], 1], first)
     pass_wave, pass_head = key[first] // k.heads, key[first] % k.heads
-    span = np.where(hi > lo, hi - lo - np.where(hi == k.n_tiles, 1.0 - k.last_scan, 0.0), 0.0)  # k.span, vectorised
+    span = _span(k, lo, hi)
     n_waves = int(wave[-1]) + 1 if len(wave) else 0
     own = np.bincount(wave, weights=np.where(blocks == k.ctas_per_head - 1, k.last_cta, 1.0), minlength=n_waves)
     foot = np.bincount(pass_wave, weights=span, minlength=n_waves) * unit + own * (k.private_read + k.private_write)
