@@ -1,8 +1,12 @@
-"""The figures command regenerates every figure, and its numbers equal the committed CSVs."""
+"""The figures command regenerates every figure in a clean clone, its numbers equal the committed CSVs, and it
+leaves the clone clean."""
 
 import math
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,15 +21,6 @@ REPO = Path(__file__).resolve().parents[1]
 NAMES = [f.name for f in all_figures()]
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("figures")
-    proc = subprocess.run([sys.executable, "-m", "flashref", "figures", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return out
-
-
 def _same(a: str, b: str) -> bool:
     try:
         x, y = float(a), float(b)
@@ -34,23 +29,60 @@ def _same(a: str, b: str) -> bool:
     return (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=1e-9, abs_tol=0.0)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_figure_written(generated, name):
-    png, csv = generated / f"{name}.png", generated / f"{name}.csv"
-    assert png.exists() and png.stat().st_size > 1000
-    assert csv.exists() and len(read_csv(csv)) > 0
+def _clean_clone(tmp_path: Path) -> Path:
+    """A fresh git repository holding a copy of the tracked files, committed."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True)
+    if files.returncode != 0:
+        pytest.skip("not a git checkout")
+    clone = tmp_path / "clone"
+    for name in filter(None, files.stdout.split("\0")):
+        src = REPO / name
+        if src.is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, clone / name)  # copy2 keeps the old mtimes: a file the command rewrites is newer
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clone"]):
+        subprocess.run(git + cmd, cwd=clone, check=True, capture_output=True)
+    return clone
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_figure_matches_committed(generated, name):
-    committed = REPO / "figures" / f"{name}.csv"
-    if not committed.exists():
-        pytest.skip(f"figures/{name}.csv is not committed")
-    new, old = read_csv(generated / f"{name}.csv"), read_csv(committed)
-    assert len(new) == len(old)
-    assert list(new[0]) == list(old[0])
-    bad = [(i, k, o[k], n[k]) for i, (n, o) in enumerate(zip(new, old)) for k in o if not _same(n[k], o[k])]
-    assert not bad, f"{name}: {len(bad)} cells differ, first {bad[:5]}"
+# One test, not one per figure: the figures command is the slowest thing the suite runs (minutes on two cores),
+# and a fixture shared by many tests would run once on each pytest-xdist worker that draws one of them.
+def test_figures_command_in_a_clean_clone(tmp_path):
+    """In a fresh clone, ``python -m flashref figures`` writes every figure (a PNG and its CSV), its numbers equal
+    the committed CSVs, and it rewrites each with the same bytes: git sees nothing change."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    clone = _clean_clone(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(clone), MPLBACKEND="Agg")
+    started = time.time()
+    proc = subprocess.run([sys.executable, "-m", "flashref", "figures"], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert str(clone / "figures") in proc.stdout, "the figures command did not write into the clone"
+    out, bad = clone / "figures", []
+    for name in NAMES:
+        png, csv = out / f"{name}.png", out / f"{name}.csv"
+        # written by this run (a second's slack: file systems round mtimes), not a copy of a committed file
+        if not (png.exists() and png.stat().st_size > 1000 and png.stat().st_mtime >= started - 1):
+            bad.append(f"{name}.png not written")
+        if not (csv.exists() and csv.stat().st_mtime >= started - 1 and read_csv(csv)):
+            bad.append(f"{name}.csv not written")
+            continue
+        committed = REPO / "figures" / f"{name}.csv"
+        if not committed.exists():
+            bad.append(f"figures/{name}.csv is not committed")
+            continue
+        new, old = read_csv(csv), read_csv(committed)
+        if len(new) != len(old) or list(new[0]) != list(old[0]):
+            bad.append(f"{name}.csv: {len(new)} rows of {list(new[0])}, committed {len(old)} of {list(old[0])}")
+            continue
+        cells = [(i, k, o[k], n[k]) for i, (n, o) in enumerate(zip(new, old)) for k in o if not _same(n[k], o[k])]
+        if cells:
+            bad.append(f"{name}: {len(cells)} cells differ from the committed CSV, first {cells[:5]}")
+    assert not bad, "\n".join(bad)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True).stdout
+    assert status == "", f"python -m flashref figures changed a clean clone:\n{status}"
 
 
 # ----------------------------------------------------------------------------- the roofline figure's counts

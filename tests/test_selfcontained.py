@@ -1,18 +1,14 @@
 """The repository stands on its own: every path the README, docs/ and the notebooks name exists in it;
 every measured number a notebook quotes is backed by a recorded file in figures/; every animation also
-leaves a static storyboard; notebooks use public names only; and the figures command leaves a clean
-clone clean."""
+leaves a static storyboard; and notebooks use public names only. (That the figures command leaves a clean clone
+clean is tests/test_figures.py's, which runs the command once for all its tests.)"""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -181,29 +177,3 @@ def test_notebooks_use_public_names(path):
                          r"blocks|flash1|flash2|standard|iomodel|hardware|plots)\._[a-z]\w*")
     bad = [f"cell {i}: {m.group(0)}" for i, c in enumerate(nb.cells) for m in private.finditer(c.source)]
     assert not bad, bad
-
-
-# ----------------------------------------------------------------------------- the figures command
-def test_figures_command_leaves_a_clean_clone_clean(tmp_path):
-    """Copy the tracked files into a fresh git repository, run the figures command there, see nothing change."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True)
-    if files.returncode != 0:
-        pytest.skip("not a git checkout")
-    clone = tmp_path / "clone"
-    for name in filter(None, files.stdout.split("\0")):
-        src = REPO / name
-        if src.is_file():
-            (clone / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, clone / name)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
-    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clone"]):
-        subprocess.run(git + cmd, cwd=clone, check=True, capture_output=True)
-    env = dict(os.environ, PYTHONPATH=str(clone), MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-m", "flashref", "figures"], cwd=clone, env=env, capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert str(clone / "figures") in proc.stdout, "the figures command did not write into the clone"
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True).stdout
-    assert status == "", f"python -m flashref figures changed a clean clone:\n{status}"
