@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-USAGE = """usage: python -m flashref COMMAND [options]
+USAGE = """usage: python -m flashref COMMAND [options]   (python -m flashref COMMAND --help: its options)
 
 commands:
   figures   regenerate every figure (PNG + CSV) in figures/ on the CPU
@@ -13,7 +13,7 @@ commands:
   profile   measure DRAM traffic with Nsight Compute (needs CUDA and ncu)
   profile-l2  per-kernel DRAM and L2 bytes on a grid of shapes, for iomodel.dram (needs CUDA and ncu)
   train     train GPT-2 on each attention backend: tokens/s, MFU, memory, attention share, loss parity
-  grade EXERCISE FILE [--json OUT]
+  grade EXERCISE FILE [--json OUT] [--timeout S] [--seed N]
             grade an exercise file on correctness, counted IO and on-chip footprint
   student-release OUT_DIR
             write the course for students: notebooks and exercises as stubs, no solutions

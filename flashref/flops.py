@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .problem import require_finite
+from .problem import _nonnegative_int, require_finite
 
 __all__ = ["FlopReport", "FlopCounter"]
 
@@ -132,7 +132,7 @@ class FlopCounter:
 
     def elementwise(self, X, ops: int = 1) -> None:
         """Count ``ops`` non-matmul FLOPs for every element of ``X`` (the first arc's form of :meth:`ew`)."""
-        self._nonmatmul += int(ops) * int(np.size(X))
+        self._nonmatmul += _nonnegative_int(ops, "ops") * int(np.size(X))
 
     def report(self) -> FlopReport:
         return FlopReport(self._matmul, self._nonmatmul, self._exp)

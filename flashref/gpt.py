@@ -46,6 +46,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from .problem import positive_int
+
 __all__ = ["GPTConfig", "GPT", "BACKENDS", "attend", "copy_batch", "loss_floor", "GPT2_SMALL"]
 
 BACKENDS = ("eager", "sdpa_flash", "sdpa_cudnn", "sdpa_math", "flashref", "numpy")
@@ -60,6 +62,12 @@ class GPTConfig:
     n_embd: int = 768
     block_size: int = 1024  # longest sequence: rows of the position embedding
     vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 (tensor-core friendly)
+
+    def __post_init__(self):
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+            positive_int(getattr(self, name), name)
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
 
     @property
     def head_dim(self) -> int:
@@ -234,6 +242,16 @@ class GPT(nn.Module):
         return n - self.wpe.weight.numel() if matmul_only else n
 
     def forward(self, idx, targets=None):
+        if idx.ndim != 2 or idx.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"idx: expected (B, N) int64 token ids, got {tuple(idx.shape)} {idx.dtype}")
+        # token ids out of range: an IndexError deep in the embedding on a CPU, a device-side assert on a GPU.
+        # Checked on the CPU only: on a GPU the check would cost a synchronisation on every step.
+        if idx.device.type == "cpu" and idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < self.cfg.vocab_size:
+            raise ValueError(f"idx: token ids must be in 0..{self.cfg.vocab_size - 1} (vocab_size), "
+                             f"got {int(idx.min())}..{int(idx.max())}")
+        if targets is not None and (targets.shape != idx.shape or idx.numel() == 0):
+            raise ValueError(f"targets: expected the shape of idx {tuple(idx.shape)} with at least one token, "
+                             f"got {tuple(targets.shape)}")
         B, N = idx.shape
         if N > self.cfg.block_size:
             raise ValueError(f"sequence length {N} exceeds block_size {self.cfg.block_size}")
@@ -255,9 +273,12 @@ def copy_batch(B: int, N: int, vocab: int, generator: torch.Generator, period: i
 
     Inputs are the sequence's first N tokens, targets its last N. Targets 0..period-2 are random;
     every later target repeats the token ``period`` positions earlier."""
-    h = N // 2 if period is None else period
+    B, N, vocab = positive_int(B, "B"), positive_int(N, "N"), positive_int(vocab, "vocab")
+    h = N // 2 if period is None else positive_int(period, "period")
     if not 1 <= h <= N // 2:
         raise ValueError(f"period must be in 1..N//2 = {N // 2}, got {h}")
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
     r = torch.randint(0, vocab, (B, h), generator=generator, device=generator.device)
     seq = r.repeat(1, (N + h) // h)[:, : N + 1]  # (B, N + 1)
     return seq[:, :N].contiguous(), seq[:, 1:].contiguous()
@@ -265,5 +286,8 @@ def copy_batch(B: int, N: int, vocab: int, generator: torch.Generator, period: i
 
 def loss_floor(N: int, vocab: int, period: int | None = None) -> float:
     """Mean cross-entropy of a model that copies perfectly: the period - 1 random targets cost ln V each."""
-    h = N // 2 if period is None else period
+    N, vocab = positive_int(N, "N"), positive_int(vocab, "vocab")
+    h = N // 2 if period is None else positive_int(period, "period")
+    if not 1 <= h <= N // 2:  # the same rule as copy_batch: the floor of a batch it cannot make means nothing
+        raise ValueError(f"period must be in 1..N//2 = {N // 2}, got {h}")
     return (h - 1) / N * math.log(vocab)

@@ -32,7 +32,10 @@ Example::
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
+
+import numpy as np
 
 __all__ = ["GPU", "GPUS", "get", "ridge_point", "attainable_flops", "arithmetic_intensity",
            "time_estimate", "A100_40GB", "A100_80GB", "H100", "H200"]
@@ -191,8 +194,19 @@ def ridge_point(gpu, kind: str = "matmul", measured: bool = False) -> float:
     return gpu.peak(kind, measured) / gpu.bandwidth(measured)
 
 
+def _number(v, name: str):
+    """A real number (Python, numpy, a 0-d array), else a TypeError naming ``name``; the callers check its range."""
+    if isinstance(v, (bool, str, np.bool_)) or (not isinstance(v, numbers.Real) and np.ndim(v) != 0):
+        raise TypeError(f"{name}: expected a number, got {v!r}")
+    try:
+        return v if isinstance(v, numbers.Real) else float(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {v!r}") from None
+
+
 def arithmetic_intensity(flops, bytes_moved) -> float:
     """FLOPs per byte of HBM traffic."""
+    flops, bytes_moved = _number(flops, "flops"), _number(bytes_moved, "bytes_moved")
     # "not x > 0" rather than "x <= 0": a NaN fails every comparison, so it is refused too
     if not bytes_moved > 0:
         raise ValueError(f"bytes_moved: expected a positive number of bytes, got {bytes_moved!r}")
@@ -203,10 +217,11 @@ def arithmetic_intensity(flops, bytes_moved) -> float:
 
 def attainable_flops(intensity, gpu, kind: str = "matmul", measured: bool = False):
     """The roofline: ``min(peak, intensity * bandwidth)`` FLOP/s (works on numpy arrays too)."""
-    import numpy as np
-
     gpu = get(gpu, "gpu")
-    intensity = np.asarray(intensity, dtype=float)
+    try:
+        intensity = np.asarray(intensity, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"intensity: expected FLOP per byte (a number or an array), got {intensity!r}") from None
     if not (intensity >= 0).all():  # a NaN fails >= too
         bad = intensity[~(intensity >= 0)].flat[0]
         raise ValueError(f"intensity: expected FLOP per byte >= 0 (not NaN), got {bad}")
@@ -223,7 +238,7 @@ def time_estimate(matmul_flops, nonmatmul_flops, bytes_moved, gpu, measured: boo
     gpu = get(gpu, "gpu")
     for name, v in (("matmul_flops", matmul_flops), ("nonmatmul_flops", nonmatmul_flops),
                     ("bytes_moved", bytes_moved)):
-        if not v >= 0:  # NaN too
+        if not _number(v, name) >= 0:  # NaN too
             raise ValueError(f"{name}: expected a non-negative count, got {v!r}")
     return max(matmul_flops / gpu.peak("matmul", measured),
                nonmatmul_flops / gpu.peak("nonmatmul"),

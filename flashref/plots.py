@@ -11,6 +11,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from .problem import positive_int
+
 __all__ = ["COLORS", "figure", "save", "write_csv", "read_csv", "storyboard", "STORYBOARD_DIR"]
 
 # One colour per algorithm, used by every figure and notebook.
@@ -62,7 +64,14 @@ def figure(title: str, ncols: int = 1, nrows: int = 1, width: float = 6.0, heigh
     return fig, (axes[0, 0] if nrows * ncols == 1 else axes)
 
 
+def _check_rows(rows) -> None:
+    """The CSV's header is the first row's keys: refuse what has none, before anything is written."""
+    if not isinstance(rows, (list, tuple)) or not rows or not isinstance(rows[0], dict):
+        raise ValueError(f"rows: expected a non-empty list of dicts (one per CSV line), got {rows!r:.80}")
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
+    _check_rows(rows)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
@@ -78,6 +87,7 @@ def read_csv(path: Path) -> list[dict]:
 
 def save(fig, rows: list[dict], path_stem: Path) -> None:
     """Write ``<stem>.png`` and ``<stem>.csv`` (the plotted data)."""
+    _check_rows(rows)  # not a PNG without its CSV
     path_stem = Path(path_stem)
     path_stem.parent.mkdir(parents=True, exist_ok=True)
     if fig.get_layout_engine() is None:
@@ -102,11 +112,14 @@ def storyboard(fig, draw, frames, name: str, ncols: int = 4, folder: Path | None
     import numpy as np
     from matplotlib.image import imsave
 
+    ncols = positive_int(ncols, "ncols")
     images = []
     for k in frames:
         draw(k)
         fig.canvas.draw()
         images.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())
+    if not images:
+        raise ValueError(f"frames: expected at least one frame, got {frames!r}")
     h, w = images[0].shape[:2]
     pad = 12
     nrows = -(-len(images) // ncols)

@@ -194,7 +194,8 @@ QUESTIONS = {
 
 
 def _norm(answer, sig: int | None = None) -> str:
-    if isinstance(answer, bool) or (hasattr(answer, "dtype") and str(getattr(answer, "dtype", "")) == "bool"):
+    # a numpy bool's dtype prints "bool", a torch one's "torch.bool" (``(a == b).all()`` gives either)
+    if isinstance(answer, bool) or str(getattr(answer, "dtype", "")) in ("bool", "torch.bool"):
         return "yes" if bool(answer) else "no"
     if isinstance(answer, (int, float)) or (hasattr(answer, "item") and not isinstance(answer, str)):
         x = float(answer)
@@ -210,19 +211,25 @@ def _norm(answer, sig: int | None = None) -> str:
         return {"true": "yes", "false": "no"}.get(s, s)
 
 
+def _question(qid: str) -> tuple:
+    if not isinstance(qid, str) or qid not in QUESTIONS:
+        raise ValueError(f"qid: no question {qid!r}; the ids are like {next(iter(QUESTIONS))!r} (quiz.QUESTIONS)")
+    return QUESTIONS[qid]
+
+
 def digits(qid: str) -> int | None:
     """The significant digits an answer to ``qid`` is rounded to (None: compared exactly)."""
-    q = QUESTIONS[qid]
+    q = _question(qid)
     return q[3] if len(q) > 3 else None
 
 
 def digest(qid: str, answer) -> str:
     """The salted hash of an answer (what :data:`QUESTIONS` stores)."""
-    return hashlib.sha256((QUESTIONS[qid][1] + ":" + _norm(answer, digits(qid))).encode()).hexdigest()
+    return hashlib.sha256((_question(qid)[1] + ":" + _norm(answer, digits(qid))).encode()).hexdigest()
 
 
 def _known(qid) -> bool:
-    if qid in QUESTIONS:
+    if isinstance(qid, str) and qid in QUESTIONS:  # not a bare "in": a list would raise TypeError (unhashable)
         return True
     print(f"[{qid}] no such question: the ids are like {next(iter(QUESTIONS))!r} (quiz.QUESTIONS lists them)")
     return False

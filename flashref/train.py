@@ -52,6 +52,7 @@ import datetime as _dt
 import gc
 import json
 import math
+import numbers
 import os
 import re
 import statistics
@@ -60,6 +61,7 @@ import time
 from pathlib import Path
 
 from .gpt import GPT, GPTConfig, copy_batch, loss_floor
+from .problem import positive_int
 
 SCHEMA = "flashref.train/1"
 
@@ -107,6 +109,9 @@ _ATTN_KERNEL = re.compile(r"flash|fmha|sdpa|attention|attn|_fwd_kernel|_bwd_", r
 def flops_per_token(cfg: GPTConfig, params_matmul: int, N: int, causal_halved: bool = False) -> float:
     """Model FLOPs per token, forward + backward: 6·P + 12·n_layer·N·n_embd (÷2 on the attention term
     when ``causal_halved``). See the module docstring for the derivation."""
+    N = positive_int(N, "N")
+    if isinstance(params_matmul, bool) or not isinstance(params_matmul, numbers.Integral) or params_matmul < 0:
+        raise ValueError(f"params_matmul: expected a non-negative number of weights, got {params_matmul!r}")
     attn = 12 * cfg.n_layer * N * cfg.n_embd
     return 6 * params_matmul + (attn / 2 if causal_halved else attn)
 
@@ -319,9 +324,13 @@ def parity_verdict(curves: dict, seed_curve: list | None, ref: str, peer: str, w
     the floor 5e-3 (relative) is about one bf16 rounding step (2⁻⁸ = 3.9e-3) of the loss, for a
     pair of peers that happen to agree more closely than that. ``seed_spread`` (the reference
     from another seed) is reported beside it: curves within tolerance are far closer than that."""
+    window = positive_int(window, "window")
     if ref not in curves or peer not in curves:
         return dict(rule="reference or peer missing", ref=ref, peer=peer)
     n = min(len(c) for c in curves.values())
+    if n == 0:
+        raise ValueError(f"curves: every curve needs at least one loss, got lengths "
+                         f"{ {b: len(c) for b, c in curves.items()} }")
     w = slice(max(0, n - window), n)
 
     def maxdiff(a, b):
@@ -461,6 +470,11 @@ def run(suite_name: str, out: Path, device_name: str | None = None, overrides: d
 
 def amdahl(a: float, s: float) -> float:
     """Whole-step speedup when a share ``a`` of the step gets ``s`` times faster: 1 / ((1 − a) + a / s)."""
+    # "not 0 <= a <= 1" rather than "a < 0 or a > 1": a NaN fails every comparison, so it is refused too
+    if isinstance(a, bool) or not isinstance(a, numbers.Real) or not 0 <= a <= 1:
+        raise ValueError(f"a: expected the share of the step, a number in [0, 1], got {a!r}")
+    if isinstance(s, bool) or not isinstance(s, numbers.Real) or not s > 0:
+        raise ValueError(f"s: expected a speedup > 0, got {s!r}")
     return 1.0 / ((1.0 - a) + a / s)
 
 
@@ -526,7 +540,8 @@ def plot_throughput(result):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sequence length N")
         ax.set_ylabel(label)
-    axes[0].legend()
+    if rows:  # nothing ran (all skipped or failed): no lines, and no empty legend's warning
+        axes[0].legend()
     return fig
 
 
@@ -559,7 +574,8 @@ def plot_loss(result):
     axes[0].legend()
     axes[1].set_xlabel("step")
     axes[1].set_ylabel("loss difference")
-    axes[1].legend()
+    if axes[1].lines:  # only the reference ran: nothing to compare
+        axes[1].legend()
     return fig
 
 
@@ -592,14 +608,14 @@ def _backends(p, text):
     if not text:
         return None
     from .gpt import BACKENDS
-    names = tuple(text.split(","))
-    unknown = [b for b in names if b not in BACKENDS]
+    names = tuple(b.strip() for b in text.split(","))  # "eager, numpy" is eager and numpy
+    unknown = [repr(b) for b in names if b not in BACKENDS]
     if unknown:
         p.error(f"--backends: unknown backend(s) {', '.join(unknown)}; expected some of {', '.join(BACKENDS)}")
     return names
 
 
-def _lengths(p, text):
+def _lengths(p, text, period: int):
     if not text:
         return None
     try:
@@ -608,7 +624,39 @@ def _lengths(p, text):
         p.error(f"--N: expected a comma list of sequence lengths, got {text!r}")
     if any(N < 1 for N in Ns):
         p.error(f"--N: sequence lengths must be positive, got {text!r}")
-    return Ns
+    # the copy task repeats a block of `period` tokens, so a sequence must hold two of them (gpt.copy_batch):
+    # a shorter N would fail in every configuration and leave a run of error rows
+    if any(N < 2 * period for N in Ns):
+        p.error(f"--N: this suite's copy task repeats {period} tokens, so each sequence length must be at least "
+                f"{2 * period}, got {text!r}")
+    # ascending, once each: a backend out of memory at N is skipped at every later N, which must be longer
+    return tuple(sorted(set(Ns)))
+
+
+def _load_run(p, out: Path) -> dict:
+    """The recorded run that ``--plot`` redraws, or a clear error naming ``--plot``."""
+    if not out.is_file():
+        p.error(f"--plot: no recorded run at {out}")
+    try:
+        result = json.loads(out.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        p.error(f"--plot: {out} is not a JSON file ({type(e).__name__}: {e})")
+    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
+        p.error(f"--plot: {out} is not a run recorded by this command (no \"schema\": \"{SCHEMA}\")")
+    return result
+
+
+def _check_out(p, out: Path) -> None:
+    """``--out`` names a JSON file that can be written, before any minute is spent measuring."""
+    if out.is_dir():
+        p.error(f"--out: {out} is a folder; name the JSON file to write")
+    try:  # the write that Recorder.flush does (a temporary file beside out), undone; out itself is untouched
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text("")
+        tmp.unlink()
+    except OSError as e:
+        p.error(f"--out: cannot write {out}: {e.strerror or e}")
 
 
 def _check_device(p, suite, device):
@@ -641,17 +689,17 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.plot:
         out = Path(args.plot)
-        if not out.is_file():
-            p.error(f"--plot: no recorded run at {out}")
-        result = json.loads(out.read_text())
+        result = _load_run(p, out)
         _save_plots(result, out)
         print(table(result))
         return 0
-    over = dict(backends=_backends(p, args.backends), Ns=_lengths(p, args.N), budget_s=args.budget_s)
+    over = dict(backends=_backends(p, args.backends), Ns=_lengths(p, args.N, SUITES[args.suite]["period"]),
+                budget_s=args.budget_s)
     if args.budget_s is not None and not args.budget_s > 0:
         p.error(f"--budget-s: expected a positive number of seconds, got {args.budget_s}")
     _check_device(p, args.suite, args.device)
     out = Path(args.out or f"figures/gpu/e2e-{args.suite}.json")
+    _check_out(p, out)
     result = run(args.suite, out, args.device, over, argv=argv)
     if not args.no_plots:
         try:

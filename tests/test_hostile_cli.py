@@ -1,0 +1,222 @@
+"""Hostile input to the command line and to the modules around it (train, gpt, quiz, hardware, plots, flops):
+a clear error that names the argument (exit code 2 on the command line), never a traceback, a NaN or a run
+that only fails once it has started."""
+
+from __future__ import annotations
+
+import warnings
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+from flashref import __main__ as cli
+from flashref import flash1, flash2, gpt, hardware, plots, quiz, standard, train
+from flashref.flops import FlopCounter
+
+matplotlib.use("Agg")
+
+
+# --------------------------------------------------------------------------- python -m flashref train
+
+@pytest.fixture
+def no_run(monkeypatch):
+    """train.run replaced: a bad argument must be refused before anything runs; a good one's overrides kept."""
+    seen = {}
+
+    def fake_run(suite_name, out, device_name=None, overrides=None, argv=None):
+        seen.update(suite=suite_name, out=out, overrides=overrides)
+        return dict(throughput=[], parity=None)
+
+    monkeypatch.setattr(train, "run", fake_run)
+    return seen
+
+
+def _refused(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        train.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    return err
+
+
+def test_train_out_must_be_a_writable_file(tmp_path, no_run, capsys):
+    base = ["--suite", "test", "--device", "cpu", "--no-plots"]
+    assert "--out: " in _refused(base + ["--out", str(tmp_path)], capsys)  # a folder: was IsADirectoryError
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert "--out: cannot write" in _refused(base + ["--out", str(blocker / "run.json")], capsys)
+    assert not no_run  # refused before the run
+    assert not list(tmp_path.glob("*.tmp")) and not (tmp_path.parent / f"{tmp_path.name}.json.tmp").exists()
+    good = tmp_path / "new" / "run.json"
+    assert train.main(base + ["--out", str(good)]) == 0 and no_run["out"] == good
+    assert not list(good.parent.iterdir())  # the check leaves nothing behind
+
+
+def test_train_plot_refuses_what_is_not_a_recorded_run(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    assert "--plot: " in _refused(["--plot", str(bad)], capsys)  # was a JSONDecodeError traceback
+    bad.write_text("{}")
+    assert "not a run recorded by this command" in _refused(["--plot", str(bad)], capsys)  # was a KeyError
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_train_lengths_fit_the_copy_task_and_run_in_order(tmp_path, no_run, capsys):
+    base = ["--suite", "test", "--device", "cpu", "--no-plots", "--out", str(tmp_path / "r.json")]
+    # the test suite's copy task repeats 4 tokens: N = 4 used to run and record an error in every row
+    assert "--N: this suite's copy task repeats 4 tokens" in _refused(base + ["--N", "4"], capsys)
+    assert not no_run
+    # an OOM at N skips every later N: later must mean longer
+    assert train.main(base + ["--N", "64,32,64"]) == 0 and no_run["overrides"]["Ns"] == (32, 64)
+
+
+def test_train_backends_list(tmp_path, no_run, capsys):
+    base = ["--suite", "test", "--device", "cpu", "--no-plots", "--out", str(tmp_path / "r.json")]
+    assert train.main(base + ["--backends", "eager, numpy"]) == 0
+    assert no_run["overrides"]["backends"] == ("eager", "numpy")
+    assert "unknown backend(s) ''" in _refused(base + ["--backends", "eager,,numpy"], capsys)
+
+
+def test_train_helpers_refuse_nonsense():
+    with pytest.raises(ValueError, match="s: expected a speedup > 0"):
+        train.amdahl(0.3, 0)  # was ZeroDivisionError
+    for a in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="a: expected the share"):
+            train.amdahl(a, 2.0)
+    assert train.amdahl(0.3, 1.5) == pytest.approx(1 / (0.7 + 0.2))
+    with pytest.raises(ValueError, match="N: expected a positive integer"):
+        train.flops_per_token(gpt.GPTConfig(), 10, -1)  # was a negative FLOP count
+    with pytest.raises(ValueError, match="window"):
+        train.parity_verdict({"a": [1.0], "b": [1.0]}, None, "a", "b", window=0)  # was ZeroDivisionError
+    with pytest.raises(ValueError, match="curves"):
+        train.parity_verdict({"a": [], "b": []}, None, "a", "b")
+
+
+def test_throughput_plot_of_a_run_where_nothing_ran_has_no_warning():
+    result = dict(metadata=dict(device="CPU", dtype="float32"),
+                  config=dict(model=dict(n_layer=1, n_embd=32, n_head=2), tokens_per_step=128),
+                  throughput=[dict(N=32, backend="eager", status="skipped", note="time budget")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # was: "No artists with labels found to put in legend"
+        fig = train.plot_throughput(result)
+    matplotlib.pyplot.close(fig)
+
+
+# --------------------------------------------------------------------------- python -m flashref
+
+def test_main_usage(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for cmd in ("figures", "site", "bench", "profile", "profile-l2", "train", "grade", "student-release",
+                "autograder", "--timeout", "--seed", "COMMAND --help"):
+        assert cmd in out
+    assert cli.main(["no-such-command"]) == 2
+    assert "unknown command 'no-such-command'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "--help"])
+    assert e.value.code == 0 and "--budget-s" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- gpt
+
+@pytest.mark.parametrize("field,value,exc", [("n_head", 0, ValueError), ("n_embd", -4, ValueError),
+                                             ("vocab_size", 0, ValueError), ("n_layer", 2.5, TypeError),
+                                             ("block_size", 0, ValueError)])
+def test_gpt_config_names_a_bad_field(field, value, exc):
+    kw = dict(n_layer=1, n_head=2, n_embd=8, block_size=8, vocab_size=16)
+    with pytest.raises(exc, match=field):  # was ZeroDivisionError, a torch RuntimeError, or an empty model
+        gpt.GPTConfig(**{**kw, field: value})
+    with pytest.raises(ValueError, match="multiple of n_head"):
+        gpt.GPTConfig(**{**kw, "n_embd": 9})
+
+
+def test_gpt_forward_checks_its_tokens():
+    model = gpt.GPT(gpt.GPTConfig(n_layer=1, n_head=2, n_embd=8, block_size=8, vocab_size=16), attention="eager")
+    with pytest.raises(ValueError, match=r"idx: token ids must be in 0\.\.15"):
+        model(torch.tensor([[3, 16]]))  # was IndexError: index out of range in self
+    with pytest.raises(ValueError, match="idx: token ids"):
+        model(torch.tensor([[-1, 2]]))
+    with pytest.raises(TypeError, match="idx"):
+        model(torch.zeros(5, dtype=torch.long))  # was "not enough values to unpack"
+    with pytest.raises(ValueError, match="targets"):
+        model(torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="targets"):  # the mean over no tokens was a silent NaN
+        model(torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, 0, dtype=torch.long))
+    assert model(torch.zeros(0, 4, dtype=torch.long)).shape == (0, 4, 16)
+
+
+def test_copy_batch_and_floor_name_their_arguments():
+    g = torch.Generator().manual_seed(0)
+    for args, name in (((2, 8, 0, g, 2), "vocab"), ((-1, 8, 4, g, 2), "B"), ((2, 8, 4, g, 2.5), "period"),
+                       ((2, 8.0, 4, g, 2), "N"), ((2, 8, 4, None, 2), "generator")):
+        with pytest.raises((TypeError, ValueError), match=name):
+            gpt.copy_batch(*args)
+    for args, name in (((0, 4, 2), "N"), ((8, 0, 2), "vocab"), ((8, 4, 0), "period"), ((8, 4, 9), "period")):
+        with pytest.raises((TypeError, ValueError), match=name):  # was ZeroDivisionError, or a negative floor
+            gpt.loss_floor(*args)
+
+
+# --------------------------------------------------------------------------- quiz, hardware, plots, flops
+
+def test_quiz_never_raises_and_reads_torch_bools(capsys):
+    assert quiz.check(["ex1-writes"], 1) is None  # was TypeError: unhashable type
+    assert quiz.check("ex2-identity", "yes") is True
+    assert quiz.check("ex2-identity", torch.tensor(True)) is True  # torch's (a == b).all(): was "not right"
+    assert quiz.check("ex2-identity", torch.tensor(False)) is False
+    with pytest.raises(ValueError, match="qid: no question 'nope'"):
+        quiz.digest("nope", 1)  # was KeyError
+
+
+def test_hardware_names_a_non_number():
+    with pytest.raises(TypeError, match="flops: expected a number"):
+        hardware.arithmetic_intensity("a", 1)
+    with pytest.raises(TypeError, match="bytes_moved"):
+        hardware.arithmetic_intensity(1, None)
+    with pytest.raises(TypeError, match="matmul_flops"):
+        hardware.time_estimate(None, 0, 1, "H100")
+    with pytest.raises(TypeError, match="intensity"):
+        hardware.attainable_flops("abc", "H100")
+    assert hardware.arithmetic_intensity(np.float64(6.0), np.int64(3)) == 2.0
+
+
+def test_plots_refuse_no_rows_and_no_frames(tmp_path):
+    with pytest.raises(ValueError, match="rows"):
+        plots.write_csv(tmp_path / "x.csv", [])  # was IndexError
+    fig, _ = plots.figure("t")
+    with pytest.raises(ValueError, match="rows"):
+        plots.save(fig, [], tmp_path / "y")
+    assert not list(tmp_path.iterdir())  # not a PNG without its CSV
+    with pytest.raises(ValueError, match="frames"):
+        plots.storyboard(fig, lambda k: None, [], "z", folder=tmp_path)
+    with pytest.raises(ValueError, match="ncols"):
+        plots.storyboard(fig, lambda k: None, [0], "z", ncols=0, folder=tmp_path)  # was ZeroDivisionError
+    matplotlib.pyplot.close(fig)
+
+
+def test_flop_counter_refuses_a_negative_count():
+    fc = FlopCounter()
+    with pytest.raises(ValueError, match="ops"):
+        fc.elementwise(np.ones(3), ops=-1)  # was a negative FLOP count
+    assert fc.report().total == 0
+
+
+def test_flops_by_hand_at_random_shapes():
+    """Matmul FLOPs: 4·Nq·Nk·d per head forward (QKᵀ and PV), 8 backward for standard attention (dV, dP, dQ,
+    dK), 10 for FlashAttention (S recomputed); standard forward's non-matmul: scale, max, subtract, exp, sum,
+    divide, 6 per score."""
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        H, Nq, Nk, d, Br, Bc = (int(x) for x in rng.integers(1, 4, 1).tolist() + rng.integers(2, 12, 5).tolist())
+        Q, dO = rng.standard_normal((2, H, Nq, d))
+        K, V = rng.standard_normal((2, H, Nk, d))
+        per = H * Nq * Nk * d
+        s = standard.forward(Q, K, V)
+        assert (s.flops.matmul, s.flops.nonmatmul) == (4 * per, 6 * H * Nq * Nk)
+        assert standard.backward(Q, K, V, dO, s.P).flops.matmul == 8 * per
+        f1 = flash1.forward(Q, K, V, block_sizes=(Br, Bc))
+        f2 = flash2.forward(Q, K, V, block_sizes=(Br, Bc))
+        assert f1.flops.matmul == f2.flops.matmul == 4 * per
+        assert flash1.backward(Q, K, V, f1.O, dO, f1.l, f1.m, block_sizes=(Br, Bc)).flops.matmul == 10 * per
+        assert flash2.backward(Q, K, V, f2.O, dO, f2.L, block_sizes=(Br, Bc)).flops.matmul == 10 * per
