@@ -1,5 +1,6 @@
 """The command line refuses what would destroy data or waste hours, naming the argument (exit code 2, no
-traceback): ``site`` replaces only an earlier site, ``train`` runs a GPU suite only on a GPU."""
+traceback): ``site`` replaces only an earlier site, ``train`` runs a GPU suite only on a GPU, ``figures`` writes
+only into a folder."""
 
 from __future__ import annotations
 
@@ -65,3 +66,11 @@ def test_train_refuses_the_h100_suite_without_a_gpu(tmp_path, capsys, monkeypatc
     assert not (tmp_path / "figures").exists()
     with pytest.raises(SystemExit):
         train.main(["--suite", "test", "--device", "cuda"])
+
+
+def test_figures_out_that_is_a_file_is_refused_before_any_work(precious, capsys):
+    from flashref import figures
+    with pytest.raises(SystemExit) as e:
+        figures.main(["--out", str(precious / "chapter1.tex")])
+    assert e.value.code == 2 and "--out: cannot write figures into" in capsys.readouterr().err
+    assert (precious / "chapter1.tex").read_text() == "months of work"

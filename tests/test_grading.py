@@ -509,12 +509,15 @@ def test_release_and_bundle_paths_are_checked(tmp_path):
              ("student-release", tmp_path / "afile" / "sub", "argument OUT_DIR: ", "is not a directory"),
              ("autograder", tmp_path / "missing" / "b.zip", "argument OUT.zip: ", "no directory"),
              ("autograder", tmp_path, "argument OUT.zip: ", "is a directory"),
-             ("autograder", tmp_path / "afile" / "b.zip", "argument OUT.zip: ", "no directory")]
+             ("autograder", tmp_path / "afile" / "b.zip", "argument OUT.zip: ", "no directory"),
+             # an existing file that is not a bundle this command wrote is left alone, not replaced by a zip
+             ("autograder", tmp_path / "afile", "argument OUT.zip: ", "is not a Gradescope bundle")]
     for cmd, path, arg, says in cases:
         r = subprocess.run([sys.executable, "-m", "flashref", cmd, str(path)], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 2 and arg in r.stderr and says in r.stderr and "Traceback" not in r.stderr, \
             (cmd, path, r.stderr)
     assert os.listdir(tmp_path / "full") == ["x"]
+    assert (tmp_path / "afile").read_text() == ""
 
 
 def test_notebooks_say_what_to_hand_in():
@@ -522,3 +525,15 @@ def test_notebooks_say_what_to_hand_in():
         path = ROOT / "notebooks" / "exercises" / f"{ex.number:02d}-{ex.name.split('-', 1)[1]}.ipynb"
         text = path.read_text()
         assert "Hand it in" in text and f"ex{ex.number:02d}_stub.py" in text and ex.solution in text, path.name
+
+
+def test_a_file_not_named_py_is_graded_as_python(tmp_path):
+    """A hand-in saved as .txt (a course platform's rename) is read as Python source: the reference gets full marks,
+    and a file that is not Python fails with Python's own error, not an AttributeError about a missing loader."""
+    ex = grading.get("01")
+    txt = tmp_path / "handin.txt"
+    txt.write_text((SOLUTIONS / ex.solution).read_text())
+    assert grading.grade(ex.name, txt).points == ex.max_points
+    txt.write_text("hello\n")
+    rep = grading.grade(ex.name, txt)
+    assert rep.points == 0 and "NameError" in rep.message and "loader" not in rep.message, rep.message

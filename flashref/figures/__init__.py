@@ -51,6 +51,10 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="names of the figures to make")
     args = ap.parse_args(argv)
     out = args.out or default_dir()
+    try:  # before minutes of work: a path that is a file, or a folder that cannot be made, names --out
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        ap.error(f"--out: cannot write figures into {out}: {e.strerror or e}")
     figs = all_figures()
     if args.only:
         unknown = set(args.only) - {f.name for f in figs}

@@ -13,6 +13,7 @@ interpreter's classes and the counting wrappers must be unchanged, after the loa
 case. A refusal is written to the output and ends the process at once.
 """
 
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -90,7 +91,10 @@ def main(cases_path, student_path, out_path):
 
     result = {"cases": []}
     try:
-        spec = importlib.util.spec_from_file_location("student_kernel", student_path)
+        # any file name: without a loader named, a file not ending in .py has no spec (None) and fails with
+        # an AttributeError that says nothing about the file
+        spec = importlib.util.spec_from_file_location(
+            "student_kernel", student_path, loader=importlib.machinery.SourceFileLoader("student_kernel", student_path))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except BaseException as e:  # noqa: BLE001

@@ -28,6 +28,7 @@ own files after the run.
 """
 
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import inspect
 import io
@@ -221,7 +222,10 @@ def main(fd):
 
     # Student output goes to this process's stdout (a file the grader reads), never to the socket.
     try:
-        spec = importlib.util.spec_from_file_location("student_solution", job["path"])
+        # any file name: without a loader named, a file not ending in .py has no spec (None) and fails with
+        # an AttributeError that says nothing about the file
+        loader = importlib.machinery.SourceFileLoader("student_solution", job["path"])
+        spec = importlib.util.spec_from_file_location("student_solution", job["path"], loader=loader)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except Refused:

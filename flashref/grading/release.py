@@ -250,6 +250,18 @@ def check_bundle_path(out_zip: str) -> None:
         raise FileNotFoundError(f"{out_zip}: no directory {folder}")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise PermissionError(f"{out_zip}: {folder} is not writable")
+    # An existing file is replaced only if it is a bundle this command wrote: a mistyped path must not
+    # overwrite a file of the user's (or the system's) with a zip.
+    if os.path.exists(out_zip) and not _is_bundle(out_zip):
+        raise FileExistsError(f"{out_zip} exists and is not a Gradescope bundle; remove it or name another file")
+
+
+def _is_bundle(path: str) -> bool:
+    """Whether ``path`` is a zip holding the bundle's two entry points (what :func:`autograder` writes)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return {"setup.sh", "run_autograder"} <= set(z.namelist())
 
 
 def autograder(out_zip: str) -> str:
