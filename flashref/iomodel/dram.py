@@ -117,18 +117,22 @@ class DRAMPrediction:
 
 
 def miss(D, C, kappa):
-    """Fraction of re-reads at reuse distance ``D`` (a number, or an array of them) that miss an L2 of effective
-    capacity ``C``."""
-    D = np.asarray(D, dtype=float)
-    with np.errstate(divide="ignore", over="ignore"):
-        # D <= 0 (nothing in between): r = inf, every re-read hits. C / D underflowed to 0: log(0) = -inf, all miss.
-        r = C / np.where(D > 0, D, 0.0)
-        if kappa == math.inf:  # exact LRU: a step at C
-            m = np.where(r >= 1, 0.0, 1.0)
-        else:
-            x = kappa * np.log(r)
-            m = np.where(x > 700, 0.0, 1.0 / (1.0 + np.exp(np.minimum(x, 700.0))))
-    return float(m) if m.ndim == 0 else m
+    """Fraction of re-reads at reuse distance ``D`` that miss an L2 of effective capacity ``C``."""
+    if D <= 0:
+        return 0.0
+    r = C / D
+    if r == 0:  # C / D underflowed (a capacity of a few subnormal bytes): the limit, not log(0)
+        return 1.0
+    if kappa == math.inf:
+        return 0.0 if r >= 1 else 1.0
+    x = kappa * math.log(r)
+    return 0.0 if x > 700 else 1.0 / (1.0 + math.exp(x))
+
+
+def _misses(D, C, kappa):
+    """:func:`miss` of each reuse distance in the array ``D``. Element by element with ``math`` on purpose: numpy's
+    own log and exp may round differently in the last bit, and the committed predictions are reproduced exactly."""
+    return np.array([miss(x, C, kappa) for x in D.tolist()], dtype=float)
 
 
 def _residue(W, p):
@@ -156,6 +160,8 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     per_sm = max(1, k.resident // k.sms)
     unit = k.tile_bytes + k.rmw_bytes
     # Numpy over the passes (a causal grid of many heads has 10^5 of them): each pass against its head's last.
+    # Every per-pass value is the same IEEE operations, in the same order, as a loop over the passes would do, and
+    # the sums are sequential in pass order (np.cumsum), so the committed predictions are reproduced bit for bit.
     w, h, lo, hi, foot = _passes(k, unit)
     before = np.concatenate([[0.0], np.cumsum(foot)])  # footprint of the waves before each one
     span = _span(k, lo, hi)
@@ -164,31 +170,40 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     prev = np.full(len(w), -1, dtype=np.int64)
     same = h[by_head[1:]] == h[by_head[:-1]]
     prev[by_head[1:][same]] = by_head[:-1][same]
-    again, first = np.flatnonzero(prev >= 0), prev < 0
+    again = np.flatnonzero(prev >= 0)
     j = prev[again]  # the previous pass of each pass in `again`
     wa, wp, plo, phi = w[again], w[j], lo[j], hi[j]
     ov = _span(k, np.maximum(lo[again], plo), np.minimum(hi[again], phi))  # tiles shared with the last pass
     # between the two passes: half of each pass's wave, and every wave in between
     D = (foot[wp] + foot[wa]) / 2 + (before[wa] - before[wp + 1])
-    m = miss(dup * D, C, kappa)
+    m = _misses(dup * D, C, kappa)
     # after the first wave, the CTAs sharing an SM drift apart: per_sm groups, out of phase by 1/per_sm of a
     # scan; a group re-reads what the one ahead of it read if that was evicted, i.e. if 1/per_sm of the head's
     # tiles (held twice) outgrow the L2
-    lag = miss(dup * ov * unit / per_sm, C, kappa) if per_sm > 1 else 0.0
+    lag = _misses(dup * ov * unit / per_sm, C, kappa) if per_sm > 1 else 0.0
     spread = np.where(wa > 0, 1 + (per_sm - 1) * lag, 1.0)
-    reads = float(np.sum(span[first]) * unit + np.sum(span[again] * unit - ov * unit + ov * unit * m * spread))
+    read = span * unit  # a head's first pass reads its tiles; a later one what it shares with the last and missed
+    read[again] = read[again] - ov * unit + ov * unit * m * spread
+    reads = _sequential_sum(read)
     # the previous pass's dirty fp32 dQ: written back if evicted before this pass, or if this pass leaves it
-    dirty = span[j] * k.rmw_bytes
-    writes = float(np.sum(dirty * m + dirty * (1 - m) * ((phi - plo - ov) / np.maximum(1, phi - plo))))
-    last = np.ones(len(w), dtype=bool)
-    last[j] = False  # a pass that no later pass follows: its dirty data reaches DRAM eventually
-    writes += float(np.sum(span[last])) * k.rmw_bytes
+    dirty = span * k.rmw_bytes
+    writes = _sequential_sum(dirty[j] * m + dirty[j] * (1 - m) * ((phi - plo - ov) / np.maximum(1, phi - plo)))
+    # each head's last pass: its dirty data reaches DRAM eventually (heads in the order of their first pass)
+    last_of_head = by_head[np.r_[~same, True]]  # by_head's last pass of each head, heads ascending
+    heads_seen = h[prev < 0]  # heads in the order of their first pass
+    last_by_head = dict(zip(h[last_of_head].tolist(), last_of_head.tolist()))
+    writes += _sequential_sum(dirty[[last_by_head[x] for x in heads_seen.tolist()]])
     own = k.private_total()  # per head, in full tiles
     reads += k.heads * own * k.private_read
     writes += k.heads * own * k.private_write
     accesses = k.heads * sum(k.span(lo, hi) for lo, hi in k.ranges)
     l2 = accesses * (k.tile_bytes + 2 * k.rmw_bytes) + k.heads * own * (k.private_read + k.private_write)
     return reads, writes, l2
+
+
+def _sequential_sum(x) -> float:
+    """x[0] + x[1] + ... in order (a loop's rounding, not numpy's pairwise sum)."""
+    return float(np.cumsum(x)[-1]) if len(x) else 0.0
 
 
 def _span(k: S.ScanKernel, lo, hi):
