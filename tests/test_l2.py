@@ -736,7 +736,7 @@ def _miss_key(pred, gpu):
 
 
 # the H100 sets keyed after their own name: kernel 3's later runs, and check6 (its sweep_262144 is a kernel3 shape)
-OWN_KEYS = ("kernel3b", "kernel3c", "check6", "check6b", "check6c", "check6x")
+OWN_KEYS = ("kernel3b", "kernel3c", "check6", "check6b", "check6c", "check6x", "check7")
 
 
 def _when_measured(name, gpu):
@@ -767,7 +767,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _preregistered("check6", {}, measured=("check6", "check6r"))
                  + _preregistered("check6b", {}, measured=("check6b", "check6br"))
                  + _preregistered("check6c", {}, measured=("check6c", "check6cr")) + _when_measured("check6x", "h100")
-                 + _when_measured("check6", "h200") + _when_measured("check6x", "h200"))
+                 + _when_measured("check6", "h200") + _when_measured("check6x", "h200")
+                 # check7: twelve shapes of ordinary training runs, drawn at random (gpu/l2profile.py's CHECK7)
+                 + _when_measured("check7", "h100") + _when_measured("check7", "h200"))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

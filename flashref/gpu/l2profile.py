@@ -113,6 +113,18 @@ CHECK6 = [
     ("check6_128_393k", 1, 1, 393216, 128, False), ("check6_128_2x262k", 1, 2, 262144, 128, False),
     ("check6_64_786k", 1, 1, 786432, 64, False),
 ]
+# A seventh, of the shapes a training run has rather than the knee: 12 drawn at random (numpy's default_rng(20261127):
+# B from 1, 2, 4, 8, 16; H from 8, 12, 16, 24, 32; N from 512 to 16384; d 64 or 128; causal or not; kept if
+# 2^15 <= B·H·N <= 2^20), predicted by today's model, no parameter refitted, before they were measured
+# (h100-l2-check7-predicted.json, h200-l2-check7-predicted.json).
+CHECK7 = [
+    ("check7_64_8x12x2048_causal", 8, 12, 2048, 64, True), ("check7_128_4x32x2048_causal", 4, 32, 2048, 128, True),
+    ("check7_64_8x24x3072_causal", 8, 24, 3072, 64, True), ("check7_64_2x8x4096", 2, 8, 4096, 64, False),
+    ("check7_64_16x32x1024", 16, 32, 1024, 64, False), ("check7_128_4x8x1024", 4, 8, 1024, 128, False),
+    ("check7_128_16x8x6144_causal", 16, 8, 6144, 128, True), ("check7_64_2x16x6144_causal", 2, 16, 6144, 64, True),
+    ("check7_128_8x8x16384", 8, 8, 16384, 128, False), ("check7_64_8x12x8192", 8, 12, 8192, 64, False),
+    ("check7_128_8x32x512", 8, 32, 512, 128, False), ("check7_128_16x16x1024_causal", 16, 16, 1024, 128, True),
+]
 # shares of the time budget
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8, "flashref2": 1.0}
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
@@ -131,7 +143,8 @@ METRIC_SETS = (
 
 
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
-          "check5": CHECK5, "check6": CHECK6}
+          "check5": CHECK5, "check6": CHECK6,
+          "check7": CHECK7}
 
 
 def shapes(groups=("grid", "sweep")):
