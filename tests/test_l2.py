@@ -745,6 +745,11 @@ def _when_measured(name, gpu):
     return _preregistered(name, {}, gpu) if (REPO / "figures" / "gpu" / f"{gpu}-l2-{name}.json").exists() else []
 
 
+def _recorded(*names, gpu="h100"):
+    """The runs among ``names`` whose ``figures/gpu/<gpu>-l2-<name>.json`` is recorded."""
+    return tuple(n for n in names if (REPO / "figures" / "gpu" / f"{gpu}-l2-{n}.json").exists())
+
+
 # check2 was predicted by the model before the diagonal-start rule (OLD_RULE), check3 before the d = 64
 # staggered set (SHARED_STAG), check4 and kernel3 (flashref's default, kernel 3) by the current model.
 PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", SHARED_STAG)
@@ -770,9 +775,8 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _when_measured("check6", "h200") + _when_measured("check6x", "h200")
                  # check7: twelve shapes of ordinary training runs, drawn at random (gpu/l2profile.py's CHECK7); on
                  # the H100 kernel 3's Triton compiles took its share of the first run's time after two shapes, so
-                 # a second run (check7k) measured kernel 3 alone: the two are pooled
-                 + _preregistered("check7", {}, measured=tuple(
-                     m for m in ("check7", "check7k") if (REPO / "figures" / "gpu" / f"h100-l2-{m}.json").exists()))
+                 # a second run (check7k, and a third, check7kr) measured kernel 3 alone: they are pooled
+                 + _preregistered("check7", {}, measured=_recorded("check7", "check7k", "check7kr"))
                  + _when_measured("check7", "h200"))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
