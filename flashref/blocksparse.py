@@ -79,7 +79,7 @@ def grid_of(pb: Problem) -> Grid:
 
 def grid(Nq: int, Nk: int, d: int, **opts) -> Grid:
     """The block grid that :func:`forward` and :func:`backward` use for these shapes and options."""
-    return grid_of(Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, where="blocksparse.grid", **opts))
+    return grid_of(Problem.from_shapes("blocksparse.grid", Nq=Nq, Nk=Nk, d=d, **opts))
 
 
 def _problem(Q, K, V, block_mask, opts, where):

@@ -309,8 +309,8 @@ def paged_problem(Nq, Nk, d, H, page_size, sram_size=None, where="decoding.forwa
     """
     check_options({**opts, "sram_size": sram_size}, PAGED_OPTIONS, where)
     page_size = positive_int(page_size, "page_size")
-    pb = Problem.from_shapes(Nq=Nq, Nk=max(Nk, 1), d=d, heads=H, where=where,
-                             extra=("window", "alibi_slopes", "softcap"), sram_size=sram_size, **opts)
+    pb = Problem.from_shapes(where, ("window", "alibi_slopes", "softcap"), Nq=Nq, Nk=max(Nk, 1), d=d, heads=H,
+                             sram_size=sram_size, **opts)
     M = pb.sram_size if pb.sram_size is not None else blocks.default_sram_size(pb.dtype_bytes)
     slopes = 1 if pb.alibi_slopes is not None else 0
     for Br in range(pb.Nq, 0, -1):

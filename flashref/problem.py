@@ -44,7 +44,7 @@ module that uses them and checked by it; this module only knows which names are 
 
 Example::
 
-    pb = Problem.from_shapes(Nq=1024, Nk=1024, d=64, heads=16, causal=True)
+    pb = Problem.from_shapes("my sweep", Nq=1024, Nk=1024, d=64, heads=16, causal=True)
     pb.Nq, pb.heads, pb.causal
 """
 
@@ -404,8 +404,10 @@ class Problem:
         return pb
 
     @classmethod
-    def from_shapes(cls, *, Nq, Nk, d, heads=None, where: str, extra=(), **opts) -> Problem:
+    def from_shapes(cls, where: str, extra=(), /, *, Nq, Nk, d, heads=None, **opts) -> Problem:
         """The same checks from shapes alone (``heads`` = product of the leading axes; 0 is an empty batch).
+        ``where`` names the entry point in errors and ``extra`` lists its own options beyond the shared ones; both
+        positional only, so that an option a user misspells as ``where`` is refused as unknown, not a clash.
 
         ``mask`` and ``bias`` may be arrays (their last two axes must broadcast to ``(Nq, Nk)``, and their
         leading axes to some of product ``heads``, as ``alibi_slopes``'s) or ``True`` for "there is one":

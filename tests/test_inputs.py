@@ -77,3 +77,11 @@ def test_tiling_helpers_name_their_arguments():
             call()
     assert blocks.paper_block_sizes(np.int64(50_000), 64) == (64, 196)
     assert tuple(blocks.Grid.of(2, 3, 0, 7)) == (2, 3, 0, 3)
+
+
+@pytest.mark.parametrize("name", ["where", "extra"])
+def test_predict_refuses_internal_names_as_unknown_options(name):
+    """The names the option checker uses inside are not options: refused with the list of valid ones, not a clash
+    of keyword arguments."""
+    with pytest.raises(TypeError, match=f"unknown option '{name}'; valid options are"):
+        iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=2, **{name: 1})

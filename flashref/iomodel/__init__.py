@@ -133,7 +133,7 @@ def _predict(algorithm: str, direction: str, where: str, /, *, Nq, Nk, d, heads,
     if algorithm == "decoding" and direction == "backward":
         raise ValueError("direction: decoding has no backward pass")
     extra = _own_options(algorithm, direction, opts)
-    pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_extra(algorithm, direction), **opts)
+    pb = Problem.from_shapes(where, _extra(algorithm, direction), Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
     module = _MODULES[algorithm]
     return getattr(module, direction)(pb, **extra)
 
@@ -172,7 +172,7 @@ def grid(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int
     where = f"iomodel.grid({algorithm!r}, {direction!r})"
     # block_mask, num_splits, sms leave the grid as it is (it is fixed before they are looked at); FP8 changes it
     own = _own_options(algorithm, direction, opts)
-    pb = Problem.from_shapes(Nq=Nq, Nk=Nk, d=d, heads=heads, where=where, extra=_extra(algorithm, direction), **opts)
+    pb = Problem.from_shapes(where, _extra(algorithm, direction), Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
     lowp_opts = {k: v for k, v in own.items() if k in _lowp.OPTIONS}
     if _lowp.requested(lowp_opts):
         return _lowp.grid(pb, **lowp_opts)  # the FP8 loop holds three descales more: its own blocks
