@@ -185,6 +185,15 @@ def _shape(BH, Nq, Nk, d, causal, e, sms):
             positive_int(e, "e"), positive_int(sms, "sms"))
 
 
+def _blocks(blocks):
+    """A builder's ``blocks=(BLOCK_M, BLOCK_N)`` override, checked (a zero would divide by zero), or None."""
+    if blocks is None:
+        return None
+    if not isinstance(blocks, (tuple, list)) or len(blocks) != 2:
+        raise TypeError(f"blocks: expected (BLOCK_M, BLOCK_N), got {blocks!r}")
+    return positive_int(blocks[0], "blocks[0] (BLOCK_M)"), positive_int(blocks[1], "blocks[1] (BLOCK_N)")
+
+
 def _tiles3(table, d, causal, what):
     """Kernel 3's tiles at (d, causal) from ``table``, or an error naming the head dims it has tiles for."""
     try:
@@ -259,7 +268,7 @@ def _kernel2(d, causal):
 def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_first=None):
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     cfg = _kernel2(d, causal)
-    BM, BN = blocks or (cfg.fwd.block_m, cfg.fwd.block_n)
+    BM, BN = _blocks(blocks) or (cfg.fwd.block_m, cfg.fwd.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     hf = cfg.heads_first if heads_first is None else heads_first
     launch = _launch(Tr, causal)
@@ -271,7 +280,7 @@ def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_f
 def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagger=True):
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     cfg = _kernel2(d, causal)
-    BM, BN = blocks or (cfg.dkdv.block_m, cfg.dkdv.block_n)
+    BM, BN = _blocks(blocks) or (cfg.dkdv.block_m, cfg.dkdv.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("flashref dK/dV (atomic dQ)", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d, 2 * BN * d * e,
                    2 * BN * d * e, sms * _pick(FLASHREF_CTAS_PER_SM["dkdv_atomic"], d),

@@ -153,3 +153,11 @@ def test_numpy_sizes_agree_with_python_ones():
     a = iomodel.dram("sdpa_flash", "fwd_bwd", B=np.int16(2), H=np.uint8(3), Nq=np.int64(1000), Nk=1000, d=64)
     b = iomodel.dram("sdpa_flash", "fwd_bwd", B=2, H=3, Nq=1000, Nk=1000, d=64)
     assert (a.read_bytes, a.write_bytes, a.l2_bytes) == (b.read_bytes, b.write_bytes, b.l2_bytes)
+
+
+@pytest.mark.parametrize("blocks,err", [((0, 64), ValueError), ((64,), TypeError), ((64, 2.5), TypeError)])
+def test_builder_blocks_are_checked(blocks, err):
+    for build in (schedule.flashref_fwd, schedule.flashref_dkdv):
+        with pytest.raises(err, match="blocks"):
+            build(1, 256, 256, 64, blocks=blocks)
+    assert schedule.flashref_fwd(1, 256, 256, 64, blocks=(64, 32)).ctas_per_head == 4
