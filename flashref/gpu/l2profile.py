@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 IMPLS = ("flashref", "sdpa_flash", "eager", "sdpa_cudnn", "flashref2")
-# (name, B, H, N, d, causal)
+# (name, B, H, N, d, causal); N is Nq = Nk, or a pair (Nq, Nk) for queries and keys of different lengths
 GRID = [
     ("fig2", 8, 16, 1024, 64, False), ("fig2_causal", 8, 16, 1024, 64, True),
     ("long64", 1, 16, 8192, 64, False), ("long64_causal", 1, 16, 8192, 64, True),
@@ -125,6 +125,23 @@ CHECK7 = [
     ("check7_128_8x8x16384", 8, 8, 16384, 128, False), ("check7_64_8x12x8192", 8, 12, 8192, 64, False),
     ("check7_128_8x32x512", 8, 32, 512, 128, False), ("check7_128_16x16x1024_causal", 16, 16, 1024, 128, True),
 ]
+# An eighth, of queries and keys of different lengths (a prefill chunk against a longer cache, or queries against a
+# shorter memory), which no earlier set measured: 10 drawn at random (default_rng(20261128): B from 1, 2, 4, 8; H
+# from 8, 16, 32; Nq from 128 to 8192; Nk from 1024 to 65536, Nk != Nq; d 64 or 128; kept if 2^15 <= B·H·max(Nq,
+# Nk) <= 2^21), not causal (SDPA refuses is_causal when Nq != Nk; kernel 3 takes Nq = Nk only, so flashref runs
+# kernel 2 here), predicted before they were measured (h100-l2-check8-predicted.json, h200-l2-check8-predicted.json).
+CHECK8 = [
+    ("check8_128_1x32_q4096_k16384", 1, 32, (4096, 16384), 128, False),
+    ("check8_64_4x32_q1024_k16384", 4, 32, (1024, 16384), 64, False),
+    ("check8_64_2x32_q2048_k16384", 2, 32, (2048, 16384), 64, False),
+    ("check8_128_8x32_q1024_k2048", 8, 32, (1024, 2048), 128, False),
+    ("check8_64_2x8_q2048_k1024", 2, 8, (2048, 1024), 64, False),
+    ("check8_64_1x8_q2048_k16384", 1, 8, (2048, 16384), 64, False),
+    ("check8_64_1x32_q2048_k4096", 1, 32, (2048, 4096), 64, False),
+    ("check8_64_2x16_q8192_k2048", 2, 16, (8192, 2048), 64, False),
+    ("check8_128_4x32_q128_k2048", 4, 32, (128, 2048), 128, False),
+    ("check8_128_8x8_q128_k2048", 8, 8, (128, 2048), 128, False),
+]
 # shares of the time budget
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8, "flashref2": 1.0}
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
@@ -144,7 +161,12 @@ METRIC_SETS = (
 
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
           "check5": CHECK5, "check6": CHECK6,
-          "check7": CHECK7}
+          "check7": CHECK7, "check8": CHECK8}
+
+
+def lengths(N):
+    """(Nq, Nk) of a shape's ``N``: one length for both, or a pair."""
+    return (N, N) if isinstance(N, int) else (int(N[0]), int(N[1]))
 
 
 def shapes(groups=("grid", "sweep")):
@@ -153,10 +175,10 @@ def shapes(groups=("grid", "sweep")):
 
 
 def runs_for(impl, shape_list):
-    """The shapes ``impl`` is measured at (eager only where one N×N fp16 matrix fits the budget)."""
+    """The shapes ``impl`` is measured at (eager only where one Nq×Nk fp16 matrix fits the budget)."""
     keep = []
     for g, name, B, H, N, d, causal, *rep in shape_list:
-        if impl == "eager" and B * H * N * N * 2 > EAGER_MAX_BYTES:
+        if impl == "eager" and B * H * lengths(N)[0] * lengths(N)[1] * 2 > EAGER_MAX_BYTES:
             continue
         keep.append((g, name, B, H, N, d, causal, *rep))
     return keep
@@ -173,8 +195,8 @@ def _make_fn(impl, q, k, v, causal):
     d = q.shape[-1]
     scale = d ** -0.5
     if impl == "eager":  # standard attention as plain fp16 PyTorch ops (nanoGPT's order)
-        N = q.shape[-2]
-        mask = torch.ones(N, N, dtype=torch.bool, device=q.device).triu(1) if causal else None
+        Nq, Nk = q.shape[-2], k.shape[-2]  # causal: top-left, as SDPA's is_causal
+        mask = torch.ones(Nq, Nk, dtype=torch.bool, device=q.device).triu(1) if causal else None
 
         def f():
             s = (q @ k.transpose(-1, -2)) * scale
@@ -235,7 +257,8 @@ def _child(impl, shapes_json, out_json, deadline="inf", tiles3="[]"):
     done = []
     cudart = torch.cuda.cudart()
     for g, name, B, H, N, d, causal, *rep in todo:
-        entry = dict(group=g, shape=name, B=B, H=H, N=N, d=d, causal=causal)
+        Nq, Nk = lengths(N)
+        entry = dict(group=g, shape=name, B=B, H=H, N=Nq, Nk=Nk, d=d, causal=causal)
         if rep:  # --repeat: the same shape measured again later in the same process
             entry["rep"] = rep[0]
         if time.time() > float(deadline):  # stop in time for ncu to print what it has
@@ -244,8 +267,8 @@ def _child(impl, shapes_json, out_json, deadline="inf", tiles3="[]"):
             continue
         try:
             gen = torch.Generator(device="cuda").manual_seed(0)
-            q, k, v, do = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
-                           for _ in range(4))
+            q, k, v, do = (torch.randn(B, H, n, d, device="cuda", dtype=torch.float16, generator=gen)
+                           for n in (Nq, Nk, Nk, Nq))
             q, k, v = (x.requires_grad_() for x in (q, k, v))
             f = _make_fn(impl, q, k, v, causal)
             if impl in ("flashref", "flashref2"):  # which kernel ran (iomodel.dram.recorded_impl reads it)
@@ -364,7 +387,7 @@ def summarise(impl, seg, metrics):
         return {m: sum(k[m] or 0.0 for k in ks) for m in byte_metrics}
 
     fwd, allk = total(seg["fwd"]), total(seg["fwd"] + seg["bwd"])
-    row = {k: seg[k] for k in ("group", "shape", "B", "H", "N", "d", "causal", "rep", "kernel") if k in seg}
+    row = {k: seg[k] for k in ("group", "shape", "B", "H", "N", "Nk", "d", "causal", "rep", "kernel") if k in seg}
     row["impl"] = impl
     if seg.get("error"):
         row["error"] = seg["error"]
@@ -559,12 +582,13 @@ def predictions(shape_list, gpu="h100", impls=IMPLS):
     rows = []
     for impl in (i for i in impls if i in MODELLED):
         for _, name, B, H, N, d, causal in runs_for(impl, shape_list):
+            Nq, Nk = lengths(N)
             for mode in MODES:
-                pred = dram(impl, mode, B=B, H=H, Nq=N, Nk=N, d=d, causal=causal, gpu=gpu)
-                row = dict(impl=impl, shape=name, mode=mode, B=B, H=H, N=N, d=d, causal=causal,
+                pred = dram(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=causal, gpu=gpu)
+                row = dict(impl=impl, shape=name, mode=mode, B=B, H=H, N=Nq, Nk=Nk, d=d, causal=causal,
                            predicted_bytes=pred.total_bytes)
                 if impl == "flashref":
-                    row["kernel"] = "kernel 3" if kernel3_tiles(d, N, N, causal)[0] else "kernel 2"
+                    row["kernel"] = "kernel 3" if kernel3_tiles(d, Nq, Nk, causal)[0] else "kernel 2"
                 elif impl == "flashref2":
                     row["kernel"] = "kernel 2"
                 rows.append(row)

@@ -508,7 +508,8 @@ def repeats(result, impls=FIT_IMPLS):
         impl = recorded_impl(r)
         if impl not in impls or r.get("error"):
             continue
-        kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=bool(r["causal"]))
+        # N is the query length; Nk, where a row records it, the key length (rows before it had Nq = Nk)
+        kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r.get("Nk", r["N"]), d=r["d"], causal=bool(r["causal"]))
         for mode in MODES:
             out.setdefault((impl, r["shape"], mode), (kw, []))[1].append(r[mode]["total_bytes"])
     return out
