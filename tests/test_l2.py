@@ -785,8 +785,8 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
 PREREGISTERED_MISSES = {
     # check8's smallest shape (B = 2, H = 8, Nq = 2048, Nk = 1024, d = 64): the reads are within 0.3%, the writes
-    # are the miss. Every byte its backward writes (12-15 MB) stays dirty in L2 until the kernel ends, and Nsight
-    # counts no DRAM write (0 and 0.11 MB); the write rule, fitted with alpha = 0.6, sends 40% of them to DRAM
+    # are the miss. Each kernel's writes (4-13 MB) stay dirty in L2 until it ends, and Nsight counts no DRAM write
+    # over the call (0 and 0.11 MB); the write rule, fitted with alpha = 0.6, sends 40% of them to DRAM (12-15 MB)
     ("sdpa_flash", "check8_64_2x8_q2048_k1024", "fwd_bwd"), ("flashref2", "check8_64_2x8_q2048_k1024", "fwd_bwd"),
     ("sdpa_flash", "check2_64_65k_causal", "fwd"), ("sdpa_flash", "check2_64_262k_causal", "fwd"),
     ("sdpa_flash", "check2_64_262k_causal", "fwd_bwd"), ("flashref2", "check2_64_65k_causal", "fwd_bwd"),
