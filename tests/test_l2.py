@@ -284,7 +284,10 @@ H200 = json.loads((REPO / "figures" / "gpu" / "h200-l2.json").read_text())
 # before the diagonal-start rule, every lockstep pass was held in both L2 partitions.
 # before the d = 64 kernel's own staggered set (STAGGERED_D64), every causal FA2 forward used the shared one.
 SHARED_STAG = {k: D.PARAMS[k] for k in ("C_stag", "kappa_stag", "lag")}
-OLD_RULE = dict(partitions_diagonal=2, **SHARED_STAG)
+# before the small-writes clause (iomodel.dram._residue, after check8), every kernel kept min(alpha·W, rho) of its
+# writes in L2: every set predicted up to check8 was written by that rule
+WRITES_BEFORE = dict(small_writes=0)
+OLD_RULE = dict(partitions_diagonal=2, **SHARED_STAG, **WRITES_BEFORE)
 OLD = dict(D.PARAMS, **OLD_RULE)
 
 
@@ -393,8 +396,8 @@ def _run_info(name):
 
 def test_recorded_kernel3_tiles():
     """Every recorded L2 measurement that ran kernel 3 says which tiles it ran: at d = 64 non-causal, the tiles
-    the fixture puts back (no longer the default), except the runs since (kernel3c, check6*), which ran today's;
-    and a run with ``--tiles3`` recorded the tiles it asked for."""
+    the fixture puts back (no longer the default), except the runs since (kernel3c, check6*, check7*, check8), which
+    ran today's; and a run with ``--tiles3`` recorded the tiles it asked for."""
     from flashref.gpu import kernel3, l2profile
     assert schedule.recorded_tiles3("Tiles3(block_m=64, block_n=128, warps=4, stages=2, heads_first=False)") == \
         kernel3.Tiles3(64, 128, 4, 2, heads_first=False)
@@ -406,7 +409,7 @@ def test_recorded_kernel3_tiles():
             runs.append(path.name)
             # the reprs of its day (fields added since default to off), read back as Tiles3
             recorded = schedule.recorded_kernel3_tiles(info)
-            today = any(f"-l2-{name}" in path.name for name in ("kernel3c", "check6"))
+            today = any(f"-l2-{name}" in path.name for name in ("kernel3c", "check6", "check7", "check8"))
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             assert recorded[(64, False)] == want, path.name
             for key, tiles in l2profile.tiles3_overrides(run["metadata"].get("tiles3")).items():
@@ -441,8 +444,8 @@ def test_kernel3_predictions_are_the_model(gpu):
     with schedule.kernel3_as_recorded(_run_info("h100-l2-kernel3.json")):
         for r in pre["rows"]:
             kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
-            assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes == pytest.approx(
-                r["predicted_bytes"], rel=1e-12)
+            assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu, params=WRITES_BEFORE).total_bytes \
+                == pytest.approx(r["predicted_bytes"], rel=1e-12)
 
 
 # FlashAttention-2's tiles as the model had them when check5 was predicted: d = 64 and 128 read from Nsight, any
@@ -473,11 +476,11 @@ def test_check5_predictions_are_the_model(gpu, monkeypatch):
     changed = set()
     for r in pre["rows"]:
         kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
-        now = iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes
+        now = iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu, params=WRITES_BEFORE).total_bytes
         with monkeypatch.context() as m:
             _as_predicted(r, m)
-            assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu).total_bytes == pytest.approx(
-                r["predicted_bytes"], rel=1e-12)
+            assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu, params=WRITES_BEFORE).total_bytes \
+                == pytest.approx(r["predicted_bytes"], rel=1e-12)
         if now != pytest.approx(r["predicted_bytes"], rel=1e-12):
             changed.add((r["impl"], r["d"]))
     assert changed == {("sdpa_flash", 256)}
@@ -704,11 +707,13 @@ def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- out of sample: predicted before measured
 
-def _preregistered(name, params, gpu="h100", measured=None):
+def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
     """(prediction, measured bytes of its mode: the median of the runs, the model's params, gpu) of one set: the
     predictions of ``<gpu>-l2-<name>-predicted.json`` that ``<gpu>-l2-<measured or name>.json`` measured
     (``measured`` may name several runs of the same shapes and tiles: their repeats are pooled). Each prediction
-    carries ``ran``, kernel 3's tiles as the (first) run recorded them."""
+    carries ``ran``, kernel 3's tiles as the (first) run recorded them. ``rule``: the model's rule switches when
+    the set was predicted (every set up to check8: WRITES_BEFORE), under ``params``."""
+    params = {**rule, **params}
     runs = [json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{m}.json").read_text())
             for m in ((measured,) if isinstance(measured, str) else measured or (name,))]
     meas = {}
@@ -739,10 +744,11 @@ def _miss_key(pred, gpu):
 OWN_KEYS = ("kernel3b", "kernel3c", "check6", "check6b", "check6c", "check6x")
 
 
-def _when_measured(name, gpu):
+def _when_measured(name, gpu, rule=WRITES_BEFORE):
     """A set whose predictions are committed but whose measurement is not yet (kernel 3's: no GPU was lent when
     they were written): no rows until ``figures/gpu/<gpu>-l2-<name>.json`` is recorded, then every one."""
-    return _preregistered(name, {}, gpu) if (REPO / "figures" / "gpu" / f"{gpu}-l2-{name}.json").exists() else []
+    return _preregistered(name, {}, gpu, rule=rule) if (REPO / "figures" / "gpu" / f"{gpu}-l2-{name}.json").exists() \
+        else []
 
 
 def _recorded(*names, gpu="h100"):
@@ -779,7 +785,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _preregistered("check7", {}, measured=_recorded("check7", "check7k", "check7kr"))
                  + _when_measured("check7", "h200")
                  # check8: queries and keys of different lengths, drawn at random (CHECK8), not causal
-                 + _when_measured("check8", "h100") + _when_measured("check8", "h200"))
+                 + _when_measured("check8", "h100") + _when_measured("check8", "h200")
+                 # check9: small shapes, predicted with today's write rule (the small-writes clause)
+                 + _when_measured("check9", "h100", rule={}) + _when_measured("check9", "h200", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

@@ -39,7 +39,10 @@ cold and reads each byte it needs at least once (the compulsory reads). Beyond t
    launch order: the first wave starts together; later, about the whole key prefix plus a lag
    that depends on how far apart in time the CTAs drift, which is a property of the machine.
 4. *Writes.* Every byte written reaches DRAM, except what is still dirty in L2 when the kernel
-   ends (Nsight counts neither side of its flush): ``min(alpha * W, rho)`` of a kernel's ``W``.
+   ends (Nsight counts neither side of its flush): ``min(alpha * W, rho)`` of a kernel's ``W``, or all of
+   ``W`` where the kernel's reads ``R`` and writes fit in ``C_eff`` together (:func:`_residue`;
+   ``small_writes=0`` gives the rule before this clause, which wrote every pre-registered prediction up to
+   check8).
 
 **What it cannot say.** Past the knee, the lockstep pass of rule 1 is one of two states. FlashAttention-2's
 waves keep it, run after run; kernel 2's and kernel 3's leave it at some shapes (each launch at shapes of its
@@ -83,7 +86,8 @@ MB = 2 ** 20
 # three on the grid and check sets' FlashAttention-2 causal forwards, see fit_staggered().
 PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               C_stag=84 * MB, kappa_stag=4.0, lag=2.0,  # these three: staggered walks, fit_staggered()
-              partitions_diagonal=1)  # not fitted: L2 partitions holding a diagonal-start wave's tile (scan_bytes)
+              partitions_diagonal=1,  # not fitted: L2 partitions holding a diagonal-start wave's tile (scan_bytes)
+              small_writes=1)  # not fitted: a kernel whose reads and writes fit in C_eff keeps its writes (_residue)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its three parameters are therefore per GPU: fitted (fit_staggered) on each GPU's grid +
@@ -135,7 +139,14 @@ def _misses(D, C, kappa):
     return np.array([miss(x, C, kappa) for x in D.tolist()], dtype=float)
 
 
-def _residue(W, p):
+def _residue(W, R, p):
+    """Bytes of a kernel's ``W`` written bytes still dirty in L2 when it ends (and so never counted as DRAM writes),
+    ``R`` its DRAM reads. Fitted: the last ``rho`` bytes, at most ``alpha`` of ``W``: what a kernel whose traffic
+    outgrows the L2 leaves. A kernel whose reads and writes fit in ``C_eff`` together evicts nothing, so all of its
+    writes stay (an LRU's step, not softened: check8's smallest shape, where each kernel writes 4-13 MB and Nsight
+    counts no DRAM write). ``small_writes=0``: the fitted part alone, the rule before this clause."""
+    if p.get("small_writes", 1) and R + W <= p["C_eff"]:
+        return W
     return min(p["alpha"] * W, p["rho"])
 
 
@@ -377,13 +388,13 @@ def predict_kernels(seq, Nq, Nk, p=PARAMS):
             r = Rb + mask * (1 + (BH / ch - 1) * miss(D, p["C_eff"], p["kappa"]))
             w, l2 = Wb, Rb + Wb + mask * BH / ch
             # each of the ch launches (chunks of the heads) is alike, with its own end-of-kernel residue
-            rows.append(_launches(name, ch, r * ch, ch * (w - _residue(w, p)), l2 * ch))
+            rows.append(_launches(name, ch, r * ch, ch * (w - _residue(w, r, p)), l2 * ch))
             continue
         else:
             _, name, r, w, n = item
-            rows.append(_launches(name, n, r, n * (w / n - _residue(w / n, p)), r + w))
+            rows.append(_launches(name, n, r, n * (w / n - _residue(w / n, r / n, p)), r + w))
             continue
-        rows.append((name, r, w - _residue(w, p), l2))
+        rows.append((name, r, w - _residue(w, r, p), l2))
     return rows
 
 
@@ -463,13 +474,14 @@ def _check_params(params):
         raise ValueError(f"params: unknown parameter(s) {unknown}; the model's are {sorted(known)}")
     rules = {"C_eff": (0, False), "C_stag": (0, False), "kappa": (0, False), "kappa_stag": (0, False),
              "rho": (0, True), "lag": (0, True), "alpha": (0, True), "partitions": (1, True),
-             "partitions_diagonal": (1, True)}  # name: (lower bound, bound included)
+             "partitions_diagonal": (1, True), "small_writes": (0, True)}  # name: (lower bound, bound included)
     for name, v in params.items():
         lo, incl = rules[name]
         # only a sharpness may be infinite (an exact LRU step); an infinite lag or partition count made an
         # infinite reuse distance, and log(C / inf) a bare "math domain error"
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
                 or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1) \
+                or (name == "small_writes" and v not in (0, 1)) \
                 or (math.isinf(v) and not name.startswith("kappa")):
             raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"
                              f"{' and <= 1' if name == 'alpha' else ''}{'' if name.startswith('kappa') else ', finite'}"
