@@ -46,7 +46,7 @@ from .l2 import L2Cache
 from .problem import _causal, positive_int
 
 __all__ = ["ScanKernel", "simulate", "flashref_fwd", "flashref_dkdv", "flashref3_fwd", "flashref3_dkdv", "flashref3_dq",
-           "fa2_fwd", "fa2_bwd", "SMS"]
+           "fa2_fwd", "fa2_bwd", "fa2_num_splits", "SMS"]
 
 SMS = 132  # H100 SXM and H200
 
@@ -297,6 +297,27 @@ def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
                    sms * FA2_CTAS_PER_SM["fwd"], _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
                    descending=True, sms=sms)
     return _ragged(k, Nk, BN, Nq, BM)
+
+
+def fa2_num_splits(BH, Nq, Nk, d, sms=SMS):
+    """How many key splits FlashAttention-2's forward runs (1: its ordinary kernel), as PyTorch's vendored
+    ``flash_api.cpp`` decides without dropout (``set_params_splitkv``, ``num_splits_heuristic``): when the grid of
+    64-row query blocks fills less than 0.8 of twice the SMs (two 128-thread CTAs an SM), the keys are cut into
+    splits of ``block_n``-key tiles (256 at d <= 64, 128 at d <= 128, 64 above), the fewest whose waves are at
+    least 85% as full as the best count's; a count that gives the same tiles per split as one fewer is skipped."""
+    BH, Nq, Nk, d, sms = (positive_int(v, n) for v, n in ((BH, "BH"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"), (sms, "sms")))
+    block_n = 256 if d <= 64 else 128 if d <= 128 else 64
+    n_blocks, work, slots = _cdiv(Nk, block_n), BH * _cdiv(Nq, 64), 2 * sms
+    if work >= 0.8 * slots:  # enough query blocks to nearly fill the GPU: no split
+        return 1
+    max_splits = min(128, slots, n_blocks)
+
+    def eligible(s):
+        return s == 1 or _cdiv(n_blocks, s) != _cdiv(n_blocks, s - 1)
+
+    eff = {s: (work * s / slots) / math.ceil(work * s / slots) for s in range(1, max_splits + 1) if eligible(s)}
+    best = max(eff.values())
+    return next(s for s in sorted(eff) if eff[s] >= 0.85 * best)
 
 
 def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):

@@ -176,9 +176,13 @@ def test_dram_rejects_bad_arguments():
 @pytest.mark.parametrize("N", [1, 7, 100, 129, 1000])
 def test_small_and_ragged_sequences_read_what_they_hold(impl, N):
     """Where every tile fits in L2, a forward reads Q, K and V once, and a ragged last tile only the rows it
-    holds (the kernels mask the rest): not a whole tile of 128 rows for N = 1."""
+    holds (the kernels mask the rest): not a whole tile of 128 rows for N = 1. FlashAttention-2 on so small a
+    grid splits its keys (N = 1000: two splits), and its combine kernel reads the fp32 partial O and LSE back."""
     p = iomodel.dram(impl, "fwd", B=2, H=3, Nq=N, Nk=N, d=64)
-    assert p.read_bytes == 2 * 3 * 3 * N * 64 * 2
+    splits = schedule.fa2_num_splits(6, N, N, 64) if impl == "sdpa_flash" else 1
+    assert splits == (2 if impl == "sdpa_flash" and N == 1000 else 1)
+    partials = splits * 6 * N * (64 * 4 + 4) if splits > 1 else 0
+    assert p.read_bytes == 2 * 3 * 3 * N * 64 * 2 + partials
 
 
 @pytest.mark.parametrize("d", [1, 32, 80, 96, 160, 192, 256])
@@ -285,8 +289,10 @@ H200 = json.loads((REPO / "figures" / "gpu" / "h200-l2.json").read_text())
 # before the d = 64 kernel's own staggered set (STAGGERED_D64), every causal FA2 forward used the shared one.
 SHARED_STAG = {k: D.PARAMS[k] for k in ("C_stag", "kappa_stag", "lag")}
 # before the small-writes clause (iomodel.dram._residue, after check8), every kernel kept min(alpha·W, rho) of its
-# writes in L2: every set predicted up to check8 was written by that rule
-WRITES_BEFORE = dict(small_writes=0)
+# writes in L2, and before check9 FlashAttention-2's forward never split its keys (schedule.fa2_num_splits): every
+# set predicted up to check8 was written by that model, check9 by the first clause without the second
+WRITES_BEFORE = dict(small_writes=0, fa2_split=0)
+SPLIT_BEFORE = dict(fa2_split=0)
 OLD_RULE = dict(partitions_diagonal=2, **SHARED_STAG, **WRITES_BEFORE)
 OLD = dict(D.PARAMS, **OLD_RULE)
 
@@ -396,7 +402,7 @@ def _run_info(name):
 
 def test_recorded_kernel3_tiles():
     """Every recorded L2 measurement that ran kernel 3 says which tiles it ran: at d = 64 non-causal, the tiles
-    the fixture puts back (no longer the default), except the runs since (kernel3c, check6*, check7*, check8), which
+    the fixture puts back (no longer the default), except the runs since (kernel3c, check6*, check7*, check8-9), which
     ran today's; and a run with ``--tiles3`` recorded the tiles it asked for."""
     from flashref.gpu import kernel3, l2profile
     assert schedule.recorded_tiles3("Tiles3(block_m=64, block_n=128, warps=4, stages=2, heads_first=False)") == \
@@ -409,7 +415,7 @@ def test_recorded_kernel3_tiles():
             runs.append(path.name)
             # the reprs of its day (fields added since default to off), read back as Tiles3
             recorded = schedule.recorded_kernel3_tiles(info)
-            today = any(f"-l2-{name}" in path.name for name in ("kernel3c", "check6", "check7", "check8"))
+            today = any(f"-l2-{name}" in path.name for name in ("kernel3c", "check6", "check7", "check8", "check9"))
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             assert recorded[(64, False)] == want, path.name
             for key, tiles in l2profile.tiles3_overrides(run["metadata"].get("tiles3")).items():
@@ -508,6 +514,31 @@ def test_fa2_tiles_are_what_nsight_launched():
             assert limit == schedule.FA2_CTAS_PER_SM[which], (name, k["shape"], which, limit)
             seen.add((which, r["d"]))
     assert seen == {(w, d) for w in ("fwd", "bwd") for d in (64, 96, 128, 256)}
+
+
+def test_fa2_splits_are_what_nsight_launched():
+    """FlashAttention-2's forward in every Nsight measurement: where schedule.fa2_num_splits says s > 1, the
+    split-KV kernel ran with s splits (its grid: 64-row query blocks x s x B·H) and then the combine kernel; where
+    it says 1, the ordinary kernel ran."""
+    split = whole = 0
+    for path in sorted((REPO / "figures" / "gpu").glob("*-l2-*.json")):
+        if path.name.endswith("-predicted.json"):
+            continue
+        res = json.loads(path.read_text())
+        shape_of = {r["shape"]: r for r in res["rows"] if r["impl"] == "sdpa_flash"}
+        for k in res.get("kernels", []):
+            if k["impl"] != "sdpa_flash" or k.get("phase") != "fwd" or "launch__grid_size" not in k:
+                continue
+            r = shape_of[k["shape"]]
+            s = schedule.fa2_num_splits(r["B"] * r["H"], r["N"], r.get("Nk", r["N"]), r["d"])
+            if "splitkv_kernel" in k["name"]:
+                assert s > 1 and k["launch__grid_size"] == math.ceil(r["N"] / 64) * s * r["B"] * r["H"], \
+                    (path.name, k["shape"], s)
+                split += 1
+            elif "flash_fwd_kernel" in k["name"]:
+                assert s == 1, (path.name, k["shape"], s)
+                whole += 1
+    assert split >= 2 and whole > 100, (split, whole)
 
 
 def test_check5_within_25_percent_with_fa2_own_tiles():
@@ -786,8 +817,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _when_measured("check7", "h200")
                  # check8: queries and keys of different lengths, drawn at random (CHECK8), not causal
                  + _when_measured("check8", "h100") + _when_measured("check8", "h200")
-                 # check9: small shapes, predicted with today's write rule (the small-writes clause)
-                 + _when_measured("check9", "h100", rule={}) + _when_measured("check9", "h200", rule={}))
+                 # check9: small shapes, predicted with the small-writes clause, before FlashAttention-2's split
+                 + _when_measured("check9", "h100", rule=SPLIT_BEFORE)
+                 + _when_measured("check9", "h200", rule=SPLIT_BEFORE))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

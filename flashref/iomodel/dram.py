@@ -8,7 +8,8 @@ by kernel, the bytes that cross the DRAM interface in one call (``mode="fwd"``: 
   (Nsight Compute shows 12: forward ``bmm, mul, softmax, bmm``; backward ``bmm, bmm``, a binary
   elementwise kernel and ``softmax_backward`` (SoftmaxBackward0 on CUDA), ``mul``, ``bmm, bmm`` and
   the copy of dK into its layout; causal adds a ``masked_fill`` each way);
-* ``"sdpa_flash"``: PyTorch SDPA's flash backend (FlashAttention-2's CUDA kernels);
+* ``"sdpa_flash"``: PyTorch SDPA's flash backend (FlashAttention-2's CUDA kernels; on a grid too small to fill
+  the GPU its forward splits the keys and merges the fp32 partials in a second kernel, ``schedule.fa2_num_splits``);
 * ``"flashref"``: flashref's kernels as ``flashref.gpu.attention`` runs them on a Hopper GPU: kernel 3
   (Gluon; :func:`kernel3_tiles`) where its dispatcher takes the shape, with its atomic-free backward (a
   dK/dV kernel, then a dQ kernel), and kernel 2 elsewhere;
@@ -87,7 +88,8 @@ MB = 2 ** 20
 PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               C_stag=84 * MB, kappa_stag=4.0, lag=2.0,  # these three: staggered walks, fit_staggered()
               partitions_diagonal=1,  # not fitted: L2 partitions holding a diagonal-start wave's tile (scan_bytes)
-              small_writes=1)  # not fitted: a kernel whose reads and writes fit in C_eff keeps its writes (_residue)
+              small_writes=1,  # not fitted: a kernel whose reads and writes fit in C_eff keeps its writes (_residue)
+              fa2_split=1)  # not fitted: FlashAttention-2's forward splits its keys on a small grid (schedule)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its three parameters are therefore per GPU: fitted (fit_staggered) on each GPU's grid +
@@ -304,10 +306,10 @@ def _elementwise_chunks(numel):
     return n
 
 
-def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS):
+def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS, fa2_split=True):
     """The kernels one call launches: ("scan", ScanKernel, staggered), ("stream", name, R, W, launches) (R and W
     over all its launches) or ("mask", name, R, W, chunks, heads) (one masked_fill chunk, launched ``chunks``
-    times)."""
+    times). ``fa2_split=False``: FlashAttention-2's forward never splits its keys (the model before check9)."""
     _check_impl_mode(impl, mode)
     B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e)
     causal = _causal(causal)
@@ -348,7 +350,16 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS):
             out.append(("scan", S.flashref3_dq(BH, Nq, Nk, d, causal, e, sms, bwd3), False))
         return out
     if impl == "sdpa_flash":
-        out.append(("scan", S.fa2_fwd(BH, Nq, Nk, d, causal, e, sms), causal))
+        splits = S.fa2_num_splits(BH, Nq, Nk, d, sms) if fa2_split else 1
+        if splits == 1:
+            out.append(("scan", S.fa2_fwd(BH, Nq, Nk, d, causal, e, sms), causal))
+        else:
+            # A grid too small to fill the GPU: each of `splits` CTAs of a 64-row query block scans its share of
+            # the keys and writes an fp32 partial O and its LSE; a second kernel merges them. Both grids fit in about
+            # one wave, whose CTAs of one split read its K/V tiles together: Q, K and V cross DRAM once.
+            part = splits * BH * Nq * (d * 4 + 4)  # fp32 partial O_i and LSE_i of every split
+            out += [_stream("FA2 flash_fwd_splitkv_kernel", Xq + 2 * Xk, part),
+                    _stream("FA2 flash_fwd_splitkv_combine_kernel", part, Xq + 4 * BH * Nq)]
         if mode == "fwd_bwd":
             out += [_stream("copy (contiguous O)", Xq, Xq), _stream("copy (contiguous dO)", Xq, Xq),
                     _stream("flash_bwd_dot_do_o (D, zero fp32 dQ)", 2 * Xq, 4 * BH * Nq + 2 * Xq),
@@ -416,7 +427,8 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     _check_call(impl, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
     p = _params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params))
-    seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), e=dtype_bytes, sms=spec.sms)
+    seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), e=dtype_bytes, sms=spec.sms,
+                  fa2_split=bool(p["fa2_split"]))
     rows = predict_kernels(seq, Nq, Nk, p)
     return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows)
 
@@ -474,14 +486,14 @@ def _check_params(params):
         raise ValueError(f"params: unknown parameter(s) {unknown}; the model's are {sorted(known)}")
     rules = {"C_eff": (0, False), "C_stag": (0, False), "kappa": (0, False), "kappa_stag": (0, False),
              "rho": (0, True), "lag": (0, True), "alpha": (0, True), "partitions": (1, True),
-             "partitions_diagonal": (1, True), "small_writes": (0, True)}  # name: (lower bound, bound included)
+             "partitions_diagonal": (1, True), "small_writes": (0, True), "fa2_split": (0, True)}  # (bound, included)
     for name, v in params.items():
         lo, incl = rules[name]
         # only a sharpness may be infinite (an exact LRU step); an infinite lag or partition count made an
         # infinite reuse distance, and log(C / inf) a bare "math domain error"
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
                 or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1) \
-                or (name == "small_writes" and v not in (0, 1)) \
+                or (name in ("small_writes", "fa2_split") and v not in (0, 1)) \
                 or (math.isinf(v) and not name.startswith("kappa")):
             raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"
                              f"{' and <= 1' if name == 'alpha' else ''}{'' if name.startswith('kappa') else ', finite'}"
