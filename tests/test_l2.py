@@ -819,7 +819,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _when_measured("check8", "h100") + _when_measured("check8", "h200")
                  # check9: small shapes, predicted with the small-writes clause, before FlashAttention-2's split
                  + _when_measured("check9", "h100", rule=SPLIT_BEFORE)
-                 + _when_measured("check9", "h200", rule=SPLIT_BEFORE))
+                 + _when_measured("check9", "h200", rule=SPLIT_BEFORE)
+                 # check10: FlashAttention-2's split-KV forward, predicted with today's model
+                 + _when_measured("check10", "h100", rule={}) + _when_measured("check10", "h200", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

@@ -154,6 +154,21 @@ CHECK9 = [
     ("check9_64_2x4x2048", 2, 4, 2048, 64, False), ("check9_64_4x8x512_causal", 4, 8, 512, 64, True),
     ("check9_64_1x16x1024", 1, 16, 1024, 64, False), ("check9_64_2x4x1024", 2, 4, 1024, 64, False),
 ]
+# A tenth, for FlashAttention-2's split-KV forward (schedule.fa2_num_splits), added after check9's one miss: 8 shapes
+# drawn at random (default_rng(20261130): B 1 or 2; H from 2, 4, 8, 16; Nq from 256 to 4096; Nk = Nq (twice as
+# likely) or 4096, 16384, 65536; d 64 or 128; causal at random where Nq = Nk) and kept where the heuristic splits
+# (2 to 16 splits; none drawn was causal), predicted before they were measured (h100-l2-check10-predicted.json,
+# h200-l2-check10-predicted.json).
+CHECK10 = [
+    ("check10_128_2x2_q2048_k4096", 2, 2, (2048, 4096), 128, False),
+    ("check10_128_2x2_q1024_k4096", 2, 2, (1024, 4096), 128, False),
+    ("check10_128_1x8_q512_k65536", 1, 8, (512, 65536), 128, False),
+    ("check10_64_1x16_q512_k65536", 1, 16, (512, 65536), 64, False),
+    ("check10_64_2x2_q256_k16384", 2, 2, (256, 16384), 64, False),
+    ("check10_128_2x2_q512_k4096", 2, 2, (512, 4096), 128, False),
+    ("check10_128_1x2_q1024_k4096", 1, 2, (1024, 4096), 128, False),
+    ("check10_64_2x8_q256_k16384", 2, 8, (256, 16384), 64, False),
+]
 # shares of the time budget
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8, "flashref2": 1.0}
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
@@ -173,7 +188,8 @@ METRIC_SETS = (
 
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
           "check5": CHECK5, "check6": CHECK6,
-          "check7": CHECK7, "check8": CHECK8, "check9": CHECK9}
+          "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
+          "check10": CHECK10}
 
 
 def lengths(N):
