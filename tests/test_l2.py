@@ -402,7 +402,7 @@ def _run_info(name):
 
 def test_recorded_kernel3_tiles():
     """Every recorded L2 measurement that ran kernel 3 says which tiles it ran: at d = 64 non-causal, the tiles
-    the fixture puts back (no longer the default), except the runs since (kernel3c, check6*, check7*, check8-9), which
+    the fixture puts back (no longer the default), except the runs since (kernel3c, check6*, check7*, check8-10), which
     ran today's; and a run with ``--tiles3`` recorded the tiles it asked for."""
     from flashref.gpu import kernel3, l2profile
     assert schedule.recorded_tiles3("Tiles3(block_m=64, block_n=128, warps=4, stages=2, heads_first=False)") == \
@@ -415,7 +415,8 @@ def test_recorded_kernel3_tiles():
             runs.append(path.name)
             # the reprs of its day (fields added since default to off), read back as Tiles3
             recorded = schedule.recorded_kernel3_tiles(info)
-            today = any(f"-l2-{name}" in path.name for name in ("kernel3c", "check6", "check7", "check8", "check9"))
+            since = ("kernel3c", "check6", "check7", "check8", "check9", "check10")
+            today = any(f"-l2-{name}" in path.name for name in since)
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             assert recorded[(64, False)] == want, path.name
             for key, tiles in l2profile.tiles3_overrides(run["metadata"].get("tiles3")).items():
