@@ -309,7 +309,8 @@ def _elementwise_chunks(numel):
 def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS, fa2_split=True):
     """The kernels one call launches: ("scan", ScanKernel, staggered), ("stream", name, R, W, launches) (R and W
     over all its launches) or ("mask", name, R, W, chunks, heads) (one masked_fill chunk, launched ``chunks``
-    times). ``fa2_split=False``: FlashAttention-2's forward never splits its keys (the model before check9)."""
+    times). ``fa2_split=False``: FlashAttention-2's forward never splits its keys (the model that predicted every
+    set up to check9)."""
     _check_impl_mode(impl, mode)
     B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e)
     causal = _causal(causal)
