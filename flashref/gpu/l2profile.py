@@ -169,6 +169,11 @@ CHECK10 = [
     ("check10_128_1x2_q1024_k4096", 1, 2, (1024, 4096), 128, False),
     ("check10_64_2x8_q256_k16384", 2, 8, (256, 16384), 64, False),
 ]
+# Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
+# its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
+# passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
+SOFTMAX_ROWS = [(f"rows64_{Nk}", 1, 16, (256, Nk), 64, False)
+                for Nk in (12288, 16384, 24576, 32768, 49152, 65536, 98304)]
 # shares of the time budget
 WEIGHT = {"flashref": 1.2, "sdpa_flash": 1.0, "eager": 1.2, "sdpa_cudnn": 0.8, "flashref2": 1.0}
 EAGER_MAX_BYTES = 9e9  # eager keeps ~4 N×N fp16 matrices alive: skip shapes whose one matrix is larger
@@ -189,7 +194,7 @@ METRIC_SETS = (
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
           "check5": CHECK5, "check6": CHECK6,
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
-          "check10": CHECK10}
+          "check10": CHECK10, "softmax_rows": SOFTMAX_ROWS}
 
 
 def lengths(N):
