@@ -92,9 +92,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         mem.input("alibi_slopes", pb.alibi_slopes)
         S = mem.load(s_name, as_="S", line="alibi")
         slopes = mem.load("alibi_slopes", line="alibi")  # (..., G)
-        # in the inputs' dtype, as the other passes: the distances |i − j| are integers, which numpy would
-        # promote a float32 S with to float64
-        S = mem.hold("S", variants.alibi(fc, pb, S, *everything, slopes).astype(pb.dtype, copy=False))
+        S = mem.hold("S", variants.alibi(fc, pb, S, *everything, slopes))  # in S's dtype (variants.alibi)
         mem.store("S_alibi", S, line="alibi")
         mem.free("S", "alibi_slopes")
         s_name = "S_alibi"
