@@ -43,6 +43,7 @@ import re
 from dataclasses import dataclass, field
 
 from .l2 import L2Cache
+from .parallelism import efficiency
 from .problem import _causal, positive_int
 
 __all__ = ["ScanKernel", "simulate", "flashref_fwd", "flashref_dkdv", "flashref3_fwd", "flashref3_dkdv", "flashref3_dq",
@@ -315,7 +316,8 @@ def fa2_num_splits(BH, Nq, Nk, d, sms=SMS):
     def eligible(s):
         return s == 1 or _cdiv(n_blocks, s) != _cdiv(n_blocks, s - 1)
 
-    eff = {s: (work * s / slots) / math.ceil(work * s / slots) for s in range(1, max_splits + 1) if eligible(s)}
+    # how full the waves are: parallelism.efficiency, FlashAttention-2's n_waves / ceil(n_waves)
+    eff = {s: efficiency(work * s, slots) for s in range(1, max_splits + 1) if eligible(s)}
     best = max(eff.values())
     return next(s for s in sorted(eff) if eff[s] >= 0.85 * best)
 
