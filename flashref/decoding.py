@@ -53,7 +53,7 @@ import numpy as np
 from . import blocks, masks, variants
 from .flops import FlopCounter
 from .memory import IOReport, Memory
-from .parallelism import DEFAULT_SMS, choose_num_splits, resolve_num_splits
+from .parallelism import DEFAULT_SMS, check_num_splits, choose_num_splits, resolve_num_splits
 from .parallelism import wave_utilisation as parallelism
 from .problem import (
     Problem,
@@ -103,9 +103,8 @@ def grid(pb: Problem) -> blocks.Grid:
 
 def split_bounds(Nk: int, num_splits: int) -> list[tuple[int, int]]:
     """The key ranges ``[k0, k1)`` of the splits: contiguous, as equal as possible, none empty."""
-    Nk, num_splits = positive_int(Nk, "Nk"), positive_int(num_splits, "num_splits")
-    if num_splits > Nk:  # some splits would be empty
-        raise ValueError(f"num_splits: expected at most Nk = {Nk} splits (each split needs a key), got {num_splits}")
+    Nk = positive_int(Nk, "Nk")
+    num_splits = check_num_splits(num_splits, Nk)  # more splits than keys would leave some empty
     return [(s * Nk // num_splits, (s + 1) * Nk // num_splits) for s in range(num_splits)]
 
 

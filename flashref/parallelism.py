@@ -42,7 +42,7 @@ from .softmax import finite_or_zero
 
 __all__ = ["work_items", "waves", "efficiency", "occupancy", "sm_count", "SmemTraffic", "smem_traffic",
            "DEFAULT_BLOCK", "SCHEMES", "DEFAULT_SMS", "wave_utilisation", "choose_num_splits",
-           "resolve_num_splits"]
+           "resolve_num_splits", "check_num_splits"]
 
 # H100 SXM5 has 132 SMs (NVIDIA H100 whitepaper; also flashref.hardware.H100.sms).
 DEFAULT_SMS = 132
@@ -141,6 +141,11 @@ def resolve_num_splits(num_splits, heads: int, Tr: int, Tc: int, Nk: int, sms) -
     sms = DEFAULT_SMS if sms is None else positive_int(sms, "sms")
     if num_splits is None:
         return choose_num_splits(heads * Tr, Tc, Nk, sms)
+    return check_num_splits(num_splits, Nk)
+
+
+def check_num_splits(num_splits, Nk: int) -> int:
+    """``num_splits`` for ``Nk`` keys: a positive int, at most ``Nk`` (each split needs a key)."""
     num_splits = positive_int(num_splits, "num_splits")
     if num_splits > Nk:
         raise ValueError(f"num_splits: expected at most Nk = {Nk} splits (each split needs a key), got {num_splits}")
