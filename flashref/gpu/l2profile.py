@@ -211,7 +211,8 @@ def runs_for(impl, shape_list):
     """The shapes ``impl`` is measured at (eager only where one Nq×Nk fp16 matrix fits the budget)."""
     keep = []
     for g, name, B, H, N, d, causal, *rep in shape_list:
-        if impl == "eager" and B * H * lengths(N)[0] * lengths(N)[1] * 2 > EAGER_MAX_BYTES:
+        Nq, Nk = lengths(N)
+        if impl == "eager" and B * H * Nq * Nk * 2 > EAGER_MAX_BYTES:
             continue
         keep.append((g, name, B, H, N, d, causal, *rep))
     return keep

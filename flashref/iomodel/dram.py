@@ -316,7 +316,11 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS, fa2_sp
     set up to check9)."""
     _check_impl_mode(impl, mode)
     B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e)
-    causal = _causal(causal)
+    return _kernels(impl, mode, B, H, Nq, Nk, d, _causal(causal), e, sms, fa2_split)
+
+
+def _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, sms, fa2_split):
+    """:func:`kernels` for arguments already checked (by it, or by :func:`dram`)."""
     BH = B * H
     Xq, Xk = BH * Nq * d * e, BH * Nk * d * e  # one Q-sized (K-sized) fp16 tensor
     out = []
@@ -431,8 +435,7 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     _check_call(impl, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
     p = _params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params))
-    seq = kernels(impl, mode, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), e=dtype_bytes, sms=spec.sms,
-                  fa2_split=bool(p["fa2_split"]))
+    seq = _kernels(impl, mode, B, H, Nq, Nk, d, bool(causal), dtype_bytes, spec.sms, bool(p["fa2_split"]))
     rows = predict_kernels(seq, Nq, Nk, p)
     return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows)
 
