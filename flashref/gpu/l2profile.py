@@ -169,6 +169,23 @@ CHECK10 = [
     ("check10_128_1x2_q1024_k4096", 1, 2, (1024, 4096), 128, False),
     ("check10_64_2x8_q256_k16384", 2, 8, (256, 16384), 64, False),
 ]
+# An eleventh, of the issue's own grid drawn at random rather than chosen: 10 shapes (default_rng(20261131): B from
+# 1, 2, 4, 8; H from 1, 2, 4, 8, 16, 32; N from 1024 to 262144 in steps of 1 and 1.5 powers of two; d 64 or 128;
+# causal or not; kept if 2^16 <= B·H·N <= 2^20), five of many heads (H >= 8) with short N (<= 16384) and five of
+# few (B·H <= 4) with long N (>= 65536, four of them past the knee of one head's K and V), predicted by the model
+# of check10, no parameter refitted, before they were measured (h100-l2-check11-predicted.json, h200-).
+CHECK11 = [
+    ("check11_128_8x32x1024_causal", 8, 32, 1024, 128, True),
+    ("check11_128_4x32x6144_causal", 4, 32, 6144, 128, True),
+    ("check11_64_1x16x6144_causal", 1, 16, 6144, 64, True),
+    ("check11_128_8x8x12288", 8, 8, 12288, 128, False),
+    ("check11_128_1x32x12288_causal", 1, 32, 12288, 128, True),
+    ("check11_64_1x4x131072_causal", 1, 4, 131072, 64, True),
+    ("check11_128_1x4x262144", 1, 4, 262144, 128, False),
+    ("check11_64_4x1x98304_causal", 4, 1, 98304, 64, True),
+    ("check11_128_1x4x196608_causal", 1, 4, 196608, 128, True),
+    ("check11_128_4x1x196608", 4, 1, 196608, 128, False),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -194,7 +211,7 @@ METRIC_SETS = (
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
           "check5": CHECK5, "check6": CHECK6,
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
-          "check10": CHECK10, "softmax_rows": SOFTMAX_ROWS}
+          "check10": CHECK10, "check11": CHECK11, "softmax_rows": SOFTMAX_ROWS}
 
 
 def lengths(N):
