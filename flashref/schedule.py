@@ -371,9 +371,12 @@ def _k3_ctas_per_sm(smem_bytes: int, warps: int, regs: int = K3_REGS_PER_THREAD)
 
 def recorded_tiles3(text: str):
     """The ``kernel3.Tiles3`` a recorded repr names (``"Tiles3(block_m=128, ..., persistent=True)"``), read field
-    by field as literals (no eval); a field the repr lacks keeps its default."""
+    by field as literals (no eval); a field the repr lacks keeps its default, but for ``round_sync``: a repr
+    without it was recorded before the round barrier existed, so its launch ran none (False)."""
     from .gpu.kernel3 import Tiles3
-    return Tiles3(**{k: ast.literal_eval(v) for k, v in re.findall(r"(\w+)=([^,()]+)", text)})
+    fields = {k: ast.literal_eval(v) for k, v in re.findall(r"(\w+)=([^,()]+)", text)}
+    fields.setdefault("round_sync", False)
+    return Tiles3(**fields)
 
 
 def kernel3_info(run: dict) -> dict | None:
@@ -412,10 +415,11 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     is as long (non-causal, as the default persistent launch is). The dynamic version (Tiles3.dynamic: each
     program claims its next tile from a counter) takes the tiles in grid order as they free up, as the GPU
     hands out a one-tile-a-program grid, so it runs the same waves causal too. Measured, that holds below the
-    knee. Past it, a wave may come apart along the scan, persistent or not, each launch at shapes of its own and
-    by amounts that move from run to run: at one head of N = 262144 the persistent d = 128 forward read 17.4 GB
-    in one H100 run and 2.6-3.5 in five others (2.2 predicted), at two heads 74-106 GB in five rounds (4.6)
-    (figures/gpu/NOTES-l2.md, "Thirteenth round"). The schedule is the lockstep one; no rule for the drift."""
+    knee. Past it, a wave without a barrier comes apart along the scan, persistent or not, by amounts that move
+    from run to run: at two heads of N = 262144 the persistent d = 128 forward read 74-106 GB in five H100 rounds
+    where these waves read 4.6 (figures/gpu/NOTES-l2.md, "Thirteenth round"). So the static persistent launch
+    takes a barrier between its rounds there (``kernel3.round_sync``): each round of tiles starts together, and
+    the same shapes read 4.71 GB, the same in every round ("Fifteenth round"). The schedule is that lockstep one."""
     from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     t = tiles or _tiles3(TILES, d, causal, "forward")
@@ -453,7 +457,9 @@ def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
 
 def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     """Kernel 3's dQ kernel (kernel3_bwd._k3q_kernel): grid (N/128, B·H); row block i (128 rows: Q_i, dO_i,
-    L_i, D_i read once, dQ_i written once) scans K_j, V_j from 0 up; causal, the longest rows first."""
+    L_i, D_i read once, dQ_i written once) scans K_j, V_j from 0 up; causal, the longest rows first. Past the knee
+    (``kernel3_bwd.dq_round_sync``, not causal) one program per SM takes the grid's tiles in rounds with a barrier
+    between them: the same waves, which the one-tile-a-program launch kept below the knee only."""
     from .gpu.kernel3_bwd import BWD_TILES
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     tq = (tiles or _tiles3(BWD_TILES, d, causal, "backward")).dq_tiles

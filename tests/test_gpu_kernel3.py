@@ -125,6 +125,35 @@ def test_plan_checks_the_tiles():
     assert plan(128, 4096, 4096, "float16", True, tiles=dy) == (dy, None)
     assert "dynamic" in plan(128, 4096, 4096, "float16", True, tiles=replace(dy, persistent=False,
                                                                             q_prefetch=False))[1]
+    # the barrier between rounds (Tiles3.round_sync): the static persistent launch only; None lets the shape decide
+    rs = replace(qp, round_sync=True)
+    assert kernel3._parse_tiles("128,128,8,2,pp,persist,qpre,sync") == rs
+    assert kernel3._parse_tiles("128,128,8,2,pp,persist,qpre,nosync") == replace(qp, round_sync=False)
+    assert plan(128, 4096, 4096, "float16", False, tiles=rs) == (rs, None)
+    assert "round_sync" in plan(128, 4096, 4096, "float16", False, tiles=replace(dy, round_sync=True))[1]
+    assert "round_sync" in plan(64, 4096, 4096, "float16", False, tiles=Tiles3(64, 128, 4, 2, round_sync=True))[1]
+
+
+def test_round_sync_where_one_heads_k_and_v_outgrow_the_threshold():
+    """kernel3.round_sync and kernel3_bwd.dq_round_sync: the barrier where 2·N·d·elem reaches
+    ROUND_SYNC_KV_BYTES, for the static persistent forward and the non-causal dQ kernel; a tile's own
+    round_sync overrides the shape's choice; the dynamic and one-tile-a-program forwards never take it."""
+    lim = kernel3.ROUND_SYNC_KV_BYTES
+    n_at = lim // (2 * 128 * 2)  # the shortest N at d = 128, fp16, that reaches it
+    fwd = kernel3.TILES[(128, False)]
+    assert not kernel3.round_sync(fwd, n_at - 128, 128) and kernel3.round_sync(fwd, n_at, 128)
+    assert kernel3.round_sync(fwd, n_at // 2, 128, elem=4)  # fp32 bytes: half the length
+    assert not kernel3.round_sync(replace(fwd, round_sync=False), 10 * n_at, 128)
+    assert kernel3.round_sync(replace(fwd, round_sync=True), 128, 128)
+    assert not kernel3.round_sync(kernel3.TILES[(128, True)], 10 * n_at, 128)  # dynamic
+    assert not kernel3.round_sync(replace(fwd, persistent=False, q_prefetch=False), 10 * n_at, 128)
+    tq = kernel3_bwd.BWD_TILES[(128, False)].dq_tiles
+    assert not kernel3_bwd.dq_round_sync(tq, n_at - 128, 128, False) and kernel3_bwd.dq_round_sync(tq, n_at, 128, False)
+    assert not kernel3_bwd.dq_round_sync(tq, 10 * n_at, 128, True)  # causal: longest rows first, never
+    assert kernel3_bwd.dq_round_sync(replace(tq, round_sync=True), 128, 128, False)
+    assert not kernel3_bwd.dq_round_sync(replace(tq, round_sync=False), 10 * n_at, 128, False)
+    causal_rs = replace(kernel3_bwd.BWD_TILES[(128, True)], dq_tiles=replace(tq, round_sync=True))
+    assert "round_sync" in kernel3_bwd.plan(128, 4096, 4096, "float16", True, tiles=causal_rs)[1]
 
 
 def test_unavailable_says_why_on_this_machine():
@@ -697,6 +726,35 @@ def test_kernel3_separate_backward_variants(tiles, causal):
             if kernel3_bwd.plan(d, N, N, "float16", causal, tiles=tiles)[1] is None:
                 _check_bwd(2, 3, N, d, torch.float16, causal, seed=d + N + 3, tiles=tiles)
                 _check_bwd(1, 2, N, d, torch.float16, causal, seed=d + N + 4, scale=4.0, tiles=tiles)
+
+
+@needs_k3
+@pytest.mark.cuda
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("N", [128, 2048])
+def test_round_barrier_changes_nothing_computed(d, N):
+    """Tiles3.round_sync and TilesQ.round_sync forced on at short N, where the shape alone would not take them:
+    the forward's O and L and the backward's dQ, dK, dV equal those without the barrier bit for bit (it moves when a
+    program starts its next tile, not what it computes); the dQ kernel then runs persistent, one program per SM
+    (N = 128 with 300 heads: 600 one-block tiles; N = 2048 with 16: 512 tiles, three or four a program), and its
+    counter starts from zero at every call."""
+    H = 16 if N == 2048 else 300
+    q, k, v, do = _inputs(2, H, N, N, d, torch.float16, d + N + 31)
+    tau = d ** -0.5
+    fwd = kernel3.TILES[(d, False)]
+    o, L2 = kernel3.forward(q, k, v, False, tau, tiles=replace(fwd, round_sync=False))
+    for _ in range(2):
+        os_, L2s = kernel3.forward(q, k, v, False, tau, tiles=replace(fwd, round_sync=True))
+        assert torch.equal(os_, o) and torch.equal(L2s, L2)
+    bwd = kernel3_bwd.BWD_TILES[(d, False)]
+    plain = kernel3_bwd.backward(q, k, v, o, L2, do, False, tau,
+                                 tiles=replace(bwd, dq_tiles=replace(bwd.dq_tiles, round_sync=False)))
+    for _ in range(2):
+        synced = kernel3_bwd.backward(q, k, v, o, L2, do, False, tau,
+                                      tiles=replace(bwd, dq_tiles=replace(bwd.dq_tiles, round_sync=True)))
+        assert all(torch.equal(a, b) for a, b in zip(synced, plain))
+    _check_bwd(2, 3, N, d, torch.float16, False, seed=d + N + 32,
+               tiles=replace(bwd, dq_tiles=replace(bwd.dq_tiles, round_sync=True)))
 
 
 # FlashAttention-3's dQ (TilesB.pipe with dq = 4): the pipelined dK/dV kernel adds each warpgroup's dQ_i by one

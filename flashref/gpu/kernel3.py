@@ -88,6 +88,9 @@ class Tiles3:
     # persistent: each program claims its next tile from an atomic counter (FA3's dynamic tile scheduler), so
     # causal tiles of unequal length balance over the programs as a one-tile-a-program launch's do
     dynamic: bool = False
+    # persistent, static: a grid-wide barrier between rounds of tiles (round_sync below); None: where one head's K
+    # and V outgrow ROUND_SYNC_KV_BYTES, as the launcher decides per call; True or False: always or never
+    round_sync: bool | None = None
 
     @property
     def consumers(self) -> int:
@@ -139,6 +142,16 @@ TILES = {(128, False): Tiles3(128, 128, 8, 2, pingpong=True, persistent=True, q_
          (256, False): Tiles3(128, 64, 8, 2, pingpong=True),
          (256, True): Tiles3(128, 64, 8, 2, pingpong=True, heads_first=False)}
 HEADS_FIRST_CAUSAL = (128,)  # causal, where a Tiles3 leaves heads_first at None
+# A persistent static launch (program p takes tiles p, p + step, ...) gives its programs no reason to stay together:
+# each runs its own tiles back to back, and past the L2 knee, once the programs of a wave scan one head's K and V
+# more than an L2 apart, every one of them reads K and V from DRAM. On an H100 the d = 128 forward read 74-274 GB
+# where the wave's lockstep scan reads 4.6-9.2 (two and four heads of N = 262144, four of 196608;
+# figures/gpu/NOTES-l2.md, "Thirteenth round" and "Fifteenth round"). With round_sync the producer warps meet at a
+# barrier after each round of `step` tiles: no program starts round r + 1's loads before every program has issued
+# round r's, so the programs start every round together and can drift apart within one tile's scan only. The
+# barrier is taken where one head's K and V are at least this many bytes (a third of the H100's 50 MB L2): below
+# it even a wave that has come apart finds its head's K and V in L2, and a barrier would cost time for nothing.
+ROUND_SYNC_KV_BYTES = 16 * 2 ** 20
 SMEM_LIMIT = 227 * 1024  # an sm_90 thread block's shared memory
 # registers a thread of a worker consumer warpgroup (setmaxnreg) by the number of consumers; the producer warp gets
 # 24 and the default partition (consumer 0) the rest. Three consumers and the producer's (padded) warpgroup share
@@ -267,6 +280,8 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, "q_prefetch: the persistent version only (it loads the program's next tile's Q_i early)"
     if t.dynamic and not t.persistent:
         return None, "dynamic: the persistent version only (its programs claim their tiles from a counter)"
+    if t.round_sync and (t.dynamic or not t.persistent):
+        return None, "round_sync: the persistent static version only (its programs take their tiles in rounds)"
     if t.emu not in (0, 2, 4, 8) or (t.emu and not t.pingpong):
         return None, f"emu={t.emu}: 0, or 2, 4 or 8 with pingpong (every emu-th step's exponentials on the FMA units)"
     if not t.pingpong and (t.warps & (t.warps - 1) or t.warps < 4):  # pingpong: num_warps=4 and workers
@@ -277,6 +292,15 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
         return None, f"tiles {t} need {t.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
     del causal  # causal and not: both run
     return t, None
+
+
+def round_sync(t: Tiles3, N: int, d: int, elem: int = 2) -> bool:
+    """Whether a call of kernel 3's forward with tiles ``t`` at sequence length N and head dim d puts a barrier
+    between rounds of tiles (see ``ROUND_SYNC_KV_BYTES``): ``t.round_sync`` if set, else where the launch is
+    persistent and static and one head's K and V (2·N·d·elem bytes) reach ``ROUND_SYNC_KV_BYTES``."""
+    if t.round_sync is not None:
+        return t.round_sync
+    return t.pingpong and t.persistent and not t.dynamic and 2 * N * d * elem >= ROUND_SYNC_KV_BYTES
 
 
 # --------------------------------------------------------------------------------------------
@@ -618,6 +642,19 @@ if _MODS is not None:
         return gl.max(x, axis=0)
 
     @gluon.jit
+    def _k3ws_round_barrier(counter, rounds, wait, n_tiles, step):
+        # Tiles3.round_sync: this program has issued every load of its tile of round `rounds` - 1. Count it in
+        # `counter` (an int32 the launcher zeroes: the tiles whose loads are all issued), and, if the program has a
+        # tile in the next round (`wait`), spin until every tile of rounds 0 .. rounds - 1 is counted: the tiles
+        # below min(rounds·step, n_tiles). Every program is resident (one per SM), so those it waits for run.
+        gl.atomic_add(counter, 1)
+        if wait:
+            done = gl.minimum(rounds * step, n_tiles)
+            seen = gl.atomic_add(counter, 0)  # an atomic read: served by the L2, never a stale cached value
+            while seen < done:
+                seen = gl.atomic_add(counter, 0)
+
+    @gluon.jit
     def _k3ws_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
                        v_empty, ring, t_full, t_empty, counter, cfg, N, Tr, BH, first, n_tiles, step):
         # FA3 Alg.1 (producer warpgroup, here one warp): _k3ws_load_tile for each of this program's tiles.
@@ -630,6 +667,7 @@ if _MODS is not None:
         CAUSAL: gl.constexpr = cfg.shape[1] == 2
         HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
         DYNAMIC: gl.constexpr = cfg.shape[5] == 2
+        ROUND_SYNC: gl.constexpr = cfg.shape[6] == 2
         it = 0
         tc = 0
         if DYNAMIC:
@@ -648,6 +686,8 @@ if _MODS is not None:
                                      k_ready, v_ready, k_empty, v_empty, N, Tr, BH, n_tiles, step, CAUSAL,
                                      HEADS_FIRST)
                 tc += 1
+                if ROUND_SYNC:
+                    _k3ws_round_barrier(counter, tc, tile + step < n_tiles, n_tiles, step)
 
     @gluon.jit
     def _k3ws_compute_tile(tile, it, tt, tc, desc_o, L2, q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
@@ -766,7 +806,7 @@ if _MODS is not None:
         # program's id, then each tile the producer hands over (_k3ws_take), until one is past the last.
         # The flags travel as the placeholder buffer's shape (kernel3_bwd.py's cfg: a constexpr passed to
         # gl.warp_specialize arrives as a tensor, a shape does not): Tiles3.emu (extent 1: never), causal,
-        # heads first, q_regs, q_prefetch, dynamic.
+        # heads first, q_regs, q_prefetch, dynamic, round_sync (the producer's alone).
         EMU: gl.constexpr = cfg.shape[0]
         CAUSAL: gl.constexpr = cfg.shape[1] == 2
         HEADS_FIRST: gl.constexpr = cfg.shape[2] == 2
@@ -819,14 +859,16 @@ if _MODS is not None:
                          HEAD_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                          CAUSAL: gl.constexpr, HEADS_FIRST: gl.constexpr, EMU: gl.constexpr,
                          PERSISTENT: gl.constexpr, Q_REGS: gl.constexpr, Q_PREFETCH: gl.constexpr,
-                         DYNAMIC: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                         DYNAMIC: gl.constexpr, ROUND_SYNC: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                         num_warps: gl.constexpr):
         # FA2 Alg.1 l.1-3, as _k3_fwd_kernel; the program's default partition is consumer warpgroup 0, the
         # workers consumer warpgroups 1 (and 2, for the 192-row tile) and last the producer warp. Not
         # persistent: one program per tile (row block i of one (batch, head)), the grid (Tr, BH) or (BH, Tr).
         # Persistent (FA3's tile scheduler, static): one program per SM, taking tiles first, first + step, ...
         # in the same order, so the next tile's K/V loads start while this one's last products and O store
         # run. Dynamic: one program per SM, each claiming its next tile from `counter` (an int32 zeroed by the
-        # launcher) in the grid's order.
+        # launcher) in the grid's order. Static with ROUND_SYNC: the rounds of tiles separated by a barrier of
+        # the producer warps on `counter` (_k3ws_round_barrier).
         NUM_WG: gl.constexpr = BLOCK_M // 64  # consumer warpgroups
         Tr = gl.cdiv(N, BLOCK_M)  # 192-row tiles: the last of a head may run past N (Tiles3.rows_multiple)
         n_tiles = BH * Tr
@@ -852,8 +894,8 @@ if _MODS is not None:
         t_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         t_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         cfg = gl.allocate_shared_memory(gl.int8, [EMU + (EMU == 0), 1 + CAUSAL, 1 + HEADS_FIRST, 1 + Q_REGS,
-                                                  1 + Q_PREFETCH, 1 + DYNAMIC],
-                                        gl.SwizzledSharedLayout(1, 1, 1, order=[5, 4, 3, 2, 1, 0]))
+                                                  1 + Q_PREFETCH, 1 + DYNAMIC, 1 + ROUND_SYNC],
+                                        gl.SwizzledSharedLayout(1, 1, 1, order=[6, 5, 4, 3, 2, 1, 0]))
         mbarrier.init(q_bar, count=1)
         mbarrier.init(q_empty, count=NUM_WG)  # one arrival from each consumer warpgroup, after its O store
         for w in gl.static_range(NUM_WG):
@@ -935,12 +977,14 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     if t.pingpong:
         if t.persistent:  # one program per SM (one fits: its registers), each looping over the tiles
             grid = (min(B * H * Tr, _num_sms(q.device)),)
-        # dynamic: the tile counter, zeroed each call (static launches pass L2 in its place, never read)
-        counter = torch.zeros(1, device=q.device, dtype=torch.int32) if t.dynamic else L2
+        sync = bool(t.persistent and round_sync(t, N, d, q.element_size()))
+        # dynamic: the tile counter; round_sync: the barrier's; zeroed each call (else L2 in its place, never read)
+        counter = torch.zeros(1, device=q.device, dtype=torch.int32) if t.dynamic or sync else L2
         _k3ws_fwd_kernel[grid](dq, dk, dv, do, L2, counter, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                                BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
                                EMU=t.emu, PERSISTENT=t.persistent, Q_REGS=t.q_regs, Q_PREFETCH=t.q_prefetch,
-                               DYNAMIC=t.dynamic, CONSUMER_REGS=PINGPONG_REGS[t.consumers], num_warps=4)
+                               DYNAMIC=t.dynamic, ROUND_SYNC=sync, CONSUMER_REGS=PINGPONG_REGS[t.consumers],
+                               num_warps=4)
     else:
         _k3_fwd_kernel[grid](dq, dk, dv, do, L2, N, scale * LOG2E, B * H, HEAD_D=d, BLOCK_M=t.block_m,
                              BLOCK_N=t.block_n, STAGES=t.stages, CAUSAL=causal, HEADS_FIRST=heads_first,
@@ -1100,14 +1144,16 @@ def run(q, k, v, causal: bool, scale: float, deterministic: bool, config=None, b
 def _parse_tiles(text: str) -> Tiles3:
     """``BM,BN,warps,stages`` then optional flags: ``pp`` (pingpong: producer warp + BM/64 consumer warpgroups),
     ``hf`` / ``nohf`` (causal grid heads first or not), ``emuK`` (Tiles3.emu = K), ``persist`` (persistent),
-    ``qregs`` (Tiles3.q_regs), ``qpre`` (Tiles3.q_prefetch), ``dyn`` (Tiles3.dynamic)."""
+    ``qregs`` (Tiles3.q_regs), ``qpre`` (Tiles3.q_prefetch), ``dyn`` (Tiles3.dynamic), ``sync`` / ``nosync``
+    (Tiles3.round_sync True or False; neither: the launcher decides by the shape)."""
     parts = text.split(",")
     flags = set(parts[4:])
     hf = True if "hf" in flags else False if "nohf" in flags else None
     emu = [int(f[3:]) for f in flags if f.startswith("emu")]
     return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf, emu=emu[0] if emu else 0,
                   persistent="persist" in flags, q_regs="qregs" in flags, q_prefetch="qpre" in flags,
-                  dynamic="dyn" in flags)
+                  dynamic="dyn" in flags, round_sync=True if "sync" in flags else False if "nosync" in flags
+                  else None)
 
 
 def _sweep_fns(q, k, v, causal, configs, dtype_name):

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .kernel3 import _MODS, DTYPES, LOG2E, SMEM_LIMIT, refusal
+from .kernel3 import _MODS, DTYPES, LOG2E, ROUND_SYNC_KV_BYTES, SMEM_LIMIT, refusal
 
 BWD_REGS = 240  # registers a consumer thread gets (setmaxnreg); the producer warp 24
 
@@ -86,6 +86,10 @@ class TilesQ:
     # Q_i and dO_i as the S and dP products' A operand in registers (loaded once), not read from shared memory
     # by every step's products: each step's wgmmas then read only K_j, V_j (and dS from registers)
     qdo_regs: bool = False
+    # persistent (one program per SM looping over the row blocks, on the main stream) with a barrier between rounds
+    # of row blocks, as kernel 3's forward (kernel3.round_sync): None where one head's K and V reach
+    # kernel3.ROUND_SYNC_KV_BYTES and the call is not causal; True or False: always or never (not causal)
+    round_sync: bool | None = None
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Q_i and dO_i (128 rows each), STAGES slots of K_j and V_j, the mbarriers."""
@@ -204,7 +208,21 @@ def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | Non
             return None, "dQ kernel: at least 2 K/V stages (K_j's slot is released a step late)"
         if tq.smem_bytes(d) > SMEM_LIMIT:
             return None, f"dQ kernel tiles {tq} need {tq.smem_bytes(d)} B of shared memory at d={d} (> {SMEM_LIMIT})"
+        if tq.round_sync and causal:
+            return None, ("dQ kernel: round_sync=True only without a mask (its persistent rounds take causal row "
+                          "blocks of unequal length)")
     return t, None
+
+
+def dq_round_sync(tq: TilesQ, N: int, d: int, causal: bool, elem: int = 2) -> bool:
+    """Whether the dQ kernel runs persistent, with a barrier between rounds of row blocks (``TilesQ.round_sync``;
+    None: not causal, and one head's K and V, 2·N·d·elem bytes, at least ``kernel3.ROUND_SYNC_KV_BYTES``). Past the
+    knee the one-row-block-a-program launch read 1.3-9x the lockstep bytes on an H100, differently from run to run
+    (figures/gpu/NOTES-l2.md, "Fifteenth round"): the GPU starts each program as another ends, so the programs scan
+    K and V from different places. Causal grids run longest rows first, and were measured within the model."""
+    if causal:
+        return False
+    return tq.round_sync if tq.round_sync is not None else 2 * N * d * elem >= ROUND_SYNC_KV_BYTES
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,6 +239,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         _k3_program_tiles,
         _k3_ring_turns,
         _k3_turn,
+        _k3ws_round_barrier,
         fence_async_shared,
         gl,
         gluon,
@@ -942,25 +961,50 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
     # ----------------------------------------------------------------------------------------
 
     @gluon.jit
-    def _k3q_producer(desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                      k_empty, v_empty, q_row0, kv_row0, n_blocks):
-        # FA3 Alg.1's producer (one warp): Q_i and dO_i once (FA2 Alg.2 l.9, for this row block), then for each
-        # j, K_j and V_j (l.6) into slot j % STAGES once both consumers have released it.
+    def _k3q_tile(tile, Tr, N, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+        # Which row block i (128 rows) of which (batch, head) bh the tile is, in the order of a (Tr, BH) grid;
+        # causal, the longest rows first. Returns bh, the first row and the key blocks it visits (FA2 §3.1.1).
+        bh = tile // Tr
+        i = tile % Tr
+        if CAUSAL:
+            i = Tr - 1 - i
+        start_m = i * 128
+        n_full, n_blocks = _k3_kv_blocks(start_m, N, 128, BLOCK_N, CAUSAL)
+        return bh, start_m, n_full, n_blocks
+
+    @gluon.jit
+    def _k3q_producer(desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                      v_ready, k_empty, v_empty, counter, cfg, N, Tr, first, n_tiles, step):
+        # FA3 Alg.1's producer (one warp), for each of the program's tiles (one, or persistent first, first + step,
+        # ...): Q_i and dO_i once both consumers are done with the previous tile's (FA2 Alg.2 l.9, for this row
+        # block), then for each j, K_j and V_j (l.6) into slot it % STAGES once both consumers have released it (it
+        # counts the K/V blocks of every tile so far); ROUND_SYNC: the round barrier after each tile's loads.
         STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
-        mbarrier.expect(q_bar, desc_q.block_type.nbytes + desc_do.block_type.nbytes)
-        tma.async_copy_global_to_shared(desc_q, [q_row0, 0], q_bar, q_smem)
-        tma.async_copy_global_to_shared(desc_do, [q_row0, 0], q_bar, do_smem)
+        CAUSAL: gl.constexpr = cfg.shape[0] == 2
+        ROUND_SYNC: gl.constexpr = cfg.shape[3] == 2
         kv_bytes: gl.constexpr = desc_k.block_type.nbytes
-        for j in range(n_blocks):
-            s = j % STAGES
-            ph = ((j // STAGES) & 1) ^ 1  # the release of the previous round of this slot
-            mbarrier.wait(k_empty.index(s), ph, pred=j >= STAGES)
-            mbarrier.expect(k_ready.index(s), kv_bytes)
-            tma.async_copy_global_to_shared(desc_k, [kv_row0 + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
-            mbarrier.wait(v_empty.index(s), ph, pred=j >= STAGES)
-            mbarrier.expect(v_ready.index(s), kv_bytes)
-            tma.async_copy_global_to_shared(desc_v, [kv_row0 + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+        it = 0
+        tc = 0
+        for tile in range(first, n_tiles, step):
+            bh, start_m, n_full, n_blocks = _k3q_tile(tile, Tr, N, BLOCK_N, CAUSAL)
+            mbarrier.wait(q_empty, (tc - 1) & 1, pred=tc > 0)
+            mbarrier.expect(q_bar, desc_q.block_type.nbytes + desc_do.block_type.nbytes)
+            tma.async_copy_global_to_shared(desc_q, [bh * N + start_m, 0], q_bar, q_smem)
+            tma.async_copy_global_to_shared(desc_do, [bh * N + start_m, 0], q_bar, do_smem)
+            for j in range(n_blocks):
+                s = it % STAGES
+                ph = ((it // STAGES) & 1) ^ 1  # the release of the previous round of this slot
+                mbarrier.wait(k_empty.index(s), ph, pred=it >= STAGES)
+                mbarrier.expect(k_ready.index(s), kv_bytes)
+                tma.async_copy_global_to_shared(desc_k, [bh * N + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+                mbarrier.wait(v_empty.index(s), ph, pred=it >= STAGES)
+                mbarrier.expect(v_ready.index(s), kv_bytes)
+                tma.async_copy_global_to_shared(desc_v, [bh * N + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+                it += 1
+            tc += 1
+            if ROUND_SYNC:
+                _k3ws_round_barrier(counter, tc, tile + step < n_tiles, n_tiles, step)
 
     @gluon.jit
     def _k3q_ds(S, dP, L_i, D_i, qk_scale, offs_m, offs_n, MASK: gl.constexpr):
@@ -969,11 +1013,30 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         return P * (dP - gl.expand_dims(D_i, 1))
 
     @gluon.jit
-    def _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                      turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, WG: gl.constexpr):
+    def _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                      v_empty, turns, cfg, N, Tr, first, n_tiles, step, qk_scale, sm_scale, WG: gl.constexpr):
+        # _k3q_compute_tile for each of the program's tiles: one, or (persistent) first, first + step, ...
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        CAUSAL: gl.constexpr = cfg.shape[0] == 2
+        it = 0
+        tt = 0
+        tc = 0
+        for tile in range(first, n_tiles, step):
+            bh, start_m, n_full, n_blocks = _k3q_tile(tile, Tr, N, BLOCK_N, CAUSAL)
+            it, tt = _k3q_compute_tile(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                                       v_ready, k_empty, v_empty, turns, cfg, bh, N, start_m, n_full, n_blocks,
+                                       qk_scale, sm_scale, it, tt, tc, WG)
+            tc += 1
+
+    @gluon.jit
+    def _k3q_compute_tile(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready,
+                          k_empty, v_empty, turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, it, tt,
+                          tc, WG: gl.constexpr):
         # FA2 Alg.2's dQ part on rows [start_m + 64·WG, + 64) of row block i, one warpgroup (4 warps). Step j
         # issues S_ij, dP_ij and dQ_i += dS_i(j−1) K_(j−1) together (FA3 Alg.2's order: the product of the
-        # previous block's result runs while this block's exponentials and dS are computed).
+        # previous block's result runs while this block's exponentials and dS are computed). it counts the K/V
+        # blocks of the program's tiles so far (block j sits in slot (it + j) % STAGES), tt this warpgroup's GEMM
+        # issues (the ping-pong turns), tc the tiles (Q_i's phase). Returns it and tt after the tile.
         ROWS: gl.constexpr = 64
         STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -1000,32 +1063,33 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         # FA2 Alg.2 l.3 (for this row block only): dQ_i = 0 on chip, fp32.
         dQ = gl.zeros([ROWS, HEAD_D], gl.float32, acc_layout)
         # FA2 Alg.2 l.9: wait for Q_i and dO_i; l.6: for K_0, V_0.
-        mbarrier.wait(q_bar, 0)
+        mbarrier.wait(q_bar, tc & 1)
         q_a = _k3_operand_a(q_c, s_layout, QDO_REGS)  # Q_i, dO_i: the A operands of every S, dP product
         do_a = _k3_operand_a(do_c, s_layout, QDO_REGS)
-        mbarrier.wait(k_ready.index(0), 0)
-        mbarrier.wait(v_ready.index(0), 0)
+        s0 = it % STAGES
+        mbarrier.wait(k_ready.index(s0), (it // STAGES) & 1)
+        mbarrier.wait(v_ready.index(s0), (it // STAGES) & 1)
         # Block j = 0. FA2 Alg.2 l.10: S_i0 = Q_i K_0ᵀ; l.13: dP_i0 = dO_i V_0ᵀ; commit both.
-        _k3_turn(my_turn, 0, WG == 0, PINGPONG)
-        S_tok = warpgroup_mma(q_a, k_smem.index(0).permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
-                              use_acc=False, is_async=True)
-        dP_tok = warpgroup_mma(do_a, v_smem.index(0).permute((1, 0)),
+        _k3_turn(my_turn, tt, WG == 0, PINGPONG)
+        S_tok = warpgroup_mma(q_a, k_smem.index(s0).permute((1, 0)),
+                              gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        dP_tok = warpgroup_mma(do_a, v_smem.index(s0).permute((1, 0)),
                                gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
         if PINGPONG:
             mbarrier.arrive(other_turn, count=1)
         S = warpgroup_mma_wait(1, deps=(S_tok,))
         dP = warpgroup_mma_wait(0, deps=(dP_tok,))
-        mbarrier.arrive(v_empty.index(0), count=1)  # V_0 read (K_0 still is: dQ's product, next step)
+        mbarrier.arrive(v_empty.index(s0), count=1)  # V_0 read (K_0 still is: dQ's product, next step)
         offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
         # FA2 Alg.2 l.11, l.14: P_i0, dS_i0 (causal: masked; a no-op unless block 0 is crossed by the diagonal).
         dS = gl.convert_layout(_k3q_ds(S, dP, L_i, D_i, qk_scale, offs_m, offs_n, CAUSAL).to(dtype), ds_layout)
         # FA2 Alg.2 l.8: for each further column block j (causal: up to the diagonal).
         for j in range(1, n_blocks):
-            s = j % STAGES
-            sp = (j - 1) % STAGES
-            mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
-            mbarrier.wait(v_ready.index(s), (j // STAGES) & 1)
-            _k3_turn(my_turn, j, WG == 0, PINGPONG)
+            s = (it + j) % STAGES
+            sp = (it + j - 1) % STAGES
+            mbarrier.wait(k_ready.index(s), ((it + j) // STAGES) & 1)
+            mbarrier.wait(v_ready.index(s), ((it + j) // STAGES) & 1)
+            _k3_turn(my_turn, tt + j, WG == 0, PINGPONG)
             # FA2 Alg.2 l.10: S_ij = Q_i K_jᵀ; commit, do not wait.
             S_tok = warpgroup_mma(q_a, k_smem.index(s).permute((1, 0)),
                                   gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
@@ -1053,63 +1117,65 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             mbarrier.arrive(k_empty.index(sp), count=1)
             dS = gl.convert_layout(dS_next, ds_layout)
         # FA2 Alg.2 l.15 for the last block: dQ_i += dS_i,last K_last; commit and wait.
-        last = n_blocks - 1
-        _k3_turn(my_turn, n_blocks, WG == 0, PINGPONG)
-        dQ_tok = warpgroup_mma(dS, k_smem.index(last % STAGES), dQ, is_async=True)
+        last = (it + n_blocks - 1) % STAGES
+        _k3_turn(my_turn, tt + n_blocks, WG == 0, PINGPONG)
+        dQ_tok = warpgroup_mma(dS, k_smem.index(last), dQ, is_async=True)
         if PINGPONG:
             mbarrier.arrive(other_turn, count=1)
         dQ, dS = warpgroup_mma_wait(0, deps=(dQ_tok, dS))
+        # The tile's last product is done: release K_last's slot (read by nothing after it) and Q_i, dO_i, so the
+        # producer may load the program's next tile (one program a tile: nobody waits for these).
+        mbarrier.arrive(k_empty.index(last), count=1)
+        mbarrier.arrive(q_empty, count=1)
         # FA2 Alg.2 l.20 (for row block i): dQ_i times τ, in the inputs' dtype, written to HBM once.
         offs_r = start_m + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
         offs_d = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, acc_layout))
         off = bh64 * N * HEAD_D + gl.expand_dims(offs_r, 1) * HEAD_D + gl.expand_dims(offs_d, 0)
         gl.store(dQ_out + off, (dQ * sm_scale).to(dQ_out.dtype.element_ty))
+        return it + n_blocks, tt + n_blocks + 1
 
     @gluon.jit
-    def _k3q_consumer0(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                       turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale):
-        _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                      turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, 0)
+    def _k3q_consumer0(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, turns, cfg, N, Tr, first, n_tiles, step, qk_scale, sm_scale):
+        _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                      v_empty, turns, cfg, N, Tr, first, n_tiles, step, qk_scale, sm_scale, 0)
 
     @gluon.jit
-    def _k3q_consumer1(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                       turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale):
-        _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                      turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale, 1)
+    def _k3q_consumer1(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                       v_empty, turns, cfg, N, Tr, first, n_tiles, step, qk_scale, sm_scale):
+        _k3q_consumer(dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                      v_empty, turns, cfg, N, Tr, first, n_tiles, step, qk_scale, sm_scale, 1)
 
     @gluon.jit
-    def _k3q_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQ_out, N, qk_scale, sm_scale,
+    def _k3q_kernel(desc_q, desc_do, desc_k, desc_v, L2, Dd, dQ_out, counter, N, qk_scale, sm_scale, BH,
                     HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                    PINGPONG: gl.constexpr, QDO_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                    num_warps: gl.constexpr):
-        # One program per row block i (128 rows) of one (batch, head) bh; causal: the longest rows first.
+                    PINGPONG: gl.constexpr, QDO_REGS: gl.constexpr, PERSISTENT: gl.constexpr,
+                    ROUND_SYNC: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+        # One program per row block i (128 rows) of one (batch, head) bh, the grid (Tr, BH); causal: the longest
+        # rows first. PERSISTENT: one program per SM, taking the tiles of that grid first, first + step, ...;
+        # ROUND_SYNC: with a barrier of the producer warps on `counter` between rounds (kernel3.round_sync).
         # Default partition: consumer warpgroup 0; workers: warpgroup 1, the producer warp.
         BLOCK_M: gl.constexpr = 128
         Tr = N // BLOCK_M
-        i = gl.program_id(0)
-        bh = gl.program_id(1)
-        if CAUSAL:
-            i = Tr - 1 - i
-        start_m = i * BLOCK_M
-        q_row0 = bh * N + start_m
-        kv_row0 = bh * N
-        # The column blocks row block i visits (FA2 §3.1.1 causal block skipping).
-        n_full, n_blocks = _k3_kv_blocks(start_m, N, BLOCK_M, BLOCK_N, CAUSAL)
+        n_tiles = BH * Tr
+        first, step = _k3_program_tiles(n_tiles, PERSISTENT)
         dtype: gl.constexpr = desc_q.dtype
         q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_q.layout)
         do_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], desc_do.layout)
         k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_k.layout)
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], desc_v.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # _k3_ring_turns
         # The flags travel to the partitions as a placeholder buffer's shape (as in _k3b_dkdv_kernel).
-        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + PINGPONG, 1 + QDO_REGS],
-                                        gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0]))
+        cfg = gl.allocate_shared_memory(gl.int8, [1 + CAUSAL, 1 + PINGPONG, 1 + QDO_REGS, 1 + ROUND_SYNC],
+                                        gl.SwizzledSharedLayout(1, 1, 1, order=[3, 2, 1, 0]))
         mbarrier.init(q_bar, count=1)
+        mbarrier.init(q_empty, count=2)  # one arrival from each consumer warpgroup, after its tile's last product
         for w in gl.static_range(2):
             mbarrier.init(turns.index(w), count=1)
         for s in gl.static_range(STAGES):
@@ -1117,10 +1183,10 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             mbarrier.init(v_ready.index(s), count=1)
             mbarrier.init(k_empty.index(s), count=2)  # one arrival from each consumer warpgroup
             mbarrier.init(v_empty.index(s), count=2)
-        cargs = (dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                 turns, cfg, bh, N, start_m, n_full, n_blocks, qk_scale, sm_scale)
-        pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-                 k_empty, v_empty, q_row0, kv_row0, n_blocks)
+        cargs = (dQ_out, L2, Dd, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, k_empty,
+                 v_empty, turns, cfg, N, Tr, first, n_tiles, step, qk_scale, sm_scale)
+        pargs = (desc_q, desc_do, desc_k, desc_v, q_smem, do_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
+                 v_ready, k_empty, v_empty, counter, cfg, N, Tr, first, n_tiles, step)
         gl.warp_specialize([(_k3q_consumer0, cargs), (_k3q_consumer1, cargs), (_k3q_producer, pargs)],
                            [4, 1], [CONSUMER_REGS, 24])
 
@@ -1177,12 +1243,17 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     else:
         # FA2 Alg.2 l.15 (and l.20) as its own kernel: dQ_i = τ Σ_j dS_ij K_j, one program per 128 rows.
         tq = t.dq_tiles
-        with torch.cuda.stream(side if t.side_stream else main):
-            _k3q_kernel[(N // 128, B * H)](descriptor(q, 128), descriptor(do, 128), descriptor(k, tq.block_n),
-                                           descriptor(v, tq.block_n), L2, D,
-                                           dq, N, scale * LOG2E, scale, HEAD_D=d, BLOCK_N=tq.block_n,
-                                           STAGES=tq.stages, CAUSAL=causal, PINGPONG=tq.pingpong,
-                                           QDO_REGS=tq.qdo_regs, CONSUMER_REGS=BWD_REGS, num_warps=4)
+        sync = dq_round_sync(tq, N, d, causal, q.element_size())
+        grid = (N // 128, B * H)
+        if sync:  # persistent: one program per SM; each must be resident for the barrier, so not beside dK/dV
+            grid = (min(grid[0] * grid[1], _num_sms(q.device)),)
+        counter = torch.zeros(1, device=q.device, dtype=torch.int32) if sync else D  # D: a placeholder, never read
+        with torch.cuda.stream(side if t.side_stream and not sync else main):
+            _k3q_kernel[grid](descriptor(q, 128), descriptor(do, 128), descriptor(k, tq.block_n),
+                              descriptor(v, tq.block_n), L2, D, dq, counter, N, scale * LOG2E, scale, B * H,
+                              HEAD_D=d, BLOCK_N=tq.block_n, STAGES=tq.stages, CAUSAL=causal, PINGPONG=tq.pingpong,
+                              QDO_REGS=tq.qdo_regs, PERSISTENT=sync, ROUND_SYNC=sync, CONSUMER_REGS=BWD_REGS,
+                              num_warps=4)
         if t.side_stream:
             main.wait_stream(side)  # the caller's stream sees dQ, and nothing it frees is still read on side
     return dq, dk, dv
