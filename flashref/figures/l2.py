@@ -18,8 +18,9 @@ them.
 ``l2_past_the_knee``: the check6 shapes (one or two heads whose K and V are 1.3-3x the L2), each run measured
 in several rounds (``figures/gpu/h100-l2-check6*.json``): measured over predicted for every round, for kernel 3
 with three launches of its d = 128 forward, kernel 2 and FlashAttention-2. The model predicts the lockstep pass;
-whether a wave keeps it past the knee depends, for kernels 2 and 3, on the launch, the shape and the run; for
-FlashAttention-2 it does not.
+whether a wave keeps it past the knee depends, for kernels 2 and 3 without a barrier, on the launch, the shape and
+the run; for FlashAttention-2 it does not. And kernel 3 as it runs today (``h100-l2-check11q.json``), with a
+barrier between rounds of tiles in its forward and dQ kernel there (``kernel3.round_sync``): every round in step.
 """
 
 from __future__ import annotations
@@ -219,11 +220,12 @@ def knee_plot(rows):
 
 # check6 (NOTES-l2.md, "Thirteenth round"): which runs measured which launch; the rounds of a launch are pooled
 CHECK6_RUNS = {  # label: (impl, the measurements)
-    "kernel 3, default": ("flashref", ("h100-l2-check6.json", "h100-l2-check6r.json")),
+    "kernel 3, no barrier (the default until check11)": ("flashref", ("h100-l2-check6.json", "h100-l2-check6r.json")),
     "kernel 3, d=128 persistent without Q prefetch": ("flashref", ("h100-l2-check6b.json", "h100-l2-check6br.json")),
     "kernel 3, d=128 one tile a program": ("flashref", ("h100-l2-check6c.json", "h100-l2-check6cr.json")),
     "kernel 2": ("flashref2", ("h100-l2-check6x.json",)),
     "FlashAttention-2 (SDPA flash)": ("sdpa_flash", ("h100-l2-check6x.json",)),
+    "kernel 3 with its round barrier (today's)": ("flashref", ("h100-l2-check11q.json",)),
 }
 CHECK6_SHAPES = ("check6_128_163k", "check6_128_196k", "sweep_262144", "check6_128_2x262k", "check6_128_393k",
                  "check6_64_786k")
@@ -237,7 +239,7 @@ def past_knee_data():
             run = json.loads(GRID_JSON.with_name(name).read_text())
             with schedule.kernel3_as_recorded(schedule.kernel3_info(run)):
                 for r in run["rows"]:
-                    if D.recorded_impl(r) != impl or r.get("error"):
+                    if D.recorded_impl(r) != impl or r.get("error") or r["shape"] not in CHECK6_SHAPES:
                         continue
                     kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=bool(r["causal"]))
                     for mode in D.MODES:
@@ -248,11 +250,33 @@ def past_knee_data():
     return rows
 
 
+# kernel 3 on the long non-causal shapes of check11 and check6, before and after its round barriers (one H100)
+BARRIER_RUNS = {"no barrier": ("h100-l2-check11.json", "h100-l2-check6.json", "h100-l2-check6r.json"),
+                "forward's barrier": ("h100-l2-check11s.json",),
+                "forward's and dQ kernel's (today)": ("h100-l2-check11q.json",)}
+
+
+def barrier_rows():
+    """One row per (shape, mode) that every run of ``BARRIER_RUNS`` measured for kernel 3: the model's bytes and,
+    per run, each round's measured GB."""
+    rounds, kws = {}, {}
+    for label, files in BARRIER_RUNS.items():
+        for name in files:
+            run = json.loads(GRID_JSON.with_name(name).read_text())
+            for (impl, shape, mode), (kw, values) in D.repeats(run).items():
+                if impl == "flashref" and not kw["causal"] and kw["Nq"] >= 196608:
+                    kws[shape] = kw
+                    rounds.setdefault((shape, mode), {}).setdefault(label, []).extend(v / 1e9 for v in values)
+    return [dict(shape=shape, mode=mode, predicted_gb=D.dram("flashref", mode, **kws[shape]).total_bytes / 1e9,
+                 **{label: by[label] for label in BARRIER_RUNS})
+            for (shape, mode), by in sorted(rounds.items()) if len(by) == len(BARRIER_RUNS)]
+
+
 def past_knee_plot(rows):
     fig, axes = figure("Past the knee on an H100: every round of the same call, measured / iomodel.dram "
                        "(band: within ±25%)", ncols=2, width=12, height=4.5)
     labels = list(CHECK6_RUNS)
-    colors = [COLOR["flashref"], "#8c564b", "#e377c2", COLOR["flashref2"], COLOR["sdpa_flash"]]
+    colors = [COLOR["flashref"], "#8c564b", "#e377c2", COLOR["flashref2"], COLOR["sdpa_flash"], "k"]
     for ax, mode in zip(axes.flat, D.MODES):
         ax.axhspan(1 / 1.25, 1 / 0.75, color="0.9", zorder=0)  # |predicted / measured - 1| <= 0.25
         ax.axhline(1, color="k", lw=0.8)
@@ -261,7 +285,7 @@ def past_knee_plot(rows):
             for i, shape in enumerate(CHECK6_SHAPES):
                 for r in rows:
                     if r["launch"] == label and r["shape"] == shape and r["mode"] == mode:
-                        xs.append(i + (j - 2) * 0.13)
+                        xs.append(i + (j - (len(labels) - 1) / 2) * 0.12)
                         ys.append(float(r["measured_over_model"]))
             ax.plot(xs, ys, "o", color=color, mfc="none", ms=5, label=label)
         ax.set_yscale("log")
