@@ -29,7 +29,9 @@ arithmetic is:
   At d = 64 without a mask the tile has 192 rows and three consumer warpgroups, taking turns in a ring.
   With ``persistent=True`` (the default at d = 128, and at d = 64 without a mask) one program per SM loops over
   the tiles; with ``q_prefetch`` (d = 128) it loads its next tile's Q_i while this tile's last step runs, and with
-  ``dynamic`` (d = 128 causal) it claims each next tile from an atomic counter (FA3's dynamic scheduler).
+  ``dynamic`` (d = 128 causal) it claims each next tile from an atomic counter (FA3's dynamic scheduler). Past
+  the L2 knee the static persistent launch puts a barrier between its rounds of tiles (``round_sync``), which
+  keeps its waves reading K and V together (figures/gpu/NOTES-l2.md, "Fifteenth round").
   Measured 0.99-1.11x cuDNN at d = 128 (figures/gpu/NOTES.md, "Issue 14, third session" and "Kernel 3,
   fourth session").
 
