@@ -186,6 +186,16 @@ CHECK11 = [
     ("check11_128_1x4x196608_causal", 1, 4, 196608, 128, True),
     ("check11_128_4x1x196608", 4, 1, 196608, 128, False),
 ]
+# A twelfth, for kernel 3's round barrier (kernel3.round_sync, kernel3_bwd.dq_round_sync), added after check11: 6
+# shapes past the barrier's threshold drawn at random (default_rng(20261201): B from 1, 2, 4; H from 1, 2, 3, 4, 6,
+# 8; N from 65536, 98304, 131072, 196608, 262144; d 64 or 128; causal one time in four; kept if 2 <= B·H <= 8,
+# B·H·N <= 2^20 and one head's K and V reach 16 MiB), predicted by the unchanged model before they were measured
+# with the barrier (h100-l2-check12-predicted.json, h200-).
+CHECK12 = [
+    ("check12_64_2x4x98304", 2, 4, 98304, 64, False), ("check12_128_1x2x98304", 1, 2, 98304, 128, False),
+    ("check12_64_2x4x131072", 2, 4, 131072, 64, False), ("check12_128_4x2x98304", 4, 2, 98304, 128, False),
+    ("check12_64_1x2x196608_causal", 1, 2, 196608, 64, True), ("check12_64_2x2x131072", 2, 2, 131072, 64, False),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -211,7 +221,8 @@ METRIC_SETS = (
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
           "check5": CHECK5, "check6": CHECK6,
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
-          "check10": CHECK10, "check11": CHECK11, "softmax_rows": SOFTMAX_ROWS}
+          "check10": CHECK10, "check11": CHECK11, "check12": CHECK12,
+          "softmax_rows": SOFTMAX_ROWS}
 
 
 def lengths(N):
