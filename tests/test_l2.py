@@ -838,7 +838,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _preregistered("check11", {}, measured="check11s", rule={})
                  + _preregistered("check6", {}, measured="check11s")
                  + _preregistered("check11", {}, measured="check11q", rule={})
-                 + _preregistered("check6", {}, measured="check11q"))
+                 + _preregistered("check6", {}, measured="check11q")
+                 # check12: six shapes past the barrier's threshold, drawn at random, predicted before kernel 3 with
+                 # its barrier measured them
+                 + _when_measured("check12", "h100", rule={}) + _when_measured("check12", "h200", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -933,6 +936,8 @@ PREREGISTERED_MISSES = {
       for mode in ("fwd", "fwd_bwd")),
     # with the forward's barrier, its forwards land within 4%; the dQ kernel, one row block a program still, read
     # 1.3-9x the lockstep bytes (the cause of its barrier, in check11q, where every row lands within 7%)
+    # check12: FlashAttention-2's d = 64 forward at 2 x 4 x 131072 (-28%), past its knee, non-causal
+    ("sdpa_flash", "check12_64_2x4x131072", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
