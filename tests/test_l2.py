@@ -403,8 +403,9 @@ def _run_info(name):
 
 def test_recorded_kernel3_tiles():
     """Every recorded L2 measurement that ran kernel 3 says which tiles it ran: at d = 64 non-causal, the tiles
-    the fixture puts back (no longer the default), except the runs since (kernel3c, check6*, check7*, check8-10), which
-    ran today's; and a run with ``--tiles3`` recorded the tiles it asked for."""
+    the fixture puts back (no longer the default), except the runs since (kernel3c, check6*, check7*, check8-12), which
+    ran today's (those before check11s without the round barrier, which did not exist yet); and a run with
+    ``--tiles3`` recorded the tiles it asked for."""
     from flashref.gpu import kernel3, l2profile
     assert schedule.recorded_tiles3("Tiles3(block_m=64, block_n=128, warps=4, stages=2, heads_first=False)") == \
         kernel3.Tiles3(64, 128, 4, 2, heads_first=False, round_sync=False)  # recorded before the round barrier
@@ -418,7 +419,7 @@ def test_recorded_kernel3_tiles():
             runs.append(path.name)
             # the reprs of its day (fields added since default to off), read back as Tiles3
             recorded = schedule.recorded_kernel3_tiles(info)
-            since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11")
+            since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11", "check12")
             today = any(f"-l2-{name}" in path.name for name in since)
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             before_barrier = "round_sync" not in info["d64"]["fwd"]  # recorded before the round barrier: none ran
