@@ -16,6 +16,8 @@ Example::
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 __all__ = ["uniform", "keep_mask", "scale_mask"]
@@ -48,15 +50,20 @@ def uniform(seed: int, lead_shape: tuple, rows: tuple[int, int], cols: tuple[int
 
 def keep_mask(seed: int, p: float, lead_shape: tuple, rows, cols) -> np.ndarray:
     """Boolean mask, True where the entry is kept (probability ``1 - p``)."""
-    _check_p(p)
+    check_p(p)
     return uniform(seed, lead_shape, rows, cols) >= p
 
 
-def _check_p(p) -> None:
+def check_p(p, name: str = "p") -> float:
+    """The one rule for a dropout probability (here ``p``; ``dropout_p`` in the options): a real number, a 0-d
+    array too, in [0, 1), not a bool. Returns it as a float."""
+    if isinstance(p, np.ndarray) and p.ndim == 0:
+        p = p[()]
     # p < 0 would keep everything and p = 1 drop everything (and scale_mask divide by 1 − p = 0): neither is
     # a dropout probability, and a NaN fails both comparisons.
-    if isinstance(p, (bool, np.bool_)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"p: expected a dropout probability in [0, 1), got {p!r}")
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name}: expected a dropout probability in [0, 1), got {p!r}")
+    return float(p)
 
 
 def scale_mask(seed: int, p: float, lead_shape: tuple, rows, cols, dtype=np.float64) -> np.ndarray:

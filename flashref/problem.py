@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dropout import scale_mask
+from .dropout import check_p, scale_mask
 
 __all__ = ["Problem", "SHARED_OPTIONS", "VARIANT_OPTIONS", "check_options", "positive_int", "check_like",
            "check_finite", "check_block_sizes", "require_finite", "overflow_checked"]
@@ -121,12 +121,6 @@ def _causal(causal) -> bool:
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal: expected True or False, got {causal!r}")
     return bool(causal)
-
-
-def _dropout_p(p) -> float:
-    if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not (0.0 <= p < 1.0):
-        raise ValueError(f"dropout_p: expected a probability in [0, 1), got {p!r}")
-    return float(p)
 
 
 def _seed(seed, name: str = "seed") -> int:
@@ -447,7 +441,7 @@ class Problem:
             causal=_causal(o["causal"]),
             mask=_scores_array(o["mask"], "mask", "mask", target, from_shapes),
             bias=_scores_array(opts.get("bias"), "bias", "bias", target, from_shapes),
-            dropout_p=_dropout_p(o["dropout_p"]),
+            dropout_p=check_p(o["dropout_p"], "dropout_p"),
             seed=_seed(o["seed"]),
             sram_size=None if o["sram_size"] is None else positive_int(o["sram_size"], "sram_size"),
             block_sizes=check_block_sizes(o["block_sizes"]),

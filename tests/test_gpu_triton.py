@@ -232,7 +232,7 @@ def test_scale_and_dropout_p_enter_as_at_the_front():
         gpu.attention(q, k, v, scale="0.5")
     with pytest.raises(TypeError, match="scale: expected a number or a 0-d float tensor"):
         gpu.attention(q, k, v, scale=torch.ones(2))
-    with pytest.raises(ValueError, match=r"dropout_p: expected a probability in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"dropout_p: expected a dropout probability in \[0, 1\)"):
         gpu.attention(q, k, v, dropout_p=torch.tensor(1.5))
 
 

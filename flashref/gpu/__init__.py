@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 import os
 
-from ..problem import _dropout_p, _scale, _seed, check_options
+from ..dropout import check_p
+from ..problem import _scale, _seed, check_options
 
 __all__ = ["attention", "forward", "backward", "dropout_mask", "which_kernel", "MAX_HEAD_DIM", "OPTIONS"]
 
@@ -179,7 +180,7 @@ def _check_options(options, d, causal, deterministic):
     from . import kernels
 
     check_options(options, OPTIONS, "gpu.attention")  # the rules every entry point shares (flashref.problem)
-    p = _dropout_p(_number(options.get("dropout_p", 0.0), "dropout_p"))  # a 0-d tensor too, as the front
+    p = check_p(_number(options.get("dropout_p", 0.0), "dropout_p"), "dropout_p")  # a 0-d tensor too, as the front
     seed = options.get("seed")
     if seed is not None:
         seed = _seed(seed)
