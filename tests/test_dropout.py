@@ -56,3 +56,13 @@ def test_seeds_modulo_2_to_the_64_and_p_checked():
 def test_keep_mask_refuses_what_is_not_a_dropout_probability(p):
     with pytest.raises(ValueError, match=r"p: expected a dropout probability in \[0, 1\)"):
         dropout.keep_mask(0, p, (), (0, 4), (0, 4))
+
+
+def test_check_p_is_the_one_rule_for_a_dropout_probability():
+    """dropout.check_p: numbers and 0-d arrays in [0, 1) come back as floats; anything else is refused under the
+    name the caller gives (the options path and the GPU front say dropout_p)."""
+    assert dropout.check_p(0.25) == 0.25 and dropout.check_p(np.float32(0.5)) == 0.5
+    assert dropout.check_p(np.array(0.125)) == 0.125 and dropout.check_p(0) == 0.0
+    for bad in (1.0, -0.5, float("nan"), True, np.bool_(False), "0.1", np.ones(2)):
+        with pytest.raises(ValueError, match=r"dropout_p: expected a dropout probability in \[0, 1\)"):
+            dropout.check_p(bad, "dropout_p")
