@@ -59,6 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dropout import check_p, scale_mask
+from .softmax import finite_or_masked
 
 __all__ = ["Problem", "SHARED_OPTIONS", "VARIANT_OPTIONS", "check_options", "positive_int", "check_like",
            "check_finite", "check_block_sizes", "require_finite", "overflow_checked"]
@@ -252,8 +253,7 @@ def require_finite(X: np.ndarray, what: str, cure: str | None = None, masked: bo
     cure: float64 where the computation follows the inputs' dtype, else ``cure`` (e.g. the FP8 path, whose
     accumulators are fp32 whatever the inputs). ``masked``: scores after MASK, where -inf is on purpose."""
     # Called on τ·QKᵀ before MASK and bias (which may add -inf on purpose) and on results.
-    # X < inf is False exactly for +inf and NaN: one pass that lets a mask's -inf through.
-    if not ((X < np.inf).all() if masked else np.isfinite(X).all()):
+    if not (finite_or_masked(X) if masked else np.isfinite(X).all()):
         cure = cure or ("scale the inputs down" if X.dtype == np.float64 else
                         "compute in float64 (float64 inputs: Q.astype(np.float64), or query.double() at the torch "
                         "front) or scale the inputs down")

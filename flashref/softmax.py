@@ -48,11 +48,17 @@ def finite_or_zero(m: np.ndarray) -> np.ndarray:
 _finite_or_zero = finite_or_zero  # the first arc's private name, kept for older notebooks
 
 
+def finite_or_masked(x: np.ndarray) -> bool:
+    """Whether every entry is finite or -inf (a masked score): ``x < inf`` is False exactly for +inf and NaN, so
+    one pass over ``x`` answers it."""
+    return bool((x < np.inf).all())
+
+
 def _scores(x, name: str) -> np.ndarray:
     """Scores to take a softmax of: finite, or -inf where masked. A NaN or +inf has no softmax this module could
     return without a NaN (+inf − +inf), so it is refused by name instead of returned with a warning."""
     x = np.asarray(x)
-    if not (x < np.inf).all():  # False exactly for +inf and NaN: one pass
+    if not finite_or_masked(x):
         raise ValueError(f"{name}: expected finite scores or -inf (masked), got NaN or +inf")
     return x
 
