@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["safe_max", "finite_or_zero", "safe_softmax", "softmax_state", "merge", "online_softmax", "online_state",
-           "EMPTY_STATE"]
+__all__ = ["safe_max", "finite_or_zero", "finite_or_masked", "safe_softmax", "softmax_state", "merge",
+           "online_softmax", "online_state", "EMPTY_STATE"]
 
 #: The state of an empty (or fully masked) part of a row: no maximum yet, nothing summed.
 EMPTY_STATE = (-np.inf, 0.0)
