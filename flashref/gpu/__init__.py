@@ -266,10 +266,7 @@ def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
     for name, n in (("B", B), ("H", H), ("Nq", Nq), ("Nk", Nk)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"{name} must be a non-negative int, got {n!r}")
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"p must be a dropout probability in [0, 1), got {p!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    p, seed = check_p(p), _seed(seed)  # the rules every entry point states once (flashref.dropout, problem)
     device = torch.device(device or ("cpu" if _interpret() else "cuda"))
     if (device.type == "cuda" and not torch.cuda.is_available()) or (device.type != "cuda" and not _interpret()):
         raise RuntimeError(f"gpu.dropout_mask: the mask is computed by a Triton kernel, which needs a CUDA GPU, or "
