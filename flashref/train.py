@@ -117,9 +117,13 @@ def flops_per_token(cfg: GPTConfig, params_matmul: int, N: int, causal_halved: b
 
 
 def peak_flops(device_name: str):
-    """Dense bf16 tensor-core peak of the named GPU from :mod:`flashref.hardware`, or None."""
+    """Dense bf16 tensor-core peak of the named GPU from :mod:`flashref.hardware`, or None. The H100 preset is the
+    SXM5 part; an H100 PCIe (114 SMs, lower clocks) or NVL has another peak that no preset holds, so None: no
+    model-FLOPs utilisation rather than one against the wrong peak."""
     from . import hardware
 
+    if "h100" in device_name.lower() and any(x in device_name.lower() for x in ("pcie", "nvl")):
+        return None
     for key in ("H200", "H100", "A100-80GB", "A100"):
         if key.split("-")[0].lower() in device_name.lower() and (key != "A100-80GB" or "80" in device_name):
             return hardware.get(key).peak("matmul")

@@ -86,6 +86,7 @@ def test_gpt2_small_size_and_flops():
     assert train.flops_per_token(cfg, P, 1024, causal_halved=True) == 6 * P + 6 * 12 * 1024 * 768
     assert train.peak_flops("NVIDIA H100 80GB HBM3") == pytest.approx(989.4e12)
     assert train.peak_flops("NVIDIA H200") == pytest.approx(989.4e12)
+    assert train.peak_flops("NVIDIA H100 PCIe") is None and train.peak_flops("NVIDIA H100 NVL") is None
 
 
 def test_train_command_writes_json(tmp_path, monkeypatch):
