@@ -274,9 +274,7 @@ def copy_batch(B: int, N: int, vocab: int, generator: torch.Generator, period: i
     Inputs are the sequence's first N tokens, targets its last N. Targets 0..period-2 are random;
     every later target repeats the token ``period`` positions earlier."""
     B, N, vocab = positive_int(B, "B"), positive_int(N, "N"), positive_int(vocab, "vocab")
-    h = N // 2 if period is None else positive_int(period, "period")
-    if not 1 <= h <= N // 2:
-        raise ValueError(f"period must be in 1..N//2 = {N // 2}, got {h}")
+    h = _period(N, period)
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
     r = torch.randint(0, vocab, (B, h), generator=generator, device=generator.device)
@@ -287,7 +285,13 @@ def copy_batch(B: int, N: int, vocab: int, generator: torch.Generator, period: i
 def loss_floor(N: int, vocab: int, period: int | None = None) -> float:
     """Mean cross-entropy of a model that copies perfectly: the period - 1 random targets cost ln V each."""
     N, vocab = positive_int(N, "N"), positive_int(vocab, "vocab")
-    h = N // 2 if period is None else positive_int(period, "period")
-    if not 1 <= h <= N // 2:  # the same rule as copy_batch: the floor of a batch it cannot make means nothing
-        raise ValueError(f"period must be in 1..N//2 = {N // 2}, got {h}")
+    h = _period(N, period)  # copy_batch's rule: the floor of a batch it cannot make means nothing
     return (h - 1) / N * math.log(vocab)
+
+
+def _period(N: int, period: int | None) -> int:
+    """The copy task's period for sequences of N tokens (None: N // 2): a sequence must hold two of them."""
+    h = N // 2 if period is None else positive_int(period, "period")
+    if not 1 <= h <= N // 2:
+        raise ValueError(f"period must be in 1..N//2 = {N // 2}, got {h}")
+    return h
