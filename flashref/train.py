@@ -61,7 +61,7 @@ import time
 from pathlib import Path
 
 from .gpt import GPT, GPTConfig, copy_batch, loss_floor
-from .problem import positive_int
+from .problem import _nonnegative_int, positive_int
 
 SCHEMA = "flashref.train/1"
 
@@ -109,9 +109,7 @@ _ATTN_KERNEL = re.compile(r"flash|fmha|sdpa|attention|attn|_fwd_kernel|_bwd_", r
 def flops_per_token(cfg: GPTConfig, params_matmul: int, N: int, causal_halved: bool = False) -> float:
     """Model FLOPs per token, forward + backward: 6·P + 12·n_layer·N·n_embd (÷2 on the attention term
     when ``causal_halved``). See the module docstring for the derivation."""
-    N = positive_int(N, "N")
-    if isinstance(params_matmul, bool) or not isinstance(params_matmul, numbers.Integral) or params_matmul < 0:
-        raise ValueError(f"params_matmul: expected a non-negative number of weights, got {params_matmul!r}")
+    N, params_matmul = positive_int(N, "N"), _nonnegative_int(params_matmul, "params_matmul")
     attn = 12 * cfg.n_layer * N * cfg.n_embd
     return 6 * params_matmul + (attn / 2 if causal_halved else attn)
 

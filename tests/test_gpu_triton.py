@@ -459,7 +459,7 @@ def test_which_kernel_refuses_what_attention_refuses():
 @pytest.mark.parametrize("args,arg,exc", [((1, 1, 4, 4, 1.5, 0), "p: expected a dropout probability", ValueError),
                                           ((1, 1, 4, 4, 1.0, 0), "p: expected a dropout probability", ValueError),
                                           ((1, 1, 4, 4, 0.5, 7.9), "seed: expected an integer", TypeError),
-                                          ((1, -1, 4, 4, 0.5, 1), "H must be", ValueError)])
+                                          ((1, -1, 4, 4, 0.5, 1), "H: expected a non-negative integer", ValueError)])
 def test_dropout_mask_checks_its_arguments(args, arg, exc):
     with pytest.raises(exc, match=arg):
         gpu.dropout_mask(*args)

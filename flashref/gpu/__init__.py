@@ -26,7 +26,7 @@ import math
 import os
 
 from ..dropout import check_p
-from ..problem import _scale, _seed, check_options
+from ..problem import _nonnegative_int, _scale, _seed, check_options
 
 __all__ = ["attention", "forward", "backward", "dropout_mask", "which_kernel", "MAX_HEAD_DIM", "OPTIONS"]
 
@@ -263,9 +263,7 @@ def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
 
     from . import kernels
 
-    for name, n in (("B", B), ("H", H), ("Nq", Nq), ("Nk", Nk)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {n!r}")
+    B, H, Nq, Nk = (_nonnegative_int(n, name) for name, n in (("B", B), ("H", H), ("Nq", Nq), ("Nk", Nk)))
     p, seed = check_p(p), _seed(seed)  # the rules every entry point states once (flashref.dropout, problem)
     device = torch.device(device or ("cpu" if _interpret() else "cuda"))
     if (device.type == "cuda" and not torch.cuda.is_available()) or (device.type != "cuda" and not _interpret()):
