@@ -46,13 +46,16 @@ cold and reads each byte it needs at least once (the compulsory reads). Beyond t
    check8).
 
 **What it cannot say.** Past the knee, the lockstep pass of rule 1 is one of two states. FlashAttention-2's
-waves keep it, run after run; kernel 2's and kernel 3's leave it at some shapes (each launch at shapes of its
-own) and then read up to 23x more, by amounts that move about 2x from run to run of the same call
-(figures/gpu/NOTES-l2.md, "Thirteenth round"; notebook 08). The prediction there is the lockstep state,
-which some runs meet; it is not an estimate of the others. Eager attention's softmax on rows too long for the shared
-memory of PyTorch's block softmax (24512 fp16 elements and more) runs ``cunn_SoftMaxForward``, three passes over
-each row, which miss in L2 once the rows in flight outgrow it: 1.3x its input read at 49152 keys, 3.0x at 98304,
-where the model streams it once (figures/gpu/NOTES-l2.md, the softmax probe).
+waves keep it, run after run, and so does kernel 3 since it puts a barrier between rounds of tiles there
+(``gpu.kernel3.round_sync``; figures/gpu/NOTES-l2.md, "Fifteenth round"). Without one, kernel 2 and the earlier
+kernel 3 left it at some shapes (each launch at shapes of its own) and then read up to 30x more, by amounts that
+move about 2x from run to run of the same call ("Thirteenth round"; notebook 08). The prediction there is the
+lockstep state, which such runs sometimes meet; it is not an estimate of the others.
+
+Eager attention's softmax on rows too long for the shared memory of PyTorch's block softmax (24512 fp16 elements
+and more) runs ``cunn_SoftMaxForward``, three passes over each row, which miss in L2 once the rows in flight
+outgrow it: 1.3x its input read at 49152 keys, 3.0x at 98304, where the model streams it once
+(figures/gpu/NOTES-l2.md, the softmax probe).
 
 **Fitted parameters** (``PARAMS``; :func:`fit` re-derives them from a recorded JSON):
 ``C_eff`` (bytes of L2 that the scanned tiles get; the prior is one partition, 25 MB of the
