@@ -46,8 +46,8 @@ from .l2 import L2Cache
 from .parallelism import efficiency
 from .problem import _causal, positive_int
 
-__all__ = ["ScanKernel", "simulate", "flashref_fwd", "flashref_dkdv", "flashref3_fwd", "flashref3_dkdv", "flashref3_dq",
-           "fa2_fwd", "fa2_bwd", "fa2_num_splits", "SMS"]
+__all__ = ["ScanKernel", "simulate", "launch_times", "flashref_fwd", "flashref_dkdv", "flashref3_fwd", "flashref3_dkdv",
+           "flashref3_dq", "fa2_fwd", "fa2_bwd", "fa2_num_splits", "SMS"]
 
 SMS = 132  # H100 SXM and H200
 
@@ -470,6 +470,23 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
                    sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), K3_WS_WARPS), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                    launch, sms=sms)
     return _ragged(k, Nk, BN, Nq, BM)
+
+
+def launch_times(k: ScanKernel):
+    """When each CTA runs, on :func:`simulate`'s one-speed machine: ``(heads, blocks, start, end)`` in grid order,
+    times in steps (one scanned tile per CTA per step). The first ``k.resident`` CTAs start at 0; every later one
+    takes the slot that frees first (a list schedule), so ``start`` never decreases along the grid."""
+    import heapq
+
+    import numpy as np
+    heads, blocks = _checked(k).grid_arrays()
+    steps = np.array([hi - lo for lo, hi in k.ranges], dtype=float)[blocks]
+    start = np.zeros(len(blocks))
+    free = [0.0] * min(k.resident, len(blocks))  # when each slot frees (a heap: the earliest first)
+    for i, s in enumerate(steps.tolist()):
+        # the slot that frees first takes CTA i, and frees again when CTA i has scanned its tiles
+        start[i] = heapq.heapreplace(free, free[0] + s)
+    return heads, blocks, start, start + steps
 
 
 def waves(k: ScanKernel) -> float:

@@ -292,8 +292,11 @@ SHARED_STAG = {k: D.PARAMS[k] for k in ("C_stag", "kappa_stag", "lag")}
 # before the small-writes clause (iomodel.dram._residue, after check8), every kernel kept min(alpha·W, rho) of its
 # writes in L2, and before check9 FlashAttention-2's forward never split its keys (schedule.fa2_num_splits): every
 # set predicted up to check8 was written by that model, check9 by the first clause without the second
-WRITES_BEFORE = dict(small_writes=0, fa2_split=0)
-SPLIT_BEFORE = dict(fa2_split=0)
+# and every set up to check12 before the overlap term of FlashAttention-2's d = 64 staggered walk (STAGGERED_D64's
+# set before it, STAGGERED_D64_BEFORE)
+OVERLAP_BEFORE = dict(overlap_rule=0)
+WRITES_BEFORE = dict(small_writes=0, fa2_split=0, **OVERLAP_BEFORE)
+SPLIT_BEFORE = dict(fa2_split=0, **OVERLAP_BEFORE)
 OLD_RULE = dict(partitions_diagonal=2, **SHARED_STAG, **WRITES_BEFORE)
 OLD = dict(D.PARAMS, **OLD_RULE)
 
@@ -311,20 +314,83 @@ def test_staggered_parameters_are_the_fit(gpu, fit_on):
     assert {k: p[k] for k in names} == {k: dict(D.PARAMS, **D.GPU_PARAMS[gpu])[k] for k in names}
 
 
-@pytest.mark.parametrize("gpu,fit_on", [
-    ("h100", lambda: [RESULT, CHECK] + [json.loads((REPO / "figures" / "gpu" / f"h100-l2-{c}.json").read_text())
-                                        for c in ("check2", "check3")]),
-    ("h200", lambda: [_groups(H200, ("grid", "check", "check2"))])])
-def test_d64_staggered_parameters_are_the_fit(gpu, fit_on):
-    """FlashAttention-2's d = 64 forward's own set is what fit_staggered finds on every d = 64 causal
-    forward recorded before check4, and dram uses it for that kernel only."""
-    p, _ = D.fit_staggered(fit_on(), gpu=gpu, d=64)
-    assert {k: p[k] for k in D.STAGGERED_D64[gpu]} == D.STAGGERED_D64[gpu]
+def _recorded_runs(gpu, *names):
+    return [json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2{'-' + n if n else ''}.json").read_text()) for n in names]
+
+
+# the d = 64 set's fit sets: on the H100 every d = 64 causal forward recorded before check11 (check11 and check12
+# held out), on the H200 every one recorded (the four groups of h200-l2.json, and check4)
+D64_FIT_ON = {"h100": lambda: _recorded_runs("h100", "grid", "check", "check2", "check3", "check4", "repeat", "check7",
+                                             "check9"),
+              "h200": lambda: _recorded_runs("h200", "", "check4")}
+
+
+def _around(grid, chosen):
+    """The part of ``grid`` next to ``chosen``: each parameter's chosen value and its neighbours."""
+    out = {}
+    for name, values in grid.items():
+        i = values.index(chosen[name])
+        out[name] = values[max(0, i - 1):i + 2]
+    return out
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_d64_staggered_parameters_are_the_fit(gpu):
+    """FlashAttention-2's d = 64 forward's own set (overlap term included) is the best of D64_GRID on its fit set:
+    the whole grid takes minutes (fit_staggered(D64_FIT_ON[gpu](), D64_GRID, gpu, 64), as committed), so the test
+    searches each parameter's neighbours. dram uses the set for that kernel only."""
+    own = D.STAGGERED_D64[gpu]
+    p, _ = D.fit_staggered(D64_FIT_ON[gpu](), _around(D.D64_GRID, own), gpu=gpu, d=64)
+    assert {k: p[k] for k in own} == own
     kw = dict(B=1, H=2, Nq=98304, Nk=98304, causal=True, gpu=gpu)
-    shared = {k: dict(D.PARAMS, **D.GPU_PARAMS[gpu])[k] for k in D.STAGGERED_D64[gpu]}
+    shared = {k: dict(D.PARAMS, **D.GPU_PARAMS[gpu])[k] for k in own}
     for d, differs in ((64, True), (128, False)):
-        own, with_shared = (iomodel.dram("sdpa_flash", "fwd", d=d, **kw, params=q).total_bytes for q in ({}, shared))
-        assert (own != with_shared) == differs
+        mine, with_shared = (iomodel.dram("sdpa_flash", "fwd", d=d, **kw, params=q).total_bytes for q in ({}, shared))
+        assert (mine != with_shared) == differs
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_d64_set_before_the_overlap_term_is_the_fit(gpu):
+    """The set before the overlap term (overlap_rule=0, which wrote the pre-registered predictions up to check12)
+    is what fit_staggered finds on every d = 64 causal forward recorded before check4."""
+    fit_on = {"h100": lambda: _recorded_runs("h100", "grid", "check", "check2", "check3"),
+              "h200": lambda: [_groups(H200, ("grid", "check", "check2"))]}[gpu]
+    p, _ = D.fit_staggered(fit_on(), gpu=gpu, d=64)
+    assert {k: p[k] for k in D.STAGGERED_D64_BEFORE[gpu]} == D.STAGGERED_D64_BEFORE[gpu] and p["overlap"] == 0
+
+
+# The d = 64 causal forward, today's set, on every one recorded: within 25% but for two. check3's one head pair at
+# N = 98304 (+28%), in the fit set, and check11's 1 x 4 x 131072 (-28%: 16x its compulsory bytes a head, where
+# the model has 11x), held out.
+D64_MISSES = {("h100", "check3_64_98k_causal"), ("h100", "check11_64_1x4x131072_causal")}
+D64_ROWS = [(gpu, r) for gpu, names in (("h100", ("grid", "check", "check2", "check3", "check4", "repeat", "check7",
+                                                  "check9", "check11", "check12")), ("h200", ("", "check4")))
+            for r in D.staggered_rows(_recorded_runs(gpu, *names)) if r[3]["d"] == 64]
+
+
+@pytest.mark.parametrize("gpu,row", D64_ROWS, ids=[f"{g}-{r[1]}" for g, r in D64_ROWS])
+def test_d64_causal_forward_within_25_percent(gpu, row):
+    impl, shape, mode, kw, measured = row
+    err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
+    _within_25_percent(err, (gpu, shape), D64_MISSES, 0.50)
+
+
+def test_overlap_term_follows_the_simulation():
+    """Where two heads' walks run side by side, counting the other head's key prefix (overlap = 0.5) brings the
+    closed form to the one-speed LRU simulation, which the rule without it misses by up to 60% near the knee;
+    with one head there is no other head, and the term changes nothing."""
+    one = schedule.fa2_fwd(1, 8192, 8192, 64, True, sms=8)
+    assert all(D.staggered_scan_bytes(one, dict(LRU, C_stag=C, overlap=0.5))[0]
+               == pytest.approx(D.staggered_scan_bytes(one, dict(LRU, C_stag=C))[0], rel=1e-12) for C in (2 ** 20,
+                                                                                                        2 ** 21))
+    for BH, N, sms in ((2, 8192, 8), (8, 4096, 4)):
+        k = schedule.fa2_fwd(BH, N, N, 64, True, sms=sms)
+        err = {b: [] for b in (0, 0.5)}
+        for C in (2 ** 21, 2 ** 20, 2 ** 19):
+            sim = _sim(k, C)[0]
+            for b in err:
+                err[b].append(abs(D.staggered_scan_bytes(k, dict(LRU, C_stag=C, overlap=b))[0] / sim - 1))
+        assert max(err[0.5]) < 0.10 < 0.5 < max(err[0]), (BH, N, err)
 
 
 H200_ROWS = D.measured_rows(H200)
@@ -831,18 +897,21 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _when_measured("check9", "h100", rule=SPLIT_BEFORE)
                  + _when_measured("check9", "h200", rule=SPLIT_BEFORE)
                  # check10: FlashAttention-2's split-KV forward, predicted with today's model
-                 + _when_measured("check10", "h100", rule={}) + _when_measured("check10", "h200", rule={})
+                 + _when_measured("check10", "h100", rule=OVERLAP_BEFORE)
+                 + _when_measured("check10", "h200", rule=OVERLAP_BEFORE)
                  # check11: the issue's grid drawn at random, predicted with today's model; kernel 3 measured before
                  # its round barrier (check11), with the forward's (check11s), and with the dQ kernel's too (check11q:
                  # today's kernel), the last two on check11's and check6's long non-causal shapes
-                 + _when_measured("check11", "h100", rule={}) + _when_measured("check11", "h200", rule={})
-                 + _preregistered("check11", {}, measured="check11s", rule={})
+                 + _when_measured("check11", "h100", rule=OVERLAP_BEFORE)
+                 + _when_measured("check11", "h200", rule=OVERLAP_BEFORE)
+                 + _preregistered("check11", {}, measured="check11s", rule=OVERLAP_BEFORE)
                  + _preregistered("check6", {}, measured="check11s")
-                 + _preregistered("check11", {}, measured="check11q", rule={})
+                 + _preregistered("check11", {}, measured="check11q", rule=OVERLAP_BEFORE)
                  + _preregistered("check6", {}, measured="check11q")
                  # check12: six shapes past the barrier's threshold, drawn at random, predicted before kernel 3 with
                  # its barrier measured them
-                 + _when_measured("check12", "h100", rule={}) + _when_measured("check12", "h200", rule={}))
+                 + _when_measured("check12", "h100", rule=OVERLAP_BEFORE)
+                 + _when_measured("check12", "h200", rule=OVERLAP_BEFORE))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

@@ -93,9 +93,11 @@ MB = 2 ** 20
 # three on the grid and check sets' FlashAttention-2 causal forwards, see fit_staggered().
 PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               C_stag=84 * MB, kappa_stag=4.0, lag=2.0,  # these three: staggered walks, fit_staggered()
+              overlap=0.0,  # the staggered walk's other running heads: fit_staggered() finds none for this set
               partitions_diagonal=1,  # not fitted: L2 partitions holding a diagonal-start wave's tile (scan_bytes)
               small_writes=1,  # not fitted: a kernel whose reads and writes fit in C_eff keeps its writes (_residue)
-              fa2_split=1)  # not fitted: FlashAttention-2's forward splits its keys on a small grid (schedule)
+              fa2_split=1,  # not fitted: FlashAttention-2's forward splits its keys on a small grid (schedule)
+              overlap_rule=1)  # not fitted: the d = 64 staggered set with the overlap term (0: the set before it)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its three parameters are therefore per GPU: fitted (fit_staggered) on each GPU's grid +
@@ -109,8 +111,17 @@ GPU_PARAMS = {"h100": {}, "h200": dict(C_stag=108 * MB, kappa_stag=6.0, lag=3.0)
 # check, check2), then checked on check4, predicted before it was measured. The shared set above stays
 # fitted on grid + check of both head dims: refitted on d = 128 alone (96 MiB, 6, 3) it did worse on the
 # held-out d = 128 rows (mean 16.8% against 13.5%).
-STAGGERED_D64 = {"h100": dict(C_stag=76 * MB, kappa_stag=8.0, lag=3.0),
-                 "h200": dict(C_stag=100 * MB, kappa_stag=8.0, lag=4.0)}
+STAGGERED_D64_BEFORE = {"h100": dict(C_stag=76 * MB, kappa_stag=8.0, lag=3.0),
+                        "h200": dict(C_stag=100 * MB, kappa_stag=8.0, lag=4.0)}
+# Then check11 and check12 found it reading more per head at four heads than at two, at the same N near the knee
+# (1 x 4 x 131072: 16x its compulsory bytes a head, where two heads read 9.9x), and check4 less at one (163840:
+# 11.8x): the heads that run side by side share the L2. With the overlap term (staggered_scan_bytes) the set is
+# fitted again, four parameters per GPU (fit_staggered(..., d=64, grid=D64_GRID)): on the H100 on every d = 64
+# causal forward recorded before check11 (grid, check, check2-check4, repeat, check7, check9), check11 and check12
+# held out; on the H200 on all of its own (grid, check, check2, check4). The d = 128 kernel's shared set, refitted
+# with the term, keeps overlap = 0.
+STAGGERED_D64 = {"h100": dict(C_stag=84 * MB, kappa_stag=12.0, lag=4.0, overlap=0.75),
+                 "h200": dict(C_stag=76 * MB, kappa_stag=8.0, lag=1.5, overlap=0.75)}
 PARTITIONS = 2  # a tile read by a whole wave at once is held in both L2 partitions
 
 
@@ -268,33 +279,100 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
       simulation (:func:`flashref.schedule.simulate`) ``lag`` is small (the prefix rule, ``lag = 0``,
       follows it, tested); on the H100 the CTAs drift further apart and ``lag`` is fitted
       (:func:`fit_staggered`), as are the capacity and sharpness below. This rule is the model's
-      least physical part: read ``lag`` as a measured property of the hardware, not a derivation.
+      least physical part: read ``lag`` as a measured property of the hardware, not a derivation;
+    * *the other heads running* (``overlap``): the grid runs head by head, so while one head's last
+      (longest) row blocks run, the next head's first ones start, and for a while both heads' key
+      prefixes share the L2 (at one head of N = 131072, d = 64, the next head reaches about half its keys
+      before the last block of the one before ends). Each re-read's ``D`` adds ``overlap`` times the key
+      prefix of every other head that has a CTA running at that moment: its whole prefix for a head whose
+      CTAs have all started, the longest started block's for the head being launched. The moments come
+      from :func:`flashref.schedule.launch_times` (the one-speed list schedule), at ``OVERLAP_SAMPLES``
+      points of each CTA's re-reads. ``overlap = 0`` leaves the rule out, as every prediction written
+      before it did.
 
     A re-read misses with ``miss(D)`` of its own effective capacity and sharpness (``C_stag``,
     ``kappa_stag``): no tile is shared by a whole wave at once, so the two partitions do not both
     hold it as in a lockstep pass, and the knee is sharper.
     """
     k, p = S._checked(k), _full_params(p)
-    C, kappa, lag = p["C_stag"], p["kappa_stag"], p["lag"]
+    if k.heads_first:
+        raise ValueError("k: the staggered rule runs a grid head by head (heads_first=False)")
+    C, kappa, lag, overlap = p["C_stag"], p["kappa_stag"], p["lag"], p["overlap"]
     unit, R, T = k.tile_bytes, k.resident, k.ctas_per_head
     his = np.array([k.span(lo, hi) for lo, hi in (k.ranges[c] for c in k.launch)], dtype=float)
     r = max(1.0, float(his[1] - his[0])) if T > 1 else 1.0
-    reuse = np.minimum(his[1:], his[:-1]) * unit  # bytes block i re-reads of what block i - 1 read
-    fresh = his[0] * unit + float(np.sum(np.maximum(his[1:] - his[:-1], 0))) * unit
-    first = min(R, k.heads * T)  # CTAs of the first wave
-    m_first = miss(first * r * unit, C, kappa)
-    m_later = np.array([miss((h + lag * R * r) * unit, C, kappa) for h in his[1:]])
-    later_cum = np.concatenate([[0.0], np.cumsum((reuse * m_later)[::-1])])[::-1]  # sum over blocks >= q
-    reuse_cum = np.concatenate([[0.0], np.cumsum(reuse)])  # sum over blocks < q
-    reads = 0.0
-    for h in range(k.heads):  # grid order is head by head: head h's block q launches (h·T + q)-th
-        q = min(max(R - h * T - 1, 0), T - 1)  # blocks 1 .. q of this head are in the first wave
-        reads += fresh + reuse_cum[q] * m_first + later_cum[q]
+    fresh = his[0] * unit + float(np.sum(np.maximum(his[1:] - his[:-1], 0))) * unit  # per head
+    # the CTAs that re-read (every one but a head's first launched), in grid order: i = h·T + position
+    again = np.flatnonzero(np.arange(k.heads * T) % T > 0)
+    at = again % T  # each one's place in its head's launch order
+    reuse = np.minimum(his[at], his[at - 1]) * unit  # bytes block i re-reads of what block i - 1 read
+    in_first = again < R  # launched with the first wave
+    if overlap == 0:
+        # every head alike: one miss rate per launch position, and one for the first wave
+        m_first = miss(min(R, k.heads * T) * r * unit, C, kappa)
+        m_later = _misses((his[1:] + lag * R * r) * unit, C, kappa)
+        m = np.where(in_first, m_first, m_later[at - 1])
+    else:
+        D = np.where(in_first, min(R, k.heads * T) * r, his[at] + lag * R * r)[:, None] \
+            + overlap * _other_heads_prefix(k, his)[again]
+        m = _misses_np(D * unit, C, kappa).mean(axis=1)
+    reads = k.heads * fresh + _sequential_sum(reuse * m)
     own = k.private_total()
     reads += k.heads * own * k.private_read
     writes = k.heads * own * k.private_write
     l2 = k.heads * (float(his.sum()) * unit + own * (k.private_read + k.private_write))
     return reads, writes, l2
+
+
+OVERLAP_SAMPLES = 4  # not fitted: moments of a CTA's re-reads at which the heads running beside it are counted
+
+
+def _other_heads_prefix(k: S.ScanKernel, his):
+    """For every CTA of ``k`` (grid order) and each of ``OVERLAP_SAMPLES`` moments of its re-reads, the key prefix
+    (in tiles) of the other heads with a CTA running then, on the one-speed schedule (:func:`staggered_scan_bytes`).
+    It depends on the schedule alone, so it is kept for the next call on the same kernel (a fit asks hundreds)."""
+    key = (k.heads, k.resident, tuple(k.ranges), tuple(k.launch), k.last_scan)
+    if key not in _PREFIX_CACHE:
+        if len(_PREFIX_CACHE) >= 32:
+            _PREFIX_CACHE.pop(next(iter(_PREFIX_CACHE)))
+        _PREFIX_CACHE[key] = _compute_other_heads_prefix(k, his)
+    return _PREFIX_CACHE[key]
+
+
+_PREFIX_CACHE: dict = {}
+
+
+def _compute_other_heads_prefix(k, his):
+    T = k.ctas_per_head
+    heads, _, start, end = S.launch_times(k)
+    at = np.arange(len(heads)) % T
+    steps = end - start
+    shared = np.where(at > 0, np.minimum(steps, np.roll(steps, 1)), 0.0)  # what block i - 1 of the head also read
+    # a CTA walks down from its diagonal: its fresh tiles first, then the shared ones, at one tile a step
+    frac = (np.arange(OVERLAP_SAMPLES) + 0.5) / OVERLAP_SAMPLES
+    t = (start + steps - shared)[:, None] + shared[:, None] * frac
+    g = np.searchsorted(start, t, side="right") - 1  # the CTA launched last by then ...
+    launching = heads[g]  # ... and its head, the one being launched
+    # every head before it has launched all its CTAs; those whose last CTA has not ended are running. A head's
+    # longest block is launched last and every head's is as long, so the heads end in grid order (the running
+    # maximum only guards the order)
+    last_end = np.maximum.accumulate(np.maximum.reduceat(end, np.arange(k.heads) * T))
+    running_before = np.maximum(launching - np.searchsorted(last_end, t, side="right"), 0)
+    full, current = his.max(), his[at[g]]
+    total = running_before * full + current  # every running head's prefix, the CTA's own among them
+    own = np.where(heads[:, None] < launching, full, current)
+    return total - own
+
+
+def _misses_np(D, C, kappa):
+    """:func:`miss` over an array at once (numpy's log and exp: the overlap rule's predictions are new, and need not
+    reproduce a committed one to the last bit)."""
+    D = np.asarray(D, dtype=float)
+    if kappa == math.inf:
+        return (D > C).astype(float)
+    with np.errstate(divide="ignore", over="ignore"):
+        x = kappa * (math.log(C) - np.log(np.where(D > 0, D, 1.0)))
+        return np.where(D > 0, 1.0 / (1.0 + np.exp(np.minimum(x, 700.0))), 0.0)
 
 
 # ------------------------------------------------------------------------- kernel sequences
@@ -496,14 +574,15 @@ def _check_params(params):
         raise ValueError(f"params: unknown parameter(s) {unknown}; the model's are {sorted(known)}")
     rules = {"C_eff": (0, False), "C_stag": (0, False), "kappa": (0, False), "kappa_stag": (0, False),
              "rho": (0, True), "lag": (0, True), "alpha": (0, True), "partitions": (1, True),
-             "partitions_diagonal": (1, True), "small_writes": (0, True), "fa2_split": (0, True)}  # (bound, included)
+             "partitions_diagonal": (1, True), "small_writes": (0, True), "fa2_split": (0, True),
+             "overlap": (0, True), "overlap_rule": (0, True)}  # (bound, included)
     for name, v in params.items():
         lo, incl = rules[name]
         # only a sharpness may be infinite (an exact LRU step); an infinite lag or partition count made an
         # infinite reuse distance, and log(C / inf) a bare "math domain error"
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
                 or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1) \
-                or (name in ("small_writes", "fa2_split") and v not in (0, 1)) \
+                or (name in ("small_writes", "fa2_split", "overlap_rule") and v not in (0, 1)) \
                 or (math.isinf(v) and not name.startswith("kappa")):
             raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"
                              f"{' and <= 1' if name == 'alpha' else ''}{'' if name.startswith('kappa') else ', finite'}"
@@ -515,7 +594,8 @@ def _params(gpu, d, staggered, params=None):
     """PARAMS, then the GPU's, then (FlashAttention-2's causal forward on its 128 x 128 tiles) the d = 64
     staggered set, then ``params``."""
     tiles = S._pick(S.FA2_TILES["fwd"], d)
-    own = STAGGERED_D64[gpu] if staggered and tiles == S.FA2_TILES["fwd"][64] else {}
+    sets = STAGGERED_D64 if {**PARAMS, **(params or {})}["overlap_rule"] else STAGGERED_D64_BEFORE
+    own = sets[gpu] if staggered and tiles == S.FA2_TILES["fwd"][64] else {}
     return {**PARAMS, **GPU_PARAMS[gpu], **own, **(params or {})}
 
 
@@ -621,7 +701,11 @@ def fit(result, start=None, rounds=2, grid=None):
     return best_p, best
 
 
-STAG_GRID = dict(C_stag=[MB * c for c in range(24, 129, 4)], kappa_stag=[1.5, 2, 3, 4, 6, 8, 12], lag=[1, 1.5, 2, 3, 4])
+STAG_GRID = dict(C_stag=[MB * c for c in range(24, 129, 4)], kappa_stag=[1.5, 2, 3, 4, 6, 8, 12], lag=[1, 1.5, 2, 3, 4],
+                 overlap=[0.0])
+# the d = 64 set's search: the overlap term too, and the sharper knees and longer lags it asks for
+D64_GRID = dict(STAG_GRID, kappa_stag=[1.5, 2, 3, 4, 6, 8, 12, 16, 24], lag=[0, 0.5, 1, 1.5, 2, 3, 4, 6],
+                overlap=[0.0, 0.25, 0.5, 0.75, 1.0])
 
 
 def staggered_rows(results):
@@ -630,21 +714,44 @@ def staggered_rows(results):
 
 
 def fit_staggered(results, grid=None, gpu="h100", d=None):
-    """Fit ``C_stag``, ``kappa_stag`` and ``lag`` (the other parameters as in PARAMS) on FlashAttention-2's
-    causal forward in the recorded ``results`` (only at head dim ``d``, if given), minimising the mean
-    squared log-ratio. An exhaustive search over ``grid`` (three parameters, a few hundred points).
+    """Fit ``C_stag``, ``kappa_stag``, ``lag`` and ``overlap`` (the other parameters as in PARAMS) on
+    FlashAttention-2's causal forward in the recorded ``results`` (only at head dim ``d``, if given), minimising the
+    mean squared log-ratio. An exhaustive search over ``grid`` (``STAG_GRID``: overlap 0 only; ``D64_GRID``).
     Returns (params, loss)."""
     grid = grid or STAG_GRID
     rows = [r for r in staggered_rows(results) if d is None or r[3]["d"] == d]
     if not rows:
         at = f" at d={d}" if d else ""
         raise ValueError(f"results: no measured rows to fit (FlashAttention-2 causal forwards{at})")
+    base = {**PARAMS, **GPU_PARAMS[gpu]}
+    # each row's kernels once: the staggered walk is all that the searched parameters change
+    parts = [_staggered_parts(kw, gpu, base) for _, _, _, kw, _ in rows]
     best_p, best = None, math.inf
     for C in grid["C_stag"]:
         for kappa in grid["kappa_stag"]:
             for lag in grid["lag"]:
-                q = {**PARAMS, **GPU_PARAMS[gpu], "C_stag": C, "kappa_stag": kappa, "lag": lag}
-                loss = sum(math.log1p(e) ** 2 for e in errors(rows, q, gpu)) / len(rows)
-                if loss < best:
-                    best, best_p = loss, q
+                for overlap in grid["overlap"]:
+                    q = {**base, "C_stag": C, "kappa_stag": kappa, "lag": lag, "overlap": overlap}
+                    loss = sum(math.log1p(_staggered_total(part, q) / r[4] - 1) ** 2 for part, r in zip(parts, rows)) \
+                        / len(rows)
+                    if loss < best:
+                        best, best_p = loss, q
     return best_p, best
+
+
+def _staggered_parts(kw, gpu, p):
+    """(bytes of the kernels that are not a staggered walk, [the staggered walks]) of one FlashAttention-2 forward."""
+    seq = _kernels("sdpa_flash", "fwd", kw["B"], kw["H"], kw["Nq"], kw["Nk"], kw["d"], kw["causal"], 2,
+                   preset(gpu).sms, bool(p["fa2_split"]))
+    walks = [item[1] for item in seq if item[0] == "scan" and item[2]]
+    rest = [item for item in seq if not (item[0] == "scan" and item[2])]
+    return sum(r[1] + r[2] for r in predict_kernels(rest, kw["Nq"], kw["Nk"], p)), walks
+
+
+def _staggered_total(part, p):
+    """:func:`dram`'s total bytes of one row split by :func:`_staggered_parts`, under ``p``."""
+    rest, walks = part
+    for k in walks:
+        r, w, _ = staggered_scan_bytes(k, p)
+        rest += r + w - _residue(w, r, p)
+    return rest
