@@ -196,6 +196,17 @@ CHECK12 = [
     ("check12_64_2x4x131072", 2, 4, 131072, 64, False), ("check12_128_4x2x98304", 4, 2, 98304, 128, False),
     ("check12_64_1x2x196608_causal", 1, 2, 196608, 64, True), ("check12_64_2x2x131072", 2, 2, 131072, 64, False),
 ]
+# check13: FlashAttention-2's d = 64 causal forward at several heads near its knee, after the staggered walk's
+# overlap term (iomodel.dram.staggered_scan_bytes): eight shapes drawn with numpy's default_rng(20261127) (B from
+# 1, 2; H from 1, 2, 3, 4, 6, 8; N from 65536, 81920, 98304, 114688, 131072, 163840, 196608; kept if B·H <= 8,
+# B·H·N <= 2^20 and not drawn before), predicted with the term before they were measured (h100-l2-check13-predicted
+# .json, h200-), where the model without it differs by up to 36%.
+CHECK13 = [
+    ("check13_64_2x3x98304_causal", 2, 3, 98304, 64, True), ("check13_64_1x6x114688_causal", 1, 6, 114688, 64, True),
+    ("check13_64_2x2x163840_causal", 2, 2, 163840, 64, True), ("check13_64_1x4x98304_causal", 1, 4, 98304, 64, True),
+    ("check13_64_1x3x98304_causal", 1, 3, 98304, 64, True), ("check13_64_1x2x81920_causal", 1, 2, 81920, 64, True),
+    ("check13_64_1x4x196608_causal", 1, 4, 196608, 64, True), ("check13_64_2x1x131072_causal", 2, 1, 131072, 64, True),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -221,7 +232,7 @@ METRIC_SETS = (
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
           "check5": CHECK5, "check6": CHECK6,
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
-          "check10": CHECK10, "check11": CHECK11, "check12": CHECK12,
+          "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
           "softmax_rows": SOFTMAX_ROWS}
 
 
