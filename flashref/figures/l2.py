@@ -21,6 +21,10 @@ with three launches of its d = 128 forward, kernel 2 and FlashAttention-2. The m
 whether a wave keeps it past the knee depends, for kernels 2 and 3 without a barrier, on the launch, the shape and
 the run; for FlashAttention-2 it does not. And kernel 3 as it runs today (``h100-l2-check11q.json``), with a
 barrier between rounds of tiles in its forward and dQ kernel there (``kernel3.round_sync``): every round in step.
+
+``l2_heads_side_by_side``: FlashAttention-2's d = 64 causal forward near its knee, every H100 run that measured it:
+DRAM bytes a head against N for one, two and four heads, and measured over predicted with and without the staggered
+walk's overlap term (the other heads' key prefixes in the reuse distance, ``iomodel.dram.staggered_scan_bytes``).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .. import iomodel, schedule
 from ..plots import COLORS, figure
@@ -301,8 +305,80 @@ def past_knee_plot(rows):
     return fig
 
 
+# FlashAttention-2's d = 64 causal forward near its knee, every H100 run that measured it; the sets the overlap
+# term's parameters were fitted on (STAGGERED_D64) and those held out of the fit (check11, check12) or predicted
+# before they were measured (check13)
+HEADS_FIT = ("grid", "check", "check2", "check3", "check4", "repeat", "check7", "check9")
+HEADS_HELD_OUT = ("check11", "check12", "check13")
+HEADS_MIN_N = 49152  # below it every head's keys fit, with or without the other heads
+
+
+def heads_data():
+    """One row per recorded d = 64 causal FlashAttention-2 forward at N >= HEADS_MIN_N on the H100: measured bytes and
+    the model's with and without the overlap term, each per head over the compulsory bytes (Q, K, V, O once)."""
+    rows = []
+    for name in HEADS_FIT + HEADS_HELD_OUT:
+        run = json.loads(GRID_JSON.with_name(f"h100-l2-{name}.json").read_text())
+        for _, shape, _, kw, measured in D.staggered_rows([run]):
+            if kw["d"] != 64 or kw["Nq"] < HEADS_MIN_N:
+                continue
+            per_head = kw["B"] * kw["H"] * 4 * kw["Nq"] * kw["d"] * 2  # compulsory bytes of all heads
+            with_, without = (D.dram("sdpa_flash", "fwd", **kw, params=p).total_bytes
+                              for p in ({}, dict(overlap_rule=0)))
+            rows.append(dict(set=name, shape=shape, heads=kw["B"] * kw["H"], N=kw["Nq"],
+                             held_out=name in HEADS_HELD_OUT,
+                             measured=measured / per_head, predicted=with_ / per_head,
+                             predicted_without_overlap=without / per_head))
+    return rows
+
+
+def heads_plot(rows):
+    fig, axes = figure("FlashAttention-2's d = 64 causal forward near its knee (H100): heads that run side by side "
+                       "share the L2", ncols=2, width=12, height=4.5)
+    ax = axes.flat[0]
+    Ns = np.arange(HEADS_MIN_N, 262144 + 1, 16384)
+    def per_head(heads, **params):
+        return [D.dram("sdpa_flash", "fwd", B=1, H=heads, Nq=int(n), Nk=int(n), d=64, causal=True,
+                       params=params).total_bytes for n in Ns] / (heads * 4 * Ns * 64 * 2)
+
+    # without the term the model's bytes a head hardly depend on the heads: one line for all
+    ax.plot(Ns, per_head(2, overlap_rule=0), ":", color="0.3", label="model without the overlap term")
+    for heads, color in zip((1, 2, 4), (COLORS["flash"], COLORS["flashref"], COLORS["standard"])):
+        ax.plot(Ns, per_head(heads), "-", color=color, label=f"{heads} head{'s' * (heads > 1)}, model")
+        pts = [r for r in rows if r["heads"] == heads]
+        ax.plot([r["N"] for r in pts], [r["measured"] for r in pts], "o", color=color, mfc="none",
+                label=f"{heads} head{'s' * (heads > 1)}, measured")
+    other = [r for r in rows if r["heads"] not in (1, 2, 4)]
+    ax.plot([r["N"] for r in other], [r["measured"] for r in other], "s", color="0.4", mfc="none",
+            label="3, 6 or 8 heads, measured")
+    ax.set(xscale="log", yscale="log", xlabel="N", ylabel="DRAM bytes a head / compulsory (Q, K, V, O once)",
+           title="more heads, more bytes a head")
+    ax.set_xticks([49152, 65536, 98304, 131072, 196608, 262144], ["48k", "64k", "96k", "128k", "192k", "256k"])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=6, ncol=2)
+    ax = axes.flat[1]
+    ax.axhspan(1 / 1.25, 1 / 0.75, color="0.9", zorder=0)  # |predicted / measured - 1| <= 0.25
+    ax.axhline(1, color="k", lw=0.8)
+    for i, r in enumerate(sorted(rows, key=lambda r: (r["heads"], r["N"]))):
+        x = r["heads"] + (i % 5 - 2) * 0.06
+        fill = COLORS["flash"] if r["held_out"] else "none"
+        ax.plot(x, r["measured"] / r["predicted"], "o", color=COLORS["flash"], mfc=fill)
+        ax.plot(x, r["measured"] / r["predicted_without_overlap"], "x", color="0.5")
+    ax.plot([], [], "o", color=COLORS["flash"], mfc="none", label="model, on its fit set")
+    ax.plot([], [], "o", color=COLORS["flash"], label="model, held out (check11, check12, check13)")
+    ax.plot([], [], "x", color="0.5", label="without the overlap term")
+    ax.set(yscale="log", xlabel="heads (B x H)", ylabel="measured / predicted DRAM bytes",
+           title="with and without the other heads (band: within ±25%)")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.legend(fontsize=7)
+    return fig
+
+
 FIGURES = [
     Figure("l2_figure2_table", figure2_l2_data, figure2_l2_plot),
     Figure("l2_knee_sweep", knee_data, knee_plot),
     Figure("l2_past_the_knee", past_knee_data, past_knee_plot),
+    Figure("l2_heads_side_by_side", heads_data, heads_plot),
 ]
