@@ -3,6 +3,7 @@ argument, never a raw internal error, a hang, negative bytes or a silently wrong
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 
@@ -110,6 +111,21 @@ def test_dram_params_must_be_finite(params):
         iomodel.dram("sdpa_flash", "fwd", **SHAPE, causal=True, params=params)
     lru = iomodel.dram("flashref", "fwd", **SHAPE, params=dict(kappa=math.inf, kappa_stag=math.inf))
     assert math.isfinite(lru.total_bytes)
+
+
+@pytest.mark.parametrize("params,match", [(dict(overlap=-0.5), "overlap must be >= 0"),
+                                          (dict(overlap=math.inf), "overlap must be >= 0, finite"),
+                                          (dict(overlap_rule=2), "overlap_rule must be >= 0")])
+def test_dram_refuses_a_bad_overlap(params, match):
+    with pytest.raises(ValueError, match=f"params: {match}"):
+        iomodel.dram("sdpa_flash", "fwd", **SHAPE, causal=True, params=params)
+
+
+def test_staggered_rule_refuses_a_heads_first_grid():
+    """The overlap term reads the heads' order off a head-by-head grid; a heads-first one is named, not misread."""
+    k = dataclasses.replace(schedule.fa2_fwd(4, 2048, 2048, 64, True), heads_first=True)
+    with pytest.raises(ValueError, match="heads_first"):
+        D.staggered_scan_bytes(k)
 
 
 def test_miss_of_a_vanishing_capacity_is_one():
