@@ -151,6 +151,11 @@ QUESTIONS = {
                 "grid order, 132 CTAs a wave. A pass is one wave reading one head's K and V once; a wave that holds "
                 "row blocks of both heads makes a pass over each. How many passes in all?",
                 "3c6a", "a68463212979e33810867e5f439453f5777caa25d5688cf81e38824f6ced778e"),
+    "nb08-q6": ("FlashAttention-2's d = 64 causal forward on two heads of N = 131072: 1024 row blocks a head, launched "
+                "shortest first, head 0's first, 264 CTAs resident. On a one-speed machine row block i walks its "
+                "i + 1 key tiles at one a step, and a freed slot takes the next row block at once. When head 0's "
+                "last row block ends, how many of head 1's row blocks have started? (to 1 significant digit)",
+                "b61e", "d6faced1824b34eb7b7720a6ebf57f206470082379cee45a5bf7e1fba24dbe4e", 1),
     "nb09-q1": ('8 query heads share one K/V head (g = 8), blocks 16 × 16 either way: by what factor does PackGQA '
                 "(`gqa_packing=True`) cut the forward's reads of K?",
                 "4e90", "6b601f34ecb6b6f3bb2167c45cf3c095163e0050c57f3661f7c4b47a075f5a80"),

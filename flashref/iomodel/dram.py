@@ -285,9 +285,9 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
       least physical part: read ``lag`` as a measured property of the hardware, not a derivation;
     * *the other heads running* (``overlap``): the grid runs head by head, so while one head's last
       (longest) row blocks run, the next head's first ones start, and for a while both heads' key
-      prefixes share the L2 (at one head of N = 131072, d = 64, the next head reaches about half its keys
-      before the last block of the one before ends). Each re-read's ``D`` adds ``overlap`` times the key
-      prefix of every other head that has a CTA running at that moment: its whole prefix for a head whose
+      prefixes share the L2 (at N = 131072, d = 64, 673 of the next head's 1024 row blocks start before the
+      last block of the one before ends, on the list schedule below). Each re-read's ``D`` adds ``overlap``
+      times the key prefix of every other head that has a CTA running at that moment: its whole prefix for a head whose
       CTAs have all started, the longest started block's for the head being launched. The moments come
       from :func:`flashref.schedule.launch_times` (the one-speed list schedule), at ``OVERLAP_SAMPLES``
       points of each CTA's re-reads. ``overlap = 0`` leaves the rule out, as every prediction written

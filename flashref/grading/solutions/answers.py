@@ -45,6 +45,7 @@ ANSWERS = {
     "nb08-q3": 46080,  # 45 · 2^20 / 2 bytes / (2 · 128 · 2 bytes per token)
     "nb08-q4": 15.5,  # 262144 / 128 = 2048 row blocks over 132 SMs: 15.52 waves, each one pass over K and V
     "nb08-q5": 33,  # waves 0-14 hold head 0 only, wave 15 both (row blocks 1980-2111), 16-31 head 1: 16 + 17
+    "nb08-q6": 673,  # schedule.launch_times: head 0's last 264 blocks run ~1000 steps, head 1's short ones churn
     "nb09-q1": 8,  # each K/V tile is loaded once per group instead of once per query head: g
     "nb09-q2": 2,  # ⌈(w − 1 + Br)/Bc⌉ = 5 tiles per row block whatever N: 2.01 (causal alone 3.95)
     "nb09-q3": 1272,  # bias: visited tiles (1+2+3+4) · 64 · 2 heads = 1280; ALiBi: 8 slopes
