@@ -55,8 +55,10 @@ lockstep state, which such runs sometimes meet; it is not an estimate of the oth
 
 Eager attention's softmax on rows too long for the shared memory of PyTorch's block softmax (24512 fp16 elements
 and more) runs ``cunn_SoftMaxForward``, three passes over each row, which miss in L2 once the rows in flight
-outgrow it: 1.3x its input read at 49152 keys, 3.0x at 98304, where the model streams it once
-(figures/gpu/NOTES-l2.md, the softmax probe).
+outgrow it: 1.3x its input read at 49152 keys, 3.0x at 98304 (figures/gpu/NOTES-l2.md, the softmax probe). The
+model follows the forward's passes (:func:`_softmax`, ``C_rows``, ``kappa_rows``); the backward's
+``cunn_SoftMaxBackward`` reads its two inputs up to 1.5x past the same limit, which it does not (forward+backward
+5-7% low there).
 
 **Fitted parameters** (``PARAMS``; :func:`fit` re-derives them from a recorded JSON):
 ``C_eff`` (bytes of L2 that the scanned tiles get; the prior is one partition, 25 MB of the
@@ -98,7 +100,11 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               partitions_diagonal=1,  # not fitted: L2 partitions holding a diagonal-start wave's tile (scan_bytes)
               small_writes=1,  # not fitted: a kernel whose reads and writes fit in C_eff keeps its writes (_residue)
               fa2_split=1,  # not fitted: FlashAttention-2's forward splits its keys on a small grid (schedule)
-              overlap_rule=1)  # not fitted: the d = 64 staggered set with the overlap term (0: the set before it)
+              overlap_rule=1,  # not fitted: the d = 64 staggered set with the overlap term (0: the set before it)
+              # eager's softmax on rows too long for shared memory: three passes, the last two from L2 while the rows
+              # in flight fit C_rows (sharpness kappa_rows; fitted, fit_softmax_rows(), on the softmax probe's forward)
+              C_rows=29 * MB, kappa_rows=12.0,
+              softmax_passes=1)  # not fitted: that rule (0: the softmax streams S once, as the model before it)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its three parameters are therefore per GPU: fitted (fit_staggered) on each GPU's grid +
@@ -393,17 +399,34 @@ def _elementwise_chunks(numel):
     return n
 
 
-def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS, fa2_split=True):
+def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS, fa2_split=True, softmax_passes=True):
     """The kernels one call launches: ("scan", ScanKernel, staggered), ("stream", name, R, W, launches) (R and W
-    over all its launches) or ("mask", name, R, W, chunks, heads) (one masked_fill chunk, launched ``chunks``
-    times). ``fa2_split=False``: FlashAttention-2's forward never splits its keys (the model that predicted every
-    set up to check9)."""
+    over all its launches), ("mask", name, R, W, chunks, heads) (one masked_fill chunk, launched ``chunks``
+    times) or ("rows", name, S bytes, bytes of the rows in flight) (:func:`_softmax`). ``fa2_split=False``:
+    FlashAttention-2's forward never splits its keys (the model that predicted every set up to check9);
+    ``softmax_passes=False``: the softmax streams S once at any row length (every set up to check13)."""
     _check_impl_mode(impl, mode)
     B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e)
-    return _kernels(impl, mode, B, H, Nq, Nk, d, _causal(causal), e, sms, fa2_split)
+    return _kernels(impl, mode, B, H, Nq, Nk, d, _causal(causal), e, sms, fa2_split, softmax_passes)
 
 
-def _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, sms, fa2_split):
+# PyTorch's softmax (aten/src/ATen/native/cuda/SoftMax.cu) keeps a row in shared memory when its elements fit one
+# block's 48 KB less the reduction's scratch: 24512 fp16 elements, as Nsight's kernel names show (the softmax probe)
+SOFTMAX_SMEM_BYTES = 49024
+SOFTMAX_CTAS_PER_SM = 2  # cunn_SoftMaxForward's 1024-thread blocks: Nsight's occupancy limit (warps, registers)
+
+
+def _softmax(Sb, Nk, e, sms, passes=True):
+    """Eager's softmax over rows of ``Nk`` elements of ``e`` bytes, ``Sb`` bytes in all. A row that fits shared
+    memory is read once (cunn_SoftMaxForwardSmem); a longer one is read three times by cunn_SoftMaxForward (its
+    maximum, the sum of exponentials, then the output), by one block a row, ``sms x SOFTMAX_CTAS_PER_SM`` rows in
+    flight: the second and third reads find the row in L2 only while those rows fit (:func:`predict_kernels`)."""
+    if not passes or Nk * e <= SOFTMAX_SMEM_BYTES:
+        return _stream("softmax", Sb, Sb)
+    return ("rows", "softmax (cunn_SoftMaxForward, three passes)", float(Sb), float(sms * SOFTMAX_CTAS_PER_SM * Nk * e))
+
+
+def _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, sms, fa2_split, softmax_passes=True):
     """:func:`kernels` for arguments already checked (by it, or by :func:`dram`)."""
     BH = B * H
     Xq, Xk = BH * Nq * d * e, BH * Nk * d * e  # one Q-sized (K-sized) fp16 tensor
@@ -415,7 +438,7 @@ def _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, sms, fa2_split):
         out += [_stream("mul S * scale", Sb / ch, Sb / ch, ch)]
         if causal:
             out += [("mask", "masked_fill", Sb / ch, Sb / ch, ch, BH)]
-        out += [_stream("softmax", Sb, Sb), _stream("bmm O = P V", Sb + Xk, Xq)]
+        out += [_softmax(Sb, Nk, e, sms, softmax_passes), _stream("bmm O = P V", Sb + Xk, Xq)]
         if mode == "fwd_bwd":
             out += [_stream("bmm dV = P^T dO", Sb + Xq, Xk), _stream("bmm dP = dO V^T", Xq + Xk, Sb)]
             out += [_stream("binary (SoftmaxBackward0)", 2 * Sb / ch, Sb / ch, ch)]
@@ -484,6 +507,11 @@ def predict_kernels(seq, Nq, Nk, p=PARAMS):
             _, k, stag = item
             r, w, l2 = (staggered_scan_bytes if stag else scan_bytes)(k, p)
             name = k.name
+        elif item[0] == "rows":  # the softmax's three passes: the two re-reads miss while the rows in flight outgrow L2
+            _, name, Sb, D = item
+            r = Sb * (1 + 2 * miss(D, p["C_rows"], p["kappa_rows"]))
+            rows.append((name, r, Sb - _residue(Sb, r, p), 3 * Sb + Sb))
+            continue
         elif item[0] == "mask":  # masked_fill: S in and out, and the (Nq, Nk) bool mask, per head
             _, name, Rb, Wb, ch, BH = item
             mask = Nq * Nk
@@ -519,7 +547,8 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     _check_call(impl, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
     p = _params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params))
-    seq = _kernels(impl, mode, B, H, Nq, Nk, d, bool(causal), dtype_bytes, spec.sms, bool(p["fa2_split"]))
+    seq = _kernels(impl, mode, B, H, Nq, Nk, d, bool(causal), dtype_bytes, spec.sms, bool(p["fa2_split"]),
+                   bool(p["softmax_passes"]))
     rows = predict_kernels(seq, Nq, Nk, p)
     return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows)
 
@@ -578,14 +607,15 @@ def _check_params(params):
     rules = {"C_eff": (0, False), "C_stag": (0, False), "kappa": (0, False), "kappa_stag": (0, False),
              "rho": (0, True), "lag": (0, True), "alpha": (0, True), "partitions": (1, True),
              "partitions_diagonal": (1, True), "small_writes": (0, True), "fa2_split": (0, True),
-             "overlap": (0, True), "overlap_rule": (0, True)}  # (bound, included)
+             "overlap": (0, True), "overlap_rule": (0, True), "C_rows": (0, False), "kappa_rows": (0, False),
+             "softmax_passes": (0, True)}  # (bound, included)
     for name, v in params.items():
         lo, incl = rules[name]
         # only a sharpness may be infinite (an exact LRU step); an infinite lag or partition count made an
         # infinite reuse distance, and log(C / inf) a bare "math domain error"
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
                 or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1) \
-                or (name in ("small_writes", "fa2_split", "overlap_rule") and v not in (0, 1)) \
+                or (name in ("small_writes", "fa2_split", "overlap_rule", "softmax_passes") and v not in (0, 1)) \
                 or (math.isinf(v) and not name.startswith("kappa")):
             raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"
                              f"{' and <= 1' if name == 'alpha' else ''}{'' if name.startswith('kappa') else ', finite'}"
@@ -758,3 +788,46 @@ def _staggered_total(part, p):
         r, w, _ = staggered_scan_bytes(k, p)
         rest += r + w - _residue(w, r, p)
     return rest
+
+
+ROWS_GRID = dict(C_rows=[MB * c for c in range(16, 65)], kappa_rows=[2, 3, 4, 6, 8, 12, 16, 24])
+
+
+def softmax_rows(result):
+    """(Nk, S bytes, measured DRAM reads) of every eager forward softmax kernel in a ``profile-l2`` JSON that records
+    its kernels (``python -m flashref profile-l2 --groups softmax_rows``), the median of its repeats, fp16."""
+    shapes = {r["shape"]: r for r in result["rows"] if r.get("impl") == "eager" and not r.get("error")}
+    reads = {}
+    for k in result.get("kernels", []):
+        if k.get("impl") == "eager" and k.get("phase") == "fwd" and "SoftMaxForward" in k["name"] \
+                and k["shape"] in shapes:
+            reads.setdefault(k["shape"], []).append(k["dram__bytes_read.sum"])
+    out = []
+    for shape, values in reads.items():
+        r = shapes[shape]
+        Nk = r.get("Nk", r["N"])
+        out.append((Nk, r["B"] * r["H"] * r["N"] * Nk * 2, float(np.median(values))))
+    return sorted(out)
+
+
+def fit_softmax_rows(result, grid=None, sms=S.SMS):
+    """Fit ``C_rows`` and ``kappa_rows`` on the eager forward softmax kernels of ``result`` (:func:`softmax_rows`):
+    an exhaustive search over ``grid`` (``ROWS_GRID``) minimising the mean squared log-ratio of the predicted to the
+    measured reads. Returns (params, loss)."""
+    grid = grid or ROWS_GRID
+    rows = softmax_rows(result)
+    if not rows:
+        raise ValueError("result: no eager forward softmax kernels recorded (profile-l2 --groups softmax_rows)")
+    best_p, best = None, math.inf
+    for C in grid["C_rows"]:
+        for kappa in grid["kappa_rows"]:
+            p = {**PARAMS, "C_rows": C, "kappa_rows": kappa}
+            loss = 0.0
+            for Nk, Sb, measured in rows:
+                item = _softmax(Sb, Nk, 2, sms)
+                r = Sb if item[0] == "stream" else predict_kernels([item], 1, Nk, p)[0][1]
+                loss += math.log(r / measured) ** 2
+            loss /= len(rows)
+            if loss < best:
+                best, best_p = loss, p
+    return best_p, best
