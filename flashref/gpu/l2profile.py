@@ -207,6 +207,21 @@ CHECK13 = [
     ("check13_64_1x3x98304_causal", 1, 3, 98304, 64, True), ("check13_64_1x2x81920_causal", 1, 2, 81920, 64, True),
     ("check13_64_1x4x196608_causal", 1, 4, 196608, 64, True), ("check13_64_2x1x131072_causal", 2, 1, 131072, 64, True),
 ]
+# check14: eager attention's softmax on rows too long for shared memory, after its three-pass rule (iomodel.dram
+# ._softmax): eight shapes drawn with numpy's default_rng(20261128) (B from 1, 2; H from 1, 2, 4, 8, 16; Nq from 256,
+# 512, 1024, 2048; Nk from 24576 to 131072; d 64 or 128; not causal; kept if S is at most 4 GB and not drawn before),
+# predicted with the rule before they were measured (h100-l2-check14-predicted.json, h200-): the rule without it
+# says 1-32% less for eager's forward.
+CHECK14 = [
+    ("check14_128_1x16_q1024_k81920", 1, 16, (1024, 81920), 128, False),
+    ("check14_64_2x16_q512_k65536", 2, 16, (512, 65536), 64, False),
+    ("check14_64_1x16_q1024_k65536", 1, 16, (1024, 65536), 64, False),
+    ("check14_128_2x8_q512_k131072", 2, 8, (512, 131072), 128, False),
+    ("check14_128_2x8_q512_k40960", 2, 8, (512, 40960), 128, False),
+    ("check14_128_1x8_q256_k131072", 1, 8, (256, 131072), 128, False),
+    ("check14_128_2x16_q256_k131072", 2, 16, (256, 131072), 128, False),
+    ("check14_64_1x1_q2048_k57344", 1, 1, (2048, 57344), 64, False),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -233,6 +248,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check5": CHECK5, "check6": CHECK6,
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
           "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
+          "check14": CHECK14,
           "softmax_rows": SOFTMAX_ROWS}
 
 
