@@ -125,10 +125,11 @@ STAGGERED_D64_BEFORE = {"h100": dict(C_stag=76 * MB, kappa_stag=8.0, lag=3.0),
 # 11.8x): the heads that run side by side share the L2. With the overlap term (staggered_scan_bytes) the set is
 # fitted again, four parameters per GPU (fit_staggered(..., d=64, grid=D64_GRID)): on the H100 on every d = 64
 # causal forward recorded before check11 (grid, check, check2-check4, repeat, check7, check9), check11 and check12
-# held out; on the H200 on all of its own (grid, check, check2, check4). The shared set (the d = 128 kernel's) keeps
-# overlap = 0 and its three: refitted with overlap free on its own fit set it would take (80 MiB, 4, 1.5, 0.25), loss
-# 0.0172 against 0.0191, and on every d = 128 causal forward recorded the search keeps overlap = 0
-# (figures/gpu/NOTES-l2.md, "Sixteenth round").
+# held out; on the H200 on all of its own (grid, check, check2, check4). The shared set (the other head dims') keeps
+# overlap = 0 and its three. Refitted with overlap free on its own fit sets (grid + check), it takes (80 MiB, 4, 1.5,
+# 0.25) on the H100 and (76 MiB, 6, 1, 0.5) on the H200, and on every d != 64 causal forward recorded that refit is
+# no better: 27 of 27 within 25% on the H100 (mean 11.3% against 11.1%), 12 of 13 on the H200 (13.7% against 13 of
+# 13, 11.9%). figures/gpu/NOTES-l2.md, "Sixteenth round".
 STAGGERED_D64 = {"h100": dict(C_stag=84 * MB, kappa_stag=12.0, lag=4.0, overlap=0.75),
                  "h200": dict(C_stag=76 * MB, kappa_stag=8.0, lag=1.5, overlap=0.75)}
 PARTITIONS = 2  # a tile read by a whole wave at once is held in both L2 partitions
