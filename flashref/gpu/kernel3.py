@@ -592,16 +592,34 @@ if _MODS is not None:
         return bh, start_m, n_full, n_blocks
 
     @gluon.jit
+    def _k3_load_kv(desc_k, desc_v, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, row0, n_blocks, it):
+        # FA3 Alg.1 l.5-8 (producer), the forward's and the dQ kernel's: for j = 0 .. n_blocks - 1, wait until the
+        # consumers have released slot it % STAGES of the K/V ring (it counts the K/V blocks loaded so far, over
+        # every tile), then load K_j and V_j (rows row0 + j·BLOCK_N) into it by TMA. Returns it.
+        STAGES: gl.constexpr = k_smem.shape[0]
+        BLOCK_N: gl.constexpr = k_smem.shape[1]
+        kv_bytes: gl.constexpr = desc_k.block_type.nbytes
+        for j in range(n_blocks):
+            s = it % STAGES
+            ph = ((it // STAGES) & 1) ^ 1  # the release of the previous round of this slot
+            mbarrier.wait(k_empty.index(s), ph, pred=it >= STAGES)
+            mbarrier.expect(k_ready.index(s), kv_bytes)
+            tma.async_copy_global_to_shared(desc_k, [row0 + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+            mbarrier.wait(v_empty.index(s), ph, pred=it >= STAGES)
+            mbarrier.expect(v_ready.index(s), kv_bytes)
+            tma.async_copy_global_to_shared(desc_v, [row0 + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+            it += 1
+        return it
+
+    @gluon.jit
     def _k3ws_load_tile(tile, it, tc, desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
                         v_ready, k_empty, v_empty, N, Tr, BH, n_tiles, order_step, CAUSAL: gl.constexpr,
                         HEADS_FIRST: gl.constexpr):
         # FA3 Alg.1 l.3-9 (producer) for one tile: load Q_i; for each j, wait until the consumers have released
         # slot it % STAGES (it counts the K/V blocks of every tile so far), then load K_j and V_j into it by TMA.
         # tc counts the program's tiles (Q_i's phase). Returns it.
-        STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         BLOCK_M: gl.constexpr = q_smem.shape[0] * q_smem.shape[1]  # warpgroups x 64 rows
-        kv_bytes: gl.constexpr = desc_k.block_type.nbytes
         bh, start_m, n_full, n_blocks = _k3ws_tile(tile, Tr, BH, N, n_tiles, order_step, BLOCK_M, BLOCK_N,
                                                    CAUSAL, HEADS_FIRST)
         # Q_i's buffer is free once all consumers are done with the previous tile's Q: after their O stores
@@ -613,17 +631,7 @@ if _MODS is not None:
         mbarrier.expect(q_bar, NUM_WG * desc_q.block_type.nbytes)
         for w in gl.static_range(NUM_WG):
             tma.async_copy_global_to_shared(desc_q, [bh * N + start_m + w * 64, 0], q_bar, q_smem.index(w))
-        for j in range(n_blocks):
-            s = it % STAGES
-            ph = ((it // STAGES) & 1) ^ 1  # the release of the previous round of this slot
-            mbarrier.wait(k_empty.index(s), ph, pred=it >= STAGES)
-            mbarrier.expect(k_ready.index(s), kv_bytes)
-            tma.async_copy_global_to_shared(desc_k, [bh * N + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
-            mbarrier.wait(v_empty.index(s), ph, pred=it >= STAGES)
-            mbarrier.expect(v_ready.index(s), kv_bytes)
-            tma.async_copy_global_to_shared(desc_v, [bh * N + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
-            it += 1
-        return it
+        return _k3_load_kv(desc_k, desc_v, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, bh * N, n_blocks, it)
 
     @gluon.jit
     def _k3ws_publish(nxt, tc, ring, t_full, t_empty):

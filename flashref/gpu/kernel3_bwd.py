@@ -235,6 +235,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
 
     from .kernel3 import (
         _k3_kv_blocks,
+        _k3_load_kv,
         _k3_operand_a,
         _k3_program_tiles,
         _k3_ring_turns,
@@ -979,11 +980,9 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
         # ...): Q_i and dO_i once both consumers are done with the previous tile's (FA2 Alg.2 l.9, for this row
         # block), then for each j, K_j and V_j (l.6) into slot it % STAGES once both consumers have released it (it
         # counts the K/V blocks of every tile so far); ROUND_SYNC: the round barrier after each tile's loads.
-        STAGES: gl.constexpr = k_smem.shape[0]
         BLOCK_N: gl.constexpr = k_smem.shape[1]
         CAUSAL: gl.constexpr = cfg.shape[0] == 2
         ROUND_SYNC: gl.constexpr = cfg.shape[3] == 2
-        kv_bytes: gl.constexpr = desc_k.block_type.nbytes
         it = 0
         tc = 0
         for tile in range(first, n_tiles, step):
@@ -992,16 +991,7 @@ if _MODS is not None:  # the Gluon names kernel3.py binds from the same modules
             mbarrier.expect(q_bar, desc_q.block_type.nbytes + desc_do.block_type.nbytes)
             tma.async_copy_global_to_shared(desc_q, [bh * N + start_m, 0], q_bar, q_smem)
             tma.async_copy_global_to_shared(desc_do, [bh * N + start_m, 0], q_bar, do_smem)
-            for j in range(n_blocks):
-                s = it % STAGES
-                ph = ((it // STAGES) & 1) ^ 1  # the release of the previous round of this slot
-                mbarrier.wait(k_empty.index(s), ph, pred=it >= STAGES)
-                mbarrier.expect(k_ready.index(s), kv_bytes)
-                tma.async_copy_global_to_shared(desc_k, [bh * N + j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
-                mbarrier.wait(v_empty.index(s), ph, pred=it >= STAGES)
-                mbarrier.expect(v_ready.index(s), kv_bytes)
-                tma.async_copy_global_to_shared(desc_v, [bh * N + j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
-                it += 1
+            it = _k3_load_kv(desc_k, desc_v, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, bh * N, n_blocks, it)
             tc += 1
             if ROUND_SYNC:
                 _k3ws_round_barrier(counter, tc, tile + step < n_tiles, n_tiles, step)
