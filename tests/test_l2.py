@@ -395,8 +395,7 @@ def test_softmax_rows_parameters_are_the_fit():
 
 # eager attention's rows too long for the softmax's shared memory: the probe's (fitted on), check10's (found the
 # effect, measured before the probe; held out) and check14's (predicted before measured): the forward within 5%,
-# forward+backward within 10% (the backward
-# softmax's own re-reads, up to one more pass over S, are not modelled)
+# forward+backward within 10% (the backward softmax's own re-reads, up to one more pass over S, are not modelled)
 LONG_ROWS = [r for res in [SOFTMAX_PROBE] + _recorded_runs("h100", "check10", "check14")
              for r in D.measured_rows(res, ("eager",)) if r[3]["Nk"] * 2 > D.SOFTMAX_SMEM_BYTES]
 
@@ -929,12 +928,12 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check9: small shapes, predicted with the small-writes clause, before FlashAttention-2's split
                  + _when_measured("check9", "h100", rule=SPLIT_BEFORE)
                  + _when_measured("check9", "h200", rule=SPLIT_BEFORE)
-                 # check10: FlashAttention-2's split-KV forward, predicted with today's model
+                 # check10: FlashAttention-2's split-KV forward, predicted with the model of its day (the split rule)
                  + _when_measured("check10", "h100", rule=OVERLAP_BEFORE)
                  + _when_measured("check10", "h200", rule=OVERLAP_BEFORE)
-                 # check11: the issue's grid drawn at random, predicted with today's model; kernel 3 measured before
-                 # its round barrier (check11), with the forward's (check11s), and with the dQ kernel's too (check11q:
-                 # today's kernel), the last two on check11's and check6's long non-causal shapes
+                 # check11: the issue's grid drawn at random, predicted with the model of its day; kernel 3 measured
+                 # before its round barrier (check11), with the forward's (check11s), and with the dQ kernel's too
+                 # (check11q: today's kernel), the last two on check11's and check6's long non-causal shapes
                  + _when_measured("check11", "h100", rule=OVERLAP_BEFORE)
                  + _when_measured("check11", "h200", rule=OVERLAP_BEFORE)
                  + _preregistered("check11", {}, measured="check11s", rule=OVERLAP_BEFORE)
@@ -946,7 +945,7 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _when_measured("check12", "h100", rule=OVERLAP_BEFORE)
                  + _when_measured("check12", "h200", rule=OVERLAP_BEFORE)
                  # check13: FlashAttention-2's d = 64 causal forward at several heads near its knee, drawn at random,
-                 # predicted with the overlap term (today's model)
+                 # predicted with the overlap term, before the softmax's three passes
                  + _when_measured("check13", "h100", rule=SOFTMAX_BEFORE)
                  + _when_measured("check13", "h200", rule=SOFTMAX_BEFORE)
                  # check14: long key rows drawn at random, predicted with the softmax's three-pass rule (today's model)
