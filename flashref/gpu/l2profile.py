@@ -222,6 +222,15 @@ CHECK14 = [
     ("check14_128_2x16_q256_k131072", 2, 16, (256, 131072), 128, False),
     ("check14_64_1x1_q2048_k57344", 1, 1, (2048, 57344), 64, False),
 ]
+# check15: the issue's grid drawn at random again, as check11 was (the same rule, default_rng(20261129)), after this
+# round's two rules, predicted before it was measured (h100-l2-check15-predicted.json, h200-).
+CHECK15 = [
+    ("check15_128_8x8x3072", 8, 8, 3072, 128, False), ("check15_64_2x16x12288_causal", 2, 16, 12288, 64, True),
+    ("check15_64_1x16x4096", 1, 16, 4096, 64, False), ("check15_64_1x32x16384", 1, 32, 16384, 64, False),
+    ("check15_64_2x32x12288_causal", 2, 32, 12288, 64, True), ("check15_64_2x2x131072_causal", 2, 2, 131072, 64, True),
+    ("check15_128_1x1x262144", 1, 1, 262144, 128, False), ("check15_64_2x1x65536", 2, 1, 65536, 64, False),
+    ("check15_128_2x1x196608_causal", 2, 1, 196608, 128, True), ("check15_128_1x4x262144", 1, 4, 262144, 128, False),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -248,7 +257,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check5": CHECK5, "check6": CHECK6,
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
           "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
-          "check14": CHECK14,
+          "check14": CHECK14, "check15": CHECK15,
           "softmax_rows": SOFTMAX_ROWS}
 
 
