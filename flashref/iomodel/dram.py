@@ -65,9 +65,10 @@ model follows the forward's passes (:func:`_softmax`, ``C_rows``, ``kappa_rows``
 H100's 50, since a line read by SMs on both sides is held in both partitions), ``kappa``,
 ``alpha`` and ``rho``; and, for staggered scans only, ``C_stag``, ``kappa_stag`` and ``lag``
 (:func:`fit_staggered`), per GPU (``GPU_PARAMS``: the H200, with the H100's L2, needs its own), and
-for FlashAttention-2's d = 64 kernel a set of its own with a fourth, ``overlap`` (``STAGGERED_D64``).
-Everything else (tiles, grids, CTAs per SM, scan order) is read from the
-kernels' source and checked against Nsight's launch statistics (:mod:`flashref.schedule`).
+for FlashAttention-2's d = 64 kernel a set of its own with a fourth, ``overlap`` (``STAGGERED_D64``); for eager's
+softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`). Everything else (tiles, grids, CTAs
+per SM, scan order) is read from the kernels' source and checked against Nsight's launch statistics
+(:mod:`flashref.schedule`).
 
 The closed forms are checked against the cache simulation (:func:`flashref.schedule.simulate`
 on an :class:`flashref.l2.L2Cache`) where both run, with ``kappa`` large (LRU).
