@@ -407,6 +407,18 @@ def test_eager_on_long_rows(impl, shape, mode, kw, measured):
     assert abs(err) < (0.05 if mode == "fwd" else 0.10), f"{err:+.1%}"
 
 
+def test_launch_times_is_the_list_schedule():
+    """Two slots, row blocks of 1..8 key tiles launched shortest first: each block takes the slot that frees first
+    (worked by hand: block 2 takes block 0's slot at step 1, block 3 block 1's at 2, block 4 block 2's at 4, ...),
+    and with two heads the second head's first blocks start while the first head's last ones run."""
+    k = schedule.fa2_fwd(1, 1024, 1024, 64, True, sms=1)
+    heads, blocks, start, end = schedule.launch_times(k)
+    assert k.resident == 2 and blocks.tolist() == list(range(8))
+    assert start.tolist() == [0, 0, 1, 2, 4, 6, 9, 12] and end.tolist() == [1, 2, 4, 6, 9, 12, 16, 20]
+    heads, _, start, end = schedule.launch_times(schedule.fa2_fwd(2, 1024, 1024, 64, True, sms=1))
+    assert start[heads == 1].min() < end[heads == 0].max() and (np.diff(start) >= 0).all()
+
+
 def test_overlap_term_follows_the_simulation():
     """Where two heads' walks run side by side, counting the other head's key prefix (overlap = 0.5) brings the
     closed form to the one-speed LRU simulation, which the rule without it misses by up to 60% near the knee;
