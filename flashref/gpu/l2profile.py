@@ -210,8 +210,8 @@ CHECK13 = [
 # check14: eager attention's softmax on rows too long for shared memory, after its three-pass rule (iomodel.dram
 # ._softmax): eight shapes drawn with numpy's default_rng(20261128) (B from 1, 2; H from 1, 2, 4, 8, 16; Nq from 256,
 # 512, 1024, 2048; Nk from 24576 to 131072; d 64 or 128; not causal; kept if S is at most 4 GB and not drawn before),
-# predicted with the rule before they were measured (h100-l2-check14-predicted.json, h200-): the rule without it
-# says 1-32% less for eager's forward.
+# predicted with the rule before they were measured (h100-l2-check14-predicted.json, h200-): the model without it
+# says 1-24% less for eager's forward.
 CHECK14 = [
     ("check14_128_1x16_q1024_k81920", 1, 16, (1024, 81920), 128, False),
     ("check14_64_2x16_q512_k65536", 2, 16, (512, 65536), 64, False),
