@@ -146,3 +146,30 @@ def test_fa4_markdown_reads_the_ratios_from_the_rows():
     lines = bench.fa4_markdown(dict(rows=rows)).splitlines()
     assert len(lines) == 3  # header, rule, and the one N = 4096 shape (N = 512 is not asked for)
     assert lines[2] == "| fwd_bwd | 64 | True | 4096 | 500 | 400 | 200 | 300 | 1.25 | 0.75 | 0.60 |"
+
+
+def test_save_rows_writes_metadata_and_rows_or_nothing(tmp_path):
+    """The kernel 3 sweeps' --out: {"metadata", "rows"} as JSON; no --out, no file."""
+    import json
+
+    out = tmp_path / "rows.json"
+    bench.save_rows(str(out), {"device": "x"}, [{"ms": 1.5}])
+    assert json.loads(out.read_text()) == {"metadata": {"device": "x"}, "rows": [{"ms": 1.5}]}
+    bench.save_rows(None, {"device": "y"}, [])
+    assert list(tmp_path.iterdir()) == [out]
+
+
+@pytest.mark.parametrize("entry", ["kernel3._sweep", "kernel3_bwd._bench", "roundsync_probe.main"])
+def test_kernel3_sweeps_say_why_they_cannot_run(entry, tmp_path, capsys, monkeypatch):
+    """Where kernel 3 cannot run (no Hopper GPU, or Triton's interpreter), each command-line sweep says why, exits
+    with 1 and writes no --out."""
+    pytest.importorskip("triton")
+    import importlib
+
+    module, fn = entry.split(".")
+    kernel3 = importlib.import_module("flashref.gpu.kernel3")
+    monkeypatch.setattr(kernel3, "unavailable", lambda device=None: "no CUDA GPU (test)")
+    out = tmp_path / "rows.json"
+    assert getattr(importlib.import_module(f"flashref.gpu.{module}"), fn)(["--out", str(out)]) == 1
+    assert "kernel 3 cannot run here: no CUDA GPU (test)" in capsys.readouterr().out
+    assert not out.exists()

@@ -59,6 +59,13 @@ def flops(mode, B, H, N, d, causal):
     return f if mode == "fwd" else 3.5 * f
 
 
+def save_rows(out, metadata: dict, rows: list) -> None:
+    """Write a sweep's ``{"metadata": ..., "rows": ...}`` to the path ``out`` (None: nothing is written), as the
+    command-line sweeps of kernel 3 and its probes record what they timed."""
+    if out:
+        Path(out).write_text(json.dumps(dict(metadata=metadata, rows=rows), indent=1))
+
+
 def device_slug(name: str) -> str:
     s = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I).lower()
     return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "gpu"

@@ -215,6 +215,14 @@ def available(device=None) -> bool:
     return unavailable(device) is None
 
 
+def cannot_run_here() -> bool:
+    """For the command-line sweeps: True, after printing why, where kernel 3 cannot run on this machine."""
+    why = unavailable()
+    if why:
+        print(f"kernel 3 cannot run here: {why}")
+    return bool(why)
+
+
 def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | None, tiles,
             head_dims: tuple = HEAD_DIMS, rows: int | None = None) -> str | None:
     """The rules kernel 3's forward and backward share, in this order (None: they take the call): fp16 or
@@ -1214,7 +1222,6 @@ def _sweep(argv=None) -> int:
     ``bench``: 16384 tokens, hidden 2048. Before timing, each kernel 3 config's output is compared with
     kernel 2's on the first shape. Prints a table of TFLOP/s and ratios; ``--out`` writes the rows (JSON)."""
     import argparse
-    import json
     import statistics
     import time
 
@@ -1222,7 +1229,7 @@ def _sweep(argv=None) -> int:
     import triton
     from triton.testing import do_bench
 
-    from .bench import HIDDEN, TOKENS, flops
+    from .bench import HIDDEN, TOKENS, flops, save_rows
 
     p = argparse.ArgumentParser(prog="python -m flashref.gpu.kernel3")
     p.add_argument("--d", default="128,64")
@@ -1234,9 +1241,7 @@ def _sweep(argv=None) -> int:
     p.add_argument("--rep", type=int, default=40)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    why = unavailable()
-    if why:
-        print(f"kernel 3 cannot run here: {why}")
+    if cannot_run_here():
         return 1
     dtype = getattr(torch, a.dtype)
     causals = {"both": (False, True), "true": (True,), "false": (False,)}[a.causal]
@@ -1271,9 +1276,7 @@ def _sweep(argv=None) -> int:
                 timing=f"median of {a.rounds} interleaved rounds (backends of a shape in turn), each a "
                 f"triton.testing.do_bench median, warmup 25 ms, rep {a.rep} ms",
                 flop_convention="fwd 4BHN^2d (/2 causal)", seconds=round(time.time() - t0, 1))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(dict(metadata=meta, rows=rows), f, indent=1)
+    save_rows(a.out, meta, rows)
     return 0
 
 

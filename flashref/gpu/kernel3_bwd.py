@@ -1292,14 +1292,13 @@ def _bench(argv=None) -> int:
     backwards). Shapes as ``bench``: 16384 tokens, hidden 2048. Before timing, every backward's gradients are
     compared with kernel 2's on the shape. ``--out`` writes the rows (JSON)."""
     import argparse
-    import json
     import time
 
     import torch
     import triton
 
     from . import kernel3
-    from .bench import HIDDEN, TOKENS
+    from .bench import HIDDEN, TOKENS, save_rows
 
     p = argparse.ArgumentParser(prog="python -m flashref.gpu.kernel3_bwd")
     p.add_argument("--d", default="128,64")
@@ -1315,9 +1314,7 @@ def _bench(argv=None) -> int:
     p.add_argument("--drop", default="", help="base backends not to time, comma-separated (e.g. k3f+k2b)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    why = kernel3.unavailable()
-    if why:
-        print(f"kernel 3 cannot run here: {why}")
+    if kernel3.cannot_run_here():
         return 1
     dtype = getattr(torch, a.dtype)
     causals = {"both": (False, True), "true": (True,), "false": (False,)}[a.causal]
@@ -1334,9 +1331,7 @@ def _bench(argv=None) -> int:
                 f"triton.testing.do_bench median, warmup 25 ms, rep {a.rep} ms",
                 flop_convention="fwd 4BHN^2d (/2 causal); fwd_bwd 3.5x, bwd 2.5x that",
                 seconds=round(time.time() - t0, 1))
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(dict(metadata=meta, rows=rows), f, indent=1)
+    save_rows(a.out, meta, rows)
     return 0
 
 

@@ -12,7 +12,6 @@ JSON row per shape, pass and variant."""
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import replace
@@ -31,7 +30,7 @@ def main(argv=None) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from . import kernel3, kernel3_bwd
-    from .bench import flops
+    from .bench import flops, save_rows
 
     p = argparse.ArgumentParser(prog="python -m flashref.gpu.roundsync_probe", description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default=SHAPES, help="BxHxNxd, comma-separated (non-causal, fp16)")
@@ -39,9 +38,7 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=5, help="timed calls a round (after one warm-up)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    why = kernel3.unavailable()
-    if why:
-        print(f"kernel 3 cannot run here: {why}")
+    if kernel3.cannot_run_here():
         return 1
     rows = []
     for B, H, N, d in (_shape(s) for s in a.shapes.split(",")):
@@ -101,9 +98,7 @@ def main(argv=None) -> int:
                 date=time.strftime("%Y-%m-%d"),
                 timing=f"median of {a.rounds} interleaved rounds, each the mean of {a.calls} calls after a warm-up "
                        "(CUDA events)", flop_convention="fwd 4BHN^2d, bwd 2.5x that")
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(dict(metadata=meta, rows=rows), f, indent=1)
+    save_rows(a.out, meta, rows)
     return 0
 
 
