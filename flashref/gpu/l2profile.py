@@ -231,6 +231,17 @@ CHECK15 = [
     ("check15_128_1x1x262144", 1, 1, 262144, 128, False), ("check15_64_2x1x65536", 2, 1, 65536, 64, False),
     ("check15_128_2x1x196608_causal", 2, 1, 196608, 128, True), ("check15_128_1x4x262144", 1, 4, 262144, 128, False),
 ]
+# check16: many heads at long N, beyond every shape recorded before (B·H·N up to 2^21 tokens, where the earlier sets
+# stop at 2^20): eight shapes drawn with numpy's default_rng(20261202) (B from 1, 2, 4; H from 8, 12, 16, 32; N from
+# 16384, 24576, 32768, 49152, 65536, 98304, 131072; d 64 or 128; causal or not; kept if 2^19 < B·H·N <= 2^21 and not
+# drawn before), predicted by today's model, nothing refitted, before they were measured (h100-l2-check16-predicted
+# .json, h200-). Eager's N x N matrices are too large for every one of them.
+CHECK16 = [
+    ("check16_64_1x12x98304_causal", 1, 12, 98304, 64, True), ("check16_64_2x32x24576_causal", 2, 32, 24576, 64, True),
+    ("check16_64_1x12x65536", 1, 12, 65536, 64, False), ("check16_64_2x16x65536_causal", 2, 16, 65536, 64, True),
+    ("check16_64_2x8x65536_causal", 2, 8, 65536, 64, True), ("check16_64_4x8x24576_causal", 4, 8, 24576, 64, True),
+    ("check16_128_4x8x24576", 4, 8, 24576, 128, False), ("check16_64_1x8x131072_causal", 1, 8, 131072, 64, True),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -257,7 +268,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check5": CHECK5, "check6": CHECK6,
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
           "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
-          "check14": CHECK14, "check15": CHECK15,
+          "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
           "softmax_rows": SOFTMAX_ROWS}
 
 
