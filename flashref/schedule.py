@@ -111,6 +111,15 @@ class ScanKernel:
         starts = {(hi - 1 if self.descending else lo) for lo, hi in self.ranges}
         return len(starts) > 1 and not self.stagger
 
+    @property
+    def rolling(self):
+        """Whether the grid is a causal one of row blocks that all scan their key tiles from tile 0 up, to ends of
+        their own, launched longest first: kernel 3's causal forward and dQ kernels, kernel 2's causal forward.
+        Its CTAs of one wave end one after another, so after the first wave a CTA starts whenever one ends: a
+        head's later passes roll in one CTA at a time rather than start together (``iomodel.dram.scan_bytes``)."""
+        ends = {hi for _, hi in self.ranges}
+        return all(lo == 0 for lo, _ in self.ranges) and len(ends) > 1 and not (self.descending or self.stagger)
+
     def span(self, lo, hi):
         """Scanned tiles lo..hi-1 of one head, counted in full tiles (the ragged last one as its share)."""
         if hi <= lo:

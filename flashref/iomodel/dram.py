@@ -105,7 +105,12 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # eager's softmax on rows too long for shared memory: three passes, the last two from L2 while the rows
               # in flight fit C_rows (sharpness kappa_rows; fitted, fit_softmax_rows(), on the softmax probe's forward)
               C_rows=29 * MB, kappa_rows=12.0,
-              softmax_passes=1)  # not fitted: that rule (0: the softmax streams S once, as the model before it)
+              softmax_passes=1,  # not fitted: that rule (0: the softmax streams S once, as the model before it)
+              # a rolling grid's passes (schedule.ScanKernel.rolling: causal, every row block scanning its keys from
+              # 0): capacity and sharpness of their own (fitted, fit_rolling(), on every such row recorded before
+              # check13 but kernel 3's earlier launches; check13-check16 held out)
+              C_roll=60 * MB, kappa_roll=12.0,
+              rolling_rule=1)  # not fitted: that rule (0: C_eff and kappa, as every prediction up to check16)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its three parameters are therefore per GPU: fitted (fit_staggered) on each GPU's grid +
@@ -190,7 +195,12 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     pass covered with probability ``miss(D)``, ``D`` the footprint of the passes in between.
     """
     k, p = S._checked(k), _full_params(p)
-    C, kappa = p["C_eff"], p["kappa"]
+    # A rolling grid (causal, every row block scanning from key 0, longest first: ScanKernel.rolling) starts its
+    # later passes one CTA at a time, as the CTAs before them end. Measured, its re-reads have a knee of their own:
+    # later and sharper than the lockstep waves' (kernel 3's causal d = 64 forward reads its K and V once a head at
+    # N = 65536 and 16 heads, where C_eff and kappa had 30% more bytes). So it has its own pair, fitted (fit_rolling).
+    rolling = k.rolling and p["rolling_rule"]
+    C, kappa = (p["C_roll"], p["kappa_roll"]) if rolling else (p["C_eff"], p["kappa"])
     # A tile read by a whole wave at once is held in both L2 partitions. A wave that starts on the
     # diagonal (flashref's causal dK/dV) never reads one tile with all its CTAs at once: held once, as
     # in the staggered walk below. (The non-causal dK/dV walk, staggered with wrap-around, should by
@@ -610,14 +620,16 @@ def _check_params(params):
              "rho": (0, True), "lag": (0, True), "alpha": (0, True), "partitions": (1, True),
              "partitions_diagonal": (1, True), "small_writes": (0, True), "fa2_split": (0, True),
              "overlap": (0, True), "overlap_rule": (0, True), "C_rows": (0, False), "kappa_rows": (0, False),
-             "softmax_passes": (0, True)}  # (bound, included)
+             "softmax_passes": (0, True), "C_roll": (0, False), "kappa_roll": (0, False),
+             "rolling_rule": (0, True)}  # (bound, included)
     for name, v in params.items():
         lo, incl = rules[name]
         # only a sharpness may be infinite (an exact LRU step); an infinite lag or partition count made an
         # infinite reuse distance, and log(C / inf) a bare "math domain error"
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
                 or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1) \
-                or (name in ("small_writes", "fa2_split", "overlap_rule", "softmax_passes") and v not in (0, 1)) \
+                or (name in ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule")
+                    and v not in (0, 1)) \
                 or (math.isinf(v) and not name.startswith("kappa")):
             raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"
                              f"{' and <= 1' if name == 'alpha' else ''}{'' if name.startswith('kappa') else ', finite'}"
@@ -790,6 +802,38 @@ def _staggered_total(part, p):
         r, w, _ = staggered_scan_bytes(k, p)
         rest += r + w - _residue(w, r, p)
     return rest
+
+
+ROLL_GRID = dict(C_roll=[MB * c for c in range(40, 85, 5)], kappa_roll=[2, 3, 4, 6, 8, 12, 16])
+
+
+def rolling_rows(result, gpu="h100", impls=("flashref", "flashref2")):
+    """The rows of a ``profile-l2`` JSON whose call launches a rolling grid (``schedule.ScanKernel.rolling``: the
+    causal forward of flashref's kernels, and kernel 3's dQ kernel), as (impl, shape, mode, shape kwargs, measured
+    bytes, gpu, kernel 3's recorded tiles): what :func:`fit_rolling` fits on."""
+    info = S.kernel3_info(result)
+    return [(impl, shape, mode, kw, m, gpu, info) for impl, shape, mode, kw, m in measured_rows(result, impls)
+            if kw["causal"]]
+
+
+def fit_rolling(rows, grid=None):
+    """Fit ``C_roll`` and ``kappa_roll`` (the other parameters as in PARAMS and GPU_PARAMS) on ``rows`` of
+    :func:`rolling_rows`, each predicted for its GPU with the kernel 3 tiles its run recorded, minimising the mean
+    squared log-ratio. An exhaustive search over ``grid`` (``ROLL_GRID``). Returns (params, loss)."""
+    grid = grid or ROLL_GRID
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (flashref's causal calls)")
+    best_p, best = None, math.inf
+    for C in grid["C_roll"]:
+        for kappa in grid["kappa_roll"]:
+            q = {"C_roll": C, "kappa_roll": kappa}
+            loss = 0.0
+            for impl, _, mode, kw, m, gpu, info in rows:
+                with S.kernel3_as_recorded(info):
+                    loss += math.log1p(dram(impl, mode, **kw, gpu=gpu, params=q).total_bytes / m - 1) ** 2
+            if loss / len(rows) < best:
+                best, best_p = loss / len(rows), {**PARAMS, **q}
+    return best_p, best
 
 
 ROWS_GRID = dict(C_rows=[MB * c for c in range(16, 65)], kappa_rows=[2, 3, 4, 6, 8, 12, 16, 24])
