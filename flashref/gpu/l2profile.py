@@ -242,6 +242,18 @@ CHECK16 = [
     ("check16_64_2x8x65536_causal", 2, 8, 65536, 64, True), ("check16_64_4x8x24576_causal", 4, 8, 24576, 64, True),
     ("check16_128_4x8x24576", 4, 8, 24576, 128, False), ("check16_64_1x8x131072_causal", 1, 8, 131072, 64, True),
 ]
+# check17: causal shapes near and past the knee, after the rolling grid's own knee (iomodel.dram.scan_bytes, C_roll
+# and kappa_roll): eight shapes drawn with numpy's default_rng(20261203) (B 1 or 2; H from 1, 2, 4, 8, 16; N from
+# 49152, 65536, 81920, 98304, 131072, 163840, 196608, 262144; d 64 or 128; causal; kept if 2^18 <= B·H·N <= 2^21
+# and not drawn before), predicted with the rule before they were measured (h100-l2-check17-predicted.json, h200-).
+CHECK17 = [
+    ("check17_64_1x4x163840_causal", 1, 4, 163840, 64, True), ("check17_128_2x4x98304_causal", 2, 4, 98304, 128, True),
+    ("check17_64_2x4x98304_causal", 2, 4, 98304, 64, True), ("check17_64_2x1x196608_causal", 2, 1, 196608, 64, True),
+    ("check17_128_2x8x131072_causal", 2, 8, 131072, 128, True),
+    ("check17_64_1x16x131072_causal", 1, 16, 131072, 64, True),
+    ("check17_128_1x16x49152_causal", 1, 16, 49152, 128, True),
+    ("check17_128_2x4x81920_causal", 2, 4, 81920, 128, True),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -269,6 +281,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
           "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
           "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
+          "check17": CHECK17,
           "softmax_rows": SOFTMAX_ROWS}
 
 
