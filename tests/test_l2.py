@@ -295,8 +295,10 @@ SHARED_STAG = {k: D.PARAMS[k] for k in ("C_stag", "kappa_stag", "lag")}
 # set predicted up to check8 was written by that model, check9 by the first clause without the second
 # and every set up to check12 before the overlap term of FlashAttention-2's d = 64 staggered walk (STAGGERED_D64's
 # set before it, STAGGERED_D64_BEFORE), and up to check13 before the softmax's three passes (softmax_passes)
-# and every set up to check16 before a rolling grid's passes had a knee of their own (rolling_rule)
+# and every set up to check16 before a rolling grid's passes had a knee of their own (rolling_rule), and check17 with
+# its first form, whose SM drift term used the rolling pair too (rolling_drift=0; the pair fitted then: 60 MiB, 12)
 ROLLING_BEFORE = dict(rolling_rule=0)
+ROLLING_FIRST = dict(rolling_drift=0, C_roll=60 * D.MB, kappa_roll=12.0)
 SOFTMAX_BEFORE = dict(softmax_passes=0, **ROLLING_BEFORE)
 OVERLAP_BEFORE = dict(overlap_rule=0, **SOFTMAX_BEFORE)
 WRITES_BEFORE = dict(small_writes=0, fa2_split=0, **OVERLAP_BEFORE)
@@ -1042,7 +1044,8 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _when_measured("check16", "h100", rule=ROLLING_BEFORE)
                  + _when_measured("check16", "h200", rule=ROLLING_BEFORE)
                  # check17: causal shapes near and past the knee, drawn at random, predicted with the rolling rule
-                 + _when_measured("check17", "h100", rule={}) + _when_measured("check17", "h200", rule={}))
+                 + _when_measured("check17", "h100", rule=ROLLING_FIRST)
+                 + _when_measured("check17", "h200", rule=ROLLING_FIRST))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
