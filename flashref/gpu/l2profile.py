@@ -254,6 +254,17 @@ CHECK17 = [
     ("check17_128_1x16x49152_causal", 1, 16, 49152, 128, True),
     ("check17_128_2x4x81920_causal", 2, 4, 81920, 128, True),
 ]
+# check18: the issue's grid drawn at random once more (check11's rule, default_rng(20261204)), with the model as this
+# round leaves it (the rolling rule with its drift clause), predicted before it was measured (h100-l2-check18-predicted
+# .json, h200-).
+CHECK18 = [
+    ("check18_128_8x32x1024", 8, 32, 1024, 128, False), ("check18_64_2x32x4096", 2, 32, 4096, 64, False),
+    ("check18_64_8x16x8192_causal", 8, 16, 8192, 64, True), ("check18_128_4x32x8192_causal", 4, 32, 8192, 128, True),
+    ("check18_128_8x16x2048", 8, 16, 2048, 128, False), ("check18_128_2x2x196608", 2, 2, 196608, 128, False),
+    ("check18_64_2x1x65536_causal", 2, 1, 65536, 64, True), ("check18_128_4x1x262144", 4, 1, 262144, 128, False),
+    ("check18_128_1x4x131072_causal", 1, 4, 131072, 128, True),
+    ("check18_64_2x1x98304_causal", 2, 1, 98304, 64, True),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -281,7 +292,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
           "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
           "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
-          "check17": CHECK17,
+          "check17": CHECK17, "check18": CHECK18,
           "softmax_rows": SOFTMAX_ROWS}
 
 
