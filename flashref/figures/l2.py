@@ -19,8 +19,9 @@ them.
 in several rounds (``figures/gpu/h100-l2-check6*.json``): measured over predicted for every round, for kernel 3
 with three launches of its d = 128 forward, kernel 2 and FlashAttention-2. The model predicts the lockstep pass;
 whether a wave keeps it past the knee depends, for kernels 2 and 3 without a barrier, on the launch, the shape and
-the run; for FlashAttention-2 it does not. And kernel 3 as it runs today (``h100-l2-check11q.json``), with a
-barrier between rounds of tiles in its forward and dQ kernel there (``kernel3.round_sync``): every round in step.
+the run; for FlashAttention-2, in these runs, it does not. And kernel 3 as it runs today
+(``h100-l2-check11q.json``), with a barrier between rounds of tiles in its forward and dQ kernel there
+(``kernel3.round_sync``): every round in step.
 
 ``l2_heads_side_by_side``: FlashAttention-2's d = 64 causal forward near its knee, every H100 run that measured it:
 DRAM bytes a head against N for one, two and four heads, and measured over predicted with and without the staggered
