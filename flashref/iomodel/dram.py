@@ -33,7 +33,10 @@ cold and reads each byte it needs at least once (the compulsory reads). Beyond t
    reads at once is held in both L2 partitions, so ``D`` counts twice; a wave that starts on the
    diagonal (flashref's causal dK/dV: column block j starts at row block j) never reads one tile
    with all its CTAs at once, and counts ``partitions_diagonal`` = 1 times (a choice, not a fit,
-   made after the second check and tested on the third).
+   made after the second check and tested on the third). A *rolling* grid (causal, every row block
+   scanning its keys from 0, longest first: kernel 3's and kernel 2's causal forwards, kernel 3's dQ
+   kernel) starts a head's later passes one CTA at a time, as CTAs end; measured, its re-reads have
+   a later, sharper knee, with its own ``C_roll`` and ``kappa_roll``.
 3. *Staggered scans* (FlashAttention-2's causal forward, :func:`staggered_scan_bytes`): its CTAs
    walk their key blocks from the diagonal down, start at different times and never line up, so
    each CTA's reads reuse what the previous row block read. The reuse distance comes from the
@@ -67,7 +70,8 @@ H100's 50, since a line read by SMs on both sides is held in both partitions), `
 ``alpha`` and ``rho``; and, for staggered scans only, ``C_stag``, ``kappa_stag`` and ``lag``
 (:func:`fit_staggered`), per GPU (``GPU_PARAMS``: the H200, with the H100's L2, needs its own), and
 for FlashAttention-2's d = 64 kernel a set of its own with a fourth, ``overlap`` (``STAGGERED_D64``); for eager's
-softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`). Everything else (tiles, grids, CTAs
+softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); for a rolling grid's re-reads,
+``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`). Everything else (tiles, grids, CTAs
 per SM, scan order) is read from the kernels' source and checked against Nsight's launch statistics
 (:mod:`flashref.schedule`).
 
@@ -109,7 +113,7 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               softmax_passes=1,  # not fitted: that rule (0: the softmax streams S once, as the model before it)
               # a rolling grid's passes (schedule.ScanKernel.rolling: causal, every row block scanning its keys from
               # 0): capacity and sharpness of their own (fitted, fit_rolling(), on every such row recorded before
-              # check13 but kernel 3's earlier launches; check13-check17 held out. Before the drift clause below,
+              # check13 but kernel 3's earlier launches; check13-check18 held out. Before the drift clause below,
               # the same fit gave 60 MiB and 12, which predicted check17)
               C_roll=65 * MB, kappa_roll=8.0,
               rolling_rule=1,  # not fitted: that rule (0: C_eff and kappa, as every prediction up to check16)
