@@ -50,8 +50,8 @@ cold and reads each byte it needs at least once (the compulsory reads). Beyond t
    check8).
 
 **What it cannot say.** Past the knee, the lockstep pass of rule 1 is one of two states. FlashAttention-2's
-waves keep it, run after run (all but one recorded: check18's first round at 4 x 1 x 262144, d = 128, read 48.8 GB,
-its second 10.4 and the model 8.7), and so does kernel 3 since it puts a barrier between rounds of tiles there
+waves keep it, run after run (nearly: at 4 x 1 x 262144, d = 128, check18's six rounds read 8.7-16.1 GB and once
+48.8, the model 8.7), and so does kernel 3 since it puts a barrier between rounds of tiles there
 (``gpu.kernel3.round_sync``; figures/gpu/NOTES-l2.md, "Fifteenth round"). Without one, kernel 2 and the earlier
 kernel 3 left it at some shapes (each launch at shapes of its own) and then read up to 30x more, by amounts that
 move about 2x from run to run of the same call ("Thirteenth round"; notebook 08). The prediction there is the
