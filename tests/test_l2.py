@@ -391,21 +391,8 @@ def test_d64_causal_forward_within_25_percent(gpu, row):
 # A rolling grid's pair (C_roll, kappa_roll): fitted on every causal row of flashref's kernels recorded before check13
 # (kernel 2 everywhere; kernel 3 as it runs today, not its earlier launches: older tiles, or no barrier past the knee,
 # where its waves came apart); check13-check16 held out, and check17 and check18 measured after the fit.
-K3_EARLIER = ("kernel3", "kernel3b", "check6", "check6b", "check6br", "check6c", "check6cr", "check6r", "check11",
-              "check11s")
-ROLL_HELD_OUT = ("check13", "check14", "check15", "check16", "check17", "check18", "check18r")  # 17, 18: after
-
-
 def _rolling_rows(held_out):
-    rows = []
-    for path in sorted((REPO / "figures" / "gpu").glob("h*-l2*.json")):
-        if path.name.endswith("-predicted.json"):
-            continue
-        name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
-        if (name in ROLL_HELD_OUT) == held_out:
-            impls = ("flashref2",) if name in K3_EARLIER else ("flashref", "flashref2")
-            rows += D.rolling_rows(json.loads(path.read_text()), path.name[:4], impls)
-    return rows
+    return D.recorded_rolling_rows(REPO / "figures" / "gpu", held_out)
 
 
 def test_rolling_parameters_are_the_fit():

@@ -26,6 +26,10 @@ the run; for FlashAttention-2, in these runs, it does not. And kernel 3 as it ru
 ``l2_heads_side_by_side``: FlashAttention-2's d = 64 causal forward near its knee, every H100 run that measured it:
 DRAM bytes a head against N for one, two and four heads, and measured over predicted with and without the staggered
 walk's overlap term (the other heads' key prefixes in the reuse distance, ``iomodel.dram.staggered_scan_bytes``).
+
+``l2_rolling_knee``: flashref's causal forwards near the knee (kernel 3 as it runs today, and kernel 2), every H100
+run: kernel 3's d = 64 DRAM bytes against N with the model with and without the rolling grid's own knee
+(``C_roll``, ``kappa_roll``), and measured over predicted for every row, fit set and held out.
 """
 
 from __future__ import annotations
@@ -377,9 +381,75 @@ def heads_plot(rows):
     return fig
 
 
+# flashref's causal forwards, whose grids roll (schedule.ScanKernel.rolling): every H100 run of kernel 3 as it runs
+# today and every kernel 2 run, as iomodel.dram.fit_rolling's fit set and held-out runs take them
+ROLL_MIN_N = 32768  # below it one head's K and V fit whatever the knee
+
+
+def rolling_data():
+    """One row per recorded causal forward of flashref's kernels at N >= ROLL_MIN_N on the H100 (kernel 3 as it runs
+    today, kernel 2): measured bytes and the model's with and without the rolling grid's knee, over the compulsory
+    bytes (Q, K, V, O once)."""
+    rows = []
+    for held_out in (False, True):
+        for impl, shape, mode, kw, measured, _, info in D.recorded_rolling_rows(GRID_JSON.parent, held_out, ("h100",)):
+            if mode != "fwd" or kw["Nq"] < ROLL_MIN_N:
+                continue
+            compulsory = kw["B"] * kw["H"] * 4 * kw["Nq"] * kw["d"] * 2
+            with schedule.kernel3_as_recorded(info):
+                now, before = (D.dram(impl, "fwd", **kw, params=p).total_bytes for p in ({}, dict(rolling_rule=0)))
+            rows.append(dict(shape=shape, kernel="kernel 3" if impl == "flashref" else "kernel 2",
+                             heads=kw["B"] * kw["H"], N=kw["Nq"], d=kw["d"], held_out=held_out,
+                             measured=measured / compulsory, predicted=now / compulsory,
+                             predicted_without_rule=before / compulsory))
+    return rows
+
+
+def rolling_plot(rows):
+    fig, axes = figure("flashref's causal forwards near the knee (H100): a grid that rolls keeps its tiles longer",
+                       ncols=2, width=12, height=4.5)
+    ax = axes.flat[0]
+    Ns = np.arange(ROLL_MIN_N, 262144 + 1, 8192)
+    for heads, color in ((2, COLORS["flashref"]), (16, COLORS["standard"])):
+        for params, style, what in (({}, "-", "model"), (dict(rolling_rule=0), ":", "model without the rule")):
+            model = [D.dram("flashref", "fwd", B=1, H=heads, Nq=int(n), Nk=int(n), d=64, causal=True,
+                            params=params).total_bytes for n in Ns] / (heads * 4 * Ns * 64 * 2)
+            ax.plot(Ns, model, style, color=color, label=f"{heads} heads, {what}")
+    pts = [r for r in rows if r["kernel"] == "kernel 3" and r["d"] == 64]
+    ax.scatter([r["N"] for r in pts], [r["measured"] for r in pts], c=[np.log2(r["heads"]) for r in pts],
+               cmap="viridis", marker="o", label="kernel 3, measured (colour: log2 heads)")
+    ax.set(xscale="log", xlabel="N", ylabel="DRAM bytes / compulsory (Q, K, V, O once)",
+           title="kernel 3, d = 64: K and V once a head up to N = 81920")
+    ax.set_xticks([32768, 65536, 131072, 262144], ["32k", "64k", "128k", "256k"])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=7)
+    ax = axes.flat[1]
+    ax.axhspan(1 / 1.25, 1 / 0.75, color="0.9", zorder=0)  # |predicted / measured - 1| <= 0.25
+    ax.axhline(1, color="k", lw=0.8)
+    for kernel, color in (("kernel 3", COLORS["triton"]), ("kernel 2", COLORS["flashref"])):
+        pts = [r for r in rows if r["kernel"] == kernel]
+        for held_out in (False, True):
+            sel = [r for r in pts if r["held_out"] == held_out]
+            ax.plot([r["N"] for r in sel], [r["measured"] / r["predicted"] for r in sel], "o", color=color,
+                    mfc=color if held_out else "none",
+                    label=f"{kernel}, {'held out (check13-check18)' if held_out else 'fit set'}")
+        ax.plot([r["N"] for r in pts], [r["measured"] / r["predicted_without_rule"] for r in pts], "x", color=color,
+                alpha=0.5, label=f"{kernel}, without the rule")
+    ax.set(xscale="log", yscale="log", xlabel="N", ylabel="measured / predicted DRAM bytes",
+           title="with and without the rolling grid's knee (band: within ±25%)")
+    ax.set_xticks([32768, 65536, 131072, 262144], ["32k", "64k", "128k", "256k"])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.legend(fontsize=6)
+    return fig
+
+
 FIGURES = [
     Figure("l2_figure2_table", figure2_l2_data, figure2_l2_plot),
     Figure("l2_knee_sweep", knee_data, knee_plot),
     Figure("l2_past_the_knee", past_knee_data, past_knee_plot),
     Figure("l2_heads_side_by_side", heads_data, heads_plot),
+    Figure("l2_rolling_knee", rolling_data, rolling_plot),
 ]

@@ -81,8 +81,10 @@ on an :class:`flashref.l2.L2Cache`) where both run, with ``kappa`` large (LRU).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -822,10 +824,33 @@ ROLL_GRID = dict(C_roll=[MB * c for c in range(40, 85, 5)], kappa_roll=[2, 3, 4,
 def rolling_rows(result, gpu="h100", impls=("flashref", "flashref2")):
     """The rows of a ``profile-l2`` JSON whose call launches a rolling grid (``schedule.ScanKernel.rolling``: the
     causal forward of flashref's kernels, and kernel 3's dQ kernel), as (impl, shape, mode, shape kwargs, measured
-    bytes, gpu, kernel 3's recorded tiles): what :func:`fit_rolling` fits on."""
+    bytes, gpu, kernel 3's recorded tiles): what :func:`fit_rolling` fits on (:func:`recorded_rolling_rows`)."""
     info = S.kernel3_info(result)
     return [(impl, shape, mode, kw, m, gpu, info) for impl, shape, mode, kw, m in measured_rows(result, impls)
             if kw["causal"]]
+
+
+# The recorded runs fit_rolling's fit set leaves out: kernel 3's earlier launches (older tiles, or no barrier past
+# the knee, where its waves came apart; their kernel 2 rows stay), and the runs held out: check13-check16, and those
+# measured after the fit (check17 on)
+K3_EARLIER_RUNS = ("kernel3", "kernel3b", "check6", "check6b", "check6br", "check6c", "check6cr", "check6r", "check11",
+                   "check11s")
+ROLL_HELD_OUT = ("check13", "check14", "check15", "check16", "check17", "check18", "check18r")
+
+
+def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200")):
+    """:func:`rolling_rows` of every ``<gpu>-l2*.json`` run in ``folder`` (``figures/gpu``): the fit set
+    (``held_out=False``: every run but ROLL_HELD_OUT, kernel 2's rows only of K3_EARLIER_RUNS) or the held-out
+    runs."""
+    rows = []
+    for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
+        if path.name.endswith("-predicted.json"):
+            continue
+        name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
+        if (name in ROLL_HELD_OUT) == held_out:
+            impls = ("flashref2",) if name in K3_EARLIER_RUNS else ("flashref", "flashref2")
+            rows += rolling_rows(json.loads(path.read_text()), path.name[:4], impls)
+    return rows
 
 
 def fit_rolling(rows, grid=None):
