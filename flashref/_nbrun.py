@@ -43,10 +43,18 @@ def percent_to_notebook(src: str):
 
 
 def execute(nb, folder: Path, timeout: int = 300):
+    import tempfile
+
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(folder)}}).execute()
+    # The kernel talks over IPC sockets in a folder of its own, not TCP ports: kernels started side by side (pytest
+    # -n, or a notebook run beside the tests) then cannot race for one free port, which killed a kernel before it
+    # replied ("Address already in use")
+    with tempfile.TemporaryDirectory(prefix="flashref-kernel-") as sockets:
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
+        NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(folder)}}).execute()
     return nb
 
 
