@@ -115,9 +115,14 @@ def test_dram_params_must_be_finite(params):
 
 @pytest.mark.parametrize("params,match", [(dict(overlap=-0.5), "overlap must be >= 0"),
                                           (dict(overlap=math.inf), "overlap must be >= 0, finite"),
-                                          (dict(overlap_rule=2), "overlap_rule must be >= 0"),
+                                          (dict(overlap_rule=2), "overlap_rule must be 0 or 1"),
                                           (dict(C_rows=0), "C_rows must be > 0"),
-                                          (dict(softmax_passes=0.5), "softmax_passes must be >= 0")])
+                                          (dict(softmax_passes=0.5), "softmax_passes must be 0 or 1"),
+                                          (dict(rolling_rule=True), "rolling_rule must be 0 or 1"),
+                                          (dict(rolling_drift=-1), "rolling_drift must be 0 or 1"),
+                                          (dict(C_roll=0), "C_roll must be > 0"),
+                                          (dict(C_roll=math.inf), "C_roll must be > 0, finite"),
+                                          (dict(kappa_roll=-2.0), "kappa_roll must be > 0")])
 def test_dram_refuses_a_bad_rule_parameter(params, match):
     with pytest.raises(ValueError, match=f"params: {match}"):
         iomodel.dram("sdpa_flash", "fwd", **SHAPE, causal=True, params=params)

@@ -635,15 +635,15 @@ def _check_params(params):
              "overlap": (0, True), "overlap_rule": (0, True), "C_rows": (0, False), "kappa_rows": (0, False),
              "softmax_passes": (0, True), "C_roll": (0, False), "kappa_roll": (0, False),
              "rolling_rule": (0, True), "rolling_drift": (0, True)}  # (bound, included)
+    switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift")
     for name, v in params.items():
         lo, incl = rules[name]
+        number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
+        if name in switches and (not number or v not in (0, 1)):  # a rule switch: on or off, nothing between
+            raise ValueError(f"params: {name} must be 0 or 1 (the rule on or off), got {v!r}")
         # only a sharpness may be infinite (an exact LRU step); an infinite lag or partition count made an
         # infinite reuse distance, and log(C / inf) a bare "math domain error"
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
-                or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1) \
-                or (name in ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule",
-                             "rolling_drift")
-                    and v not in (0, 1)) \
+        if not number or math.isnan(v) or v < lo or (v == lo and not incl) or (name == "alpha" and v > 1) \
                 or (math.isinf(v) and not name.startswith("kappa")):
             raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"
                              f"{' and <= 1' if name == 'alpha' else ''}{'' if name.startswith('kappa') else ', finite'}"
