@@ -786,36 +786,48 @@ def fit_staggered(results, grid=None, gpu="h100", d=None):
         raise ValueError(f"results: no measured rows to fit (FlashAttention-2 causal forwards{at})")
     base = {**PARAMS, **GPU_PARAMS[gpu]}
     # each row's kernels once: the staggered walk is all that the searched parameters change
-    parts = [_staggered_parts(kw, gpu, base) for _, _, _, kw, _ in rows]
+    parts = [_split("sdpa_flash", "fwd", kw, gpu, base, _is_staggered) for _, _, _, kw, _ in rows]
     best_p, best = None, math.inf
     for C in grid["C_stag"]:
         for kappa in grid["kappa_stag"]:
             for lag in grid["lag"]:
                 for overlap in grid["overlap"]:
                     q = {**base, "C_stag": C, "kappa_stag": kappa, "lag": lag, "overlap": overlap}
-                    loss = sum(math.log1p(_staggered_total(part, q) / r[4] - 1) ** 2 for part, r in zip(parts, rows)) \
+                    loss = sum(math.log1p(_split_total(part, q) / r[4] - 1) ** 2 for part, r in zip(parts, rows)) \
                         / len(rows)
                     if loss < best:
                         best, best_p = loss, q
     return best_p, best
 
 
-def _staggered_parts(kw, gpu, p):
-    """(bytes of the kernels that are not a staggered walk, [the staggered walks]) of one FlashAttention-2 forward."""
-    seq = _kernels("sdpa_flash", "fwd", kw["B"], kw["H"], kw["Nq"], kw["Nk"], kw["d"], kw["causal"], 2,
-                   preset(gpu).sms, bool(p["fa2_split"]))
-    walks = [item[1] for item in seq if item[0] == "scan" and item[2]]
-    rest = [item for item in seq if not (item[0] == "scan" and item[2])]
-    return sum(r[1] + r[2] for r in predict_kernels(rest, kw["Nq"], kw["Nk"], p)), walks
+def _split(impl, mode, kw, gpu, p, varies):
+    """One call's kernels, split for a fit: (the DRAM bytes of those the searched parameters leave alone, under ``p``,
+    [the kernels they change, ``varies(item)``], Nq, Nk). :func:`_split_total` adds the second part under each point
+    of the search, so the rest of the call is predicted once, not once a point."""
+    seq = _kernels(impl, mode, kw["B"], kw["H"], kw["Nq"], kw["Nk"], kw["d"], kw["causal"], 2, preset(gpu).sms,
+                   bool(p["fa2_split"]), bool(p["softmax_passes"]))
+    fixed = [item for item in seq if not varies(item)]
+    return (sum(r[1] + r[2] for r in predict_kernels(fixed, kw["Nq"], kw["Nk"], p)),
+            [item for item in seq if varies(item)], kw["Nq"], kw["Nk"])
 
 
-def _staggered_total(part, p):
-    """:func:`dram`'s total bytes of one row split by :func:`_staggered_parts`, under ``p``."""
-    rest, walks = part
-    for k in walks:
-        r, w, _ = staggered_scan_bytes(k, p)
-        rest += r + w - _residue(w, r, p)
+def _split_total(part, p):
+    """:func:`dram`'s total bytes of one call split by :func:`_split`, under ``p``."""
+    rest, items, Nq, Nk = part
+    for r in predict_kernels(items, Nq, Nk, p):
+        rest += r[1] + r[2]
     return rest
+
+
+def _is_staggered(item):
+    """A staggered walk (FlashAttention-2's causal forward): what ``C_stag``, ``kappa_stag``, ``lag`` and ``overlap``
+    change."""
+    return item[0] == "scan" and item[2]
+
+
+def _is_rolling(item):
+    """A rolling grid (``ScanKernel.rolling``): what ``C_roll`` and ``kappa_roll`` change."""
+    return item[0] == "scan" and not item[2] and item[1].rolling
 
 
 ROLL_GRID = dict(C_roll=[MB * c for c in range(40, 85, 5)], kappa_roll=[2, 3, 4, 6, 8, 12, 16])
@@ -860,16 +872,19 @@ def fit_rolling(rows, grid=None):
     grid = grid or ROLL_GRID
     if not rows:
         raise ValueError("rows: no measured rows to fit (flashref's causal calls)")
+    # each row's kernels once, with the tiles its run recorded: the rolling grids are all that the search changes
+    parts = []
+    for impl, _, mode, kw, m, gpu, info in rows:
+        with S.kernel3_as_recorded(info):
+            parts.append((_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, _is_rolling), gpu, m))
     best_p, best = None, math.inf
     for C in grid["C_roll"]:
         for kappa in grid["kappa_roll"]:
             q = {"C_roll": C, "kappa_roll": kappa}
-            loss = 0.0
-            for impl, _, mode, kw, m, gpu, info in rows:
-                with S.kernel3_as_recorded(info):
-                    loss += math.log1p(dram(impl, mode, **kw, gpu=gpu, params=q).total_bytes / m - 1) ** 2
-            if loss / len(rows) < best:
-                best, best_p = loss / len(rows), {**PARAMS, **q}
+            loss = sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **q}) / m - 1) ** 2
+                       for part, gpu, m in parts) / len(rows)
+            if loss < best:
+                best, best_p = loss, {**PARAMS, **q}
     return best_p, best
 
 
