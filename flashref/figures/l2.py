@@ -281,14 +281,30 @@ def barrier_rows():
             for (shape, mode), by in sorted(rounds.items()) if len(by) == len(BARRIER_RUNS)]
 
 
+def _ratio_panel(ax):
+    """An axis of measured / predicted bytes: the band within ±25%, the line at 1, a log scale labelled 2 and 0.8 (not
+    2 x 10^0). Set before plotting: a later set_yscale would put the default labels back."""
+    ax.axhspan(1 / 1.25, 1 / 0.75, color="0.9", zorder=0)  # |predicted / measured - 1| <= 0.25
+    ax.axhline(1, color="k", lw=0.8)
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+
+
+def _compulsory(BH, N, d, e=2):
+    """The bytes a forward must move at least: Q, K, V read and O written once."""
+    return BH * 4 * N * d * e
+
+
 def past_knee_plot(rows):
     fig, axes = figure("Past the knee on an H100: every round of the same call, measured / iomodel.dram "
                        "(band: within ±25%)", ncols=2, width=12, height=4.5)
     labels = list(CHECK6_RUNS)
     colors = [COLOR["flashref"], "#8c564b", "#e377c2", COLOR["flashref2"], COLOR["sdpa_flash"], "k"]
     for ax, mode in zip(axes.flat, D.MODES):
-        ax.axhspan(1 / 1.25, 1 / 0.75, color="0.9", zorder=0)  # |predicted / measured - 1| <= 0.25
-        ax.axhline(1, color="k", lw=0.8)
+        _ratio_panel(ax)
         for j, (label, color) in enumerate(zip(labels, colors)):
             xs, ys = [], []
             for i, shape in enumerate(CHECK6_SHAPES):
@@ -297,11 +313,6 @@ def past_knee_plot(rows):
                         xs.append(i + (j - (len(labels) - 1) / 2) * 0.12)
                         ys.append(float(r["measured_over_model"]))
             ax.plot(xs, ys, "o", color=color, mfc="none", ms=5, label=label)
-        ax.set_yscale("log")
-        plain = FuncFormatter(lambda v, _: f"{v:g}")  # 2 and 6, not 2 x 10^0
-        ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(plain)
-        ax.tick_params(axis="y", which="minor", labelsize=7)
         ax.set_xticks(range(len(CHECK6_SHAPES)),
                       ["1x163k", "1x196k", "1x262k", "2x262k", "1x393k", "1x786k\nd=64"], fontsize=8)
         ax.set(xlabel="heads x N (d = 128 unless marked)", ylabel="measured / predicted DRAM bytes",
@@ -327,7 +338,7 @@ def heads_data():
         for _, shape, _, kw, measured in D.staggered_rows([run]):
             if kw["d"] != 64 or kw["Nq"] < HEADS_MIN_N:
                 continue
-            per_head = kw["B"] * kw["H"] * 4 * kw["Nq"] * kw["d"] * 2  # compulsory bytes of all heads
+            per_head = _compulsory(kw["B"] * kw["H"], kw["Nq"], kw["d"])  # of all heads
             with_, without = (D.dram("sdpa_flash", "fwd", **kw, params=p).total_bytes
                               for p in ({}, dict(overlap_rule=0)))
             rows.append(dict(set=name, shape=shape, heads=kw["B"] * kw["H"], N=kw["Nq"],
@@ -344,7 +355,7 @@ def heads_plot(rows):
     Ns = np.arange(HEADS_MIN_N, 262144 + 1, 16384)
     def per_head(heads, **params):
         return [D.dram("sdpa_flash", "fwd", B=1, H=heads, Nq=int(n), Nk=int(n), d=64, causal=True,
-                       params=params).total_bytes for n in Ns] / (heads * 4 * Ns * 64 * 2)
+                       params=params).total_bytes for n in Ns] / _compulsory(heads, Ns, 64)
 
     # without the term the model's bytes a head hardly depend on the heads: one line for all
     ax.plot(Ns, per_head(2, overlap_rule=0), ":", color="0.3", label="model without the overlap term")
@@ -362,8 +373,7 @@ def heads_plot(rows):
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=6, ncol=2)
     ax = axes.flat[1]
-    ax.axhspan(1 / 1.25, 1 / 0.75, color="0.9", zorder=0)  # |predicted / measured - 1| <= 0.25
-    ax.axhline(1, color="k", lw=0.8)
+    _ratio_panel(ax)
     for i, r in enumerate(sorted(rows, key=lambda r: (r["heads"], r["N"]))):
         x = r["heads"] + (i % 5 - 2) * 0.06
         fill = COLORS["flash"] if r["held_out"] else "none"
@@ -372,11 +382,8 @@ def heads_plot(rows):
     ax.plot([], [], "o", color=COLORS["flash"], mfc="none", label="model, on its fit set")
     ax.plot([], [], "o", color=COLORS["flash"], label="model, held out (check11, check12, check13)")
     ax.plot([], [], "x", color="0.5", label="without the overlap term")
-    ax.set(yscale="log", xlabel="heads (B x H)", ylabel="measured / predicted DRAM bytes",
+    ax.set(xlabel="heads (B x H)", ylabel="measured / predicted DRAM bytes",
            title="with and without the other heads (band: within ±25%)")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.legend(fontsize=7)
     return fig
 
@@ -395,7 +402,7 @@ def rolling_data():
         for impl, shape, mode, kw, measured, _, info in D.recorded_rolling_rows(GRID_JSON.parent, held_out, ("h100",)):
             if mode != "fwd" or kw["Nq"] < ROLL_MIN_N:
                 continue
-            compulsory = kw["B"] * kw["H"] * 4 * kw["Nq"] * kw["d"] * 2
+            compulsory = _compulsory(kw["B"] * kw["H"], kw["Nq"], kw["d"])
             with schedule.kernel3_as_recorded(info):
                 now, before = (D.dram(impl, "fwd", **kw, params=p).total_bytes for p in ({}, dict(rolling_rule=0)))
             rows.append(dict(shape=shape, kernel="kernel 3" if impl == "flashref" else "kernel 2",
@@ -413,7 +420,7 @@ def rolling_plot(rows):
     for heads, color in ((2, COLORS["flashref"]), (16, COLORS["standard"])):
         for params, style, what in (({}, "-", "model"), (dict(rolling_rule=0), ":", "model without the rule")):
             model = [D.dram("flashref", "fwd", B=1, H=heads, Nq=int(n), Nk=int(n), d=64, causal=True,
-                            params=params).total_bytes for n in Ns] / (heads * 4 * Ns * 64 * 2)
+                            params=params).total_bytes for n in Ns] / _compulsory(heads, Ns, 64)
             ax.plot(Ns, model, style, color=color, label=f"{heads} heads, {what}")
     pts = [r for r in rows if r["kernel"] == "kernel 3" and r["d"] == 64]
     ax.scatter([r["N"] for r in pts], [r["measured"] for r in pts], c=[np.log2(r["heads"]) for r in pts],
@@ -424,8 +431,7 @@ def rolling_plot(rows):
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=7)
     ax = axes.flat[1]
-    ax.axhspan(1 / 1.25, 1 / 0.75, color="0.9", zorder=0)  # |predicted / measured - 1| <= 0.25
-    ax.axhline(1, color="k", lw=0.8)
+    _ratio_panel(ax)
     for kernel, color in (("kernel 3", COLORS["triton"]), ("kernel 2", COLORS["flashref"])):
         pts = [r for r in rows if r["kernel"] == kernel]
         for held_out in (False, True):
@@ -435,13 +441,10 @@ def rolling_plot(rows):
                     label=f"{kernel}, {'held out (check13-check18)' if held_out else 'fit set'}")
         ax.plot([r["N"] for r in pts], [r["measured"] / r["predicted_without_rule"] for r in pts], "x", color=color,
                 alpha=0.5, label=f"{kernel}, without the rule")
-    ax.set(xscale="log", yscale="log", xlabel="N", ylabel="measured / predicted DRAM bytes",
+    ax.set(xscale="log", xlabel="N", ylabel="measured / predicted DRAM bytes",
            title="with and without the rolling grid's knee (band: within ±25%)")
     ax.set_xticks([32768, 65536, 131072, 262144], ["32k", "64k", "128k", "256k"])
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.legend(fontsize=6)
     return fig
 
