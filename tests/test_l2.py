@@ -965,6 +965,11 @@ def _when_measured(name, gpu, rule=WRITES_BEFORE):
         else []
 
 
+def _both_gpus(name, rule=WRITES_BEFORE):
+    """:func:`_when_measured` of a set on the H100 and on the H200, predicted by the same model."""
+    return _when_measured(name, "h100", rule=rule) + _when_measured(name, "h200", rule=rule)
+
+
 def _recorded(*names, gpu="h100"):
     """The runs among ``names`` whose ``figures/gpu/<gpu>-l2-<name>.json`` is recorded."""
     return tuple(n for n in names if (REPO / "figures" / "gpu" / f"{gpu}-l2-{n}.json").exists())
@@ -974,8 +979,8 @@ def _recorded(*names, gpu="h100"):
 # staggered set (SHARED_STAG), check4 and kernel3 (flashref's default, kernel 3) by the current model.
 PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", SHARED_STAG)
                  + _preregistered("check4", {}) + _preregistered("check4", {}, "h200")
-                 + _when_measured("kernel3", "h100") + _when_measured("kernel3", "h200")
-                 + _when_measured("check5", "h100") + _when_measured("check5", "h200")
+                 + _both_gpus("kernel3")
+                 + _both_gpus("check5")
                  # kernel 3 with the eleventh session's d = 128 forward (persistent, q_prefetch; causal dynamic),
                  # which the model runs as the same waves as the one-tile-a-program launch it replaced
                  + _when_measured("kernel3b", "h100")
@@ -985,7 +990,7 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _preregistered("kernel3", {}, "h200", measured="kernel3b")
                  + _preregistered("check5", {}, "h200", measured="kernel3b")
                  # kernel 3 with the twelfth session's 192-row d = 64 forward (three consumer warpgroups)
-                 + _when_measured("kernel3c", "h100") + _when_measured("kernel3c", "h200")
+                 + _both_gpus("kernel3c")
                  # check6, the drift past the knee (NOTES-l2.md, "Thirteenth round"): kernel 3's default (two runs,
                  # five rounds in all), its d = 128 forward persistent without Q_i's prefetch (check6b) and one tile
                  # a program (check6c; four rounds each, two runs), then SDPA flash and kernel 2 (check6x, two rounds)
@@ -999,42 +1004,33 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _preregistered("check7", {}, measured=_recorded("check7", "check7k", "check7kr"))
                  + _when_measured("check7", "h200")
                  # check8: queries and keys of different lengths, drawn at random (CHECK8), not causal
-                 + _when_measured("check8", "h100") + _when_measured("check8", "h200")
+                 + _both_gpus("check8")
                  # check9: small shapes, predicted with the small-writes clause, before FlashAttention-2's split
-                 + _when_measured("check9", "h100", rule=SPLIT_BEFORE)
-                 + _when_measured("check9", "h200", rule=SPLIT_BEFORE)
+                 + _both_gpus("check9", rule=SPLIT_BEFORE)
                  # check10: FlashAttention-2's split-KV forward, predicted with the model of its day (the split rule)
-                 + _when_measured("check10", "h100", rule=OVERLAP_BEFORE)
-                 + _when_measured("check10", "h200", rule=OVERLAP_BEFORE)
+                 + _both_gpus("check10", rule=OVERLAP_BEFORE)
                  # check11: the issue's grid drawn at random, predicted with the model of its day; kernel 3 measured
                  # before its round barrier (check11), with the forward's (check11s), and with the dQ kernel's too
                  # (check11q: today's kernel), the last two on check11's and check6's long non-causal shapes
-                 + _when_measured("check11", "h100", rule=OVERLAP_BEFORE)
-                 + _when_measured("check11", "h200", rule=OVERLAP_BEFORE)
+                 + _both_gpus("check11", rule=OVERLAP_BEFORE)
                  + _preregistered("check11", {}, measured="check11s", rule=OVERLAP_BEFORE)
                  + _preregistered("check6", {}, measured="check11s")
                  + _preregistered("check11", {}, measured="check11q", rule=OVERLAP_BEFORE)
                  + _preregistered("check6", {}, measured="check11q")
                  # check12: six shapes past the barrier's threshold, drawn at random, predicted before kernel 3 with
                  # its barrier measured them
-                 + _when_measured("check12", "h100", rule=OVERLAP_BEFORE)
-                 + _when_measured("check12", "h200", rule=OVERLAP_BEFORE)
+                 + _both_gpus("check12", rule=OVERLAP_BEFORE)
                  # check13: FlashAttention-2's d = 64 causal forward at several heads near its knee, drawn at random,
                  # predicted with the overlap term, before the softmax's three passes
-                 + _when_measured("check13", "h100", rule=SOFTMAX_BEFORE)
-                 + _when_measured("check13", "h200", rule=SOFTMAX_BEFORE)
+                 + _both_gpus("check13", rule=SOFTMAX_BEFORE)
                  # check14: long key rows drawn at random, predicted with the softmax's three-pass rule
-                 + _when_measured("check14", "h100", rule=ROLLING_BEFORE)
-                 + _when_measured("check14", "h200", rule=ROLLING_BEFORE)
+                 + _both_gpus("check14", rule=ROLLING_BEFORE)
                  # check15: the issue's grid drawn at random again, predicted with that model
-                 + _when_measured("check15", "h100", rule=ROLLING_BEFORE)
-                 + _when_measured("check15", "h200", rule=ROLLING_BEFORE)
+                 + _both_gpus("check15", rule=ROLLING_BEFORE)
                  # check16: many heads at long N (up to 2^21 tokens), drawn at random, predicted with that model
-                 + _when_measured("check16", "h100", rule=ROLLING_BEFORE)
-                 + _when_measured("check16", "h200", rule=ROLLING_BEFORE)
+                 + _both_gpus("check16", rule=ROLLING_BEFORE)
                  # check17: causal shapes near and past the knee, drawn at random, predicted with the rolling rule
-                 + _when_measured("check17", "h100", rule=ROLLING_FIRST)
-                 + _when_measured("check17", "h200", rule=ROLLING_FIRST)
+                 + _both_gpus("check17", rule=ROLLING_FIRST)
                  # check18: the issue's grid drawn at random once more, predicted with today's model; its two long
                  # non-causal d = 128 shapes measured again, four rounds (check18r), pooled
                  + _preregistered("check18", {}, measured=_recorded("check18", "check18r"), rule={})
