@@ -265,6 +265,16 @@ CHECK18 = [
     ("check18_128_1x4x131072_causal", 1, 4, 131072, 128, True),
     ("check18_64_2x1x98304_causal", 2, 1, 98304, 64, True),
 ]
+# check19: causal shapes near and past the knee again (check17's rule, default_rng(20261205)), after the staggered
+# walk's spread term (iomodel.dram.staggered_scan_bytes: spread, spread_time) and the staggered sets fitted with it,
+# predicted before they were measured (h100-l2-check19-predicted.json, h200-).
+CHECK19 = [
+    ("check19_64_2x2x196608_causal", 2, 2, 196608, 64, True), ("check19_64_1x16x81920_causal", 1, 16, 81920, 64, True),
+    ("check19_128_2x4x163840_causal", 2, 4, 163840, 128, True),
+    ("check19_128_2x2x81920_causal", 2, 2, 81920, 128, True),
+    ("check19_64_1x8x262144_causal", 1, 8, 262144, 64, True), ("check19_64_2x8x98304_causal", 2, 8, 98304, 64, True),
+    ("check19_64_1x2x163840_causal", 1, 2, 163840, 64, True), ("check19_128_1x8x81920_causal", 1, 8, 81920, 128, True),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -292,7 +302,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
           "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
           "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
-          "check17": CHECK17, "check18": CHECK18,
+          "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "softmax_rows": SOFTMAX_ROWS}
 
 

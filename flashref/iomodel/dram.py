@@ -81,6 +81,7 @@ on an :class:`flashref.l2.L2Cache`) where both run, with ``kappa`` large (LRU).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -103,8 +104,9 @@ MB = 2 ** 20
 # start with "sweep_"; held out: the fixed-token sweep across the knee), see fit(); the staggered
 # three on the grid and check sets' FlashAttention-2 causal forwards, see fit_staggered().
 PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
-              C_stag=84 * MB, kappa_stag=4.0, lag=2.0,  # these three: staggered walks, fit_staggered()
-              overlap=0.0,  # the staggered walk's other running heads (staggered_scan_bytes): none in this set
+              # these four: staggered walks (fit_staggered(), SPREAD_FIT_ON; before the spread term, 84 MiB, 4, 2, 0)
+              C_stag=104 * MB, kappa_stag=6.0, lag=3.0,
+              overlap=0.25,  # the staggered walk's share of the other running heads' keys (staggered_scan_bytes)
               partitions_diagonal=1,  # not fitted: L2 partitions holding a diagonal-start wave's tile (scan_bytes)
               small_writes=1,  # not fitted: a kernel whose reads and writes fit in C_eff keeps its writes (_residue)
               fa2_split=1,  # not fitted: FlashAttention-2's forward splits its keys on a small grid (schedule)
@@ -119,12 +121,16 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # the same fit gave 60 MiB and 12, which predicted check17)
               C_roll=65 * MB, kappa_roll=8.0,
               rolling_rule=1,  # not fitted: that rule (0: C_eff and kappa, as every prediction up to check16)
-              rolling_drift=1)  # not fitted: the SM's drift term keeps C_eff and kappa (0: the rolling pair, check17)
+              rolling_drift=1,  # not fitted: the SM's drift term keeps C_eff and kappa (0: the rolling pair, check17)
+              # the staggered walk's heads that spread beside the schedule's (staggered_scan_bytes), fitted with both
+              # of the H100's staggered sets (fit_staggered): how many heads, and over how many head-times
+              spread=0.5, spread_time=1.0,
+              spread_rule=1)  # not fitted: the staggered sets fitted with the spread (0: the sets before, spread 0)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its three parameters are therefore per GPU: fitted (fit_staggered) on each GPU's grid +
 # check (figures/gpu/h100-l2-{grid,check}.json, figures/gpu/h200-l2.json).
-GPU_PARAMS = {"h100": {}, "h200": dict(C_stag=108 * MB, kappa_stag=6.0, lag=3.0)}
+GPU_PARAMS = {"h100": {}, "h200": dict(C_stag=112 * MB, kappa_stag=6.0, lag=3.0, overlap=0.1)}
 # FlashAttention-2's d = 64 forward (128 x 128 tiles, r = 1) walks with a timing of its own: with the
 # shared staggered set it read 0.6% of its re-reads from DRAM where the d = 128 kernel (128 x 64 tiles)
 # read 2.6% at the same reuse distance, and its knee is sharper (N = 98304 -> 131072: 2.1x -> 10x the
@@ -145,8 +151,24 @@ STAGGERED_D64_BEFORE = {"h100": dict(C_stag=76 * MB, kappa_stag=8.0, lag=3.0),
 # 0.25) on the H100 and (76 MiB, 6, 1, 0.5) on the H200, and on every d != 64 causal forward recorded that refit is
 # no better: 27 of 27 within 25% on the H100 (mean 11.3% against 11.1%), 12 of 13 on the H200 (13.7% against 13 of
 # 13, 11.9%). figures/gpu/NOTES-l2.md, "Sixteenth round".
-STAGGERED_D64 = {"h100": dict(C_stag=84 * MB, kappa_stag=12.0, lag=4.0, overlap=0.75),
-                 "h200": dict(C_stag=76 * MB, kappa_stag=8.0, lag=1.5, overlap=0.75)}
+STAGGERED_D64_BEFORE_SPREAD = {"h100": dict(C_stag=84 * MB, kappa_stag=12.0, lag=4.0, overlap=0.75),
+                               "h200": dict(C_stag=76 * MB, kappa_stag=8.0, lag=1.5, overlap=0.75)}
+# Then check13-check17 found the walk's re-reads a head rising with the heads up to about eight and staying there,
+# past what the overlap term's one-speed schedule gives (check16's and check17's d = 64 forwards at 8 and 16 heads of
+# 131072: -34.6%, -34.5%): the heads spread (staggered_scan_bytes). With the spread term every staggered set was
+# fitted again (fit_staggered with spread = 0.5, spread_time = 1): the H100's two on every causal forward recorded
+# before check16 (SHARED_FIT_ON; check16-check18 held out), the H200's on all of its own. figures/gpu/NOTES-l2.md,
+# "Eighteenth round".
+STAGGERED_D64 = {"h100": dict(C_stag=72 * MB, kappa_stag=8.0, lag=2.0, overlap=0.5),
+                 "h200": dict(C_stag=76 * MB, kappa_stag=8.0, lag=1.5, overlap=0.5)}
+# the runs each GPU's staggered sets (shared and d = 64) are fitted on since the spread term
+SPREAD_FIT_ON = {"h100": ("grid", "check", "check2", "check3", "check4", "repeat", "check7", "check9", "check11",
+                          "check12", "check13", "check15"),
+                 "h200": ("", "check4")}
+# The staggered sets before the spread term (spread_rule=0, which wrote every prediction up to check18): the shared
+# set (PARAMS' and GPU_PARAMS' then) and the d = 64 set above
+STAGGERED_BEFORE_SPREAD = {"h100": dict(C_stag=84 * MB, kappa_stag=4.0, lag=2.0, overlap=0.0, spread=0.0),
+                           "h200": dict(C_stag=108 * MB, kappa_stag=6.0, lag=3.0, overlap=0.0, spread=0.0)}
 PARTITIONS = 2  # a tile read by a whole wave at once is held in both L2 partitions
 
 
@@ -322,7 +344,14 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
       CTAs have all started, the longest started block's for the head being launched. The moments come
       from :func:`flashref.schedule.launch_times` (the one-speed list schedule), at ``OVERLAP_SAMPLES``
       points of each CTA's re-reads. ``overlap = 0`` leaves the rule out, as every prediction written
-      before it did.
+      before it did;
+    * *the heads spread* (``spread``, ``spread_time``): the list schedule keeps the heads in grid order, and the
+      GPU does not for long. Its CTAs drift apart (as the lockstep waves' do), so more heads run side by side than
+      the schedule says: the other heads running at a moment gain ``spread`` heads (whole key prefixes, of heads
+      launched before and no longer running on the schedule), reached linearly over the first ``spread_time``
+      head-times (one head's CTAs' steps over the resident slots) of the kernel. Measured, the walk's re-reads a
+      head rise with the number of heads up to about eight, then stay (figures/gpu/NOTES-l2.md, "Eighteenth
+      round"). ``spread = 0`` leaves it out, as every prediction up to check18 did.
 
     A re-read misses with ``miss(D)`` of its own effective capacity and sharpness (``C_stag``,
     ``kappa_stag``): no tile is shared by a whole wave at once, so the two partitions do not both
@@ -347,8 +376,10 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
         m_later = _misses((his[1:] + lag * R * r) * unit, C, kappa)
         m = np.where(in_first, m_first, m_later[at - 1])
     else:
+        other, ramp, earlier = (x[again] for x in _other_heads_prefix(k, his))
+        spread = np.minimum(p["spread"] * np.minimum(1.0, ramp / p["spread_time"]), earlier) if p["spread"] else 0.0
         D = np.where(in_first, min(R, k.heads * T) * r, his[at] + lag * R * r)[:, None] \
-            + overlap * _other_heads_prefix(k, his)[again]
+            + overlap * (other + spread * his.max())
         m = _misses_np(D * unit, C, kappa).mean(axis=1)
     reads = k.heads * fresh + _sequential_sum(reuse * m)
     own = k.private_total()
@@ -362,9 +393,11 @@ OVERLAP_SAMPLES = 4  # not fitted: moments of a CTA's re-reads at which the head
 
 
 def _other_heads_prefix(k: S.ScanKernel, his):
-    """For every CTA of ``k`` (grid order) and each of ``OVERLAP_SAMPLES`` moments of its re-reads, the key prefix
-    (in tiles) of the other heads with a CTA running then, on the one-speed schedule (:func:`staggered_scan_bytes`).
-    It depends on the schedule alone, so it is kept for the next call on the same kernel (a fit asks hundreds)."""
+    """For every CTA of ``k`` (grid order) and each of ``OVERLAP_SAMPLES`` moments of its re-reads, on the one-speed
+    schedule (:func:`staggered_scan_bytes`): the key prefix (in tiles) of the other heads with a CTA running then; the
+    moment, in head-times (one head's CTA steps over the resident slots); and how many heads launched before are no
+    longer running then (all the spread term may add). It depends on the schedule alone, so it is kept for the next
+    call on the same kernel (a fit asks hundreds)."""
     key = (k.heads, k.resident, tuple(k.ranges), tuple(k.launch), k.last_scan)
     if key not in _PREFIX_CACHE:
         if len(_PREFIX_CACHE) >= 32:
@@ -395,7 +428,8 @@ def _compute_other_heads_prefix(k, his):
     full, current = his.max(), his[at[g]]
     total = running_before * full + current  # every running head's prefix, the CTA's own among them
     own = np.where(heads[:, None] < launching, full, current)
-    return total - own
+    head_time = float(np.sum(steps[:T])) / k.resident
+    return total - own, t / head_time, launching - running_before  # the last: heads launched before and ended
 
 
 def _misses_np(D, C, kappa):
@@ -634,8 +668,10 @@ def _check_params(params):
              "partitions_diagonal": (1, True), "small_writes": (0, True), "fa2_split": (0, True),
              "overlap": (0, True), "overlap_rule": (0, True), "C_rows": (0, False), "kappa_rows": (0, False),
              "softmax_passes": (0, True), "C_roll": (0, False), "kappa_roll": (0, False),
-             "rolling_rule": (0, True), "rolling_drift": (0, True)}  # (bound, included)
-    switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift")
+             "rolling_rule": (0, True), "rolling_drift": (0, True), "spread": (0, True), "spread_time": (0, False),
+             "spread_rule": (0, True)}  # (bound, included)
+    switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
+                "spread_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
@@ -653,11 +689,20 @@ def _check_params(params):
 
 def _params(gpu, d, staggered, params=None):
     """PARAMS, then the GPU's, then (FlashAttention-2's causal forward on its 128 x 128 tiles) the d = 64
-    staggered set, then ``params``."""
-    tiles = S._pick(S.FA2_TILES["fwd"], d)
-    sets = STAGGERED_D64 if {**PARAMS, **(params or {})}["overlap_rule"] else STAGGERED_D64_BEFORE
-    own = sets[gpu] if staggered and tiles == S.FA2_TILES["fwd"][64] else {}
-    return {**PARAMS, **GPU_PARAMS[gpu], **own, **(params or {})}
+    staggered set, then ``params``. ``spread_rule=0``: the staggered sets before the spread term, ``overlap_rule=0``:
+    the d = 64 set before the overlap term."""
+    rules = {**PARAMS, **(params or {})}
+    before = not rules["spread_rule"]
+    gpu_set = STAGGERED_BEFORE_SPREAD[gpu] if before else GPU_PARAMS[gpu]
+    sets = (STAGGERED_D64_BEFORE_SPREAD if before else STAGGERED_D64) if rules["overlap_rule"] else STAGGERED_D64_BEFORE
+    own = sets[gpu] if staggered and _d64_tiles(d) else {}
+    return {**PARAMS, **gpu_set, **own, **(params or {})}
+
+
+def _d64_tiles(d):
+    """Whether FlashAttention-2's forward at head dim ``d`` runs the d = 64 kernel's tiles (128 x 128), which walk
+    with a staggered set of their own (STAGGERED_D64)."""
+    return S._pick(S.FA2_TILES["fwd"], d) == S.FA2_TILES["fwd"][64]
 
 
 # ------------------------------------------------------------------------- fitting to measurements
@@ -767,6 +812,8 @@ STAG_GRID = dict(C_stag=[MB * c for c in range(24, 129, 4)], kappa_stag=[1.5, 2,
 # the d = 64 set's search: the overlap term too, and the sharper knees and longer lags it asks for
 D64_GRID = dict(STAG_GRID, kappa_stag=[1.5, 2, 3, 4, 6, 8, 12, 16, 24], lag=[0, 0.5, 1, 1.5, 2, 3, 4, 6],
                 overlap=[0.0, 0.25, 0.5, 0.75, 1.0])
+# the shared set's search since the spread term: the overlap term too, at the smaller shares the d = 128 walk takes
+SHARED_GRID = dict(STAG_GRID, overlap=[0.0, 0.1, 0.25, 0.5, 0.75])
 
 
 def staggered_rows(results):
@@ -774,29 +821,28 @@ def staggered_rows(results):
     return [r for res in results for r in measured_rows(res, ("sdpa_flash",)) if r[3]["causal"] and r[2] == "fwd"]
 
 
-def fit_staggered(results, grid=None, gpu="h100", d=None):
-    """Fit ``C_stag``, ``kappa_stag``, ``lag`` and ``overlap`` (the other parameters as in PARAMS) on
-    FlashAttention-2's causal forward in the recorded ``results`` (only at head dim ``d``, if given), minimising the
-    mean squared log-ratio. An exhaustive search over ``grid`` (``STAG_GRID``: overlap 0 only; ``D64_GRID``).
-    Returns (params, loss)."""
+def fit_staggered(results, grid=None, gpu="h100", d=None, shared=False):
+    """Fit the staggered walk's parameters (``C_stag``, ``kappa_stag``, ``lag``, ``overlap``, or any of PARAMS that
+    ``grid`` names; the others as in PARAMS and the GPU's) on FlashAttention-2's causal forward in the recorded
+    ``results`` (only at head dim ``d``, if given; ``shared=True``: only those the shared set predicts, every head
+    dim but the d = 64 kernel's), minimising the mean squared log-ratio. An exhaustive search over ``grid``
+    (``STAG_GRID``: overlap 0 only; ``D64_GRID``; ``SHARED_GRID``). Returns (params, loss)."""
     grid = grid or STAG_GRID
-    rows = [r for r in staggered_rows(results) if d is None or r[3]["d"] == d]
+    rows = [r for r in staggered_rows(results) if (d is None or r[3]["d"] == d)
+            and not (shared and _d64_tiles(r[3]["d"]))]
     if not rows:
-        at = f" at d={d}" if d else ""
+        at = f" at d={d}" if d else " the shared set predicts" if shared else ""
         raise ValueError(f"results: no measured rows to fit (FlashAttention-2 causal forwards{at})")
     base = {**PARAMS, **GPU_PARAMS[gpu]}
     # each row's kernels once: the staggered walk is all that the searched parameters change
     parts = [_split("sdpa_flash", "fwd", kw, gpu, base, _is_staggered) for _, _, _, kw, _ in rows]
     best_p, best = None, math.inf
-    for C in grid["C_stag"]:
-        for kappa in grid["kappa_stag"]:
-            for lag in grid["lag"]:
-                for overlap in grid["overlap"]:
-                    q = {**base, "C_stag": C, "kappa_stag": kappa, "lag": lag, "overlap": overlap}
-                    loss = sum(math.log1p(_split_total(part, q) / r[4] - 1) ** 2 for part, r in zip(parts, rows)) \
-                        / len(rows)
-                    if loss < best:
-                        best, best_p = loss, q
+    names = list(grid)  # every combination, the first name outermost
+    for values in itertools.product(*(grid[n] for n in names)):
+        q = {**base, **dict(zip(names, values))}
+        loss = sum(math.log1p(_split_total(part, q) / r[4] - 1) ** 2 for part, r in zip(parts, rows)) / len(rows)
+        if loss < best:
+            best, best_p = loss, q
     return best_p, best
 
 
