@@ -275,6 +275,18 @@ CHECK19 = [
     ("check19_64_1x8x262144_causal", 1, 8, 262144, 64, True), ("check19_64_2x8x98304_causal", 2, 8, 98304, 64, True),
     ("check19_64_1x2x163840_causal", 1, 2, 163840, 64, True), ("check19_128_1x8x81920_causal", 1, 8, 81920, 128, True),
 ]
+# check20: check17's rule once more (default_rng(20261206)), with the model that predicted check19 unchanged: a second
+# set drawn blind for the spread term, after check19 had come out 13 of 16 for SDPA flash (the model before it: 15)
+# (h100-l2-check20-predicted.json, h200-).
+CHECK20 = [
+    ("check20_64_1x16x49152_causal", 1, 16, 49152, 64, True), ("check20_64_1x8x65536_causal", 1, 8, 65536, 64, True),
+    ("check20_64_2x8x131072_causal", 2, 8, 131072, 64, True),
+    ("check20_128_2x1x163840_causal", 2, 1, 163840, 128, True),
+    ("check20_128_2x2x65536_causal", 2, 2, 65536, 128, True),
+    ("check20_128_1x8x262144_causal", 1, 8, 262144, 128, True),
+    ("check20_128_1x4x81920_causal", 1, 4, 81920, 128, True),
+    ("check20_128_1x4x163840_causal", 1, 4, 163840, 128, True),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -303,6 +315,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
           "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
+          "check20": CHECK20,
           "softmax_rows": SOFTMAX_ROWS}
 
 
