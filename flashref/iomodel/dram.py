@@ -41,8 +41,9 @@ cold and reads each byte it needs at least once (the compulsory reads). Beyond t
    walk their key blocks from the diagonal down, start at different times and never line up, so
    each CTA's reads reuse what the previous row block read. The reuse distance comes from the
    launch order: the first wave starts together; later, about the whole key prefix plus a lag
-   that depends on how far apart in time the CTAs drift, which is a property of the machine; and
-   (the d = 64 kernel) a share of the key prefixes of the other heads running at the same time.
+   that depends on how far apart in time the CTAs drift, which is a property of the machine; and a share of the
+   key prefixes of the other heads running at the same time, more of them than the launch order alone runs side
+   by side (``spread``).
 4. *Writes.* Every byte written reaches DRAM, except what is still dirty in L2 when the kernel
    ends (Nsight counts neither side of its flush): ``min(alpha * W, rho)`` of a kernel's ``W``, or all of
    ``W`` where the kernel's reads ``R`` and writes fit in ``C_eff`` together (:func:`_residue`;
@@ -67,9 +68,10 @@ model follows the forward's passes (:func:`_softmax`, ``C_rows``, ``kappa_rows``
 **Fitted parameters** (``PARAMS``; :func:`fit` re-derives them from a recorded JSON):
 ``C_eff`` (bytes of L2 that the scanned tiles get; the prior is one partition, 25 MB of the
 H100's 50, since a line read by SMs on both sides is held in both partitions), ``kappa``,
-``alpha`` and ``rho``; and, for staggered scans only, ``C_stag``, ``kappa_stag`` and ``lag``
+``alpha`` and ``rho``; and, for staggered scans only, ``C_stag``, ``kappa_stag``, ``lag`` and ``overlap``
 (:func:`fit_staggered`), per GPU (``GPU_PARAMS``: the H200, with the H100's L2, needs its own), and
-for FlashAttention-2's d = 64 kernel a set of its own with a fourth, ``overlap`` (``STAGGERED_D64``); for eager's
+for FlashAttention-2's d = 64 kernel a set of its own (``STAGGERED_D64``), with ``spread`` and ``spread_time``
+shared by all of them; for eager's
 softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); for a rolling grid's re-reads,
 ``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`). Everything else (tiles, grids, CTAs
 per SM, scan order) is read from the kernels' source and checked against Nsight's launch statistics
