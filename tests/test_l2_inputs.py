@@ -122,7 +122,11 @@ def test_dram_params_must_be_finite(params):
                                           (dict(rolling_drift=-1), "rolling_drift must be 0 or 1"),
                                           (dict(C_roll=0), "C_roll must be > 0"),
                                           (dict(C_roll=math.inf), "C_roll must be > 0, finite"),
-                                          (dict(kappa_roll=-2.0), "kappa_roll must be > 0")])
+                                          (dict(kappa_roll=-2.0), "kappa_roll must be > 0"),
+                                          (dict(spread=-1.0), "spread must be >= 0"),
+                                          (dict(spread=math.inf), "spread must be >= 0, finite"),
+                                          (dict(spread_time=0), "spread_time must be > 0"),
+                                          (dict(spread_rule=2), "spread_rule must be 0 or 1")])
 def test_dram_refuses_a_bad_rule_parameter(params, match):
     with pytest.raises(ValueError, match=f"params: {match}"):
         iomodel.dram("sdpa_flash", "fwd", **SHAPE, causal=True, params=params)
