@@ -104,7 +104,7 @@ MB = 2 ** 20
 
 # The first four fitted on figures/gpu/h100-l2-grid.json (fit set: every shape whose name does not
 # start with "sweep_"; held out: the fixed-token sweep across the knee), see fit(); the staggered
-# three on the grid and check sets' FlashAttention-2 causal forwards, see fit_staggered().
+# four on FlashAttention-2's causal forwards, see fit_staggered() and SPREAD_FIT_ON.
 PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # these four: staggered walks (fit_staggered(), SPREAD_FIT_ON; before the spread term, 84 MiB, 4, 2, 0)
               C_stag=104 * MB, kappa_stag=6.0, lag=3.0,
@@ -130,8 +130,8 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               spread_rule=1)  # not fitted: the staggered sets fitted with the spread (0: the sets before, spread 0)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
-# median). Its three parameters are therefore per GPU: fitted (fit_staggered) on each GPU's grid +
-# check (figures/gpu/h100-l2-{grid,check}.json, figures/gpu/h200-l2.json).
+# median). Its parameters are therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid +
+# check, figures/gpu/h100-l2-{grid,check}.json and figures/gpu/h200-l2.json; since the spread term, SPREAD_FIT_ON).
 GPU_PARAMS = {"h100": {}, "h200": dict(C_stag=112 * MB, kappa_stag=6.0, lag=3.0, overlap=0.1)}
 # FlashAttention-2's d = 64 forward (128 x 128 tiles, r = 1) walks with a timing of its own: with the
 # shared staggered set it read 0.6% of its re-reads from DRAM where the d = 128 kernel (128 x 64 tiles)
@@ -159,7 +159,7 @@ STAGGERED_D64_BEFORE_SPREAD = {"h100": dict(C_stag=84 * MB, kappa_stag=12.0, lag
 # past what the overlap term's one-speed schedule gives (check16's and check17's d = 64 forwards at 8 and 16 heads of
 # 131072: -34.6%, -34.5%): the heads spread (staggered_scan_bytes). With the spread term every staggered set was
 # fitted again (fit_staggered with spread = 0.5, spread_time = 1): the H100's two on every causal forward recorded
-# before check16 (SHARED_FIT_ON; check16-check18 held out), the H200's on all of its own. figures/gpu/NOTES-l2.md,
+# before check16 (SPREAD_FIT_ON; check16-check18 held out), the H200's on all of its own. figures/gpu/NOTES-l2.md,
 # "Eighteenth round".
 STAGGERED_D64 = {"h100": dict(C_stag=72 * MB, kappa_stag=8.0, lag=2.0, overlap=0.5),
                  "h200": dict(C_stag=76 * MB, kappa_stag=8.0, lag=1.5, overlap=0.5)}
