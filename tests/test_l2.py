@@ -400,7 +400,7 @@ def test_d64_set_before_the_overlap_term_is_the_fit(gpu):
 
 
 # The d = 64 causal forward, today's set (with the spread term), on every one recorded: within 25% but for five.
-# check4's one head of N = 196608 (-32.5%; its two runs read 5.1 and 5.2 GB), in the fit set, and check13's 1 x 4 x
+# check4's one head of N = 196608 (-32.5%; its two runs read 5.0 and 5.3 GB), in the fit set, and check13's 1 x 4 x
 # 196608 (+25.0%), check16's 2 x 16 x 65536 (+28.6%), held out; and check19's 1 x 16 x 81920 (+26.0%) and 1 x 8 x
 # 262144 (+61%), predicted before: where many heads run below the knee, or past it, the re-reads a head rise less with
 # the heads than the spread gives. (Before the spread term: six misses, the four with 4-16 heads at 131072 -28% to
@@ -1072,8 +1072,8 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # non-causal d = 128 shapes measured again, four rounds (check18r), pooled
                  + _preregistered("check18", {}, measured=_recorded("check18", "check18r"), rule=SPREAD_BEFORE)
                  + _when_measured("check18", "h200", rule=SPREAD_BEFORE)
-                 # check19: causal shapes near and past the knee again, predicted with the spread term
-                 + _both_gpus("check19", rule={}))
+                 # check19 and check20: causal shapes near and past the knee again, predicted with the spread term
+                 + _both_gpus("check19", rule={}) + _both_gpus("check20", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
