@@ -287,6 +287,16 @@ CHECK20 = [
     ("check20_128_1x4x81920_causal", 1, 4, 81920, 128, True),
     ("check20_128_1x4x163840_causal", 1, 4, 163840, 128, True),
 ]
+# check21: the issue's grid drawn at random once more (check11's rule without its count past the knee,
+# default_rng(20261207): five shapes of many heads at short N, five of few heads at long N), with the model that
+# predicted check19 and check20, before it was measured (h100-l2-check21-predicted.json, h200-).
+CHECK21 = [
+    ("check21_128_2x32x4096_causal", 2, 32, 4096, 128, True), ("check21_128_2x8x8192", 2, 8, 8192, 128, False),
+    ("check21_64_1x16x6144", 1, 16, 6144, 64, False), ("check21_64_4x32x6144", 4, 32, 6144, 64, False),
+    ("check21_64_8x8x1024_causal", 8, 8, 1024, 64, True), ("check21_128_4x1x131072", 4, 1, 131072, 128, False),
+    ("check21_64_4x1x98304", 4, 1, 98304, 64, False), ("check21_64_2x2x262144", 2, 2, 262144, 64, False),
+    ("check21_64_1x2x131072", 1, 2, 131072, 64, False), ("check21_64_2x1x131072", 2, 1, 131072, 64, False),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -315,7 +325,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
           "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
-          "check20": CHECK20,
+          "check20": CHECK20, "check21": CHECK21,
           "softmax_rows": SOFTMAX_ROWS}
 
 
