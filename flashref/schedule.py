@@ -490,11 +490,11 @@ def launch_times(k: ScanKernel):
     import numpy as np
     heads, blocks = _checked(k).grid_arrays()
     steps = np.array([hi - lo for lo, hi in k.ranges], dtype=float)[blocks]
-    start = np.zeros(len(blocks))
     free = [0.0] * min(k.resident, len(blocks))  # when each slot frees (a heap: the earliest first)
-    for i, s in enumerate(steps.tolist()):
-        # the slot that frees first takes CTA i, and frees again when CTA i has scanned its tiles
-        start[i] = heapq.heapreplace(free, free[0] + s)
+    # the slot that frees first takes the next CTA, and frees again when that CTA has scanned its tiles (a list
+    # comprehension over plain floats: a grid of 512 heads at N = 131072 is half a million CTAs)
+    replace = heapq.heapreplace
+    start = np.array([replace(free, free[0] + s) for s in steps.tolist()], dtype=float)
     return heads, blocks, start, start + steps
 
 
