@@ -838,14 +838,25 @@ def fit_staggered(results, grid=None, gpu="h100", d=None, shared=False):
     base = {**PARAMS, **GPU_PARAMS[gpu]}
     # each row's kernels once: the staggered walk is all that the searched parameters change
     parts = [_split("sdpa_flash", "fwd", kw, gpu, base, _is_staggered) for _, _, _, kw, _ in rows]
-    best_p, best = None, math.inf
-    names = list(grid)  # every combination, the first name outermost
+
+    def loss(point):
+        q = {**base, **point}
+        return sum(math.log1p(_split_total(part, q) / r[4] - 1) ** 2 for part, r in zip(parts, rows)) / len(rows)
+
+    return _grid_search(grid, loss, base)
+
+
+def _grid_search(grid, loss, base):
+    """The exhaustive search of the fits: every combination of ``grid``'s values (the first name outermost), the one
+    with the least ``loss(point)`` (the first of equals) returned as ``base`` overridden by it, with that loss."""
+    best_point, best = None, math.inf
+    names = list(grid)
     for values in itertools.product(*(grid[n] for n in names)):
-        q = {**base, **dict(zip(names, values))}
-        loss = sum(math.log1p(_split_total(part, q) / r[4] - 1) ** 2 for part, r in zip(parts, rows)) / len(rows)
-        if loss < best:
-            best, best_p = loss, q
-    return best_p, best
+        point = dict(zip(names, values))
+        value = loss(point)
+        if value < best:
+            best, best_point = value, point
+    return (None if best_point is None else {**base, **best_point}), best
 
 
 def _split(impl, mode, kw, gpu, p, varies):
@@ -926,15 +937,12 @@ def fit_rolling(rows, grid=None):
     for impl, _, mode, kw, m, gpu, info in rows:
         with S.kernel3_as_recorded(info):
             parts.append((_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, _is_rolling), gpu, m))
-    best_p, best = None, math.inf
-    for C in grid["C_roll"]:
-        for kappa in grid["kappa_roll"]:
-            q = {"C_roll": C, "kappa_roll": kappa}
-            loss = sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **q}) / m - 1) ** 2
-                       for part, gpu, m in parts) / len(rows)
-            if loss < best:
-                best, best_p = loss, {**PARAMS, **q}
-    return best_p, best
+
+    def loss(point):
+        return sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **point}) / m - 1) ** 2
+                   for part, gpu, m in parts) / len(rows)
+
+    return _grid_search(grid, loss, PARAMS)
 
 
 ROWS_GRID = dict(C_rows=[MB * c for c in range(16, 65)], kappa_rows=[2, 3, 4, 6, 8, 12, 16, 24])
@@ -965,16 +973,13 @@ def fit_softmax_rows(result, grid=None, sms=S.SMS):
     rows = softmax_rows(result)
     if not rows:
         raise ValueError("result: no eager forward softmax kernels recorded (profile-l2 --groups softmax_rows)")
-    best_p, best = None, math.inf
-    for C in grid["C_rows"]:
-        for kappa in grid["kappa_rows"]:
-            p = {**PARAMS, "C_rows": C, "kappa_rows": kappa}
-            loss = 0.0
-            for Nk, Sb, measured in rows:
-                item = _softmax(Sb, Nk, 2, sms)
-                r = Sb if item[0] == "stream" else predict_kernels([item], 1, Nk, p)[0][1]
-                loss += math.log(r / measured) ** 2
-            loss /= len(rows)
-            if loss < best:
-                best, best_p = loss, p
-    return best_p, best
+
+    def loss(point):
+        p, total = {**PARAMS, **point}, 0.0
+        for Nk, Sb, measured in rows:
+            item = _softmax(Sb, Nk, 2, sms)
+            r = Sb if item[0] == "stream" else predict_kernels([item], 1, Nk, p)[0][1]
+            total += math.log(r / measured) ** 2
+        return total / len(rows)
+
+    return _grid_search(grid, loss, PARAMS)
