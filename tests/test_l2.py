@@ -468,9 +468,10 @@ ROLL_HELD = _rolling_rows(held_out=True)
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", ROLL_HELD,
                          ids=[f"{r[5]}-{r[0]}-{r[1]}-{r[2]}" for r in ROLL_HELD])
 def test_rolling_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, info):
-    """flashref's causal rows of check13-check20, held out of the fit (check13-check16 predicted before the rule with
-    the lockstep waves' knee, five of them 25-28% over; check17 with its first form, check18-check20 with it): today's
-    model, within 25% but for one, kernel 3's d = 64 forward at 1 x 8 x 262144 in check19 (-26.8%), past the knee."""
+    """flashref's causal rows of the runs held out of the fit (ROLL_HELD_OUT: check13-check16 predicted before the
+    rule with the lockstep waves' knee, five of them 25-28% over; check17 with its first form, the later ones with it):
+    today's model, within 25% but for one, kernel 3's d = 64 forward at 1 x 8 x 262144 in check19 (-26.8%), past the
+    knee."""
     with schedule.kernel3_as_recorded(info):
         err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
     _within_25_percent(err, (gpu, impl, shape, mode), ROLL_HELD_MISSES, 0.30)

@@ -294,6 +294,11 @@ def _ratio_panel(ax):
     ax.tick_params(axis="y", which="minor", labelsize=7)
 
 
+def _runs(names):
+    """A legend's name for a list of recorded runs: the first and the last (check13-check21)."""
+    return f"{names[0]}-{names[-1]}" if len(names) > 1 else names[0]
+
+
 def _compulsory(BH, N, d, e=2):
     """The bytes a forward must move at least: Q, K, V read and O written once."""
     return BH * 4 * N * d * e
@@ -383,7 +388,7 @@ def heads_plot(rows):
         ax.plot(x, r["measured"] / r["predicted"], "o", color=COLORS["flash"], mfc=fill)
         ax.plot(x, r["measured"] / r["predicted_without_spread"], "x", color="0.5")
     ax.plot([], [], "o", color=COLORS["flash"], mfc="none", label="model, on its fit set")
-    ax.plot([], [], "o", color=COLORS["flash"], label="model, held out (check16-check20)")
+    ax.plot([], [], "o", color=COLORS["flash"], label=f"model, held out ({_runs(HEADS_HELD_OUT)})")
     ax.plot([], [], "x", color="0.5", label="the model before the spread term")
     ax.set(xlabel="heads (B x H)", ylabel="measured / predicted DRAM bytes",
            title="with and without the spread (band: within ±25%)")
@@ -441,7 +446,7 @@ def rolling_plot(rows):
             sel = [r for r in pts if r["held_out"] == held_out]
             ax.plot([r["N"] for r in sel], [r["measured"] / r["predicted"] for r in sel], "o", color=color,
                     mfc=color if held_out else "none",
-                    label=f"{kernel}, {'held out (check13-check18)' if held_out else 'fit set'}")
+                    label=f"{kernel}, {f'held out ({_runs(D.ROLL_HELD_OUT)})' if held_out else 'fit set'}")
         ax.plot([r["N"] for r in pts], [r["measured"] / r["predicted_without_rule"] for r in pts], "x", color=color,
                 alpha=0.5, label=f"{kernel}, without the rule")
     ax.set(xscale="log", xlabel="N", ylabel="measured / predicted DRAM bytes",

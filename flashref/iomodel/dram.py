@@ -379,9 +379,10 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
         m = np.where(in_first, m_first, m_later[at - 1])
     else:
         other, ramp, earlier = (x[again] for x in _other_heads_prefix(k, his))
-        spread = np.minimum(p["spread"] * np.minimum(1.0, ramp / p["spread_time"]), earlier) if p["spread"] else 0.0
+        # the heads that spread beside the schedule's: ramped up over spread_time, at most those that have ended
+        more_heads = np.minimum(p["spread"] * np.minimum(1.0, ramp / p["spread_time"]), earlier)
         D = np.where(in_first, min(R, k.heads * T) * r, his[at] + lag * R * r)[:, None] \
-            + overlap * (other + spread * his.max())
+            + overlap * (other + more_heads * his.max())
         m = _misses_np(D * unit, C, kappa).mean(axis=1)
     reads = k.heads * fresh + _sequential_sum(reuse * m)
     own = k.private_total()
@@ -879,8 +880,8 @@ def _split_total(part, p):
 
 
 def _is_staggered(item):
-    """A staggered walk (FlashAttention-2's causal forward): what ``C_stag``, ``kappa_stag``, ``lag`` and ``overlap``
-    change."""
+    """A staggered walk (FlashAttention-2's causal forward): what ``C_stag``, ``kappa_stag``, ``lag``, ``overlap`` and
+    ``spread`` change."""
     return item[0] == "scan" and item[2]
 
 
