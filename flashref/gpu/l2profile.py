@@ -297,6 +297,15 @@ CHECK21 = [
     ("check21_64_4x1x98304", 4, 1, 98304, 64, False), ("check21_64_2x2x262144", 2, 2, 262144, 64, False),
     ("check21_64_1x2x131072", 1, 2, 131072, 64, False), ("check21_64_2x1x131072", 2, 1, 131072, 64, False),
 ]
+# check22: the issue's grid drawn at random once more (check21's rule, default_rng(20261208)), with the model that
+# predicted check19-check21 unchanged, before it was measured (h100-l2-check22-predicted.json, h200-).
+CHECK22 = [
+    ("check22_64_4x16x2048_causal", 4, 16, 2048, 64, True), ("check22_128_1x16x4096_causal", 1, 16, 4096, 128, True),
+    ("check22_64_4x8x2048", 4, 8, 2048, 64, False), ("check22_64_2x16x4096_causal", 2, 16, 4096, 64, True),
+    ("check22_64_2x32x12288", 2, 32, 12288, 64, False), ("check22_128_4x1x131072_causal", 4, 1, 131072, 128, True),
+    ("check22_64_1x1x65536", 1, 1, 65536, 64, False), ("check22_64_2x2x196608", 2, 2, 196608, 64, False),
+    ("check22_128_1x1x98304", 1, 1, 98304, 128, False), ("check22_128_4x1x98304_causal", 4, 1, 98304, 128, True),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -325,7 +334,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
           "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
-          "check20": CHECK20, "check21": CHECK21,
+          "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
           "softmax_rows": SOFTMAX_ROWS}
 
 
