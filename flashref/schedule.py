@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -59,7 +60,9 @@ class ScanKernel:
     ``ranges[c] = (lo, hi)``: CTA ``c`` of a head (by its block index) scans tiles lo..hi-1;
     ``descending`` scans hi-1 down to lo; ``stagger`` starts CTA c's non-causal scan at tile
     ``(c * stagger) % n_tiles`` and wraps. ``launch[p]`` is the block index the p-th CTA of a head
-    launched runs (causal: longest first). ``heads_first``: the grid's fastest axis is the head.
+    launched runs (causal: longest first). ``heads_first``: the grid's fastest axis is the head. ``synced``: a
+    barrier starts each round of CTAs together (kernel 3's persistent launches past its knee), so every CTA of a
+    pass reads a tile at one reuse distance (the L2 model's pass misses as an LRU's step there).
     """
 
     name: str
@@ -76,6 +79,7 @@ class ScanKernel:
     descending: bool = False
     stagger: int = 0
     sms: int = SMS
+    synced: bool = False  # a barrier between rounds of tiles: every CTA of a round starts its scan together
     # A ragged last tile (N not a multiple of the block): the kernels mask the rows past N, which are never
     # read or written. Every byte of a tile is per row (K_j, V_j; Q_i, dO_i, L_i, D_i, dQ_i; O_i, L_i), so
     # the last scanned tile moves last_scan of a full one's bytes, and the last CTA's own tile last_cta.
@@ -408,13 +412,29 @@ def kernel3_as_recorded(recorded: dict | None):
     prediction made for an older default is re-derived only with the tiles of its day. Fields a recorded repr
     lacks (added since) keep their defaults, which are off."""
     from .gpu.kernel3 import TILES
-    saved = dict(TILES)
+    from .gpu.kernel3_bwd import BWD_TILES
+    saved, saved_bwd = dict(TILES), dict(BWD_TILES)
     try:
         TILES.update(recorded_kernel3_tiles(recorded))
+        # a run recorded before the dQ kernel's barrier (its TilesQ repr without round_sync) ran none
+        for key in _before_dq_barrier(recorded):
+            if key in BWD_TILES:
+                t = BWD_TILES[key]
+                BWD_TILES[key] = dataclasses.replace(t, dq_tiles=dataclasses.replace(t.dq_tiles, round_sync=False))
         yield
     finally:
         TILES.clear()
         TILES.update(saved)
+        BWD_TILES.clear()
+        BWD_TILES.update(saved_bwd)
+
+
+def _before_dq_barrier(recorded: dict | None) -> list:
+    """The (d, causal) keys of a run's :func:`kernel3_info` whose backward repr names a dQ kernel (``TilesQ(...)``)
+    without ``round_sync``: recorded before the dQ kernel's barrier existed."""
+    return [(int(key[1:].removesuffix("_causal")), key.endswith("_causal"))
+            for key, tiles in (recorded or {}).items()
+            if "TilesQ(" in tiles.get("bwd", "") and "round_sync" not in tiles["bwd"].split("TilesQ(")[1].split(")")[0]]
 
 
 def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
@@ -428,7 +448,8 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     from run to run: at two heads of N = 262144 the persistent d = 128 forward read 74-106 GB in five H100 rounds
     where these waves read 4.6 (figures/gpu/NOTES-l2.md, "Thirteenth round"). So the static persistent launch
     takes a barrier between its rounds there (``kernel3.round_sync``): each round of tiles starts together, and
-    the same shapes read 4.71 GB, the same in every round ("Fifteenth round"). The schedule is that lockstep one."""
+    the same shapes read 4.71 GB, the same in every round ("Fifteenth round"). The schedule is that lockstep one,
+    ``synced``."""
     from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     t = tiles or _tiles3(TILES, d, causal, "forward")
@@ -438,9 +459,11 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)
     heads_first = bool(causal) and (t.heads_first if t.heads_first is not None else d in HEADS_FIRST_CAUSAL)
+    from .gpu.kernel3 import round_sync
     k = ScanKernel("flashref kernel 3 fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                    sms * _k3_ctas_per_sm(t.smem_bytes(d, e), _k3_launch_warps(t)),
-                   _row_ranges(Tr, Tc, BM, BN, causal, Nk), launch, heads_first=heads_first, sms=sms)
+                   _row_ranges(Tr, Tc, BM, BN, causal, Nk), launch, heads_first=heads_first, sms=sms,
+                   synced=bool(t.persistent and not causal and round_sync(t, Nk, d, e)))
     return _ragged(k, Nk, BN, Nq, BM)
 
 
@@ -468,16 +491,17 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     """Kernel 3's dQ kernel (kernel3_bwd._k3q_kernel): grid (N/128, B·H); row block i (128 rows: Q_i, dO_i,
     L_i, D_i read once, dQ_i written once) scans K_j, V_j from 0 up; causal, the longest rows first. Past the knee
     (``kernel3_bwd.dq_round_sync``, not causal) one program per SM takes the grid's tiles in rounds with a barrier
-    between them: the same waves, which the one-tile-a-program launch kept below the knee only."""
+    between them: the same waves, which the one-tile-a-program launch kept below the knee only (``synced``)."""
     from .gpu.kernel3_bwd import BWD_TILES
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     tq = (tiles or _tiles3(BWD_TILES, d, causal, "backward")).dq_tiles
     BM, BN = 128, tq.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)
+    from .gpu.kernel3_bwd import dq_round_sync
     k = ScanKernel("flashref kernel 3 dQ", BH, Tc, 2 * BN * d * e, 0, 2 * BM * d * e + 8 * BM, BM * d * e,
                    sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), K3_WS_WARPS), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
-                   launch, sms=sms)
+                   launch, sms=sms, synced=dq_round_sync(tq, Nk, d, causal, e))
     return _ragged(k, Nk, BN, Nq, BM)
 
 

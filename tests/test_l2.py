@@ -300,7 +300,9 @@ SHARED_STAG = {k: D.STAGGERED_BEFORE_SPREAD["h100"][k] for k in ("C_stag", "kapp
 # and every set up to check16 before a rolling grid's passes had a knee of their own (rolling_rule), and check17 with
 # its first form, whose SM drift term used the rolling pair too (rolling_drift=0; the pair fitted then: 60 MiB, 12)
 # and every set up to check18 before the staggered walk's heads spread (spread_rule=0: the staggered sets before it)
-SPREAD_BEFORE = dict(spread_rule=0)
+# and every set up to check22 before a pass that a barrier starts together missed as an LRU does (sync_rule=0)
+SYNC_BEFORE = dict(sync_rule=0)
+SPREAD_BEFORE = dict(spread_rule=0, **SYNC_BEFORE)
 ROLLING_BEFORE = dict(rolling_rule=0, **SPREAD_BEFORE)
 ROLLING_FIRST = dict(rolling_drift=0, C_roll=60 * D.MB, kappa_roll=12.0, **SPREAD_BEFORE)
 SOFTMAX_BEFORE = dict(softmax_passes=0, **ROLLING_BEFORE)
@@ -388,6 +390,45 @@ def test_spread_rule_switch():
     one = [iomodel.dram("sdpa_flash", "fwd", H=1, **kw, params=dict(spread=x)).total_bytes for x in (0.0, 0.5)]
     assert one[0] == one[1]
 
+
+@pytest.mark.parametrize("N,d", [(32768, 64), (65536, 64), (98304, 64), (24576, 128), (32768, 128), (65536, 128)])
+def test_sync_rule_is_an_lru_step(N, d):
+    """A pass that a barrier starts together (ScanKernel.synced) misses as an LRU does: its scan_bytes are those of
+    kappa = inf, where the lockstep knee's kappa would be soft; sync_rule=0 gives the kernel without the flag."""
+    for k in (schedule.flashref3_fwd(1, N, N, d), schedule.flashref3_dq(1, N, N, d)):
+        unsynced = dataclasses.replace(k, synced=False)
+        assert D.scan_bytes(k, dict(sync_rule=0)) == D.scan_bytes(unsynced)
+        if k.synced:
+            assert D.scan_bytes(k) == D.scan_bytes(unsynced, dict(kappa=math.inf))
+        else:
+            assert D.scan_bytes(k) == D.scan_bytes(unsynced)
+    # one head of N = 65536 at d = 64: 16 MiB of K and V, held twice (both partitions), under C_eff: the synced
+    # forward reads K and V once, where the soft knee re-reads some in each later round
+    k = schedule.flashref3_fwd(1, 65536, 65536, 64)
+    once = 2 * 65536 * 64 * 2 + k.heads * k.private_total() * k.private_read
+    assert k.synced and D.scan_bytes(k)[0] == pytest.approx(once)
+    assert D.scan_bytes(k, dict(sync_rule=0))[0] > 1.2 * once
+
+
+def test_synced_where_kernel3_puts_its_barrier():
+    """ScanKernel.synced is kernel 3's barrier (kernel3.round_sync, kernel3_bwd.dq_round_sync): not causal, one head's
+    K and V at least ROUND_SYNC_KV_BYTES; and a run recorded before the barrier (forward or dQ) ran none."""
+    from flashref.gpu import kernel3, kernel3_bwd
+    for d in (64, 128):
+        threshold = kernel3.ROUND_SYNC_KV_BYTES // (2 * d * 2)
+        for N in (threshold - 2048, threshold, 2 * threshold):
+            for causal in (False, True):
+                fwd, dq = (f(1, N, N, d, causal) for f in (schedule.flashref3_fwd, schedule.flashref3_dq))
+                assert fwd.synced == dq.synced == (not causal and N >= threshold), (d, N, causal)
+                assert dq.synced == kernel3_bwd.dq_round_sync(
+                    kernel3_bwd.BWD_TILES[(d, causal)].dq_tiles, N, d, causal)
+    bwd_today = dict(kernel3_bwd.BWD_TILES)
+    for run, fwd_sync, dq_sync in (("h100-l2-kernel3c.json", False, False), ("h100-l2-check11s.json", True, False),
+                                   ("h100-l2-check12.json", True, True)):
+        with schedule.kernel3_as_recorded(_run_info(run)):
+            assert schedule.flashref3_fwd(1, 65536, 65536, 64).synced == fwd_sync, run
+            assert schedule.flashref3_dq(1, 65536, 65536, 64).synced == dq_sync, run
+        assert kernel3_bwd.BWD_TILES == bwd_today
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_d64_set_before_the_overlap_term_is_the_fit(gpu):
@@ -631,7 +672,8 @@ def test_recorded_kernel3_tiles():
             # the reprs of its day (fields added since default to off), read back as Tiles3
             recorded = schedule.recorded_kernel3_tiles(info)
             since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11", "check12", "check13",
-                     "check14", "check15", "check16", "check17", "check18", "check19", "check20", "check21")
+                     "check14", "check15", "check16", "check17", "check18", "check19", "check20", "check21",
+                     "check22")
             today = any(f"-l2-{name}" in path.name for name in since)
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             before_barrier = "round_sync" not in info["d64"]["fwd"]  # recorded before the round barrier: none ran
@@ -1075,9 +1117,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _preregistered("check18", {}, measured=_recorded("check18", "check18r"), rule=SPREAD_BEFORE)
                  + _when_measured("check18", "h200", rule=SPREAD_BEFORE)
                  # check19 and check20: causal shapes near and past the knee again, predicted with the spread term
-                 + _both_gpus("check19", rule={}) + _both_gpus("check20", rule={})
-                 # check21: the issue's grid drawn at random once more, the same model
-                 + _both_gpus("check21", rule={}))
+                 + _both_gpus("check19", rule=SYNC_BEFORE) + _both_gpus("check20", rule=SYNC_BEFORE)
+                 # check21 and check22: the issue's grid drawn at random once more, the same model
+                 + _both_gpus("check21", rule=SYNC_BEFORE) + _both_gpus("check22", rule=SYNC_BEFORE))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -1212,6 +1254,10 @@ PREREGISTERED_MISSES = {
     # check21 (the issue's grid again, the same model): eager 8 of 8, kernel 3 20 of 20; FlashAttention-2's d = 64
     # forward+backward at 2 x 2 x 262144 (-32.5%), its fp32 dQ accumulator past the knee, as check64_524288's (-33%)
     ("sdpa_flash", "check21_64_2x2x262144", "fwd_bwd"),
+    # check22 (the issue's grid again, the same model): eager 10 of 10, SDPA flash 20 of 20; kernel 3 at one head of
+    # N = 65536, d = 64 (+47.5%, forward+backward +27.7%), where its barrier-synced rounds re-read none of the 16 MiB
+    # of K and V and the lockstep knee's softness had 40% of them (the sync rule after it: -17.1% and -3.9%)
+    ("flashref", "check22_64_1x1x65536", "fwd"), ("flashref", "check22_64_1x1x65536", "fwd_bwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

@@ -306,6 +306,17 @@ CHECK22 = [
     ("check22_64_1x1x65536", 1, 1, 65536, 64, False), ("check22_64_2x2x196608", 2, 2, 196608, 64, False),
     ("check22_128_1x1x98304", 1, 1, 98304, 128, False), ("check22_128_4x1x98304_causal", 4, 1, 98304, 128, True),
 ]
+# check23: kernel 3's barrier-synced rounds near the knee, after the sync rule (iomodel.dram.scan_bytes: such a pass
+# misses as an LRU's step), which check22's one miss (one head of 65536 at d = 64) led to: eight non-causal shapes
+# drawn with default_rng(20261209) (d 64 or 128; N where one head's K and V hold 16-40 MiB: 65536-163840 at d = 64,
+# 32768-81920 at d = 128; B from 1, 2, 4; H from 1, 2, 4, 8; kept if B·H·N <= 2^21 and not drawn before), predicted
+# with the rule before they were measured (h100-l2-check23-predicted.json, h200-).
+CHECK23 = [
+    ("check23_128_4x1x40960", 4, 1, 40960, 128, False), ("check23_128_1x1x40960", 1, 1, 40960, 128, False),
+    ("check23_128_4x8x40960", 4, 8, 40960, 128, False), ("check23_128_1x1x65536", 1, 1, 65536, 128, False),
+    ("check23_64_1x8x163840", 1, 8, 163840, 64, False), ("check23_128_4x1x32768", 4, 1, 32768, 128, False),
+    ("check23_64_4x4x81920", 4, 4, 81920, 64, False), ("check23_128_4x8x65536", 4, 8, 65536, 128, False),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -335,6 +346,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
+          "check23": CHECK23,
           "softmax_rows": SOFTMAX_ROWS}
 
 

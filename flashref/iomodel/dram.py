@@ -36,7 +36,10 @@ cold and reads each byte it needs at least once (the compulsory reads). Beyond t
    made after the second check and tested on the third). A *rolling* grid (causal, every row block
    scanning its keys from 0, longest first: kernel 3's and kernel 2's causal forwards, kernel 3's dQ
    kernel) starts a head's later passes one CTA at a time, as CTAs end; measured, its re-reads have
-   a later, sharper knee, with its own ``C_roll`` and ``kappa_roll``.
+   a later, sharper knee, with its own ``C_roll`` and ``kappa_roll``. A *synced* pass (kernel 3's rounds
+   past its knee, which a barrier starts together: ``ScanKernel.synced``) misses as the LRU step does, with
+   no softening: measured, its re-reads follow one reuse distance, not the spread of them a wave of drifting
+   CTAs has (``sync_rule``, not fitted; 0: the soft knee, as every prediction up to check22).
 3. *Staggered scans* (FlashAttention-2's causal forward, :func:`staggered_scan_bytes`): its CTAs
    walk their key blocks from the diagonal down, start at different times and never line up, so
    each CTA's reads reuse what the previous row block read. The reuse distance comes from the
@@ -127,7 +130,11 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # the staggered walk's heads that spread beside the schedule's (staggered_scan_bytes), fitted with both
               # of the H100's staggered sets (fit_staggered): how many heads, and over how many head-times
               spread=0.5, spread_time=1.0,
-              spread_rule=1)  # not fitted: the staggered sets fitted with the spread (0: the sets before, spread 0)
+              spread_rule=1,  # not fitted: the staggered sets fitted with the spread (0: the sets before, spread 0)
+              # a pass of CTAs that a barrier starts together (ScanKernel.synced: kernel 3's rounds past its knee)
+              # misses as an LRU does, a step at C_eff; 0: the lockstep sharpness kappa, as every prediction up to
+              # check22
+              sync_rule=1)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its parameters are therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid +
@@ -237,6 +244,12 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     # the knee, and the causal forward at N = 196608 came out 19-21% under.
     rolling = k.rolling and p["rolling_rule"]
     C, kappa = (p["C_roll"], p["kappa_roll"]) if rolling else (p["C_eff"], p["kappa"])
+    # A pass whose CTAs a barrier starts together (kernel 3's rounds past its knee) has one reuse distance, not the
+    # spread of them that the lockstep waves' soft knee stands for: an LRU's step at C_eff (not fitted; measured,
+    # one head of N = 65536 at d = 64 re-reads none of its 16 MiB of K and V, where kappa = 2 had 40% of them; see
+    # figures/gpu/NOTES-l2.md, "Nineteenth round")
+    if k.synced and p["sync_rule"]:
+        kappa = math.inf
     C_lag, kappa_lag = (C, kappa) if rolling and not p["rolling_drift"] else (p["C_eff"], p["kappa"])
     # A tile read by a whole wave at once is held in both L2 partitions. A wave that starts on the
     # diagonal (flashref's causal dK/dV) never reads one tile with all its CTAs at once: held once, as
@@ -672,9 +685,9 @@ def _check_params(params):
              "overlap": (0, True), "overlap_rule": (0, True), "C_rows": (0, False), "kappa_rows": (0, False),
              "softmax_passes": (0, True), "C_roll": (0, False), "kappa_roll": (0, False),
              "rolling_rule": (0, True), "rolling_drift": (0, True), "spread": (0, True), "spread_time": (0, False),
-             "spread_rule": (0, True)}  # (bound, included)
+             "spread_rule": (0, True), "sync_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
-                "spread_rule")
+                "spread_rule", "sync_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
