@@ -317,6 +317,15 @@ CHECK23 = [
     ("check23_64_1x8x163840", 1, 8, 163840, 64, False), ("check23_128_4x1x32768", 4, 1, 32768, 128, False),
     ("check23_64_4x4x81920", 4, 4, 81920, 64, False), ("check23_128_4x8x65536", 4, 8, 65536, 128, False),
 ]
+# check24: check23's rule once more (default_rng(20261210)), after the synced pass's knee was fitted (iomodel.dram
+# fit_sync: C_sync, kappa_sync, on every synced row recorded before check23), predicted with it before they were
+# measured (h100-l2-check24-predicted.json, h200-).
+CHECK24 = [
+    ("check24_128_1x4x81920", 1, 4, 81920, 128, False), ("check24_128_1x1x32768", 1, 1, 32768, 128, False),
+    ("check24_128_4x1x65536", 4, 1, 65536, 128, False), ("check24_64_4x1x163840", 4, 1, 163840, 64, False),
+    ("check24_64_4x1x65536", 4, 1, 65536, 64, False), ("check24_128_2x4x32768", 2, 4, 32768, 128, False),
+    ("check24_64_2x8x81920", 2, 8, 81920, 64, False), ("check24_128_4x8x49152", 4, 8, 49152, 128, False),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -346,7 +355,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
-          "check23": CHECK23,
+          "check23": CHECK23, "check24": CHECK24,
           "softmax_rows": SOFTMAX_ROWS}
 
 

@@ -37,9 +37,9 @@ cold and reads each byte it needs at least once (the compulsory reads). Beyond t
    scanning its keys from 0, longest first: kernel 3's and kernel 2's causal forwards, kernel 3's dQ
    kernel) starts a head's later passes one CTA at a time, as CTAs end; measured, its re-reads have
    a later, sharper knee, with its own ``C_roll`` and ``kappa_roll``. A *synced* pass (kernel 3's rounds
-   past its knee, which a barrier starts together: ``ScanKernel.synced``) misses as the LRU step does, with
-   no softening: measured, its re-reads follow one reuse distance, not the spread of them a wave of drifting
-   CTAs has (``sync_rule``, not fitted; 0: the soft knee, as every prediction up to check22).
+   past its knee, which a barrier starts together: ``ScanKernel.synced``) has one reuse distance, not the
+   spread of them a wave of drifting CTAs has, and a sharper knee of its own, ``C_sync`` and ``kappa_sync``
+   (``sync_rule=0``: the lockstep pair, as every prediction up to check22).
 3. *Staggered scans* (FlashAttention-2's causal forward, :func:`staggered_scan_bytes`): its CTAs
    walk their key blocks from the diagonal down, start at different times and never line up, so
    each CTA's reads reuse what the previous row block read. The reuse distance comes from the
@@ -76,7 +76,8 @@ H100's 50, since a line read by SMs on both sides is held in both partitions), `
 for FlashAttention-2's d = 64 kernel a set of its own (``STAGGERED_D64``), with ``spread`` and ``spread_time``
 shared by all of them; for eager's
 softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); for a rolling grid's re-reads,
-``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`). Everything else (tiles, grids, CTAs
+``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`); for a pass that kernel 3's barrier starts together,
+``C_sync`` and ``kappa_sync`` (:func:`fit_sync`). Everything else (tiles, grids, CTAs
 per SM, scan order) is read from the kernels' source and checked against Nsight's launch statistics
 (:mod:`flashref.schedule`).
 
@@ -131,10 +132,11 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # of the H100's staggered sets (fit_staggered): how many heads, and over how many head-times
               spread=0.5, spread_time=1.0,
               spread_rule=1,  # not fitted: the staggered sets fitted with the spread (0: the sets before, spread 0)
-              # a pass of CTAs that a barrier starts together (ScanKernel.synced: kernel 3's rounds past its knee)
-              # misses as an LRU does, a step at C_eff; 0: the lockstep sharpness kappa, as every prediction up to
-              # check22
-              sync_rule=1)
+              # a pass of CTAs that a barrier starts together (ScanKernel.synced: kernel 3's rounds past its knee):
+              # capacity and sharpness of its own (fitted, fit_sync(), on every such row recorded before check23;
+              # check23 and the knee sweep of today's kernel 3 held out)
+              C_sync=54 * MB, kappa_sync=12.0,
+              sync_rule=1)  # not fitted: that rule (0: C_eff and kappa, as every prediction up to check22)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its parameters are therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid +
@@ -245,11 +247,11 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     rolling = k.rolling and p["rolling_rule"]
     C, kappa = (p["C_roll"], p["kappa_roll"]) if rolling else (p["C_eff"], p["kappa"])
     # A pass whose CTAs a barrier starts together (kernel 3's rounds past its knee) has one reuse distance, not the
-    # spread of them that the lockstep waves' soft knee stands for: an LRU's step at C_eff (not fitted; measured,
-    # one head of N = 65536 at d = 64 re-reads none of its 16 MiB of K and V, where kappa = 2 had 40% of them; see
-    # figures/gpu/NOTES-l2.md, "Nineteenth round")
+    # spread of them that the lockstep waves' soft knee stands for, and a knee of its own, sharper (fit_sync):
+    # measured, one head of N = 65536 at d = 64 re-reads none of its 16 MiB of K and V, where kappa = 2 had 40% of
+    # them, and past 30 MiB a head every synced round re-reads them all (figures/gpu/NOTES-l2.md, "Nineteenth round")
     if k.synced and p["sync_rule"]:
-        kappa = math.inf
+        C, kappa = p["C_sync"], p["kappa_sync"]
     C_lag, kappa_lag = (C, kappa) if rolling and not p["rolling_drift"] else (p["C_eff"], p["kappa"])
     # A tile read by a whole wave at once is held in both L2 partitions. A wave that starts on the
     # diagonal (flashref's causal dK/dV) never reads one tile with all its CTAs at once: held once, as
@@ -685,7 +687,8 @@ def _check_params(params):
              "overlap": (0, True), "overlap_rule": (0, True), "C_rows": (0, False), "kappa_rows": (0, False),
              "softmax_passes": (0, True), "C_roll": (0, False), "kappa_roll": (0, False),
              "rolling_rule": (0, True), "rolling_drift": (0, True), "spread": (0, True), "spread_time": (0, False),
-             "spread_rule": (0, True), "sync_rule": (0, True)}  # (bound, included)
+             "spread_rule": (0, True), "C_sync": (0, False), "kappa_sync": (0, False),
+             "sync_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
                 "spread_rule", "sync_rule")
     for name, v in params.items():
@@ -951,6 +954,55 @@ def fit_rolling(rows, grid=None):
     for impl, _, mode, kw, m, gpu, info in rows:
         with S.kernel3_as_recorded(info):
             parts.append((_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, _is_rolling), gpu, m))
+
+    def loss(point):
+        return sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **point}) / m - 1) ** 2
+                   for part, gpu, m in parts) / len(rows)
+
+    return _grid_search(grid, loss, PARAMS)
+
+
+SYNC_GRID = dict(C_sync=[MB * c for c in range(40, 66, 2)], kappa_sync=[2, 3, 4, 6, 8, 12, 16, 24, math.inf])
+# the recorded runs fit_sync leaves out: those measured after the fit (check23 on, and the knee sweep of today's
+# kernel 3)
+SYNC_HELD_OUT = ("check23", "sweepk3", "check24")
+
+
+def _is_synced(item):
+    """A pass that a barrier starts together (``ScanKernel.synced``): what ``C_sync`` and ``kappa_sync`` change."""
+    return item[0] == "scan" and not item[2] and item[1].synced
+
+
+def recorded_synced_rows(folder, held_out=False, gpus=("h100", "h200")):
+    """The rows of every ``<gpu>-l2*.json`` run in ``folder`` whose call launches a synced pass (kernel 3's rounds
+    with a barrier, as the run recorded its tiles), as (impl, shape, mode, shape kwargs, measured bytes, gpu, kernel
+    3's recorded tiles): the fit set of :func:`fit_sync` (``held_out=False``: every run but SYNC_HELD_OUT and
+    kernel 3's earlier launches, K3_EARLIER_RUNS) or the held-out runs."""
+    rows = []
+    for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
+        name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
+        if path.name.endswith("-predicted.json") or name in K3_EARLIER_RUNS or (name in SYNC_HELD_OUT) != held_out:
+            continue
+        result = json.loads(path.read_text())
+        info, gpu = S.kernel3_info(result), path.name[:4]
+        with S.kernel3_as_recorded(info):
+            rows += [(impl, shape, mode, kw, m, gpu, info) for impl, shape, mode, kw, m in measured_rows(result)
+                     if any(_is_synced(item) for item in _kernels(impl, mode, kw["B"], kw["H"], kw["Nq"], kw["Nk"],
+                                                                  kw["d"], kw["causal"], 2, preset(gpu).sms, True))]
+    return rows
+
+
+def fit_sync(rows, grid=None):
+    """Fit ``C_sync`` and ``kappa_sync`` (the other parameters as in PARAMS and GPU_PARAMS) on ``rows`` of
+    :func:`recorded_synced_rows`, each predicted for its GPU with the kernel 3 tiles its run recorded, minimising the
+    mean squared log-ratio: an exhaustive search over ``grid`` (``SYNC_GRID``). Returns (params, loss)."""
+    grid = grid or SYNC_GRID
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (calls with a synced pass)")
+    parts = []
+    for impl, _, mode, kw, m, gpu, info in rows:
+        with S.kernel3_as_recorded(info):
+            parts.append((_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, _is_synced), gpu, m))
 
     def loss(point):
         return sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **point}) / m - 1) ** 2
