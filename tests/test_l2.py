@@ -702,7 +702,7 @@ def test_recorded_kernel3_tiles():
             recorded = schedule.recorded_kernel3_tiles(info)
             since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11", "check12", "check13",
                      "check14", "check15", "check16", "check17", "check18", "check19", "check20", "check21",
-                     "check22", "check23", "sweepk3")
+                     "check22", "check23", "sweepk3", "check24")
             today = any(f"-l2-{name}" in path.name for name in since)
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             before_barrier = "round_sync" not in info["d64"]["fwd"]  # recorded before the round barrier: none ran
@@ -1152,7 +1152,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check21", rule=SYNC_BEFORE) + _both_gpus("check22", rule=SYNC_BEFORE)
                  # check23: kernel 3's synced rounds near the knee, drawn at random, and the knee sweep measured again
                  # for today's kernel 3, predicted with the sync rule's first form
-                 + _both_gpus("check23", rule=SYNC_FIRST) + _both_gpus("sweepk3", rule=SYNC_FIRST))
+                 + _both_gpus("check23", rule=SYNC_FIRST) + _both_gpus("sweepk3", rule=SYNC_FIRST)
+                 # check24: check23's rule once more, predicted with the synced pass's fitted knee (today's model)
+                 + _both_gpus("check24", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

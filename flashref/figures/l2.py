@@ -57,6 +57,9 @@ KERNEL3_JSON = GRID_JSON.with_name("h100-l2-kernel3.json")
 # kernel 3's 192-row d = 64 forward (the twelfth session's default), measured at its 13 d = 64 non-causal shapes:
 # those rows supersede kernel3's (D.latest), so the model's kernel 3 is set beside the kernel that ran
 KERNEL3C_JSON = GRID_JSON.with_name("h100-l2-kernel3c.json")
+# the knee sweep measured again for kernel 3 as it runs today (with its barrier past the knee, which kernel3's runs
+# predate): its rows supersede kernel3's
+SWEEPK3_JSON = GRID_JSON.with_name("h100-l2-sweepk3.json")
 FIG2 = dict(B=64, H=16, N=1024, d=64)
 MEASURED_B = 8  # the profiled batch of the "fig2" shape; bytes scale with the batch
 IMPL_LABEL = {"eager": "standard (eager PyTorch)", "sdpa_flash": "FlashAttention-2 (SDPA flash)",
@@ -72,9 +75,10 @@ def load_grid(path=GRID_JSON):
 def load_current(groups=("grid", "sweep")):
     """The H100 grid's rows as the shipped kernels measure: kernel 2's (``"flashref2"``) from its
     re-measurement (the median of three runs), kernel 3's (``"flashref"``) from its own (two runs; at d = 64
-    without a mask, the 192-row tile's one run), the others from the grid."""
+    without a mask, the 192-row tile's one run; on the knee sweep, today's kernel's two), the others from the
+    grid."""
     picked = [load_grid()]
-    for path in (FLASHREF_JSON, KERNEL3_JSON, KERNEL3C_JSON):
+    for path in (FLASHREF_JSON, KERNEL3_JSON, KERNEL3C_JSON, SWEEPK3_JSON):
         again = load_grid(path)
         picked.append(dict(again, rows=[r for r in again["rows"] if r["group"] in groups]))
     return D.latest(*picked)

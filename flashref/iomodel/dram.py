@@ -924,7 +924,7 @@ def rolling_rows(result, gpu="h100", impls=("flashref", "flashref2")):
 K3_EARLIER_RUNS = ("kernel3", "kernel3b", "check6", "check6b", "check6br", "check6c", "check6cr", "check6r", "check11",
                    "check11s")
 ROLL_HELD_OUT = ("check13", "check14", "check15", "check16", "check17", "check18", "check18r", "check19", "check20",
-                 "check21")
+                 "check21", "check22", "check23", "sweepk3", "check24")
 
 
 def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200")):
