@@ -80,6 +80,7 @@ class ScanKernel:
     stagger: int = 0
     sms: int = SMS
     synced: bool = False  # a barrier between rounds of tiles: every CTA of a round starts its scan together
+    drift_ramp: bool = False  # the CTAs sharing an SM drift apart over the kernel's first waves, not at once
     # A ragged last tile (N not a multiple of the block): the kernels mask the rows past N, which are never
     # read or written. Every byte of a tile is per row (K_j, V_j; Q_i, dO_i, L_i, D_i, dQ_i; O_i, L_i), so
     # the last scanned tile moves last_scan of a full one's bytes, and the last CTA's own tile last_cta.
@@ -304,12 +305,17 @@ def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagge
 
 
 def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
+    """FlashAttention-2's forward (``flash_fwd_kernel``): grid (Tr, B, H), two CTAs an SM, each walking its key
+    blocks from the last to the first. Past the knee the two CTAs of an SM drift apart; measured, those of the
+    d = 64 kernel (128 x 128 tiles) are half a scan apart from the second wave on, and those of the others (128 x 64
+    at d = 96 and 128, 64 x 64 at d = 256, which spill registers) get there over the kernel's first waves
+    (``drift_ramp``; figures/gpu/NOTES-l2.md, "Nineteenth round")."""
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     BM, BN = _pick(FA2_TILES["fwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                    sms * FA2_CTAS_PER_SM["fwd"], _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
-                   descending=True, sms=sms)
+                   descending=True, sms=sms, drift_ramp=(BM, BN) != FA2_TILES["fwd"][64])
     return _ragged(k, Nk, BN, Nq, BM)
 
 

@@ -326,6 +326,17 @@ CHECK24 = [
     ("check24_64_4x1x65536", 4, 1, 65536, 64, False), ("check24_128_2x4x32768", 2, 4, 32768, 128, False),
     ("check24_64_2x8x81920", 2, 8, 81920, 64, False), ("check24_128_4x8x49152", 4, 8, 49152, 128, False),
 ]
+# check25: FlashAttention-2's non-causal forward past the knee in grids of few waves, after its drift ramp (iomodel.dram
+# fit_drift_ramp: drift_waves, on every such row recorded before): eight shapes drawn with default_rng(20261211) (d from
+# 96, 128, 128, 256; B and H from 1, 2; N from 65536 to 393216; kept if one head's K and V hold at least 32 MiB, the
+# forward's grid has at most 16 waves and the shape was not drawn before), predicted with the ramp before they were
+# measured (h100-l2-check25-predicted.json, h200-).
+CHECK25 = [
+    ("check25_96_2x1x98304", 2, 1, 98304, 96, False), ("check25_128_1x2x65536", 1, 2, 65536, 128, False),
+    ("check25_128_2x1x65536", 2, 1, 65536, 128, False), ("check25_128_2x2x65536", 2, 2, 65536, 128, False),
+    ("check25_96_2x2x98304", 2, 2, 98304, 96, False), ("check25_128_2x2x131072", 2, 2, 131072, 128, False),
+    ("check25_96_1x1x163840", 1, 1, 163840, 96, False), ("check25_256_1x2x81920", 1, 2, 81920, 256, False),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -355,7 +366,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
-          "check23": CHECK23, "check24": CHECK24,
+          "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
           "softmax_rows": SOFTMAX_ROWS}
 
 

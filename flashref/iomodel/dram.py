@@ -77,7 +77,8 @@ for FlashAttention-2's d = 64 kernel a set of its own (``STAGGERED_D64``), with 
 shared by all of them; for eager's
 softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); for a rolling grid's re-reads,
 ``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`); for a pass that kernel 3's barrier starts together,
-``C_sync`` and ``kappa_sync`` (:func:`fit_sync`). Everything else (tiles, grids, CTAs
+``C_sync`` and ``kappa_sync`` (:func:`fit_sync`); for FlashAttention-2's forward kernels but the d = 64 one, the
+waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit_drift_ramp`). Everything else (tiles, grids, CTAs
 per SM, scan order) is read from the kernels' source and checked against Nsight's launch statistics
 (:mod:`flashref.schedule`).
 
@@ -136,7 +137,11 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # capacity and sharpness of its own (fitted, fit_sync(), on every such row recorded before check23;
               # check23 and the knee sweep of today's kernel 3 held out)
               C_sync=54 * MB, kappa_sync=12.0,
-              sync_rule=1)  # not fitted: that rule (0: C_eff and kappa, as every prediction up to check22)
+              sync_rule=1,  # not fitted: that rule (0: C_eff and kappa, as every prediction up to check22)
+              # the waves over which the two CTAs of an SM drift apart in FlashAttention-2's forward kernels but the
+              # d = 64 one (ScanKernel.drift_ramp; fitted, fit_drift_ramp(), on every such row recorded before
+              # check25; 1: at once, as every prediction up to check24)
+              drift_waves=6.0)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its parameters are therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid +
@@ -284,7 +289,10 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     # scan; a group re-reads what the one ahead of it read if that was evicted, i.e. if 1/per_sm of the head's
     # tiles (held twice) outgrow the L2
     lag = _misses(dup * ov * unit / per_sm, C_lag, kappa_lag) if per_sm > 1 else 0.0
-    spread = np.where(wa > 0, 1 + (per_sm - 1) * lag, 1.0)
+    # (FlashAttention-2's forward kernels but the d = 64 one, ScanKernel.drift_ramp: they get there over the kernel's
+    # first drift_waves waves, the drift growing with the wave's index)
+    ramp = np.minimum(1.0, wa / p["drift_waves"]) if k.drift_ramp else 1.0
+    spread = np.where(wa > 0, 1 + (per_sm - 1) * lag * ramp, 1.0)
     read = span * unit  # a head's first pass reads its tiles; a later one what it shares with the last and missed
     read[again] = read[again] - ov * unit + ov * unit * m * spread
     reads = _sequential_sum(read)
@@ -688,7 +696,7 @@ def _check_params(params):
              "softmax_passes": (0, True), "C_roll": (0, False), "kappa_roll": (0, False),
              "rolling_rule": (0, True), "rolling_drift": (0, True), "spread": (0, True), "spread_time": (0, False),
              "spread_rule": (0, True), "C_sync": (0, False), "kappa_sync": (0, False),
-             "sync_rule": (0, True)}  # (bound, included)
+             "sync_rule": (0, True), "drift_waves": (1, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
                 "spread_rule", "sync_rule")
     for name, v in params.items():
@@ -1003,6 +1011,52 @@ def fit_sync(rows, grid=None):
     for impl, _, mode, kw, m, gpu, info in rows:
         with S.kernel3_as_recorded(info):
             parts.append((_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, _is_synced), gpu, m))
+
+    def loss(point):
+        return sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **point}) / m - 1) ** 2
+                   for part, gpu, m in parts) / len(rows)
+
+    return _grid_search(grid, loss, PARAMS)
+
+
+RAMP_GRID = dict(drift_waves=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16])
+# the recorded runs fit_drift_ramp leaves out: those measured after the fit
+RAMP_HELD_OUT = ("check25",)
+
+
+def _is_ramped(item):
+    """A lockstep kernel whose SM's CTAs drift apart over its first waves (``ScanKernel.drift_ramp``): what
+    ``drift_waves`` changes."""
+    return item[0] == "scan" and not item[2] and item[1].drift_ramp
+
+
+def recorded_ramp_rows(folder, held_out=False, gpus=("h100", "h200")):
+    """The rows of every ``<gpu>-l2*.json`` run in ``folder`` whose call launches a kernel with a drift ramp
+    (FlashAttention-2's non-causal forward at a head dim other than 64), as (impl, shape, mode, shape kwargs, measured
+    bytes, gpu, kernel 3's recorded tiles): the fit set of :func:`fit_drift_ramp` (``held_out=False``: every run but
+    RAMP_HELD_OUT) or the held-out runs."""
+    rows = []
+    for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
+        name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
+        if path.name.endswith("-predicted.json") or (name in RAMP_HELD_OUT) != held_out:
+            continue
+        result = json.loads(path.read_text())
+        gpu = path.name[:4]
+        rows += [(impl, shape, mode, kw, m, gpu, None) for impl, shape, mode, kw, m in measured_rows(result)
+                 if any(_is_ramped(item) for item in _kernels(impl, mode, kw["B"], kw["H"], kw["Nq"], kw["Nk"],
+                                                              kw["d"], kw["causal"], 2, preset(gpu).sms, True))]
+    return rows
+
+
+def fit_drift_ramp(rows, grid=None):
+    """Fit ``drift_waves`` (the other parameters as in PARAMS and GPU_PARAMS) on ``rows`` of
+    :func:`recorded_ramp_rows`, minimising the mean squared log-ratio: an exhaustive search over ``grid``
+    (``RAMP_GRID``). Returns (params, loss)."""
+    grid = grid or RAMP_GRID
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (calls with a drift ramp)")
+    parts = [(_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, _is_ramped), gpu, m)
+             for impl, _, mode, kw, m, gpu, _ in rows]
 
     def loss(point):
         return sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **point}) / m - 1) ** 2
