@@ -308,8 +308,8 @@ def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     """FlashAttention-2's forward (``flash_fwd_kernel``): grid (Tr, B, H), two CTAs an SM, each walking its key
     blocks from the last to the first. Past the knee the two CTAs of an SM drift apart; measured, those of the
     d = 64 kernel (128 x 128 tiles) are half a scan apart from the second wave on, and those of the others (128 x 64
-    at d = 96 and 128, 64 x 64 at d = 256, which spill registers) get there over the kernel's first waves
-    (``drift_ramp``; figures/gpu/NOTES-l2.md, "Nineteenth round")."""
+    at d = 96 and 128, 64 x 64 at d = 256) get there over the kernel's first waves (``drift_ramp``; why is open:
+    figures/gpu/NOTES-l2.md, "Nineteenth round")."""
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     BM, BN = _pick(FA2_TILES["fwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)

@@ -434,8 +434,8 @@ SYNC_HELD = _synced_rows(held_out=True)
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SYNC_HELD,
                          ids=[f"{r[5]}-{r[1]}-{r[2]}" for r in SYNC_HELD])
 def test_sync_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, info):
-    """The synced rows held out of fit_sync (check23 and the knee sweep of today's kernel 3), predicted with the
-    tiles their run recorded."""
+    """The synced rows held out of fit_sync (check23, the knee sweep of today's kernel 3, and the sets drawn after the
+    fit), predicted with the tiles their run recorded."""
     with schedule.kernel3_as_recorded(info):
         err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
     assert abs(err) <= 0.25, f"{shape} {mode}: {err:+.1%}"
@@ -747,7 +747,7 @@ def test_recorded_kernel3_tiles():
             recorded = schedule.recorded_kernel3_tiles(info)
             since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11", "check12", "check13",
                      "check14", "check15", "check16", "check17", "check18", "check19", "check20", "check21",
-                     "check22", "check23", "sweepk3", "check24")
+                     "check22", "check23", "sweepk3", "check24", "check25")
             today = any(f"-l2-{name}" in path.name for name in since)
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             before_barrier = "round_sync" not in info["d64"]["fwd"]  # recorded before the round barrier: none ran
@@ -1199,7 +1199,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # for today's kernel 3, predicted with the sync rule's first form
                  + _both_gpus("check23", rule=SYNC_FIRST) + _both_gpus("sweepk3", rule=SYNC_FIRST)
                  # check24: check23's rule once more, predicted with the synced pass's fitted knee (today's model)
-                 + _both_gpus("check24", rule=RAMP_BEFORE))
+                 + _both_gpus("check24", rule=RAMP_BEFORE)
+                 # check25: FlashAttention-2's non-causal forwards past the knee in grids of few waves, predicted with
+                 # its drift ramp (today's model)
+                 + _both_gpus("check25", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

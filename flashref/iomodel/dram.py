@@ -78,8 +78,8 @@ shared by all of them; for eager's
 softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); for a rolling grid's re-reads,
 ``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`); for a pass that kernel 3's barrier starts together,
 ``C_sync`` and ``kappa_sync`` (:func:`fit_sync`); for FlashAttention-2's forward kernels but the d = 64 one, the
-waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit_drift_ramp`). Everything else (tiles, grids, CTAs
-per SM, scan order) is read from the kernels' source and checked against Nsight's launch statistics
+waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit_drift_ramp`). Everything else
+(tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch statistics
 (:mod:`flashref.schedule`).
 
 The closed forms are checked against the cache simulation (:func:`flashref.schedule.simulate`
@@ -932,7 +932,7 @@ def rolling_rows(result, gpu="h100", impls=("flashref", "flashref2")):
 K3_EARLIER_RUNS = ("kernel3", "kernel3b", "check6", "check6b", "check6br", "check6c", "check6cr", "check6r", "check11",
                    "check11s")
 ROLL_HELD_OUT = ("check13", "check14", "check15", "check16", "check17", "check18", "check18r", "check19", "check20",
-                 "check21", "check22", "check23", "sweepk3", "check24")
+                 "check21", "check22", "check23", "sweepk3", "check24", "check25")
 
 
 def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200")):
@@ -973,7 +973,7 @@ def fit_rolling(rows, grid=None):
 SYNC_GRID = dict(C_sync=[MB * c for c in range(40, 66, 2)], kappa_sync=[2, 3, 4, 6, 8, 12, 16, 24, math.inf])
 # the recorded runs fit_sync leaves out: those measured after the fit (check23 on, and the knee sweep of today's
 # kernel 3)
-SYNC_HELD_OUT = ("check23", "sweepk3", "check24")
+SYNC_HELD_OUT = ("check23", "sweepk3", "check24", "check25")
 
 
 def _is_synced(item):
