@@ -337,6 +337,17 @@ CHECK25 = [
     ("check25_96_2x2x98304", 2, 2, 98304, 96, False), ("check25_128_2x2x131072", 2, 2, 131072, 128, False),
     ("check25_96_1x1x163840", 1, 1, 163840, 96, False), ("check25_256_1x2x81920", 1, 2, 81920, 256, False),
 ]
+# check26: the issue's grid drawn at random once more (check21's rule, default_rng(20261212)), with the model as the
+# nineteenth round leaves it (the synced pass's knee, FlashAttention-2's drift ramp), before it was measured
+# (h100-l2-check26-predicted.json, h200-).
+CHECK26 = [
+    ("check26_64_4x8x4096", 4, 8, 4096, 64, False), ("check26_128_8x8x16384_causal", 8, 8, 16384, 128, True),
+    ("check26_128_4x32x1024_causal", 4, 32, 1024, 128, True), ("check26_64_8x8x1536_causal", 8, 8, 1536, 64, True),
+    ("check26_64_4x32x2048_causal", 4, 32, 2048, 64, True), ("check26_128_2x1x98304_causal", 2, 1, 98304, 128, True),
+    ("check26_128_2x2x131072_causal", 2, 2, 131072, 128, True),
+    ("check26_128_1x1x65536_causal", 1, 1, 65536, 128, True), ("check26_128_1x4x196608", 1, 4, 196608, 128, False),
+    ("check26_128_2x1x131072_causal", 2, 1, 131072, 128, True),
+]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -367,6 +378,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
+          "check26": CHECK26,
           "softmax_rows": SOFTMAX_ROWS}
 
 
