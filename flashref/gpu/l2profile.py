@@ -348,6 +348,11 @@ CHECK26 = [
     ("check26_128_1x1x65536_causal", 1, 1, 65536, 128, True), ("check26_128_1x4x196608", 1, 4, 196608, 128, False),
     ("check26_128_2x1x131072_causal", 2, 1, 131072, 128, True),
 ]
+# Not a check, a probe: FlashAttention-2's causal d = 128 forward by the number of heads at and near its knee, after
+# check26 found one head of N = 65536 reading 0.14 GB where four heads read 1.3 GB a head (the model: 0.84 and 1.4):
+# how the heads that run side by side share the L2 (SDPA flash only; predicted before it was measured).
+HEADS128 = [(f"heads128_{N}_h{H}", 1, H, N, 128, True) for N, Hs in ((65536, (1, 2, 3, 4, 8)), (81920, (1, 2, 4)),
+                                                                     (98304, (1, 2))) for H in Hs]
 # Not a check, a probe: eager attention's softmax over rows of Nk keys, across PyTorch's shared-memory limit for
 # its block softmax (about 24512 fp16 elements a row: cunn_SoftMaxForwardSmem below it, cunn_SoftMaxForward's three
 # passes above), which check10 found at Nk = 65536; 16 heads of 256 queries each, measured (eager only), not modelled.
@@ -378,7 +383,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
-          "check26": CHECK26,
+          "check26": CHECK26, "heads128": HEADS128,
           "softmax_rows": SOFTMAX_ROWS}
 
 
