@@ -939,14 +939,13 @@ def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200")):
     """:func:`rolling_rows` of every ``<gpu>-l2*.json`` run in ``folder`` (``figures/gpu``): the fit set
     (``held_out=False``: every run but ROLL_HELD_OUT, kernel 2's rows only of K3_EARLIER_RUNS) or the held-out
     runs."""
+    def skip(name):
+        return (name in ROLL_HELD_OUT) != held_out
+
     rows = []
-    for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
-        if path.name.endswith("-predicted.json"):
-            continue
-        name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
-        if (name in ROLL_HELD_OUT) == held_out:
-            impls = ("flashref2",) if name in K3_EARLIER_RUNS else ("flashref", "flashref2")
-            rows += rolling_rows(json.loads(path.read_text()), path.name[:4], impls)
+    for name, gpu, result in _recorded(folder, gpus, skip):
+        impls = ("flashref2",) if name in K3_EARLIER_RUNS else ("flashref", "flashref2")
+        rows += rolling_rows(result, gpu, impls)
     return rows
 
 
@@ -954,20 +953,44 @@ def fit_rolling(rows, grid=None):
     """Fit ``C_roll`` and ``kappa_roll`` (the other parameters as in PARAMS and GPU_PARAMS) on ``rows`` of
     :func:`rolling_rows`, each predicted for its GPU with the kernel 3 tiles its run recorded, minimising the mean
     squared log-ratio. An exhaustive search over ``grid`` (``ROLL_GRID``). Returns (params, loss)."""
-    grid = grid or ROLL_GRID
     if not rows:
         raise ValueError("rows: no measured rows to fit (flashref's causal calls)")
-    # each row's kernels once, with the tiles its run recorded: the rolling grids are all that the search changes
+    return _fit_kernels(rows, _is_rolling, grid or ROLL_GRID)
+
+
+def _fit_kernels(rows, varies, grid):
+    """The search of the fits of one kind of kernel (:func:`fit_rolling`, :func:`fit_sync`, :func:`fit_drift_ramp`):
+    ``rows`` of (impl, shape, mode, shape kwargs, measured bytes, gpu, kernel 3's recorded tiles), each predicted for
+    its GPU with the tiles its run recorded; the kernels ``varies(item)`` are all that ``grid`` changes, so the rest
+    of each call is predicted once. Minimises the mean squared log-ratio; returns (params, loss)."""
     parts = []
     for impl, _, mode, kw, m, gpu, info in rows:
         with S.kernel3_as_recorded(info):
-            parts.append((_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, _is_rolling), gpu, m))
+            parts.append((_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, varies), gpu, m))
 
     def loss(point):
         return sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **point}) / m - 1) ** 2
                    for part, gpu, m in parts) / len(rows)
 
     return _grid_search(grid, loss, PARAMS)
+
+
+def _recorded(folder, gpus, skip):
+    """(run name, gpu, result) of every recorded ``<gpu>-l2*.json`` run in ``folder`` whose name ``skip`` keeps."""
+    for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
+        name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
+        if not path.name.endswith("-predicted.json") and not skip(name):
+            yield name, path.name[:4], json.loads(path.read_text())
+
+
+def _launching(result, gpu, varies):
+    """:func:`measured_rows` of a recorded run whose call launches a kernel ``varies(item)``, as :func:`_fit_kernels`
+    takes them (kernel 3's tiles as the run recorded them)."""
+    info = S.kernel3_info(result)
+    with S.kernel3_as_recorded(info):
+        return [(impl, shape, mode, kw, m, gpu, info) for impl, shape, mode, kw, m in measured_rows(result)
+                if any(varies(item) for item in _kernels(impl, mode, kw["B"], kw["H"], kw["Nq"], kw["Nk"], kw["d"],
+                                                         kw["causal"], 2, preset(gpu).sms, True))]
 
 
 SYNC_GRID = dict(C_sync=[MB * c for c in range(40, 66, 2)], kappa_sync=[2, 3, 4, 6, 8, 12, 16, 24, math.inf])
@@ -986,37 +1009,18 @@ def recorded_synced_rows(folder, held_out=False, gpus=("h100", "h200")):
     with a barrier, as the run recorded its tiles), as (impl, shape, mode, shape kwargs, measured bytes, gpu, kernel
     3's recorded tiles): the fit set of :func:`fit_sync` (``held_out=False``: every run but SYNC_HELD_OUT and
     kernel 3's earlier launches, K3_EARLIER_RUNS) or the held-out runs."""
-    rows = []
-    for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
-        name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
-        if path.name.endswith("-predicted.json") or name in K3_EARLIER_RUNS or (name in SYNC_HELD_OUT) != held_out:
-            continue
-        result = json.loads(path.read_text())
-        info, gpu = S.kernel3_info(result), path.name[:4]
-        with S.kernel3_as_recorded(info):
-            rows += [(impl, shape, mode, kw, m, gpu, info) for impl, shape, mode, kw, m in measured_rows(result)
-                     if any(_is_synced(item) for item in _kernels(impl, mode, kw["B"], kw["H"], kw["Nq"], kw["Nk"],
-                                                                  kw["d"], kw["causal"], 2, preset(gpu).sms, True))]
-    return rows
+    def skip(name):
+        return name in K3_EARLIER_RUNS or (name in SYNC_HELD_OUT) != held_out
+
+    return [row for _, gpu, result in _recorded(folder, gpus, skip) for row in _launching(result, gpu, _is_synced)]
 
 
 def fit_sync(rows, grid=None):
     """Fit ``C_sync`` and ``kappa_sync`` (the other parameters as in PARAMS and GPU_PARAMS) on ``rows`` of
-    :func:`recorded_synced_rows`, each predicted for its GPU with the kernel 3 tiles its run recorded, minimising the
-    mean squared log-ratio: an exhaustive search over ``grid`` (``SYNC_GRID``). Returns (params, loss)."""
-    grid = grid or SYNC_GRID
+    :func:`recorded_synced_rows` (:func:`_fit_kernels`; ``grid``: ``SYNC_GRID``). Returns (params, loss)."""
     if not rows:
         raise ValueError("rows: no measured rows to fit (calls with a synced pass)")
-    parts = []
-    for impl, _, mode, kw, m, gpu, info in rows:
-        with S.kernel3_as_recorded(info):
-            parts.append((_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, _is_synced), gpu, m))
-
-    def loss(point):
-        return sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **point}) / m - 1) ** 2
-                   for part, gpu, m in parts) / len(rows)
-
-    return _grid_search(grid, loss, PARAMS)
+    return _fit_kernels(rows, _is_synced, grid or SYNC_GRID)
 
 
 RAMP_GRID = dict(drift_waves=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16])
@@ -1035,34 +1039,18 @@ def recorded_ramp_rows(folder, held_out=False, gpus=("h100", "h200")):
     (FlashAttention-2's non-causal forward at a head dim other than 64), as (impl, shape, mode, shape kwargs, measured
     bytes, gpu, kernel 3's recorded tiles): the fit set of :func:`fit_drift_ramp` (``held_out=False``: every run but
     RAMP_HELD_OUT) or the held-out runs."""
-    rows = []
-    for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
-        name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
-        if path.name.endswith("-predicted.json") or (name in RAMP_HELD_OUT) != held_out:
-            continue
-        result = json.loads(path.read_text())
-        gpu = path.name[:4]
-        rows += [(impl, shape, mode, kw, m, gpu, None) for impl, shape, mode, kw, m in measured_rows(result)
-                 if any(_is_ramped(item) for item in _kernels(impl, mode, kw["B"], kw["H"], kw["Nq"], kw["Nk"],
-                                                              kw["d"], kw["causal"], 2, preset(gpu).sms, True))]
-    return rows
+    def skip(name):
+        return (name in RAMP_HELD_OUT) != held_out
+
+    return [row for _, gpu, result in _recorded(folder, gpus, skip) for row in _launching(result, gpu, _is_ramped)]
 
 
 def fit_drift_ramp(rows, grid=None):
     """Fit ``drift_waves`` (the other parameters as in PARAMS and GPU_PARAMS) on ``rows`` of
-    :func:`recorded_ramp_rows`, minimising the mean squared log-ratio: an exhaustive search over ``grid``
-    (``RAMP_GRID``). Returns (params, loss)."""
-    grid = grid or RAMP_GRID
+    :func:`recorded_ramp_rows` (:func:`_fit_kernels`; ``grid``: ``RAMP_GRID``). Returns (params, loss)."""
     if not rows:
         raise ValueError("rows: no measured rows to fit (calls with a drift ramp)")
-    parts = [(_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, _is_ramped), gpu, m)
-             for impl, _, mode, kw, m, gpu, _ in rows]
-
-    def loss(point):
-        return sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **point}) / m - 1) ** 2
-                   for part, gpu, m in parts) / len(rows)
-
-    return _grid_search(grid, loss, PARAMS)
+    return _fit_kernels(rows, _is_ramped, grid or RAMP_GRID)
 
 
 ROWS_GRID = dict(C_rows=[MB * c for c in range(16, 65)], kappa_rows=[2, 3, 4, 6, 8, 12, 16, 24])
