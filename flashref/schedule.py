@@ -62,7 +62,9 @@ class ScanKernel:
     ``(c * stagger) % n_tiles`` and wraps. ``launch[p]`` is the block index the p-th CTA of a head
     launched runs (causal: longest first). ``heads_first``: the grid's fastest axis is the head. ``synced``: a
     barrier starts each round of CTAs together (kernel 3's persistent launches past its knee), so every CTA of a
-    pass reads a tile at one reuse distance (the L2 model's pass misses as an LRU's step there).
+    pass reads a tile at one reuse distance (the L2 model gives such a pass a sharper knee of its own).
+    ``drift_ramp``: the CTAs sharing an SM drift apart over the kernel's first waves (FlashAttention-2's forward
+    kernels but the d = 64 one), not from the second wave on.
     """
 
     name: str
@@ -456,7 +458,7 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     takes a barrier between its rounds there (``kernel3.round_sync``): each round of tiles starts together, and
     the same shapes read 4.71 GB, the same in every round ("Fifteenth round"). The schedule is that lockstep one,
     ``synced``."""
-    from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES
+    from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES, round_sync
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     t = tiles or _tiles3(TILES, d, causal, "forward")
     if t.persistent and causal and not t.dynamic:  # a static stride over tiles of unequal length
@@ -465,7 +467,6 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)
     heads_first = bool(causal) and (t.heads_first if t.heads_first is not None else d in HEADS_FIRST_CAUSAL)
-    from .gpu.kernel3 import round_sync
     k = ScanKernel("flashref kernel 3 fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                    sms * _k3_ctas_per_sm(t.smem_bytes(d, e), _k3_launch_warps(t)),
                    _row_ranges(Tr, Tc, BM, BN, causal, Nk), launch, heads_first=heads_first, sms=sms,
@@ -498,13 +499,12 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     L_i, D_i read once, dQ_i written once) scans K_j, V_j from 0 up; causal, the longest rows first. Past the knee
     (``kernel3_bwd.dq_round_sync``, not causal) one program per SM takes the grid's tiles in rounds with a barrier
     between them: the same waves, which the one-tile-a-program launch kept below the knee only (``synced``)."""
-    from .gpu.kernel3_bwd import BWD_TILES
+    from .gpu.kernel3_bwd import BWD_TILES, dq_round_sync
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     tq = (tiles or _tiles3(BWD_TILES, d, causal, "backward")).dq_tiles
     BM, BN = 128, tq.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)
-    from .gpu.kernel3_bwd import dq_round_sync
     k = ScanKernel("flashref kernel 3 dQ", BH, Tc, 2 * BN * d * e, 0, 2 * BM * d * e + 8 * BM, BM * d * e,
                    sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), K3_WS_WARPS), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                    launch, sms=sms, synced=dq_round_sync(tq, Nk, d, causal, e))

@@ -299,7 +299,7 @@ SHARED_STAG = {k: D.STAGGERED_BEFORE_SPREAD["h100"][k] for k in ("C_stag", "kapp
 # and every set up to check16 before a rolling grid's passes had a knee of their own (rolling_rule), and check17 with
 # its first form, whose SM drift term used the rolling pair too (rolling_drift=0; the pair fitted then: 60 MiB, 12)
 # and every set up to check18 before the staggered walk's heads spread (spread_rule=0: the staggered sets before it)
-# and every set up to check22 before a pass that a barrier starts together missed as an LRU does (sync_rule=0)
+# and every set up to check22 before a pass that a barrier starts together had a knee of its own (sync_rule=0)
 # and every set up to check24 before FlashAttention-2's forward kernels but the d = 64 one drifted apart over their
 # first waves (drift_waves=1: at once)
 RAMP_BEFORE = dict(drift_waves=1.0)
@@ -1198,7 +1198,8 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check23: kernel 3's synced rounds near the knee, drawn at random, and the knee sweep measured again
                  # for today's kernel 3, predicted with the sync rule's first form
                  + _both_gpus("check23", rule=SYNC_FIRST) + _both_gpus("sweepk3", rule=SYNC_FIRST)
-                 # check24: check23's rule once more, predicted with the synced pass's fitted knee (today's model)
+                 # check24: check23's rule once more, predicted with the synced pass's fitted knee, before the drift
+                 # ramp
                  + _both_gpus("check24", rule=RAMP_BEFORE)
                  # check25: FlashAttention-2's non-causal forwards past the knee in grids of few waves, predicted with
                  # its drift ramp (today's model)
@@ -1342,7 +1343,7 @@ PREREGISTERED_MISSES = {
     ("sdpa_flash", "check21_64_2x2x262144", "fwd_bwd"),
     # check22 (the issue's grid again, the same model): eager 10 of 10, SDPA flash 20 of 20; kernel 3 at one head of
     # N = 65536, d = 64 (+47.5%, forward+backward +27.7%), where its barrier-synced rounds re-read none of the 16 MiB
-    # of K and V and the lockstep knee's softness had 40% of them (the sync rule after it: -17.1% and -3.9%)
+    # of K and V and the lockstep knee's softness had 40% of them (the synced pass's own knee after it: -9.5% and +0.5%)
     ("flashref", "check22_64_1x1x65536", "fwd"), ("flashref", "check22_64_1x1x65536", "fwd_bwd"),
     # check23 (the sync rule's first form, a step at C_eff): kernel 3 15 of 16, SDPA flash 15 of 16, eager 6 of 6. The
     # step came too early for kernel 3's d = 128 forward at one head of 40960 (+42.4%: 20 MiB of K and V a head, which

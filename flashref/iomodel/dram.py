@@ -79,8 +79,8 @@ softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); 
 ``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`); for a pass that kernel 3's barrier starts together,
 ``C_sync`` and ``kappa_sync`` (:func:`fit_sync`); for FlashAttention-2's forward kernels but the d = 64 one, the
 waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit_drift_ramp`). Everything else
-(tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch statistics
-(:mod:`flashref.schedule`).
+(tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch
+statistics (:mod:`flashref.schedule`).
 
 The closed forms are checked against the cache simulation (:func:`flashref.schedule.simulate`
 on an :class:`flashref.l2.L2Cache`) where both run, with ``kappa`` large (LRU).
@@ -976,7 +976,8 @@ def _fit_kernels(rows, varies, grid):
 
 
 def _recorded(folder, gpus, skip):
-    """(run name, gpu, result) of every recorded ``<gpu>-l2*.json`` run in ``folder`` whose name ``skip`` keeps."""
+    """(run name, gpu, result) of every recorded ``<gpu>-l2*.json`` run in ``folder``, but those whose name
+    ``skip(name)`` rejects."""
     for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
         name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
         if not path.name.endswith("-predicted.json") and not skip(name):
