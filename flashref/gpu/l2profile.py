@@ -348,6 +348,15 @@ CHECK26 = [
     ("check26_128_1x1x65536_causal", 1, 1, 65536, 128, True), ("check26_128_1x4x196608", 1, 4, 196608, 128, False),
     ("check26_128_2x1x131072_causal", 2, 1, 131072, 128, True),
 ]
+# check27: the issue's grid drawn at random once more (check21's rule, each shape once, default_rng(20261213)), with
+# the model that predicted check26, before it was measured (h100-l2-check27-predicted.json, h200-).
+CHECK27 = [
+    ("check27_64_4x16x3072", 4, 16, 3072, 64, False), ("check27_64_4x16x12288", 4, 16, 12288, 64, False),
+    ("check27_64_4x16x4096", 4, 16, 4096, 64, False), ("check27_64_8x32x1536", 8, 32, 1536, 64, False),
+    ("check27_64_2x32x4096_causal", 2, 32, 4096, 64, True), ("check27_128_2x1x131072", 2, 1, 131072, 128, False),
+    ("check27_128_2x2x262144", 2, 2, 262144, 128, False), ("check27_64_2x2x262144_causal", 2, 2, 262144, 64, True),
+    ("check27_64_1x2x65536", 1, 2, 65536, 64, False), ("check27_128_1x2x262144_causal", 1, 2, 262144, 128, True),
+]
 # Not a check, a probe: FlashAttention-2's causal d = 128 forward by the number of heads at and near its knee, after
 # check26 found one head of N = 65536 reading 0.14 GB where four heads read 1.3 GB a head (the model: 0.84 and 1.4):
 # how the heads that run side by side share the L2 (SDPA flash only; predicted before it was measured).
@@ -383,7 +392,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
-          "check26": CHECK26, "heads128": HEADS128,
+          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27,
           "softmax_rows": SOFTMAX_ROWS}
 
 
