@@ -357,6 +357,16 @@ CHECK27 = [
     ("check27_128_2x2x262144", 2, 2, 262144, 128, False), ("check27_64_2x2x262144_causal", 2, 2, 262144, 64, True),
     ("check27_64_1x2x65536", 1, 2, 65536, 64, False), ("check27_128_1x2x262144_causal", 1, 2, 262144, 128, True),
 ]
+# check28: the issue's grid drawn at random once more (check27's rule, default_rng(20261214)), with the model that
+# predicted check26 and check27, before it was measured (h100-l2-check28-predicted.json, h200-).
+CHECK28 = [
+    ("check28_128_8x16x3072", 8, 16, 3072, 128, False), ("check28_128_2x16x6144_causal", 2, 16, 6144, 128, True),
+    ("check28_64_2x32x1024_causal", 2, 32, 1024, 64, True), ("check28_64_8x8x2048_causal", 8, 8, 2048, 64, True),
+    ("check28_64_1x32x3072", 1, 32, 3072, 64, False), ("check28_64_4x1x262144", 4, 1, 262144, 64, False),
+    ("check28_64_2x2x98304", 2, 2, 98304, 64, False), ("check28_128_2x2x98304_causal", 2, 2, 98304, 128, True),
+    ("check28_64_4x1x131072_causal", 4, 1, 131072, 64, True),
+    ("check28_128_4x1x196608_causal", 4, 1, 196608, 128, True),
+]
 # Not a check, a probe: FlashAttention-2's causal d = 128 forward by the number of heads at and near its knee, after
 # check26 found one head of N = 65536 reading 0.14 GB where four heads read 1.3 GB a head (the model: 0.84 and 1.4):
 # how the heads that run side by side share the L2 (SDPA flash only; predicted before it was measured).
@@ -392,7 +402,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
-          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27,
+          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
           "softmax_rows": SOFTMAX_ROWS}
 
 
