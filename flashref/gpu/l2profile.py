@@ -367,6 +367,15 @@ CHECK28 = [
     ("check28_64_4x1x131072_causal", 4, 1, 131072, 64, True),
     ("check28_128_4x1x196608_causal", 4, 1, 196608, 128, True),
 ]
+# check29: the issue's grid drawn at random once more (check27's rule, default_rng(20261215)), the same model, before
+# it was measured (h100-l2-check29-predicted.json, h200-).
+CHECK29 = [
+    ("check29_128_4x16x1536", 4, 16, 1536, 128, False), ("check29_128_8x8x6144_causal", 8, 8, 6144, 128, True),
+    ("check29_128_8x8x3072_causal", 8, 8, 3072, 128, True), ("check29_128_2x32x6144", 2, 32, 6144, 128, False),
+    ("check29_128_2x32x12288_causal", 2, 32, 12288, 128, True), ("check29_64_1x4x196608", 1, 4, 196608, 64, False),
+    ("check29_128_2x1x262144", 2, 1, 262144, 128, False), ("check29_128_2x1x65536_causal", 2, 1, 65536, 128, True),
+    ("check29_64_1x2x98304", 1, 2, 98304, 64, False), ("check29_64_1x4x262144_causal", 1, 4, 262144, 64, True),
+]
 # Not a check, a probe: FlashAttention-2's causal d = 128 forward by the number of heads at and near its knee, after
 # check26 found one head of N = 65536 reading 0.14 GB where four heads read 1.3 GB a head (the model: 0.84 and 1.4):
 # how the heads that run side by side share the L2 (SDPA flash only; predicted before it was measured).
@@ -402,7 +411,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
-          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
+          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28, "check29": CHECK29,
           "softmax_rows": SOFTMAX_ROWS}
 
 
