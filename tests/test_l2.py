@@ -589,15 +589,16 @@ ROLL_HELD = _rolling_rows(held_out=True)
 def test_rolling_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, info):
     """flashref's causal rows of the runs held out of the fit (ROLL_HELD_OUT: check13-check16 predicted before the
     rule with the lockstep waves' knee, five of them 25-28% over; check17 with its first form, the later ones with it):
-    today's model, within 25% but for two, kernel 3's d = 64 forward at 1 x 8 x 262144 in check19 (-26.8%) and at
-    2 x 2 x 262144 in check27 (-27.2%), past the knee."""
+    today's model, within 25% but for three, kernel 3's d = 64 forward at 1 x 8 x 262144 in check19 (-26.8%) and at
+    2 x 2 x 262144 in check27 (-27.2%) and at 1 x 4 x 262144 in check29 (-27.1%), past the knee."""
     with schedule.kernel3_as_recorded(info):
         err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
     _within_25_percent(err, (gpu, impl, shape, mode), ROLL_HELD_MISSES, 0.30)
 
 
 ROLL_HELD_MISSES = {("h100", "flashref", "check19_64_1x8x262144_causal", "fwd"),
-                    ("h100", "flashref", "check27_64_2x2x262144_causal", "fwd")}
+                    ("h100", "flashref", "check27_64_2x2x262144_causal", "fwd"),
+                    ("h100", "flashref", "check29_64_1x4x262144_causal", "fwd")}
 
 
 SOFTMAX_PROBE = json.loads((REPO / "figures" / "gpu" / "h100-l2-softmax-rows.json").read_text())
@@ -753,7 +754,7 @@ def test_recorded_kernel3_tiles():
             recorded = schedule.recorded_kernel3_tiles(info)
             since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11", "check12", "check13",
                      "check14", "check15", "check16", "check17", "check18", "check19", "check20", "check21",
-                     "check22", "check23", "sweepk3", "check24", "check25", "check26", "check27", "check28")
+                     "check22", "check23", "sweepk3", "check24", "check25", "check26", "check27", "check28", "check29")
             today = any(f"-l2-{name}" in path.name for name in since)
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             before_barrier = "round_sync" not in info["d64"]["fwd"]  # recorded before the round barrier: none ran
@@ -1213,8 +1214,8 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check26: the issue's grid drawn at random once more, and a probe of FlashAttention-2's causal d = 128
                  # forward by heads near its knee after it (heads128), both predicted with today's model
                  + _both_gpus("check26", rule={}) + _when_measured("heads128", "h100", rule={})
-                 # check27 and check28: the issue's grid once more, the same model
-                 + _both_gpus("check27", rule={}) + _both_gpus("check28", rule={}))
+                 # check27-check29: the issue's grid once more, the same model
+                 + _both_gpus("check27", rule={}) + _both_gpus("check28", rule={}) + _both_gpus("check29", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -1378,6 +1379,14 @@ PREREGISTERED_MISSES = {
     # d = 64 forward+backward at 4 x 1 x 262144 (-27.1%; the forward -17.2%), the fp32 dQ accumulator past the knee, as
     # check21's
     ("sdpa_flash", "check28_64_4x1x262144", "fwd_bwd"),
+    # check29 (the issue's grid again, the same model): eager 8 of 8, kernel 3 19 of 20, SDPA flash 16 of 20, every
+    # miss in a class listed above: FlashAttention-2's causal d = 128 forward at two heads of 65536 (+52.9%,
+    # forward+backward +41.3%), the heads beside a lone head at the knee, as heads128's two heads; its causal d = 64
+    # forward at 1 x 4 x 262144 (+51.4%, forward+backward +46.9%), the spread far past the knee, as check19's and
+    # check27's; kernel 3's (-27.1%), past the rolling knee, as theirs
+    ("sdpa_flash", "check29_128_2x1x65536_causal", "fwd"), ("sdpa_flash", "check29_128_2x1x65536_causal", "fwd_bwd"),
+    ("sdpa_flash", "check29_64_1x4x262144_causal", "fwd"), ("sdpa_flash", "check29_64_1x4x262144_causal", "fwd_bwd"),
+    ("flashref", "check29_64_1x4x262144_causal", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
