@@ -376,6 +376,11 @@ CHECK29 = [
     ("check29_128_2x1x262144", 2, 1, 262144, 128, False), ("check29_128_2x1x65536_causal", 2, 1, 65536, 128, True),
     ("check29_64_1x2x98304", 1, 2, 98304, 64, False), ("check29_64_1x4x262144_causal", 1, 4, 262144, 64, True),
 ]
+# Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
+# check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
+# both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
+# measured).
+KNEE64C = [(f"knee64c_{N}_h{H}", 1, H, N, 64, True) for N in (196608, 229376, 262144, 327680) for H in (1, 2, 4)]
 # Not a check, a probe: FlashAttention-2's causal d = 128 forward by the number of heads at and near its knee, after
 # check26 found one head of N = 65536 reading 0.14 GB where four heads read 1.3 GB a head (the model: 0.84 and 1.4):
 # how the heads that run side by side share the L2 (SDPA flash only; predicted before it was measured).
@@ -411,7 +416,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
-          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28, "check29": CHECK29,
+          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28, "check29": CHECK29, "knee64c": KNEE64C,
           "softmax_rows": SOFTMAX_ROWS}
 
 
