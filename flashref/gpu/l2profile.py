@@ -416,7 +416,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
-          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28, "check29": CHECK29, "knee64c": KNEE64C,
+          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
+          "check29": CHECK29, "knee64c": KNEE64C,
           "softmax_rows": SOFTMAX_ROWS}
 
 

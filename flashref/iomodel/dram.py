@@ -78,7 +78,8 @@ shared by all of them; for eager's
 softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); for a rolling grid's re-reads,
 ``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`); for a pass that kernel 3's barrier starts together,
 ``C_sync`` and ``kappa_sync`` (:func:`fit_sync`); for FlashAttention-2's forward kernels but the d = 64 one, the
-waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit_drift_ramp`). Everything else
+waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit_drift_ramp`); for a rolling grid,
+the capacity the drift between its SM's CTAs sees, ``C_rdrift`` (:func:`fit_rolling_drift`). Everything else
 (tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch
 statistics (:mod:`flashref.schedule`).
 
@@ -141,7 +142,11 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # the waves over which the two CTAs of an SM drift apart in FlashAttention-2's forward kernels but the
               # d = 64 one (ScanKernel.drift_ramp; fitted, fit_drift_ramp(), on every such row recorded before
               # check25; 1: at once, as every prediction up to check24)
-              drift_waves=6.0)
+              drift_waves=6.0,
+              # the capacity the drift between the CTAs sharing an SM sees in a rolling grid (its sharpness stays
+              # kappa; fitted, fit_rolling_drift(), on every rolling row recorded before check22)
+              C_rdrift=35 * MB,
+              rdrift_rule=1)  # not fitted: that rule (0: C_eff, as every prediction up to check29 and knee64c)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its parameters are therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid +
@@ -258,6 +263,13 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     if k.synced and p["sync_rule"]:
         C, kappa = p["C_sync"], p["kappa_sync"]
     C_lag, kappa_lag = (C, kappa) if rolling and not p["rolling_drift"] else (p["C_eff"], p["kappa"])
+    # In a rolling grid the next pass rolls in while the last one still runs, and its tiles share the L2 with the
+    # groups of an SM's drifting CTAs: measured, the model with C_eff there was 23-36% under kernel 3's causal d = 64
+    # forward from 56 MiB of K and V a head on (N = 229376), at every number of heads, and within 5% at 48 MiB
+    # (figures/gpu/NOTES-l2.md, "Twentieth round"). The drift's knee keeps its sharpness and gets a capacity of its
+    # own, fitted (fit_rolling_drift)
+    if rolling and p["rolling_drift"] and p["rdrift_rule"]:
+        C_lag = p["C_rdrift"]
     # A tile read by a whole wave at once is held in both L2 partitions. A wave that starts on the
     # diagonal (flashref's causal dK/dV) never reads one tile with all its CTAs at once: held once, as
     # in the staggered walk below. (The non-causal dK/dV walk, staggered with wrap-around, should by
@@ -696,9 +708,10 @@ def _check_params(params):
              "softmax_passes": (0, True), "C_roll": (0, False), "kappa_roll": (0, False),
              "rolling_rule": (0, True), "rolling_drift": (0, True), "spread": (0, True), "spread_time": (0, False),
              "spread_rule": (0, True), "C_sync": (0, False), "kappa_sync": (0, False),
-             "sync_rule": (0, True), "drift_waves": (1, True)}  # (bound, included)
+             "sync_rule": (0, True), "drift_waves": (1, True), "C_rdrift": (0, False),
+             "rdrift_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
-                "spread_rule", "sync_rule")
+                "spread_rule", "sync_rule", "rdrift_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
@@ -933,15 +946,15 @@ K3_EARLIER_RUNS = ("kernel3", "kernel3b", "check6", "check6b", "check6br", "chec
                    "check11s")
 ROLL_HELD_OUT = ("check13", "check14", "check15", "check16", "check17", "check18", "check18r", "check19", "check20",
                  "check21", "check22", "check23", "sweepk3", "check24", "check25", "check26", "heads128",
-                 "check27", "check28", "check29")
+                 "check27", "check28", "check29", "knee64c")
 
 
-def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200")):
+def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200"), held=ROLL_HELD_OUT):
     """:func:`rolling_rows` of every ``<gpu>-l2*.json`` run in ``folder`` (``figures/gpu``): the fit set
-    (``held_out=False``: every run but ROLL_HELD_OUT, kernel 2's rows only of K3_EARLIER_RUNS) or the held-out
+    (``held_out=False``: every run but ``held``, kernel 2's rows only of K3_EARLIER_RUNS) or the held-out
     runs."""
     def skip(name):
-        return (name in ROLL_HELD_OUT) != held_out
+        return (name in held) != held_out
 
     rows = []
     for name, gpu, result in _recorded(folder, gpus, skip):
@@ -957,6 +970,22 @@ def fit_rolling(rows, grid=None):
     if not rows:
         raise ValueError("rows: no measured rows to fit (flashref's causal calls)")
     return _fit_kernels(rows, _is_rolling, grid or ROLL_GRID)
+
+
+RDRIFT_GRID = dict(C_rdrift=[MB * c for c in range(24, 49)])
+# the recorded runs fit_rolling_drift leaves out: those measured after the fit (check22 on; knee64c, which found the
+# drift's own knee, among them)
+RDRIFT_HELD_OUT = ("check22", "check23", "sweepk3", "check24", "check25", "check26", "heads128", "check27", "check28",
+                   "check29", "knee64c")
+
+
+def fit_rolling_drift(rows, grid=None):
+    """Fit ``C_rdrift`` (the other parameters as in PARAMS and GPU_PARAMS) on ``rows`` of :func:`rolling_rows`
+    (:func:`recorded_rolling_rows` with ``held=RDRIFT_HELD_OUT``; ``grid``: ``RDRIFT_GRID``). Returns (params,
+    loss)."""
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (flashref's causal calls)")
+    return _fit_kernels(rows, _is_rolling, grid or RDRIFT_GRID)
 
 
 def _fit_kernels(rows, varies, grid):
@@ -998,7 +1027,7 @@ def _launching(result, gpu, varies):
 SYNC_GRID = dict(C_sync=[MB * c for c in range(40, 66, 2)], kappa_sync=[2, 3, 4, 6, 8, 12, 16, 24, math.inf])
 # the recorded runs fit_sync leaves out: those measured after the fit (check23 on, and the knee sweep of today's
 # kernel 3)
-SYNC_HELD_OUT = ("check23", "sweepk3", "check24", "check25", "check26", "check27", "check28", "check29")
+SYNC_HELD_OUT = ("check23", "sweepk3", "check24", "check25", "check26", "check27", "check28", "check29", "knee64c")
 
 
 def _is_synced(item):
@@ -1027,7 +1056,7 @@ def fit_sync(rows, grid=None):
 
 RAMP_GRID = dict(drift_waves=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16])
 # the recorded runs fit_drift_ramp leaves out: those measured after the fit
-RAMP_HELD_OUT = ("check25", "check26", "heads128", "check27", "check28", "check29")
+RAMP_HELD_OUT = ("check25", "check26", "heads128", "check27", "check28", "check29", "knee64c")
 
 
 def _is_ramped(item):
