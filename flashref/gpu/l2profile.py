@@ -376,6 +376,25 @@ CHECK29 = [
     ("check29_128_2x1x262144", 2, 1, 262144, 128, False), ("check29_128_2x1x65536_causal", 2, 1, 65536, 128, True),
     ("check29_64_1x2x98304", 1, 2, 98304, 64, False), ("check29_64_1x4x262144_causal", 1, 4, 262144, 64, True),
 ]
+# check30: kernel 3's causal d = 64 forward past its knee, after the SM drift's own capacity in a rolling grid
+# (iomodel.dram C_rdrift, fitted on the rolling rows recorded before check22): eight shapes drawn with
+# default_rng(20261216) (B from 1, 2; H from 1, 2, 3, 4, 6, 8; N from 131072 to 393216; kept if B·H·N <= 2^21 and not
+# drawn before), predicted with it before they were measured (h100-l2-check30-predicted.json, h200-).
+CHECK30 = [
+    ("check30_64_2x4x163840_causal", 2, 4, 163840, 64, True), ("check30_64_1x2x294912_causal", 1, 2, 294912, 64, True),
+    ("check30_64_2x3x131072_causal", 2, 3, 131072, 64, True), ("check30_64_2x6x131072_causal", 2, 6, 131072, 64, True),
+    ("check30_64_1x3x131072_causal", 1, 3, 131072, 64, True), ("check30_64_2x2x393216_causal", 2, 2, 393216, 64, True),
+    ("check30_64_2x3x163840_causal", 2, 3, 163840, 64, True), ("check30_64_1x4x393216_causal", 1, 4, 393216, 64, True),
+]
+# check31: the issue's grid drawn at random once more (check27's rule, default_rng(20261217)), the model with C_rdrift,
+# before it was measured (h100-l2-check31-predicted.json, h200-).
+CHECK31 = [
+    ("check31_128_8x32x2048", 8, 32, 2048, 128, False), ("check31_128_1x16x8192_causal", 1, 16, 8192, 128, True),
+    ("check31_64_1x8x16384", 1, 8, 16384, 64, False), ("check31_64_4x8x3072", 4, 8, 3072, 64, False),
+    ("check31_128_8x8x8192", 8, 8, 8192, 128, False), ("check31_128_2x2x98304", 2, 2, 98304, 128, False),
+    ("check31_128_1x1x131072", 1, 1, 131072, 128, False), ("check31_64_4x1x196608", 4, 1, 196608, 64, False),
+    ("check31_128_2x2x262144_causal", 2, 2, 262144, 128, True), ("check31_128_4x1x98304", 4, 1, 98304, 128, False),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -417,7 +436,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
           "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
-          "check29": CHECK29, "knee64c": KNEE64C,
+          "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "softmax_rows": SOFTMAX_ROWS}
 
 
