@@ -989,7 +989,8 @@ def fit_rolling_drift(rows, grid=None):
 
 
 def _fit_kernels(rows, varies, grid):
-    """The search of the fits of one kind of kernel (:func:`fit_rolling`, :func:`fit_sync`, :func:`fit_drift_ramp`):
+    """The search of the fits of one kind of kernel (:func:`fit_rolling`, :func:`fit_rolling_drift`, :func:`fit_sync`,
+    :func:`fit_drift_ramp`):
     ``rows`` of (impl, shape, mode, shape kwargs, measured bytes, gpu, kernel 3's recorded tiles), each predicted for
     its GPU with the tiles its run recorded; the kernels ``varies(item)`` are all that ``grid`` changes, so the rest
     of each call is predicted once. Minimises the mean squared log-ratio; returns (params, loss)."""
