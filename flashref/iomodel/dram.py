@@ -146,7 +146,12 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # the capacity the drift between the CTAs sharing an SM sees in a rolling grid (its sharpness stays
               # kappa; fitted, fit_rolling_drift(), on every rolling row recorded before check22)
               C_rdrift=35 * MB,
-              rdrift_rule=1)  # not fitted: that rule (0: C_eff, as every prediction up to check29 and knee64c)
+              rdrift_rule=1,  # not fitted: that rule (0: C_eff, as every prediction up to check29 and knee64c)
+              # the waves of its own head's CTAs up to which the staggered walk's heads spread in full; a head of more
+              # waves has the spread in proportion (fitted, fit_spread_waves(), on every FlashAttention-2 causal row
+              # recorded before check22)
+              spread_waves=4.0,
+              swaves_rule=1)  # not fitted: that rule (0: the spread in full at every N, as every prediction to check31)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its parameters are therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid +
@@ -416,6 +421,13 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
         other, ramp, earlier = (x[again] for x in _other_heads_prefix(k, his))
         # the heads that spread beside the schedule's: ramped up over spread_time, at most those that have ended
         more_heads = np.minimum(p["spread"] * np.minimum(1.0, ramp / p["spread_time"]), earlier)
+        # A head of many waves runs mostly alone: the CTAs of the heads beside it can drift in only while the two
+        # overlap, about R of a head's T CTAs. Measured, FlashAttention-2's d = 64 walk reads the same bytes a head at
+        # one, two and four heads of N = 262144-327680 (2048-2560 CTAs a head, 8-10 waves), where the spread in
+        # full put four heads 49-56% over (figures/gpu/NOTES-l2.md, "Twentieth round"). So the spread is in full
+        # up to spread_waves waves of a head's CTAs, and in proportion past them (fitted, fit_spread_waves)
+        if p["swaves_rule"]:
+            more_heads = more_heads * min(1.0, p["spread_waves"] * R / T)
         D = np.where(in_first, min(R, k.heads * T) * r, his[at] + lag * R * r)[:, None] \
             + overlap * (other + more_heads * his.max())
         m = _misses_np(D * unit, C, kappa).mean(axis=1)
@@ -709,9 +721,9 @@ def _check_params(params):
              "rolling_rule": (0, True), "rolling_drift": (0, True), "spread": (0, True), "spread_time": (0, False),
              "spread_rule": (0, True), "C_sync": (0, False), "kappa_sync": (0, False),
              "sync_rule": (0, True), "drift_waves": (1, True), "C_rdrift": (0, False),
-             "rdrift_rule": (0, True)}  # (bound, included)
+             "rdrift_rule": (0, True), "spread_waves": (0, False), "swaves_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
-                "spread_rule", "sync_rule", "rdrift_rule")
+                "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
@@ -986,6 +998,38 @@ def fit_rolling_drift(rows, grid=None):
     if not rows:
         raise ValueError("rows: no measured rows to fit (flashref's causal calls)")
     return _fit_kernels(rows, _is_rolling, grid or RDRIFT_GRID)
+
+
+SWAVES_GRID = dict(spread_waves=[1, 1.5, 2, 3, 4, 5, 6, 8, 12, 16])
+# the recorded runs fit_spread_waves leaves out: check22 on (knee64c and check30, which found the rule, among them),
+# and those measured after the fit (check32 on)
+SWAVES_HELD_OUT = RDRIFT_HELD_OUT
+
+
+def recorded_staggered_rows(folder, held_out=False, gpus=("h100", "h200")):
+    """The rows of every ``<gpu>-l2*.json`` run in ``folder`` whose call launches a staggered walk (FlashAttention-2's
+    causal forward, forward and forward+backward): the fit set of :func:`fit_spread_waves` (every run but
+    SWAVES_HELD_OUT) or the held-out runs."""
+    def skip(name):
+        return (name in SWAVES_HELD_OUT) != held_out
+
+    return [row for _, gpu, result in _recorded(folder, gpus, skip) for row in _launching(result, gpu, _is_staggered)]
+
+
+def fit_spread_waves(rows, grid=None):
+    """Fit ``spread_waves`` (the other parameters as :func:`dram` takes them: PARAMS, the GPU's and, at d = 64, the
+    d = 64 staggered set) on ``rows`` of :func:`recorded_staggered_rows` (``grid``: ``SWAVES_GRID``), minimising the
+    mean squared log-ratio. Returns (params, loss)."""
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (FlashAttention-2's causal calls)")
+    parts = [(_split(impl, mode, kw, gpu, _params(gpu, kw["d"], True), _is_staggered), _params(gpu, kw["d"], True), m)
+             for impl, _, mode, kw, m, gpu, _ in rows]
+
+    def loss(point):
+        return sum(math.log1p(_split_total(part, {**base, **point}) / m - 1) ** 2
+                   for part, base, m in parts) / len(rows)
+
+    return _grid_search(grid or SWAVES_GRID, loss, PARAMS)
 
 
 def _fit_kernels(rows, varies, grid):
