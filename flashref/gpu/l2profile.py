@@ -395,6 +395,28 @@ CHECK31 = [
     ("check31_128_1x1x131072", 1, 1, 131072, 128, False), ("check31_64_4x1x196608", 4, 1, 196608, 64, False),
     ("check31_128_2x2x262144_causal", 2, 2, 262144, 128, True), ("check31_128_4x1x98304", 4, 1, 98304, 128, False),
 ]
+# check32: FlashAttention-2's and kernel 3's causal forwards with few heads at long N, after the staggered walk's
+# spread_waves and kernel 3's C_rdrift: eight shapes drawn with default_rng(20261218) (B from 1, 2; H from 1, 2, 3, 4,
+# 6, 8; B·H >= 2; N from 98304 to 393216; d 64 or 128; kept if B·H·N <= 2^21 and not drawn before), predicted with
+# both before they were measured (h100-l2-check32-predicted.json, h200-).
+CHECK32 = [
+    ("check32_64_1x6x163840_causal", 1, 6, 163840, 64, True), ("check32_64_1x2x393216_causal", 1, 2, 393216, 64, True),
+    ("check32_64_1x6x262144_causal", 1, 6, 262144, 64, True), ("check32_64_2x1x262144_causal", 2, 1, 262144, 64, True),
+    ("check32_64_2x1x294912_causal", 2, 1, 294912, 64, True),
+    ("check32_128_1x6x163840_causal", 1, 6, 163840, 128, True),
+    ("check32_64_1x8x163840_causal", 1, 8, 163840, 64, True),
+    ("check32_128_1x4x262144_causal", 1, 4, 262144, 128, True),
+]
+# check33: the issue's grid drawn at random once more (check27's rule, default_rng(20261219)), the model with both,
+# before it was measured (h100-l2-check33-predicted.json, h200-).
+CHECK33 = [
+    ("check33_64_8x16x6144_causal", 8, 16, 6144, 64, True), ("check33_64_4x8x12288_causal", 4, 8, 12288, 64, True),
+    ("check33_128_2x16x4096_causal", 2, 16, 4096, 128, True), ("check33_128_8x32x4096", 8, 32, 4096, 128, False),
+    ("check33_128_4x16x12288_causal", 4, 16, 12288, 128, True), ("check33_128_2x1x196608", 2, 1, 196608, 128, False),
+    ("check33_64_4x1x131072", 4, 1, 131072, 64, False), ("check33_64_1x1x98304", 1, 1, 98304, 64, False),
+    ("check33_64_4x1x65536_causal", 4, 1, 65536, 64, True),
+    ("check33_128_1x1x262144_causal", 1, 1, 262144, 128, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -437,6 +459,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
           "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
+          "check32": CHECK32, "check33": CHECK33,
           "softmax_rows": SOFTMAX_ROWS}
 
 
