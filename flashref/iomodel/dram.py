@@ -73,8 +73,8 @@ model follows the forward's passes (:func:`_softmax`, ``C_rows``, ``kappa_rows``
 H100's 50, since a line read by SMs on both sides is held in both partitions), ``kappa``,
 ``alpha`` and ``rho``; and, for staggered scans only, ``C_stag``, ``kappa_stag``, ``lag`` and ``overlap``
 (:func:`fit_staggered`), per GPU (``GPU_PARAMS``: the H200, with the H100's L2, needs its own), and
-for FlashAttention-2's d = 64 kernel a set of its own (``STAGGERED_D64``), with ``spread`` and ``spread_time``
-shared by all of them; for eager's
+for FlashAttention-2's d = 64 kernel a set of its own (``STAGGERED_D64``), with ``spread``, ``spread_time`` and
+``spread_waves`` (:func:`fit_spread_waves`) shared by all of them; for eager's
 softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); for a rolling grid's re-reads,
 ``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`); for a pass that kernel 3's barrier starts together,
 ``C_sync`` and ``kappa_sync`` (:func:`fit_sync`); for FlashAttention-2's forward kernels but the d = 64 one, the
@@ -393,7 +393,9 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
       launched before and no longer running on the schedule), reached linearly over the first ``spread_time``
       head-times (one head's CTAs' steps over the resident slots) of the kernel. Measured, the walk's re-reads a
       head rise with the number of heads up to about eight, then stay (figures/gpu/NOTES-l2.md, "Eighteenth
-      round"). ``spread = 0`` leaves it out, as every prediction up to check18 did.
+      round"). ``spread = 0`` leaves it out, as every prediction up to check18 did. A head of more than
+      ``spread_waves`` waves of CTAs runs mostly alone, and the heads beside it spread in proportion
+      (``spread_waves · R / T``; ``swaves_rule = 0``: in full at every N, as every prediction up to check31).
 
     A re-read misses with ``miss(D)`` of its own effective capacity and sharpness (``C_stag``,
     ``kappa_stag``): no tile is shared by a whole wave at once, so the two partitions do not both
