@@ -608,7 +608,7 @@ ROLL_HELD_MISSES = {("h100", "flashref", "knee64c_262144_h1", "fwd"), ("h100", "
 
 
 # The SM drift's own capacity in a rolling grid (C_rdrift): fitted on every rolling row recorded before check22 (the
-# rolling fit set and check13-check21), check22 on held out: the knee64c probe among them, and check30 and check31
+# rolling fit set and check13-check21), check22 on held out: the knee64c probe among them, and check30 to check33
 # measured after the fit.
 def _rdrift_rows(held_out):
     return D.recorded_rolling_rows(REPO / "figures" / "gpu", held_out, held=D.RDRIFT_HELD_OUT)
@@ -627,8 +627,9 @@ def test_rolling_drift_capacity_is_the_fit():
 
 
 def test_rolling_drift_only_where_an_sm_runs_several_ctas_of_a_rolling_grid():
-    """C_rdrift moves the drift term of a rolling grid alone (kernel 3's and kernel 2's causal forwards, kernel 3's dQ
-    kernel); rdrift_rule=0 is the knee at C_eff. Past the knee it adds bytes, below it none."""
+    """C_rdrift moves the drift term of a rolling grid alone, which only a grid of several CTAs an SM has (kernel 3's
+    and kernel 2's causal d = 64 forwards; kernel 3's dQ kernel runs one); rdrift_rule=0 is the knee at C_eff. Past
+    the knee it adds bytes, below it none."""
     kw = dict(B=1, H=4, Nq=262144, Nk=262144, d=64)
     for impl, causal, differs in (("flashref", True, True), ("flashref2", True, True), ("flashref", False, False),
                                   ("sdpa_flash", True, False), ("eager", False, False)):
