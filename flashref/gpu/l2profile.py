@@ -417,6 +417,16 @@ CHECK33 = [
     ("check33_64_4x1x65536_causal", 4, 1, 65536, 64, True),
     ("check33_128_1x1x262144_causal", 1, 1, 262144, 128, True),
 ]
+# check34: the issue's grid drawn at random once more (check27's rule, default_rng(20261220)), the model of check33,
+# before it was measured (h100-l2-check34-predicted.json, h200-).
+CHECK34 = [
+    ("check34_128_4x16x1024", 4, 16, 1024, 128, False), ("check34_64_2x32x1024", 2, 32, 1024, 64, False),
+    ("check34_64_4x16x2048", 4, 16, 2048, 64, False), ("check34_128_8x8x6144", 8, 8, 6144, 128, False),
+    ("check34_128_4x8x16384", 4, 8, 16384, 128, False), ("check34_64_1x4x98304", 1, 4, 98304, 64, False),
+    ("check34_128_4x1x65536_causal", 4, 1, 65536, 128, True), ("check34_64_1x1x98304_causal", 1, 1, 98304, 64, True),
+    ("check34_64_1x1x131072_causal", 1, 1, 131072, 64, True),
+    ("check34_128_1x2x196608_causal", 1, 2, 196608, 128, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -459,7 +469,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
           "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
-          "check32": CHECK32, "check33": CHECK33,
+          "check32": CHECK32, "check33": CHECK33, "check34": CHECK34,
           "softmax_rows": SOFTMAX_ROWS}
 
 
