@@ -1012,42 +1012,35 @@ def recorded_staggered_rows(folder, held_out=False, gpus=("h100", "h200")):
     """The rows of every ``<gpu>-l2*.json`` run in ``folder`` whose call launches a staggered walk (FlashAttention-2's
     causal forward, forward and forward+backward): the fit set of :func:`fit_spread_waves` (every run but
     SWAVES_HELD_OUT) or the held-out runs."""
-    def skip(name):
-        return (name in SWAVES_HELD_OUT) != held_out
-
-    return [row for _, gpu, result in _recorded(folder, gpus, skip) for row in _launching(result, gpu, _is_staggered)]
+    return _held_rows(folder, held_out, gpus, SWAVES_HELD_OUT, _is_staggered)
 
 
 def fit_spread_waves(rows, grid=None):
     """Fit ``spread_waves`` (the other parameters as :func:`dram` takes them: PARAMS, the GPU's and, at d = 64, the
-    d = 64 staggered set) on ``rows`` of :func:`recorded_staggered_rows` (``grid``: ``SWAVES_GRID``), minimising the
-    mean squared log-ratio. Returns (params, loss)."""
+    d = 64 staggered set) on ``rows`` of :func:`recorded_staggered_rows` (:func:`_fit_kernels`; ``grid``:
+    ``SWAVES_GRID``). Returns (params, loss)."""
     if not rows:
         raise ValueError("rows: no measured rows to fit (FlashAttention-2's causal calls)")
-    parts = [(_split(impl, mode, kw, gpu, _params(gpu, kw["d"], True), _is_staggered), _params(gpu, kw["d"], True), m)
-             for impl, _, mode, kw, m, gpu, _ in rows]
-
-    def loss(point):
-        return sum(math.log1p(_split_total(part, {**base, **point}) / m - 1) ** 2
-                   for part, base, m in parts) / len(rows)
-
-    return _grid_search(grid or SWAVES_GRID, loss, PARAMS)
+    return _fit_kernels(rows, _is_staggered, grid or SWAVES_GRID)
 
 
 def _fit_kernels(rows, varies, grid):
     """The search of the fits of one kind of kernel (:func:`fit_rolling`, :func:`fit_rolling_drift`, :func:`fit_sync`,
-    :func:`fit_drift_ramp`):
+    :func:`fit_drift_ramp`, :func:`fit_spread_waves`):
     ``rows`` of (impl, shape, mode, shape kwargs, measured bytes, gpu, kernel 3's recorded tiles), each predicted for
-    its GPU with the tiles its run recorded; the kernels ``varies(item)`` are all that ``grid`` changes, so the rest
-    of each call is predicted once. Minimises the mean squared log-ratio; returns (params, loss)."""
+    its GPU with the tiles its run recorded and the parameters :func:`dram` gives the call (:func:`_params`: PARAMS,
+    the GPU's, and FlashAttention-2's d = 64 staggered set for its causal calls); the kernels ``varies(item)`` are all
+    that ``grid`` changes, so the rest of each call is predicted once. Minimises the mean squared log-ratio; returns
+    (params, loss)."""
     parts = []
     for impl, _, mode, kw, m, gpu, info in rows:
+        base = _params(gpu, kw["d"], impl == "sdpa_flash" and kw["causal"])
         with S.kernel3_as_recorded(info):
-            parts.append((_split(impl, mode, kw, gpu, {**PARAMS, **GPU_PARAMS[gpu]}, varies), gpu, m))
+            parts.append((_split(impl, mode, kw, gpu, base, varies), base, m))
 
     def loss(point):
-        return sum(math.log1p(_split_total(part, {**PARAMS, **GPU_PARAMS[gpu], **point}) / m - 1) ** 2
-                   for part, gpu, m in parts) / len(rows)
+        return sum(math.log1p(_split_total(part, {**base, **point}) / m - 1) ** 2
+                   for part, base, m in parts) / len(rows)
 
     return _grid_search(grid, loss, PARAMS)
 
@@ -1059,6 +1052,16 @@ def _recorded(folder, gpus, skip):
         name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
         if not path.name.endswith("-predicted.json") and not skip(name):
             yield name, path.name[:4], json.loads(path.read_text())
+
+
+def _held_rows(folder, held_out, gpus, held, varies, also_skip=()):
+    """:func:`_launching` rows (kernels ``varies(item)``) of every recorded run in ``folder`` of ``gpus``: the fit set
+    (``held_out=False``: every run but those named in ``held``) or the held-out runs; runs in ``also_skip`` in
+    neither."""
+    def skip(name):
+        return name in also_skip or (name in held) != held_out
+
+    return [row for _, gpu, result in _recorded(folder, gpus, skip) for row in _launching(result, gpu, varies)]
 
 
 def _launching(result, gpu, varies):
@@ -1088,10 +1091,7 @@ def recorded_synced_rows(folder, held_out=False, gpus=("h100", "h200")):
     with a barrier, as the run recorded its tiles), as (impl, shape, mode, shape kwargs, measured bytes, gpu, kernel
     3's recorded tiles): the fit set of :func:`fit_sync` (``held_out=False``: every run but SYNC_HELD_OUT and
     kernel 3's earlier launches, K3_EARLIER_RUNS) or the held-out runs."""
-    def skip(name):
-        return name in K3_EARLIER_RUNS or (name in SYNC_HELD_OUT) != held_out
-
-    return [row for _, gpu, result in _recorded(folder, gpus, skip) for row in _launching(result, gpu, _is_synced)]
+    return _held_rows(folder, held_out, gpus, SYNC_HELD_OUT, _is_synced, also_skip=K3_EARLIER_RUNS)
 
 
 def fit_sync(rows, grid=None):
@@ -1119,10 +1119,7 @@ def recorded_ramp_rows(folder, held_out=False, gpus=("h100", "h200")):
     (FlashAttention-2's non-causal forward at a head dim other than 64), as (impl, shape, mode, shape kwargs, measured
     bytes, gpu, kernel 3's recorded tiles): the fit set of :func:`fit_drift_ramp` (``held_out=False``: every run but
     RAMP_HELD_OUT) or the held-out runs."""
-    def skip(name):
-        return (name in RAMP_HELD_OUT) != held_out
-
-    return [row for _, gpu, result in _recorded(folder, gpus, skip) for row in _launching(result, gpu, _is_ramped)]
+    return _held_rows(folder, held_out, gpus, RAMP_HELD_OUT, _is_ramped)
 
 
 def fit_drift_ramp(rows, grid=None):
