@@ -427,6 +427,25 @@ CHECK34 = [
     ("check34_64_1x1x131072_causal", 1, 1, 131072, 64, True),
     ("check34_128_1x2x196608_causal", 1, 2, 196608, 128, True),
 ]
+# check35: the issue's grid drawn at random once more (check27's rule, default_rng(20261221)), the model of check34,
+# before it was measured (h100-l2-check35-predicted.json, h200-).
+CHECK35 = [
+    ("check35_128_2x16x3072_causal", 2, 16, 3072, 128, True), ("check35_64_8x8x12288", 8, 8, 12288, 64, False),
+    ("check35_64_8x8x4096", 8, 8, 4096, 64, False), ("check35_128_1x8x12288", 1, 8, 12288, 128, False),
+    ("check35_64_1x32x12288_causal", 1, 32, 12288, 64, True),
+    ("check35_128_1x4x98304_causal", 1, 4, 98304, 128, True), ("check35_64_2x1x196608", 2, 1, 196608, 64, False),
+    ("check35_128_1x4x98304", 1, 4, 98304, 128, False), ("check35_64_1x2x196608", 1, 2, 196608, 64, False),
+    ("check35_64_2x2x65536_causal", 2, 2, 65536, 64, True),
+]
+# check36: the same rule, default_rng(20261222), drawn after check35 and predicted with it.
+CHECK36 = [
+    ("check36_64_4x32x3072", 4, 32, 3072, 64, False), ("check36_128_4x16x2048_causal", 4, 16, 2048, 128, True),
+    ("check36_128_8x16x4096_causal", 8, 16, 4096, 128, True), ("check36_128_1x32x3072", 1, 32, 3072, 128, False),
+    ("check36_64_2x16x2048_causal", 2, 16, 2048, 64, True), ("check36_128_1x4x131072", 1, 4, 131072, 128, False),
+    ("check36_64_1x4x262144", 1, 4, 262144, 64, False),
+    ("check36_128_2x1x262144_causal", 2, 1, 262144, 128, True),
+    ("check36_64_4x1x262144_causal", 4, 1, 262144, 64, True), ("check36_64_2x1x262144", 2, 1, 262144, 64, False),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -469,7 +488,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
           "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
-          "check32": CHECK32, "check33": CHECK33, "check34": CHECK34,
+          "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "softmax_rows": SOFTMAX_ROWS}
 
 
