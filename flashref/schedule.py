@@ -64,7 +64,8 @@ class ScanKernel:
     barrier starts each round of CTAs together (kernel 3's persistent launches past its knee), so every CTA of a
     pass reads a tile at one reuse distance (the L2 model gives such a pass a sharper knee of its own).
     ``drift_ramp``: the CTAs sharing an SM drift apart over the kernel's first waves (FlashAttention-2's forward
-    kernels but the d = 64 one), not from the second wave on.
+    kernels but the d = 64 one), not from the second wave on. ``comes_apart``: a pass's CTAs, one an SM, drift apart
+    more the longer the kernel has run (FlashAttention-2's backward on its 128 x 128 tiles).
     """
 
     name: str
@@ -83,6 +84,7 @@ class ScanKernel:
     sms: int = SMS
     synced: bool = False  # a barrier between rounds of tiles: every CTA of a round starts its scan together
     drift_ramp: bool = False  # the CTAs sharing an SM drift apart over the kernel's first waves, not at once
+    comes_apart: bool = False  # a pass's CTAs drift apart more the longer the kernel has run
     # A ragged last tile (N not a multiple of the block): the kernels mask the rows past N, which are never
     # read or written. Every byte of a tile is per row (K_j, V_j; Q_i, dO_i, L_i, D_i, dQ_i; O_i, L_i), so
     # the last scanned tile moves last_scan of a full one's bytes, and the last CTA's own tile last_cta.
@@ -344,12 +346,17 @@ def fa2_num_splits(BH, Nq, Nk, d, sms=SMS):
 
 
 def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
+    """FlashAttention-2's backward (``flash_bwd_dq_dk_dv_loop_seqk_parallel``): grid (Tc, B, H), one CTA an SM, each
+    column block of keys walking the query blocks from the last down, adding its part of dQ to an fp32 buffer with
+    atomics. Past the knee the passes of its d = 64 kernel (128 x 128 tiles) come apart more the longer the kernel has
+    run (``comes_apart``; measured, the d = 128 kernel's do not: figures/gpu/NOTES-l2.md, "Twenty-first round")."""
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     BM, BN = _pick(FA2_TILES["bwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
                    2 * BN * d * e, 2 * BN * d * e, sms * FA2_CTAS_PER_SM["bwd"],
-                   _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms)
+                   _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms,
+                   comes_apart=(BM, BN) == FA2_TILES["bwd"][64])
     return _ragged(k, Nq, BM, Nk, BN)
 
 

@@ -151,7 +151,12 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # waves has the spread in proportion (fitted, fit_spread_waves(), on every FlashAttention-2 causal row
               # recorded before check22)
               spread_waves=4.0,
-              swaves_rule=1)  # not fitted: that rule (0: the spread in full at every N, as every prediction to check31)
+              swaves_rule=1,  # not fitted: that rule (0: the spread in full at every N, as every prediction to check31)
+              # FlashAttention-2's d = 64 backward: the steps its passes stay together, and the steps over which they
+              # come apart by e-fold after (ScanKernel.comes_apart; fitted, fit_apart(), on every such row recorded
+              # before check22)
+              apart_steps=40000.0, apart_tau=60000.0,
+              apart_rule=1)  # not fitted: that rule (0: a lockstep pass at any length, as every prediction to check36)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its parameters are therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid +
@@ -310,6 +315,15 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     # first drift_waves waves, the drift growing with the wave's index)
     ramp = np.minimum(1.0, wa / p["drift_waves"]) if k.drift_ramp else 1.0
     spread = np.where(wa > 0, 1 + (per_sm - 1) * lag * ramp, 1.0)
+    # FlashAttention-2's d = 64 backward (ScanKernel.comes_apart), one CTA an SM, has no SM drift, and its passes
+    # come apart the longer it has run instead: measured past the knee, its bytes beyond the lockstep pass's grow with
+    # the steps (waves times the query tiles a CTA walks) it has run, none at 32 thousand, 10-35% of the backward's at
+    # 100-127 thousand, 8x at 286 thousand (figures/gpu/NOTES-l2.md, "Twenty-first round"). A pass that starts t steps
+    # into the kernel reads what it re-reads exp((t - apart_steps) / apart_tau) times: once up to apart_steps, then
+    # once for each L2's worth of tiles its spreading CTAs lie apart, at most once a CTA. Fitted (fit_apart)
+    if k.comes_apart and p["apart_rule"]:
+        t = wa * float(np.mean([k.span(a, b) for a, b in k.ranges]))  # steps: a wave walks a CTA's scan
+        spread = spread * np.minimum(np.exp(np.clip((t - p["apart_steps"]) / p["apart_tau"], 0.0, 50.0)), k.resident)
     read = span * unit  # a head's first pass reads its tiles; a later one what it shares with the last and missed
     read[again] = read[again] - ov * unit + ov * unit * m * spread
     reads = _sequential_sum(read)
@@ -723,9 +737,10 @@ def _check_params(params):
              "rolling_rule": (0, True), "rolling_drift": (0, True), "spread": (0, True), "spread_time": (0, False),
              "spread_rule": (0, True), "C_sync": (0, False), "kappa_sync": (0, False),
              "sync_rule": (0, True), "drift_waves": (1, True), "C_rdrift": (0, False),
-             "rdrift_rule": (0, True), "spread_waves": (0, False), "swaves_rule": (0, True)}  # (bound, included)
+             "rdrift_rule": (0, True), "spread_waves": (0, False), "swaves_rule": (0, True),
+             "apart_steps": (0, True), "apart_tau": (0, False), "apart_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
-                "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule")
+                "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
@@ -960,7 +975,8 @@ K3_EARLIER_RUNS = ("kernel3", "kernel3b", "check6", "check6b", "check6br", "chec
                    "check11s")
 ROLL_HELD_OUT = ("check13", "check14", "check15", "check16", "check17", "check18", "check18r", "check19", "check20",
                  "check21", "check22", "check23", "sweepk3", "check24", "check25", "check26", "heads128",
-                 "check27", "check28", "check29", "knee64c", "check30", "check31", "check32", "check33", "check34")
+                 "check27", "check28", "check29", "knee64c", "check30", "check31", "check32", "check33", "check34",
+                 "check35", "check36")
 
 
 def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200"), held=ROLL_HELD_OUT):
@@ -990,7 +1006,8 @@ RDRIFT_GRID = dict(C_rdrift=[MB * c for c in range(24, 49)])
 # the recorded runs fit_rolling_drift leaves out: check22 on (knee64c, which found the drift's own knee, among them),
 # and those measured after the fit (check30 on)
 RDRIFT_HELD_OUT = ("check22", "check23", "sweepk3", "check24", "check25", "check26", "heads128", "check27", "check28",
-                   "check29", "knee64c", "check30", "check31", "check32", "check33", "check34")
+                   "check29", "knee64c", "check30", "check31", "check32", "check33", "check34", "check35",
+                   "check36")
 
 
 def fit_rolling_drift(rows, grid=None):
@@ -1024,9 +1041,36 @@ def fit_spread_waves(rows, grid=None):
     return _fit_kernels(rows, _is_staggered, grid or SWAVES_GRID)
 
 
+APART_GRID = dict(apart_steps=[0.0, 1e4, 2e4, 3e4, 4e4, 5e4, 6e4, 7e4, 8e4],
+                  apart_tau=[2e4, 3e4, 4e4, 5e4, 6e4, 8e4, 1e5, 1.2e5, 1.6e5])
+# the recorded runs fit_apart leaves out: check22 on (of the rows that found the rule, check21's is in the fit set,
+# check28's and check36's held out)
+APART_HELD_OUT = RDRIFT_HELD_OUT
+
+
+def _is_apart(item):
+    """A lockstep kernel whose passes come apart with the steps it has run (``ScanKernel.comes_apart``): what
+    ``apart_steps`` and ``apart_tau`` change."""
+    return item[0] == "scan" and not item[2] and item[1].comes_apart
+
+
+def recorded_apart_rows(folder, held_out=False, gpus=("h100", "h200")):
+    """The rows of every ``<gpu>-l2*.json`` run in ``folder`` whose call launches FlashAttention-2's d = 64 backward
+    (forward+backward): the fit set of :func:`fit_apart` (every run but APART_HELD_OUT) or the held-out runs."""
+    return _held_rows(folder, held_out, gpus, APART_HELD_OUT, _is_apart)
+
+
+def fit_apart(rows, grid=None):
+    """Fit ``apart_steps`` and ``apart_tau`` on ``rows`` of :func:`recorded_apart_rows` (:func:`_fit_kernels`;
+    ``grid``: ``APART_GRID``). Returns (params, loss)."""
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (FlashAttention-2's d = 64 backward)")
+    return _fit_kernels(rows, _is_apart, grid or APART_GRID)
+
+
 def _fit_kernels(rows, varies, grid):
     """The search of the fits of one kind of kernel (:func:`fit_rolling`, :func:`fit_rolling_drift`, :func:`fit_sync`,
-    :func:`fit_drift_ramp`, :func:`fit_spread_waves`):
+    :func:`fit_drift_ramp`, :func:`fit_spread_waves`, :func:`fit_apart`):
     ``rows`` of (impl, shape, mode, shape kwargs, measured bytes, gpu, kernel 3's recorded tiles), each predicted for
     its GPU with the tiles its run recorded and the parameters :func:`dram` gives the call (:func:`_params`: PARAMS,
     the GPU's, and FlashAttention-2's d = 64 staggered set for its causal calls); the kernels ``varies(item)`` are all
@@ -1078,7 +1122,7 @@ SYNC_GRID = dict(C_sync=[MB * c for c in range(40, 66, 2)], kappa_sync=[2, 3, 4,
 # the recorded runs fit_sync leaves out: those measured after the fit (check23 on, and the knee sweep of today's
 # kernel 3)
 SYNC_HELD_OUT = ("check23", "sweepk3", "check24", "check25", "check26", "check27", "check28", "check29", "knee64c",
-                 "check30", "check31", "check32", "check33", "check34")
+                 "check30", "check31", "check32", "check33", "check34", "check35", "check36")
 
 
 def _is_synced(item):
@@ -1105,7 +1149,7 @@ def fit_sync(rows, grid=None):
 RAMP_GRID = dict(drift_waves=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16])
 # the recorded runs fit_drift_ramp leaves out: those measured after the fit
 RAMP_HELD_OUT = ("check25", "check26", "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31",
-                 "check32", "check33", "check34")
+                 "check32", "check33", "check34", "check35", "check36")
 
 
 def _is_ramped(item):
