@@ -446,6 +446,18 @@ CHECK36 = [
     ("check36_128_2x1x262144_causal", 2, 1, 262144, 128, True),
     ("check36_64_4x1x262144_causal", 4, 1, 262144, 64, True), ("check36_64_2x1x262144", 2, 1, 262144, 64, False),
 ]
+# check37: FlashAttention-2's d = 64 backward where its passes come apart (apart_steps, apart_tau), drawn at random
+# (default_rng(20261223): B from 1, 2, 4; H from 1, 2, 4, 8; N from 131072 to 524288; causal or not; kept if
+# 2^19 <= B·H·N <= 2^21 and not drawn before), predicted with the rule before it was measured
+# (h100-l2-check37-predicted.json, h200-).
+CHECK37 = [
+    ("check37_64_2x4x262144", 2, 4, 262144, 64, False), ("check37_64_4x1x327680", 4, 1, 327680, 64, False),
+    ("check37_64_1x2x327680", 1, 2, 327680, 64, False), ("check37_64_2x1x524288", 2, 1, 524288, 64, False),
+    ("check37_64_4x1x229376", 4, 1, 229376, 64, False),
+    ("check37_64_4x2x131072_causal", 4, 2, 131072, 64, True),
+    ("check37_64_2x4x229376_causal", 2, 4, 229376, 64, True),
+    ("check37_64_4x1x163840_causal", 4, 1, 163840, 64, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -489,6 +501,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
+          "check37": CHECK37,
           "softmax_rows": SOFTMAX_ROWS}
 
 
