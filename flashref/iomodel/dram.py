@@ -59,7 +59,9 @@ waves keep it, run after run (nearly: at 4 x 1 x 262144, d = 128, check18's six 
 (``gpu.kernel3.round_sync``; figures/gpu/NOTES-l2.md, "Fifteenth round"). Without one, kernel 2 and the earlier
 kernel 3 left it at some shapes (each launch at shapes of its own) and then read up to 30x more, by amounts that
 move about 2x from run to run of the same call ("Thirteenth round"; notebook 08). The prediction there is the
-lockstep state, which such runs sometimes meet; it is not an estimate of the others.
+lockstep state, which such runs sometimes meet; it is not an estimate of the others. FlashAttention-2's d = 64
+backward is the exception that is not chaotic: its passes come apart gradually and alike from run to run, more the
+longer the kernel has run, and the model follows them (``apart_steps``, ``apart_tau``; ``ScanKernel.comes_apart``).
 
 Eager attention's softmax on rows too long for the shared memory of PyTorch's block softmax (24512 fp16 elements
 and more) runs ``cunn_SoftMaxForward``, three passes over each row, which miss in L2 once the rows in flight
@@ -79,7 +81,9 @@ softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); 
 ``C_roll`` and ``kappa_roll`` (:func:`fit_rolling`); for a pass that kernel 3's barrier starts together,
 ``C_sync`` and ``kappa_sync`` (:func:`fit_sync`); for FlashAttention-2's forward kernels but the d = 64 one, the
 waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit_drift_ramp`); for a rolling grid,
-the capacity the drift between its SM's CTAs sees, ``C_rdrift`` (:func:`fit_rolling_drift`). Everything else
+the capacity the drift between its SM's CTAs sees, ``C_rdrift`` (:func:`fit_rolling_drift`); for FlashAttention-2's
+d = 64 backward, the steps its passes stay together and the steps over which they then come apart e-fold,
+``apart_steps`` and ``apart_tau`` (:func:`fit_apart`). Everything else
 (tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch
 statistics (:mod:`flashref.schedule`).
 
