@@ -458,6 +458,16 @@ CHECK37 = [
     ("check37_64_2x4x229376_causal", 2, 4, 229376, 64, True),
     ("check37_64_4x1x163840_causal", 4, 1, 163840, 64, True),
 ]
+# check38: the issue's grid drawn at random once more (check27's rule, default_rng(20261224)), predicted with the apart
+# rule (h100-l2-check38-predicted.json, h200-).
+CHECK38 = [
+    ("check38_64_2x32x1536", 2, 32, 1536, 64, False), ("check38_128_2x32x3072_causal", 2, 32, 3072, 128, True),
+    ("check38_64_4x32x1024", 4, 32, 1024, 64, False), ("check38_128_2x16x8192_causal", 2, 16, 8192, 128, True),
+    ("check38_64_2x8x16384_causal", 2, 8, 16384, 64, True), ("check38_128_1x2x196608", 1, 2, 196608, 128, False),
+    ("check38_64_2x2x98304_causal", 2, 2, 98304, 64, True), ("check38_64_1x1x65536_causal", 1, 1, 65536, 64, True),
+    ("check38_128_2x2x196608_causal", 2, 2, 196608, 128, True),
+    ("check38_64_4x1x196608_causal", 4, 1, 196608, 64, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -501,7 +511,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
-          "check37": CHECK37,
+          "check37": CHECK37, "check38": CHECK38,
           "softmax_rows": SOFTMAX_ROWS}
 
 
