@@ -115,7 +115,9 @@ def shard(x: torch.Tensor, layout: str, rank: int, world_size: int, dim: int = -
         if isinstance(val, (bool, np.bool_)) or not isinstance(val, numbers.Integral):
             raise TypeError(f"{name}: expected an int, got {val!r}")
     rank, world_size = int(rank), int(world_size)
-    if world_size < 1 or not 0 <= rank < world_size:
+    if world_size < 1:  # checked first: with no ranks, no rank is valid, and the error would blame rank
+        raise ValueError(f"world_size: expected a positive number of ranks, got {world_size}")
+    if not 0 <= rank < world_size:
         raise ValueError(f"rank: expected 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
     _check_dim(x, dim, "x")
     N = x.shape[dim]

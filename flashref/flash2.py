@@ -182,7 +182,8 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     if lowp.requested(opts):
         return lowp.forward(Q, K, V, **opts)
     opts = {k: v for k, v in opts.items() if k not in lowp.OPTIONS}  # FP8 options at their defaults: the plain loop
-    pb0 = Problem.from_arrays(Q, K, V, where="flash2.forward", extra=OPTIONS, **opts)
+    # extra names the FP8 options too (dropped above): an unknown option's error lists every one forward takes
+    pb0 = Problem.from_arrays(Q, K, V, where="flash2.forward", extra=OPTIONS + tuple(lowp.OPTIONS), **opts)
     # Alg.1 l.1: Tr = ⌈Nq/Br⌉ row blocks Q_i, Tc = ⌈Nk/Bc⌉ column blocks K_j, V_j.
     g = grid_forward(pb0)
     # [gqa] the loop's layout: K/V head h // g per query head (unpacked), or g query heads' rows

@@ -48,6 +48,7 @@ Example::
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -79,6 +80,9 @@ ALGORITHMS = {
 #: flashref's keyword-only options beyond PyTorch's signature.
 OPTIONS = {"algorithm": "flash2", "sram_size": None, "block_sizes": None, "seed": None,
            "window": None, "alibi_slopes": None, "softcap": None, "gqa_packing": None}
+
+#: The parameters named in the signature (PyTorch's), beside the keyword-only options above.
+_NAMED = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 #: The variant options, passed to the algorithm only when given.
 _VARIANTS = ("window", "alibi_slopes", "softcap", "gqa_packing")
@@ -229,7 +233,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (``None``: a fresh one from torch's default generator on every call). Returns a tensor of
     query's dtype and device; gradients flow to the inputs that require them.
     """
-    check_options(options, OPTIONS, "flashref.functional.scaled_dot_product_attention")
+    # the valid ones listed include the named parameters, so that a misspelt is_causal's error shows it
+    check_options(options, set(OPTIONS) | set(_NAMED), "flashref.functional.scaled_dot_product_attention")
     o = {**OPTIONS, **options}
     spec = _spec(o["algorithm"])  # a clear error before any work
     query, key, value = (_check_tensor(t, n) for t, n in ((query, "query"), (key, "key"), (value, "value")))
@@ -243,9 +248,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     is_causal = _bool(is_causal, "is_causal")  # not bool(...): "no" is truthy; PyTorch refuses a non-bool too
     enable_gqa = _bool(enable_gqa, "enable_gqa")  # the same rule (PyTorch and the algorithms refuse 1, "yes", None)
     dropout_p, scale = _number(dropout_p, "dropout_p"), _number(scale, "scale")
-    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, (int, float, np.floating)) \
+    # any real number, numpy's integers and floats too (as PyTorch takes them), but not a bool
+    if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, numbers.Real) \
             or not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p: expected a probability in [0, 1], got {dropout_p!r}")
+    dropout_p = float(dropout_p)
     for t, n in ((query, "query"), (key, "key"), (value, "value")):
         _check_finite(t, n)
     variant_opts = {k: o[k] for k in _VARIANTS if o[k] is not None}

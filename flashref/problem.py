@@ -61,7 +61,7 @@ import numpy as np
 from .dropout import check_p, scale_mask
 from .softmax import finite_or_masked
 
-__all__ = ["Problem", "SHARED_OPTIONS", "VARIANT_OPTIONS", "check_options", "positive_int", "check_like",
+__all__ = ["Problem", "SHARED_OPTIONS", "VARIANT_OPTIONS", "MAX_N", "check_options", "positive_int", "check_like",
            "check_finite", "check_block_sizes", "require_finite", "overflow_checked"]
 
 #: The options every algorithm takes, with their defaults.
@@ -91,6 +91,20 @@ def positive_int(x, name: str) -> int:
     if x <= 0:
         raise ValueError(f"{name}: expected a positive integer, got {x}")
     return int(x)
+
+
+#: The longest sequence (Nq, Nk) any entry point takes: GPU kernels index a sequence with 32-bit integers
+#: (``iomodel.dram.MAX_N``, the same bound). Checked by ``from_shapes`` and ``from_arrays`` alike, so ``predict``
+#: refuses what the simulator refuses, at once: its closed forms walk the row blocks, which for Nq = 10**12
+#: would take hours and gigabytes.
+MAX_N = 2 ** 31 - 1
+
+
+def _seq_len(n: int, name: str) -> int:
+    """A checked positive length ``n`` (Nq or Nk), refused above :data:`MAX_N`, naming ``name``."""
+    if n > MAX_N:
+        raise ValueError(f"{name}: expected a sequence length of at most {MAX_N} (32-bit indices), got {n}")
+    return n
 
 
 def _nonnegative_int(x, name: str) -> int:
@@ -376,6 +390,7 @@ class Problem:
                 raise ValueError(f"{name}: expected shape (..., {rows}, d) with at least 2 axes, got {a.shape}")
             if a.shape[-1] == 0 or a.shape[-2] == 0:
                 raise ValueError(f"{name}: expected non-empty {rows} and d, got shape {a.shape}")
+            _seq_len(a.shape[-2], f"{name} ({rows})")  # predict's bound: a broadcast view can be that long
         if K.shape[-1] != Q.shape[-1]:
             raise ValueError(f"K: head dimension {K.shape[-1]} does not match Q's {Q.shape[-1]}")
         if V.shape[-1] != Q.shape[-1]:
@@ -409,7 +424,7 @@ class Problem:
         head and lets any leading axes of a mask or bias through.
         """
         check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads", "kv_heads"}, where)
-        Nq, Nk, d = positive_int(Nq, "Nq"), positive_int(Nk, "Nk"), positive_int(d, "d")
+        Nq, Nk, d = _seq_len(positive_int(Nq, "Nq"), "Nq"), _seq_len(positive_int(Nk, "Nk"), "Nk"), positive_int(d, "d")
         if heads is None:
             heads = 1
             for name in ("mask", "bias"):

@@ -237,6 +237,17 @@ def test_shard_checks_its_axis_and_takes_numpy_ints():
         fd.unshard([t, t], "contiguous", dim=3)
 
 
+def test_shard_names_world_size_before_rank():
+    """No ranks at all is world_size's fault, said as such; a rank outside 0..world_size-1 is rank's."""
+    t = torch.arange(24).reshape(1, 24, 1)
+    for world_size in (0, -1):
+        with pytest.raises(ValueError, match=r"^world_size: expected a positive number of ranks"):
+            fd.shard(t, "zigzag", 0, world_size)
+    for rank in (2, -1):
+        with pytest.raises(ValueError, match=r"^rank: expected 0 <= rank < world_size"):
+            fd.shard(t, "zigzag", rank, 2)
+
+
 def test_unshard_names_shards_that_differ_off_the_sequence_axis():
     x = torch.zeros(2, 6, 3)
     with pytest.raises(ValueError, match=r"shards: expected the same size on every axis but the sequence axis "

@@ -155,6 +155,28 @@ def test_bad_inputs_get_clear_errors():
         scaled_dot_product_attention(q, k, v, block_sizes=3, algorithm=ALGOS[-1])
 
 
+@pytest.mark.parametrize("p", [np.int64(0), np.int32(0), np.int64(1), np.float32(0.25)])
+def test_dropout_p_takes_numpy_numbers_as_torch_does(p):
+    """numpy's integers too (torch's SDPA takes them), with the result of the Python number; a bool is not one."""
+    q, k, v = _qkv((2, 4, 3), (2, 5, 3), requires_grad=False)
+    got = scaled_dot_product_attention(q, k, v, dropout_p=p, seed=3)
+    assert torch.equal(got, scaled_dot_product_attention(q, k, v, dropout_p=p.item(), seed=3))
+    if p == 0:
+        assert (got - F.scaled_dot_product_attention(q, k, v, dropout_p=p)).abs().max() < 1e-12
+    for bad in (True, np.bool_(False)):
+        with pytest.raises(ValueError, match="^dropout_p: expected a probability"):
+            scaled_dot_product_attention(q, k, v, dropout_p=bad)
+
+
+def test_unknown_option_lists_the_named_parameters_too():
+    """A misspelt is_causal is answered with every name the front takes, torch's parameters included."""
+    q, k, v = _qkv((4, 3), (5, 3), requires_grad=False)
+    with pytest.raises(TypeError) as err:
+        scaled_dot_product_attention(q, k, v, casual=True)
+    listed = str(err.value).split("valid options are ")[1].split(", ")
+    assert {"attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa", "algorithm", "seed"} <= set(listed)
+
+
 def test_tiny_training_run_matches_torch():
     from flashref.figures.backward import train_tiny
 

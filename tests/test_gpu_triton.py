@@ -412,6 +412,26 @@ def test_unknown_options_are_refused(name):
         gpu.attention(q, k, v, **{name: True})
 
 
+@pytest.mark.parametrize("call", ["attention", "forward", "backward", "which_kernel"])
+def test_unknown_option_is_refused_before_the_tensors(call, monkeypatch):
+    """The option check comes first: on a machine without CUDA (no interpreter) a misspelt option is still
+    reported as such, not as "q must be a CUDA tensor"; so is one beside tensors that are wrong anyway."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = (torch.randn(1, 1, 4, 16, dtype=torch.float16) for _ in range(3))
+    args = {"backward": (q, k, v, q, q, q[..., 0].float())}.get(call, (q, k, v))
+    for bad in (args, (q.numpy(),) + args[1:]):
+        with pytest.raises(TypeError, match=rf"^gpu\.{call}: unknown option 'bogus'; valid options are "
+                                            r"alibi_slopes, causal, config, "):
+            getattr(gpu, call)(*bad, bogus=1)
+
+
+def test_forward_refuses_deterministic_as_an_unknown_option():
+    q, k, v = _ok()
+    with pytest.raises(TypeError, match=r"^gpu\.forward: unknown option 'deterministic'; valid options are "
+                                        r"alibi_slopes, causal, config, dropout_p, "):
+        gpu.forward(q, k, v, deterministic=True)
+
+
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     q, k, v = (torch.randn(1, 1, 4, 16, dtype=torch.float16) for _ in range(3))

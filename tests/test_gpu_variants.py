@@ -268,3 +268,38 @@ def test_cuda_gqa_matches_sdpa():
     assert _err(o, ref) < 2e-2
     for g, r in zip(grads, ref_grads):
         assert _err(g, r) < 5e-2 * max(1.0, float(r.abs().max()))
+
+
+# numpy's bools and integers, which every other entry point takes (flashref.problem's rules), against the
+# Python values: each gpu.attention option here with its numpy spelling, and the K/V heads it needs
+NUMPY_OPTIONS = [
+    ("causal", dict(causal=True), dict(causal=np.bool_(True)), 2),
+    ("enable_gqa", dict(enable_gqa=True), dict(enable_gqa=np.bool_(True)), 1),
+    ("window", dict(window=(2, 1)), dict(window=(np.int64(2), np.int64(1))), 2),
+    ("softcap", dict(softcap=3), dict(softcap=np.int64(3)), 2),
+    ("deterministic", dict(deterministic=True), dict(deterministic=np.bool_(True)), 2),
+]
+
+
+@pytest.mark.parametrize("name,plain,numpy_,Hkv", NUMPY_OPTIONS, ids=[c[0] for c in NUMPY_OPTIONS])
+def test_numpy_option_values_are_the_python_ones(name, plain, numpy_, Hkv):
+    """Accepted, and the same output and gradients, bit for bit (the deterministic dQ: no atomics on a GPU)."""
+    q, k, v, do = _inputs(1, 2, Hkv, 16, 16, 16, DTYPE)
+    runs = []
+    for kw in (plain, numpy_):
+        q_, k_, v_ = (x.detach().clone().requires_grad_() for x in (q, k, v))
+        o = gpu.attention(q_, k_, v_, **{"deterministic": True, **kw})
+        o.backward(do)
+        runs.append((o.detach(), q_.grad, k_.grad, v_.grad))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b), name
+    # gpu.forward takes them too (and gpu.which_kernel answers for them)
+    kw = {n: x for n, x in numpy_.items() if n != "deterministic"}
+    assert torch.equal(gpu.forward(q, k, v, **kw)[0], runs[1][0])
+    assert gpu.which_kernel(q, k, v, **numpy_).startswith("kernel")
+
+
+def test_numpy_deterministic_is_refused_naming_it_when_not_a_bool():
+    q, k, v, _ = _inputs(1, 2, 2, 8, 8, 16, DTYPE)
+    with pytest.raises(TypeError, match=r"^deterministic: expected True, False or None, got "):
+        gpu.attention(q, k, v, deterministic=np.int64(1))

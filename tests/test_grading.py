@@ -494,6 +494,19 @@ def test_grade_checks_seed_and_timeout_as_the_cli_does(kw, exc, says):
         grading.grade("01-standard", SOLUTIONS / "ex1_standard.py", **kw)
 
 
+@pytest.mark.parametrize("path", [None, 3, b"ex1_standard.py"])
+def test_grade_names_a_path_that_is_not_one(path):
+    # a TypeError naming path, not os.path's bare "expected str, bytes or os.PathLike object"
+    with pytest.raises(TypeError, match=r"^path: expected a file path \(str or os.PathLike\), got "):
+        grading.grade("01-standard", path)
+
+
+def test_grade_takes_a_str_or_pathlike_path_alike():
+    a = grading.grade("01-standard", SOLUTIONS / "ex1_standard.py", seed=1)
+    b = grading.grade("01-standard", str(SOLUTIONS / "ex1_standard.py"), seed=1)
+    assert a.points == b.points == a.max_points
+
+
 def test_grade_takes_numpy_seed_and_integer_timeout():
     import numpy as np
     assert grading.check_seed(np.int64(3)) == 3 and grading.check_timeout(np.float32(2)) == 2.0

@@ -55,6 +55,35 @@ def test_unknown_option_is_a_type_error_naming_it_and_the_valid_ones(entry, typo
         ENTRY_POINTS[entry](**{typo: 1})
 
 
+def _listed(call) -> set:
+    """The names an unknown option's TypeError lists as the valid ones."""
+    with pytest.raises(TypeError, match="valid options are ") as err:
+        call(bogus=1)
+    return set(str(err.value).split("valid options are ")[1].split(", "))
+
+
+def test_the_valid_options_listed_are_every_option_taken():
+    """Each algorithm's error lists exactly what it takes: flash2.forward its FP8 options too (which it takes
+    and runs through flashref.lowp), flash2.backward not them (it refuses them); each listed one is taken."""
+    from flashref import lowp
+    from flashref.problem import SHARED_OPTIONS
+
+    shared = set(SHARED_OPTIONS)
+    want = {"standard.forward": shared | set(standard.OPTIONS), "standard.backward": shared | set(standard.OPTIONS),
+            "flash1.forward": shared, "flash1.backward": shared, "blocksparse.forward": shared,
+            "flash2.forward": shared | set(flash2.OPTIONS) | set(lowp.OPTIONS),
+            "flash2.backward": shared | set(flash2.OPTIONS), "decoding.forward": shared | set(decoding.OPTIONS)}
+    for entry, names in want.items():
+        assert _listed(ENTRY_POINTS[entry]) == names, entry
+    cu = np.array([0, 2, 6])
+    assert _listed(lambda **o: flash2.forward_varlen(Q, Q, Q, cu, cu, **o)) == want["flash2.forward"]
+    assert _listed(lambda **o: flash2.backward_varlen(Q, Q, Q, Q, Q, Q[..., 0], cu, cu, **o)) == want["flash2.backward"]
+    # the FP8 options listed are taken (at their defaults: the plain loop, the same result)
+    assert np.array_equal(flash2.forward(Q, K, V, **lowp.OPTIONS).O, flash2.forward(Q, K, V).O)
+    with pytest.raises(TypeError, match="^flash2.backward: unknown option 'fp8'"):
+        ENTRY_POINTS["flash2.backward"](fp8=None)
+
+
 # The first arc's hostile inputs to iomodel.predict, each with what it must raise now.
 PREDICT_FINDINGS = [
     (dict(heads=-3), ValueError, "heads"),
@@ -86,6 +115,29 @@ def test_numpy_integers_are_integers_everywhere():
                                 sram_size=10_000, dtype_bytes=2)
     f = flash2.forward(Q, K, V, block_sizes=(i(4), i(4)), seed=i(3), dropout_p=0.1)
     assert f.block_sizes == (4, 4)
+
+
+@pytest.mark.parametrize("name,n", [("Nq", 10**12), ("Nk", 10**12), ("Nq", 2**31), ("Nk", np.int64(2**31))])
+def test_sequence_lengths_past_32_bits_are_refused_naming_them(name, n):
+    """predict refuses Nq or Nk > 2**31 - 1 at once (as iomodel.dram does), not after minutes and gigabytes of
+    per-block work; the simulator refuses the same lengths (a broadcast view costs no memory), naming Q or K."""
+    import importlib
+
+    MAX_N = importlib.import_module("flashref.iomodel.dram").MAX_N  # dram's bound, the one every entry point keeps
+    assert MAX_N == 2**31 - 1
+    shape = dict(Nq=8, Nk=8, d=128, heads=1)
+    for algorithm in ("standard", "flash1", "flash2", "decoding"):  # standard first: quick even unrefused
+        with pytest.raises(ValueError, match=rf"^{name}: expected a sequence length of at most {MAX_N}"):
+            iomodel.predict(algorithm, "forward", **{**shape, name: n})
+    with pytest.raises(ValueError, match=rf"^{name}: expected a sequence length"):
+        iomodel.grid("flash2", "backward", **{**shape, name: n})
+    long = np.broadcast_to(np.zeros((1, 4)), (int(n) if n < 2**40 else 2**31, 4))
+    args = (long, Q[0], Q[0]) if name == "Nq" else (Q[0], long, long)
+    for run in (flash2.forward, flash1.forward, standard.forward):
+        with pytest.raises(ValueError, match=rf"^{name[-1].upper()} \({name}\): expected a sequence length"):
+            run(*args)
+    # the longest one is taken (standard's closed form is quick at any length)
+    assert iomodel.predict("standard", "forward", **{**shape, name: MAX_N}).reads > 0
 
 
 # A pool of option values, good and bad; the simulator and predict must agree on each draw.

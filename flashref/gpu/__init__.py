@@ -25,8 +25,10 @@ from __future__ import annotations
 import math
 import os
 
+import numpy as np
+
 from ..dropout import check_p
-from ..problem import _nonnegative_int, _scale, _seed, check_options
+from ..problem import _bool, _causal, _nonnegative_int, _scale, _seed, _softcap, _window, check_options
 
 __all__ = ["attention", "forward", "backward", "dropout_mask", "which_kernel", "MAX_HEAD_DIM", "OPTIONS"]
 
@@ -141,25 +143,13 @@ def _variants(q, k, causal, options):
     group = Hq // k.shape[1] if k.shape[1] else 1  # no heads at all (H = 0): nothing to group
     big = Nq + Nk  # "unbounded": no query can reach that far
     band = None
-    window = options.get("window")
+    window = _window(options.get("window"))  # the shared rule (flashref.problem): numpy integers too; (-1, -1) is None
     if window is not None:
-        if (not isinstance(window, (tuple, list)) or len(window) != 2
-                or any(isinstance(w, bool) or not isinstance(w, int) for w in window)):
-            raise TypeError(f"window must be None or two ints (left, right), each >= 0 or -1 for unbounded, "
-                            f"got {window!r}")
-        if any(w < -1 for w in window):
-            raise ValueError(f"window: (left, right) must each be >= 0 or -1 for unbounded, got {tuple(window)}")
         left, right = (big if w < 0 else min(w, big) for w in window)
         if causal:
             right = min(right, 0)
-        if tuple(window) != (-1, -1):
-            band = (int(left), int(right))
-    softcap = options.get("softcap")
-    if softcap is not None:
-        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) \
-                or softcap <= 0:
-            raise ValueError(f"softcap must be None or a finite float > 0, got {softcap!r}")
-        softcap = float(softcap)
+        band = (left, right)
+    softcap = _softcap(options.get("softcap"))  # None or a float > 0, numpy numbers too
     slopes = options.get("alibi_slopes")
     if slopes is not None:
         slopes = torch.as_tensor(slopes)
@@ -174,12 +164,28 @@ def _variants(q, k, causal, options):
     return kernels.Variants(group=group, band=band, slopes=slopes, softcap=softcap)
 
 
+def _options(where, causal, deterministic, options, allowed=OPTIONS):
+    """The rules every entry point shares (flashref.problem), first of all: an unknown option is refused, naming
+    it and listing the valid ones, before the tensors are looked at. ``causal``, ``deterministic`` (None too) and
+    ``enable_gqa`` become Python bools (numpy's bools are taken, as the algorithms take them): the kernels compile
+    them as constants. Returns ``(causal, deterministic, options)``."""
+    check_options(options, allowed, where)
+    causal = _causal(causal)
+    if deterministic is not None:
+        if not isinstance(deterministic, (bool, np.bool_)):
+            raise TypeError(f"deterministic: expected True, False or None, got {deterministic!r}")
+        deterministic = bool(deterministic)
+    if "enable_gqa" in options:
+        options = {**options, "enable_gqa": _bool(options["enable_gqa"], "enable_gqa")}
+    return causal, deterministic, options
+
+
 def _check_options(options, d, causal, deterministic):
-    """The options beside q, k, v: unknown names refused; returns (dropout or None, resolved config)."""
+    """The options beside q, k, v (their names checked already, by :func:`_options`); returns (dropout or None,
+    resolved config)."""
     from ..functional import _number
     from . import kernels
 
-    check_options(options, OPTIONS, "gpu.attention")  # the rules every entry point shares (flashref.problem)
     p = check_p(_number(options.get("dropout_p", 0.0), "dropout_p"), "dropout_p")  # a 0-d tensor too, as the front
     seed = options.get("seed")
     if seed is not None:
@@ -204,9 +210,9 @@ def forward(q, k, v, *, causal=False, scale=None, **options):
     (-inf for a row that a window leaves with no key).
 
     Takes attention's options except ``deterministic`` (a backward option)."""
+    # deterministic chooses the backward's dQ scheme: not a forward option
+    causal, _, options = _options("gpu.forward", causal, None, options, [n for n in OPTIONS if n != "deterministic"])
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
-    if "deterministic" in options:
-        raise TypeError("unknown option deterministic for forward (it chooses the backward's dQ scheme)")
     dropout, cfg = _check_options(options, q.shape[-1], causal, False)
     var = _variants(q, k, causal, options)
     _finite(("q", q), ("k", k), ("v", v))
@@ -220,6 +226,10 @@ def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=Fal
 
     ``lse`` is natural-log, (B, H, Nq) fp32, as :func:`forward` returns it; a caller that merges
     partial results (ring attention) hands in the merged one. Options as :func:`forward`'s."""
+    causal, deterministic, options = _options("gpu.backward", causal, deterministic, options)
+    if deterministic is None:  # as attention's: follow torch's switch
+        import torch
+        deterministic = torch.are_deterministic_algorithms_enabled()
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
     _check_saved(q, o, do, lse)
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
@@ -369,12 +379,11 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     * ``softcap=c > 0``: the scaled scores become ``c·tanh(s/c)`` (before ALiBi and the mask).
     """
     global _FN
+    causal, deterministic, options = _options("gpu.attention", causal, deterministic, options)
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
     if deterministic is None:
         import torch
         deterministic = torch.are_deterministic_algorithms_enabled()
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     var = _variants(q, k, causal, options)
     _finite(("q", q), ("k", k), ("v", v))
@@ -394,11 +403,9 @@ def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str
     """Which kernel :func:`attention` runs for this call (arguments as attention's; nothing is launched):
     ``"kernel 3 (backward: ...)"``, or ``"kernel 1"`` / ``"kernel 2"`` followed by why kernel 3 does not take
     the call."""
-    check_options(options, OPTIONS, "gpu.which_kernel")
     # attention's checks, so that a call attention would refuse is not answered with a kernel
+    causal, deterministic, options = _options("gpu.which_kernel", causal, deterministic, options)
     _check(q, k, v, causal, options.get("scale"), options.get("enable_gqa", False), launch=False, any_scale=True)
-    if deterministic is not None and not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be a bool or None, got {type(deterministic).__name__}")
     _check_options(options, q.shape[-1], causal, bool(deterministic))
     _variants(q, k, causal, options)
     config = options.get("config")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from . import harness, integrity, lab, oracle, report  # noqa: F401
 from .exercises import EXERCISES, Exercise, get
 from .report import Report
 
-__all__ = ["grade", "Report", "EXERCISES", "get", "check_seed", "check_timeout"]
+__all__ = ["grade", "Report", "EXERCISES", "get", "check_path", "check_seed", "check_timeout"]
 
 RTOL, ATOL = 1e-7, 1e-9
 
@@ -59,11 +60,20 @@ def check_seed(seed, name: str = "seed") -> int | None:
     return int(seed)
 
 
+def check_path(path, name: str = "path") -> str:
+    """The student's file: a ``str`` or ``os.PathLike`` path. Only its type is checked here: a missing or broken
+    file is graded (a report saying so), not raised."""
+    fs = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(fs, str):  # None, a number, bytes (the job sent to the student's process is text)
+        raise TypeError(f"{name}: expected a file path (str or os.PathLike), got {path!r}")
+    return fs
+
+
 def grade(exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT) -> Report:
     """Grade the file ``path`` on ``exercise`` (name or number). Never raises for a bad student file;
-    a bad ``seed`` (not None or an integer >= 0) or ``timeout`` (not a positive, finite number of seconds)
-    raises a TypeError or ValueError naming it, before anything runs."""
-    seed, timeout = check_seed(seed), check_timeout(timeout)
+    a bad ``path`` (not a str or os.PathLike), ``seed`` (not None or an integer >= 0) or ``timeout`` (not a
+    positive, finite number of seconds) raises a TypeError or ValueError naming it, before anything runs."""
+    path, seed, timeout = check_path(path), check_seed(seed), check_timeout(timeout)
     return _grade(get(exercise), path, seed=seed, timeout=timeout)
 
 
