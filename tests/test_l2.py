@@ -1601,7 +1601,8 @@ PREREGISTERED_MISSES = {
     ("sdpa_flash", "check32_64_1x2x393216_causal", "fwd"), ("sdpa_flash", "check32_64_1x2x393216_causal", "fwd_bwd"),
     # check34 (the issue's grid again, the same model): 48 of 48; check35: 46 of 46; check36: 49 of 50, its miss
     # FlashAttention-2's d = 64 forward+backward at 1 x 4 x 262144 (-31.6%; the forward -24.1%), as check21's and
-    # check28's (with its passes coming apart after it, apart_steps and apart_tau: -5.0%)
+    # check28's (with its passes coming apart after it, apart_steps and apart_tau: -5.0%); check38 (the issue's grid
+    # with that rule): 52 of 52
     ("sdpa_flash", "check36_64_1x4x262144", "fwd_bwd"),
     # check37 (FlashAttention-2's d = 64 backward at long N, drawn at random after the rule and predicted with it):
     # SDPA flash 15 of 16, its forward+backward 8 of 8 (mean 6.8%; with a lockstep backward three of them -59% to -77%:

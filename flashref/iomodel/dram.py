@@ -324,7 +324,8 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     # the steps (waves times the query tiles a CTA walks) it has run, none at 32 thousand, 10-35% of the backward's at
     # 100-127 thousand, 8x at 286 thousand (figures/gpu/NOTES-l2.md, "Twenty-first round"). A pass that starts t steps
     # into the kernel reads what it re-reads exp((t - apart_steps) / apart_tau) times: once up to apart_steps, then
-    # once for each L2's worth of tiles its spreading CTAs lie apart, at most once a CTA. Fitted (fit_apart)
+    # once for each L2's worth of tiles its spreading CTAs lie apart, at most once for each CTA of a wave. Fitted
+    # (fit_apart)
     if k.comes_apart and p["apart_rule"]:
         t = wa * float(np.mean([k.span(a, b) for a, b in k.ranges]))  # steps: a wave walks a CTA's scan
         spread = spread * np.minimum(np.exp(np.clip((t - p["apart_steps"]) / p["apart_tau"], 0.0, 50.0)), k.resident)
@@ -1126,8 +1127,7 @@ SYNC_GRID = dict(C_sync=[MB * c for c in range(40, 66, 2)], kappa_sync=[2, 3, 4,
 # the recorded runs fit_sync leaves out: those measured after the fit (check23 on, and the knee sweep of today's
 # kernel 3)
 SYNC_HELD_OUT = ("check23", "sweepk3", "check24", "check25", "check26", "check27", "check28", "check29", "knee64c",
-                 "check30", "check31", "check32", "check33", "check34", "check35", "check36",
-                 "check37", "check38")
+                 "check30", "check31", "check32", "check33", "check34", "check35", "check36", "check37", "check38")
 
 
 def _is_synced(item):
@@ -1154,8 +1154,7 @@ def fit_sync(rows, grid=None):
 RAMP_GRID = dict(drift_waves=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16])
 # the recorded runs fit_drift_ramp leaves out: those measured after the fit
 RAMP_HELD_OUT = ("check25", "check26", "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31",
-                 "check32", "check33", "check34", "check35", "check36",
-                 "check37", "check38")
+                 "check32", "check33", "check34", "check35", "check36", "check37", "check38")
 
 
 def _is_ramped(item):
