@@ -468,6 +468,15 @@ CHECK38 = [
     ("check38_128_2x2x196608_causal", 2, 2, 196608, 128, True),
     ("check38_64_4x1x196608_causal", 4, 1, 196608, 64, True),
 ]
+# check39: the same rule, default_rng(20261225), the model of check38.
+CHECK39 = [
+    ("check39_128_4x16x1024_causal", 4, 16, 1024, 128, True), ("check39_128_8x16x8192_causal", 8, 16, 8192, 128, True),
+    ("check39_128_4x16x16384_causal", 4, 16, 16384, 128, True), ("check39_64_2x16x4096", 2, 16, 4096, 64, False),
+    ("check39_64_2x32x6144", 2, 32, 6144, 64, False), ("check39_64_2x1x98304", 2, 1, 98304, 64, False),
+    ("check39_64_1x1x131072", 1, 1, 131072, 64, False), ("check39_64_1x2x65536_causal", 1, 2, 65536, 64, True),
+    ("check39_128_2x1x98304", 2, 1, 98304, 128, False),
+    ("check39_128_4x1x262144_causal", 4, 1, 262144, 128, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -511,7 +520,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
-          "check37": CHECK37, "check38": CHECK38,
+          "check37": CHECK37, "check38": CHECK38, "check39": CHECK39,
           "softmax_rows": SOFTMAX_ROWS}
 
 
