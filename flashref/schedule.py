@@ -65,7 +65,9 @@ class ScanKernel:
     pass reads a tile at one reuse distance (the L2 model gives such a pass a sharper knee of its own).
     ``drift_ramp``: the CTAs sharing an SM drift apart over the kernel's first waves (FlashAttention-2's forward
     kernels but the d = 64 one), not from the second wave on. ``comes_apart``: a pass's CTAs, one an SM, drift apart
-    more the longer the kernel has run (FlashAttention-2's backward on its 128 x 128 tiles).
+    more the longer the kernel has run (FlashAttention-2's backward on its 128 x 128 tiles). ``heads_roll_in``: the
+    first pass of each head after the grid's first wave starts as the CTAs of the head before it end, and reads its
+    tiles more than once (FlashAttention-2's forward on its 128 x 128 tiles).
     """
 
     name: str
@@ -85,6 +87,7 @@ class ScanKernel:
     synced: bool = False  # a barrier between rounds of tiles: every CTA of a round starts its scan together
     drift_ramp: bool = False  # the CTAs sharing an SM drift apart over the kernel's first waves, not at once
     comes_apart: bool = False  # a pass's CTAs drift apart more the longer the kernel has run
+    heads_roll_in: bool = False  # a head's first pass after the first wave reads its tiles more than once
     # A ragged last tile (N not a multiple of the block): the kernels mask the rows past N, which are never
     # read or written. Every byte of a tile is per row (K_j, V_j; Q_i, dO_i, L_i, D_i, dQ_i; O_i, L_i), so
     # the last scanned tile moves last_scan of a full one's bytes, and the last CTA's own tile last_cta.
@@ -313,13 +316,15 @@ def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     blocks from the last to the first. Past the knee the two CTAs of an SM drift apart; measured, those of the
     d = 64 kernel (128 x 128 tiles) are half a scan apart from the second wave on, and those of the others (128 x 64
     at d = 96 and 128, 64 x 64 at d = 256) get there over the kernel's first waves (``drift_ramp``; why is open:
-    figures/gpu/NOTES-l2.md, "Nineteenth round")."""
+    figures/gpu/NOTES-l2.md, "Nineteenth round"). The d = 64 kernel's heads after the first read their K and V more
+    in their first pass than the lockstep pass says (``heads_roll_in``; "Twenty-first round")."""
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     BM, BN = _pick(FA2_TILES["fwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                    sms * FA2_CTAS_PER_SM["fwd"], _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
-                   descending=True, sms=sms, drift_ramp=(BM, BN) != FA2_TILES["fwd"][64])
+                   descending=True, sms=sms, drift_ramp=(BM, BN) != FA2_TILES["fwd"][64],
+                   heads_roll_in=(BM, BN) == FA2_TILES["fwd"][64])
     return _ragged(k, Nk, BN, Nq, BM)
 
 

@@ -160,7 +160,13 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # come apart by e-fold after (ScanKernel.comes_apart; fitted, fit_apart(), on every such row recorded
               # before check22)
               apart_steps=40000.0, apart_tau=60000.0,
-              apart_rule=1)  # not fitted: that rule (0: a lockstep pass at any length, as every prediction to check36)
+              apart_rule=1,  # not fitted: that rule (0: a lockstep pass at any length, as every prediction to check36)
+              # FlashAttention-2's d = 64 forward: how many more times a head's first pass after the first wave reads
+              # what misses (ScanKernel.heads_roll_in; fitted, fit_head_reads(), on every such row recorded before
+              # check22)
+              head_reads=2.0,
+              head_rule=1)  # not fitted: that rule (0: a head's first pass reads its tiles once, as every prediction to
+              # check39)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
 # HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
 # median). Its parameters are therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid +
@@ -331,6 +337,15 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
         spread = spread * np.minimum(np.exp(np.clip((t - p["apart_steps"]) / p["apart_tau"], 0.0, 50.0)), k.resident)
     read = span * unit  # a head's first pass reads its tiles; a later one what it shares with the last and missed
     read[again] = read[again] - ov * unit + ov * unit * m * spread
+    # FlashAttention-2's d = 64 forward (ScanKernel.heads_roll_in): a head's first pass, when it is not in the grid's
+    # first wave, starts as the CTAs of the head before it end. Measured, every head after the first reads 0.6-3.7 times
+    # its K and V more than the lockstep passes say, more the larger they are against the L2 (from N = 98304 to 262144;
+    # its d = 128 forward, whose SM's CTAs drift apart over the first waves, does not). So that pass reads its tiles
+    # 1 + head_reads times what misses at its own footprint (held twice). Why a head rolling in costs that much is open
+    # (figures/gpu/NOTES-l2.md, "Twenty-first round"). Fitted (fit_head_reads)
+    if k.heads_roll_in and p["head_rule"]:
+        first = np.flatnonzero((prev < 0) & (w > 0))
+        read[first] = read[first] * (1 + p["head_reads"] * _misses(dup * span[first] * unit, C, kappa))
     reads = _sequential_sum(read)
     # the previous pass's dirty fp32 dQ: written back if evicted before this pass, or if this pass leaves it
     dirty = span * k.rmw_bytes
@@ -743,9 +758,10 @@ def _check_params(params):
              "spread_rule": (0, True), "C_sync": (0, False), "kappa_sync": (0, False),
              "sync_rule": (0, True), "drift_waves": (1, True), "C_rdrift": (0, False),
              "rdrift_rule": (0, True), "spread_waves": (0, False), "swaves_rule": (0, True),
-             "apart_steps": (0, True), "apart_tau": (0, False), "apart_rule": (0, True)}  # (bound, included)
+             "apart_steps": (0, True), "apart_tau": (0, False), "apart_rule": (0, True), "head_reads": (0, True),
+             "head_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
-                "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule")
+                "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule", "head_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
@@ -1073,9 +1089,35 @@ def fit_apart(rows, grid=None):
     return _fit_kernels(rows, _is_apart, grid or APART_GRID)
 
 
+HEAD_GRID = dict(head_reads=[0.5, 1, 1.5, 2, 2.5, 3, 4, 5])
+# the recorded runs fit_head_reads leaves out: check22 on (check23 and check37, whose misses found the rule, among them;
+# check12's, which found it too, is in the fit set)
+HEAD_HELD_OUT = RDRIFT_HELD_OUT
+
+
+def _is_rolling_in(item):
+    """A lockstep kernel whose heads after the first roll in (``ScanKernel.heads_roll_in``): what ``head_reads``
+    changes."""
+    return item[0] == "scan" and not item[2] and item[1].heads_roll_in
+
+
+def recorded_head_rows(folder, held_out=False, gpus=("h100", "h200")):
+    """The rows of every ``<gpu>-l2*.json`` run in ``folder`` whose call launches FlashAttention-2's non-causal d = 64
+    forward: the fit set of :func:`fit_head_reads` (every run but HEAD_HELD_OUT) or the held-out runs."""
+    return _held_rows(folder, held_out, gpus, HEAD_HELD_OUT, _is_rolling_in)
+
+
+def fit_head_reads(rows, grid=None):
+    """Fit ``head_reads`` on ``rows`` of :func:`recorded_head_rows` (:func:`_fit_kernels`; ``grid``: ``HEAD_GRID``).
+    Returns (params, loss)."""
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (FlashAttention-2's non-causal d = 64 forward)")
+    return _fit_kernels(rows, _is_rolling_in, grid or HEAD_GRID)
+
+
 def _fit_kernels(rows, varies, grid):
     """The search of the fits of one kind of kernel (:func:`fit_rolling`, :func:`fit_rolling_drift`, :func:`fit_sync`,
-    :func:`fit_drift_ramp`, :func:`fit_spread_waves`, :func:`fit_apart`):
+    :func:`fit_drift_ramp`, :func:`fit_spread_waves`, :func:`fit_apart`, :func:`fit_head_reads`):
     ``rows`` of (impl, shape, mode, shape kwargs, measured bytes, gpu, kernel 3's recorded tiles), each predicted for
     its GPU with the tiles its run recorded and the parameters :func:`dram` gives the call (:func:`_params`: PARAMS,
     the GPU's, and FlashAttention-2's d = 64 staggered set for its causal calls); the kernels ``varies(item)`` are all
