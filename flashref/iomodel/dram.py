@@ -83,7 +83,8 @@ softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); 
 waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit_drift_ramp`); for a rolling grid,
 the capacity the drift between its SM's CTAs sees, ``C_rdrift`` (:func:`fit_rolling_drift`); for FlashAttention-2's
 d = 64 backward, the steps its passes stay together and the steps over which they then come apart e-fold,
-``apart_steps`` and ``apart_tau`` (:func:`fit_apart`). Everything else
+``apart_steps`` and ``apart_tau`` (:func:`fit_apart`); for its d = 64 forward, how many more times a head that rolls
+in reads what misses in its first pass, ``head_reads`` (:func:`fit_head_reads`). Everything else
 (tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch
 statistics (:mod:`flashref.schedule`).
 
