@@ -477,6 +477,16 @@ CHECK39 = [
     ("check39_128_2x1x98304", 2, 1, 98304, 128, False),
     ("check39_128_4x1x262144_causal", 4, 1, 262144, 128, True),
 ]
+# check40: FlashAttention-2's non-causal d = 64 forward with several heads, where the heads after the first roll in
+# (head_reads), drawn at random after the rule (default_rng(20261226): B from 1, 2, 4; H from 1, 2, 4, 8; N from 98304
+# to 327680; kept if B·H >= 2, 2^18 <= B·H·N <= 2^21 and not drawn before) and predicted with it
+# (h100-l2-check40-predicted.json, h200-).
+CHECK40 = [
+    ("check40_64_1x2x163840", 1, 2, 163840, 64, False), ("check40_64_4x4x98304", 4, 4, 98304, 64, False),
+    ("check40_64_1x4x229376", 1, 4, 229376, 64, False), ("check40_64_4x2x131072", 4, 2, 131072, 64, False),
+    ("check40_64_2x1x163840", 2, 1, 163840, 64, False), ("check40_64_1x8x229376", 1, 8, 229376, 64, False),
+    ("check40_64_4x2x262144", 4, 2, 262144, 64, False), ("check40_64_1x8x131072", 1, 8, 131072, 64, False),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -520,7 +530,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
-          "check37": CHECK37, "check38": CHECK38, "check39": CHECK39,
+          "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
           "softmax_rows": SOFTMAX_ROWS}
 
 
