@@ -487,6 +487,17 @@ CHECK40 = [
     ("check40_64_2x1x163840", 2, 1, 163840, 64, False), ("check40_64_1x8x229376", 1, 8, 229376, 64, False),
     ("check40_64_4x2x262144", 4, 2, 262144, 64, False), ("check40_64_1x8x131072", 1, 8, 131072, 64, False),
 ]
+# check41: the issue's grid drawn once more with the model of check40, its few-heads half widened (check27's rule
+# had left one shape of B·H <= 4 at N >= 65536 undrawn): B·H <= 8, N from 65536 to 393216, B·H·N <= 2^21
+# (default_rng(20261227); h100-l2-check41-predicted.json, h200-).
+CHECK41 = [
+    ("check41_64_8x8x6144_causal", 8, 8, 6144, 64, True), ("check41_64_2x32x2048", 2, 32, 2048, 64, False),
+    ("check41_64_4x16x16384", 4, 16, 16384, 64, False), ("check41_64_2x16x8192", 2, 16, 8192, 64, False),
+    ("check41_64_2x16x3072", 2, 16, 3072, 64, False), ("check41_128_8x1x131072", 8, 1, 131072, 128, False),
+    ("check41_64_4x2x262144_causal", 4, 2, 262144, 64, True), ("check41_128_8x1x65536", 8, 1, 65536, 128, False),
+    ("check41_64_2x4x65536_causal", 2, 4, 65536, 64, True),
+    ("check41_128_2x4x65536_causal", 2, 4, 65536, 128, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -531,6 +542,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
+          "check41": CHECK41,
           "softmax_rows": SOFTMAX_ROWS}
 
 
