@@ -65,9 +65,9 @@ class ScanKernel:
     pass reads a tile at one reuse distance (the L2 model gives such a pass a sharper knee of its own).
     ``drift_ramp``: the CTAs sharing an SM drift apart over the kernel's first waves (FlashAttention-2's forward
     kernels but the d = 64 one), not from the second wave on. ``comes_apart``: a pass's CTAs, one an SM, drift apart
-    more the longer the kernel has run (FlashAttention-2's backward on its 128 x 128 tiles). ``heads_roll_in``: the
-    first pass of each head after the grid's first wave starts as the CTAs of the head before it end, and reads its
-    tiles more than once (FlashAttention-2's forward on its 128 x 128 tiles).
+    more the longer the kernel has run, where they scan the same tiles (FlashAttention-2's backward on its 128 x 128
+    tiles). ``heads_roll_in``: the first pass of each head after the grid's first wave starts as the CTAs of the head
+    before it end, and reads its tiles more than once (FlashAttention-2's forward on its 128 x 128 tiles).
     """
 
     name: str
@@ -112,6 +112,11 @@ class ScanKernel:
         if self.heads_first:
             return np.tile(np.arange(H, dtype=np.int64), T), np.repeat(block, H)
         return np.repeat(np.arange(H, dtype=np.int64), T), np.tile(block, H)
+
+    @property
+    def same_scans(self):
+        """Whether every CTA of a head scans the same tiles (a non-causal grid)."""
+        return len(set(self.ranges)) == 1
 
     @property
     def diagonal_starts(self):
@@ -353,8 +358,10 @@ def fa2_num_splits(BH, Nq, Nk, d, sms=SMS):
 def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     """FlashAttention-2's backward (``flash_bwd_dq_dk_dv_loop_seqk_parallel``): grid (Tc, B, H), one CTA an SM, each
     column block of keys walking the query blocks from the last down, adding its part of dQ to an fp32 buffer with
-    atomics. Past the knee the passes of its d = 64 kernel (128 x 128 tiles) come apart more the longer the kernel has
-    run (``comes_apart``; measured, the d = 128 kernel's do not: figures/gpu/NOTES-l2.md, "Twenty-first round")."""
+    atomics. Past the knee the passes of its d = 64 kernel (128 x 128 tiles) come apart more the longer the kernel
+    has run (``comes_apart``) where its CTAs scan the same query tiles (non-causal: ``ScanKernel.same_scans``);
+    measured, the d = 128 kernel's do not, nor the causal d = 64 kernel's, whose columns end at their diagonals
+    (figures/gpu/NOTES-l2.md, "Twenty-first round")."""
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     BM, BN = _pick(FA2_TILES["bwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
