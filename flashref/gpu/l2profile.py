@@ -498,6 +498,16 @@ CHECK41 = [
     ("check41_64_2x4x65536_causal", 2, 4, 65536, 64, True),
     ("check41_128_2x4x65536_causal", 2, 4, 65536, 128, True),
 ]
+# check42: check41's rule, default_rng(20261228), the model of check41 with the apart rule on the non-causal backward
+# alone (h100-l2-check42-predicted.json, h200-).
+CHECK42 = [
+    ("check42_128_2x8x4096_causal", 2, 8, 4096, 128, True), ("check42_64_8x32x4096", 8, 32, 4096, 64, False),
+    ("check42_128_8x32x3072", 8, 32, 3072, 128, False), ("check42_64_1x8x12288", 1, 8, 12288, 64, False),
+    ("check42_64_2x8x12288", 2, 8, 12288, 64, False), ("check42_64_2x2x65536", 2, 2, 65536, 64, False),
+    ("check42_128_1x1x393216_causal", 1, 1, 393216, 128, True),
+    ("check42_64_8x1x131072_causal", 8, 1, 131072, 64, True), ("check42_64_1x4x393216", 1, 4, 393216, 64, False),
+    ("check42_128_8x1x131072_causal", 8, 1, 131072, 128, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -542,7 +552,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
-          "check41": CHECK41,
+          "check41": CHECK41, "check42": CHECK42,
           "softmax_rows": SOFTMAX_ROWS}
 
 
