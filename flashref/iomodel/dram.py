@@ -1003,7 +1003,7 @@ K3_EARLIER_RUNS = ("kernel3", "kernel3b", "check6", "check6b", "check6br", "chec
 ROLL_HELD_OUT = ("check13", "check14", "check15", "check16", "check17", "check18", "check18r", "check19", "check20",
                  "check21", "check22", "check23", "sweepk3", "check24", "check25", "check26", "heads128",
                  "check27", "check28", "check29", "knee64c", "check30", "check31", "check32", "check33", "check34",
-                 "check35", "check36", "check37", "check38", "check39", "check40", "check41")
+                 "check35", "check36", "check37", "check38", "check39", "check40", "check41", "check42")
 
 
 def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200"), held=ROLL_HELD_OUT):
@@ -1034,7 +1034,7 @@ RDRIFT_GRID = dict(C_rdrift=[MB * c for c in range(24, 49)])
 # and those measured after the fit (check30 on)
 RDRIFT_HELD_OUT = ("check22", "check23", "sweepk3", "check24", "check25", "check26", "heads128", "check27", "check28",
                    "check29", "knee64c", "check30", "check31", "check32", "check33", "check34", "check35",
-                   "check36", "check37", "check38", "check39", "check40", "check41")
+                   "check36", "check37", "check38", "check39", "check40", "check41", "check42")
 
 
 def fit_rolling_drift(rows, grid=None):
@@ -1177,7 +1177,7 @@ SYNC_GRID = dict(C_sync=[MB * c for c in range(40, 66, 2)], kappa_sync=[2, 3, 4,
 # kernel 3)
 SYNC_HELD_OUT = ("check23", "sweepk3", "check24", "check25", "check26", "check27", "check28", "check29", "knee64c",
                  "check30", "check31", "check32", "check33", "check34", "check35", "check36", "check37", "check38",
-                 "check39", "check40", "check41")
+                 "check39", "check40", "check41", "check42")
 
 
 def _is_synced(item):
@@ -1205,7 +1205,7 @@ RAMP_GRID = dict(drift_waves=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16])
 # the recorded runs fit_drift_ramp leaves out: those measured after the fit
 RAMP_HELD_OUT = ("check25", "check26", "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31",
                  "check32", "check33", "check34", "check35", "check36", "check37", "check38", "check39", "check40",
-                 "check41")
+                 "check41", "check42")
 
 
 def _is_ramped(item):
