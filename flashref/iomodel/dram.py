@@ -59,9 +59,10 @@ waves keep it, run after run (nearly: at 4 x 1 x 262144, d = 128, check18's six 
 (``gpu.kernel3.round_sync``; figures/gpu/NOTES-l2.md, "Fifteenth round"). Without one, kernel 2 and the earlier
 kernel 3 left it at some shapes (each launch at shapes of its own) and then read up to 30x more, by amounts that
 move about 2x from run to run of the same call ("Thirteenth round"; notebook 08). The prediction there is the
-lockstep state, which such runs sometimes meet; it is not an estimate of the others. FlashAttention-2's d = 64
-backward is the exception that is not chaotic: its passes come apart gradually and alike from run to run, more the
-longer the kernel has run, and the model follows them (``apart_steps``, ``apart_tau``; ``ScanKernel.comes_apart``).
+lockstep state, which such runs sometimes meet; it is not an estimate of the others. FlashAttention-2's non-causal
+d = 64 backward is the exception that is not chaotic: its passes come apart gradually and alike from run to run,
+more the longer the kernel has run, and the model follows them (``apart_steps``, ``apart_tau``;
+``ScanKernel.comes_apart``).
 
 Eager attention's softmax on rows too long for the shared memory of PyTorch's block softmax (24512 fp16 elements
 and more) runs ``cunn_SoftMaxForward``, three passes over each row, which miss in L2 once the rows in flight
@@ -82,7 +83,7 @@ softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); 
 ``C_sync`` and ``kappa_sync`` (:func:`fit_sync`); for FlashAttention-2's forward kernels but the d = 64 one, the
 waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit_drift_ramp`); for a rolling grid,
 the capacity the drift between its SM's CTAs sees, ``C_rdrift`` (:func:`fit_rolling_drift`); for FlashAttention-2's
-d = 64 backward, the steps its passes stay together and the steps over which they then come apart e-fold,
+non-causal d = 64 backward, the steps its passes stay together and the steps over which they then come apart e-fold,
 ``apart_steps`` and ``apart_tau`` (:func:`fit_apart`); for its d = 64 forward, how many more times a head that rolls
 in reads what misses in its first pass, ``head_reads`` (:func:`fit_head_reads`). Everything else
 (tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch
@@ -157,9 +158,9 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # recorded before check22)
               spread_waves=4.0,
               swaves_rule=1,  # not fitted: that rule (0: the spread in full at every N, as every prediction to check31)
-              # FlashAttention-2's d = 64 backward: the steps its passes stay together, and the steps over which they
-              # come apart by e-fold after (ScanKernel.comes_apart; fitted, fit_apart(), on every such row recorded
-              # before check22)
+              # FlashAttention-2's non-causal d = 64 backward: the steps its passes stay together, and the steps over
+              # which they come apart by e-fold after (ScanKernel.comes_apart; fitted, fit_apart(), on every such row
+              # recorded before check22)
               apart_steps=40000.0, apart_tau=60000.0,
               apart_causal=0,  # not fitted: the rule on the causal backward too (1: its first form, check37-check41)
               apart_rule=1,  # not fitted: that rule (0: a lockstep pass at any length, as every prediction to check36)
@@ -764,8 +765,7 @@ def _check_params(params):
              "sync_rule": (0, True), "drift_waves": (1, True), "C_rdrift": (0, False),
              "rdrift_rule": (0, True), "spread_waves": (0, False), "swaves_rule": (0, True),
              "apart_steps": (0, True), "apart_tau": (0, False), "apart_rule": (0, True), "apart_causal": (0, True),
-             "head_reads": (0, True),
-             "head_rule": (0, True)}  # (bound, included)
+             "head_reads": (0, True), "head_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
                 "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule", "apart_causal", "head_rule")
     for name, v in params.items():
@@ -1092,7 +1092,7 @@ def fit_apart(rows, grid=None):
     """Fit ``apart_steps`` and ``apart_tau`` on ``rows`` of :func:`recorded_apart_rows` (:func:`_fit_kernels`;
     ``grid``: ``APART_GRID``). Returns (params, loss)."""
     if not rows:
-        raise ValueError("rows: no measured rows to fit (FlashAttention-2's d = 64 backward)")
+        raise ValueError("rows: no measured rows to fit (FlashAttention-2's non-causal d = 64 backward)")
     return _fit_kernels(rows, _is_apart, grid or APART_GRID)
 
 
