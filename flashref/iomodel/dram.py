@@ -1000,10 +1000,21 @@ def rolling_rows(result, gpu="h100", impls=("flashref", "flashref2")):
 # measured after the fit (check17 on)
 K3_EARLIER_RUNS = ("kernel3", "kernel3b", "check6", "check6b", "check6br", "check6c", "check6cr", "check6r", "check11",
                    "check11s")
-ROLL_HELD_OUT = ("check13", "check14", "check15", "check16", "check17", "check18", "check18r", "check19", "check20",
-                 "check21", "check22", "check23", "sweepk3", "check24", "check25", "check26", "heads128",
-                 "check27", "check28", "check29", "knee64c", "check30", "check31", "check32", "check33", "check34",
-                 "check35", "check36", "check37", "check38", "check39", "check40", "check41", "check42")
+# Every recorded run from check13 on, in the order it was measured. Each fit holds out the runs from the one that
+# found its rule on, so its held-out list is this one's tail (a new run goes here, and so into every one of them).
+RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "check18", "check18r", "check19",
+                      "check20", "check21", "check22", "check23", "sweepk3", "check24", "check25", "check26",
+                      "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31", "check32",
+                      "check33", "check34", "check35", "check36", "check37", "check38", "check39", "check40",
+                      "check41", "check42")
+
+
+def runs_from(first: str) -> tuple:
+    """The recorded runs measured from ``first`` on (RUNS_SINCE_CHECK13's tail)."""
+    return RUNS_SINCE_CHECK13[RUNS_SINCE_CHECK13.index(first):]
+
+
+ROLL_HELD_OUT = runs_from("check13")
 
 
 def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200"), held=ROLL_HELD_OUT):
@@ -1032,9 +1043,7 @@ def fit_rolling(rows, grid=None):
 RDRIFT_GRID = dict(C_rdrift=[MB * c for c in range(24, 49)])
 # the recorded runs fit_rolling_drift leaves out: check22 on (knee64c, which found the drift's own knee, among them),
 # and those measured after the fit (check30 on)
-RDRIFT_HELD_OUT = ("check22", "check23", "sweepk3", "check24", "check25", "check26", "heads128", "check27", "check28",
-                   "check29", "knee64c", "check30", "check31", "check32", "check33", "check34", "check35",
-                   "check36", "check37", "check38", "check39", "check40", "check41", "check42")
+RDRIFT_HELD_OUT = runs_from("check22")
 
 
 def fit_rolling_drift(rows, grid=None):
@@ -1174,10 +1183,8 @@ def _launching(result, gpu, varies):
 
 SYNC_GRID = dict(C_sync=[MB * c for c in range(40, 66, 2)], kappa_sync=[2, 3, 4, 6, 8, 12, 16, 24, math.inf])
 # the recorded runs fit_sync leaves out: those measured after the fit (check23 on, and the knee sweep of today's
-# kernel 3)
-SYNC_HELD_OUT = ("check23", "sweepk3", "check24", "check25", "check26", "check27", "check28", "check29", "knee64c",
-                 "check30", "check31", "check32", "check33", "check34", "check35", "check36", "check37", "check38",
-                 "check39", "check40", "check41", "check42")
+# kernel 3; heads128 among them measured SDPA flash alone, and has no synced row)
+SYNC_HELD_OUT = runs_from("check23")
 
 
 def _is_synced(item):
@@ -1203,9 +1210,7 @@ def fit_sync(rows, grid=None):
 
 RAMP_GRID = dict(drift_waves=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16])
 # the recorded runs fit_drift_ramp leaves out: those measured after the fit
-RAMP_HELD_OUT = ("check25", "check26", "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31",
-                 "check32", "check33", "check34", "check35", "check36", "check37", "check38", "check39", "check40",
-                 "check41", "check42")
+RAMP_HELD_OUT = runs_from("check25")
 
 
 def _is_ramped(item):
