@@ -364,6 +364,14 @@ def _around(grid, chosen):
     return out
 
 
+def _assert_the_fit(fit, rows, grid, names, before, factor=1.0):
+    """The committed values of PARAMS' ``names`` are what ``fit(rows, grid)`` finds, and its loss is below ``factor``
+    times the loss of ``before`` (a grid of the rule off, or of the parameters it replaced) on the same rows."""
+    p, loss = fit(rows, grid)
+    assert {name: p[name] for name in names} == {name: D.PARAMS[name] for name in names}
+    assert loss < factor * fit(rows, before)[1]
+
+
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_d64_staggered_parameters_are_the_fit(gpu):
     """FlashAttention-2's d = 64 forward's own set before the spread term (overlap term included) is the best of
@@ -435,10 +443,8 @@ def test_sync_parameters_are_the_fit():
     rows = _synced_rows(held_out=False)
     assert len(rows) >= 50 and {r[0] for r in rows} == {"flashref"}
     own = {"C_sync": D.PARAMS["C_sync"], "kappa_sync": D.PARAMS["kappa_sync"]}
-    p, loss = D.fit_sync(rows, _around(D.SYNC_GRID, own))
-    assert {k: p[k] for k in own} == own
-    _, lockstep = D.fit_sync(rows, {"C_sync": [D.PARAMS["C_eff"]], "kappa_sync": [D.PARAMS["kappa"]]})
-    assert loss < 0.5 * lockstep
+    _assert_the_fit(D.fit_sync, rows, _around(D.SYNC_GRID, own), own,
+                    {"C_sync": [D.PARAMS["C_eff"]], "kappa_sync": [D.PARAMS["kappa"]]}, 0.5)
 
 
 SYNC_HELD = _synced_rows(held_out=True)
@@ -480,9 +486,7 @@ def test_drift_ramp_parameter_is_the_fit():
     rows = _ramp_rows(held_out=False)
     assert len(rows) >= 100 and {r[0] for r in rows} == {"sdpa_flash"} and {r[5] for r in rows} == {"h100", "h200"}
     own = {"drift_waves": D.PARAMS["drift_waves"]}
-    p, loss = D.fit_drift_ramp(rows, _around(D.RAMP_GRID, own))
-    assert p["drift_waves"] == own["drift_waves"]
-    assert loss < D.fit_drift_ramp(rows, {"drift_waves": [1]})[1]
+    _assert_the_fit(D.fit_drift_ramp, rows, _around(D.RAMP_GRID, own), own, {"drift_waves": [1]})
 
 
 RAMP_HELD = _ramp_rows(held_out=True)
@@ -569,12 +573,9 @@ def test_rolling_parameters_are_the_fit():
     rows = _rolling_rows(held_out=False)
     assert len(rows) > 200 and {r[5] for r in rows} == {"h100", "h200"}
     own = {"C_roll": D.PARAMS["C_roll"], "kappa_roll": D.PARAMS["kappa_roll"]}
-    p, loss = D.fit_rolling(rows, {**_around(D.ROLL_GRID, own), "rdrift_rule": [0]})
-    assert {k: p[k] for k in own} == own
     # the lockstep waves' pair on the same rows fits worse
-    _, lockstep = D.fit_rolling(rows, {"C_roll": [D.PARAMS["C_eff"]], "kappa_roll": [D.PARAMS["kappa"]],
-                                       "rdrift_rule": [0]})
-    assert loss < 0.8 * lockstep
+    _assert_the_fit(D.fit_rolling, rows, {**_around(D.ROLL_GRID, own), "rdrift_rule": [0]}, own,
+                    {"C_roll": [D.PARAMS["C_eff"]], "kappa_roll": [D.PARAMS["kappa"]], "rdrift_rule": [0]}, 0.8)
     kw = dict(B=2, H=8, Nq=65536, Nk=65536, d=64)
     for impl, causal, differs in (("flashref", True, True), ("flashref2", True, True), ("flashref", False, False),
                                   ("sdpa_flash", True, False)):
@@ -628,10 +629,7 @@ def test_rolling_drift_capacity_is_the_fit():
     rows = _rdrift_rows(held_out=False)
     assert len(rows) > 300 and {r[5] for r in rows} == {"h100", "h200"}
     own = {"C_rdrift": D.PARAMS["C_rdrift"]}
-    p, loss = D.fit_rolling_drift(rows, _around(D.RDRIFT_GRID, own))
-    assert p["C_rdrift"] == own["C_rdrift"]
-    _, before = D.fit_rolling_drift(rows, {"rdrift_rule": [0]})
-    assert loss < before
+    _assert_the_fit(D.fit_rolling_drift, rows, _around(D.RDRIFT_GRID, own), own, {"rdrift_rule": [0]})
 
 
 def test_rolling_drift_only_where_an_sm_runs_several_ctas_of_a_rolling_grid():
@@ -678,10 +676,7 @@ def test_spread_waves_is_the_fit():
     rows = _swaves_rows(held_out=False)
     assert len(rows) > 200 and {r[5] for r in rows} == {"h100", "h200"}
     own = {"spread_waves": D.PARAMS["spread_waves"]}
-    p, loss = D.fit_spread_waves(rows, _around(D.SWAVES_GRID, own))
-    assert p["spread_waves"] == own["spread_waves"]
-    _, before = D.fit_spread_waves(rows, {"swaves_rule": [0]})
-    assert loss < 0.95 * before
+    _assert_the_fit(D.fit_spread_waves, rows, _around(D.SWAVES_GRID, own), own, {"swaves_rule": [0]}, 0.95)
 
 
 def test_spread_in_proportion_past_spread_waves():
@@ -737,10 +732,7 @@ def test_apart_parameters_are_the_fit():
     rows = _apart_rows(held_out=False)
     assert len(rows) > 60 and {r[5] for r in rows} == {"h100", "h200"}
     own = {name: D.PARAMS[name] for name in ("apart_steps", "apart_tau")}
-    p, loss = D.fit_apart(rows, _around(D.APART_GRID, own))
-    assert {name: p[name] for name in own} == own
-    _, before = D.fit_apart(rows, {"apart_rule": [0]})
-    assert loss < 0.25 * before
+    _assert_the_fit(D.fit_apart, rows, _around(D.APART_GRID, own), own, {"apart_rule": [0]}, 0.25)
 
 
 def test_apart_moves_flashattention2_d64_backward_past_apart_steps():
@@ -791,10 +783,7 @@ def test_head_reads_is_the_fit():
     once, as every prediction up to check39 had it."""
     rows = _head_rows(held_out=False)
     assert len(rows) > 100 and {r[5] for r in rows} == {"h100", "h200"}
-    p, loss = D.fit_head_reads(rows)
-    assert p["head_reads"] == D.PARAMS["head_reads"]
-    _, before = D.fit_head_reads(rows, {"head_rule": [0]})
-    assert loss < 0.75 * before
+    _assert_the_fit(D.fit_head_reads, rows, D.HEAD_GRID, ("head_reads",), {"head_rule": [0]}, 0.75)
 
 
 def test_heads_roll_in_moves_flashattention2_d64_forward_after_its_first_head():
@@ -986,11 +975,8 @@ def test_recorded_kernel3_tiles():
             runs.append(path.name)
             # the reprs of its day (fields added since default to off), read back as Tiles3
             recorded = schedule.recorded_kernel3_tiles(info)
-            since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11", "check12", "check13",
-                     "check14", "check15", "check16", "check17", "check18", "check19", "check20", "check21",
-                     "check22", "check23", "sweepk3", "check24", "check25", "check26", "check27", "check28", "check29",
-                     "knee64c", "check30", "check31", "check32", "check33", "check34", "check35", "check36", "check37",
-                     "check38", "check39", "check40", "check41", "check42")
+            since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11",
+                     "check12") + D.RUNS_SINCE_CHECK13
             today = any(f"-l2-{name}" in path.name for name in since)
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             before_barrier = "round_sync" not in info["d64"]["fwd"]  # recorded before the round barrier: none ran
