@@ -1,4 +1,4 @@
-"""``python -m flashref {figures,site,bench,profile,profile-l2,train,grade,student-release,autograder}``."""
+"""``python -m flashref {figures,site,bench,profile,profile-l2,l2-score,train,grade,student-release,autograder}``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ commands:
   bench     time flashref's Triton kernel against PyTorch SDPA backends (needs CUDA)
   profile   measure DRAM traffic with Nsight Compute (needs CUDA and ncu)
   profile-l2  per-kernel DRAM and L2 bytes on a grid of shapes, for iomodel.dram (needs CUDA and ncu)
+  l2-score  every recorded L2 measurement against iomodel.dram, by kernel; --rules: what each rule buys
   train     train GPT-2 on each attention backend: tokens/s, MFU, memory, attention share, loss parity
   grade EXERCISE FILE [--json OUT] [--timeout S] [--seed N]
             grade an exercise file on correctness, counted IO and on-chip footprint
@@ -38,6 +39,8 @@ def main(argv=None) -> int:
         from .gpu.profile import main as run
     elif cmd == "profile-l2":
         from .gpu.l2profile import main as run
+    elif cmd == "l2-score":
+        from .iomodel.l2score import main as run
     elif cmd == "train":
         from .train import main as run
     elif cmd == "grade":

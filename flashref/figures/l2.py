@@ -31,6 +31,10 @@ beside them: ``iomodel.dram.staggered_scan_bytes``).
 ``l2_rolling_knee``: flashref's causal forwards near the knee (kernel 3 as it runs today, and kernel 2), every H100
 run: kernel 3's d = 64 DRAM bytes against N with the model with and without the rolling grid's own knee
 (``C_roll``, ``kappa_roll``), and measured over predicted for every row, fit set and held out.
+
+``l2_rules``: what each rule of the model buys. Every recorded row of both GPUs (``iomodel.l2score``), predicted
+with the whole model and with each rule off in turn (its switch gives back the model before it): the rows each rule
+brings within ±25%, over every row and over the runs held out of its fit, beside the fitted numbers it costs.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .. import iomodel, schedule
+from ..iomodel import l2score
 from ..plots import COLORS, figure
 from . import Figure
 
@@ -461,10 +466,38 @@ def rolling_plot(rows):
     return fig
 
 
+def rules_data():
+    """One row per rule of the model (``l2score.ablation``, on every recorded row): rows within ±25% with the
+    model whole and with the rule off, over every row and over the runs held out of the rule's fit."""
+    rows = l2score.recorded_rows()
+    return l2score.ablation(rows, l2score.errors(rows))
+
+
+def rules_plot(rows):
+    fig, axes = figure(f"What each rule of the three-level model buys: rows within ±25% of Nsight Compute, of "
+                       f"{rows[0]['rows']} recorded (H100 and H200)", ncols=2, width=12, height=5)
+    y = np.arange(len(rows))[::-1]
+    labels = [f"{r['rule']} ({r['fitted']} fitted)" for r in rows]
+    ax = axes.flat[0]
+    ax.bar_label(ax.barh(y, [r["within"] - r["within_off"] for r in rows], color=COLORS["flash"]), fontsize=7)
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set(xlabel="rows it brings within ±25% (whole model minus the rule off)",
+           title=f"every recorded row (the whole model: {rows[0]['within']} within)")
+    ax = axes.flat[1]
+    held = [r for r in rows if r["held_rows"]]
+    yh = np.arange(len(held))[::-1]
+    ax.bar_label(ax.barh(yh, [r["held_within"] - r["held_within_off"] for r in held], color=COLORS["flashref"]),
+                 fontsize=7)
+    ax.set_yticks(yh, [f"{r['rule']} ({r['held_rows']} rows)" for r in held], fontsize=7)
+    ax.set(xlabel="rows it brings within ±25%", title="the runs measured after its fit (held out)")
+    return fig
+
+
 FIGURES = [
     Figure("l2_figure2_table", figure2_l2_data, figure2_l2_plot),
     Figure("l2_knee_sweep", knee_data, knee_plot),
     Figure("l2_past_the_knee", past_knee_data, past_knee_plot),
     Figure("l2_heads_side_by_side", heads_data, heads_plot),
     Figure("l2_rolling_knee", rolling_data, rolling_plot),
+    Figure("l2_rules", rules_data, rules_plot),
 ]
