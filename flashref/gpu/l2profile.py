@@ -508,6 +508,15 @@ CHECK42 = [
     ("check42_64_8x1x131072_causal", 8, 1, 131072, 64, True), ("check42_64_1x4x393216", 1, 4, 393216, 64, False),
     ("check42_128_8x1x131072_causal", 8, 1, 131072, 128, True),
 ]
+# check43: check41's rule, default_rng(20261229), today's model (h100-l2-check43-predicted.json, h200-)
+CHECK43 = [
+    ("check43_128_1x32x6144_causal", 1, 32, 6144, 128, True), ("check43_128_2x16x6144", 2, 16, 6144, 128, False),
+    ("check43_64_2x32x8192", 2, 32, 8192, 64, False), ("check43_64_8x32x1536_causal", 8, 32, 1536, 64, True),
+    ("check43_128_2x32x6144_causal", 2, 32, 6144, 128, True),
+    ("check43_64_8x1x262144_causal", 8, 1, 262144, 64, True), ("check43_128_1x8x196608", 1, 8, 196608, 128, False),
+    ("check43_128_1x2x393216_causal", 1, 2, 393216, 128, True), ("check43_64_1x8x196608", 1, 8, 196608, 64, False),
+    ("check43_128_2x4x196608_causal", 2, 4, 196608, 128, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -552,7 +561,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
-          "check41": CHECK41, "check42": CHECK42,
+          "check41": CHECK41, "check42": CHECK42, "check43": CHECK43,
           "softmax_rows": SOFTMAX_ROWS}
 
 
