@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from flashref import iomodel, schedule
+from flashref.iomodel import l2fit
 from flashref.l2 import L2Cache, preset
 
 D = importlib.import_module("flashref.iomodel.dram")  # the module; iomodel.dram is the function
@@ -259,10 +260,10 @@ CHECK = json.loads((REPO / "figures" / "gpu" / "h100-l2-check.json").read_text()
 # 2.25 to 1.28 GB): h100-l2-flashref.json measured every shape again, three times each, with the kernel
 # this repository ships. The model is checked against that kernel; the older rows stay in their files.
 FLASHREF = json.loads((REPO / "figures" / "gpu" / "h100-l2-flashref.json").read_text())
-NOW = D.latest(RESULT, CHECK, dict(FLASHREF, rows=[r for r in FLASHREF["rows"] if r["group"] != "check2"]))
+NOW = l2fit.latest(RESULT, CHECK, dict(FLASHREF, rows=[r for r in FLASHREF["rows"] if r["group"] != "check2"]))
 # Every recorded measurement: the grid the main parameters were fitted on, the held-out sweep, and the
 # first out-of-sample set (on which, with the grid, the staggered-walk rule was refitted).
-ROWS = D.measured_rows(NOW)
+ROWS = l2fit.measured_rows(NOW)
 # Outside the ±25% band: flashref's d = 64 forward past the knee, where the drift is not a function of the shape (at
 # N = 262144 two heads read 1.0 pass of K and V per wave, one head 1.9; at N = 524288 seven runs of the same call read
 # 5.2-9.6 GB: h100-l2-repeat.json). FlashAttention-2's causal d = 64 forward at N = 131072 was one before it had its
@@ -339,7 +340,7 @@ def _groups(result, groups):
 def test_staggered_parameters_are_the_fit(gpu, fit_on):
     """Each GPU's staggered-walk parameters before the spread term are what fit_staggered finds on its recorded
     grid + check (no overlap term: the spread does not enter)."""
-    p, _ = D.fit_staggered(fit_on(), gpu=gpu)
+    p, _ = l2fit.fit_staggered(fit_on(), gpu=gpu)
     names = ("C_stag", "kappa_stag", "lag")
     assert {k: p[k] for k in names} == {k: D.STAGGERED_BEFORE_SPREAD[gpu][k] for k in names}
 
@@ -378,7 +379,7 @@ def test_d64_staggered_parameters_are_the_fit(gpu):
     D64_GRID on its fit set: the whole grid takes minutes (fit_staggered(D64_FIT_ON[gpu](), D64_GRID, gpu, 64), as
     committed), so the test searches each parameter's neighbours. dram uses the set for that kernel only."""
     own = D.STAGGERED_D64_BEFORE_SPREAD[gpu]
-    p, _ = D.fit_staggered(D64_FIT_ON[gpu](), {**_around(D.D64_GRID, own), "spread": [0.0]}, gpu=gpu, d=64)
+    p, _ = l2fit.fit_staggered(D64_FIT_ON[gpu](), {**_around(l2fit.D64_GRID, own), "spread": [0.0]}, gpu=gpu, d=64)
     assert {k: p[k] for k in own} == own
     kw = dict(B=1, H=2, Nq=98304, Nk=98304, causal=True, gpu=gpu)
     shared = {k: dict(D.PARAMS, **D.GPU_PARAMS[gpu])[k] for k in own}
@@ -397,8 +398,8 @@ def test_spread_sets_are_the_fit(gpu, which):
     runs = _recorded_runs(gpu, *D.SPREAD_FIT_ON[gpu])
     own = dict(D.PARAMS, **D.GPU_PARAMS[gpu]) if which == "shared" else D.STAGGERED_D64[gpu]
     own = {k: own[k] for k in ("C_stag", "kappa_stag", "lag", "overlap")}
-    grid = _around(D.SHARED_GRID if which == "shared" else D.D64_GRID, own)
-    p, _ = D.fit_staggered(runs, grid, gpu=gpu, d=64 if which == "d64" else None, shared=which == "shared")
+    grid = _around(l2fit.SHARED_GRID if which == "shared" else l2fit.D64_GRID, own)
+    p, _ = l2fit.fit_staggered(runs, grid, gpu=gpu, d=64 if which == "d64" else None, shared=which == "shared")
     assert {k: p[k] for k in own} == own
 
 
@@ -434,7 +435,7 @@ def test_synced_passes_take_their_own_knee(N, d):
 
 
 def _synced_rows(held_out):
-    return D.recorded_synced_rows(REPO / "figures" / "gpu", held_out)
+    return l2fit.recorded_synced_rows(REPO / "figures" / "gpu", held_out)
 
 
 def test_sync_parameters_are_the_fit():
@@ -443,7 +444,7 @@ def test_sync_parameters_are_the_fit():
     rows = _synced_rows(held_out=False)
     assert len(rows) >= 50 and {r[0] for r in rows} == {"flashref"}
     own = {"C_sync": D.PARAMS["C_sync"], "kappa_sync": D.PARAMS["kappa_sync"]}
-    _assert_the_fit(D.fit_sync, rows, _around(D.SYNC_GRID, own), own,
+    _assert_the_fit(l2fit.fit_sync, rows, _around(l2fit.SYNC_GRID, own), own,
                     {"C_sync": [D.PARAMS["C_eff"]], "kappa_sync": [D.PARAMS["kappa"]]}, 0.5)
 
 
@@ -477,7 +478,7 @@ def test_drift_ramp_only_where_the_sm_pair_drifts_slowly():
 
 
 def _ramp_rows(held_out):
-    return D.recorded_ramp_rows(REPO / "figures" / "gpu", held_out)
+    return l2fit.recorded_ramp_rows(REPO / "figures" / "gpu", held_out)
 
 
 def test_drift_ramp_parameter_is_the_fit():
@@ -486,7 +487,7 @@ def test_drift_ramp_parameter_is_the_fit():
     rows = _ramp_rows(held_out=False)
     assert len(rows) >= 100 and {r[0] for r in rows} == {"sdpa_flash"} and {r[5] for r in rows} == {"h100", "h200"}
     own = {"drift_waves": D.PARAMS["drift_waves"]}
-    _assert_the_fit(D.fit_drift_ramp, rows, _around(D.RAMP_GRID, own), own, {"drift_waves": [1]})
+    _assert_the_fit(l2fit.fit_drift_ramp, rows, _around(l2fit.RAMP_GRID, own), own, {"drift_waves": [1]})
 
 
 RAMP_HELD = _ramp_rows(held_out=True)
@@ -531,7 +532,7 @@ def test_d64_set_before_the_overlap_term_is_the_fit(gpu):
     is what fit_staggered finds on every d = 64 causal forward recorded before check4."""
     fit_on = {"h100": lambda: _recorded_runs("h100", "grid", "check", "check2", "check3"),
               "h200": lambda: [_groups(H200, ("grid", "check", "check2"))]}[gpu]
-    p, _ = D.fit_staggered(fit_on(), gpu=gpu, d=64)
+    p, _ = l2fit.fit_staggered(fit_on(), gpu=gpu, d=64)
     assert {k: p[k] for k in D.STAGGERED_D64_BEFORE[gpu]} == D.STAGGERED_D64_BEFORE[gpu] and p["overlap"] == 0
 
 
@@ -548,7 +549,7 @@ D64_ROWS = [(gpu, r) for gpu, names in (("h100", ("grid", "check", "check2", "ch
                                                   "check16", "check17", "check18", "check19", "check20",
                                                   "check21")),
                                         ("h200", ("", "check4")))
-            for r in D.staggered_rows(_recorded_runs(gpu, *names)) if r[3]["d"] == 64]
+            for r in l2fit.staggered_rows(_recorded_runs(gpu, *names)) if r[3]["d"] == 64]
 
 
 @pytest.mark.parametrize("gpu,row", D64_ROWS, ids=[f"{g}-{r[1]}" for g, r in D64_ROWS])
@@ -562,7 +563,7 @@ def test_d64_causal_forward_within_25_percent(gpu, row):
 # (kernel 2 everywhere; kernel 3 as it runs today, not its earlier launches: older tiles, or no barrier past the knee,
 # where its waves came apart); check13-check16 held out, and check17 and check18 measured after the fit.
 def _rolling_rows(held_out):
-    return D.recorded_rolling_rows(REPO / "figures" / "gpu", held_out)
+    return l2fit.recorded_rolling_rows(REPO / "figures" / "gpu", held_out)
 
 
 def test_rolling_parameters_are_the_fit():
@@ -574,7 +575,7 @@ def test_rolling_parameters_are_the_fit():
     assert len(rows) > 200 and {r[5] for r in rows} == {"h100", "h200"}
     own = {"C_roll": D.PARAMS["C_roll"], "kappa_roll": D.PARAMS["kappa_roll"]}
     # the lockstep waves' pair on the same rows fits worse
-    _assert_the_fit(D.fit_rolling, rows, {**_around(D.ROLL_GRID, own), "rdrift_rule": [0]}, own,
+    _assert_the_fit(l2fit.fit_rolling, rows, {**_around(l2fit.ROLL_GRID, own), "rdrift_rule": [0]}, own,
                     {"C_roll": [D.PARAMS["C_eff"]], "kappa_roll": [D.PARAMS["kappa"]], "rdrift_rule": [0]}, 0.8)
     kw = dict(B=2, H=8, Nq=65536, Nk=65536, d=64)
     for impl, causal, differs in (("flashref", True, True), ("flashref2", True, True), ("flashref", False, False),
@@ -620,7 +621,7 @@ ROLL_HELD_MISSES = {("h100", "flashref", "knee64c_262144_h1", "fwd"), ("h100", "
 # rolling fit set and check13-check21), check22 on held out: the knee64c probe among them, and check30 to check33
 # measured after the fit.
 def _rdrift_rows(held_out):
-    return D.recorded_rolling_rows(REPO / "figures" / "gpu", held_out, held=D.RDRIFT_HELD_OUT)
+    return l2fit.recorded_rolling_rows(REPO / "figures" / "gpu", held_out, held=l2fit.RDRIFT_HELD_OUT)
 
 
 def test_rolling_drift_capacity_is_the_fit():
@@ -629,7 +630,7 @@ def test_rolling_drift_capacity_is_the_fit():
     rows = _rdrift_rows(held_out=False)
     assert len(rows) > 300 and {r[5] for r in rows} == {"h100", "h200"}
     own = {"C_rdrift": D.PARAMS["C_rdrift"]}
-    _assert_the_fit(D.fit_rolling_drift, rows, _around(D.RDRIFT_GRID, own), own, {"rdrift_rule": [0]})
+    _assert_the_fit(l2fit.fit_rolling_drift, rows, _around(l2fit.RDRIFT_GRID, own), own, {"rdrift_rule": [0]})
 
 
 def test_rolling_drift_only_where_an_sm_runs_several_ctas_of_a_rolling_grid():
@@ -667,7 +668,7 @@ def test_rolling_drift_held_out_within_25_percent(impl, shape, mode, kw, measure
 # How far the staggered walk's heads spread in a head of many waves (spread_waves): fitted on every FlashAttention-2
 # causal row recorded before check22, check22 on held out (knee64c and check30, which found the rule, among them).
 def _swaves_rows(held_out):
-    return D.recorded_staggered_rows(REPO / "figures" / "gpu", held_out)
+    return l2fit.recorded_staggered_rows(REPO / "figures" / "gpu", held_out)
 
 
 def test_spread_waves_is_the_fit():
@@ -676,7 +677,7 @@ def test_spread_waves_is_the_fit():
     rows = _swaves_rows(held_out=False)
     assert len(rows) > 200 and {r[5] for r in rows} == {"h100", "h200"}
     own = {"spread_waves": D.PARAMS["spread_waves"]}
-    _assert_the_fit(D.fit_spread_waves, rows, _around(D.SWAVES_GRID, own), own, {"swaves_rule": [0]}, 0.95)
+    _assert_the_fit(l2fit.fit_spread_waves, rows, _around(l2fit.SWAVES_GRID, own), own, {"swaves_rule": [0]}, 0.95)
 
 
 def test_spread_in_proportion_past_spread_waves():
@@ -723,7 +724,7 @@ def test_spread_waves_held_out_within_25_percent(impl, shape, mode, kw, measured
 # on every row recorded before check22 that runs it, check22 on held out (check28 and check36, which found the rule
 # with check21, among them).
 def _apart_rows(held_out):
-    return D.recorded_apart_rows(REPO / "figures" / "gpu", held_out)
+    return l2fit.recorded_apart_rows(REPO / "figures" / "gpu", held_out)
 
 
 def test_apart_parameters_are_the_fit():
@@ -732,7 +733,7 @@ def test_apart_parameters_are_the_fit():
     rows = _apart_rows(held_out=False)
     assert len(rows) > 60 and {r[5] for r in rows} == {"h100", "h200"}
     own = {name: D.PARAMS[name] for name in ("apart_steps", "apart_tau")}
-    _assert_the_fit(D.fit_apart, rows, _around(D.APART_GRID, own), own, {"apart_rule": [0]}, 0.25)
+    _assert_the_fit(l2fit.fit_apart, rows, _around(l2fit.APART_GRID, own), own, {"apart_rule": [0]}, 0.25)
 
 
 def test_apart_moves_flashattention2_d64_backward_past_apart_steps():
@@ -775,7 +776,7 @@ def test_apart_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, 
 # (head_reads): fitted on every row recorded before check22 that runs the kernel, check22 on held out (check23 and
 # check37, whose misses found the rule with check12's, among them).
 def _head_rows(held_out):
-    return D.recorded_head_rows(REPO / "figures" / "gpu", held_out)
+    return l2fit.recorded_head_rows(REPO / "figures" / "gpu", held_out)
 
 
 def test_head_reads_is_the_fit():
@@ -783,7 +784,7 @@ def test_head_reads_is_the_fit():
     once, as every prediction up to check39 had it."""
     rows = _head_rows(held_out=False)
     assert len(rows) > 100 and {r[5] for r in rows} == {"h100", "h200"}
-    _assert_the_fit(D.fit_head_reads, rows, D.HEAD_GRID, ("head_reads",), {"head_rule": [0]}, 0.75)
+    _assert_the_fit(l2fit.fit_head_reads, rows, l2fit.HEAD_GRID, ("head_reads",), {"head_rule": [0]}, 0.75)
 
 
 def test_heads_roll_in_moves_flashattention2_d64_forward_after_its_first_head():
@@ -827,12 +828,12 @@ SOFTMAX_PROBE = json.loads((REPO / "figures" / "gpu" / "h100-l2-softmax-rows.jso
 def test_softmax_rows_parameters_are_the_fit():
     """C_rows and kappa_rows are what fit_softmax_rows finds on the softmax probe's forward kernels, and the kernel's
     reads follow them at every row length: once where the rows in flight fit, three times where they do not."""
-    p, _ = D.fit_softmax_rows(SOFTMAX_PROBE)
+    p, _ = l2fit.fit_softmax_rows(SOFTMAX_PROBE)
     assert (p["C_rows"], p["kappa_rows"]) == (D.PARAMS["C_rows"], D.PARAMS["kappa_rows"])
-    for Nk, Sb, measured in D.softmax_rows(SOFTMAX_PROBE):
+    for Nk, Sb, measured in l2fit.softmax_rows(SOFTMAX_PROBE):
         (row,) = D.predict_kernels([D._softmax(Sb, Nk, 2, schedule.SMS)], 1, Nk, D.PARAMS)
         assert row[1] == pytest.approx(measured, rel=0.06), Nk
-    reads = {Nk: m / Sb for Nk, Sb, m in D.softmax_rows(SOFTMAX_PROBE)}
+    reads = {Nk: m / Sb for Nk, Sb, m in l2fit.softmax_rows(SOFTMAX_PROBE)}
     assert reads[32768] < 1.01 and 1.2 < reads[49152] < 1.4 and reads[98304] > 2.9  # the knee the rule follows
 
 
@@ -840,7 +841,7 @@ def test_softmax_rows_parameters_are_the_fit():
 # effect, measured before the probe; held out) and check14's (predicted before measured): the forward within 5%,
 # forward+backward within 10% (the backward softmax's own re-reads, up to one more pass over S, are not modelled)
 LONG_ROWS = [r for res in [SOFTMAX_PROBE] + _recorded_runs("h100", "check10", "check14")
-             for r in D.measured_rows(res, ("eager",)) if r[3]["Nk"] * 2 > D.SOFTMAX_SMEM_BYTES]
+             for r in l2fit.measured_rows(res, ("eager",)) if r[3]["Nk"] * 2 > D.SOFTMAX_SMEM_BYTES]
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured", LONG_ROWS, ids=[f"{r[1]}-{r[2]}" for r in LONG_ROWS])
@@ -879,7 +880,7 @@ def test_overlap_term_follows_the_simulation():
         assert max(err[0.5]) < 0.10 < 0.5 < max(err[0]), (BH, N, err)
 
 
-H200_ROWS = D.measured_rows(H200)
+H200_ROWS = l2fit.measured_rows(H200)
 # Outside ±25% on the H200 (its own staggered parameters, everything else as fitted on the H100):
 # flashref's d = 64 forward at long N (its CTAs drift apart three times as far as on the H100 at
 # N = 524288). (FlashAttention-2's d = 64 forward+backward at N = 524288, -32.8% with a lockstep backward, is -3.9%
@@ -904,7 +905,8 @@ def test_h200_predictions_were_the_h100_model():
     pre = json.loads((REPO / "figures" / "gpu" / "h200-l2-predicted.json").read_text())
     for r in pre["rows"][::7]:
         kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
-        assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu="h200", params=OLD).total_bytes == pytest.approx(
+        impl = l2fit.recorded_impl(r)
+        assert iomodel.dram(impl, r["mode"], **kw, gpu="h200", params=OLD).total_bytes == pytest.approx(
             r["predicted_bytes"])
 
 
@@ -927,20 +929,21 @@ def test_repeats_give_their_median_and_the_latest_record_wins():
         return r if rep is None else dict(r, rep=rep)
     old = dict(metadata=dict(date="2026-01-01T00:00:00"), rows=[row("a", 10.0), row("b", 5.0)])
     new = dict(metadata=dict(date="2026-02-01T00:00:00"), rows=[row("a", 1.0, 0), row("a", 9.0, 1), row("a", 2.0, 2)])
-    got = {(r[1], r[2]): r[4] for r in D.measured_rows(D.latest(new, old))}
+    got = {(r[1], r[2]): r[4] for r in l2fit.measured_rows(l2fit.latest(new, old))}
     assert got == {("a", "fwd"): 2.0, ("a", "fwd_bwd"): 4.0, ("b", "fwd"): 5.0, ("b", "fwd_bwd"): 10.0}
-    assert D.repeats(new)[("flashref2", "a", "fwd")][1] == [1.0, 9.0, 2.0]  # recorded before kernel 3: kernel 2
+    assert l2fit.repeats(new)[("flashref2", "a", "fwd")][1] == [1.0, 9.0, 2.0]  # recorded before kernel 3: kernel 2
 
 
 def test_recorded_rows_name_the_kernel_that_ran():
     """A "flashref" row is kernel 3's where gpu.which_kernel said kernel 3 ran, else kernel 2's (and so is
     every row recorded before the rows said which)."""
     row = dict(impl="flashref", shape="a")
-    assert D.recorded_impl(row) == "flashref2"
-    assert D.recorded_impl(dict(row, kernel="kernel 3 (backward: kernel 3)")) == "flashref"
-    assert D.recorded_impl(dict(row, kernel="kernel 2: kernel 3 does not take this call (d=96: ...)")) == "flashref2"
-    assert D.recorded_impl(dict(row, impl="flashref2", kernel="kernel 2: a kernels.Config was given")) == "flashref2"
-    assert D.recorded_impl(dict(row, impl="sdpa_flash")) == "sdpa_flash"
+    assert l2fit.recorded_impl(row) == "flashref2"
+    assert l2fit.recorded_impl(dict(row, kernel="kernel 3 (backward: kernel 3)")) == "flashref"
+    named = l2fit.recorded_impl
+    assert named(dict(row, kernel="kernel 2: kernel 3 does not take this call (d=96: ...)")) == "flashref2"
+    assert named(dict(row, impl="flashref2", kernel="kernel 2: a kernels.Config was given")) == "flashref2"
+    assert l2fit.recorded_impl(dict(row, impl="sdpa_flash")) == "sdpa_flash"
 
 
 # Kernel 3's d = 64 non-causal forward as the kernel 3 measurements before the twelfth session ran it (their
@@ -976,7 +979,7 @@ def test_recorded_kernel3_tiles():
             # the reprs of its day (fields added since default to off), read back as Tiles3
             recorded = schedule.recorded_kernel3_tiles(info)
             since = ("kernel3c", "check6", "check7", "check8", "check9", "check10", "check11",
-                     "check12") + D.RUNS_SINCE_CHECK13
+                     "check12") + l2fit.RUNS_SINCE_CHECK13
             today = any(f"-l2-{name}" in path.name for name in since)
             want = kernel3.TILES[(64, False)] if today else _measured_d64_tiles()
             before_barrier = "round_sync" not in info["d64"]["fwd"]  # recorded before the round barrier: none ran
@@ -1017,7 +1020,7 @@ def test_kernel3_predictions_are_the_model(gpu):
     with schedule.kernel3_as_recorded(_run_info("h100-l2-kernel3.json")):
         for r in pre["rows"]:
             kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
-            assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu, params=WRITES_BEFORE).total_bytes \
+            assert iomodel.dram(l2fit.recorded_impl(r), r["mode"], **kw, gpu=gpu, params=WRITES_BEFORE).total_bytes \
                 == pytest.approx(r["predicted_bytes"], rel=1e-12)
 
 
@@ -1049,10 +1052,10 @@ def test_check5_predictions_are_the_model(gpu, monkeypatch):
     changed = set()
     for r in pre["rows"]:
         kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=r["causal"])
-        now = iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu, params=WRITES_BEFORE).total_bytes
+        now = iomodel.dram(l2fit.recorded_impl(r), r["mode"], **kw, gpu=gpu, params=WRITES_BEFORE).total_bytes
         with monkeypatch.context() as m:
             _as_predicted(r, m)
-            assert iomodel.dram(D.recorded_impl(r), r["mode"], **kw, gpu=gpu, params=WRITES_BEFORE).total_bytes \
+            assert iomodel.dram(l2fit.recorded_impl(r), r["mode"], **kw, gpu=gpu, params=WRITES_BEFORE).total_bytes \
                 == pytest.approx(r["predicted_bytes"], rel=1e-12)
         if now != pytest.approx(r["predicted_bytes"], rel=1e-12):
             changed.add((r["impl"], r["d"]))
@@ -1112,7 +1115,7 @@ def test_check5_within_25_percent_with_fa2_own_tiles():
     """check5 as measured (the median of two runs), against the model with FlashAttention-2's tiles from its own
     launch templates: read after the pre-registered d = 256 predictions missed, with no parameter fitted, so
     this is a check of the corrected schedule, not an out-of-sample one."""
-    meas = D.repeats(json.loads((REPO / "figures" / "gpu" / "h100-l2-check5.json").read_text()))
+    meas = l2fit.repeats(json.loads((REPO / "figures" / "gpu" / "h100-l2-check5.json").read_text()))
     assert len(meas) == 32
     for (impl, shape, mode), (kw, runs) in meas.items():
         err = iomodel.dram(impl, mode, **kw).total_bytes / float(np.median(runs)) - 1
@@ -1316,12 +1319,12 @@ def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
             for m in ((measured,) if isinstance(measured, str) else measured or (name,))]
     meas = {}
     for run in runs:
-        for key, (_, values) in D.repeats(run).items():
+        for key, (_, values) in l2fit.repeats(run).items():
             meas.setdefault(key, []).extend(values)
     ran = schedule.kernel3_info(runs[0])
     assert all(schedule.kernel3_info(run) == ran for run in runs), "pooled: other tiles"
     pred = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{name}-predicted.json").read_text())
-    keyed = [((D.recorded_impl(p), p["shape"], p["mode"]), p) for p in pred["rows"]]
+    keyed = [((l2fit.recorded_impl(p), p["shape"], p["mode"]), p) for p in pred["rows"]]
     measured_in = measured if isinstance(measured, str) else name
     return [(dict(p, impl=key[0], measured_in=measured_in, ran=ran), float(np.median(meas[key])), params, gpu)
             for key, p in keyed if key in meas]

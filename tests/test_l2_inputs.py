@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from flashref import iomodel, schedule
+from flashref.iomodel import l2fit
 from flashref.l2 import L2Cache
 
 D = importlib.import_module("flashref.iomodel.dram")  # the module; iomodel.dram is the function
@@ -167,10 +168,10 @@ def test_kernel3_tiles_refuses_bad_shapes(args, exc, match):
 @pytest.mark.parametrize("row", [{}, None, {"kernel": "kernel 3"}])
 def test_recorded_impl_names_a_row_without_impl(row):
     with pytest.raises((TypeError, ValueError), match="row"):
-        D.recorded_impl(row)
+        l2fit.recorded_impl(row)
 
 
-@pytest.mark.parametrize("fit", [lambda: D.fit({"rows": []}), lambda: D.fit_staggered([{"rows": []}])])
+@pytest.mark.parametrize("fit", [lambda: l2fit.fit({"rows": []}), lambda: l2fit.fit_staggered([{"rows": []}])])
 def test_fit_without_rows_says_so(fit):
     with pytest.raises(ValueError, match="no measured rows"):
         fit()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from flashref.__main__ import main as cli
+from flashref.iomodel import l2fit
 from flashref.iomodel import l2score as L  # noqa: N812
 
 D = importlib.import_module("flashref.iomodel.dram")
@@ -28,10 +29,10 @@ def test_every_recorded_run_and_row_is_scored(rows):
     runs = sorted(p for p in FOLDER.glob("h*-l2*.json") if not p.name.endswith("-predicted.json"))
     assert {(r.gpu, r.run) for r in rows} == {(p.name[:4], p.stem.split("-l2-", 1)[1] if "-l2-" in p.stem else "")
                                               for p in runs}
-    assert len(rows) == sum(len(D.measured_rows(json.loads(p.read_text()))) for p in runs)
+    assert len(rows) == sum(len(l2fit.measured_rows(json.loads(p.read_text()))) for p in runs)
     assert {r.kernel for r in rows} == set(L.CLASSES)
     # kernel 3's rows are today's launches but for the runs listed as earlier
-    assert all((r.run in D.K3_EARLIER_RUNS) == (r.kernel == "kernel 3, earlier launches") for r in rows
+    assert all((r.run in l2fit.K3_EARLIER_RUNS) == (r.kernel == "kernel 3, earlier launches") for r in rows
                if r.impl == "flashref")
 
 
@@ -74,7 +75,7 @@ def test_ablation_counts_what_a_switch_changes(rows, errs):
     (a,) = L.ablation(rows, errs, rules=(rule,))
     off = L.errors(rows, rule.off)  # every row, not only the rule's
     assert a["within_off"] == int(np.sum(np.abs(off) <= L.BAND))
-    held = [i for i, r in enumerate(rows) if r.run in D.runs_from("check22")]
+    held = [i for i, r in enumerate(rows) if r.run in l2fit.runs_from("check22")]
     assert a["held_rows"] == len(held) and a["held_within_off"] == int(np.sum(np.abs(off[held]) <= L.BAND))
     assert a["within"] == int(np.sum(np.abs(errs) <= L.BAND))
     assert L.ALL_OFF.off["head_rule"] == 0 and L.ALL_OFF.fitted == sum(r.fitted for r in L.RULES)

@@ -47,7 +47,7 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .. import iomodel, schedule
-from ..iomodel import l2score
+from ..iomodel import l2fit, l2score
 from ..plots import COLORS, figure
 from . import Figure
 
@@ -60,7 +60,7 @@ FLASHREF_JSON = GRID_JSON.with_name("h100-l2-flashref.json")
 # flashref's default on a Hopper GPU, kernel 3, measured (twice per shape) after its predictions were committed
 KERNEL3_JSON = GRID_JSON.with_name("h100-l2-kernel3.json")
 # kernel 3's 192-row d = 64 forward (the twelfth session's default), measured at its 13 d = 64 non-causal shapes:
-# those rows supersede kernel3's (D.latest), so the model's kernel 3 is set beside the kernel that ran
+# those rows supersede kernel3's (l2fit.latest), so the model's kernel 3 is set beside the kernel that ran
 KERNEL3C_JSON = GRID_JSON.with_name("h100-l2-kernel3c.json")
 # the knee sweep measured again for kernel 3 as it runs today (with its barrier past the knee, which kernel3's runs
 # predate): its rows supersede kernel3's
@@ -86,16 +86,16 @@ def load_current(groups=("grid", "sweep")):
     for path in (FLASHREF_JSON, KERNEL3_JSON, KERNEL3C_JSON, SWEEPK3_JSON):
         again = load_grid(path)
         picked.append(dict(again, rows=[r for r in again["rows"] if r["group"] in groups]))
-    return D.latest(*picked)
+    return l2fit.latest(*picked)
 
 
 def rows_by_shape(result):
     """{(impl, shape): row}, a shape measured several times given as one row of its median bytes; impl as
-    the model names what ran (``iomodel.dram.recorded_impl``: flashref rows recorded before kernel 3 became
+    the model names what ran (``iomodel.l2fit.recorded_impl``: flashref rows recorded before kernel 3 became
     the default are ``"flashref2"``)."""
     groups = {}
     for r in result["rows"]:
-        groups.setdefault((D.recorded_impl(r), r["shape"]), []).append(r)
+        groups.setdefault((l2fit.recorded_impl(r), r["shape"]), []).append(r)
     out = {}
     for key, rs in groups.items():
         ok = [r for r in rs if not r.get("error")] or rs
@@ -258,7 +258,7 @@ def past_knee_data():
             run = json.loads(GRID_JSON.with_name(name).read_text())
             with schedule.kernel3_as_recorded(schedule.kernel3_info(run)):
                 for r in run["rows"]:
-                    if D.recorded_impl(r) != impl or r.get("error") or r["shape"] not in CHECK6_SHAPES:
+                    if l2fit.recorded_impl(r) != impl or r.get("error") or r["shape"] not in CHECK6_SHAPES:
                         continue
                     kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r["N"], d=r["d"], causal=bool(r["causal"]))
                     for mode in D.MODES:
@@ -282,7 +282,7 @@ def barrier_rows():
     for label, files in BARRIER_RUNS.items():
         for name in files:
             run = json.loads(GRID_JSON.with_name(name).read_text())
-            for (impl, shape, mode), (kw, values) in D.repeats(run).items():
+            for (impl, shape, mode), (kw, values) in l2fit.repeats(run).items():
                 if impl == "flashref" and not kw["causal"] and kw["Nq"] >= 196608:
                     kws[shape] = kw
                     rounds.setdefault((shape, mode), {}).setdefault(label, []).extend(v / 1e9 for v in values)
@@ -351,7 +351,7 @@ def heads_data():
     rows = []
     for name in HEADS_FIT + HEADS_HELD_OUT:
         run = json.loads(GRID_JSON.with_name(f"h100-l2-{name}.json").read_text())
-        for _, shape, _, kw, measured in D.staggered_rows([run]):
+        for _, shape, _, kw, measured in l2fit.staggered_rows([run]):
             if kw["d"] != 64 or kw["Nq"] < HEADS_MIN_N:
                 continue
             per_head = _compulsory(kw["B"] * kw["H"], kw["Nq"], kw["d"])  # of all heads
@@ -406,7 +406,7 @@ def heads_plot(rows):
 
 
 # flashref's causal forwards, whose grids roll (schedule.ScanKernel.rolling): every H100 run of kernel 3 as it runs
-# today and every kernel 2 run, as iomodel.dram.fit_rolling's fit set and held-out runs take them
+# today and every kernel 2 run, as iomodel.l2fit.fit_rolling's fit set and held-out runs take them
 ROLL_MIN_N = 32768  # below it one head's K and V fit whatever the knee
 
 
@@ -416,7 +416,8 @@ def rolling_data():
     bytes (Q, K, V, O once)."""
     rows = []
     for held_out in (False, True):
-        for impl, shape, mode, kw, measured, _, info in D.recorded_rolling_rows(GRID_JSON.parent, held_out, ("h100",)):
+        recorded = l2fit.recorded_rolling_rows(GRID_JSON.parent, held_out, ("h100",))
+        for impl, shape, mode, kw, measured, _, info in recorded:
             if mode != "fwd" or kw["Nq"] < ROLL_MIN_N:
                 continue
             compulsory = _compulsory(kw["B"] * kw["H"], kw["Nq"], kw["d"])
@@ -455,7 +456,7 @@ def rolling_plot(rows):
             sel = [r for r in pts if r["held_out"] == held_out]
             ax.plot([r["N"] for r in sel], [r["measured"] / r["predicted"] for r in sel], "o", color=color,
                     mfc=color if held_out else "none",
-                    label=f"{kernel}, {f'held out ({_runs(D.ROLL_HELD_OUT)})' if held_out else 'fit set'}")
+                    label=f"{kernel}, {f'held out ({_runs(l2fit.ROLL_HELD_OUT)})' if held_out else 'fit set'}")
         ax.plot([r["N"] for r in pts], [r["measured"] / r["predicted_without_rule"] for r in pts], "x", color=color,
                 alpha=0.5, label=f"{kernel}, without the rule")
     ax.set(xscale="log", xlabel="N", ylabel="measured / predicted DRAM bytes",

@@ -673,7 +673,7 @@ def _child(impl, shapes_json, out_json, deadline="inf", tiles3="[]"):
                            for n in (Nq, Nk, Nk, Nq))
             q, k, v = (x.requires_grad_() for x in (q, k, v))
             f = _make_fn(impl, q, k, v, causal)
-            if impl in ("flashref", "flashref2"):  # which kernel ran (iomodel.dram.recorded_impl reads it)
+            if impl in ("flashref", "flashref2"):  # which kernel ran (iomodel.l2fit.recorded_impl reads it)
                 from . import which_kernel
                 entry["kernel"] = which_kernel(q, k, v, causal=causal, **_flashref_options(impl))
             f().backward(do)  # warm-up: compilation, plans, heuristics

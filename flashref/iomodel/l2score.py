@@ -9,7 +9,7 @@ row, the median of its repeats) and counts the rows within ±25% by kernel:
   default among them;
 * ``kernel 3``: flashref's default kernel as it runs today;
 * ``kernel 3, earlier launches``: kernel 3's rows of the runs measured before its launches took their present form
-  (``dram.K3_EARLIER_RUNS``: older tiles, or no barrier between rounds past the knee, where its waves came apart
+  (``l2fit.K3_EARLIER_RUNS``: older tiles, or no barrier between rounds past the knee, where its waves came apart
   by amounts that change from run to run).
 
 The ablation turns each rule of the model off in turn (its ``*_rule`` switch, which gives back the model as it
@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import schedule as S  # noqa: N812
+from . import l2fit
 
 D = importlib.import_module("flashref.iomodel.dram")  # the module (iomodel.dram is the function)
 
@@ -59,7 +60,7 @@ def _kernel(impl, run):
     if impl == "flashref2":
         return "kernel 2"
     if impl == "flashref":
-        return "kernel 3, earlier launches" if run in D.K3_EARLIER_RUNS else "kernel 3"
+        return "kernel 3, earlier launches" if run in l2fit.K3_EARLIER_RUNS else "kernel 3"
     return impl
 
 
@@ -69,9 +70,9 @@ def recorded_rows(folder=None, gpus=("h100", "h200")) -> list[Row]:
     if not folder.is_dir():
         raise ValueError(f"folder: {folder} is not a folder")
     out = []
-    for run, gpu, result in D._recorded(folder, gpus, lambda name: False):
+    for run, gpu, result in l2fit._recorded(folder, gpus, lambda name: False):
         info = S.kernel3_info(result)
-        for impl, shape, mode, kw, measured in D.measured_rows(result):
+        for impl, shape, mode, kw, measured in l2fit.measured_rows(result):
             out.append(Row(run, gpu, _kernel(impl, run), impl, shape, mode, kw, measured, info))
     return out
 
@@ -106,7 +107,7 @@ class Rule:
     """A rule of the model: the switch that turns it off, the fitted numbers it added (how many, and which: a
     number fitted per GPU counts once for each; 0: a choice read from the hardware or the source), the
     implementations whose kernels it can change, and the first run held out of its fit (None: fitted before the
-    runs were listed in order, ``dram.RUNS_SINCE_CHECK13``)."""
+    runs were listed in order, ``l2fit.RUNS_SINCE_CHECK13``)."""
     name: str
     off: dict
     fitted: int
@@ -151,7 +152,7 @@ def ablation(rows, errs=None, rules=RULES + (ALL_OFF,)) -> list[dict]:
         off = errs.copy()
         off[idx] = errors([rows[i] for i in idx], rule.off)
         within_off = np.abs(off) <= BAND
-        held = (np.array([r.run in D.runs_from(rule.held_from) for r in rows]) if rule.held_from
+        held = (np.array([r.run in l2fit.runs_from(rule.held_from) for r in rows]) if rule.held_from
                 else np.zeros(len(rows), bool))
         out.append(dict(rule=rule.name, fitted=rule.fitted, names=rule.names, rows=len(rows),
                         within=int(within.sum()), within_off=int(within_off.sum()),
