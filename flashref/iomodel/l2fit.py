@@ -252,7 +252,7 @@ def recorded_rolling_rows(folder, held_out=False, gpus=("h100", "h200"), held=RO
         return (name in held) != held_out
 
     rows = []
-    for name, gpu, result in _recorded(folder, gpus, skip):
+    for name, gpu, result in recorded_runs(folder, gpus, skip):
         impls = ("flashref2",) if name in K3_EARLIER_RUNS else ("flashref", "flashref2")
         rows += rolling_rows(result, gpu, impls)
     return rows
@@ -379,9 +379,9 @@ def _fit_kernels(rows, varies, grid):
     return _grid_search(grid, loss, PARAMS)
 
 
-def _recorded(folder, gpus, skip):
+def recorded_runs(folder, gpus=("h100", "h200"), skip=lambda name: False):
     """(run name, gpu, result) of every recorded ``<gpu>-l2*.json`` run in ``folder``, but those whose name
-    ``skip(name)`` rejects."""
+    ``skip(name)`` rejects (by default none)."""
     for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
         name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
         if not path.name.endswith("-predicted.json") and not skip(name):
@@ -395,7 +395,7 @@ def _held_rows(folder, held_out, gpus, held, varies, also_skip=()):
     def skip(name):
         return name in also_skip or (name in held) != held_out
 
-    return [row for _, gpu, result in _recorded(folder, gpus, skip) for row in _launching(result, gpu, varies)]
+    return [row for _, gpu, result in recorded_runs(folder, gpus, skip) for row in _launching(result, gpu, varies)]
 
 
 def _launching(result, gpu, varies):

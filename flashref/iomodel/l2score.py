@@ -70,7 +70,7 @@ def recorded_rows(folder=None, gpus=("h100", "h200")) -> list[Row]:
     if not folder.is_dir():
         raise ValueError(f"folder: {folder} is not a folder")
     out = []
-    for run, gpu, result in l2fit._recorded(folder, gpus, lambda name: False):
+    for run, gpu, result in l2fit.recorded_runs(folder, gpus):
         info = S.kernel3_info(result)
         for impl, shape, mode, kw, measured in l2fit.measured_rows(result):
             out.append(Row(run, gpu, _kernel(impl, run), impl, shape, mode, kw, measured, info))
