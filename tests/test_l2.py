@@ -303,11 +303,14 @@ SHARED_STAG = {k: D.STAGGERED_BEFORE_SPREAD["h100"][k] for k in ("C_stag", "kapp
 # and every set up to check22 before a pass that a barrier starts together had a knee of its own (sync_rule=0)
 # and every set up to check24 before FlashAttention-2's forward kernels but the d = 64 one drifted apart over their
 # first waves (drift_waves=1: at once)
+# and every set up to check43 before three CTAs an SM in a rolling grid drifted into a knee of their own
+# (rdrift3_rule=0: C_rdrift and kappa)
+RDRIFT3_BEFORE = dict(rdrift3_rule=0)
 # and check37 to check41 with the apart rule's first form, on the causal backward too (apart_causal=1)
-APART_FIRST = dict(apart_causal=1)
+APART_FIRST = dict(apart_causal=1, **RDRIFT3_BEFORE)
 # and every set up to check39 before the heads of FlashAttention-2's d = 64 forward rolled in (head_rule=0: a head's
 # first pass reads its tiles once)
-HEAD_BEFORE = dict(head_rule=0)
+HEAD_BEFORE = dict(head_rule=0, **RDRIFT3_BEFORE)
 # and every set up to check36 before FlashAttention-2's d = 64 backward came apart with the steps it has run
 # (apart_rule=0: the lockstep pass at every length)
 APART_BEFORE = dict(apart_rule=0, **HEAD_BEFORE)
@@ -608,9 +611,10 @@ def test_rolling_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu
     rule with the lockstep waves' knee, five of them 25-28% over; check17 with its first form, the later ones with it):
     today's model, within 25% but for two, kernel 3's d = 64 forward at one head of 262144 (-25.7%) and 327680
     (-28.6%) in the knee64c probe. (Before the SM drift's own capacity, C_rdrift: sixteen, the same forward at N =
-    262144-393216 in check19, check27, check29, check30, check32 and knee64c, -26% to -36%.)"""
+    262144-393216 in check19, check27, check29, check30, check32 and knee64c, -26% to -36%.) Without the knee of
+    three CTAs an SM (RDRIFT3_BEFORE), fitted on these rows since."""
     with schedule.kernel3_as_recorded(info):
-        err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
+        err = iomodel.dram(impl, mode, **kw, gpu=gpu, params=RDRIFT3_BEFORE).total_bytes / measured - 1
     _within_25_percent(err, (gpu, impl, shape, mode), ROLL_HELD_MISSES, 0.30)
 
 
@@ -630,7 +634,8 @@ def test_rolling_drift_capacity_is_the_fit():
     rows = _rdrift_rows(held_out=False)
     assert len(rows) > 300 and {r[5] for r in rows} == {"h100", "h200"}
     own = {"C_rdrift": D.PARAMS["C_rdrift"]}
-    _assert_the_fit(l2fit.fit_rolling_drift, rows, _around(l2fit.RDRIFT_GRID, own), own, {"rdrift_rule": [0]})
+    grid = dict(_around({"C_rdrift": l2fit.RDRIFT_GRID["C_rdrift"]}, own), rdrift3_rule=[0])
+    _assert_the_fit(l2fit.fit_rolling_drift, rows, grid, own, {"rdrift_rule": [0]})
 
 
 def test_rolling_drift_only_where_an_sm_runs_several_ctas_of_a_rolling_grid():
@@ -642,13 +647,41 @@ def test_rolling_drift_only_where_an_sm_runs_several_ctas_of_a_rolling_grid():
                                   ("sdpa_flash", True, False), ("eager", False, False)):
         if impl == "eager":
             kw = dict(kw, Nq=8192, Nk=8192)
-        now, before, at_ceff = (iomodel.dram(impl, "fwd", **kw, causal=causal, params=q).total_bytes
-                                for q in (None, {"rdrift_rule": 0}, {"C_rdrift": D.PARAMS["C_eff"]}))
+        now, before, at_ceff = (iomodel.dram(impl, "fwd", **kw, causal=causal, params=dict(q, **RDRIFT3_BEFORE))
+                                .total_bytes for q in ({}, {"rdrift_rule": 0}, {"C_rdrift": D.PARAMS["C_eff"]}))
         assert before == at_ceff
         assert (now > before) == differs, (impl, causal)
     short = dict(B=1, H=4, Nq=4096, Nk=4096, d=64, causal=True)
     assert iomodel.dram("flashref", "fwd", **short).total_bytes == \
         iomodel.dram("flashref", "fwd", **short, params={"rdrift_rule": 0}).total_bytes
+
+
+def _rdrift3_rows(held_out):
+    return l2fit.recorded_rdrift3_rows(REPO / "figures" / "gpu", held_out)
+
+
+def test_rolling_drift3_parameters_are_the_fit():
+    """C_rdrift3 and kappa_rdrift3 are the best of RDRIFT3_GRID on kernel 3's rolling rows of three CTAs an SM recorded
+    up to check43, as committed (the test searches their neighbours), and fit far better than C_rdrift and kappa."""
+    rows = _rdrift3_rows(held_out=False)
+    assert len(rows) > 200 and all(r[0] == "flashref" for r in rows)
+    own = {name: D.PARAMS[name] for name in ("C_rdrift3", "kappa_rdrift3")}
+    _assert_the_fit(l2fit.fit_rolling_drift3, rows, _around(l2fit.RDRIFT3_GRID, own), own, {"rdrift3_rule": [0]},
+                    0.6)
+
+
+def test_rolling_drift3_only_where_three_ctas_share_an_sm():
+    """The three-CTA knee moves kernel 3's causal d = 64 forward (three CTAs an SM) alone: not kernel 2's (two), not
+    kernel 3's d = 128 forward or its dQ kernel (one), and nothing where rdrift_rule = 0 leaves the drift at C_eff."""
+    kw = dict(B=1, H=2, Nq=262144, Nk=262144, causal=True)
+    for impl, d, differs in (("flashref", 64, True), ("flashref2", 64, False), ("flashref", 128, False),
+                             ("sdpa_flash", 64, False)):
+        for mode in ("fwd", "fwd_bwd"):
+            now, before = (iomodel.dram(impl, mode, **kw, d=d, params=q).total_bytes
+                           for q in (None, {"rdrift3_rule": 0}))
+            assert (now != before) == differs, (impl, d, mode)
+    assert iomodel.dram("flashref", "fwd", **kw, d=64, params={"rdrift_rule": 0}).total_bytes == \
+        iomodel.dram("flashref", "fwd", **kw, d=64, params={"rdrift_rule": 0, "rdrift3_rule": 0}).total_bytes
 
 
 RDRIFT_HELD = _rdrift_rows(held_out=True)
@@ -659,9 +692,10 @@ RDRIFT_HELD = _rdrift_rows(held_out=True)
 def test_rolling_drift_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, info):
     """The rolling rows held out of fit_rolling_drift (check22 on, the knee64c probe that found the rule, and check30
     to check43, drawn after it): 208 of 210 within 25%, the two ROLL_HELD_MISSES (kernel 3 at one head of 262144 and
-    327680, -25.7% and -28.6%); with the knee at C_eff, 192 of 210."""
+    327680, -25.7% and -28.6%); with the knee at C_eff, 192 of 210. Without the knee of three CTAs an SM
+    (RDRIFT3_BEFORE), fitted on these rows since."""
     with schedule.kernel3_as_recorded(info):
-        err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
+        err = iomodel.dram(impl, mode, **kw, gpu=gpu, params=RDRIFT3_BEFORE).total_bytes / measured - 1
     _within_25_percent(err, (gpu, impl, shape, mode), ROLL_HELD_MISSES, 0.30)
 
 
@@ -1463,9 +1497,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check41: the issue's grid once more, the same model
                  + _both_gpus("check40", rule=APART_FIRST) + _both_gpus("check41", rule=APART_FIRST)
                  # check42: the issue's grid once more, the apart rule on the non-causal backward alone (today's model)
-                 + _both_gpus("check42", rule={})
+                 + _both_gpus("check42", rule=RDRIFT3_BEFORE)
                  # check43: the issue's grid once more, today's model
-                 + _both_gpus("check43", rule={}))
+                 + _both_gpus("check43", rule=RDRIFT3_BEFORE))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

@@ -517,6 +517,15 @@ CHECK43 = [
     ("check43_128_1x2x393216_causal", 1, 2, 393216, 128, True), ("check43_64_1x8x196608", 1, 8, 196608, 64, False),
     ("check43_128_2x4x196608_causal", 2, 4, 196608, 128, True),
 ]
+# check44: kernel 3's causal d = 64 forward past its knee, after the knee of three CTAs an SM (C_rdrift3,
+# kappa_rdrift3): eight shapes drawn with default_rng(20261230), N = 131072-524288, B·H = 1-8, B·H·N <= 2^21
+# (h100-l2-check44-predicted.json, h200-)
+CHECK44 = [
+    ("check44_64_8x1x163840_causal", 8, 1, 163840, 64, True), ("check44_64_8x1x196608_causal", 8, 1, 196608, 64, True),
+    ("check44_64_4x2x163840_causal", 4, 2, 163840, 64, True), ("check44_64_4x1x458752_causal", 4, 1, 458752, 64, True),
+    ("check44_64_2x1x458752_causal", 2, 1, 458752, 64, True), ("check44_64_1x1x393216_causal", 1, 1, 393216, 64, True),
+    ("check44_64_1x3x262144_causal", 1, 3, 262144, 64, True), ("check44_64_1x3x294912_causal", 1, 3, 294912, 64, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -561,7 +570,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
-          "check41": CHECK41, "check42": CHECK42, "check43": CHECK43,
+          "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44,
           "softmax_rows": SOFTMAX_ROWS}
 
 

@@ -151,6 +151,10 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # kappa; fitted, fit_rolling_drift(), on every rolling row recorded before check22)
               C_rdrift=35 * MB,
               rdrift_rule=1,  # not fitted: that rule (0: C_eff, as every prediction up to check29 and knee64c)
+              # that drift's capacity and sharpness where three CTAs share an SM (kernel 3's causal d = 64 forward;
+              # fitted, fit_rolling_drift3(), on every rolling row of kernel 3 recorded up to check43)
+              C_rdrift3=26 * MB, kappa_rdrift3=8.0,
+              rdrift3_rule=1,  # not fitted: that rule (0: C_rdrift and kappa, as every prediction up to check43)
               # the waves of its own head's CTAs up to which the staggered walk's heads spread in full; a head of more
               # waves has the spread in proportion (fitted, fit_spread_waves(), on every FlashAttention-2 causal row
               # recorded before check22)
@@ -284,6 +288,7 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     if k.synced and p["sync_rule"]:
         C, kappa = p["C_sync"], p["kappa_sync"]
     C_lag, kappa_lag = (C, kappa) if rolling and not p["rolling_drift"] else (p["C_eff"], p["kappa"])
+    per_sm = max(1, k.resident // k.sms)
     # In a rolling grid the next pass rolls in while the last one still runs, and its tiles share the L2 with the
     # groups of an SM's drifting CTAs: measured, the model with C_eff there was 23-36% under kernel 3's causal d = 64
     # forward from 56 MiB of K and V a head on (N = 229376), at every number of heads, and within 5% at 48 MiB
@@ -291,6 +296,14 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     # own, fitted (fit_rolling_drift)
     if rolling and p["rolling_drift"] and p["rdrift_rule"]:
         C_lag = p["C_rdrift"]
+        # Three CTAs an SM (kernel 3's causal d = 64 forward, ScanKernel.resident // sms) drift into a knee of their
+        # own, sharper and sooner: with C_rdrift, that forward was 19-29% under at every number of heads from 56 MiB
+        # of K and V a head on (N = 229376-393216, kernel 3 rows of check19 to check43 and the knee64c probe) and
+        # 12-16% over at 40 MiB (163840), where kernel 2's causal forward (two CTAs an SM) is within 14% with it.
+        # Fitted (fit_rolling_drift3) on every rolling row of kernel 3 recorded up to check43, and checked on check44,
+        # drawn after it (figures/gpu/NOTES-l2.md, "Twenty-second round")
+        if per_sm >= 3 and p["rdrift3_rule"]:
+            C_lag, kappa_lag = p["C_rdrift3"], p["kappa_rdrift3"]
     # A tile read by a whole wave at once is held in both L2 partitions. A wave that starts on the
     # diagonal (flashref's causal dK/dV) never reads one tile with all its CTAs at once: held once, as
     # in the staggered walk below. (The non-causal dK/dV walk, staggered with wrap-around, should by
@@ -298,7 +311,6 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     # against 9.1%. Why is open.) ``partitions_diagonal=2`` gives the model before this rule, which
     # wrote the pre-registered predictions in figures/gpu/*-predicted.json.
     dup = p["partitions_diagonal"] if k.diagonal_starts else p.get("partitions", PARTITIONS)
-    per_sm = max(1, k.resident // k.sms)
     unit = k.tile_bytes + k.rmw_bytes
     # Numpy over the passes (a causal grid of many heads has 10^5 of them): each pass against its head's last.
     # Every per-pass value is the same IEEE operations, in the same order, as a loop over the passes would do, and
@@ -760,12 +772,14 @@ def _check_params(params):
              "softmax_passes": (0, True), "C_roll": (0, False), "kappa_roll": (0, False),
              "rolling_rule": (0, True), "rolling_drift": (0, True), "spread": (0, True), "spread_time": (0, False),
              "spread_rule": (0, True), "C_sync": (0, False), "kappa_sync": (0, False),
-             "sync_rule": (0, True), "drift_waves": (1, True), "C_rdrift": (0, False),
+             "sync_rule": (0, True), "drift_waves": (1, True), "C_rdrift": (0, False), "C_rdrift3": (0, False),
+             "kappa_rdrift3": (0, False), "rdrift3_rule": (0, True),
              "rdrift_rule": (0, True), "spread_waves": (0, False), "swaves_rule": (0, True),
              "apart_steps": (0, True), "apart_tau": (0, False), "apart_rule": (0, True), "apart_causal": (0, True),
              "head_reads": (0, True), "head_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
-                "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule", "apart_causal", "head_rule")
+                "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule", "apart_causal", "head_rule",
+                "rdrift3_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))

@@ -233,7 +233,7 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "check20", "check21", "check22", "check23", "sweepk3", "check24", "check25", "check26",
                       "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31", "check32",
                       "check33", "check34", "check35", "check36", "check37", "check38", "check39", "check40",
-                      "check41", "check42", "check43")
+                      "check41", "check42", "check43", "check44")
 
 
 def runs_from(first: str) -> tuple:
@@ -267,7 +267,8 @@ def fit_rolling(rows, grid=None):
     return _fit_kernels(rows, _is_rolling, grid or ROLL_GRID)
 
 
-RDRIFT_GRID = dict(C_rdrift=[MB * c for c in range(24, 49)])
+# (fitted before the knee of three CTAs an SM, C_rdrift3, with that rule off: kernel 3's causal d = 64 forward in it)
+RDRIFT_GRID = dict(C_rdrift=[MB * c for c in range(24, 49)], rdrift3_rule=[0])
 # the recorded runs fit_rolling_drift leaves out: check22 on (knee64c, which found the drift's own knee, among them),
 # and those measured after the fit (check30 on)
 RDRIFT_HELD_OUT = runs_from("check22")
@@ -280,6 +281,40 @@ def fit_rolling_drift(rows, grid=None):
     if not rows:
         raise ValueError("rows: no measured rows to fit (flashref's causal calls)")
     return _fit_kernels(rows, _is_rolling, grid or RDRIFT_GRID)
+
+
+RDRIFT3_GRID = dict(C_rdrift3=[MB * c for c in range(16, 42, 2)], kappa_rdrift3=[2, 3, 4, 6, 8, 12, 16])
+# fit_rolling_drift3's rows: kernel 3's rolling rows of every run recorded up to check43 (the rule was found on the
+# runs from check19 on, so no earlier run can fit it alone: its test is check44, drawn after it)
+RDRIFT3_HELD_OUT = runs_from("check44")
+
+
+def recorded_rdrift3_rows(folder, held_out=False, gpus=("h100", "h200")):
+    """Kernel 3's rows of :func:`recorded_rolling_rows` whose rolling grid runs three CTAs an SM (what ``C_rdrift3``
+    and ``kappa_rdrift3`` change): the fit set of :func:`fit_rolling_drift3` (every run but RDRIFT3_HELD_OUT) or the
+    held-out runs."""
+    rows = recorded_rolling_rows(folder, held_out, gpus, held=RDRIFT3_HELD_OUT)
+    return [row for row in rows if row[0] == "flashref" and any(_is_rolling3(item) for item in _row_kernels(row))]
+
+
+def _is_rolling3(item):
+    """A rolling grid of three or more CTAs an SM: what ``C_rdrift3`` and ``kappa_rdrift3`` change."""
+    return _is_rolling(item) and item[1].resident // item[1].sms >= 3
+
+
+def _row_kernels(row):
+    impl, _, mode, kw, _, gpu, info = row
+    with S.kernel3_as_recorded(info):
+        return _kernels(impl, mode, kw["B"], kw["H"], kw["Nq"], kw["Nk"], kw["d"], kw["causal"], 2, preset(gpu).sms,
+                        True)
+
+
+def fit_rolling_drift3(rows, grid=None):
+    """Fit ``C_rdrift3`` and ``kappa_rdrift3`` (the other parameters as in PARAMS and GPU_PARAMS) on ``rows`` of
+    :func:`recorded_rdrift3_rows` (``grid``: ``RDRIFT3_GRID``). Returns (params, loss)."""
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (kernel 3's causal d = 64 forward)")
+    return _fit_kernels(rows, _is_rolling3, grid or RDRIFT3_GRID)
 
 
 SWAVES_GRID = dict(spread_waves=[1, 1.5, 2, 3, 4, 5, 6, 8, 12, 16])
