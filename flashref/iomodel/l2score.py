@@ -133,7 +133,7 @@ RULES = (
     Rule("the spread past spread_waves", dict(swaves_rule=0), 1, "spread_waves", FA2, "check22"),
     Rule("FA2's d = 64 backward comes apart", dict(apart_rule=0), 2, "apart_steps apart_tau", FA2, "check22"),
     Rule("FA2's d = 64 forward: heads roll in", dict(head_rule=0), 1, "head_reads", FA2, "check22"),
-    Rule("three CTAs an SM drift into their own knee", dict(rdrift3_rule=0), 2, "C_rdrift3 kappa_rdrift3", OURS,
+    Rule("the drift where three CTAs share an SM", dict(rdrift3_rule=0), 2, "C_rdrift3 kappa_rdrift3", OURS,
          "check44"),
 )
 # All of them off at once: the lockstep passes (C_eff, kappa), the write residue (alpha, rho) and the staggered walk
