@@ -526,6 +526,16 @@ CHECK44 = [
     ("check44_64_2x1x458752_causal", 2, 1, 458752, 64, True), ("check44_64_1x1x393216_causal", 1, 1, 393216, 64, True),
     ("check44_64_1x3x262144_causal", 1, 3, 262144, 64, True), ("check44_64_1x3x294912_causal", 1, 3, 294912, 64, True),
 ]
+# check45: FlashAttention-2's causal d = 64 walk near and far past its knee, after the cap on its misses (miss_cap and
+# the H100's d = 64 set refitted with it): ten shapes drawn with default_rng(20261231), N = 65536-524288, B·H = 1-16,
+# B·H·N <= 2^21 (h100-l2-check45-predicted.json, h200-)
+CHECK45 = [
+    ("check45_64_2x3x262144_causal", 2, 3, 262144, 64, True), ("check45_64_2x1x327680_causal", 2, 1, 327680, 64, True),
+    ("check45_64_1x3x196608_causal", 1, 3, 196608, 64, True), ("check45_64_1x3x393216_causal", 1, 3, 393216, 64, True),
+    ("check45_64_8x1x98304_causal", 8, 1, 98304, 64, True), ("check45_64_1x3x524288_causal", 1, 3, 524288, 64, True),
+    ("check45_64_1x16x98304_causal", 1, 16, 98304, 64, True), ("check45_64_1x3x163840_causal", 1, 3, 163840, 64, True),
+    ("check45_64_1x3x458752_causal", 1, 3, 458752, 64, True), ("check45_64_1x3x65536_causal", 1, 3, 65536, 64, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -570,7 +580,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
-          "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44,
+          "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
           "softmax_rows": SOFTMAX_ROWS}
 
 

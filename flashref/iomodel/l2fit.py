@@ -135,6 +135,9 @@ STAG_GRID = dict(C_stag=[MB * c for c in range(24, 129, 4)], kappa_stag=[1.5, 2,
 # the d = 64 set's search: the overlap term too, and the sharper knees and longer lags it asks for
 D64_GRID = dict(STAG_GRID, kappa_stag=[1.5, 2, 3, 4, 6, 8, 12, 16, 24], lag=[0, 0.5, 1, 1.5, 2, 3, 4, 6],
                 overlap=[0.0, 0.25, 0.5, 0.75, 1.0])
+# the H100's d = 64 set's search with miss_cap (on every d = 64 causal forward the H100 recorded up to check44)
+CAP_GRID = dict(miss_cap=[0.6, 0.65, 0.7, 0.75, 1.0], C_stag=[MB * c for c in (48, 52, 56, 60, 64, 72)],
+                kappa_stag=[6, 8, 12], lag=[0.5, 1, 1.5, 2], overlap=[0.25, 0.5, 0.75])
 # the shared set's search since the spread term: the overlap term too, at the smaller shares the d = 128 walk takes
 SHARED_GRID = dict(STAG_GRID, overlap=[0.0, 0.1, 0.25, 0.5, 0.75])
 
@@ -233,7 +236,7 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "check20", "check21", "check22", "check23", "sweepk3", "check24", "check25", "check26",
                       "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31", "check32",
                       "check33", "check34", "check35", "check36", "check37", "check38", "check39", "check40",
-                      "check41", "check42", "check43", "check44")
+                      "check41", "check42", "check43", "check44", "check45")
 
 
 def runs_from(first: str) -> tuple:
@@ -281,6 +284,10 @@ def fit_rolling_drift(rows, grid=None):
     if not rows:
         raise ValueError("rows: no measured rows to fit (flashref's causal calls)")
     return _fit_kernels(rows, _is_rolling, grid or RDRIFT_GRID)
+
+
+# fit_staggered's runs for the d = 64 set with miss_cap: every H100 run but check45 on (drawn after it)
+CAP_HELD_OUT = runs_from("check45")
 
 
 RDRIFT3_GRID = dict(C_rdrift3=[MB * c for c in range(16, 42, 2)], kappa_rdrift3=[2, 3, 4, 6, 8, 12, 16])
