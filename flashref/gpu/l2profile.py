@@ -536,6 +536,16 @@ CHECK45 = [
     ("check45_64_1x16x98304_causal", 1, 16, 98304, 64, True), ("check45_64_1x3x163840_causal", 1, 3, 163840, 64, True),
     ("check45_64_1x3x458752_causal", 1, 3, 458752, 64, True), ("check45_64_1x3x65536_causal", 1, 3, 65536, 64, True),
 ]
+# check46: check41's rule once more, default_rng(20261232), today's model (with the three-CTA knee and miss_cap;
+# h100-l2-check46-predicted.json, h200-)
+CHECK46 = [
+    ("check46_128_1x8x8192", 1, 8, 8192, 128, False), ("check46_128_8x16x1024_causal", 8, 16, 1024, 128, True),
+    ("check46_64_1x32x8192", 1, 32, 8192, 64, False), ("check46_128_2x16x8192", 2, 16, 8192, 128, False),
+    ("check46_128_4x16x6144_causal", 4, 16, 6144, 128, True),
+    ("check46_128_1x8x196608_causal", 1, 8, 196608, 128, True), ("check46_64_1x1x393216", 1, 1, 393216, 64, False),
+    ("check46_64_8x1x131072", 8, 1, 131072, 64, False), ("check46_64_4x2x196608", 4, 2, 196608, 64, False),
+    ("check46_64_1x8x262144", 1, 8, 262144, 64, False),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -581,6 +591,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
+          "check46": CHECK46,
           "softmax_rows": SOFTMAX_ROWS}
 
 
