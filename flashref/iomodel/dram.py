@@ -86,7 +86,10 @@ waves over which the CTAs sharing an SM drift apart, ``drift_waves`` (:func:`fit
 the capacity the drift between its SM's CTAs sees, ``C_rdrift`` (:func:`fit_rolling_drift`); for FlashAttention-2's
 non-causal d = 64 backward, the steps its passes stay together and the steps over which they then come apart e-fold,
 ``apart_steps`` and ``apart_tau`` (:func:`fit_apart`); for its d = 64 forward, how many more times a head that rolls
-in reads what misses in its first pass, ``head_reads`` (:func:`fit_head_reads`). Everything else
+in reads what misses in its first pass, ``head_reads`` (:func:`fit_head_reads`); where three CTAs of a rolling grid
+share an SM, the drift's own knee, ``C_rdrift3`` and ``kappa_rdrift3`` (:func:`fit_rolling_drift3`); and for the H100's
+d = 64 walk, the largest share of its re-reads that miss far past its knee, ``miss_cap`` (with its set,
+:func:`fit_staggered`). Everything else
 (tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch
 statistics (:mod:`flashref.schedule`).
 
