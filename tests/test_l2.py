@@ -437,7 +437,7 @@ CAP_HELD = [(r, res) for name, _, res in l2fit.recorded_runs(REPO / "figures" / 
 def test_miss_cap_held_out_within_25_percent(row):
     """check45, drawn after miss_cap and predicted with it: FlashAttention-2's ten d = 64 causal forwards at N =
     65536-524288 within 25% (mean 6.5%); with the set before it, three outside, +31% to +36% far past the knee."""
-    assert len(CAP_HELD) == 10
+    assert len(CAP_HELD) >= 10  # check45's ten, and the d = 64 causal forwards of every run after it
     impl, _, mode, kw, measured = row
     err = iomodel.dram(impl, mode, **kw).total_bytes / measured - 1
     assert abs(err) <= 0.25, f"{err:+.1%}"
@@ -747,7 +747,7 @@ RDRIFT3_HELD = _rdrift3_rows(held_out=True)
 def test_rolling_drift3_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, info):
     """Kernel 3's rows of check44, drawn after the knee of three CTAs an SM and predicted with it, and of check45: 36 of
     36 within 25% (mean 7.8%, worst +14.4%); without it 35 of 36 (14.2%: check44's one head of 393216, -26.2%)."""
-    assert len(RDRIFT3_HELD) == 36
+    assert len(RDRIFT3_HELD) >= 36  # check44's and check45's, and those of every run after them
     with schedule.kernel3_as_recorded(info):
         err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
     assert abs(err) <= 0.25, f"{err:+.1%}"
