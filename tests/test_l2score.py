@@ -81,6 +81,16 @@ def test_ablation_counts_what_a_switch_changes(rows, errs):
     assert L.ALL_OFF.off["head_rule"] == 0 and L.ALL_OFF.fitted == sum(r.fitted for r in L.RULES)
 
 
+def test_errors_that_are_not_one_a_row_are_named(rows, errs):
+    for bad in (errs[:-1], np.stack([errs, errs])):
+        with pytest.raises(ValueError, match="errs"):
+            L.scorecard(rows, bad)
+        with pytest.raises(ValueError, match="errs"):
+            L.ablation(rows, bad, rules=L.RULES[:1])
+    with pytest.raises(ValueError, match="folder"):
+        L.recorded_rows(FOLDER / "nowhere")
+
+
 def test_cli_prints_the_scorecard_and_names_a_bad_folder(capsys, tmp_path):
     assert cli(["l2-score"]) == 0
     out = capsys.readouterr().out

@@ -91,8 +91,16 @@ def errors(rows, params=None) -> np.ndarray:
     return predict(rows, params) / np.array([r.measured for r in rows]) - 1
 
 
+def _check_errs(rows, errs):
+    errs = np.asarray(errs, dtype=float)
+    if errs.shape != (len(rows),):
+        raise ValueError(f"errs: expected one error per row ({len(rows)}), got shape {errs.shape}")
+    return errs
+
+
 def scorecard(rows, errs) -> list[dict]:
     """Per kernel class (and ``"all"``): rows, rows within the band, mean and largest |error|."""
+    errs = _check_errs(rows, errs)
     out = []
     for kernel in CLASSES + ("all",):
         e = np.array([abs(x) for r, x in zip(rows, errs) if kernel in ("all", r.kernel)])
@@ -147,7 +155,7 @@ def ablation(rows, errs=None, rules=RULES + (ALL_OFF,)) -> list[dict]:
     """For each rule: the rows within the band with the model whole and with that rule off, over every row and
     over the runs held out of the rule's fit. Only the rows of the rule's implementations are predicted again (a
     rule changes no other kernel; tests/test_l2score.py checks it)."""
-    errs = errors(rows) if errs is None else np.asarray(errs)
+    errs = errors(rows) if errs is None else _check_errs(rows, errs)
     within = np.abs(errs) <= BAND
     out = []
     for rule in rules:
