@@ -470,8 +470,7 @@ def rolling_plot(rows):
 def rules_data():
     """One row per rule of the model (``l2score.ablation``, on every recorded row): rows within ±25% with the
     model whole and with the rule off, over every row and over the runs held out of the rule's fit."""
-    rows = l2score.recorded_rows()
-    return l2score.ablation(rows, l2score.errors(rows))
+    return l2score.ablation(l2score.recorded_rows())
 
 
 def rules_plot(rows):

@@ -297,23 +297,16 @@ RDRIFT3_HELD_OUT = runs_from("check44")
 
 
 def recorded_rdrift3_rows(folder, held_out=False, gpus=("h100", "h200")):
-    """Kernel 3's rows of :func:`recorded_rolling_rows` whose rolling grid runs three CTAs an SM (what ``C_rdrift3``
-    and ``kappa_rdrift3`` change): the fit set of :func:`fit_rolling_drift3` (every run but RDRIFT3_HELD_OUT) or the
-    held-out runs."""
-    rows = recorded_rolling_rows(folder, held_out, gpus, held=RDRIFT3_HELD_OUT)
-    return [row for row in rows if row[0] == "flashref" and any(_is_rolling3(item) for item in _row_kernels(row))]
+    """Kernel 3's rows whose rolling grid runs three CTAs an SM (what ``C_rdrift3`` and ``kappa_rdrift3`` change;
+    kernel 3's earlier launches left out, as :func:`recorded_rolling_rows` leaves them): the fit set of
+    :func:`fit_rolling_drift3` (every run but RDRIFT3_HELD_OUT) or the held-out runs."""
+    rows = _held_rows(folder, held_out, gpus, RDRIFT3_HELD_OUT, _is_rolling3, also_skip=K3_EARLIER_RUNS)
+    return [row for row in rows if row[0] == "flashref"]
 
 
 def _is_rolling3(item):
     """A rolling grid of three or more CTAs an SM: what ``C_rdrift3`` and ``kappa_rdrift3`` change."""
     return _is_rolling(item) and item[1].resident // item[1].sms >= 3
-
-
-def _row_kernels(row):
-    impl, _, mode, kw, _, gpu, info = row
-    with S.kernel3_as_recorded(info):
-        return _kernels(impl, mode, kw["B"], kw["H"], kw["Nq"], kw["Nk"], kw["d"], kw["causal"], 2, preset(gpu).sms,
-                        True)
 
 
 def fit_rolling_drift3(rows, grid=None):
