@@ -166,15 +166,18 @@ def _variants(q, k, causal, options):
 
 def _options(where, causal, deterministic, options, allowed=OPTIONS):
     """The rules every entry point shares (flashref.problem), first of all: an unknown option is refused, naming
-    it and listing the valid ones, before the tensors are looked at. ``causal``, ``deterministic`` (None too) and
+    it and listing the valid ones, before the tensors are looked at. ``causal``, ``deterministic`` and
     ``enable_gqa`` become Python bools (numpy's bools are taken, as the algorithms take them): the kernels compile
-    them as constants. Returns ``(causal, deterministic, options)``."""
+    them as constants. ``deterministic=None`` follows torch's switch (``torch.use_deterministic_algorithms``).
+    Returns ``(causal, deterministic, options)``."""
     check_options(options, allowed, where)
     causal = _causal(causal)
-    if deterministic is not None:
-        if not isinstance(deterministic, (bool, np.bool_)):
-            raise TypeError(f"deterministic: expected True, False or None, got {deterministic!r}")
-        deterministic = bool(deterministic)
+    if deterministic is None:
+        import torch
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    if not isinstance(deterministic, (bool, np.bool_)):
+        raise TypeError(f"deterministic: expected True, False or None, got {deterministic!r}")
+    deterministic = bool(deterministic)
     if "enable_gqa" in options:
         options = {**options, "enable_gqa": _bool(options["enable_gqa"], "enable_gqa")}
     return causal, deterministic, options
@@ -211,7 +214,7 @@ def forward(q, k, v, *, causal=False, scale=None, **options):
 
     Takes attention's options except ``deterministic`` (a backward option)."""
     # deterministic chooses the backward's dQ scheme: not a forward option
-    causal, _, options = _options("gpu.forward", causal, None, options, [n for n in OPTIONS if n != "deterministic"])
+    causal, _, options = _options("gpu.forward", causal, False, options, [n for n in OPTIONS if n != "deterministic"])
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
     dropout, cfg = _check_options(options, q.shape[-1], causal, False)
     var = _variants(q, k, causal, options)
@@ -227,9 +230,6 @@ def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=Fal
     ``lse`` is natural-log, (B, H, Nq) fp32, as :func:`forward` returns it; a caller that merges
     partial results (ring attention) hands in the merged one. Options as :func:`forward`'s."""
     causal, deterministic, options = _options("gpu.backward", causal, deterministic, options)
-    if deterministic is None:  # as attention's: follow torch's switch
-        import torch
-        deterministic = torch.are_deterministic_algorithms_enabled()
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
     _check_saved(q, o, do, lse)
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
@@ -381,9 +381,6 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     global _FN
     causal, deterministic, options = _options("gpu.attention", causal, deterministic, options)
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
-    if deterministic is None:
-        import torch
-        deterministic = torch.are_deterministic_algorithms_enabled()
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     var = _variants(q, k, causal, options)
     _finite(("q", q), ("k", k), ("v", v))
@@ -406,7 +403,7 @@ def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str
     # attention's checks, so that a call attention would refuse is not answered with a kernel
     causal, deterministic, options = _options("gpu.which_kernel", causal, deterministic, options)
     _check(q, k, v, causal, options.get("scale"), options.get("enable_gqa", False), launch=False, any_scale=True)
-    _check_options(options, q.shape[-1], causal, bool(deterministic))
+    _check_options(options, q.shape[-1], causal, deterministic)
     _variants(q, k, causal, options)
     config = options.get("config")
     if config is not None:
@@ -417,8 +414,5 @@ def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str
     ok, why = kernel3.choose(q, k, v, causal, **{n: x for n, x in options.items() if n != "scale"})
     if not ok:
         return f"kernel 2: kernel 3 does not take this call ({why})"
-    if deterministic is None:
-        import torch
-        deterministic = torch.are_deterministic_algorithms_enabled()
     tiles, why = kernel3.backward_tiles(q, k, v, causal, deterministic)  # the backward kernel3.run pairs
     return "kernel 3 (backward: " + ("kernel 3)" if tiles is not None else f"kernel 2, {why})")
