@@ -546,6 +546,28 @@ CHECK46 = [
     ("check46_64_8x1x131072", 8, 1, 131072, 64, False), ("check46_64_4x2x196608", 4, 2, 196608, 64, False),
     ("check46_64_1x8x262144", 1, 8, 262144, 64, False),
 ]
+# check47: FlashAttention-2's causal d = 128 walk at few heads about its knee, after the H100's shared set was fitted
+# again with the lag over other heads' CTAs (lag_other) and miss_cap: ten shapes drawn with default_rng(20261233),
+# N = 32768-196608, B·H = 1-8, B·H·N <= 2^21 (h100-l2-check47-predicted.json, h200-)
+CHECK47 = [
+    ("check47_128_2x3x57344_causal", 2, 3, 57344, 128, True), ("check47_128_4x1x57344_causal", 4, 1, 57344, 128, True),
+    ("check47_128_1x1x49152_causal", 1, 1, 49152, 128, True),
+    ("check47_128_2x3x114688_causal", 2, 3, 114688, 128, True),
+    ("check47_128_1x6x32768_causal", 1, 6, 32768, 128, True), ("check47_128_4x2x73728_causal", 4, 2, 73728, 128, True),
+    ("check47_128_2x3x65536_causal", 2, 3, 65536, 128, True),
+    ("check47_128_1x1x114688_causal", 1, 1, 114688, 128, True),
+    ("check47_128_1x3x57344_causal", 1, 3, 57344, 128, True), ("check47_128_1x2x73728_causal", 1, 2, 73728, 128, True),
+]
+# check48: check41's rule once more, default_rng(20261234), the same model as check47
+# (h100-l2-check48-predicted.json, h200-)
+CHECK48 = [
+    ("check48_64_1x16x16384", 1, 16, 16384, 64, False), ("check48_128_8x16x6144_causal", 8, 16, 6144, 128, True),
+    ("check48_128_2x32x3072", 2, 32, 3072, 128, False), ("check48_128_1x32x6144", 1, 32, 6144, 128, False),
+    ("check48_64_8x8x4096_causal", 8, 8, 4096, 64, True), ("check48_128_4x2x131072", 4, 2, 131072, 128, False),
+    ("check48_128_2x4x131072", 2, 4, 131072, 128, False),
+    ("check48_128_2x4x262144_causal", 2, 4, 262144, 128, True), ("check48_64_8x1x196608", 8, 1, 196608, 64, False),
+    ("check48_64_2x4x262144_causal", 2, 4, 262144, 64, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -591,7 +613,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
-          "check46": CHECK46,
+          "check46": CHECK46, "check47": CHECK47, "check48": CHECK48,
           "softmax_rows": SOFTMAX_ROWS}
 
 

@@ -236,7 +236,8 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "check20", "check21", "check22", "check23", "sweepk3", "check24", "check25", "check26",
                       "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31", "check32",
                       "check33", "check34", "check35", "check36", "check37", "check38", "check39", "check40",
-                      "check41", "check42", "check43", "check44", "check45", "check46")
+                      "check41", "check42", "check43", "check44", "check45", "check46", "check47",
+                      "check48")
 
 
 def runs_from(first: str) -> tuple:
