@@ -140,6 +140,11 @@ CAP_GRID = dict(miss_cap=[0.6, 0.65, 0.7, 0.75, 1.0], C_stag=[MB * c for c in (4
                 kappa_stag=[6, 8, 12], lag=[0.5, 1, 1.5, 2], overlap=[0.25, 0.5, 0.75])
 # the shared set's search since the spread term: the overlap term too, at the smaller shares the d = 128 walk takes
 SHARED_GRID = dict(STAG_GRID, overlap=[0.0, 0.1, 0.25, 0.5, 0.75])
+# the H100's shared set with the lag over other heads' CTAs (STAGGERED_SHARED; on every d != 64 causal forward the
+# H100 recorded up to check46, 102 rows: 2592 points, about ten minutes here). A coarser search first (C_stag 40-72
+# MiB, kappa_stag 4-16, lag 0.5-3, overlap 0.1-1, spread 0.5-1, miss_cap 0.6-1) found the region
+LAG_GRID = dict(lag_other=[1], C_stag=[MB * c for c in (48, 50, 52, 54, 56, 60)], kappa_stag=[5, 6, 7, 8],
+                lag=[0.75, 1, 1.25], overlap=[0.4, 0.5, 0.6], spread=[0.25, 0.5, 0.75], miss_cap=[0.7, 0.75, 0.8, 0.9])
 
 
 def staggered_rows(results):
@@ -289,6 +294,7 @@ def fit_rolling_drift(rows, grid=None):
 
 # fit_staggered's runs for the d = 64 set with miss_cap: every H100 run but check45 on (drawn after it)
 CAP_HELD_OUT = runs_from("check45")
+LAG_HELD_OUT = runs_from("check47")  # the runs measured after the shared set's fit with lag_other (LAG_GRID)
 
 
 RDRIFT3_GRID = dict(C_rdrift3=[MB * c for c in range(16, 42, 2)], kappa_rdrift3=[2, 3, 4, 6, 8, 12, 16])

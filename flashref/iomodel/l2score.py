@@ -144,6 +144,8 @@ RULES = (
     Rule("the drift where three CTAs share an SM", dict(rdrift3_rule=0), 2, "C_rdrift3 kappa_rdrift3", OURS,
          "check44"),
     Rule("a cap on the d = 64 walk's misses", dict(cap_rule=0), 1, "STAGGERED_D64['h100'] miss_cap", FA2, "check45"),
+    Rule("the walk's lag over other heads' CTAs", dict(lag_rule=0), 2, "STAGGERED_SHARED['h100'] miss_cap spread", FA2,
+         "check47"),
 )
 # All of them off at once: the lockstep passes (C_eff, kappa), the write residue (alpha, rho) and the staggered walk
 # as first fitted, a shared set and a d = 64 set of three a GPU (C_stag, kappa_stag, lag; the switches pick them)
