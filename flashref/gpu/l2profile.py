@@ -568,6 +568,16 @@ CHECK48 = [
     ("check48_128_2x4x262144_causal", 2, 4, 262144, 128, True), ("check48_64_8x1x196608", 8, 1, 196608, 64, False),
     ("check48_64_2x4x262144_causal", 2, 4, 262144, 64, True),
 ]
+# check49: check41's rule once more, default_rng(20261235), the same model as check47
+# (h100-l2-check49-predicted.json, h200-)
+CHECK49 = [
+    ("check49_64_8x16x1536", 8, 16, 1536, 64, False), ("check49_128_8x16x1024", 8, 16, 1024, 128, False),
+    ("check49_64_2x16x6144", 2, 16, 6144, 64, False), ("check49_128_8x16x6144", 8, 16, 6144, 128, False),
+    ("check49_64_4x32x2048", 4, 32, 2048, 64, False), ("check49_64_1x8x98304", 1, 8, 98304, 64, False),
+    ("check49_128_1x2x393216", 1, 2, 393216, 128, False), ("check49_128_2x1x393216", 2, 1, 393216, 128, False),
+    ("check49_128_4x2x98304_causal", 4, 2, 98304, 128, True),
+    ("check49_64_4x1x393216_causal", 4, 1, 393216, 64, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -613,7 +623,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
-          "check46": CHECK46, "check47": CHECK47, "check48": CHECK48,
+          "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49,
           "softmax_rows": SOFTMAX_ROWS}
 
 
