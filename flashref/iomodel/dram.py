@@ -507,8 +507,9 @@ def staggered_scan_bytes(k: S.ScanKernel, p=PARAMS):
     at = again % T  # each one's place in its head's launch order
     reuse = np.minimum(his[at], his[at - 1]) * unit  # bytes block i re-reads of what block i - 1 read
     in_first = again < R  # launched with the first wave
-    if overlap == 0:
-        # every head alike: one miss rate per launch position, and one for the first wave
+    if overlap == 0 and not p["lag_other"]:
+        # every head alike: one miss rate per launch position, and one for the first wave (lag_other needs the
+        # schedule's heads, below)
         m_first = miss(min(R, k.heads * T) * r * unit, C, kappa)
         m_later = _misses((his[1:] + lag * R * r) * unit, C, kappa)
         m = np.where(in_first, m_first, m_later[at - 1])
@@ -582,13 +583,15 @@ def _compute_other_heads_prefix(k, his):
     own = np.where(heads[:, None] < launching, full, current)
     head_time = float(np.sum(steps[:T])) / k.resident
     # the share of the CTAs running at t that belong to other heads: every CTA started by t less every one ended by
-    # t, over all heads and over the CTA's own (a head's CTAs start and end in grid order, its longest last)
+    # t, over all heads and over the CTA's own. The grid runs head by head and starts never decrease along it, so a
+    # head's starts are its own slice of ``start``; its ends are sorted within their own band, head h's shifted by h
+    # spans, so that one sorted array answers every head
     own_head = heads[:, None]
     started = np.searchsorted(start, t, side="right")
     ended = np.searchsorted(np.sort(end), t, side="right")
-    span = float(end.max()) + 1.0  # head h's ends shifted by h spans: one sorted array, searched per head
+    span = float(end.max()) + 1.0
     own_started = np.clip(started - own_head * T, 0, T)
-    own_ended = np.searchsorted(end + heads * span, t + own_head * span, side="right") - own_head * T
+    own_ended = np.searchsorted(np.sort(end + heads * span), t + own_head * span, side="right") - own_head * T
     running = np.maximum(started - ended, 1)
     other_share = 1.0 - (own_started - own_ended) / running
     return total - own, t / head_time, launching - running_before, other_share
