@@ -114,9 +114,15 @@ class _Attention(torch.autograd.Function):
         Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
         fwd = spec.module.forward(Q, K, V, **opts)
         ctx.algorithm, ctx.opts = algorithm, opts
-        ctx.saved_arrays = (Q, K, V, fwd.O) + tuple(getattr(fwd, s) for s in spec.stats)
-        ctx.shapes_like = (query, key, value)
-        return _to_torch(fwd.O, query)
+        out = _to_torch(fwd.O, query)
+        # Everything the backward reads goes through save_for_backward, not onto ctx: the numpy arrays share memory
+        # with the inputs and the output (fp32, fp64), so autograd's version counters must see an in-place change to
+        # any of them (it raises, as for PyTorch's own kernels, where a changed array would give wrong gradients), and
+        # it frees them after the backward (a second backward raises). O is kept in full precision for the backward,
+        # beside the output in the caller's dtype.
+        stats = tuple(torch.from_numpy(np.asarray(getattr(fwd, s))) for s in spec.stats)
+        ctx.save_for_backward(query, key, value, out, torch.from_numpy(fwd.O), *stats)
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -129,12 +135,14 @@ class _Attention(torch.autograd.Function):
             raise ValueError("grad_output: the gradient flowing into scaled_dot_product_attention's output "
                              "contains NaN or inf")
         spec = _spec(ctx.algorithm)
-        Q, K, V, O, *stats = ctx.saved_arrays
+        query, key, value, _, O, *stats = ctx.saved_tensors  # raises if one was changed in place, or freed
+        Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
+        O = O.numpy()
         dO = _to_numpy(grad_out).astype(O.dtype)
-        args = (Q, K, V) + ((O,) if spec.backward_takes_O else ()) + (dO,) + tuple(stats)
+        args = (Q, K, V) + ((O,) if spec.backward_takes_O else ()) + (dO,) + tuple(t.numpy() for t in stats)
         bwd = spec.module.backward(*args, **ctx.opts)
         grads = []
-        for need, g, like in zip(ctx.needs_input_grad[:3], (bwd.dQ, bwd.dK, bwd.dV), ctx.shapes_like):
+        for need, g, like in zip(ctx.needs_input_grad[:3], (bwd.dQ, bwd.dK, bwd.dV), (query, key, value)):
             grads.append(_to_torch(g, like) if need else None)
         return (*grads, None, None)
 
@@ -151,23 +159,22 @@ def _check_tensor(t, name: str) -> torch.Tensor:
 
 def _gqa(query, key, value, enable_gqa: bool, native: bool = False):
     """K, V heads repeated to Q's (PyTorch's convention: query head h uses K/V head h // (Hq // Hkv)),
-    or, ``native``, only checked: the algorithm takes K, V with their Hkv heads."""
+    or, ``native``, only checked: the algorithm takes K, V with their Hkv heads. As in PyTorch, K and V may
+    have different numbers of heads, each dividing Hq (then each is repeated on its own, never native)."""
     if not enable_gqa:
         return key, value
-    if query.dim() < 3 or key.dim() < 3:
-        raise ValueError("enable_gqa: expected query and key with a head axis at -3, "
-                         f"got shapes {tuple(query.shape)} and {tuple(key.shape)}")
-    Hq, Hkv = query.shape[-3], key.shape[-3]
-    if value.dim() < 3 or value.shape[-3] != Hkv:
-        raise ValueError(f"enable_gqa: value has {value.shape[-3] if value.dim() >= 3 else 'no'} heads, key has {Hkv}")
-    if Hq == Hkv:  # nothing to repeat (no heads at all included: an empty result)
+    if query.dim() < 3 or key.dim() < 3 or value.dim() < 3:
+        raise ValueError("enable_gqa: expected query and key and value with a head axis at -3, "
+                         f"got shapes {tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}")
+    Hq = query.shape[-3]
+    for t, name in ((key, "key"), (value, "value")):
+        if t.shape[-3] != Hq and (t.shape[-3] == 0 or Hq % t.shape[-3]):
+            raise ValueError(f"enable_gqa: query heads Hq={Hq} must be a multiple of key/value heads "
+                             f"Hkv={t.shape[-3]} ({name})")
+    if native and key.shape[-3] == value.shape[-3]:
         return key, value
-    if Hkv == 0 or Hq % Hkv:
-        raise ValueError(f"enable_gqa: query heads Hq={Hq} must be a multiple of key/value heads Hkv={Hkv}")
-    g = Hq // Hkv
-    if native:
-        return key, value
-    return key.repeat_interleave(g, dim=-3), value.repeat_interleave(g, dim=-3)
+    # nothing to repeat where the heads match (no heads at all included: an empty result)
+    return tuple(t if t.shape[-3] == Hq else t.repeat_interleave(Hq // t.shape[-3], dim=-3) for t in (key, value))
 
 
 def _broadcast(query, key, value, keep=2):
@@ -219,6 +226,8 @@ def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple) -> dict
     if not spec.takes_bias:
         raise ValueError(f"attn_mask: a float mask is an additive bias, read from HBM tile by tile; "
                          f"algorithm={algorithm!r} has no bias (use 'flash2' or 'standard')")
+    if torch.isnan(attn_mask).any() or torch.isposinf(attn_mask).any():  # named here (the algorithms say bias)
+        raise ValueError("attn_mask: a float mask must be finite or -inf (a masked entry), got NaN or +inf")
     return {"bias": _to_numpy(attn_mask)}
 
 
@@ -261,8 +270,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             raise ValueError("alibi_slopes: slopes that require grad are not supported (their gradient is not "
                              "computed); pass alibi_slopes.detach()")
         variant_opts["alibi_slopes"] = variant_opts["alibi_slopes"].detach().to("cpu", torch.float64).numpy()
-    native = (enable_gqa and spec.variants and query.dim() >= 3 and key.dim() >= 3
-              and key.shape[-3] != query.shape[-3])
+    native = (enable_gqa and spec.variants and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3
+              and key.shape[-3] != query.shape[-3] and value.shape[-3] == key.shape[-3])
     key, value = _gqa(query, key, value, enable_gqa, native)
     query, key, value = _broadcast(query, key, value, keep=3 if native else 2)
     if native:
@@ -288,4 +297,5 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 sram_size=o["sram_size"], block_sizes=o["block_sizes"], dtype_bytes=query.element_size(),
                 **mask_opts, **variant_opts)
     out = _Attention.apply(query, key, value, o["algorithm"], opts)
-    return out[..., :Ev] if Ev < out.shape[-1] else out
+    # contiguous, as PyTorch's result (a caller may .view() it), and without the padded columns' storage
+    return out[..., :Ev].contiguous() if Ev < out.shape[-1] else out

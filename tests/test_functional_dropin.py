@@ -121,6 +121,57 @@ def test_gqa_bad_head_counts_are_named():
         sdpa(q, k, k)
 
 
+def test_gqa_key_and_value_heads_may_differ_as_in_torch():
+    """PyTorch asks only that each of K's and V's head counts divide Q's: each is repeated on its own."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 6, 5, 8, generator=g, dtype=torch.float64).requires_grad_() for _ in range(3))
+    k2, v3 = k[:, :2].detach().requires_grad_(), v[:, :3].detach().requires_grad_()
+    for algorithm in ("flash2", "standard", "flash1"):
+        out = sdpa(q, k2, v3, enable_gqa=True, is_causal=True, algorithm=algorithm)
+        ref = F.scaled_dot_product_attention(q, k2, v3, enable_gqa=True, is_causal=True)
+        torch.testing.assert_close(out, ref)
+        mine, theirs = (torch.autograd.grad(o.sum(), (q, k2, v3)) for o in (out, ref))
+        for a, b in zip(mine, theirs):
+            torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match=r"Hkv=4 \(value\)"):
+        sdpa(q, k2, v[:, :4], enable_gqa=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("algorithm", ["flash2", "flash1", "standard"])
+def test_an_in_place_change_before_backward_is_an_error_not_a_wrong_gradient(dtype, algorithm):
+    """The arrays the backward reads share memory with the inputs and the output (fp32, fp64): changed in place
+    after the forward, PyTorch's version counters must catch it, as for its own kernels, and a second backward
+    without retain_graph is PyTorch's error too (the saved arrays are freed)."""
+    q, k, v = (torch.randn(1, 2, 4, 8, dtype=dtype, requires_grad=True) for _ in range(3))
+    out = sdpa(q, k, v, algorithm=algorithm)
+    out.mul_(3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    q1 = q * 1
+    out = sdpa(q1, k, v, algorithm=algorithm)
+    q1.add_(5)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    out = sdpa(q, k, v, algorithm=algorithm)
+    out.sum().backward(retain_graph=True)
+    first = q.grad.clone()
+    out.sum().backward()  # kept for a second one on request: the gradients add up
+    torch.testing.assert_close(q.grad, 2 * first)
+    q.grad = None
+    out = sdpa(q, k, v, algorithm=algorithm)
+    out.sum().backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out.sum().backward()
+
+
+def test_a_narrower_value_gives_a_contiguous_output_as_torch():
+    q, k, v = _qkv64(E=8, Ev=3)
+    out = sdpa(q, k, v)
+    assert out.is_contiguous() and out.view(-1).numel() == out.numel()
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+
+
 def _qkv64(L=5, S=7, E=4, Ev=6, lead=(2, 3)):
     g = torch.Generator().manual_seed(0)
     return [torch.randn(*lead, n, e, generator=g, dtype=torch.float64) for n, e in ((L, E), (S, E), (S, Ev))]
@@ -161,6 +212,10 @@ def test_edges_torch_takes_agree_with_torch():
      "query: contains NaN"),
     (lambda q, k, v: sdpa(q, k, v, alibi_slopes=torch.ones(3, requires_grad=True)), ValueError,
      "alibi_slopes: slopes that require grad"),
+    (lambda q, k, v: sdpa(q, k, v, attn_mask=torch.zeros(5, 7).index_fill(0, torch.tensor([1]), float("nan"))),
+     ValueError, "attn_mask: a float mask must be finite or -inf"),
+    (lambda q, k, v: sdpa(q, k, v, attn_mask=torch.zeros(5, 7).index_fill(0, torch.tensor([1]), float("inf"))),
+     ValueError, "attn_mask: a float mask must be finite or -inf"),
 ])
 def test_refusals_name_the_fronts_argument(call, exc, match):
     """Refused as PyTorch refuses, or as the front's documented differences say, naming the front's own argument
