@@ -265,7 +265,9 @@ def check_cache_seqlens(cache_seqlens, B: int | None = None) -> np.ndarray:
     if L.ndim != 1 or (B is not None and L.shape[0] != B):
         raise TypeError(f"cache_seqlens: expected integers of shape ({'B' if B is None else f'B={B}'},), "
                         f"got {L.dtype} {L.shape}")
-    return np.array([_nonnegative_int(n, f"cache_seqlens[{b}]") for b, n in enumerate(L)], dtype=np.int64)
+    # element by element as given: a bool inside a list would already be an integer in L
+    items = cache_seqlens if isinstance(cache_seqlens, (list, tuple)) else L
+    return np.array([_nonnegative_int(n, f"cache_seqlens[{b}]") for b, n in enumerate(items)], dtype=np.int64)
 
 
 def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens):

@@ -275,9 +275,9 @@ def _check_L_holds_log_l(L: np.ndarray) -> None:
     if finite.size and np.spacing(finite.max()) > 0.25:
         raise FloatingPointError(
             f"L: a row's log-sum-exp is {finite.max():.3g} in magnitude, too large for {L.dtype} to carry log ℓ "
-            "(its spacing exceeds 1/4), so P = exp(S − L) cannot be recomputed: every score of that row is huge, "
-            "as when a mask is added as finfo.min; mask with -inf (or a boolean mask), or use flash1 or standard, "
-            "which keep m and ℓ apart")
+            "(its spacing exceeds 1/4), so P = exp(S − L) cannot be recomputed: every score of that row is huge. "
+            "Compute in float64 (Q.astype(np.float64), or query.double() at the torch front); where a mask was added "
+            "as finfo.min, mask with -inf (or a boolean mask); or use flash1 or standard, which keep m and ℓ apart")
 
 
 @overflow_checked("dQ", "dK", "dV")
@@ -445,8 +445,11 @@ def check_cu_seqlens(cu, name: str, total: int | None = None) -> np.ndarray:
     ``total`` (the packed length of Q or K) is checked when given; ``iomodel.predict_varlen`` has none.
     """
     a = np.asarray(cu)
-    if a.ndim != 1 or a.size < 2 or not np.issubdtype(a.dtype, np.integer):
-        raise TypeError(f"{name}: expected a 1-D integer array of B+1 offsets, got {a.dtype} of shape {a.shape}")
+    # a bool inside a list becomes an integer in the array: refused as a bool array is
+    bools = isinstance(cu, (list, tuple)) and any(isinstance(x, (bool, np.bool_)) for x in cu)
+    if a.ndim != 1 or a.size < 2 or not np.issubdtype(a.dtype, np.integer) or bools:
+        raise TypeError(f"{name}: expected a 1-D integer array of B+1 offsets, got "
+                        f"{'a bool among them' if bools else f'{a.dtype} of shape {a.shape}'}")
     a = a.astype(np.int64)  # before np.diff: unsigned differences wrap around instead of going negative
     if a[0] != 0:
         raise ValueError(f"{name}: expected to start at 0, got {int(a[0])}")

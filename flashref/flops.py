@@ -106,12 +106,15 @@ class FlopCounter:
 
     def add_bias(self, S: np.ndarray, B: np.ndarray) -> np.ndarray:
         """``S + B``, one FLOP per element. The bias may hold -inf (a masked entry: the score becomes -inf
-        on purpose), never +inf or NaN (refused when the bias is given); a finite sum that overflows to
-        +inf raises ``FloatingPointError``, as :meth:`scores` does, instead of a NaN in the softmax."""
+        on purpose), never +inf or NaN (refused when the bias is given); a sum of two finite numbers that
+        overflows, to +inf or to -inf, raises ``FloatingPointError``, as :meth:`scores` does, instead of a NaN
+        in the softmax or a row silently taken as masked."""
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, as an error
             X = self.ew(S + B, "add bias")
-        if np.isposinf(X).any() or np.isnan(X).any():
-            require_finite(np.where(np.isneginf(X), 0, X), "scores τ·QKᵀ + bias")
+        # -inf on purpose only where S (an earlier MASK) or B (a masked entry) already held it
+        overflow = ~np.isfinite(X) & ~np.isneginf(S) & ~np.isneginf(B)
+        if overflow.any():
+            require_finite(np.where(overflow, X, 0), "scores τ·QKᵀ + bias")
         return X
 
     def ew(self, X: np.ndarray, *ops: str) -> np.ndarray:

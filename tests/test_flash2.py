@@ -258,6 +258,12 @@ def test_backward_refuses_an_L_that_cannot_carry_log_l():
     np.testing.assert_allclose(fwd.O, standard.forward(q, k, v, bias=bias).O, rtol=1e-12, atol=1e-12)
     with pytest.raises(FloatingPointError, match="L: a row's log-sum-exp .* mask with -inf"):
         flash2.backward(q, k, v, fwd.O, g, fwd.L, bias=bias)
+    # float32 scores of a few million, no mask: the same limit, and the error names the cure, float64
+    q32, k32 = (2000 * r.standard_normal((4, 4)).astype(np.float32) for _ in range(2))
+    v32 = r.standard_normal((4, 4)).astype(np.float32)
+    f32 = flash2.forward(q32, k32, v32)
+    with pytest.raises(FloatingPointError, match="Compute in float64"):
+        flash2.backward(q32, k32, v32, f32.O, v32, f32.L)
     bias[1] = -np.inf
     fwd = flash2.forward(q, k, v, bias=bias)
     ours, ref = flash2.backward(q, k, v, fwd.O, g, fwd.L, bias=bias), standard.backward(

@@ -147,6 +147,19 @@ def test_miss_of_a_vanishing_capacity_is_one():
     assert math.isfinite(p.total_bytes) and p.read_bytes > 0
 
 
+@pytest.mark.parametrize("impl", D.IMPLS)
+@pytest.mark.parametrize("mode", D.MODES)
+def test_dram_of_an_empty_batch_or_head_axis_is_nothing(impl, mode):
+    """As every entry point takes an empty leading axis: no work, no DRAM bytes; a negative size is still refused."""
+    for B, H in ((0, 2), (2, 0), (np.int64(0), 0)):
+        p = iomodel.dram(impl, mode, B=B, H=H, Nq=128, Nk=128, d=64)
+        assert (p.read_bytes, p.write_bytes, p.l2_bytes) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="B: expected a non-negative integer, got -1"):
+        iomodel.dram(impl, mode, B=-1, H=2, Nq=128, Nk=128, d=64)
+    with pytest.raises(TypeError, match="H: expected a non-negative integer"):
+        iomodel.dram(impl, mode, B=0, H="2", Nq=128, Nk=128, d=64)
+
+
 def test_kernels_refuses_an_unknown_mode_and_bad_shapes():
     """``kernels("eager", "bogus", ...)`` used to return the forward's kernels."""
     with pytest.raises(ValueError, match="mode"):

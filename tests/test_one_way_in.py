@@ -239,6 +239,20 @@ def test_a_bias_that_overflows_the_scores_raises(module):
     assert np.array_equal(out.O, np.tile(np.arange(4.0), (2, 1)))
 
 
+@pytest.mark.parametrize("module", [standard, flash2])
+def test_a_bias_that_overflows_the_scores_to_minus_inf_raises(module):
+    """The same overflow downward: every finite score plus a finite bias of -3e38 passes float32's -3.4e38. Taken as
+    -inf, the row would be fully masked and return zeros; it is an error naming float64, and float64 holds it."""
+    Q, K = np.full((2, 1), 1e19, np.float32), np.full((3, 1), -1e19, np.float32)
+    V, bias = np.arange(3, dtype=np.float32)[:, None], np.full((2, 3), -3e38, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FloatingPointError, match="bias overflowed float32.*float64"):
+            module.forward(Q, K, V, bias=bias, scale=1.0)
+    O = module.forward(Q.astype(np.float64), K.astype(np.float64), V.astype(np.float64), bias=bias, scale=1.0).O
+    np.testing.assert_allclose(O, 1.0)  # equal scores: the mean of V
+
+
 OUTPUT_OVERFLOWS = {
     "flash1": lambda q, k, v: flash1.forward(q, k, v),
     "flash2": lambda q, k, v: flash2.forward(q, k, v),

@@ -113,6 +113,17 @@ def test_bad_input():
         iom.shard_lengths(8, 2, "diagonal")
     with pytest.raises(ValueError, match="direction"):
         iom.comm("sideways", N=8, d=2, world_size=2)
+    # the closed form's options by every entry point's rules: an unknown one named with the valid ones, a bool
+    # where a size goes a TypeError (as ring.forward's), an empty batch nothing sent (as ring.forward's)
+    with pytest.raises(TypeError, match="unknown option 'casual'; valid options are N, d"):
+        iom.comm("forward", N=8, d=2, world_size=2, casual=True)
+    for run in (lambda: iom.comm("forward", N=8, d=2, world_size=True),
+                lambda: ring.forward(np.zeros((8, 2)), np.zeros((8, 2)), np.zeros((8, 2)), world_size=True)):
+        with pytest.raises(TypeError, match="world_size"):
+            run()
+    empty = np.zeros((0, 8, 2))
+    assert ring.forward(empty, empty, empty, world_size=2).comm.sent.sum() == 0
+    assert iom.comm("forward", N=8, d=2, world_size=2, heads=0).sent.sum() == 0
 
 
 def test_overlap_condition():

@@ -63,6 +63,23 @@ def test_varlen_bad_cu_seqlens_are_named():
         flash2.forward_varlen(Q, Q, Q, np.array([1, 6]), np.array([0, 6]))
     with pytest.raises(TypeError, match="cu_seqlens_q: expected a 1-D integer array"):
         flash2.forward_varlen(Q, Q, Q, np.array([0.0, 6.0]), np.array([0, 6]))
+    # a bool inside a list (numpy would make it an integer) is refused, as a bool array is
+    with pytest.raises(TypeError, match="cu_seqlens_q: .* a bool among them"):
+        flash2.forward_varlen(Q[:, :1], Q[:, :1], Q[:, :1], [0, True], [0, 1])
+
+
+def test_paged_lengths_and_page_size_take_numpy_integers_but_not_bools():
+    """A numpy integer page_size is counted as the int (a uint8's arithmetic would wrap past 255); a bool among
+    the cache lengths of a list is refused by the simulator and the closed form alike."""
+    kw = dict(Nq=1, d=4, heads=1, cache_seqlens=[1000])
+    as_int = iomodel.predict_paged(page_size=200, **kw)
+    assert iomodel.predict_paged(page_size=np.uint8(200), **kw).reads == as_int.reads
+    assert type(iomodel.predict_paged(page_size=np.int64(200), **kw).reads) is int
+    with pytest.raises(TypeError, match=r"cache_seqlens\[0\]: expected a non-negative integer, got True"):
+        iomodel.predict_paged(Nq=1, d=4, heads=1, page_size=3, cache_seqlens=[True, 6])
+    Q, Kp, Vp, bt, _ = _paged(4)
+    with pytest.raises(TypeError, match=r"cache_seqlens\[0\]: expected a non-negative integer, got True"):
+        decoding.forward_paged(Q, Kp, Vp, bt, [True] + [1] * (Q.shape[0] - 1))
 
 
 @pytest.mark.parametrize("name", ["mask", "bias"])
@@ -173,7 +190,8 @@ def test_predict_paged_takes_the_paged_options_only(opt):
 
 @pytest.mark.parametrize("kw,exc,msg", [
     (dict(cache_seqlens=[-1]), ValueError, r"cache_seqlens\[0\]: expected a non-negative integer"),
-    (dict(cache_seqlens=[3, 2.5]), TypeError, r"cache_seqlens\[0\]: expected a non-negative integer"),
+    # the length that is not an integer is the one named (numpy would have made both floats)
+    (dict(cache_seqlens=[3, 2.5]), TypeError, r"cache_seqlens\[1\]: expected a non-negative integer, got 2.5"),
     (dict(cache_seqlens=3), TypeError, r"cache_seqlens: expected integers of shape \(B,\)"),
     (dict(page_size=2.0), TypeError, "page_size: expected a positive integer"),
     (dict(page_size=0), ValueError, "page_size: expected a positive integer"),

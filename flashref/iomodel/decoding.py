@@ -89,6 +89,7 @@ def forward_paged(*, Nq, d, heads, page_size, cache_seqlens, alibi_slopes=None, 
     if given:
         _slopes(alibi_slopes, (lens.size, pb0.heads), from_shapes=False)
     total = Tally(pb0.heads, pb0.dtype_bytes).prediction()  # an empty batch moves nothing
+    page_size = int(page_size)  # checked above; a numpy uint8's arithmetic below would wrap
     for n in lens:
         total = total + _paged_sequence(dataclasses.replace(pb0, Nk=int(n)), Br, pb0.Nq, page_size)
     return total

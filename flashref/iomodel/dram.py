@@ -107,7 +107,7 @@ import numpy as np
 
 from .. import schedule as S  # noqa: N812
 from ..l2 import preset
-from ..problem import _causal, check_options, positive_int
+from ..problem import _causal, _nonnegative_int, check_options, positive_int
 
 __all__ = ["dram", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "STAGGERED_D64", "IMPLS", "MODES", "scan_bytes",
            "staggered_scan_bytes", "kernels", "kernel3_tiles"]
@@ -766,11 +766,16 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     check_options(opts, {"B", "H", "Nq", "Nk", "d", "causal", "gpu", "dtype_bytes", "params"}, "iomodel.dram")
     params = opts.get("params")
     _check_impl_mode(impl, mode)
-    B, H, Nq, Nk, d, dtype_bytes = _sizes(B, H, Nq, Nk, d, dtype_bytes, e_name="dtype_bytes")
+    # an empty batch or head axis (as every entry point takes one): no kernel has work, nothing crosses DRAM
+    B, H = _nonnegative_int(B, "B"), _nonnegative_int(H, "H")
+    empty = B == 0 or H == 0
+    B, H, Nq, Nk, d, dtype_bytes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes")
     _causal(causal)
     _check_call(impl, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
     p = _params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params))
+    if empty:
+        return DRAMPrediction(0.0, 0.0, 0.0, [])
     seq = _kernels(impl, mode, B, H, Nq, Nk, d, bool(causal), dtype_bytes, spec.sms, bool(p["fa2_split"]),
                    bool(p["softmax_passes"]))
     rows = predict_kernels(seq, Nq, Nk, p)

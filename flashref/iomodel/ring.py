@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import hardware
+from ..problem import _nonnegative_int, check_options, positive_int
 from ..ring import CommReport, check_layout, check_length
 
 __all__ = ["shard_lengths", "comm", "ring_bytes_per_rank", "ulysses_bytes_per_rank", "min_tokens_per_device",
@@ -49,9 +50,7 @@ NVLINK_SOURCES = {
 
 
 def _pos(x, name):
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x <= 0:
-        raise ValueError(f"{name}: expected a positive integer, got {x!r}")
-    return int(x)
+    return positive_int(x, name)  # the rule of every entry point: TypeError for a bool or a non-integer
 
 
 def shard_lengths(N: int, world_size: int, layout: str = "contiguous") -> list[int]:
@@ -66,12 +65,25 @@ def shard_lengths(N: int, world_size: int, layout: str = "contiguous") -> list[i
     return [-(-(N - r) // P) for r in range(P)]  # striped (check_layout refused any other)
 
 
-def comm(direction: str, *, N: int, d: int, world_size: int, layout: str = "contiguous", heads: int = 1,
-         dtype_bytes: int = 2, grad_bytes: int = 4) -> CommReport:
-    """Exact bytes per rank per step of ``flashref.ring.forward`` / ``backward`` (the simulator's ``.comm``)."""
+COMM_OPTIONS = {"N", "d", "world_size", "layout", "heads", "dtype_bytes", "grad_bytes"}
+
+
+def comm(direction: str, **opts) -> CommReport:
+    """Exact bytes per rank per step of ``flashref.ring.forward`` / ``backward`` (the simulator's ``.comm``).
+
+    Options: ``N``, ``d``, ``world_size`` (required), ``layout="contiguous"``, ``heads=1`` (0: an empty batch,
+    nothing sent), ``dtype_bytes=2``, ``grad_bytes=4``; an unknown one is refused, naming the valid ones."""
+    check_options(opts, COMM_OPTIONS, "iomodel.ring.comm")
+    for name in ("N", "d", "world_size"):
+        if name not in opts:
+            raise TypeError(f"iomodel.ring.comm: missing required option {name!r}")
+    return _comm(direction, **opts)
+
+
+def _comm(direction, *, N, d, world_size, layout="contiguous", heads=1, dtype_bytes=2, grad_bytes=4):
     if direction not in ("forward", "backward"):
         raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
-    d, H = _pos(d, "d"), _pos(heads, "heads")
+    d, H = _pos(d, "d"), _nonnegative_int(heads, "heads")
     b, g = _pos(dtype_bytes, "dtype_bytes"), _pos(grad_bytes, "grad_bytes")
     n = shard_lengths(N, world_size, layout)
     P = len(n)
