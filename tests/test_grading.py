@@ -99,7 +99,54 @@ CHEATS = [  # (exercise, file, words the refusal must say)
     ("02", "cheat_spawn.py", "subprocess.Popen refused: exercise code starts no processes"),
     ("02", "cheat_fork.py", "os.fork refused: exercise code starts no processes"),
     ("07", "cheat_budgets.py", "budgets.json refused: the files that hold the answers"),
+    # a refusal caught, with its report silenced (socket.socket.sendall replaced): still refused at the end
+    ("03", "cheat_quiet_refusal.py", "refused: the files that hold the answers"),
 ]
+
+
+GUARD_THREADS = """
+import importlib.util, os, sys, tempfile, threading
+spec = importlib.util.spec_from_file_location("g", sys.argv[1])
+guard = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(guard)
+root = tempfile.mkdtemp()
+os.mkdir(os.path.join(root, "closed"))
+for name in ("a.py", "b.py"):
+    open(os.path.join(root, "closed", name), "w").close()
+held, refused = threading.Event(), []
+
+def other():
+    try:
+        open(os.path.join(root, "closed", "b.py"))
+    except PermissionError:
+        pass
+    held.set()
+
+def refuse(message):
+    refused.append(message)
+    if threading.current_thread() is threading.main_thread():
+        # inside the hook: the other thread opens its file now, and this one waits until that open is over
+        threading.Thread(target=other).start()
+        held.wait(10)
+    raise PermissionError(message)
+
+guard.install(refuse, package_root=root, blocked=[os.path.basename(root) + ".closed"])
+try:
+    open(os.path.join(root, "closed", "a.py"))
+except PermissionError:
+    pass
+print(len(refused))
+"""
+
+
+def test_the_guard_checks_every_thread_while_one_is_inside_it(tmp_path):
+    """The hook skips the events of its own checks by a flag; kept per thread, a thread held inside a check does
+    not let another thread's events through (a submission raced a slow open against a solution file's)."""
+    script = tmp_path / "threads.py"
+    script.write_text(GUARD_THREADS)
+    guard = Path(grading.__file__).parent / "_guard.py"
+    out = subprocess.run([sys.executable, str(script), str(guard)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "2", out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("number, name, says", CHEATS, ids=[c[1] for c in CHEATS])

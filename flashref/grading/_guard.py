@@ -24,6 +24,7 @@ run (:mod:`flashref.grading.integrity`). For high stakes run the grader as a sep
 read-only tree (COURSE.md, "What the grader guards against").
 """
 
+import _thread
 import os
 import sys
 
@@ -76,7 +77,9 @@ def install(refuse, *, package_root, readable=(), writable_dir=None, blocked=(),
 
     wdir = os.path.realpath(writable_dir) if writable_dir else None
     me = str(os.getpid())
-    busy = [False]
+    # the threads inside the hook now: a check's own opens and imports are not checked again. Kept per thread, so
+    # that one thread held in a slow check does not let another's events through unchecked
+    busy = set()
     # Replace the process-starting extension modules, when not loaded yet, by stand-ins that refuse.
     for name in RAW_SPAWN:
         if name not in sys.modules:
@@ -111,9 +114,10 @@ def install(refuse, *, package_root, readable=(), writable_dir=None, blocked=(),
                 refuse(f"opening {p} refused: another process's /proc files are closed to {what}")
 
     def hook(event, args):
-        if busy[0]:
+        me_now = _thread.get_ident()
+        if me_now in busy:
             return
-        busy[0] = True
+        busy.add(me_now)
         try:
             if event == "open":
                 check_open(*args[:3])
@@ -134,7 +138,7 @@ def install(refuse, *, package_root, readable=(), writable_dir=None, blocked=(),
                 if not all(writable(real(a)) for a in paths):
                     refuse(f"{event}{tuple(os.fsdecode(a) for a in paths)} refused: {what} changes no files")
         finally:
-            busy[0] = False
+            busy.discard(me_now)
 
     sys.dont_write_bytecode = True  # the import system writes no .pyc for the student's file
     sys.addaudithook(hook)
