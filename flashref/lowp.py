@@ -257,11 +257,11 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
         rows = blocks.tile(i, Br, Nq)
         Q_i = mem.load("Q", rows=rows, as_="Q_i", line="Alg.1 l.4")  # (Br, d), FP8
         if scaling == "block":  # FP8: Q_i's own descale
-            s_q = mem.load("Q_scale", rows=(i, i + 1), as_="Q_scale_i", line="Alg.1 l.4").astype(cdt)  # (1,)
+            s_q = mem.load("Q_scale", rows=(i, i + 1), as_="Q_scale_i", line="Alg.1 l.4 descales").astype(cdt)  # (1,)
         elif scaling == "tensor":  # FP8: the tensor's descales, once per row block
-            s_q = mem.load("Q_scale", rows=(0, 1), as_="Q_scale_i", line="Alg.1 l.4").astype(cdt)
-            s_k = mem.load("K_scale", rows=(0, 1), as_="K_scale_j", line="Alg.1 l.4").astype(cdt)
-            s_v = mem.load("V_scale", rows=(0, 1), as_="V_scale_j", line="Alg.1 l.4").astype(cdt)
+            s_q = mem.load("Q_scale", rows=(0, 1), as_="Q_scale_i", line="Alg.1 l.4 descales").astype(cdt)
+            s_k = mem.load("K_scale", rows=(0, 1), as_="K_scale_j", line="Alg.1 l.4 descales").astype(cdt)
+            s_v = mem.load("V_scale", rows=(0, 1), as_="V_scale_j", line="Alg.1 l.4 descales").astype(cdt)
         O_i = mem.hold("O_i", np.zeros(Q_i.shape, dtype=cdt))  # Alg.1 l.5
         l_i = mem.hold("l_i", np.zeros(Q_i.shape[:-1], dtype=cdt))
         m_i = mem.hold("m_i", np.full(Q_i.shape[:-1], -np.inf, dtype=cdt))
@@ -272,8 +272,8 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
             K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.1 l.7")  # (Bc, d), FP8
             V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.1 l.7")  # (Bc, d), FP8
             if scaling == "block":  # FP8: the descales of K_j and V_j, with their tiles
-                s_k = mem.load("K_scale", rows=(j, j + 1), as_="K_scale_j", line="Alg.1 l.7").astype(cdt)
-                s_v = mem.load("V_scale", rows=(j, j + 1), as_="V_scale_j", line="Alg.1 l.7").astype(cdt)
+                s_k = mem.load("K_scale", rows=(j, j + 1), as_="K_scale_j", line="Alg.1 l.7 descales").astype(cdt)
+                s_v = mem.load("V_scale", rows=(j, j + 1), as_="V_scale_j", line="Alg.1 l.7 descales").astype(cdt)
             # Alg.1 l.8: S_ij = τ Q_i K_jᵀ; FP8: FP8 products summed in fp32, times τ·s_q·s_k.
             with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
                 S_ij = fc.matmul(up(Q_i), up(K_j).swapaxes(-1, -2))  # (Br, Bc)

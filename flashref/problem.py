@@ -161,6 +161,8 @@ def _window(w):
     left, right = int(w[0]), int(w[1])
     if left < -1 or right < -1:
         raise ValueError(f"window: expected (left, right) each >= 0 or -1 for unbounded, got {w!r}")
+    # an edge past any sequence (MAX_N) is unbounded: the same band, and the tile arithmetic stays in int64
+    left, right = (-1 if x > MAX_N else x for x in (left, right))
     return None if (left, right) == (-1, -1) else (left, right)
 
 

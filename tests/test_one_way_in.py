@@ -387,3 +387,36 @@ def test_predict_checks_the_leading_axes_of_a_mask_or_bias_as_the_simulator(name
         pred = outcome(iomodel.predict, algorithm, "forward", Nq=8, Nk=8, d=4, heads=2, **{name: x})
         assert sim == pred, (algorithm, sim, pred)
         assert (sim == name) == (lead in ((3,), (0,)))
+
+
+def test_the_simulators_and_predicts_lines_agree_where_a_step_never_runs_or_moves_descales():
+    """IOReport.by_line and Prediction.by_line have the same form: an all-zero block mask runs no inner step (no
+    line for it in either), and FP8's descale reads are lines of their own in both."""
+    Q = np.random.default_rng(0).standard_normal((8, 4))
+    kw = dict(block_sizes=(4, 4))
+    for bm in (np.zeros((2, 2), bool), np.eye(2, dtype=bool)):
+        f = blocksparse.forward(Q, Q, Q, block_mask=bm, **kw)
+        assert f.io.by_line == iomodel.predict("blocksparse", "forward", Nq=8, Nk=8, d=4, block_mask=bm,
+                                               **kw).by_line
+        b = blocksparse.backward(Q, Q, Q, f.O, Q, f.l, f.m, block_mask=bm, **kw)
+        assert b.io.by_line == iomodel.predict("blocksparse", "backward", Nq=8, Nk=8, d=4, block_mask=bm,
+                                               **kw).by_line
+    for scaling in ("tensor", "block"):
+        opts = dict(fp8="e4m3", fp8_scaling=scaling, **kw)
+        ran = flash2.forward(Q, Q, Q, **opts).io.by_line
+        assert ran == iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, **opts).by_line
+        assert ran["Alg.1 l.4 descales"][0] > 0
+
+
+def test_a_window_edge_past_any_sequence_is_unbounded_in_both():
+    """window=(2**63, 0) is the causal band (an edge past MAX_N reaches every key), for the simulator as for
+    predict; and a dtype_bytes too large for the default on-chip memory names dtype_bytes, not an M never passed."""
+    Q, K = np.ones((7, 4)), np.ones((9, 4))
+    for w in ((2 ** 63, 0), (2 ** 40, 2 ** 70)):
+        unbounded = tuple(-1 if x > 2 ** 31 else x for x in w)
+        ran = flash2.forward(Q, K, K, window=w)
+        assert ran.io.total == iomodel.predict("flash2", "forward", Nq=7, Nk=9, d=4, window=w).total
+        np.testing.assert_array_equal(ran.O, flash2.forward(Q, K, K, window=unbounded).O)
+        assert standard.forward(Q, K, K, window=w).io.total == standard.forward(Q, K, K, window=unbounded).io.total
+    with pytest.raises(ValueError, match="dtype_bytes: the default on-chip memory of 100,000 bytes holds 0"):
+        iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=2, dtype_bytes=100_001)

@@ -107,12 +107,17 @@ def test_window_makes_flash2_io_linear_in_n():
     full = iomodel.predict("flash2", "forward", Nq=16384, Nk=16384, d=64, block_sizes=(64, 64), causal=True).total
     assert full > 10 * io[2]
     # leading term: 2·N·d·(w − 1 + Br)/Br for the K/V loads when tiles align (w = left + right + 1),
-    # at most 2·N·d·(w + Br + Bc)/Br
+    # at most 2·N·d·(w − 1 + Br + 2(Bc − 1))/Br (the band rounds out to tile edges at both ends)
     kv = iomodel.predict("flash2", "forward", Nq=16384, Nk=16384, **kw).by_line["Alg.1 l.7"][0]
     assert 2 * 16384 * 64 * (256 + 64) / 64 * 0.98 < kv <= 2 * 16384 * 64 * (256 + 64) / 64
     kw["window"] = (250, 0)  # misaligned: one more tile at most
     kv = iomodel.predict("flash2", "forward", Nq=16384, Nk=16384, **kw).by_line["Alg.1 l.7"][0]
     assert 2 * 16384 * 64 * (250 + 64) / 64 * 0.98 < kv <= 2 * 16384 * 64 * (251 + 64 + 64) / 64
+    # both edges off tile edges (non-causal, 129 each side): up to two more tiles, and the bound holds
+    kw.update(window=(129, 129), causal=False)
+    kv = iomodel.predict("flash2", "forward", Nq=16384, Nk=16384, **kw).by_line["Alg.1 l.7"][0]
+    w = 129 + 129 + 1
+    assert 2 * 16384 * 64 * (w - 1 + 64 + 64) / 64 < kv <= 2 * 16384 * 64 * (w - 1 + 64 + 2 * 63) / 64
 
 
 def test_packed_gqa_divides_kv_loads_by_the_group_size():

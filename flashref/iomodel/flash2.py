@@ -6,8 +6,9 @@ K/V head), whose row blocks then hold g·Br rows (Nq → g·Nq for Q, O, L, dO, 
 * ``window`` (and causal): kv_i counts only the K/V tiles that meet the band [a_i − L, b_i + R]
   of row block i's positions [a_i, b_i], at both ends. Leading term of the forward with a window
   w = left + right + 1 (Nq = Nk = N ≫ w ≫ Br, Bc): ``2·N·d·(w − 1 + Br)/Br`` when the window's
-  edges fall on tile edges, at most ``2·N·d·(w + Br + Bc)/Br``; ≈ ``2·N·w·d/Br``, i.e.
-  Θ(N·w·d²/M), linear in N (against ≈ N²·d/Br causal, 2·N²·d/Br full, without it).
+  edges fall on tile edges, at most ``2·N·d·(w − 1 + Br + 2(Bc − 1))/Br`` (a row block's band can round out
+  by up to Bc − 1 keys at each end); ≈ ``2·N·w·d/Br``, linear in N (against ≈ N²·d/Br causal, 2·N²·d/Br full,
+  without it), and Θ(N·w·d²/M) where Br = Θ(M/d).
 * ``enable_gqa`` unpacked (default): the counts of Hq heads; the backward adds the group sum
   ``2·Hq·Nk·d`` reads and ``2·Hkv·Nk·d`` writes. Packed: K/V reads are those of Hkv loop heads, so
   the forward's leading term ``2·Hq·Nq·Nk·d/Br`` becomes ``2·Hkv·Nq·Nk·d/(g·Br')`` … with Br' the
