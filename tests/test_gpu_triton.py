@@ -255,6 +255,33 @@ def test_nan_and_inf_inputs_are_refused():
         o = gpu.attention(q, k, v)
         with pytest.raises(ValueError, match="grad_output.*contains NaN or inf"):
             o.backward(torch.full_like(o, float("nan")))
+        # gpu.backward's saved tensors too: o, and lse but for -inf (a row a window leaves with no key)
+        o, L = gpu.forward(q.detach(), k.detach(), v.detach())
+        with pytest.raises(ValueError, match="o contains NaN or inf"):
+            gpu.backward(q.detach(), k.detach(), v.detach(), o * float("nan"), torch.ones_like(o), L)
+        with pytest.raises(ValueError, match="lse contains NaN"):
+            gpu.backward(q.detach(), k.detach(), v.detach(), o, torch.ones_like(o), L * float("nan"))
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's dtypes")
+def test_the_interpreter_refuses_bf16_which_it_computes_wrongly():
+    q, k, v = _ok(dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="q must be float16 or float32 in Triton's interpreter"):
+        gpu.attention(q, k, v)
+
+
+def test_tiles_and_config_refuse_what_the_kernels_cannot_run():
+    """Tiles' blocks and warps are positive powers of two (tl.arange's extents), stages a positive integer, and
+    Config.version 1 or 2 (not True): each refused naming the field, not deep in a launch."""
+    for args, exc, field in (((-16, 16, 1, 1), ValueError, "block_m"), ((0, 16, 1, 1), ValueError, "block_m"),
+                             ((16, 24, 1, 1), ValueError, "block_n"), (("a", 16, 1, 1), TypeError, "block_m"),
+                             ((16, 16, 3, 1), ValueError, "warps"), ((16, 16, 1, 0), ValueError, "stages"),
+                             ((16, 16, True, 1), TypeError, "warps")):
+        with pytest.raises(exc, match=f"Tiles.{field}"):
+            Tiles(*args)
+    with pytest.raises(ValueError, match="Config.version"):
+        Config(version=True)
+    assert Tiles(16, 16, 1, 3).meta() == dict(BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=3)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

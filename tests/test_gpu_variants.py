@@ -201,6 +201,12 @@ def _bad(change):
     (dict(alibi_slopes=torch.ones(2)), "alibi_slopes", ValueError),
     (dict(alibi_slopes=torch.ones(3, 4)), "alibi_slopes", ValueError),
     (dict(alibi_slopes=torch.ones(4, dtype=torch.int64)), "alibi_slopes", TypeError),
+    (dict(alibi_slopes="ab"), "alibi_slopes", TypeError),
+    # as the torch front: no gradient would reach them
+    (dict(alibi_slopes=torch.ones(4, requires_grad=True)), "alibi_slopes: slopes that require grad", ValueError),
+    # finite, but past what the kernels' fp32 holds (they were NaN outputs)
+    (dict(alibi_slopes=torch.full((4,), 3e38)), "alibi_slopes: the kernels compute", ValueError),
+    (dict(softcap=1e300), "softcap: the kernels compute in fp32", ValueError),
 ])
 def test_bad_variant_inputs_name_the_argument(change, arg, exc):
     q, k, v, kw = _bad(change)

@@ -63,9 +63,12 @@ def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=Fals
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 4:
             raise ValueError(f"{name} must have shape (B, H, N, d), got {tuple(x.shape)}")
-    allowed = (torch.float16, torch.bfloat16) + ((torch.float32,) if _interpret() else ())
+    # Triton's interpreter computes bf16 wrongly (numpy has no bf16: off by 1e8, tests/test_gpu_triton.py), so on
+    # the CPU it takes fp16 and fp32; a GPU runs fp16 and bf16
+    allowed = (torch.float16, torch.float32) if _interpret() else (torch.float16, torch.bfloat16)
     if q.dtype not in allowed:
-        raise TypeError(f"q must be float16 or bfloat16, got {q.dtype}")
+        where = " in Triton's interpreter (bf16 runs on a GPU)" if _interpret() else ""
+        raise TypeError(f"q must be {' or '.join(str(t).split('.')[1] for t in allowed)}{where}, got {q.dtype}")
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:
             raise TypeError(f"{name} must have q's dtype {q.dtype}, got {x.dtype}")
@@ -132,6 +135,16 @@ def _finite(*named):
             raise ValueError(f"{name} contains NaN or inf")
 
 
+def _finite_lse(lse):
+    """backward's ``lse`` without NaN or +inf, where :func:`_finite` checks (-inf is legitimate: a row that a window
+    leaves with no key)."""
+    import torch
+
+    if (lse.device.type != "cuda" or torch.is_anomaly_enabled()) and lse.numel() and (
+            torch.isnan(lse).any() or torch.isposinf(lse).any()):
+        raise ValueError("lse contains NaN or +inf")
+
+
 def _variants(q, k, causal, options):
     """The variants' options checked (each error names its option), as a ``kernels.Variants``."""
     import torch
@@ -150,9 +163,20 @@ def _variants(q, k, causal, options):
             right = min(right, 0)
         band = (left, right)
     softcap = _softcap(options.get("softcap"))  # None or a float > 0, numpy numbers too
+    FP32_MAX = float(torch.finfo(torch.float32).max)
+    if softcap is not None and softcap > FP32_MAX / 4:  # the kernels hold c and 2·s/c·log2(e) in fp32
+        raise ValueError(f"softcap: the kernels compute in fp32, which holds at most {FP32_MAX / 4:.3g} here; "
+                         f"got {softcap!r}")
     slopes = options.get("alibi_slopes")
     if slopes is not None:
-        slopes = torch.as_tensor(slopes)
+        if isinstance(slopes, torch.Tensor) and slopes.requires_grad:  # as the torch front: no gradient reaches them
+            raise ValueError("alibi_slopes: slopes that require grad are not supported (their gradient is not "
+                             "computed); pass alibi_slopes.detach()")
+        try:
+            slopes = torch.as_tensor(slopes)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"alibi_slopes must be a float tensor of per-head slopes, got {type(slopes).__name__}"
+                            ) from None
         if not (slopes.is_floating_point()):
             raise TypeError(f"alibi_slopes must be a float tensor of per-head slopes, got dtype {slopes.dtype}")
         if tuple(slopes.shape) not in ((Hq,), (B, Hq)):
@@ -160,6 +184,11 @@ def _variants(q, k, causal, options):
                              f"got {tuple(slopes.shape)}")
         if not torch.isfinite(slopes).all():
             raise ValueError("alibi_slopes contains NaN or inf")
+        # the kernels add -slope·|i - j|·log2(e) in fp32: a slope past fp32's range over the longest distance
+        # would overflow there
+        if slopes.numel() and float(slopes.abs().max()) * max(Nq, Nk) * 1.45 > FP32_MAX:
+            raise ValueError(f"alibi_slopes: the kernels compute -slope·|i - j| in fp32, which cannot hold a slope "
+                             f"of {float(slopes.abs().max()):.3g} over {max(Nq, Nk)} positions")
         slopes = slopes.to(device=q.device, dtype=torch.float32).expand(B, Hq).contiguous().reshape(-1)
     return kernels.Variants(group=group, band=band, slopes=slopes, softcap=softcap)
 
@@ -234,7 +263,8 @@ def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=Fal
     _check_saved(q, o, do, lse)
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     var = _variants(q, k, causal, options)
-    _finite(("q", q), ("k", k), ("v", v), ("do", do))
+    _finite(("q", q), ("k", k), ("v", v), ("do", do), ("o", o))
+    _finite_lse(lse)
     tau = scale
     q, scale = _positive_scale(q, scale)  # as forward ran it; dq of the original q below
     L2 = (lse / math.log(2.0)).float().contiguous()  # the kernels keep the base-2 LSE (exp2 in their loops)

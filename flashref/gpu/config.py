@@ -32,6 +32,16 @@ class Tiles:
     warps: int = 4
     stages: int = 2
 
+    def __post_init__(self):
+        # tl.arange needs power-of-two extents, and a tile of no rows divides by zero in the launchers' grid
+        for name in ("block_m", "block_n", "warps", "stages"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"Tiles.{name} must be an int, got {v!r}")
+            power = name != "stages"
+            if v < 1 or (power and v & (v - 1)):
+                raise ValueError(f"Tiles.{name} must be a positive {'power of two' if power else 'integer'}, got {v}")
+
     @classmethod
     def parse(cls, text: str) -> Tiles:
         """``"BM,BN,warps,stages"`` (the command-line tools' spelling)."""
@@ -103,7 +113,7 @@ class Config:
     dsplit_bwd: bool | None = None  # the dK/dV kernel: the same split (kernel 2)
 
     def __post_init__(self):
-        if self.version not in (1, 2):
+        if isinstance(self.version, bool) or self.version not in (1, 2):
             raise ValueError(f"Config.version must be 1 (readable) or 2 (fast), got {self.version!r}")
         for name in ("fwd", "dkdv", "dq"):
             t = getattr(self, name)
