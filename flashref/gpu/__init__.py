@@ -163,9 +163,9 @@ def _variants(q, k, causal, options):
             right = min(right, 0)
         band = (left, right)
     softcap = _softcap(options.get("softcap"))  # None or a float > 0, numpy numbers too
-    FP32_MAX = float(torch.finfo(torch.float32).max)
-    if softcap is not None and softcap > FP32_MAX / 4:  # the kernels hold c and 2·s/c·log2(e) in fp32
-        raise ValueError(f"softcap: the kernels compute in fp32, which holds at most {FP32_MAX / 4:.3g} here; "
+    fp32_max = float(torch.finfo(torch.float32).max)
+    if softcap is not None and softcap > fp32_max / 4:  # the kernels hold c and 2·s/c·log2(e) in fp32
+        raise ValueError(f"softcap: the kernels compute in fp32, which holds at most {fp32_max / 4:.3g} here; "
                          f"got {softcap!r}")
     slopes = options.get("alibi_slopes")
     if slopes is not None:
@@ -186,7 +186,7 @@ def _variants(q, k, causal, options):
             raise ValueError("alibi_slopes contains NaN or inf")
         # the kernels add -slope·|i - j|·log2(e) in fp32: a slope past fp32's range over the longest distance
         # would overflow there
-        if slopes.numel() and float(slopes.abs().max()) * max(Nq, Nk) * 1.45 > FP32_MAX:
+        if slopes.numel() and float(slopes.abs().max()) * max(Nq, Nk) * math.log2(math.e) > fp32_max:
             raise ValueError(f"alibi_slopes: the kernels compute -slope·|i - j| in fp32, which cannot hold a slope "
                              f"of {float(slopes.abs().max()):.3g} over {max(Nq, Nk)} positions")
         slopes = slopes.to(device=q.device, dtype=torch.float32).expand(B, Hq).contiguous().reshape(-1)

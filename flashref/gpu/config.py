@@ -7,6 +7,7 @@ imports every name from here for its launchers.
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass, replace
 
@@ -36,7 +37,7 @@ class Tiles:
         # tl.arange needs power-of-two extents, and a tile of no rows divides by zero in the launchers' grid
         for name in ("block_m", "block_n", "warps", "stages"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise TypeError(f"Tiles.{name} must be an int, got {v!r}")
             power = name != "stages"
             if v < 1 or (power and v & (v - 1)):
