@@ -118,8 +118,9 @@ def _positive_scale(q, scale: float):
     return q * 0, 1.0
 
 
-def _finite(*named):
-    """NaN or inf in an input: a ValueError naming it, as the torch front and the numpy algorithms raise.
+def _finite(*named, neginf_ok=()):
+    """NaN or inf in an input: a ValueError naming it, as the torch front and the numpy algorithms raise. The
+    inputs named in ``neginf_ok`` may hold -inf (backward's ``lse``: a row that a window leaves with no key).
 
     Checked where it is free: on the CPU (Triton's interpreter). On a GPU the check would read every input
     once more and wait for the GPU (a host sync) on every call, which would change what ``bench`` times and
@@ -131,18 +132,11 @@ def _finite(*named):
     for name, x in named:
         if x.device.type == "cuda" and not torch.is_anomaly_enabled():
             continue
-        if x.numel() and not torch.isfinite(x).all():
+        if name in neginf_ok:
+            if x.numel() and (torch.isnan(x).any() or torch.isposinf(x).any()):
+                raise ValueError(f"{name} contains NaN or +inf")
+        elif x.numel() and not torch.isfinite(x).all():
             raise ValueError(f"{name} contains NaN or inf")
-
-
-def _finite_lse(lse):
-    """backward's ``lse`` without NaN or +inf, where :func:`_finite` checks (-inf is legitimate: a row that a window
-    leaves with no key)."""
-    import torch
-
-    if (lse.device.type != "cuda" or torch.is_anomaly_enabled()) and lse.numel() and (
-            torch.isnan(lse).any() or torch.isposinf(lse).any()):
-        raise ValueError("lse contains NaN or +inf")
 
 
 def _variants(q, k, causal, options):
@@ -263,8 +257,7 @@ def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=Fal
     _check_saved(q, o, do, lse)
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     var = _variants(q, k, causal, options)
-    _finite(("q", q), ("k", k), ("v", v), ("do", do), ("o", o))
-    _finite_lse(lse)
+    _finite(("q", q), ("k", k), ("v", v), ("do", do), ("o", o), ("lse", lse), neginf_ok=("lse",))
     tau = scale
     q, scale = _positive_scale(q, scale)  # as forward ran it; dq of the original q below
     L2 = (lse / math.log(2.0)).float().contiguous()  # the kernels keep the base-2 LSE (exp2 in their loops)

@@ -49,13 +49,9 @@ NVLINK_SOURCES = {
 }
 
 
-def _pos(x, name):
-    return positive_int(x, name)  # the rule of every entry point: TypeError for a bool or a non-integer
-
-
 def shard_lengths(N: int, world_size: int, layout: str = "contiguous") -> list[int]:
     """Tokens each device holds (equals ``[len(p) for p in ring.positions(N, P, layout)]``)."""
-    N, P = _pos(N, "N"), _pos(world_size, "world_size")
+    N, P = positive_int(N, "N"), positive_int(world_size, "world_size")
     check_length(N, P, check_layout(layout))  # ring.positions' refusals: an unknown layout, too few tokens
     if layout == "contiguous":
         return [N // P + (r < N % P) for r in range(P)]
@@ -83,8 +79,8 @@ def comm(direction: str, **opts) -> CommReport:
 def _comm(direction, *, N, d, world_size, layout="contiguous", heads=1, dtype_bytes=2, grad_bytes=4):
     if direction not in ("forward", "backward"):
         raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
-    d, H = _pos(d, "d"), _nonnegative_int(heads, "heads")
-    b, g = _pos(dtype_bytes, "dtype_bytes"), _pos(grad_bytes, "grad_bytes")
+    d, H = positive_int(d, "d"), _nonnegative_int(heads, "heads")
+    b, g = positive_int(dtype_bytes, "dtype_bytes"), positive_int(grad_bytes, "grad_bytes")
     n = shard_lengths(N, world_size, layout)
     P = len(n)
     sent = np.zeros((P, P), dtype=np.int64)
@@ -135,7 +131,7 @@ def overlap(*, N, d, world_size, heads=1, causal=False, gpu="H200", link_bandwid
     S) against ``2ndH·(b + g)`` bytes. Times are ``FLOPs / F`` and ``bytes / W``; the step hides its
     communication when ``ratio = t_compute / t_comm ≥ 1``.
     """
-    P = _pos(world_size, "world_size")
+    P = positive_int(world_size, "world_size")
     n = N / P
     F = hardware.get(gpu).peak("matmul") if flops is None else float(flops)
     W = NVLINK[_key(gpu)] if link_bandwidth is None else float(link_bandwidth)
