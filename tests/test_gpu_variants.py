@@ -22,7 +22,11 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
 from flashref import flash2, gpu  # noqa: E402
+from flashref.gpu import kernels  # noqa: E402
 from flashref.gpu.kernels import Config  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -131,9 +135,57 @@ CASES = {
     "alibi_causal": (4, 4, 40, 40, 16, dict(alibi_slopes=SLOPES4, causal=True)),
     "softcap": (2, 2, 31, 37, 16, dict(softcap=0.7, scale=1.5)),
     "softcap_causal": (2, 2, 33, 33, 32, dict(softcap=2.0, causal=True)),
+    "softcap_large": (2, 2, 30, 34, 16, dict(softcap=1e4, scale=3.0)),  # tanh(s/c) near 0: no cancellation
     "gqa_window_alibi": (4, 2, 37, 37, 16, dict(window=(5, 2), alibi_slopes=SLOPES4)),
     "all_causal": (4, 2, 41, 35, 16, dict(window=(6, 0), alibi_slopes=SLOPES4, softcap=1.0, causal=True)),
 }
+
+
+@triton.jit
+def _tanh_probe(X, Y, n, NEAR_ZERO: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(X + offs, mask=offs < n)
+    tl.store(Y + offs, kernels._tanh(x, NEAR_ZERO), mask=offs < n)
+
+
+@pytest.mark.parametrize("near_zero", [True, False])
+def test_kernels_tanh(near_zero):
+    """The kernels' tanh (softcap's c·tanh(s/c)), from subnormal x up to where it is ±1, exactly odd.
+    With its series near 0, to a few fp32 roundings of tanh x itself, relative; its exp2 formula alone is off
+    by a few roundings of 1 at every x (1e-3 relative at x = 1e-4, all of x below 1e-8), as the launcher
+    assumes where it leaves the series out."""
+    mags = np.concatenate([[0.0, 1e-40], np.logspace(-30, 1.5, 500), [0.29999, 0.3, 0.30001, 50.0, 1e20, 3e38]])
+    x = torch.tensor(np.concatenate([mags, -mags]), dtype=torch.float32, device=DEVICE)
+    y = torch.empty_like(x)
+    n = x.numel()
+    _tanh_probe[(1,)](x, y, n, NEAR_ZERO=near_zero, BLOCK=triton.next_power_of_2(n))
+    truth = torch.tanh(x.double())
+    err = (y.double() - truth).abs().cpu()
+    rel = err / truth.abs().cpu().clamp_min(1e-300)
+    if near_zero:
+        assert float(rel.max()) < 1e-6, float(rel.max())
+    else:
+        assert float(err.max()) < 4 * 2.0 ** -23, float(err.max())
+        assert float(rel[(x.abs() > 1e-6).cpu()].max()) > 1e-3  # what the series is for (not a check of luck)
+    assert torch.equal(y[: n // 2], -y[n // 2:]) and y[0] == 0
+
+
+def test_softcap_takes_the_series_where_the_dtype_resolves_its_error():
+    """Variants.tanh_near_zero: always in fp32, in fp16 past c = 512, in bf16 past c = 4096."""
+    def near(c, dtype):
+        q = torch.zeros(1, 1, 4, 16, dtype=dtype, device=DEVICE)
+        return gpu._variants(q, q, False, dict(softcap=c)).flags()["SOFTCAP"]
+    assert near(None, torch.float32) == 0
+    assert near(0.5, torch.float32) == near(50.0, torch.float32) == 2
+    assert near(50.0, torch.float16) == near(512.0, torch.float16) == 1 and near(513.0, torch.float16) == 2
+    assert near(4096.0, torch.bfloat16) == 1 and near(4097.0, torch.bfloat16) == 2
+
+
+@pytest.mark.parametrize("c", [2.0, 1e4])
+def test_softcap_fp16_with_either_tanh(c):
+    """fp16 at a small cap (the exp2 formula alone) and a large one (with the series): both held to the
+    two-oracle rule."""
+    _check(1, 2, 2, 30, 34, 16, dtype=torch.float16, softcap=c, scale=3.0)
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -184,7 +184,12 @@ def _variants(q, k, causal, options):
             raise ValueError(f"alibi_slopes: the kernels compute -slope·|i - j| in fp32, which cannot hold a slope "
                              f"of {float(slopes.abs().max()):.3g} over {max(Nq, Nk)} positions")
         slopes = slopes.to(device=q.device, dtype=torch.float32).expand(B, Hq).contiguous().reshape(-1)
-    return kernels.Variants(group=group, band=band, slopes=slopes, softcap=softcap)
+    # softcap's tanh near 0: its exp2 formula is off by up to c·2⁻²³ in a score (kernels._tanh), which an fp16 or
+    # bf16 output does not resolve at the caps in use (c = 30-50, Gemma-2's). The kernels add the series near 0
+    # (slower) only where that error passes a sixteenth of the output's rounding: c > 512 in fp16, 4096 in bf16,
+    # and always in fp32
+    near_zero = softcap is not None and softcap * 2.0 ** -23 > torch.finfo(q.dtype).eps / 16
+    return kernels.Variants(group=group, band=band, slopes=slopes, softcap=softcap, tanh_near_zero=near_zero)
 
 
 def _options(where, causal, deterministic, options, allowed=OPTIONS):

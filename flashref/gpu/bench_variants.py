@@ -1,6 +1,6 @@
 """``python -m flashref bench --variants``: the attention variants on a GPU, flashref against PyTorch.
 
-Two rows, each timed forward and forward+backward, causal, d = 128, fp16 by default:
+Three rows, each timed forward and forward+backward, causal, d = 128, fp16 by default:
 
 * **gqa**: B = 2, 32 query heads over 4 K/V heads (8 query heads per K/V head), N = 8192.
   flashref's ``enable_gqa`` against SDPA's ``enable_gqa=True`` on each backend that takes it
@@ -10,7 +10,12 @@ Two rows, each timed forward and forward+backward, causal, d = 128, fp16 by defa
   flashref's window against FlexAttention with a sliding-window block mask, SDPA without a window
   (flash and cuDNN doing full causal attention: what a model pays without window support) and
   SDPA's efficient backend with the window materialised as an N×N boolean ``attn_mask``; plus
-  flashref without the window (full causal) for the saving of skipped tiles.
+  flashref without the window (full causal) for the saving of skipped tiles;
+* **softcap**: B = 2, 16 heads, N = 8192, a softcap of 50 (Gemma-2's: ``c·tanh(s/c)`` on the scaled
+  scores). flashref against FlexAttention with the same ``score_mod``, flashref without the softcap (what
+  the tanh costs), and flashref at c = 10⁴ (``flashref_series``), where the kernels add tanh's series near
+  0 (``kernels._tanh``: the launcher asks for it past c = 512 in fp16; the work is the same at any such c,
+  and the output is not compared, being another function).
 
 The backends of a row are timed in turn, ``--rounds`` times over, each a ``triton.testing.do_bench``
 median (warm-up 25 ms, L2 flushed), and keep the median of their rounds, as ``bench`` does.
@@ -34,10 +39,13 @@ from pathlib import Path
 ROWS = {
     "gqa": dict(B=2, Hq=32, Hkv=4, N=8192, d=128, window=None),
     "window": dict(B=1, Hq=16, Hkv=16, N=32768, d=128, window=(4095, 0)),
+    "softcap": dict(B=2, Hq=16, Hkv=16, N=8192, d=128, window=None, softcap=50.0),
 }
+SERIES_CAP = 1e4  # flashref_series: a cap past what fp16 resolves of tanh's exp2 form (gpu._variants)
 BACKENDS = {
     "gqa": ("flashref", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex"),
     "window": ("flashref", "flashref_full", "flex", "sdpa_flash_full", "sdpa_cudnn_full", "sdpa_efficient_mask"),
+    "softcap": ("flashref", "flashref_full", "flashref_series", "flex"),
 }
 
 
@@ -50,7 +58,7 @@ def pairs(N, window):
     return w * (w + 1) // 2 + (N - w) * w
 
 
-def _flex(causal_window, N, B, H, enable_gqa):
+def _flex(causal_window, N, B, H, enable_gqa, softcap=None):
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -64,7 +72,12 @@ def _flex(causal_window, N, B, H, enable_gqa):
             return (q_idx >= kv_idx) & (q_idx - kv_idx <= left)
     block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=N, KV_LEN=N, device="cuda")
     compiled = torch.compile(flex_attention, dynamic=False)
-    return lambda q, k, v: compiled(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
+    if softcap is None:
+        return lambda q, k, v: compiled(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
+
+    def score_mod(score, b, h, q_idx, kv_idx):  # flex applies it to the scaled score, as flashref's order
+        return softcap * torch.tanh(score / softcap)
+    return lambda q, k, v: compiled(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=enable_gqa)
 
 
 def make_fn(backend, spec):
@@ -76,13 +89,15 @@ def make_fn(backend, spec):
     from . import attention
 
     gqa = spec["Hq"] != spec["Hkv"]
-    window = spec["window"]
+    window, softcap = spec["window"], spec.get("softcap")
     if backend == "flashref":
-        return lambda q, k, v: attention(q, k, v, causal=True, enable_gqa=gqa, window=window)
-    if backend == "flashref_full":
+        return lambda q, k, v: attention(q, k, v, causal=True, enable_gqa=gqa, window=window, softcap=softcap)
+    if backend == "flashref_full":  # without the row's window or softcap
         return lambda q, k, v: attention(q, k, v, causal=True, enable_gqa=gqa)
+    if backend == "flashref_series":
+        return lambda q, k, v: attention(q, k, v, causal=True, enable_gqa=gqa, softcap=SERIES_CAP)
     if backend == "flex":
-        return _flex(window, spec["N"], spec["B"], spec["Hq"], gqa)
+        return _flex(window, spec["N"], spec["B"], spec["Hq"], gqa, softcap)
     name, _, extra = backend.partition("_")[2].partition("_")
     sdp = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
            "efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
@@ -148,7 +163,7 @@ def run(args) -> dict:
                 torch.cuda.synchronize()
                 if b == "flashref":
                     ref = o
-                elif ref is not None and not b.endswith("_full"):
+                elif ref is not None and not b.endswith(("_full", "_series")):
                     checks[f"{name}/{b}"] = round(float((o.float() - ref.float()).abs().max()), 5)
             except Exception as e:  # noqa: BLE001
                 errors[f"{name}/{b}"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -176,7 +191,7 @@ def run(args) -> dict:
                 f = 4 * spec["B"] * spec["Hq"] * pairs(spec["N"], spec["window"]) * spec["d"]
                 f = f if mode == "fwd" else 3.5 * f
                 rows.append(dict(row=name, mode=mode, backend=b, **{k: spec[k] for k in ("B", "Hq", "Hkv", "N", "d")},
-                                 window=spec["window"], causal=True, ms=round(ms, 4),
+                                 window=spec["window"], softcap=spec.get("softcap"), causal=True, ms=round(ms, 4),
                                  tflops=round(f / (ms * 1e-3) / 1e12, 1), rounds_ms=[round(x, 4) for x in ms_list]))
             print(f"{name} {mode}: " + ", ".join(f"{r['backend']} {r['ms']:.3f} ms" for r in rows
                                                  if r["row"] == name and r["mode"] == mode), flush=True)

@@ -226,10 +226,26 @@ def _attend(offs_m, offs_n, Nk, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, win_
 
 
 @triton.jit
-def _tanh(x):
-    # tanh(x) = 1 − 2 / (e^{2x} + 1): one exp2 on the exponential unit (and a reciprocal); exact
-    # limits ±1 when e^{2x} overflows to inf or underflows to 0 (no NaN).
-    return 1.0 - 2.0 / (tl.math.exp2(x * (2.0 * 1.4426950408889634)) + 1.0)
+def _tanh(x, NEAR_ZERO: tl.constexpr):
+    # tanh is odd: computed on a = |x| and given x's sign, so that tanh(−x) is −tanh(x) to the bit.
+    a = tl.abs(x)
+    # tanh(a) = 1 − 2 / (e^{2a} + 1): one exp2 on the exponential unit (and a reciprocal). On a at most
+    # 16: tanh is 1 in fp32 from a ≈ 9 on, and e^{2a} then never overflows.
+    t = 1.0 - 2.0 / (tl.math.exp2(tl.minimum(a, 16.0) * (2.0 * 1.4426950408889634)) + 1.0)
+    if NEAR_ZERO:
+        # Near 0 that formula cancels: it is 1 minus a number near 1, so its error is fp32's rounding of 1
+        # (about 1e-7) however small tanh a is, and c·tanh(s/c) is off by c·1e-7 (0.1 at c = 1e6). For
+        # a < 0.3, tanh's odd Taylor series instead, to a¹¹ (the next term, 21844a¹³/6081075, is under
+        # 1e-9 of a there): a − a³/3 + 2a⁵/15 − 17a⁷/315 + 62a⁹/2835 − 1382a¹¹/155925, by Horner in a².
+        # It runs on a clamped to 0.3, where it is used, so that a² stays finite for any x. It costs: the
+        # causal softcap forward took 1.8x as long with it on an H100 (figures/gpu/h100-variants-softcap.json,
+        # flashref_series against flashref), so the launcher asks for it only where the output's dtype
+        # would resolve the formula's error (Variants.tanh_near_zero).
+        r = tl.minimum(a, 0.3)
+        z = r * r
+        poly = -1.0 / 3 + z * (2.0 / 15 + z * (-17.0 / 315 + z * (62.0 / 2835 + z * (-1382.0 / 155925))))
+        t = tl.where(a < 0.3, r + r * z * poly, t)
+    return tl.where(x < 0, -t, t)
 
 
 @triton.jit
@@ -240,7 +256,7 @@ def _modify(S, offs_m, offs_n, qk_scale, slope2, sc_in, sc_out, ALIBI: tl.conste
     # slope·log2 e), with T = tanh(τS/c) for the backward's softcap derivative 1 − T² (else S).
     T = S
     if SOFTCAP:
-        T = _tanh(S * sc_in)
+        T = _tanh(S * sc_in, SOFTCAP == 2)
         S = sc_out * T
     else:
         S = S * qk_scale
@@ -955,12 +971,14 @@ class Variants:
     group: query heads per K/V head (1: no GQA). band: ``(L, R)``, query i sees keys
     ``i − L <= j <= i + R`` (the window with causal folded in, -1 already replaced by Nq + Nk), or
     None. slopes: an fp32 tensor of ``B·Hq`` ALiBi slopes, or None. softcap: ``c > 0`` or None.
+    tanh_near_zero: softcap's tanh with its series near 0 (``_tanh``'s ``NEAR_ZERO``).
     """
 
     group: int = 1
     band: tuple[int, int] | None = None
     slopes: object = None
     softcap: float | None = None
+    tanh_near_zero: bool = False
 
     def args(self, scale: float) -> tuple:
         """(Slopes × log2 e, win_l, win_r, sc_in, sc_out) for the kernels (unused when a flag is off)."""
@@ -970,8 +988,10 @@ class Variants:
         return slopes, L, R, scale / c, c * LOG2E
 
     def flags(self) -> dict:
+        # SOFTCAP: 0 none, 1 c·tanh(s/c) by _tanh's exp2 formula, 2 with its series near 0
+        softcap = 0 if self.softcap is None else 2 if self.tanh_near_zero else 1
         return dict(GQA=self.group > 1, WINDOW=self.band is not None, ALIBI=self.slopes is not None,
-                    SOFTCAP=self.softcap is not None)
+                    SOFTCAP=softcap)
 
 
 NO_VARIANTS = Variants()
