@@ -27,7 +27,11 @@ on later ones.
 Before any ring step every rank all-gathers a small descriptor of its inputs (layout, causal,
 scale, dtypes, shapes, device) with a timeout (:data:`CHECK_TIMEOUT_S`), so that bad input — an
 unknown layout, shards of unequal or wrong length, a sequence too short for the layout, ranks that
-disagree — raises the same clear error on every rank instead of a hang in a send/receive.
+disagree — raises the same clear error on every rank instead of a hang in a send/receive. The backward
+all-gathers one flag the same way (a NaN or inf in ``do`` on any rank). An overflow (finite inputs, scores
+or gradients past the dtype) is a ``FloatingPointError`` raised after the ring, on the ranks it reached. Those
+two are checked on CPU tensors, and on a GPU under ``torch.autograd.detect_anomaly()`` only, as
+``gpu.attention`` checks its inputs.
 
 Shards have equal lengths here (a ring exchanges equal buffers): ``N`` must be a multiple of P
 (of 2P for zigzag). ``shard(x, layout, rank, world_size)`` cuts a full sequence, ``unshard``
@@ -75,7 +79,8 @@ _COUNTS: Counter = Counter()
 
 
 def collective_counts() -> dict:
-    """What this process issued since :func:`reset_counts`: ``all_gather`` (input checks), ``kv`` and
+    """What this process issued since :func:`reset_counts`: ``all_gather`` (input checks: one per forward, one
+    per backward where ``do`` is checked, :func:`_agree_do`), ``kv`` and
     ``dkv`` (ring exchanges, one ``batch_isend_irecv`` of a send and a receive each), ``p2p`` (ops)."""
     return dict(_COUNTS)
 
@@ -129,7 +134,13 @@ def shard(x: torch.Tensor, layout: str, rank: int, world_size: int, dim: int = -
 def unshard(shards, layout: str, dim: int = -2) -> torch.Tensor:
     """The full sequence from every rank's shard (a list in rank order): the inverse of :func:`shard`."""
     _check_layout(layout)
-    shards = list(shards)
+    if isinstance(shards, torch.Tensor):  # list() would cut it along its first axis into "shards": a wrong shape
+        raise TypeError(f"shards: expected a list of tensors, one per rank, got one torch.Tensor of shape "
+                        f"{tuple(shards.shape)} (wrap a single shard in a list)")
+    try:
+        shards = list(shards)
+    except TypeError as e:
+        raise TypeError(f"shards: expected a list of tensors, one per rank, got {type(shards).__name__}") from e
     P = len(shards)
     if P == 0:
         raise ValueError("shards: expected one tensor per rank, got none")
@@ -144,6 +155,8 @@ def unshard(shards, layout: str, dim: int = -2) -> torch.Tensor:
                          f"got shapes {shapes}")
     if len({s.device for s in shards}) != 1:
         raise ValueError(f"shards: expected tensors on one device, got {[str(s.device) for s in shards]}")
+    if len({s.dtype for s in shards}) != 1:  # torch.cat would promote them silently: pieces of different calls
+        raise TypeError(f"shards: expected one dtype, got {[str(s.dtype) for s in shards]}")
     lengths = [s.shape[dim] for s in shards]
     if len(set(lengths)) != 1:
         raise ValueError(f"shards: expected equal lengths, got {lengths}")
@@ -254,6 +267,7 @@ class _Config:
     scale: float
     triton: bool
     comm: bool = True  # False: skip every exchange (a compute-only timing run; wrong numbers)
+    device: object = None  # where the checks' all-gathers run (the backend's device)
 
 
 def _exchange(cfg: _Config, send: torch.Tensor, recv: torch.Tensor, tag: str):
@@ -369,6 +383,8 @@ class _RingAttention(torch.autograd.Function):
             for h in groups:  # (B, heads of the group, n, d) each
                 o[:, h], lse[:, h] = _ring_forward(q[:, h].contiguous(), k[:, h].contiguous(), v[:, h].contiguous(),
                                                    cfg)
+        _require_finite(lse, "the scores", cfg)  # lse in the accumulation dtype: fp32, or fp64 for fp64
+        _require_finite(o, "the output", cfg)
         ctx.save_for_backward(q, k, v, o, lse)  # the shard's output and LSE, as FlashAttention-2 saves
         ctx.cfg = cfg
         return o
@@ -379,6 +395,7 @@ class _RingAttention(torch.autograd.Function):
             raise RuntimeError(DOUBLE_BACKWARD)
         q, k, v, o, lse = ctx.saved_tensors
         do = do.contiguous()
+        _agree_do(do, ctx.cfg)  # on every rank, before any exchange: NaN/inf refused as the forward refuses it
         groups = _head_groups(q, ctx.cfg)
         if len(groups) == 1:
             dq, dk, dv = _ring_backward(q, k, v, o, lse, do, ctx.cfg)
@@ -388,6 +405,8 @@ class _RingAttention(torch.autograd.Function):
                 dq[:, h], dk[:, h], dv[:, h] = _ring_backward(
                     *(x[:, h].contiguous() for x in (q, k, v, o)), lse[:, h].contiguous(), do[:, h].contiguous(),
                     ctx.cfg)
+        for g, name in ((dq, "the gradient dq"), (dk, "the gradient dk"), (dv, "the gradient dv")):
+            _require_finite(g, name, ctx.cfg)
         return dq, dk, dv, None
 
 
@@ -446,20 +465,63 @@ def _shape(row, i):
     return _DTYPES[int(row[base])], tuple(int(x) for x in row[base + 2: base + 2 + ndim]), int(row[base + 2 + _MAXDIM])
 
 
-def _agree(q, k, v, causal, layout, scale, group, device):
-    """All-gather every rank's descriptor (bounded wait); raise the same error on every rank if any is bad."""
-    P = dist.get_world_size(group)
-    mine = _descriptor(q, k, v, causal, layout, scale, device)
-    table = [torch.empty_like(mine) for _ in range(P)]
+def _gather_rows(mine: torch.Tensor, group, what: str) -> list:
+    """All-gather every rank's int64 vector ``mine``, waiting at most :data:`CHECK_TIMEOUT_S` (never a hang)."""
+    table = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     _COUNTS["all_gather"] += 1
     work = dist.all_gather(table, mine, group=group, async_op=True)
     try:
         work.wait(timeout=datetime.timedelta(seconds=CHECK_TIMEOUT_S))
     except Exception as e:  # a rank never arrived: it raised before the call, or called something else
-        raise RuntimeError(f"ring_attention: not every rank of the group reached the input check within "
+        raise RuntimeError(f"ring_attention: not every rank of the group reached {what} within "
                            f"{CHECK_TIMEOUT_S:g} s (a rank raised before calling, skipped the call, or called "
                            f"another collective): {e}") from e
-    rows = [t.cpu().tolist() for t in table]
+    return [t.cpu().tolist() for t in table]
+
+
+def _unchecked(x: torch.Tensor) -> bool:
+    """A CUDA tensor outside anomaly mode: not checked for NaN and inf (``gpu._finite``'s rule, and why)."""
+    return x.device.type == "cuda" and not torch.is_anomaly_enabled()
+
+
+def _agree_do(do: torch.Tensor, cfg: _Config) -> None:
+    """The backward's input check: every rank learns whether any rank's ``do`` holds NaN or inf, before the ring.
+
+    The forward's check cannot see ``do``; without this, a NaN spreads silently through dK, dV to every rank
+    (or, under Triton's interpreter, the pair kernel refuses it on one rank while the others wait in an exchange).
+    On a GPU it runs only under ``torch.autograd.detect_anomaly()``, as ``gpu.attention``'s checks do: there it
+    would read ``do`` once more and wait for the GPU on every call, which would change what the benchmarks time."""
+    if _unchecked(do):
+        return
+    bad = (~torch.isfinite(do)).any() if do.numel() else torch.tensor(False)
+    rows = _gather_rows(bad.to(device=cfg.device, dtype=torch.int64).reshape(1), cfg.group, "the backward's check")
+    for r, (flag,) in enumerate(rows):
+        if flag:
+            raise ValueError(f"ring_attention: backward: on rank {r}: do (the gradient of the output) contains "
+                             f"NaN or inf")
+
+
+def _require_finite(x: torch.Tensor, what: str, cfg: _Config) -> None:
+    """After the ring (no rank is left waiting in an exchange): an overflow is a ``FloatingPointError``.
+
+    The inputs are finite (the input checks), so a NaN or inf here, or a ``-inf`` log-sum-exp (every query
+    sees at least one key: itself), means the scores or a product overflowed ``x``'s dtype (the log-sum-exp's is
+    the accumulation dtype). Raised on the ranks whose rows overflowed, as the numpy algorithms raise
+    (:func:`flashref.problem.require_finite`). On a GPU only under ``torch.autograd.detect_anomaly()`` (as
+    :func:`_agree_do`)."""
+    if _unchecked(x):
+        return
+    if x.numel() and not bool(torch.isfinite(x).all()):
+        cure = ("scale the inputs down" if x.dtype == torch.float64 else
+                "compute in float64 (q.double(), k.double(), v.double() on the CPU) or scale the inputs down")
+        raise FloatingPointError(f"ring_attention: on rank {cfg.rank}: {what} overflowed {x.dtype}: the inputs "
+                                 f"are finite but too large for this precision; {cure}")
+
+
+def _agree(q, k, v, causal, layout, scale, group, device):
+    """All-gather every rank's descriptor (bounded wait); raise the same error on every rank if any is bad."""
+    P = dist.get_world_size(group)
+    rows = _gather_rows(_descriptor(q, k, v, causal, layout, scale, device), group, "the input check")
     for r, row in enumerate(rows):
         if row[3]:
             cls, msg = _LOCAL_ERRORS[row[3]]
@@ -549,5 +611,5 @@ def ring_attention(q, k, v, **options):
     cfg = _Config(group=group, rank=r, P=P, nxt=dist.get_global_rank(world, (r + 1) % P),
                   prv=dist.get_global_rank(world, (r - 1) % P), layout=layout, causal=causal,
                   scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale), triton=triton,
-                  comm=not _SKIP_COMM)
+                  comm=not _SKIP_COMM, device=device)
     return _RingAttention.apply(q, k, v, cfg)

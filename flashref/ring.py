@@ -11,7 +11,8 @@ and passes ``K_s, V_s`` on to device ``r + 1`` while receiving ``K_{s−1}, V_{s
 The backward runs the same ring with FlashAttention-2's Algorithm 2 on each pair, using the
 *final* ``O_r`` and ``L_r``: then ``P_ij = exp(S_ij − L_i)`` is already the normalised softmax and
 each pair's dQ, dK, dV are simply its share of the sum. dQ stays home; the dK/dV accumulators
-travel with their K/V, and a last hop brings them home (P sends of dK, dV; P − 1 of K, V).
+travel with their K/V, and a last hop brings them home (P sends of dK, dV; P − 1 of K, V; none
+for P = 1).
 
 Layouts (how the N tokens are dealt out; :func:`positions` gives each device's token indices):
 
@@ -42,7 +43,7 @@ import numpy as np
 
 from . import flash2, softmax
 from .memory import Memory
-from .problem import Problem, check_finite, check_like, check_options, positive_int
+from .problem import Problem, check_finite, check_like, check_options, overflow_checked, positive_int
 from .results import BackwardResult, ForwardResult
 
 __all__ = ["LAYOUTS", "positions", "forward", "backward", "CommReport", "CommEvent", "merge_lse",
@@ -121,7 +122,11 @@ def merge_lse(O1, L1, O2, L2):
     m, l = softmax.merge(L1, ones, L2, ones)
     m_safe = softmax.finite_or_zero(m)
     l_safe = np.where(l == 0, 1.0, l)
-    O = (np.exp(L1 - m_safe)[..., None] * O1 + np.exp(L2 - m_safe)[..., None] * O2) / l_safe[..., None]
+    # Weights divided by ℓ before they multiply: O is then a convex combination of O1 and O2, which
+    # fits the dtype whenever they do (e^{L1−m}·O1 + e^{L2−m}·O2 first, then / ℓ, overflows on the
+    # way for |O| past half the dtype's range, though the merged O is no larger than the parts).
+    w1, w2 = np.exp(L1 - m_safe) / l_safe, np.exp(L2 - m_safe) / l_safe
+    O = w1[..., None] * O1 + w2[..., None] * O2
     L = np.where(l == 0, -np.inf, m + np.log(l_safe))
     return O, L
 
@@ -186,6 +191,15 @@ class CommReport:
     __repr__ = __str__
 
 
+class _PerDevice(list):
+    """One report per device (``.io``, ``.flops``); ``.total`` is all devices' together, as a result's repr
+    shows for a single device's report."""
+
+    @property
+    def total(self) -> int:
+        return sum(x.total for x in self if x is not None)
+
+
 class _Ring:
     """P devices, each with its own Memory, and a link that counts what crosses it."""
 
@@ -222,6 +236,7 @@ def _problem(Q, K, V, world_size, layout, opts):
     return pb, P, pos, grad_bytes
 
 
+@overflow_checked("O")  # the merges of partial outputs: an overflow is a FloatingPointError, as flash2's
 def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResult:
     """Ring attention over ``world_size`` simulated devices: FlashAttention-2 per (Q, K/V) shard pair.
 
@@ -290,9 +305,11 @@ def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResul
         O[..., p, :] = O_shards[r]
         L[..., p] = L_shards[r]
     return ForwardResult(O=O, L=L, O_shards=O_shards, L_shards=L_shards, positions=pos, comm=ring.comm(),
-                         io=io, flops=flops, work=work, source=source, layout=layout, world_size=P)
+                         io=_PerDevice(io), flops=_PerDevice(flops), work=work, source=source, layout=layout,
+                         world_size=P)
 
 
+@overflow_checked("dQ", "dK", "dV")  # the sums of the pairs' shares (each pair's own are checked by flash2)
 def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> BackwardResult:
     """The ring backward: FlashAttention-2's Algorithm 2 per shard pair; dK/dV travel home.
 
@@ -335,7 +352,10 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
             flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
             dQ_r[r] += blk.dQ  # dQ stays home
             dkv[r] = (dkv[r][0] + blk.dK, dkv[r][1] + blk.dV)  # dK_s, dV_s travel with K_s, V_s
-        # Communication of step t: K_s, V_s on (not after the last step), dK_s, dV_s always.
+        # Communication of step t: K_s, V_s on (not after the last step), dK_s, dV_s always, except on one
+        # device: there is no link, and its dK, dV are home already (distributed.ring_attention sends nothing).
+        if P == 1:
+            break
         arriving_kv, arriving_dkv = [None] * P, [None] * P
         for r in range(P):
             s = (r - t) % P
@@ -346,10 +366,10 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
             arriving_dkv[nxt] = (ring.send(t, r, "dK", s, dkv[r][0], grad_bytes),
                                  ring.send(t, r, "dV", s, dkv[r][1], grad_bytes))
         kv, dkv = arriving_kv, arriving_dkv
-    # After P sends each accumulator is home: device r holds dK_r, dV_r.
+    # After P sends (none for P = 1) each accumulator is home: device r holds dK_r, dV_r.
     dQ, dK, dV = np.zeros_like(pb.Q), np.zeros_like(pb.K), np.zeros_like(pb.V)
     for r, p in enumerate(pos):
         dQ[..., p, :] = dQ_r[r]
         dK[..., p, :], dV[..., p, :] = dkv[r]
-    return BackwardResult(dQ=dQ, dK=dK, dV=dV, comm=ring.comm(), io=io, flops=flops, work=work, source=source,
-                          positions=pos, layout=layout, world_size=P)
+    return BackwardResult(dQ=dQ, dK=dK, dV=dV, comm=ring.comm(), io=_PerDevice(io), flops=_PerDevice(flops),
+                          work=work, source=source, positions=pos, layout=layout, world_size=P)

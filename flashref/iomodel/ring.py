@@ -7,7 +7,7 @@ to ``r + 1``; with H = the product of the leading (batch, head) axes, b bytes pe
 g bytes per dK/dV element::
 
     forward   sent[r, t] = 2·H·d·b·n_s                 for t < P − 1, else 0
-    backward  sent[r, t] = 2·H·d·(b·[t < P − 1] + g)·n_s
+    backward  sent[r, t] = 2·H·d·(b·[t < P − 1] + g·[P > 1])·n_s
     received[r, t] = sent[r − 1, t]
 
 With equal shards n = N/P the forward sends ``2(P−1)/P · N·H·d·b`` bytes per rank — every rank
@@ -26,10 +26,13 @@ bandwidth W per direction the communication hides when ``4n²dH/F ≥ 2ndHb/W``,
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 
 from .. import hardware
-from ..problem import _nonnegative_int, check_options, positive_int
+from ..problem import _causal, _nonnegative_int, check_options, positive_int
 from ..ring import CommReport, check_layout, check_length
 
 __all__ = ["shard_lengths", "comm", "ring_bytes_per_rank", "ulysses_bytes_per_rank", "min_tokens_per_device",
@@ -88,33 +91,62 @@ def _comm(direction, *, N, d, world_size, layout="contiguous", heads=1, dtype_by
         for t in range(P):
             s = (r - t) % P  # the shard device r holds at step t
             kv = 2 * H * d * b * n[s] if t < P - 1 else 0  # K_s and V_s on to r + 1
-            dkv = 2 * H * d * g * n[s] if direction == "backward" else 0  # their gradients, always
+            # their gradients, at every step (the last takes them home), but nowhere on one device: no link
+            dkv = 2 * H * d * g * n[s] if direction == "backward" and P > 1 else 0
             sent[r, t] = kv + dkv
     received = np.roll(sent, 1, axis=0)  # received[r] = sent[r - 1]
     return CommReport(sent, received)  # the simulator's report type, without its event list
 
 
-def ring_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2) -> float:
+def _positive_real(x, name: str) -> float:
+    """A rate (FLOP/s, bytes/s): a finite real > 0, else an error naming ``name`` (a 0 would divide by zero)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name}: expected a positive number, got {x!r}")
+    if not (math.isfinite(x) and x > 0):
+        raise ValueError(f"{name}: expected a finite positive number, got {x!r}")
+    return float(x)
+
+
+def _equal_shards(N, d, world_size, heads, dtype_bytes) -> tuple:
+    """The formulas' sizes by every entry point's rules; N >= P, one token per device at least (n = N/P)."""
+    N, d, P = positive_int(N, "N"), positive_int(d, "d"), positive_int(world_size, "world_size")
+    if N < P:
+        raise ValueError(f"N: expected at least one token per device, N >= world_size={P}, got N={N}")
+    return N, d, P, _nonnegative_int(heads, "heads"), positive_int(dtype_bytes, "dtype_bytes")
+
+
+def ring_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2, **opts) -> float:
     """Forward bytes each rank sends, equal shards: ``2(P−1)/P · N·H·d·b``."""
-    P = world_size
+    check_options(opts, {"heads", "dtype_bytes"}, "iomodel.ring.ring_bytes_per_rank")
+    N, d, P, heads, dtype_bytes = _equal_shards(N, d, world_size, heads, dtype_bytes)
     return 2 * (P - 1) / P * N * heads * d * dtype_bytes
 
 
-def ulysses_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2) -> float:
+def ulysses_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2, **opts) -> float:
     """Forward bytes each rank sends with Ulysses' all-to-alls (Q, K, V in, O out): ``4(P−1)/P² · N·H·d·b``."""
-    P = world_size
+    check_options(opts, {"heads", "dtype_bytes"}, "iomodel.ring.ulysses_bytes_per_rank")
+    N, d, P, heads, dtype_bytes = _equal_shards(N, d, world_size, heads, dtype_bytes)
     return 4 * (P - 1) / P**2 * N * heads * d * dtype_bytes
 
 
-def min_tokens_per_device(gpu="H200", *, link_bandwidth=None, dtype_bytes=2, flops=None, causal=False) -> float:
+def _rates(gpu, flops, link_bandwidth) -> tuple[float, float]:
+    F = hardware.get(gpu).peak("matmul") if flops is None else _positive_real(flops, "flops")
+    W = NVLINK[_key(gpu)] if link_bandwidth is None else _positive_real(link_bandwidth, "link_bandwidth")
+    return F, W
+
+
+def min_tokens_per_device(gpu="H200", *, link_bandwidth=None, dtype_bytes=2, flops=None, causal=False,
+                          **opts) -> float:
     """Smallest shard n = N/P at which one forward step's compute covers its communication.
 
     ``n ≥ F·b / (2W)`` (non-causal); causal blocks do half the work on average, so ``n ≥ F·b / W``.
     ``flops`` defaults to the GPU's dense matmul peak, ``link_bandwidth`` to :data:`NVLINK`.
     """
-    F = hardware.get(gpu).peak("matmul") if flops is None else float(flops)
-    W = NVLINK[_key(gpu)] if link_bandwidth is None else float(link_bandwidth)
-    return F * dtype_bytes / (2 * W) * (2 if causal else 1)
+    check_options(opts, {"gpu", "link_bandwidth", "dtype_bytes", "flops", "causal"},
+                  "iomodel.ring.min_tokens_per_device")
+    F, W = _rates(gpu, flops, link_bandwidth)
+    b = positive_int(dtype_bytes, "dtype_bytes")
+    return F * b / (2 * W) * (2 if _causal(causal) else 1)
 
 
 def _key(gpu) -> str:
@@ -122,23 +154,29 @@ def _key(gpu) -> str:
     return next(k for k, v in hardware.GPUS.items() if v is g)
 
 
+OVERLAP_OPTIONS = {"N", "d", "world_size", "heads", "causal", "gpu", "link_bandwidth", "flops", "dtype_bytes",
+                   "grad_bytes"}
+
+
 def overlap(*, N, d, world_size, heads=1, causal=False, gpu="H200", link_bandwidth=None, flops=None,
-            dtype_bytes=2, grad_bytes=4) -> dict:
+            dtype_bytes=2, grad_bytes=4, **opts) -> dict:
     """Compute time against communication time of one ring step, forward and backward.
 
     Equal shards ``n = N/P``. Forward step: ``4n²dH`` FLOPs (×1/2 causal) against
     ``2ndH·b`` bytes; backward step: ``10n²dH`` FLOPs (2.5× the forward: five matmuls, recomputing
     S) against ``2ndH·(b + g)`` bytes. Times are ``FLOPs / F`` and ``bytes / W``; the step hides its
-    communication when ``ratio = t_compute / t_comm ≥ 1``.
+    communication when ``ratio = t_compute / t_comm ≥ 1`` (``inf`` with nothing to send: ``heads=0``).
     """
-    P = positive_int(world_size, "world_size")
+    check_options(opts, OVERLAP_OPTIONS, "iomodel.ring.overlap")
+    N, d, P, heads, dtype_bytes = _equal_shards(N, d, world_size, heads, dtype_bytes)
+    grad_bytes = positive_int(grad_bytes, "grad_bytes")
     n = N / P
-    F = hardware.get(gpu).peak("matmul") if flops is None else float(flops)
-    W = NVLINK[_key(gpu)] if link_bandwidth is None else float(link_bandwidth)
-    frac = 0.5 if causal else 1.0
+    F, W = _rates(gpu, flops, link_bandwidth)
+    frac = 0.5 if _causal(causal) else 1.0
     out = {"n": n, "flops_per_s": F, "link_bytes_per_s": W}
     for name, fl, by in (("forward", 4 * n * n * d * heads * frac, 2 * n * d * heads * dtype_bytes),
                          ("backward", 10 * n * n * d * heads * frac, 2 * n * d * heads * (dtype_bytes + grad_bytes))):
         tc, tm = fl / F, by / W
-        out[name] = {"t_compute": tc, "t_comm": tm, "ratio": tc / tm, "hidden": tc >= tm}
+        # an empty batch (heads = 0) sends nothing: nothing to hide, never 0/0
+        out[name] = {"t_compute": tc, "t_comm": tm, "ratio": tc / tm if tm else math.inf, "hidden": tc >= tm}
     return out
