@@ -41,7 +41,8 @@ import numpy as np
 from . import blocks, flash2, masks
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import Problem, _bool, _nonnegative_int, positive_int, require_finite
+from .problem import Problem, _bool, _nonnegative_int, check_finite, overflow_checked, positive_int, require_finite
+from .problem import check_options as _check_names
 from .results import ForwardResult
 from .softmax import finite_or_zero
 
@@ -53,12 +54,18 @@ FORMATS = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 OPTIONS = {"fp8": None, "p_fp8": None, "fp8_scaling": None, "incoherent": False, "incoherent_seed": 0,
            "p_scale": 1.0, "key_order": "forward"}
 SCALE_BYTES = 4  # descales are float32
-_TINY_SCALE = np.finfo(np.float32).smallest_subnormal  # the smallest descale a float32 holds
+_F32 = np.finfo(np.float32)
+# as Python floats: compared with a Python float, a float32 would cast it to float32 (and warn of the overflow)
+_F32_TINY, _F32_MAX = float(_F32.tiny), float(_F32.max)
 
 
 def fmax(dtype) -> float:
     """Largest finite value of a storage dtype (448 for e4m3, 57344 for e5m2, 65504 for float16)."""
-    return float(ml_dtypes.finfo(dtype).max)
+    try:
+        return float(ml_dtypes.finfo(dtype).max)
+    except (TypeError, ValueError):  # ml_dtypes' own message names no argument ("data type ... not inexact")
+        raise TypeError(f"dtype: expected a floating-point storage dtype such as ml_dtypes.float8_e4m3fn "
+                        f"(lowp.FORMATS[{sorted(FORMATS)[0]!r}]), got {dtype!r}") from None
 
 
 def cast(X: np.ndarray, dtype) -> np.ndarray:
@@ -82,6 +89,8 @@ def fwht(X: np.ndarray) -> np.ndarray:
     H is symmetric and ``H H = d I``, so the transform is its own inverse.
     """
     X = np.array(X, dtype=np.result_type(X, np.float32))
+    if X.ndim == 0:
+        raise ValueError("X: expected at least one axis (the rows' coordinates are the last), got a scalar")
     d = X.shape[-1]
     if d & (d - 1):
         raise ValueError(f"d: the Walsh–Hadamard transform needs a power of two, got {d}")
@@ -96,6 +105,8 @@ def fwht(X: np.ndarray) -> np.ndarray:
 
 def random_signs(d: int, seed: int) -> np.ndarray:
     """The ±1 diagonal D of incoherent processing, a pure function of ``seed``."""
+    # checked as incoherent_seed is: numpy took seed=True as 1 and named nothing for -1 or 1.5
+    d, seed = _nonnegative_int(d, "d"), _nonnegative_int(seed, "seed")
     return np.random.default_rng(seed).choice(np.array([-1.0, 1.0]), size=d)
 
 
@@ -104,22 +115,40 @@ def rotate(X: np.ndarray, seed: int) -> np.ndarray:
     return fwht(X * random_signs(X.shape[-1], seed))
 
 
-def quantize(X: np.ndarray, dtype, rows_per_block: int | None = None):
+def quantize(X: np.ndarray, dtype, rows_per_block: int | None = None, *, name: str = "X"):
     """``(X8, s)`` with ``X ≈ s · X8``: one descale per head (``rows_per_block=None``) or per tile of rows.
 
-    ``s`` has shape ``lead + (T,)`` with T = ⌈N / rows_per_block⌉ (1 per tensor).
+    ``s`` has shape ``lead + (T,)`` with T = ⌈N / rows_per_block⌉ (1 per tensor). ``name`` names X in errors.
     """
+    X = np.asarray(X)
+    if X.ndim < 2:
+        raise ValueError(f"{name}: expected an array of shape (..., N, d), got shape {X.shape}")
+    if X.dtype.kind not in "iuf":
+        raise TypeError(f"{name}: expected a real floating-point array, got dtype {X.dtype}")
+    check_finite(X, name)  # a NaN gave s = 1 and NaN codes; an inf, s = inf and NaN codes: both silently
+    # float16 or integers: divide in float32 at least. In float16 the descale itself rounded coarsely or to 0
+    # (max|X| = 1e-5 gave s = 6e-8 instead of 2.2e-8, saturating X/s; integers gave s = 0 and X/0).
+    X = X.astype(np.result_type(X, np.float32), copy=False)
+    m = fmax(dtype)
     N = X.shape[-2]
     B = N if rows_per_block is None else positive_int(rows_per_block, "rows_per_block")
+    big = float(np.abs(X).max(initial=0.0))
+    if big / m > _F32_MAX:  # the descale would be inf, and X/inf gave zeros silently
+        raise FloatingPointError(f"{name}: max |{name}| = {big:.3g} needs a descale max/{m:g} past float32's "
+                                 f"largest value {_F32_MAX:.3g} (descales are float32): scale {name} down")
     T = -(-N // B)
     s = np.empty(X.shape[:-2] + (T,), dtype=np.float32)
     X8 = np.empty(X.shape, dtype=dtype)
     for t in range(T):
         r0, r1 = blocks.tile(t, B, N)
-        amax = np.abs(X[..., r0:r1, :]).max(axis=(-2, -1))
-        # A tiny amax (< ~6e-43) makes amax/max 0 in float32, and X/0 NaN: keep the descale positive,
-        # so that such values underflow in FP8 as they would on the GPU.
-        s[..., t] = np.where(amax > 0, np.maximum(amax / fmax(dtype), _TINY_SCALE), 1.0)
+        exact = np.abs(X[..., r0:r1, :]).max(axis=(-2, -1)).astype(np.float64) / m
+        s_t = exact.astype(np.float32)
+        # Below float32's normal range (max|X| < ~5e-36 for e4m3) the descale rounds to a coarse subnormal: rounded
+        # down, max/s went up to 1.5 max and saturated (30% error); round it up instead, so nothing saturates. A
+        # tiny amax rounds up to the smallest subnormal, not 0 (X/0 was NaN): such values underflow in FP8.
+        # (In the normal range, rounding down moves max/s by under 2⁻²⁴: it still rounds to max. Left as is.)
+        s_t = np.where((s_t < exact) & (s_t < _F32.tiny), np.nextafter(s_t, np.float32(np.inf)), s_t)
+        s[..., t] = np.where(exact > 0, s_t, 1.0)
         X8[..., r0:r1, :] = cast(X[..., r0:r1, :] / s[..., t, None, None].astype(X.dtype), dtype)
     return X8, s
 
@@ -144,9 +173,12 @@ def _values(fp8=None, p_fp8=None, fp8_scaling=None, incoherent=False, incoherent
     incoherent, seed = _bool(incoherent, "incoherent"), _nonnegative_int(incoherent_seed, "incoherent_seed")
     if seed != 0 and not incoherent:
         raise ValueError("incoherent_seed: only used with incoherent=True")
+    # P̃·p_scale is made in fp32 and the product divided by it: outside float32's normal range, s_v / p_scale
+    # overflowed (p_scale = 1e-40: a FloatingPointError blaming the inputs) or P̃·p_scale did (1e39).
     if (isinstance(p_scale, (bool, np.bool_)) or not isinstance(p_scale, numbers.Real)
-            or not (0 < p_scale < np.inf)):
-        raise ValueError(f"p_scale: expected a finite number > 0, got {p_scale!r}")
+            or not (_F32_TINY <= p_scale <= _F32_MAX)):
+        raise ValueError(f"p_scale: expected a finite number > 0 in float32's normal range "
+                         f"[{_F32_TINY:.3g}, {_F32_MAX:.3g}] (P̃ is scaled in fp32), got {p_scale!r}")
     if p_scale != 1.0 and p is None:
         raise ValueError(f"p_scale={p_scale!r} needs p_fp8='e4m3' or 'e5m2' (P is only scaled to be cast)")
     if not isinstance(key_order, str) or key_order not in ("forward", "reverse"):
@@ -157,6 +189,7 @@ def _values(fp8=None, p_fp8=None, fp8_scaling=None, incoherent=False, incoherent
 
 def check_options(pb: Problem, **opts) -> dict:
     """Normalise the low-precision options (shared by the simulator and ``iomodel``); clear errors."""
+    _check_names(opts, OPTIONS, "lowp.check_options")  # else Python's bare "unexpected keyword argument"
     d, block_sizes = pb.d, pb.block_sizes
     if pb.bias is not None:
         raise ValueError("bias: not supported with the low-precision options (FlashAttention-3's FP8 forward has none)")
@@ -200,6 +233,7 @@ def grid(pb: Problem, **opts) -> blocks.Grid:
     return _grid(pb, check_options(pb, **opts)["scaling"] is not None)
 
 
+@overflow_checked("O")  # called directly as through flash2.forward: no RuntimeWarning, an overflow raised
 def forward(Q, K, V, **opts) -> ForwardResult:
     """FlashAttention-2's forward with the FP8 options (see the module docstring).
 
@@ -235,7 +269,7 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
         inputs = {n: (cast(X, qkv), np.dtype(qkv).itemsize) for n, X in (("Q", Qh), ("K", Kh), ("V", pb.V))}
     else:
         rb = {"Q": Br, "K": Bc, "V": Bc} if scaling == "block" else dict.fromkeys("QKV")
-        q = {n: quantize(X, qkv, rb[n]) for n, X in (("Q", Qh), ("K", Kh), ("V", pb.V))}
+        q = {n: quantize(X, qkv, rb[n], name=n) for n, X in (("Q", Qh), ("K", Kh), ("V", pb.V))}
         inputs = {n: (X8, 1) for n, (X8, _) in q.items()}
         scales = {n: s for n, (_, s) in q.items()}
         for n, s in scales.items():

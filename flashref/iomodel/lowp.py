@@ -14,9 +14,10 @@ visits (all Nk and Tc without causal masking):
   Alg.1 l.15  L_i                                    Nq       dtype_bytes
 
 So FP8 halves the bytes of the Q, K, V reads against fp16, and the block scales add
-Tr + 2·Tr·Tc reads (per-tensor: 3·Tr), a fraction ≈ 2/(Br·Bc)·... of a byte per tile element:
-negligible. P never leaves the chip: ``p_fp8``, ``p_scale``, ``key_order`` and ``incoherent``
-(done before the kernel) change no count.
+Tr + 2·Tr·Tc reads without causal masking (per-tensor: 3·Tr), 4 bytes each: one per Bc·d-byte
+FP8 tile of K or V, a fraction 4/(Bc·d) of their bytes (0.05% at Bc = 128, d = 64): negligible.
+P never leaves the chip: ``p_fp8``, ``p_scale``, ``key_order`` and ``incoherent`` (done before
+the kernel) change no count.
 """
 
 from __future__ import annotations
