@@ -65,7 +65,8 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
-            positive_int(getattr(self, name), name)
+            # stored as a Python int: a numpy integer would make as_dict() unwritable as JSON (train's record)
+            setattr(self, name, positive_int(getattr(self, name), name))
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
 
@@ -102,6 +103,9 @@ def _sdpa(which):
     def run(q, k, v):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
+        if which == "cudnn" and q.device.type != "cuda":  # else PyTorch's "No viable backend ... was found"
+            raise ValueError(f"attention 'sdpa_cudnn' is cuDNN's kernel and needs a CUDA GPU, got tensors on "
+                             f"{q.device.type}; on a CPU use 'eager', 'sdpa_math', 'sdpa_flash' or 'numpy'")
         backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
                    "math": SDPBackend.MATH}[which]
         with sdpa_kernel(backend):
@@ -125,11 +129,16 @@ _ATTEND = {"eager": _eager, "sdpa_flash": _sdpa("flash"), "sdpa_cudnn": _sdpa("c
            "sdpa_math": _sdpa("math"), "flashref": _flashref, "numpy": _numpy}
 
 
+def _check_backend(backend) -> str:
+    # isinstance first: an unhashable name (a list) would otherwise fail the dict lookup with "unhashable type"
+    if not isinstance(backend, str) or backend not in _ATTEND:
+        raise ValueError(f"attention: expected one of {BACKENDS}, got {backend!r}")
+    return backend
+
+
 def attend(q, k, v, backend: str):
     """Causal ``softmax(q kᵀ/√d) v`` for ``(B, H, N, d)`` tensors by the named backend."""
-    if backend not in _ATTEND:
-        raise ValueError(f"attention: expected one of {BACKENDS}, got {backend!r}")
-    return _ATTEND[backend](q, k, v)
+    return _ATTEND[_check_backend(backend)](q, k, v)
 
 
 # --------------------------------------------------------------------------- profiler marks
@@ -205,8 +214,10 @@ class GPT(nn.Module):
 
     def __init__(self, cfg: GPTConfig = GPT2_SMALL, attention: str = "sdpa_flash"):
         super().__init__()
-        if attention not in BACKENDS:
-            raise ValueError(f"attention: expected one of {BACKENDS}, got {attention!r}")
+        if not isinstance(cfg, GPTConfig):
+            raise TypeError(f"cfg: expected a GPTConfig, got {type(cfg).__name__} (GPTConfig(**d) builds one "
+                            "from a dict)")
+        _check_backend(attention)
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
@@ -225,12 +236,13 @@ class GPT(nn.Module):
             nn.init.zeros_(m.bias)
 
     def set_attention(self, attention: str):
-        if attention not in BACKENDS:
-            raise ValueError(f"attention: expected one of {BACKENDS}, got {attention!r}")
+        _check_backend(attention)
         for b in self.blocks:
             b.attn.attention = attention
 
     def set_profiling(self, on: bool):
+        if not isinstance(on, bool):
+            raise TypeError(f"on: expected True or False, got {on!r}")
         for b in self.blocks:
             b.attn.profiling = on
 
@@ -242,16 +254,12 @@ class GPT(nn.Module):
         return n - self.wpe.weight.numel() if matmul_only else n
 
     def forward(self, idx, targets=None):
-        if idx.ndim != 2 or idx.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"idx: expected (B, N) int64 token ids, got {tuple(idx.shape)} {idx.dtype}")
-        # token ids out of range: an IndexError deep in the embedding on a CPU, a device-side assert on a GPU.
-        # Checked on the CPU only: on a GPU the check would cost a synchronisation on every step.
-        if idx.device.type == "cpu" and idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < self.cfg.vocab_size:
-            raise ValueError(f"idx: token ids must be in 0..{self.cfg.vocab_size - 1} (vocab_size), "
-                             f"got {int(idx.min())}..{int(idx.max())}")
-        if targets is not None and (targets.shape != idx.shape or idx.numel() == 0):
-            raise ValueError(f"targets: expected the shape of idx {tuple(idx.shape)} with at least one token, "
-                             f"got {tuple(targets.shape)}")
+        self._check_ids(idx, "idx")
+        if targets is not None:
+            self._check_ids(targets, "targets")
+            if targets.shape != idx.shape or idx.numel() == 0:  # the mean over no tokens: a NaN
+                raise ValueError(f"targets: expected the shape of idx {tuple(idx.shape)} with at least one token, "
+                                 f"got {tuple(targets.shape)}")
         B, N = idx.shape
         if N > self.cfg.block_size:
             raise ValueError(f"sequence length {N} exceeds block_size {self.cfg.block_size}")
@@ -262,7 +270,20 @@ class GPT(nn.Module):
         logits = F.linear(self.ln_f(x), self.wte.weight)  # (B, N, vocab): weight tied to wte
         if targets is None:
             return logits
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+        # targets.long(): cross_entropy takes int64 class indices only (idx may be int32, so may targets)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1).long())
+
+    def _check_ids(self, t, name):
+        """A (B, N) tensor of int64/int32 token ids in 0..vocab_size-1 (the range checked on a CPU only)."""
+        if not isinstance(t, torch.Tensor) or t.ndim != 2 or t.dtype not in (torch.int64, torch.int32):
+            got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"{name}: expected a (B, N) torch tensor of int64 token ids, got {got}")
+        # ids out of range: an IndexError deep in the embedding or the loss on a CPU, a device-side assert on a
+        # GPU; and a target of -100 (cross_entropy's ignore_index) would be skipped silently, all of them a NaN
+        # loss. Checked on the CPU only: on a GPU the check would cost a synchronisation on every step.
+        if t.device.type == "cpu" and t.numel() and not 0 <= int(t.min()) <= int(t.max()) < self.cfg.vocab_size:
+            raise ValueError(f"{name}: token ids must be in 0..{self.cfg.vocab_size - 1} (vocab_size), "
+                             f"got {int(t.min())}..{int(t.max())}")
 
 
 # --------------------------------------------------------------------------- data

@@ -60,8 +60,8 @@ import sys
 import time
 from pathlib import Path
 
-from .gpt import GPT, GPTConfig, copy_batch, loss_floor
-from .problem import _nonnegative_int, positive_int
+from .gpt import BACKENDS, GPT, GPTConfig, copy_batch, loss_floor
+from .problem import _nonnegative_int, check_options, positive_int
 
 SCHEMA = "flashref.train/1"
 
@@ -109,6 +109,8 @@ _ATTN_KERNEL = re.compile(r"flash|fmha|sdpa|attention|attn|_fwd_kernel|_bwd_", r
 def flops_per_token(cfg: GPTConfig, params_matmul: int, N: int, causal_halved: bool = False) -> float:
     """Model FLOPs per token, forward + backward: 6·P + 12·n_layer·N·n_embd (÷2 on the attention term
     when ``causal_halved``). See the module docstring for the derivation."""
+    if not isinstance(cfg, GPTConfig):
+        raise TypeError(f"cfg: expected a GPTConfig, got {type(cfg).__name__}")
     N, params_matmul = positive_int(N, "N"), _nonnegative_int(params_matmul, "params_matmul")
     attn = 12 * cfg.n_layer * N * cfg.n_embd
     return 6 * params_matmul + (attn / 2 if causal_halved else attn)
@@ -120,6 +122,8 @@ def peak_flops(device_name: str):
     model-FLOPs utilisation rather than one against the wrong peak."""
     from . import hardware
 
+    if not isinstance(device_name, str):
+        raise TypeError(f"device_name: expected a GPU's name (str), got {type(device_name).__name__}")
     if "h100" in device_name.lower() and any(x in device_name.lower() for x in ("pcie", "nvl")):
         return None
     for key in ("H200", "H100", "A100-80GB", "A100"):
@@ -155,11 +159,44 @@ def _free(device):
         torch.cuda.empty_cache()
 
 
-def _build(model_cfg: dict, N: int, backend: str, device, seed: int, lr: float):
+_MODEL_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size")  # GPTConfig's fields but block_size, which is N
+
+
+def _model_cfg(model_cfg, N, data_vocab) -> GPTConfig:
+    """The GPTConfig of a run: ``model_cfg`` (a dict of :data:`_MODEL_KEYS`) at block size N, checked
+    against the copy task's vocabulary ``data_vocab``."""
+    if not isinstance(model_cfg, dict):
+        raise TypeError(f"model_cfg: expected a dict of {', '.join(_MODEL_KEYS)}, got {type(model_cfg).__name__}")
+    check_options(model_cfg, _MODEL_KEYS, "model_cfg")  # block_size too: it is N
+    cfg = GPTConfig(**model_cfg, block_size=positive_int(N, "N"))
+    # on a CPU the model would refuse the tokens (naming idx); on a GPU they index past the embedding: a
+    # device-side assert that poisons the CUDA context for every later configuration of the run
+    if positive_int(data_vocab, "data_vocab") > cfg.vocab_size:
+        raise ValueError(f"data_vocab={data_vocab}: the copy task's tokens must be ids of the model, "
+                         f"data_vocab <= vocab_size={cfg.vocab_size}")
+    return cfg
+
+
+def _device(device):
+    import torch
+
+    if isinstance(device, str):
+        device = torch.device(device)
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device: expected a torch.device or 'cpu'/'cuda', got {type(device).__name__}")
+    return device
+
+
+def _build(model_cfg: dict, N: int, backend: str, device, seed: int, lr: float, data_vocab: int):
     """Model (initialised from ``seed`` directly on ``device``) and its AdamW optimizer."""
     import torch
 
-    cfg = GPTConfig(**model_cfg, block_size=N)
+    cfg = _model_cfg(model_cfg, N, data_vocab)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed: expected an integer, got {seed!r}")
+    # "not lr > 0" refuses a NaN as well; AdamW's own message does not name the argument
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < lr < math.inf:
+        raise ValueError(f"lr: expected a finite learning rate > 0, got {lr!r}")
     torch.manual_seed(seed)
     with torch.device(device):
         model = GPT(cfg, attention=backend)
@@ -239,8 +276,9 @@ def measure(suite: dict, N: int, backend: str, device, seed: int = 0) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    device = _device(device)
     B = max(1, suite["tokens_per_step"] // N)
-    cfg, model, opt = _build(suite["model"], N, backend, device, seed, suite["lr"])
+    cfg, model, opt = _build(suite["model"], N, backend, device, seed, suite["lr"], suite["data_vocab"])
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     n = suite["warmup"] + suite["steps"] + suite["profile_steps"]
     batches = [copy_batch(B, N, suite["data_vocab"], gen, suite["period"]) for _ in range(n)]
@@ -302,7 +340,13 @@ def train_curve(model_cfg: dict, N: int, batch: int, steps: int, backend: str, d
     warm-up over ``warmup`` steps, then constant."""
     import torch
 
-    _, model, opt = _build(model_cfg, N, backend, device, seed, lr)
+    device = _device(device)
+    steps = positive_int(steps, "steps")  # 0 steps: torch.stack of nothing, deep in the return line
+    # a negative warm-up made every step's lr negative (lr * (s + 1) / warmup): gradient ascent, silently
+    warmup = _nonnegative_int(warmup, "warmup")
+    if not isinstance(amp, bool):
+        raise TypeError(f"amp: expected True or False, got {amp!r}")
+    _, model, opt = _build(model_cfg, N, backend, device, seed, lr, data_vocab)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     losses = []
     for s in range(steps):
@@ -334,13 +378,21 @@ def parity_verdict(curves: dict, seed_curve: list | None, ref: str, peer: str, w
         raise ValueError(f"curves: every curve needs at least one loss, got lengths "
                          f"{ {b: len(c) for b, c in curves.items()} }")
     w = slice(max(0, n - window), n)
+    if seed_curve is not None and len(seed_curve) < n:
+        raise ValueError(f"seed_curve: expected at least the curves' {n} losses, got {len(seed_curve)}")
 
     def maxdiff(a, b):
-        return max(abs(x - y) for x, y in zip(a[w], b[w]))
+        d = [abs(x - y) for x, y in zip(a[w], b[w])]
+        # a NaN (a diverged run) fails every comparison, so max() kept or dropped it by where it stood in the
+        # window: a curve that went NaN after its first windowed step was "within" tolerance
+        return math.inf if any(math.isnan(x) for x in d) else max(d)
 
     L_ref = curves[ref][w]
     mean_ref = sum(L_ref) / len(L_ref)
     noise = maxdiff(curves[peer], curves[ref])
+    if not (math.isfinite(noise) and math.isfinite(mean_ref)):  # no baseline to judge by: nobody is within
+        return dict(rule="reference or peer diverged (a non-finite loss in the window)", ref=ref, peer=peer,
+                    within={b: False for b in curves if b != ref})
     tol = max(2 * noise, 5e-3 * mean_ref)
     rule = f"max over the last {w.stop - w.start} steps of |L_b - L_ref| <= max(2*noise, 5e-3*mean L_ref)"
     out = dict(rule=rule, ref=ref, peer=peer, window=w.stop - w.start, mean_ref=round(mean_ref, 5),
@@ -354,7 +406,7 @@ def parity_verdict(curves: dict, seed_curve: list | None, ref: str, peer: str, w
         out["within"][b] = bool(d <= tol)
     if seed_curve:
         s = seed_curve[: n][w]
-        out["seed_spread_max"] = round(max(abs(x - y) for x, y in zip(s, L_ref)), 5)
+        out["seed_spread_max"] = round(maxdiff(seed_curve, curves[ref]), 5)
         out["seed_spread_mean_loss"] = round(abs(sum(s) / len(s) - mean_ref), 5)
     return out
 
@@ -376,14 +428,28 @@ class Recorder:
         os.replace(tmp, self.path)
 
 
+_OVERRIDES = ("backends", "Ns", "budget_s")  # what run() lets the CLI change in a suite
+
+
 def run(suite_name: str, out: Path, device_name: str | None = None, overrides: dict | None = None,
         argv=None) -> dict:
     import torch
 
+    if not isinstance(suite_name, str) or suite_name not in SUITES:
+        raise ValueError(f"suite_name: expected one of {', '.join(sorted(SUITES))}, got {suite_name!r}")
     suite = json.loads(json.dumps(SUITES[suite_name]))  # a deep copy
+    # a misspelt override ("budget" for "budget_s") was set beside the real key and silently ignored
+    check_options(overrides or {}, _OVERRIDES, "overrides")
     for k, v in (overrides or {}).items():
         if v is not None:
             suite[k] = v
+    if overrides and overrides.get("backends") is not None:
+        for b in suite["backends"]:
+            if not isinstance(b, str) or b not in BACKENDS:
+                raise ValueError(f"overrides['backends']: expected names among {BACKENDS}, got {b!r}")
+    # ascending, once each (as the CLI's --N): a backend out of memory at N is skipped at every later N,
+    # which must therefore be longer
+    suite["Ns"] = sorted({positive_int(N, "overrides['Ns']") for N in suite["Ns"]})
     device = torch.device(device_name or ("cuda" if torch.cuda.is_available() else "cpu"))
     on_gpu = device.type == "cuda"
     if not on_gpu:
@@ -477,6 +543,8 @@ def amdahl(a: float, s: float) -> float:
         raise ValueError(f"a: expected the share of the step, a number in [0, 1], got {a!r}")
     if isinstance(s, bool) or not isinstance(s, numbers.Real) or not s > 0:
         raise ValueError(f"s: expected a speedup > 0, got {s!r}")
+    if a == 1 and s == math.inf:  # the whole step infinitely faster: 1 / (0 + 0), a ZeroDivisionError
+        return math.inf
     return 1.0 / ((1.0 - a) + a / s)
 
 
@@ -490,6 +558,9 @@ def speedups(result, ours: str, other: str) -> list:
     (where eager still fits in memory), with the Amdahl reading of each: ``a`` = attention's share of
     ``other``'s step, ``s`` = attention's own speedup inside the step (profiled attention ms of
     ``other`` over ``ours``), ``predicted`` = amdahl(a, s), to set against ``measured``."""
+    for name, b in (("ours", ours), ("other", other)):  # a misspelt name would give an empty list, silently
+        if not isinstance(b, str) or b not in BACKENDS:
+            raise ValueError(f"{name}: expected one of {BACKENDS}, got {b!r}")
     ok = rows_ok(result)
     both = sorted(N for (N, b) in ok if b == other and (N, ours) in ok)
     out = []
