@@ -459,6 +459,17 @@ def test_forward_refuses_deterministic_as_an_unknown_option():
         gpu.forward(q, k, v, deterministic=True)
 
 
+def test_interpreter_switched_after_the_kernels_compiled_is_named(monkeypatch):
+    """TRITON_INTERPRET set (or unset) after the kernels were decorated: a RuntimeError saying so, not Triton's
+    "0 active drivers" from deep in the launch (simulated: the kernels as compiled for the other mode)."""
+    from flashref.gpu import kernels
+
+    q, k, v = _ok()
+    monkeypatch.setattr(kernels, "INTERPRETED", not kernels.INTERPRETED)
+    with pytest.raises(RuntimeError, match=r"^TRITON_INTERPRET=1 is (set|unset) now but was (unset|set) when"):
+        gpu.attention(q, k, v)
+
+
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     q, k, v = (torch.randn(1, 1, 4, 16, dtype=torch.float16) for _ in range(3))

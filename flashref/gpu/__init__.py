@@ -77,6 +77,14 @@ def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=Fals
     if launch and q.device.type != "cuda" and not _interpret():
         raise ValueError(f"q must be a CUDA tensor (got device {q.device}); CPU tensors run only in "
                          "Triton's interpreter, TRITON_INTERPRET=1")
+    if launch:
+        from . import kernels
+
+        if kernels.INTERPRETED != _interpret():  # else Triton's own "0 active drivers" from deep in a launch
+            now, then = ("set", "unset") if _interpret() else ("unset", "set")
+            raise RuntimeError(f"TRITON_INTERPRET=1 is {now} now but was {then} when flashref.gpu's kernels were "
+                               "compiled (triton.jit reads it once, at their import): set it before the first "
+                               "call, in a fresh Python process")
     B, H, Nq, d = q.shape
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(f"q's head dimension d={d} is not supported; use 1 <= d <= {MAX_HEAD_DIM}")

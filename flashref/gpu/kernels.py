@@ -53,6 +53,7 @@ What kernel 2 adds (figures/gpu/NOTES.md has every version's numbers on an H100)
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import triton
@@ -82,6 +83,9 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 RESCALE_SLACK = tl.constexpr(8.0)  # lazy rescaling: P̃ may reach 2^8 before O_i, ℓ_i are rescaled
 GOLDEN = tl.constexpr(0x9E3779B97F4A7C15)  # dropout.py's _GOLDEN
 MAX_HEAD_DIM = 256
+# Whether the kernels below run in Triton's interpreter: triton.jit reads TRITON_INTERPRET once, as it decorates
+# them (at this import), so setting it later changes nothing here (gpu._check refuses the mismatch by name)
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def use_tma(cfg: Config, d: int, device, *tensors) -> bool:
