@@ -142,9 +142,11 @@ _H100_SOURCES = {
     "matmul_flops": "H100 datasheet/whitepaper: 989.4 TFLOP/s FP16/BF16 tensor core, dense (1979 with "
                     "sparsity); FlashAttention-3 quotes 989 TFLOPS",
     "nonmatmul_flops": "H100 datasheet: 67 TFLOP/s FP32 (66.9 in the whitepaper)",
-    "measured_hbm_bandwidth": "measured: device-to-device copy 2.94 TB/s, bytes read + written, one H100 80GB "
-                              "HBM3 (PyTorch 2.11, 2026-11-22)",
-    "measured_matmul_flops": "measured: 8192^3 bf16 matmul 782 TFLOP/s, same run",
+    "measured_hbm_bandwidth": "measured: device-to-device copy of 1 GiB 3.00 TB/s, bytes read + written, one H100 "
+                              "80GB HBM3, median of 5 rounds (figures/gpu/h100-80gb-hbm3-ceilings.json, "
+                              "python -m flashref bench --ceilings)",
+    "measured_matmul_flops": "measured: 8192^3 bf16 matmul 693 TFLOP/s, median of 5 rounds (the first, 748, before "
+                             "the clocks settle), same run",
     "verified": "glennklockwood.com/garden/processors/h100 (989.4 dense FP16/BF16, 66.9 FP32, 132 SMs), "
                 "chipsandcheese 'Nvidia's H100: Funny L2' (132 SMs on SXM5), 3eyedtech H100 SXM5 card "
                 "(228 KB shared/SM, 50 MB L2, 67 TFLOPS FP32, 3.35 TB/s)",
@@ -154,7 +156,7 @@ H100 = GPU(
     name="H100-SXM5-80GB", sms=132, hbm_capacity=80 * GB, hbm_bandwidth=3.35e12,
     smem_per_sm=228 * KB, l2_size=50 * MB, registers_per_sm=256 * KB, boost_clock=1.83e9,
     matmul_flops=989.4e12, nonmatmul_flops=67e12,
-    measured_hbm_bandwidth=2.94e12, measured_matmul_flops=782e12, sources=_H100_SOURCES,
+    measured_hbm_bandwidth=3.00e12, measured_matmul_flops=693e12, sources=_H100_SOURCES,
 )
 
 H200 = GPU(

@@ -32,7 +32,20 @@ def test_quoted_numbers():
     assert h.matmul_flops == pytest.approx(h.sms * 4096 * h.boost_clock, rel=2e-3)
     # FlashAttention Figure 1: A100 SRAM ~19 TB/s
     assert 19e12 <= a.smem_bandwidth <= 20e12
-    assert h.measured_hbm_bandwidth == 2.94e12 and h.measured_matmul_flops == 782e12
+
+
+def test_measured_ceilings_are_the_recorded_ones():
+    """hardware.H100's measured_* fields are the medians that `bench --ceilings` recorded, to the digits kept."""
+    import json
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).resolve().parents[1] / "figures/gpu/h100-80gb-hbm3-ceilings.json").read_text())
+    assert rec["metadata"]["device"] == "NVIDIA H100 80GB HBM3"
+    h = hardware.get("H100")
+    assert h.measured_hbm_bandwidth == pytest.approx(rec["copy_bytes_per_s"], rel=5e-3)
+    assert h.measured_matmul_flops == pytest.approx(rec["matmul_flops_per_s"], rel=5e-3)
+    assert f"{rec['copy_bytes_per_s'] / 1e12:.2f} TB/s" in h.sources["measured_hbm_bandwidth"]
+    assert f"{rec['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s" in h.sources["measured_matmul_flops"]
 
 
 def test_ridge_points():
@@ -41,7 +54,8 @@ def test_ridge_points():
         assert g.ridge_point("nonmatmul") == g.nonmatmul_flops / g.hbm_bandwidth
     assert hardware.ridge_point("A100") == pytest.approx(312 / 1.555)           # ~200.6 FLOP/byte
     assert hardware.ridge_point("H100") == pytest.approx(989.4 / 3.35)          # ~295.3
-    assert hardware.ridge_point("H100", measured=True) == pytest.approx(782 / 2.94)
+    h = hardware.get("H100")
+    assert hardware.ridge_point("H100", measured=True) == h.measured_matmul_flops / h.measured_hbm_bandwidth
     # the H200 has the H100's compute and more bandwidth: a lower ridge
     assert hardware.ridge_point("H200") < hardware.ridge_point("H100")
     with pytest.raises(ValueError, match="measured"):

@@ -30,7 +30,7 @@ Options: ``--out DIR`` (figures/gpu), ``--d 64,96,128,256``, ``--N 512,...,16384
 ``--modes fwd,fwd_bwd``, ``--backends flashref,flashref2,flashref1,flash,cudnn,efficient,math,fa4`` (fa4 and
 flashref3 are not in the default list), ``--mem-N ...``,
 ``--no-memory``, ``--dtype float16|bfloat16``. ``--variants``: the GQA and sliding-window rows instead
-(``bench_variants.py``).
+(``bench_variants.py``); ``--ceilings``: the measured HBM copy rate and bf16 matmul rate (``ceilings.py``).
 """
 
 from __future__ import annotations
@@ -574,6 +574,9 @@ def main(argv=None) -> int:
     if "--variants" in argv:  # the GQA and sliding-window rows (bench_variants.py)
         from .bench_variants import main as variants
         return variants(argv)
+    if "--ceilings" in argv:  # the measured roofline ceilings (ceilings.py)
+        from .ceilings import main as ceilings
+        return ceilings(argv)
     args = parse_args(argv)
     import torch
     if not torch.cuda.is_available():
