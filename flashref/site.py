@@ -19,6 +19,7 @@ puts it (``.ci/run`` does). Needs the ``site`` extra: ``pip install -e ".[site]"
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
@@ -27,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["REPO", "pages", "find_mathjax", "write_book_files", "build", "main"]
+__all__ = ["REPO", "SITE_MODULES", "pages", "find_mathjax", "check_tools", "write_book_files", "build", "main"]
 
 REPO = Path(__file__).resolve().parents[1]
 MATHJAX_DEFAULT = REPO / ".mathjax" / "node_modules" / "mathjax" / "es5"
@@ -138,9 +139,23 @@ def check_out(out: Path, repo: Path = REPO) -> Path:
     return out
 
 
+# What the Sphinx build loads (Jupyter Book 1 brings them all). Checked before anything is built: the build runs
+# Sphinx in a subprocess, which without them fails with its own traceback
+SITE_MODULES = ("sphinx", "myst_nb", "sphinx_external_toc", "sphinx_copybutton", "sphinx_book_theme")
+
+
+def check_tools() -> None:
+    """A ``ModuleNotFoundError`` naming what is missing of :data:`SITE_MODULES`, and what to install."""
+    missing = [m for m in SITE_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModuleNotFoundError(f"needs Jupyter Book 1 (missing {', '.join(missing)}): pip install -e \".[site]\" "
+                                  "in the checkout, or pip install \"jupyter-book>=1,<2\"")
+
+
 def build(out: Path, repo: Path = REPO, quiet: bool = True) -> Path:
     """Build the site into ``out`` (its ``index.html`` is the README); returns ``out``. ``out`` is replaced if it
     is an earlier site (:func:`check_out` refuses anything else)."""
+    check_tools()
     out = check_out(out, repo)
     mathjax = find_mathjax()
     with tempfile.TemporaryDirectory(prefix="flashref-site-") as tmp:
@@ -172,7 +187,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         out = build(args.out)
-    except (ValueError, FileNotFoundError) as e:  # a bad folder, or MathJax missing: say so, no traceback
+    # a bad folder, MathJax or Jupyter Book missing: say so, no traceback
+    except (ValueError, FileNotFoundError, ModuleNotFoundError) as e:
         print(f"python -m flashref site: {e}", file=sys.stderr)
         return 2 if isinstance(e, ValueError) else 1
     print(f"site written to {out} ({sum(1 for _ in out.rglob('*.html'))} HTML pages); open {out / 'index.html'}")
