@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--layout", default="zigzag", choices=fd.LAYOUTS)
     ap.add_argument("--seq", type=int, default=1024, help="full sequence length N")
     args = ap.parse_args()
+    if args.cuda and not torch.cuda.is_available():
+        ap.error("--cuda: no CUDA GPU here; without --cuda it runs on the CPU (gloo, float64)")
     if args.cuda:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl" if args.cuda else "gloo")

@@ -39,3 +39,43 @@ def test_site_modules_are_what_the_build_loads():
     src = inspect.getsource(site.write_book_files)  # the generated conf.py: its extensions and theme
     for m in site.SITE_MODULES[1:]:  # (sphinx itself runs them)
         assert f'"{m}"' in src, m
+
+
+def test_exercise_notebooks_builder_takes_help_and_names_a_bad_number(capsys):
+    """``python -m flashref.grading.notebooks --help`` (the command COURSE.md gives) crashed on int('--help')."""
+    from flashref.grading import notebooks
+
+    with pytest.raises(SystemExit) as e:
+        notebooks.main(["--help"])
+    assert e.value.code == 0 and "exercise numbers to rebuild" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        notebooks.main(["99"])
+    assert e.value.code == 2 and "invalid choice: 99" in capsys.readouterr().err
+
+
+def test_the_triton_lab_without_triton_says_what_to_install(monkeypatch, tmp_path, capsys):
+    """Grading the lab where Triton is not installed: one line naming it, not a traceback from the lab's grader."""
+    from flashref import grading
+    from flashref.grading import cli as grading_cli
+    from flashref.grading.exercises import EXERCISES
+
+    lab = next(ex for ex in EXERCISES.values() if ex.kind == "triton")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    f = tmp_path / "lab.py"
+    f.write_text("")
+    with pytest.raises(ModuleNotFoundError, match=r"needs Triton installed: pip install triton"):
+        grading.grade(lab.name, f)
+    assert grading_cli.grade_main([lab.name, str(f)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("python -m flashref grade: ") and "Traceback" not in err
+
+
+def test_figures_only_without_names_is_an_error(tmp_path, capsys):
+    """``figures --only`` with no names made every figure, into figures/ by default."""
+    from flashref import figures
+
+    with pytest.raises(SystemExit) as e:
+        figures.main(["--only", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "--only: name at least one figure" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

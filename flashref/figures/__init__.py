@@ -56,6 +56,8 @@ def main(argv=None) -> int:
     except OSError as e:
         ap.error(f"--out: cannot write figures into {out}: {e.strerror or e}")
     figs = all_figures()
+    if args.only is not None and not args.only:  # "--only" alone: not every figure, silently
+        ap.error(f"--only: name at least one figure; known: {[f.name for f in figs]}")
     if args.only:
         unknown = set(args.only) - {f.name for f in figs}
         if unknown:

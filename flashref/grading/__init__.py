@@ -21,6 +21,7 @@ not scored. What this guards against, and what it does not, is in COURSE.md.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import numbers
 import os
@@ -74,7 +75,11 @@ def grade(exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT
     a bad ``path`` (not a str or os.PathLike), ``seed`` (not None or an integer >= 0) or ``timeout`` (not a
     positive, finite number of seconds) raises a TypeError or ValueError naming it, before anything runs."""
     path, seed, timeout = check_path(path), check_seed(seed), check_timeout(timeout)
-    return _grade(get(exercise), path, seed=seed, timeout=timeout)
+    ex = get(exercise)
+    if ex.kind == "triton" and importlib.util.find_spec("triton") is None:  # else a traceback from deep in lab
+        raise ModuleNotFoundError(f"{ex.name} runs in Triton's interpreter, which needs Triton installed: "
+                                  "pip install triton (Linux), or pip install -e \".[dev]\" in the checkout")
+    return _grade(ex, path, seed=seed, timeout=timeout)
 
 
 def _grade(ex: Exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT, baseline=None) -> Report:

@@ -59,7 +59,11 @@ def grade_main(argv) -> int:
         ex = get(a.exercise)
     except ValueError as e:
         p.error(f"argument exercise: {str(e).removeprefix('exercise: ')}")
-    rep = grade(ex.name, a.file, seed=a.seed, timeout=a.timeout)
+    try:
+        rep = grade(ex.name, a.file, seed=a.seed, timeout=a.timeout)
+    except ModuleNotFoundError as e:  # the lab without Triton: what to install, in one line
+        print(f"python -m flashref grade: {e}", file=sys.stderr)
+        return 1
     print(rep)
     if a.json:
         try:

@@ -166,6 +166,17 @@ def build(numbers=None, execute=True) -> list[str]:
     return written
 
 
-if __name__ == "__main__":
-    for p in build([int(a) for a in sys.argv[1:]] or None):
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m flashref.grading.notebooks", description=__doc__.splitlines()[0])
+    ap.add_argument("numbers", nargs="*", type=int, choices=sorted(ex.number for ex in EXERCISES.values()),
+                    metavar="NN", help="exercise numbers to rebuild (default: all)")
+    args = ap.parse_args(argv)
+    for p in build(args.numbers or None):
         print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
