@@ -5,6 +5,7 @@ worker that fails raises, and the parent reports its traceback. Everything is fl
 """
 
 import datetime
+import importlib
 import os
 import socket
 import time
@@ -173,13 +174,22 @@ def _nan_scale_and_double_backward(rank, P):
         fd._FORCE_TRITON = False
 
 
+def _case(name):
+    """A world's case by name: a function of this module, or "module:function" of another test module (the spawned
+    child imports it by name, as it imports this one)."""
+    if ":" in name:
+        module, function = name.split(":")
+        return getattr(importlib.import_module(module), function)
+    return globals()[name]
+
+
 def _worker(rank, P, port, cases, errfile):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRITON_INTERPRET="1")
     torch.set_num_threads(1)
     try:
         torch.distributed.init_process_group("gloo", rank=rank, world_size=P, timeout=datetime.timedelta(seconds=30))
         for case in cases:
-            globals()[case](rank, P)
+            _case(case)(rank, P)
     except BaseException:
         with open(f"{errfile}.{rank}", "w") as f:
             f.write(traceback.format_exc())

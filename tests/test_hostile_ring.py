@@ -7,16 +7,12 @@ tensor into "shards", and ``ring_attention`` that let a NaN ``do`` or an overflo
 The multi-process test is one gloo world of 2 processes against torch's own SDPA.
 """
 
-import datetime
-import os
-import socket
-import time
-import traceback
 
 import numpy as np
 import pytest
 import torch
 from reference import attention_ref, torch_grads
+from test_distributed import _run_world
 
 from flashref import distributed as fd
 from flashref import ring, standard
@@ -209,6 +205,7 @@ def _raises(fn, exc, match):
 
 
 def _hostile(rank, P):
+    fd.CHECK_TIMEOUT_S = 10.0  # a rank left behind is an error within seconds, not a hang
     ra = fd.ring_attention
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 2, 4, 8, generator=g, dtype=torch.float64)
@@ -265,38 +262,5 @@ def _hostile(rank, P):
     assert o.shape == e.shape and e.grad.shape == e.shape
 
 
-def _worker(rank, P, port, errfile):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    try:
-        torch.distributed.init_process_group("gloo", rank=rank, world_size=P, timeout=datetime.timedelta(seconds=30))
-        fd.CHECK_TIMEOUT_S = 10.0  # a rank left behind is an error within seconds, not a hang
-        _hostile(rank, P)
-    except BaseException:
-        with open(f"{errfile}.{rank}", "w") as f:
-            f.write(traceback.format_exc())
-        os._exit(1)
-    os._exit(0)
-
-
 def test_ring_attention_refuses_nan_do_and_overflow_and_matches_sdpa(tmp_path):
-    P = 2
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = torch.multiprocessing.start_processes(_worker, args=(P, port, str(tmp_path / "err")), nprocs=P,
-                                                join=False, start_method="spawn")
-    deadline = time.monotonic() + 90
-    try:
-        while not ctx.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                pytest.fail("the gloo world did not finish within 90 s")
-    except torch.multiprocessing.ProcessExitedException:
-        pass
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-    errors = [(tmp_path / f"err.{r}").read_text() for r in range(P) if (tmp_path / f"err.{r}").exists()]
-    assert not errors, "\n".join(errors)
-    assert all(p.exitcode == 0 for p in ctx.processes), [p.exitcode for p in ctx.processes]
+    _run_world(2, ["test_hostile_ring:_hostile"], tmp_path)  # test_distributed's gloo world of spawned ranks
