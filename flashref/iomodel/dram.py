@@ -323,7 +323,8 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     # A pass whose CTAs a barrier starts together (kernel 3's rounds past its knee) has one reuse distance, not the
     # spread of them that the lockstep waves' soft knee stands for, and a knee of its own, sharper (fit_sync):
     # measured, one head of N = 65536 at d = 64 re-reads none of its 16 MiB of K and V, where kappa = 2 had 40% of
-    # them (48% with today's 192-row tile: notebook 08), and past 30 MiB a head every synced round re-reads them all (figures/gpu/NOTES-l2.md, "Nineteenth round")
+    # them (48% with today's 192-row tile: notebook 08), and past 30 MiB a head every synced round re-reads them all
+    # (figures/gpu/NOTES-l2.md, "Nineteenth round")
     if k.synced and p["sync_rule"]:
         C, kappa = p["C_sync"], p["kappa_sync"]
     C_lag, kappa_lag = (C, kappa) if rolling and not p["rolling_drift"] else (p["C_eff"], p["kappa"])
