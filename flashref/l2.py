@@ -18,10 +18,15 @@ partitions of 25 MB, each attached to half the memory controllers. An SM reads a
 partition near it; a line whose home is the far partition travels over the fabric between the two
 and may be kept in both. For DRAM traffic only the home copy matters (a near-side miss that hits
 the far partition is fabric traffic, ``lts__t_sectors_srcunit_ltcfabric``, not DRAM traffic), so
-the model treats the two partitions as **one LRU of an effective capacity** ``capacity``; how much
-of the 50 MB the K and V tiles of a wave really get (other data, duplicated lines, the hash of
-addresses over sets) is a fitted parameter of :mod:`flashref.iomodel.dram` (``C_eff``), not
-assumed.
+:class:`L2Cache` is **one LRU**, of whatever capacity it is given (the simulation runs it at the
+effective capacity under test, not at the preset's 50 MB). The closed forms of
+:mod:`flashref.iomodel.dram` do not leave the duplicated lines to the fit alone: a tile that a whole
+lockstep wave reads at once is held in both partitions, so its reuse distance counts
+``PARTITIONS`` = 2 times (``params["partitions"]``; the same as an LRU of half ``C_eff``), while a
+wave that starts on the diagonal counts ``partitions_diagonal`` = 1 times and the staggered walk
+once. What is left - other data, the hash of addresses over sets - is in the fitted ``C_eff`` and
+``kappa``. (Before, this paragraph said the two partitions were one LRU of the preset's capacity and
+that the duplicated lines were fitted, not assumed; the closed form assumes them.)
 """
 
 from __future__ import annotations
@@ -46,6 +51,21 @@ class L2Spec:
     sector_bytes: int = 32  # the unit DRAM is read in
     partitions: int = 2
     sms: int = 132
+
+    def __post_init__(self):
+        # A spec is the hardware's shape: whole positive counts, a line of whole sectors and a capacity of whole
+        # lines in each partition. Unchecked, L2Spec("x", -5) or one with sms=0 (every builder's resident CTAs)
+        # was accepted and went wrong far from here.
+        if not isinstance(self.name, str):
+            raise TypeError(f"name: expected a string, got {self.name!r}")
+        for f in ("capacity", "line_bytes", "sector_bytes", "partitions", "sms"):
+            object.__setattr__(self, f, positive_int(getattr(self, f), f))
+        if self.line_bytes % self.sector_bytes:
+            raise ValueError(f"line_bytes: expected a multiple of sector_bytes ({self.sector_bytes}), "
+                             f"got {self.line_bytes}")
+        if self.capacity % (self.partitions * self.line_bytes):
+            raise ValueError(f"capacity: expected whole lines of {self.line_bytes} bytes in each of "
+                             f"{self.partitions} partitions, got {self.capacity}")
 
 
 def _l2_size(name, default):
@@ -82,6 +102,11 @@ class L2Cache:
     def __init__(self, capacity: int, line_bytes: int = 1):
         # whole bytes: a NaN, infinite or fractional capacity has no LRU meaning, and line_bytes=0 divides by 0
         self.capacity, self.line_bytes = positive_int(capacity, "capacity"), positive_int(line_bytes, "line_bytes")
+        # whole lines: every block is a whole number of lines, so the bytes past the last whole line could never
+        # hold anything, and a capacity under one line (L2Cache(100, line_bytes=128)) silently missed every access
+        if self.capacity % self.line_bytes:
+            raise ValueError(f"capacity: expected a whole number of {self.line_bytes}-byte lines (line_bytes), "
+                             f"got {self.capacity}")
         self._blocks: OrderedDict = OrderedDict()  # key -> [nbytes, dirty]
         self.used = 0
         self.reads = self.writes = self.dram_reads = self.dram_writes = 0
@@ -95,7 +120,10 @@ class L2Cache:
         """Touch ``key``, a block of ``nbytes`` (the same size each time); returns True on a hit."""
         n = self._size(_nonnegative_int(nbytes, "nbytes"))  # negative bytes would count negative traffic
         write = _bool(write, "write")
-        blk = self._blocks.get(key)
+        try:
+            blk = self._blocks.get(key)
+        except TypeError:  # a list or a dict as a key: name it rather than "unhashable type"
+            raise TypeError(f"key: expected a hashable block name, got {key!r}") from None
         if blk is not None and blk[0] != n:  # a hit would count bytes the cache does not hold
             raise ValueError(f"nbytes: key {key!r} is a block of {blk[0]} bytes in the cache, got {nbytes}")
         if write:

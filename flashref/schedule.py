@@ -14,11 +14,11 @@ advances at the same speed, so CTAs launched together walk the same tiles in loc
 builders give the kernels modelled:
 
 * flashref's Triton kernels (``flashref/gpu/kernels.py``, kernel 2, with its default tiles from
-  ``flashref/gpu/config.py``): the forward over
-  row blocks (grid ``(Tr, B·H)``, row block fastest; causal: longest rows first, and for d = 128
-  heads fastest, ``HEADS_FIRST``), K/V scanned in ascending order; the dK/dV kernel over column
-  blocks (grid ``(Tc, B·H)``), rows scanned ascending, non-causal programs starting at their own
-  column block (``STAGGER``), with the fp32 dQ updated by atomics (read and written in L2);
+  ``flashref/gpu/config.py``): the forward over row blocks (grid ``(Tr, B·H)``, row block fastest;
+  causal: longest rows first, and for d = 128 heads fastest, ``HEADS_FIRST``: also d = 96, which the
+  kernel pads to 128), K/V scanned in ascending order; the dK/dV kernel over column blocks (grid
+  ``(Tc, B·H)``), rows scanned ascending, non-causal programs starting at their own column block
+  (``STAGGER``), with the fp32 dQ updated by atomics (read and written in L2);
 * flashref's kernel 3 (``flashref/gpu/kernel3.py``, ``kernel3_bwd.py``, Gluon), what ``gpu.attention`` runs
   on Hopper: the 128 x 128 forward over row blocks, the dK/dV kernel without dQ, and the dQ kernel, which
   scans K and V again; their tiles from the kernel's own tables, their CTAs per SM from their builds'
@@ -40,12 +40,13 @@ import ast
 import contextlib
 import dataclasses
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 
 from .l2 import L2Cache
 from .parallelism import efficiency
-from .problem import _causal, positive_int
+from .problem import _causal, _nonnegative_int, positive_int
 
 __all__ = ["ScanKernel", "simulate", "launch_times", "flashref_fwd", "flashref_dkdv", "flashref3_fwd", "flashref3_dkdv",
            "flashref3_dq", "fa2_fwd", "fa2_bwd", "fa2_num_splits", "SMS"]
@@ -161,10 +162,40 @@ class ScanKernel:
 
 def _checked(k) -> ScanKernel:
     """``k``, refused unless a ScanKernel with CTAs resident (``resident`` may be set by hand, as notebook 08 does:
-    with none, :func:`simulate` would wait forever for a free slot and the closed forms divide by zero)."""
+    with none, :func:`simulate` would wait forever for a free slot and the closed forms divide by zero), and a grid
+    that describes one: the builders' always do, a kernel built or edited by hand may not."""
+    import numpy as np
     if not isinstance(k, ScanKernel):
         raise TypeError(f"k: expected a schedule.ScanKernel, got {type(k).__name__}")
     positive_int(k.resident, "resident (CTAs resident at once)")
+    # Unchecked, heads=-1 gave -1 waves and negative bytes, heads=0 an IndexError in scan_bytes, and a negative
+    # tile_bytes negative DRAM bytes from scan_bytes (while simulate refused it).
+    positive_int(k.heads, "heads")
+    positive_int(k.n_tiles, "n_tiles")
+    _nonnegative_int(k.stagger, "stagger")
+    for name in ("tile_bytes", "rmw_bytes", "private_read", "private_write"):
+        v = getattr(k, name)
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name}: expected a number of bytes, got {v!r}")
+        if not 0 <= v < math.inf:
+            raise ValueError(f"{name}: expected a finite number of bytes >= 0, got {v!r}")
+    for name in ("last_scan", "last_cta"):  # a ragged last tile moves a share of a full one's bytes: (0, 1]
+        v = getattr(k, name)
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or not 0 < v <= 1:
+            raise ValueError(f"{name}: expected the last tile's share of a full one, in (0, 1], got {v!r}")
+    # Every CTA of a head launched exactly once, each scanning tiles inside 0..n_tiles-1: a launch list missing a
+    # block ran too few CTAs, one naming a block twice ran it twice, a range past n_tiles read tiles the operand has
+    # not, and lo > hi gave launch_times a CTA that ended before it started; all silently.
+    T = len(k.ranges)
+    if T == 0:
+        raise ValueError("ranges: expected one (lo, hi) per CTA of a head, got none")
+    launch = np.asarray(k.launch)
+    if launch.shape != (T,) or launch.dtype.kind not in "iu" or not np.array_equal(np.sort(launch), np.arange(T)):
+        raise ValueError(f"launch: expected each of the {T} blocks 0..{T - 1} once, in launch order")
+    r = np.asarray(k.ranges)
+    if r.shape != (T, 2) or r.dtype.kind not in "iu" or ((r[:, 0] < 0) | (r[:, 0] > r[:, 1])
+                                                          | (r[:, 1] > k.n_tiles)).any():
+        raise ValueError(f"ranges: expected integer (lo, hi) with 0 <= lo <= hi <= n_tiles ({k.n_tiles}) per CTA")
     return k
 
 
@@ -172,19 +203,29 @@ def simulate(k: ScanKernel, cache: L2Cache) -> L2Cache:
     """Run ``k`` against ``cache``: every resident CTA loads one scanned tile per step.
 
     A CTA's private tile is read when it starts and written when it ends; a finished CTA's slot
-    takes the next CTA in grid order at the next step. Returns the cache, whose counters hold the
+    takes the next CTA in grid order at the next step (a CTA with no tile to scan ends as it starts, in no step,
+    as in :func:`launch_times`). Returns the cache, whose counters hold the
     L2 and DRAM bytes (``dram_writes + dirty_bytes()`` = every write that eventually reaches DRAM).
     """
     order = _checked(k).grid_order()
     nxt = 0
     slots = []  # [head, block, remaining tiles (reversed list)]
+
+    def end(h, c):
+        if k.private_write:
+            cache.access(("o", h, c), round(k.private_write * k.cta_share(c)), write=True)
+
     while nxt < len(order) or slots:
         while len(slots) < k.resident and nxt < len(order):
             h, c = order[nxt]
             nxt += 1
             if k.private_read:
                 cache.access(("p", h, c), round(k.private_read * k.cta_share(c)))
-            slots.append([h, c, k.tiles(c)[::-1]])
+            tiles = k.tiles(c)
+            if not tiles:  # nothing to scan (a causal column block past the last row block, Nk > Nq): it ends as it
+                end(h, c)  # starts and frees its slot at once, as in launch_times (it used to hold it for a step)
+                continue
+            slots.append([h, c, tiles[::-1]])
         done = []
         for s in slots:
             h, c, rest = s
@@ -198,8 +239,7 @@ def simulate(k: ScanKernel, cache: L2Cache) -> L2Cache:
             if not rest:
                 done.append(s)
         for s in done:
-            if k.private_write:
-                cache.access(("o", s[0], s[1]), round(k.private_write * k.cta_share(s[1])), write=True)
+            end(s[0], s[1])
             slots.remove(s)
     return cache
 
