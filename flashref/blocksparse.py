@@ -83,7 +83,7 @@ def grid(Nq: int, Nk: int, d: int, **opts) -> Grid:
 
 
 def _problem(Q, K, V, block_mask, opts, where):
-    pb = Problem.from_arrays(Q, K, V, where=where, **opts)
+    pb = Problem.from_arrays(Q, K, V, where, **opts)
     g = grid_of(pb)
     # Pin the resolved blocks so that both passes run on this very grid.
     return pb.with_blocks(g.Br, g.Bc), g, check_block_mask(block_mask, g)

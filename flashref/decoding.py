@@ -56,6 +56,7 @@ from .memory import IOReport, Memory
 from .parallelism import DEFAULT_SMS, check_num_splits, choose_num_splits, resolve_num_splits
 from .parallelism import wave_utilisation as parallelism
 from .problem import (
+    MAX_N,
     Problem,
     _array,
     _nonnegative_int,
@@ -121,12 +122,12 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     splits of the split pass) and ``.parallelism`` (:func:`parallelism` of those items).
     """
     # num_splits and sms are decoding's own options: checked by name here, by value below
-    pb = Problem.from_arrays(Q, K, V, where="decoding.forward", extra=OPTIONS, **opts)
+    pb = Problem.from_arrays(Q, K, V, "decoding.forward", OPTIONS, **opts)
     num_splits, sms = opts.get("num_splits"), opts.get("sms")
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
     g = grid(pb)
     S = resolve_num_splits(num_splits, max(pb.heads, 1), g.Tr, g.Tc, Nk, sms)
-    sms = DEFAULT_SMS if sms is None else sms
+    sms = DEFAULT_SMS if sms is None else int(sms)
 
     mem = Memory(pb.sram_size, pb.dtype_bytes, pb.lead_shape)
     fc = FlopCounter()
@@ -155,10 +156,17 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     else:
         partials = {"O_partial": mem.result("O")[..., None, :, :],
                     "m_partial": mem.result("m")[..., None, :], "l_partial": mem.result("l")[..., None, :]}
-    items = max(pb.heads, 1) * g.Tr * S
+    items = pb.heads * g.Tr * S  # an empty batch (a zero leading axis) launches no thread block
     return ForwardResult(O=mem.result("O"), l=mem.result("l"), m=mem.result("m"), io=mem.report(),
                          flops=fc.report(), events=mem.events, num_splits=S, block_sizes=(g.Br, g.Bc),
-                         work_items=items, parallelism=parallelism(items, sms), **partials)
+                         work_items=items, parallelism=_parallelism(items, sms), **partials)
+
+
+def _parallelism(items: int, sms: int) -> dict:
+    """:func:`parallelism` of ``items`` work items, which refuses 0: no item runs no wave and uses no SM."""
+    if items == 0:
+        return {"work_items": 0, "sms": sms, "waves": 0, "busy_sms_first_wave": 0, "utilisation": 0.0}
+    return parallelism(items, sms)
 
 
 def _split_item(mem: Memory, fc: FlopCounter, pb: Problem, rows, keys, Bc: int, s: int, S: int) -> None:
@@ -261,13 +269,27 @@ PAGED_OPTIONS = ("scale", "causal", "window", "alibi_slopes", "softcap", "sram_s
 
 def check_cache_seqlens(cache_seqlens, B: int | None = None) -> np.ndarray:
     """``cache_seqlens``: one non-negative integer length per sequence (``B`` of them, when known)."""
-    L = np.asarray(cache_seqlens)
+    want = f"integers of shape ({'B' if B is None else f'B={B}'},)"
+    L = _int_array(cache_seqlens, "cache_seqlens", want)
     if L.ndim != 1 or (B is not None and L.shape[0] != B):
-        raise TypeError(f"cache_seqlens: expected integers of shape ({'B' if B is None else f'B={B}'},), "
-                        f"got {L.dtype} {L.shape}")
+        raise TypeError(f"cache_seqlens: expected {want}, got {L.dtype} {L.shape}")
     # element by element as given: a bool inside a list would already be an integer in L
     items = cache_seqlens if isinstance(cache_seqlens, (list, tuple)) else L
-    return np.array([_nonnegative_int(n, f"cache_seqlens[{b}]") for b, n in enumerate(items)], dtype=np.int64)
+    lens = [_nonnegative_int(n, f"cache_seqlens[{b}]") for b, n in enumerate(items)]
+    for b, n in enumerate(lens):
+        # a sequence is indexed with 32-bit integers (Problem's Nq, Nk bound); past int64, np.array would
+        # raise an OverflowError that names nothing
+        if n > MAX_N:
+            raise ValueError(f"cache_seqlens[{b}]: expected a length of at most {MAX_N} (32-bit indices), got {n}")
+    return np.array(lens, dtype=np.int64)
+
+
+def _int_array(x, name: str, want: str) -> np.ndarray:
+    """``x`` as an array, a ragged list refused by ``name`` (numpy's own error names nothing)."""
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise TypeError(f"{name}: expected {want}, got a ragged or non-numeric {type(x).__name__}") from e
 
 
 def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens):
@@ -284,9 +306,14 @@ def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens):
     for a, name in ((Q, "Q"), (Kp, "K_pages"), (Vp, "V_pages")):
         check_finite(a, name)
     num_pages, page_size = Kp.shape[0], Kp.shape[2]
-    bt, L = np.asarray(block_table), check_cache_seqlens(cache_seqlens, B)
+    want = f"integers of shape (B={B}, max_pages)"
+    bt, L = _int_array(block_table, "block_table", want), check_cache_seqlens(cache_seqlens, B)
     if bt.ndim != 2 or bt.shape[0] != B or not np.issubdtype(bt.dtype, np.integer):
-        raise TypeError(f"block_table: expected integers of shape (B={B}, max_pages), got {bt.dtype} {bt.shape}")
+        raise TypeError(f"block_table: expected {want}, got {bt.dtype} {bt.shape}")
+    # a bool among the page ids of a list is refused as a bool array is (numpy made it an integer: page 0 or 1)
+    if isinstance(block_table, (list, tuple)) and any(isinstance(v, (bool, np.bool_))
+                                                      for v in np.asarray(block_table, dtype=object).ravel()):
+        raise TypeError(f"block_table: expected {want}, got a bool among them")
     for b in range(B):
         if L[b] > bt.shape[1] * page_size:
             raise ValueError(f"cache_seqlens: sequence {b} has length {int(L[b])}, beyond its "
@@ -301,17 +328,17 @@ def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens):
     return Q.astype(dt), Kp.astype(dt), Vp.astype(dt), bt.astype(np.int64), L
 
 
-def paged_problem(Nq, Nk, d, H, page_size, sram_size=None, where="decoding.forward_paged",
-                  **opts) -> tuple[Problem, int]:
+def paged_problem(Nq, Nk, d, H, page_size, where="decoding.forward_paged", /, **opts) -> tuple[Problem, int]:
     """The problem of one sequence of a paged batch, and Br: the largest that fits M with Bc = page_size.
 
     The options are checked against :data:`PAGED_OPTIONS` (no mask, dropout or block sizes: the tile is
-    the page), for ``forward_paged`` and ``iomodel.predict_paged`` alike.
+    the page), for ``forward_paged`` and ``iomodel.predict_paged`` alike. The shapes and ``where`` are
+    positional only, so that an option a user names ``Nq`` or ``where`` is refused as unknown, not a clash.
     """
-    check_options({**opts, "sram_size": sram_size}, PAGED_OPTIONS, where)
+    check_options(opts, PAGED_OPTIONS, where)
     page_size = positive_int(page_size, "page_size")
     pb = Problem.from_shapes(where, ("window", "alibi_slopes", "softcap"), Nq=Nq, Nk=max(Nk, 1), d=d, heads=H,
-                             sram_size=sram_size, **opts)
+                             **opts)
     M = pb.sram_size if pb.sram_size is not None else blocks.default_sram_size(pb.dtype_bytes)
     slopes = 1 if pb.alibi_slopes is not None else 0
     for Br in range(pb.Nq, 0, -1):
@@ -343,7 +370,9 @@ def forward_paged(Q, K_pages, V_pages, block_table, cache_seqlens, **opts) -> Fo
       ``.wasted_slots`` (slots allocated but unused, per head).
 
     Options: ``scale``, ``causal``, ``window``, ``alibi_slopes`` ((H,) or (B, H)), ``softcap``,
-    ``sram_size``, ``dtype_bytes``. Returns ``.O``, ``.L`` (B, H, Nq), ``.io``, ``.flops``,
+    ``sram_size``, ``dtype_bytes``. ``causal`` and ``window`` are top-left aligned, as everywhere in
+    flashref: with Nq > 1, query i sees the cache's keys ≤ i, not its last ones (flash-attn's kvcache
+    aligns them bottom-right). Returns ``.O``, ``.L`` (B, H, Nq), ``.io``, ``.flops``,
     ``.block_sizes`` ((Br, page_size)), ``.wasted_slots``. No sequence (B = 0) or no head (H = 0):
     an empty result and an IO report of zeros.
     """

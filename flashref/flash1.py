@@ -71,7 +71,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     exp(S − m) before dropout; 0 for a fully masked row), ``.m`` (row maxima of the scaled, masked
     scores; -inf for a fully masked row), ``.io``, ``.flops``, ``.events`` and ``.block_sizes``.
     """
-    pb = Problem.from_arrays(Q, K, V, where="flash1.forward", **opts)
+    pb = Problem.from_arrays(Q, K, V, "flash1.forward", **opts)
     # Alg.1 l.1: block sizes (the paper's, or the largest that really fit; see blocks.resolve).
     # Alg.1 l.3-4: Tr row blocks of Q, O, ℓ, m; Tc column blocks of K, V (last blocks may be ragged).
     g = grid(pb)

@@ -91,7 +91,7 @@ def backward(Q, K, V, O, dO, l, m, **opts) -> BackwardResult:
     ``scale``, ``causal``, ``mask``, ``dropout_p``, ``seed`` (the forward's), ``sram_size``,
     ``block_sizes``, ``dtype_bytes``. Returns ``.dQ``, ``.dK``, ``.dV``, ``.io``, ``.flops``, ``.events``.
     """
-    pb = Problem.from_arrays(Q, K, V, where="flash1.backward", **opts)
+    pb = Problem.from_arrays(Q, K, V, "flash1.backward", **opts)
     O, dO, l, m = check_stats(pb, O, dO, l, m)
     # Alg.4 l.1: set the pseudo-random number generator state to R: the forward's seed, pb.seed,
     # from which pb.dropout_Z regenerates every tile's Z (l.14).

@@ -183,7 +183,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         return lowp.forward(Q, K, V, **opts)
     opts = {k: v for k, v in opts.items() if k not in lowp.OPTIONS}  # FP8 options at their defaults: the plain loop
     # extra names the FP8 options too (dropped above): an unknown option's error lists every one forward takes
-    pb0 = Problem.from_arrays(Q, K, V, where="flash2.forward", extra=OPTIONS + tuple(lowp.OPTIONS), **opts)
+    pb0 = Problem.from_arrays(Q, K, V, "flash2.forward", OPTIONS + tuple(lowp.OPTIONS), **opts)
     # Alg.1 l.1: Tr = ⌈Nq/Br⌉ row blocks Q_i, Tc = ⌈Nk/Bc⌉ column blocks K_j, V_j.
     g = grid_forward(pb0)
     # [gqa] the loop's layout: K/V head h // g per query head (unpacked), or g query heads' rows
@@ -288,7 +288,7 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     (``block_sizes`` may differ: L is a per-row statistic, independent of the tiling).
     Returns ``.dQ``, ``.dK``, ``.dV``, ``.io``, ``.flops``, ``.events``, ``.block_sizes``.
     """
-    pb0 = Problem.from_arrays(Q, K, V, where="flash2.backward", extra=OPTIONS, **opts)
+    pb0 = Problem.from_arrays(Q, K, V, "flash2.backward", OPTIONS, **opts)
     O = check_like(O, "O", pb0.Q.shape, pb0.dtype)
     dO = check_like(dO, "dO", pb0.Q.shape, pb0.dtype)
     L = check_like(L, "L", pb0.lead_shape + (pb0.Nq,), pb0.dtype)
@@ -498,7 +498,11 @@ def forward_varlen(Q, K, V, cu_seqlens_q, cu_seqlens_k, **opts) -> ForwardResult
     attends only within itself. Each sequence is tiled on its own (Tr_b = ⌈Nq_b/Br⌉ work items
     per head), so the counts are the sums of the per-sequence counts, with no padding bytes;
     ragged last tiles count what they hold. Returns ``.O`` (H, total_q, d), ``.L`` (H, total_q),
-    ``.io``, ``.flops``, ``.work_items`` (Σ_b H·Tr_b) and ``.seqlens`` (the (Nq_b, Nk_b) pairs).
+    ``.io``, ``.flops``, ``.work_items`` (Σ_b H·Tr_b: query heads H, or K/V heads with packed GQA, whose
+    thread block holds a group) and ``.seqlens`` (the (Nq_b, Nk_b) pairs). With dropout, sequence b draws the
+    mask ``forward`` draws for it alone (the same seed, its rows and columns from 0), so that a varlen batch is
+    exactly its sequences run one by one; two sequences of the same lengths then drop the same entries, where
+    flash-attn's kernels draw one stream per (sequence, head).
     """
     from . import lowp  # the FP8 options pass through to forward (lowp imports this module: imported here)
 
@@ -512,7 +516,10 @@ def forward_varlen(Q, K, V, cu_seqlens_q, cu_seqlens_k, **opts) -> ForwardResult
         Ls.append(fwd.L)
         ios.append(fwd.io)
         flops.append(fwd.flops)
-        items += fwd.O.shape[0] * -(-(cq[b + 1] - cq[b]) // fwd.block_sizes[0])
+        # thread blocks: one per (head, row block), per K/V head when packed GQA holds a group's rows in one
+        # (opts checked by forward above; with a group of 1, or no query heads, nothing is packed)
+        packed = bool(opts.get("gqa_packing", False)) and Q.shape[0] > K.shape[0]
+        items += (K if packed else Q).shape[0] * -(-(cq[b + 1] - cq[b]) // fwd.block_sizes[0])
     return ForwardResult(O=np.concatenate(Os, axis=-2), L=np.concatenate(Ls, axis=-1), io=sum(ios),
                          flops=sum(flops), work_items=int(items),
                          seqlens=[(int(cq[b + 1] - cq[b]), int(ck[b + 1] - ck[b])) for b in range(cq.size - 1)])

@@ -241,7 +241,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     None) and ``.p_underflow`` (boolean ``(..., Nq, Nk)``, or None without ``p_fp8``).
     """
     lp_opts = {k: opts.pop(k) for k in list(opts) if k in OPTIONS}
-    pb = Problem.from_arrays(Q, K, V, where="flash2.forward", extra=flash2.OPTIONS + tuple(OPTIONS), **opts)
+    pb = Problem.from_arrays(Q, K, V, "flash2.forward", flash2.OPTIONS + tuple(OPTIONS), **opts)
     lp = check_options(pb, **lp_opts)
     return run(pb, **lp)
 

@@ -383,8 +383,9 @@ class Problem:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_arrays(cls, Q, K, V, *, where: str, extra=(), **opts) -> Problem:
-        """Check ``Q``, ``K``, ``V`` and the options; ``extra`` names options beyond the shared ones."""
+    def from_arrays(cls, Q, K, V, where: str, extra=(), /, **opts) -> Problem:
+        """Check ``Q``, ``K``, ``V`` and the options; ``extra`` names options beyond the shared ones. ``where`` and
+        ``extra`` are positional only, as in :meth:`from_shapes`: an option named ``where`` is refused as unknown."""
         check_options(opts, set(SHARED_OPTIONS) | set(extra), where)
         Q, K, V = _array(Q, "Q"), _array(K, "K"), _array(V, "V")
         for a, name, rows in ((Q, "Q", "Nq"), (K, "K", "Nk"), (V, "V", "Nk")):

@@ -228,7 +228,7 @@ def _problem(Q, K, V, world_size, layout, opts):
     # mask and dropout are not supported across the ring: they are not among the valid options.
     check_options(opts, OPTIONS, "ring")
     grad_bytes = positive_int(opts.get("grad_bytes", 4), "grad_bytes")
-    pb = Problem.from_arrays(Q, K, V, where="ring", **{k: v for k, v in opts.items() if k != "grad_bytes"})
+    pb = Problem.from_arrays(Q, K, V, "ring", **{k: v for k, v in opts.items() if k != "grad_bytes"})
     P = positive_int(world_size, "world_size")
     if pb.Nq != pb.Nk:
         raise ValueError(f"K: ring attention shards one sequence, so Nk must equal Nq; got Nq={pb.Nq}, Nk={pb.Nk}")

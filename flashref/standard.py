@@ -60,7 +60,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
     Returns ``.O``, ``.P`` (the softmax before dropout, which Algorithm 3 needs), ``.io``, ``.flops``.
     """
-    pb0 = Problem.from_arrays(Q, K, V, where="standard.forward", extra=OPTIONS, **opts)
+    pb0 = Problem.from_arrays(Q, K, V, "standard.forward", OPTIONS, **opts)
     pb = variants.loop_problem(pb0, packed=True)  # [gqa] g query heads as g·Nq rows per K/V head
     G, everything = pb.q_group, ((0, pb.Nq), (0, pb.Nk))
     mem = Memory(None, pb.dtype_bytes, pb.lead_shape)
@@ -146,7 +146,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 @overflow_checked("dQ", "dK", "dV")
 def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     """Algorithm 3: gradients from the stored softmax ``P`` (the forward's ``.P``)."""
-    pb0 = Problem.from_arrays(Q, K, V, where="standard.backward", extra=OPTIONS, **opts)
+    pb0 = Problem.from_arrays(Q, K, V, "standard.backward", OPTIONS, **opts)
     dO = check_like(dO, "dO", pb0.Q.shape, pb0.dtype)
     P = check_like(P, "P", pb0.lead_shape + (pb0.Nq, pb0.Nk), pb0.dtype)
     check_finite(dO, "dO")

@@ -182,7 +182,7 @@ def test_lowp_forward_called_directly_raises_as_flash2_forward_does(rng):
 def test_check_options_lists_the_valid_options(rng, f):
     """was: Python's bare "_values() got an unexpected keyword argument 'casual'"."""
     Q = rng.standard_normal((8, 4))
-    pb = Problem.from_arrays(Q, Q, Q, where="test")
+    pb = Problem.from_arrays(Q, Q, Q, "test")
     with pytest.raises(TypeError, match="unknown option 'casual'; valid options are fp8, fp8_scaling"):
         f(pb, fp8="e4m3", casual=True)
 

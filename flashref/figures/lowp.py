@@ -105,7 +105,7 @@ def standard_fp8(Q, K, V, fmt: str = "e4m3"):
 
 def flash_fp16(Q, K, V, block_sizes=BLOCK):
     """FlashAttention's loop with Q, K, V and P̃ in fp16, fp32 accumulators, O stored in fp16."""
-    pb = Problem.from_arrays(Q, K, V, where="figures.lowp", block_sizes=block_sizes)
+    pb = Problem.from_arrays(Q, K, V, "figures.lowp", block_sizes=block_sizes)
     return lowp.run(pb, qkv=np.float16, p=np.float16, scaling=None).O.astype(np.float16)
 
 

@@ -61,7 +61,8 @@ def forward(pb: Problem, *, num_splits=None, sms=None) -> Prediction:
 def work_items(*, Nq, Nk, d, heads=1, **opts) -> int:
     """Independent thread blocks of the split pass: heads × Tr × num_splits."""
     Br, _Bc, S = resolve(Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
-    return max(heads, 1) * -(-Nq // Br) * S
+    heads = 1 if heads is None else int(heads)  # checked by resolve (None: one head, as from_shapes reads it)
+    return heads * -(-int(Nq) // Br) * S  # an empty batch (heads = 0) launches no thread block
 
 
 def forward_paged(*, Nq, d, heads, page_size, cache_seqlens, alibi_slopes=None, **opts) -> Prediction:
@@ -84,7 +85,7 @@ def forward_paged(*, Nq, d, heads, page_size, cache_seqlens, alibi_slopes=None, 
     lens = decoding.check_cache_seqlens(cache_seqlens)
     # An array of slopes is checked as the simulator checks it, against (B, H); True/False say whether there are any.
     given = alibi_slopes is not None and not isinstance(alibi_slopes, (bool, np.bool_))
-    pb0, Br = decoding.paged_problem(Nq, 1, d, heads, page_size, where="iomodel.predict_paged",
+    pb0, Br = decoding.paged_problem(Nq, 1, d, heads, page_size, "iomodel.predict_paged",
                                      alibi_slopes=True if given else alibi_slopes, **opts)
     if given:
         _slopes(alibi_slopes, (lens.size, pb0.heads), from_shapes=False)
