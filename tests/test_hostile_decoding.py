@@ -210,3 +210,10 @@ def test_paged_on_any_page_size_with_shared_repeated_pages_is_the_oracle_and_cou
         assert np.array_equal(np.isfinite(res.L[b]), np.isfinite(lse))
         seen = np.isfinite(lse)
         assert np.allclose(res.L[b][seen], lse[seen], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["Nq", "Nk"])
+def test_predict_varlen_names_a_length_given_as_an_option(name):
+    """Before: _predict() got multiple values for keyword argument 'Nq'."""
+    with pytest.raises(TypeError, match=rf"^iomodel.predict_varlen\('forward'\): {name} is each sequence's length"):
+        iomodel.predict_varlen("forward", cu_seqlens_q=[0, 3], cu_seqlens_k=[0, 4], d=2, **{name: 3})

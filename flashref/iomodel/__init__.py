@@ -142,6 +142,10 @@ def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads:
     """Exact reads and writes of ``flash2.forward_varlen`` / ``backward_varlen``: the sum, over the
     sequences, of ``predict("flash2", direction, Nq=Nq_b, Nk=Nk_b, ...)``; no padding is counted."""
     where = f"iomodel.predict_varlen({direction!r})"
+    for name in ("Nq", "Nk"):  # the lengths are the offsets': passed on, they would clash with each sequence's
+        if name in opts:
+            raise TypeError(f"{where}: {name} is each sequence's length, from cu_seqlens_q and cu_seqlens_k; "
+                            f"it is not an option")
     _flash2.refuse_varlen_scores(opts, where)
     cq = _flash2.check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q")  # the totals are theirs: no Q, K to match
     ck = _flash2.check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
