@@ -6,9 +6,11 @@ elements"). The theorems hold for d ≤ M ≤ Nd (:func:`in_theorem_range`).
 
 * Theorem 2 (forward) and Theorem 5 (backward): standard attention needs Θ(Nd + N²), FlashAttention
   Θ(N²d²/M). :func:`standard_theta` and :func:`flash1_theta` return the expressions inside Θ(·),
-  without constants. :func:`flash1_forward_leading` gives the constant our count really has with
+  without constants. :func:`flash1_forward_leading` gives the constant of the Q and O traffic with
   the paper's block sizes: 12·N²d²/M (Tc = ⌈N/Bc⌉ ≈ 4Nd/M passes, each reading Q_i, O_i and writing
-  O_i: 3Nd), which the exact count approaches when the paper's blocks fit.
+  O_i: 3Nd). Each pass also reads and writes ℓ_i, m_i (4N), so when the paper's blocks fit the exact
+  count over N²d²/M tends (N → ∞) to (3d + 4)·M/(Bc·d²) ≈ 12 + 16/d, not to 12: 13 at d = 16,
+  12.2 at d = 64.
 * Proposition 3 (lower bound): "There does not exist an algorithm to compute exact attention with
   o(N²d²/M) HBM accesses for all M in the range [d, Nd]". It is *not* a bound Ω(N²d²/M) at each M;
   its proof only uses M = Θ(Nd), where N²d²/M = Θ(Nd) and any algorithm must at least read its
@@ -52,10 +54,11 @@ def flash1_theta(N, d, M) -> float:
 
 
 def flash1_forward_leading(N, d, M) -> float:
-    """The leading term of the exact forward count with the paper's blocks: 12·N²d²/M.
+    """The Q, O term of the exact forward count with the paper's blocks: 12·N²d²/M.
 
-    Tc ≈ N/Bc = 4Nd/M passes, each reading Q and O and writing O (3Nd), plus the lower-order
-    4N per pass (ℓ, m read and written) and the 3Nd + 2N paid once; see ``iomodel.flash1``.
+    Tc ≈ N/Bc = 4Nd/M passes, each reading Q and O and writing O (3Nd). Left out: the 4N per pass
+    of ℓ, m (read and written; 16·N²d/M in all, lower order in d only, so the exact count tends to about
+    (1 + 4/(3d)) times this) and the 3Nd + 2N paid once; see ``iomodel.flash1``.
     """
     return 12 * flash1_theta(N, d, M)
 

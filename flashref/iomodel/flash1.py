@@ -17,7 +17,8 @@ tiles with M_ij ≠ 0 are visited; K_j, V_j are still loaded for every j. Causal
 dropout change no count: they are applied on chip to tiles that are loaded anyway.
 
 Asymptotically (Appendix C): Tc = Θ(Nd/M) passes over Q and O, each Θ(Nd): Θ(N²d²/M). With the
-paper's Bc = M/4d the constant is about 3·4 = 12 (3Nd per pass: read Q, read O, write O).
+paper's Bc = M/4d the constant is about 3·4 = 12 (3Nd per pass: read Q, read O, write O); with the
+4N per pass of ℓ, m it is (3d + 4)·4/d = 12 + 16/d.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ K/V head), whose row blocks then hold g·Br rows (Nq → g·Nq for Q, O, L, dO, 
   without it), and Θ(N·w·d²/M) where Br = Θ(M/d).
 * ``enable_gqa`` unpacked (default): the counts of Hq heads; the backward adds the group sum
   ``2·Hq·Nk·d`` reads and ``2·Hkv·Nk·d`` writes. Packed: K/V reads are those of Hkv loop heads, so
-  the forward's leading term ``2·Hq·Nq·Nk·d/Br`` becomes ``2·Hkv·Nq·Nk·d/(g·Br')`` … with Br' the
-  (smaller) block the g-times taller tile allows: K/V traffic ÷ g at equal Br.
+  the forward's leading term ``2·Hq·Nq·Nk·d/Br`` becomes ``2·Hkv·Nq·Nk·d/Br'``, with Br' ≤ Br (in
+  query positions, as :func:`flashref.iomodel.grid` reports it) the block the g-times taller tile
+  (g·Br' loop rows) allows: K/V traffic ÷ g at equal Br.
 * ``alibi_slopes``: g slopes (1 unpacked) per row block (forward) or visited column block
   (backward): ``Hq·Tr`` reads, against the bias's ``Hq·Nq·Nk``.
 * ``softcap``: no IO (one more exp-unit FLOP per score; a third Br×Bc tile in the backward's footprint).
