@@ -9,6 +9,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flashref import grading, iomodel, quiz
@@ -213,6 +214,28 @@ def test_block_size_choice_is_ranked():
     ex = grading.get("07")
     best = grading.grade("07", SOLUTIONS / ex.solution)
     assert best.points == 10 and all(c["rank"] == 1 for c in best.cases)
+
+
+def test_block_size_rank_gives_the_worst_choice_nothing():
+    """IO points run from the worst feasible choice's IO (0) to the best's (all), ties with either end included:
+    before, a share of choices beaten *or tied* gave the worst choice credit for the choices tied with it."""
+    from types import SimpleNamespace
+
+    from flashref.grading import _score_choice
+    from flashref.grading.report import Report
+
+    ex = grading.get("07")
+    table = [(8, 8, 900), (8, 16, 900), (16, 8, 500), (16, 16, 100), (32, 8, 100)]  # (Br, Bc, IO)
+
+    def score(pick):
+        res = SimpleNamespace(cases=[SimpleNamespace(value=pick, setup=SimpleNamespace(spec={"M": 4096}))])
+        rep = Report(exercise=ex.name, title=ex.title, max_points=ex.max_points)
+        return _score_choice(ex, rep, res, [{"choices": table}]).parts["io"][0]
+
+    i_pts = ex.points[1]
+    assert score((8, 16)) == score((8, 8)) == 0
+    assert score((16, 16)) == score((32, 8)) == i_pts
+    assert score((16, 8)) == round(i_pts * 2 / 3, 2)  # beats 2 of the 3 choices the best beats
 
 
 def test_cli_exit_status_and_json(tmp_path):
@@ -597,3 +620,14 @@ def test_a_file_not_named_py_is_graded_as_python(tmp_path):
     txt.write_text("hello\n")
     rep = grading.grade(ex.name, txt)
     assert rep.points == 0 and "NameError" in rep.message and "loader" not in rep.message, rep.message
+
+
+def test_lab_says_which_output_is_wrong_and_how():
+    """The lab's report named 'O or L' with O's error alone; now each wrong output in turn."""
+    from flashref.grading.lab import _wrong
+
+    L = np.array([[0.5, -np.inf]])
+    assert _wrong("L", np.full_like(L, np.nan), L) == "L wrong: 2 element(s) NaN (never stored, or NaN stored)"
+    assert _wrong("L", np.array([[0.75, -np.inf]]), L) == "L wrong: max error 0.25"  # -inf where -inf: no error
+    assert _wrong("L", np.array([[0.5, 0.0]]), L) == "L wrong: max error inf"
+    assert _wrong("O", np.zeros((2, 3)), np.zeros((3, 2))) == "O has shape (2, 3), expected (3, 2)"

@@ -136,7 +136,8 @@ def _score_memory(ex: Exercise, rep: Report, res, budget) -> Report:
             unstored = int(np.isnan(got).sum())
             with np.errstate(invalid="ignore"):
                 err = np.abs(np.where(np.isfinite(want) & np.isfinite(got), got - want, 0))
-            why = f"{unstored} element(s) never stored" if unstored else f"max error {float(err.max()):.3g}"
+            why = f"{unstored} element(s) NaN: never stored, or NaN stored" if unstored else \
+                f"max error {float(err.max()):.3g}"
             notes.append(f"case {k + 1} ({_shape(ex, k)}): {', '.join(wrong)} wrong ({n}: {why})")
         bt = b["by_tensor"]
         st = {name: [t.reads, t.writes] for name, t in c.io.by_tensor.items()}
@@ -213,8 +214,10 @@ def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
             rep.cases.append({"case": c.setup.spec, "choice": v, "feasible": False})
             continue
         io = table[pick]
-        worse = sum(1 for x in table.values() if x >= io)  # choices this one beats or ties
-        frac = worse / len(table)
+        # the share of the way from the worst IO to the best: the choices this one beats, over those the best beats
+        # (the best choice 1, the worst 0; counting ties as beaten gave the worst choice credit for its own ties)
+        beaten, beatable = (sum(1 for x in table.values() if x > y) for y in (io, best))
+        frac = beaten / beatable if beatable else 1.0
         rank = 1 + sum(1 for x in set(table.values()) if x < io)
         fractions.append(frac)
         rep.cases.append({"case": c.setup.spec, "choice": list(pick), "io": io, "best_io": best, "rank": rank,

@@ -74,6 +74,18 @@ def measure_budgets(ex, solution_path):
     return [{"by_tensor": c["counts"], "peak_sram": 0, "sram_size": None} for c in res["cases"]]
 
 
+def _wrong(name, got, want) -> str:
+    """What is wrong with output ``name``: its shape, its NaN (never stored, or stored), or its largest error."""
+    if got.shape != want.shape:
+        return f"{name} has shape {got.shape}, expected {want.shape}"
+    nan = int(np.isnan(got).sum())
+    if nan:
+        return f"{name} wrong: {nan} element(s) NaN (never stored, or NaN stored)"
+    with np.errstate(invalid="ignore"):  # -inf against -inf (a row with no key) is no error
+        err = np.abs(np.where(np.isfinite(got) & np.isfinite(want), got - want, np.where(got == want, 0, np.inf)))
+    return f"{name} wrong: max error {float(err.max()):.3g}"
+
+
 def grade(ex, path, *, timeout=120.0, seed=None) -> Report:
     from .budgets import budgets
 
@@ -109,9 +121,10 @@ def grade(ex, path, *, timeout=120.0, seed=None) -> Report:
         bt = b["by_tensor"]
         ok = O.shape == want["O"].shape and L.shape == want["L"].shape and \
             np.allclose(O, want["O"], rtol=1e-4, atol=1e-4) and np.allclose(L, want["L"], rtol=1e-4, atol=1e-4)
-        if not ok:
-            err = float(np.nanmax(np.abs(O - want["O"]))) if O.shape == want["O"].shape else float("nan")
-            notes.append(f"case {k + 1}: O or L wrong (max error {err:.3g}; NaN means never stored)")
+        if not ok:  # which output, and how: a student fixes O and L apart
+            notes.append(f"case {k + 1}: " + "; ".join(_wrong(n, g, want[n]) for n, g in (("O", O), ("L", L))
+                                                       if g.shape != want[n].shape
+                                                       or not np.allclose(g, want[n], rtol=1e-4, atol=1e-4)))
         # O and L must come from the kernel's tl.store: every element written once, as in the budget
         short = [f"{n} {st.get(n, [0, 0])[1]:,} < {bt[n][1]:,}" for n in ("O", "L")
                  if n in bt and st.get(n, [0, 0])[1] < bt[n][1]]

@@ -19,13 +19,19 @@ OUT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "notebooks", "exercis
 
 MEMORY_SPEC = """**What you get.** `mem`, the grader's counted memory, with only its verbs:
 `mem.load(name, rows=None, cols=None, as_=None)` (HBM → SRAM, counted reads, held on chip until freed),
-`mem.store(name, value, rows=None, cols=None)` (SRAM → HBM, counted writes; storing to a new name
-creates that HBM tensor), `mem.init(name, shape, fill)` (an initialised HBM buffer: counted writes),
+`mem.store(name, value, rows=None, cols=None)` (SRAM → HBM, counted writes; storing a whole value to a new
+name creates that HBM tensor), `mem.init(name, shape, fill)` (an initialised HBM buffer: counted writes),
 `mem.hold(name, value)` / `mem.reuse(old, new, value)` (what you keep on chip) and `mem.free(*names)`.
+Each output the spec names is already allocated in HBM, uninitialised and free (except those it says to
+create as new tensors): store tiles into it, and `mem.init` only what the algorithm initialises (counted).
+The footprint is measured from what you hold: hold each tile and row vector the algorithm names (S_ij,
+P̃_ij, m_i, ...) while you keep it.
 Tensors carry leading head axes: a tile of `Q` is `(heads, rows, d)`. You get no arrays: load what you need.
 `spec` holds the shapes and options (`Nq, Nk, d, lead_shape, scale, causal, dropout_p, Br, Bc,
-sram_size`...) and two helpers, `spec.tile_mask(rows, cols)` (the attend-mask of a tile, or None) and
-`spec.dropout_Z(rows, cols)` (the tile's dropout Z, regenerated from the seed).
+sram_size`...) and two helpers, `spec.tile_mask(rows, cols)` (the attend-mask of a tile: True where the
+query may attend the key, covering `causal` and `spec.mask`; None when nothing in the tile is masked) and
+`spec.dropout_Z(rows, cols)` (the tile's dropout Z, regenerated from the seed: 1/(1−p) where kept, 0 where
+dropped, so P̃ ∘ Z is already rescaled).
 
 **Graded on** correctness against a float64 oracle (random data, ragged shapes, Nq ≠ Nk, causal, a
 fully masked row, dropout where the algorithm has it), your counted IO per tensor against the reference
@@ -46,7 +52,9 @@ TEXT = {
         "3. Load **P** and **V** by blocks from HBM, compute **O** = **PV**, write **O** to HBM.\n"
         "4. Return **O**.",
         "Outputs: store `O`; store `S` and `P` as new HBM tensors (those names). Graded on the IO of each "
-        "line: exactly what Algorithm 0 moves, no more and no less.",
+        "line: exactly what Algorithm 0 moves, no more and no less: each line reads each of its inputs once "
+        "and writes its output once (`spec.Br`, `spec.Bc` are None here: any blocks that read nothing twice, "
+        "the whole tensor included).",
         ["Free what you loaded before the next line: each line starts from HBM.",
          "`S.max(axis=-1, keepdims=True)` keeps the softmax safe."]),
     2: ("Two parts of a row, each summarised by its state (m, ℓ, O) with O normalised by its own ℓ, "
@@ -55,7 +63,9 @@ TEXT = {
         "O = (e^{m⁽¹⁾−m} ℓ⁽¹⁾ O⁽¹⁾ + e^{m⁽²⁾−m} ℓ⁽²⁾ O⁽²⁾) / ℓ",
         "HBM holds `m1, l1, O1, m2, l2, O2` (`spec.n` rows, `spec.d` columns); store `m, l, O`. Work in "
         "row blocks of `spec.Br`. An empty part has (m, ℓ) = (−inf, 0); both empty gives zeros, never NaN.",
-        ["Subtract 0 instead of −inf when m = −inf: e^{−inf} = 0.", "Divide by 1 where ℓ = 0."]),
+        ["Subtract 0 instead of −inf when m = −inf: e^{−inf} = 0.", "Divide by 1 where ℓ = 0.",
+         "The footprint budget is tight: put m, ℓ, O into the slots of inputs you no longer need "
+         "(`mem.reuse('O1', 'O', O)`) rather than holding three more buffers."]),
     3: ("Algorithm 1 (with Algorithm 2's MASK and dropout), K_j, V_j in the outer loop:",
         "2: O = 0, ℓ = 0, m = −inf in HBM. 5: for j: 6: load K_j, V_j. 7: for i: 8: load Q_i, O_i, ℓ_i, m_i. "
         "9: S_ij = τQ_iK_jᵀ (MASK). 10: m̃_ij = rowmax, P̃_ij = exp(S_ij − m̃_ij), ℓ̃_ij = rowsum. "
@@ -79,7 +89,9 @@ TEXT = {
         "K_j is later than every query of Q_i): 7: load K_j, V_j. 8: S_ij (MASK). 9: m_new = max(m_i, "
         "rowmax S_ij), P̃_ij = exp(S_ij − m_new), ℓ_i = e^{m_i−m_new}ℓ_i + rowsum P̃_ij. 10: O_i = "
         "diag(e^{m_i−m_new})O_i + P̃_ijV_j. 12: O_i /= ℓ_i. 13: L_i = m_i + log ℓ_i. 14-15: write O_i, L_i.",
-        "Outputs `O` and `L` (−inf for a fully masked row). Nothing is initialised in HBM.",
+        "Outputs `O` and `L` (−inf for a fully masked row). Nothing is initialised in HBM. With "
+        "`spec.dropout_p` > 0, line 10 uses P̃_ij ∘ Z_ij (`spec.dropout_Z`) while line 9's ℓ_i sums P̃_ij "
+        "before dropout, as in exercise 3.",
         ["Block (i, j) is skipped when `cols[0] > rows[1] - 1`.", "O_i stays unnormalised until line 12."]),
     6: ("Algorithm 5 (block-sparse) loads K_j, V_j at line 6 *before* looking at the block mask, so an "
         "empty column still costs 2·Bc·d reads. Write one that does not:",
@@ -100,14 +112,17 @@ TEXT = {
         "online softmax, write the normalised partial O⁽ˢ⁾ and m⁽ˢ⁾, ℓ⁽ˢ⁾ to rows s·Nq + i of `O_partial`, "
         "`m_partial`, `l_partial`. Merge: for each query block, load the S partials and combine them by "
         "log-sum-exp (exercise 2), write `O, m, l`.",
-        "`spec.num_splits` = S. With S = 1 write `O, m, l` directly (nothing to merge).",
+        "`spec.num_splits` = S. `O_partial` (S·Nq × d), `m_partial` and `l_partial` (S·Nq) are allocated "
+        "for you, uninitialised and free (do not `mem.init` them): each row is written once by the split "
+        "pass. With S = 1 write `O, m, l` directly (nothing to merge).",
         ["Partial s of query row r lives at row s·Nq + r.", "The merge is exercise 2, S times."]),
 }
 
 LAB = """**The kernel.** One program per (query block, head): `grid = (⌈Nq/BLOCK_M⌉, B·H)`. Tensors are
 `(B·H, N, d)` float32, contiguous; `L` is `(B·H, Nq)`. Complete `flash2_kernel`: FlashAttention-2's forward
 (Algorithm 1 of FA2), with `CAUSAL` stopping the key loop after the block that holds the program's last
-query row. Loads and stores of rows past `Nq`/`Nk` must be masked.
+query row. `L` is each row's log-sum-exp, m + log ℓ (natural log). `V` has `K`'s strides. Loads and stores
+of rows past `Nq`/`Nk` must be masked.
 
 **Graded** on the CPU under `TRITON_INTERPRET=1` (small shapes: the interpreter is slow): correctness
 against the float64 oracle at a ragged and a causal shape, and the elements your `tl.load`/`tl.store`
@@ -170,9 +185,14 @@ def main(argv=None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m flashref.grading.notebooks", description=__doc__.splitlines()[0])
-    ap.add_argument("numbers", nargs="*", type=int, choices=sorted(ex.number for ex in EXERCISES.values()),
-                    metavar="NN", help="exercise numbers to rebuild (default: all)")
+    known = sorted(ex.number for ex in EXERCISES.values())
+    # checked below, not by choices=: Python 3.11's argparse held an empty nargs="*" list against the choices
+    ap.add_argument("numbers", nargs="*", type=int, metavar="NN", help=f"exercise numbers to rebuild, of {known} "
+                    "(default: all)")
     args = ap.parse_args(argv)
+    bad = [n for n in args.numbers if n not in known]
+    if bad:
+        ap.error(f"argument NN: no exercise {bad[0]}; choose from {known}")
     for p in build(args.numbers or None):
         print(p)
     return 0

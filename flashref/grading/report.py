@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+#: How many of the last lines the student's code printed the report shows.
+PRINTED_LINES = 20
+
 
 @dataclass
 class Report:
@@ -58,6 +61,7 @@ class Report:
             w = [max(len(r[k]) for r in rows) for k in range(len(head))]
             fmt = lambda r: "  ".join(c.rjust(w[k]) if 0 < k < 5 else c.ljust(w[k]) for k, c in enumerate(r))  # noqa: E731
             lines += [fmt(rows[0]), "-" * len(fmt(rows[0]))] + [fmt(r) for r in rows[1:]]
+            lines += self._io_differences()
         if self.peak_sram is not None:
             lines.append(f"peak on-chip footprint: {self.peak_sram:,} elements per head "
                          f"(budget {self.budget_peak_sram:,})")
@@ -66,6 +70,25 @@ class Report:
         lines.append(f"score: {self.points:g} / {self.max_points}")
         if self.message:
             lines.append(("REFUSED: " if self.refused else "") + self.message)
+        if self.output.strip():
+            printed = self.output.strip().splitlines()[-PRINTED_LINES:]
+            lines.append(f"your code printed (last {len(printed)} line(s)):")
+            lines += ["  " + x for x in printed]
         return "\n".join(lines)
+
+    def _io_differences(self) -> list:
+        """For a correct run, each tensor whose counted IO is not the budget's, in words: which tensor, reads or
+        writes, by how much (summed over the cases, as the table is)."""
+        if not self.correct:
+            return []
+        out = []
+        for r in self.table:
+            if r["ok"] or r["tensor"] == "all" or r["tensor"].startswith("case "):
+                continue
+            parts = [f"{what} {got:,} against a budget of {want:,} ({got - want:+,})"
+                     for what, got, want in (("reads", r["reads"], r["budget_reads"]),
+                                             ("writes", r["writes"], r["budget_writes"])) if got != want]
+            out.append(f"  {r['tensor']}: {'; '.join(parts)}")
+        return (["IO that differs from the budget (all cases together):"] + out) if out else []
 
     __repr__ = __str__
