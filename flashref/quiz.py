@@ -128,7 +128,7 @@ QUESTIONS = {
                 "prediction of its HBM traffic? (yes/no)",
                 "e7a0", "2ce37dd8b743d7221c885d0f7c09df300117e63a2a9b2c65e73b78524f25bb70"),
     "nb07-q3": ("A kernel that pads d = 80 to 128 on chip (a power of two for the tensor cores): what fraction of"
-                " its matmul work is spent on zeros?",
+                " its matmul work is spent on zeros? (a number between 0 and 1, exact)",
                 "ba02", "54ec159f1378b06eac47f20f7b26c462e827d19df08edc6c61cd604d9409ca6e"),
     "nb07-q4": ("An H100 SXM5 does 989 TFLOP/s of fp16 matmul and 3.9 TFLOP/s of exp2. How many matmul flops does it "
                 "do in the time of one exp2? (to 3 significant digits)",
@@ -145,7 +145,8 @@ QUESTIONS = {
                 ' (d = 128, fp16) fill C_eff / 2, the knee?',
                 "e238", "b02a17d25511fc173a1d52193d8f9885ec81634b34f8c5a8e98b6160a3985ce7"),
     "nb08-q4": ("One head, N = 262144, d = 128: kernel 3's forward runs one CTA per 128 query rows, 132 of them at "
-                "once (one per SM). How many waves does its grid make, to 3 significant digits?",
+                "once (one per SM). How many waves does its grid make (CTAs / 132, a last partial wave counted as its"
+                " fraction), to 3 significant digits?",
                 "b83e", "ed6bc4ec28ef581b5a0c0a2a44ed8ca683f43fd482a21f5168e91334092842d4", 3),
     "nb08-q5": ("Two heads of N = 262144, d = 128: kernel 3's forward has 2048 row blocks a head, head 0's first in "
                 "grid order, 132 CTAs a wave. A pass is one wave reading one head's K and V once; a wave that holds "
@@ -156,7 +157,8 @@ QUESTIONS = {
                 "i + 1 key tiles at one a step, and a freed slot takes the next row block at once. When head 0's "
                 "last row block ends, how many of head 1's row blocks have started? (to 1 significant digit)",
                 "b61e", "d6faced1824b34eb7b7720a6ebf57f206470082379cee45a5bf7e1fba24dbe4e", 1),
-    "nb09-q1": ('8 query heads share one K/V head (g = 8), blocks 16 × 16 either way: by what factor does PackGQA '
+    "nb09-q1": ('8 query heads share one K/V head (g = 8), `block_sizes=(16, 16)` in both runs (packed, a row block '
+                "holds 16 positions of each of the g heads: g·16 rows): by what factor does PackGQA "
                 "(`gqa_packing=True`) cut the forward's reads of K?",
                 "4e90", "6b601f34ecb6b6f3bb2167c45cf3c095163e0050c57f3661f7c4b47a075f5a80"),
     "nb09-q2": ('Causal with a window of w = 512 keys (`window=(511, 0)`), d = 64, blocks 128 × 128: by what factor '
@@ -258,5 +260,7 @@ def check(qid: str, answer) -> bool | None:
         ok = digest(qid, answer) == QUESTIONS[qid][2]
     except (TypeError, ValueError, OverflowError):  # float() of an array of several numbers, of 10**400
         ok = False
-    print(f"[{qid}] {'right' if ok else 'not right yet: look again at the algorithm box'}")
+    # one hint for every question: not every one has an algorithm box, and a right number in another form is refused
+    hint = "not right yet: look again at the cells above, and at the form and rounding the question asks for"
+    print(f"[{qid}] {'right' if ok else hint}")
     return ok
