@@ -4,7 +4,8 @@
 at N = 1024, d = 64 against the fraction s of nonzero blocks, for random block masks and the
 named patterns (butterfly, local, causal). The points are affine in the number of nonzero blocks;
 Proposition 4's Θ(Nd + N²d²s/M) is drawn with the two constants Θ hides
-(:func:`flashref.iomodel.blocksparse.prop4_constants`). The smallest
+(:func:`flashref.iomodel.blocksparse.prop4_constants`; the CSV's ``prop4_with_constants``, beside ``prop4``,
+the bare Nd + N²d²s/M). The smallest
 densities are also *simulated* (``blocksparse.forward``) and must equal the closed form.
 
 ``blocksparse_io_vs_n``: forward IO against N on log-log axes for s = 1 (dense), s = N^(-1/2)
@@ -50,12 +51,15 @@ def density_data() -> list[dict]:
     patterns += [("butterfly", "butterfly", blocksparse.butterfly_blocks(g.Tr, g.Tc)),
                  ("local w=128", "local", blocksparse.local_blocks(N_DENSITY, N_DENSITY, g.Br, g.Bc, 128)),
                  ("causal", "causal", blocksparse.causal_blocks(N_DENSITY, N_DENSITY, g.Br, g.Bc))]
+    c1, c2 = io_blocksparse.prop4_constants(D, SRAM, g.Bc)  # the two constants Θ hides, drawn dashed
     rows = []
     for name, kind, M in patterns:
         fwd, bwd = _predict("forward", N_DENSITY, M), _predict("backward", N_DENSITY, M)
+        s = float(M.mean())
         rows.append({"pattern": name, "kind": kind, "N": N_DENSITY, "d": D, "M": SRAM, "Br": g.Br, "Bc": g.Bc,
-                     "nonzero_blocks": int(M.sum()), "density": float(M.mean()), "forward_io": fwd,
-                     "backward_io": bwd, "prop4": io_blocksparse.prop4(N_DENSITY, D, SRAM, float(M.mean()))})
+                     "nonzero_blocks": int(M.sum()), "density": s, "forward_io": fwd,
+                     "backward_io": bwd, "prop4": io_blocksparse.prop4(N_DENSITY, D, SRAM, s),
+                     "prop4_with_constants": c1 * N_DENSITY * D + c2 * N_DENSITY**2 * D**2 * s / SRAM})
     # Simulate the sparsest random mask at full size (cheap: few blocks) as a check of the closed form.
     rng = np.random.default_rng(0)
     Q, K, V = (rng.standard_normal((N_DENSITY, D)) for _ in range(3))
@@ -77,11 +81,11 @@ def density_plot(rows):
                 label=f"{label}, random masks: {slope:,.0f} elements per nonzero block",
                 alpha=1.0 if key == "forward_io" else 0.6)
     c1, c2 = io_blocksparse.prop4_constants(D, SRAM, rows[0]["Bc"])
-    p4 = c1 * N_DENSITY * D + c2 * N_DENSITY**2 * D**2 * s / SRAM
+    p4 = np.array([float(r["prop4_with_constants"]) for r in rnd])
     ax.plot(s, p4 / 1e6, "--", color=COLORS["bound"], label=f"Prop. 4 form {c1:.2f}·Nd + {c2:.1f}·N²d²s/M")
     for r, marker in zip([r for r in rows if r["kind"] != "random"], ("*", "D", "^")):
         ax.plot(r["density"], r["forward_io"] / 1e6, marker, color="k", ms=7, ls="none",
-                label=f"{r['pattern']} (s={r['density']:.2f})")
+                label=f"forward, {r['pattern']} (s={r['density']:.2f})")
     ax.set_xlabel("fraction of nonzero blocks s")
     ax.set_ylabel("HBM traffic (million elements)")
     top = max(r["backward_io"] for r in rows) / 1e6

@@ -11,7 +11,9 @@ d = 64 forward, predicted before it was measured).
 The existing ``backward_figure2_table`` is unchanged: this table is an addition.
 
 ``l2_knee_sweep``: B·H·N = 2^18 tokens, d = 128, non-causal, N from 4096 to 262144: DRAM bytes of
-forward and forward+backward, predicted (lines) and measured (points), with the two-level count.
+forward and forward+backward, predicted (lines) and measured (points), with the two-level count, for
+FlashAttention-2 (SDPA), flashref's kernels 2 and 3, and eager standard attention while its N x N matrices fit
+(N ≤ 16384).
 Past the knee (one head's K and V, 2·N·d·2 bytes, larger than the L2 can keep) every wave re-reads
 them.
 
@@ -44,7 +46,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, Locator, LogLocator, NullFormatter
 
 from .. import iomodel, schedule
 from ..iomodel import l2fit, l2score
@@ -171,10 +174,11 @@ def figure2_l2_plot(rows):
                      bbox=[0, 0.25, 1, 0.75], cellLoc="center")
     table.auto_set_font_size(False)
     table.set_fontsize(7.5)
-    ax.text(0.0, 0.15, "Two-level: iomodel.predict (standard: Alg. 0 + 3; flash2 at 128x128 tiles). Three-level: "
+    ax.text(0.0, 0.21, "Two-level: iomodel.predict (standard: Alg. 0 + 3; flash2 at 128x128 tiles). Three-level: "
             "iomodel.dram (eager: the 12 kernels PyTorch launches;\nFlashAttention: lockstep waves through a "
-            "simulated L2). Measured: figures/gpu/h100-l2-grid.json, batch 8 scaled to 64.\nModel / measured: "
-            "batch 64 / batch 8 x 8 (what stays dirty in L2 at each kernel's end does not grow with the batch).",
+            "simulated L2). Measured: figures/gpu/h100-l2-grid.json (kernels 2 and 3: their re-measurements, "
+            "h100-l2-flashref.json,\nh100-l2-kernel3c.json), batch 8 scaled to 64. Model / measured: "
+            "batch 64 / batch 8 x 8\n(what stays dirty in L2 at each kernel's end does not grow with the batch).",
             transform=ax.transAxes, fontsize=7, va="top")
     return fig
 
@@ -204,36 +208,37 @@ def knee_data():
 
 
 def knee_plot(rows):
-    fig, axes = figure("Across the knee: B*H*N = 2^18 tokens, d = 128, fp16, non-causal; lines: iomodel.dram; "
-                       "points: Nsight Compute (o H100, x H200)",
-                       ncols=2, width=11, height=4)
+    fig, axes = figure("Across the knee: B = 1, H*N = 2^18 tokens, d = 128, fp16, non-causal; lines: iomodel.dram; "
+                       "points: Nsight Compute (o H100, x H200)\n(standard attention only where its N x N matrices "
+                       "fit: N ≤ 16k)", ncols=2, width=11, height=4.2)
     C = D.PARAMS["C_eff"]
     for ax, mode in zip(axes.flat, D.MODES):
-        for impl in ("flashref2", "flashref", "sdpa_flash"):
+        handles = []
+        for impl in ("flashref2", "flashref", "sdpa_flash", "eager"):
             rs = [r for r in rows if r["impl"] == impl and r["mode"] == mode]
             N = np.array([r["N"] for r in rs])
-            ax.plot(N, [float(r["predicted_gb"]) for r in rs], "-", color=COLOR[impl],
-                    label=f"{IMPL_LABEL[impl]} predicted")
+            ax.plot(N, [float(r["predicted_gb"]) for r in rs], "-", color=COLOR[impl])
             mm = [(r["N"], float(r["measured_gb"])) for r in rs if r["measured_gb"] not in (None, "")]
             if mm:
-                ax.plot([a for a, _ in mm], [b for _, b in mm], "o", color=COLOR[impl], mfc="none",
-                        label=f"{IMPL_LABEL[impl]} measured, H100")
+                ax.plot([a for a, _ in mm], [b for _, b in mm], "o", color=COLOR[impl], mfc="none")
             m2 = [(r["N"], float(r["measured_h200_gb"])) for r in rs if r.get("measured_h200_gb") not in (None, "")]
             if m2:
-                ax.plot([a for a, _ in m2], [b for _, b in m2], "x", color=COLOR[impl],
-                        label=f"{IMPL_LABEL[impl]} measured, H200")
+                ax.plot([a for a, _ in m2], [b for _, b in m2], "x", color=COLOR[impl])
+            gpus = " + ".join(g for g, m in (("H100", mm), ("H200", m2)) if m) or "not measured"
+            handles.append(Line2D([], [], color=COLOR[impl], label=f"{IMPL_LABEL[impl]} (measured: {gpus})"))
         Ns = np.array(SWEEP_NS)
         two = [sum(iomodel.predict("flash2", dr, Nq=int(n), Nk=int(n), d=128, heads=TOKENS // int(n), dtype_bytes=2,
                                    block_sizes=(128, 128)).bytes for dr in
                    (("forward",) if mode == "fwd" else ("forward", "backward"))) / 1e9 for n in Ns]
-        ax.plot(Ns, two, ":", color=COLORS["bound"], label="two-level count (flash2, 128x128)")
+        handles += ax.plot(Ns, two, ":", color=COLORS["bound"], label="two-level count (flash2, 128x128)")
         knee = C / D.PARTITIONS / (2 * 128 * 2)  # N where one head's K and V, held in both partitions, fill C_eff
         ax.axvline(knee, color="k", lw=0.8, ls="--")
-        ax.text(knee, min(two) * 1.5, f" one head's K,V\n = C_eff / 2 ({C / 2 / 2**20:.1f} MiB)", fontsize=7)
+        ax.text(knee, 0.97, f" one head's K,V\n = C_eff / 2 ({C / 2 / 2**20:.1f} MiB)", fontsize=7, va="top",
+                transform=ax.get_xaxis_transform())  # at the top: clear of the curves and the legend
         ax.set(xscale="log", yscale="log", xlabel="N (heads = 2^18 / N)", ylabel="DRAM GB (read + written)",
                title="forward" if mode == "fwd" else "forward + backward")
         ax.set_xticks(SWEEP_NS, [f"{n // 1024}k" for n in SWEEP_NS])
-        ax.legend(fontsize=7)
+        ax.legend(handles=handles, fontsize=7, loc="center right")
     return fig
 
 
@@ -291,15 +296,39 @@ def barrier_rows():
             for (shape, mode), by in sorted(rounds.items()) if len(by) == len(BARRIER_RUNS)]
 
 
+class _RatioTicks(Locator):
+    """Ticks of a measured / predicted axis. Over a wide range (more than 3x): the log scale's, decades (major) and
+    2..9 times them (minor). Over a narrow one, where those leave nothing labelled above 1: 1.1, 1.2, 1.3, 1.5, ...
+    (major), and no minor ticks."""
+
+    FINE = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0, 2.5, 3.0)
+
+    def __init__(self, minor: bool):
+        self.minor = minor
+
+    def __call__(self):
+        return self.tick_values(*self.axis.get_view_interval())
+
+    def tick_values(self, vmin, vmax):
+        lo, hi = sorted((vmin, vmax))
+        if lo > 0 and hi / lo <= 3:
+            return [] if self.minor else [t for t in self.FINE if lo <= t <= hi]
+        return LogLocator(subs=np.arange(2, 10) if self.minor else (1.0,)).tick_values(lo, hi)
+
+
 def _ratio_panel(ax):
     """An axis of measured / predicted bytes: the band within ±25%, the line at 1, a log scale labelled 2 and 0.8 (not
-    2 x 10^0). Set before plotting: a later set_yscale would put the default labels back."""
+    2 x 10^0), and 1.2, 1.5 where the range is narrow. Set before plotting: a later set_yscale would put the default
+    labels back."""
     ax.axhspan(1 / 1.25, 1 / 0.75, color="0.9", zorder=0)  # |predicted / measured - 1| <= 0.25
     ax.axhline(1, color="k", lw=0.8)
     ax.set_yscale("log")
     plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_locator(_RatioTicks(minor=False))
+    ax.yaxis.set_minor_locator(_RatioTicks(minor=True))
     ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
+    # over a wide range 0.9 and 9 would sit on the 1 and the 10: unlabelled there
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: "" if f"{v:g}".lstrip("0.").startswith("9") else f"{v:g}"))
     ax.tick_params(axis="y", which="minor", labelsize=7)
 
 
@@ -314,8 +343,10 @@ def _compulsory(BH, N, d, e=2):
 
 
 def past_knee_plot(rows):
-    fig, axes = figure("Past the knee on an H100: every round of the same call, measured / iomodel.dram "
-                       "(band: within ±25%)", ncols=2, width=12, height=4.5)
+    b = sorted({int(r["B"]) for r in rows})
+    fig, axes = figure(f"Past the knee on an H100, B = {'/'.join(map(str, b))}, non-causal, fp16: every round of the "
+                       "same call, Nsight Compute's DRAM bytes / iomodel.dram's (band: within ±25%)",
+                       ncols=2, width=12, height=4.5)
     labels = list(CHECK6_RUNS)
     colors = [COLOR["flashref"], "#8c564b", "#e377c2", COLOR["flashref2"], COLOR["sdpa_flash"], "k"]
     for ax, mode in zip(axes.flat, D.MODES):
@@ -332,6 +363,8 @@ def past_knee_plot(rows):
                       ["1x163k", "1x196k", "1x262k", "2x262k", "1x393k", "1x786k\nd=64"], fontsize=8)
         ax.set(xlabel="heads x N (d = 128 unless marked)", ylabel="measured / predicted DRAM bytes",
                title="forward" if mode == "fwd" else "forward + backward")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * 2.5)  # room at the top for the legend, above every point
         ax.legend(fontsize=7, loc="upper left")
     return fig
 
@@ -365,8 +398,9 @@ def heads_data():
 
 
 def heads_plot(rows):
-    fig, axes = figure("FlashAttention-2's d = 64 causal forward near its knee (H100): heads that run side by side "
-                       "share the L2", ncols=2, width=12, height=4.5)
+    fig, axes = figure("FlashAttention-2's (SDPA flash) d = 64 causal forward near its knee, fp16, H100: heads that "
+                       "run side by side share the L2\nmodel: iomodel.dram; measured: Nsight Compute",
+                       ncols=2, width=12, height=4.5)
     ax = axes.flat[0]
     Ns = np.arange(HEADS_MIN_N, 262144 + 1, 16384)
     def per_head(heads, **params):
@@ -431,8 +465,10 @@ def rolling_data():
 
 
 def rolling_plot(rows):
-    fig, axes = figure("flashref's causal forwards near the knee (H100): a grid that rolls keeps its tiles longer",
-                       ncols=2, width=12, height=4.5)
+    fig, axes = figure("flashref's causal forwards near the knee, fp16, H100: "
+                       "a grid that rolls keeps its tiles longer\n"
+                       "model: iomodel.dram; measured: Nsight Compute", ncols=2, width=12, height=4.5)
+    ticks = [32768, 65536, 131072, 262144, 524288]
     ax = axes.flat[0]
     Ns = np.arange(ROLL_MIN_N, 262144 + 1, 8192)
     for heads, color in ((2, COLORS["flashref"]), (16, COLORS["standard"])):
@@ -441,11 +477,16 @@ def rolling_plot(rows):
                             params=params).total_bytes for n in Ns] / _compulsory(heads, Ns, 64)
             ax.plot(Ns, model, style, color=color, label=f"{heads} heads, {what}")
     pts = [r for r in rows if r["kernel"] == "kernel 3" and r["d"] == 64]
-    ax.scatter([r["N"] for r in pts], [r["measured"] for r in pts], c=[np.log2(r["heads"]) for r in pts],
-               cmap="viridis", marker="o", label="kernel 3, measured (colour: log2 heads)")
+    sc = ax.scatter([r["N"] for r in pts], [r["measured"] for r in pts], c=[np.log2(r["heads"]) for r in pts],
+                    cmap="viridis", marker="o", label="kernel 3, measured (colour: heads)")
+    heads = sorted({r["heads"] for r in pts})
+    bar = fig.colorbar(sc, ax=ax, pad=0.01, fraction=0.04)
+    bar.set_ticks(np.log2(heads), labels=[str(h) for h in heads])
+    bar.set_label("heads (B x H), measured points", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
     ax.set(xscale="log", xlabel="N", ylabel="DRAM bytes / compulsory (Q, K, V, O once)",
            title="kernel 3, d = 64: K and V once a head up to N = 81920")
-    ax.set_xticks([32768, 65536, 131072, 262144], ["32k", "64k", "128k", "256k"])
+    ax.set_xticks(ticks, [f"{n // 1024}k" for n in ticks])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=7)
     ax = axes.flat[1]
@@ -461,7 +502,7 @@ def rolling_plot(rows):
                 alpha=0.5, label=f"{kernel}, without the rule")
     ax.set(xscale="log", xlabel="N", ylabel="measured / predicted DRAM bytes",
            title="with and without the rolling grid's knee (band: within ±25%)")
-    ax.set_xticks([32768, 65536, 131072, 262144], ["32k", "64k", "128k", "256k"])
+    ax.set_xticks(ticks, [f"{n // 1024}k" for n in ticks])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=6)
     return fig

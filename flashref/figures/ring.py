@@ -87,8 +87,9 @@ def load_data(P=8, N=256) -> list[dict]:
 def plot_load(rows):
     P = max(r["rank"] for r in rows) + 1
     total = sum(r["pairs"] for r in rows if r["layout"] == "contiguous")
-    fig, ax = figure(f"Causal ring attention: load per rank and per step, P={P} (scored query-key pairs, "
-                     f"{total:,} in all)", ncols=2, width=10, height=3.8)
+    N = round(((8 * total + 1) ** 0.5 - 1) / 2)  # causal: N(N+1)/2 pairs in all
+    fig, ax = figure(f"Causal ring attention: load per rank and per step, P={P} ranks, N={N} tokens "
+                     f"({N // P} a rank); scored query-key pairs, {total:,} in all", ncols=2, width=10, height=3.8)
     ax = ax.ravel()
     width = 0.27
     for k, layout in enumerate(ring.LAYOUTS):
@@ -101,6 +102,7 @@ def plot_load(rows):
                   color=LAYOUT_COLORS[layout])
     ax[0].set(xlabel="rank", ylabel="pairs scored over the whole ring", title="per rank")
     ax[1].set(xlabel="step", ylabel="pairs, busiest rank", title="per step: the busiest rank sets the step's time")
+    ax[1].set_ylim(0, 1.3 * max(b.get_height() for b in ax[1].patches))  # room for the legend above the bars
     for a in ax:
         a.legend()
     return fig
