@@ -4,8 +4,9 @@ The site is built by Jupyter Book 1's machinery (Sphinx with MyST-NB, the extern
 contents and the book theme; configured here for Sphinx directly) from the files of the repository as they
 are: the README as the home page, ``COURSE.md`` when there is one, the reference sheet and counting
 rules in ``docs/``, every notebook under ``notebooks/`` (sub-folders such as ``exercises/``
-included) with its committed outputs — nothing is re-executed — and the GPU notes. New notebooks
-are picked up by the glob, with no list to update.
+included) with its committed outputs — nothing is re-executed — and the GPU notes (every
+``figures/gpu/*.md``, ``NOTES.md`` first). New notebooks and notes are picked up by the globs, with no list
+to update. Sphinx's warnings (a link to a page the site lacks, which renders as plain text) are passed on to stderr.
 
 MathJax is served from the site itself, never from a CDN: the build copies the ``es5`` folder of
 npm's ``mathjax`` package (version 3) into ``_static/mathjax``. It is looked for in
@@ -47,8 +48,10 @@ def pages(repo: Path = REPO) -> dict[str, list[str]]:
         parts.setdefault(caption, []).append(nb.relative_to(repo).with_suffix("").as_posix())
     docs = sorted(p for p in (repo / "docs").glob("*.md")) if (repo / "docs").exists() else []
     reference = [d.relative_to(repo).with_suffix("").as_posix() for d in docs]
-    if (repo / "figures" / "gpu" / "NOTES.md").exists():
-        reference.append("figures/gpu/NOTES")
+    # the GPU notes: NOTES.md first, then every other note beside it (NOTES-l2.md, which the README links)
+    gpu = repo / "figures" / "gpu"
+    notes = sorted(gpu.glob("*.md"), key=lambda p: (p.name != "NOTES.md", p.name)) if gpu.exists() else []
+    reference += [n.relative_to(repo).with_suffix("").as_posix() for n in notes]
     if reference:
         parts["Reference"] = reference
     return parts
@@ -169,6 +172,9 @@ def build(out: Path, repo: Path = REPO, quiet: bool = True) -> Path:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"sphinx failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        # Sphinx's warnings (a link to a page the site lacks, a missing image) go to stderr: passed on, not dropped
+        if proc.stderr.strip():
+            print(proc.stderr.rstrip(), file=sys.stderr)
         (html / "index.html").write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><title>flashref</title>'
                                          '<meta http-equiv="refresh" content="0; url=README.html"></head>'
                                          '<body><a href="README.html">flashref</a></body></html>')
