@@ -20,6 +20,8 @@ import numbers
 
 import numpy as np
 
+from ._numbers import _nonnegative_int, _seed
+
 __all__ = ["uniform", "keep_mask", "scale_mask"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -34,6 +36,10 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 def uniform(seed: int, lead_shape: tuple, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
     """Uniform numbers in [0, 1) for entries ``rows x cols`` of every leading index: shape ``lead + (r, c)``."""
+    # int(seed) took 1.5, True and "3" as seeds, a reversed range gave an empty mask and a negative one a raw
+    # OverflowError
+    seed = _seed(seed)
+    lead_shape, rows, cols = _lead(lead_shape), _pair(rows, "rows"), _pair(cols, "cols")
     G = int(np.prod(lead_shape, dtype=np.int64)) if lead_shape else 1
     g = np.arange(G, dtype=np.uint64).reshape(tuple(lead_shape) + (1, 1))  # linear (batch, head) index
     i = np.arange(rows[0], rows[1], dtype=np.uint64)[:, None]  # (r, 1)
@@ -46,6 +52,22 @@ def uniform(seed: int, lead_shape: tuple, rows: tuple[int, int], cols: tuple[int
         h = _mix(h ^ (j + np.uint64(2)) * _GOLDEN)
     # top 53 bits -> a double in [0, 1)
     return (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def _lead(lead_shape) -> tuple:
+    if not isinstance(lead_shape, (tuple, list)):
+        raise TypeError(f"lead_shape: expected a tuple of non-negative integers, got {lead_shape!r}")
+    return tuple(_nonnegative_int(n, "lead_shape") for n in lead_shape)
+
+
+def _pair(r, name: str) -> tuple[int, int]:
+    """A half-open ``(start, stop)`` range of coordinates, ``0 <= start <= stop``."""
+    if not isinstance(r, (tuple, list)) or len(r) != 2:
+        raise TypeError(f"{name}: expected a range (start, stop) of two integers, got {r!r}")
+    start, stop = _nonnegative_int(r[0], name), _nonnegative_int(r[1], name)
+    if start > stop:
+        raise ValueError(f"{name}: expected a range (start, stop) with 0 <= start <= stop, got {tuple(r)}")
+    return start, stop
 
 
 def keep_mask(seed: int, p: float, lead_shape: tuple, rows, cols) -> np.ndarray:

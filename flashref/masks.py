@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._numbers import _nonnegative_int
+
 __all__ = ["causal_mask", "tile_mask", "apply", "full_mask"]
 
 
 def causal_mask(Nq: int, Nk: int) -> np.ndarray:
     """``(Nq, Nk)`` boolean, True where key ``j <= i``."""
-    return np.arange(Nk)[None, :] <= np.arange(Nq)[:, None]
+    # np.arange took Nq = 2.5 (a 3-row mask), True (1 row) and -1 (0 rows) without a word.
+    return np.arange(_nonnegative_int(Nk, "Nk"))[None, :] <= np.arange(_nonnegative_int(Nq, "Nq"))[:, None]
+
 
 
 def tile_mask(mask, causal: bool, rows: tuple[int, int], cols: tuple[int, int]):

@@ -48,7 +48,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .problem import _nonnegative_int, positive_int
+# the integer checks from flashref._numbers, not .problem: memory.py ships in the autograder bundle without the
+# algorithms and the options they share (grading/release.py's BUNDLE)
+from ._numbers import _nonnegative_int, positive_int
+
+
+def _numeric(a: np.ndarray, what: str) -> np.ndarray:
+    """HBM holds numbers: a string or object array would fail far from its cause (or be cast silently)."""
+    if a.dtype.kind in "OSUMm":  # not "biufc" alone: ml_dtypes' float8 arrays (lowp's FP8 Q, K, V) are kind "V"
+        raise TypeError(f"{what}: expected a numeric array, got dtype {a.dtype}")
+    return a
 
 __all__ = ["Memory", "IOReport", "TensorIO", "Event", "SRAMOverflowError", "io_by_line", "merge_by_precision"]
 
@@ -221,6 +230,13 @@ def _range(r, n: int, axis: str, name: str) -> tuple[int, int]:
     return (start if start < n else n, stop if stop < n else n)
 
 
+def _no_cols(cols, name: str) -> None:
+    """A vector has no columns: ``cols`` was ignored for one, so a tile of a matrix asked of a vector went unseen."""
+    if cols is not None:
+        raise ValueError(f"cols of {name!r}: {name!r} is a vector (rows,) per head and has no columns; "
+                         f"pass cols=None, got {cols!r}")
+
+
 def _index(x, axis: str, name: str, r) -> int:
     """An integer end of a range (numpy's too); a float would silently truncate, so it is refused."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
@@ -272,7 +288,7 @@ class Memory:
         ``dtype_bytes`` gives this tensor its own bytes per element (e.g. 1 for FP8) in the
         report's ``bytes``; ``None`` uses the memory's.
         """
-        array = np.asarray(array)
+        array = _numeric(np.asarray(array), name)
         if dtype_bytes is not None:
             self._bytes[name] = positive_int(dtype_bytes, "dtype_bytes")
         self._check_lead(name, array)
@@ -311,13 +327,15 @@ class Memory:
         src = self._tensor(name, "load")
         r = _range(rows, src.shape[-1] if self._is_vector[name] else src.shape[-2], "rows", name)
         if self._is_vector[name]:
+            _no_cols(cols, name)
             tile = src[..., r[0]:r[1]].copy()
             c = (0, 1)
         else:
             c = _range(cols, src.shape[-1], "cols", name)
             tile = src[..., r[0]:r[1], c[0]:c[1]].copy()
-        self._count(name, "read", r, c, tile.size, line)
+        # Hold first: a tile that does not fit is refused before its reads are counted (the load never happened).
         self.hold(as_ or name, tile)
+        self._count(name, "read", r, c, tile.size, line)
         return tile
 
     def store(self, name: str, value: np.ndarray, rows=None, cols=None, *, line: str = "") -> None:
@@ -325,7 +343,7 @@ class Memory:
 
         Storing to a name HBM does not hold yet creates it (the output of a matmul "by blocks").
         """
-        value = np.asarray(value)
+        value = _numeric(np.asarray(value), "value")
         if name not in self._hbm:
             if rows is not None or cols is not None:
                 raise KeyError(f"HBM has no tensor {name!r} to store a tile into (it holds "
@@ -338,11 +356,18 @@ class Memory:
         else:
             dst = self._hbm[name]
             if self._is_vector[name]:
+                _no_cols(cols, name)
                 r, c = _range(rows, dst.shape[-1], "rows", name), (0, 1)
                 tile = dst[..., r[0]:r[1]]
             else:
                 r, c = _range(rows, dst.shape[-2], "rows", name), _range(cols, dst.shape[-1], "cols", name)
                 tile = dst[..., r[0]:r[1], c[0]:c[1]]
+            # A store that would lose information (complex into a real tensor, a float into an integer one) is
+            # refused; numpy's assignment casts it silently (a ComplexWarning at most). float64 → float32 is fine.
+            if {value.dtype.kind, tile.dtype.kind} <= set("biufc") and not np.can_cast(value.dtype, tile.dtype,
+                                                                                        "same_kind"):
+                raise TypeError(f"value: dtype {value.dtype} cannot be stored into {name!r} of dtype {tile.dtype} "
+                                f"without losing information")
             try:
                 tile[...] = value  # a value that broadcasts (a scalar, a row) still writes the whole tile ...
             except ValueError:
@@ -368,14 +393,25 @@ class Memory:
         """Keep ``value`` on chip under ``name``; returns ``value``. Replaces an earlier holding of ``name``."""
         # Elements per head: the trailing (non-leading) axes. Counted from the shape, not by
         # dividing by the number of heads, so an empty batch (0 heads) holds what one head would.
+        return self._place(name, value)
+
+    def _place(self, name: str, value, old: str | None = None):
+        """Hold ``value`` as ``name`` in place of ``name`` (and of ``old``, for :meth:`reuse`), if it fits.
+
+        A refused holding changes nothing: the chip keeps what it held (before, the overflowing value stayed
+        held, so a caller that caught the error went on with a footprint past ``sram_size``).
+        """
         shape = np.shape(value)
         n = int(np.prod(shape[len(self.lead_shape):], dtype=np.int64)) if len(shape) > len(self.lead_shape) else 1
-        self._sram[name] = n
-        used = sum(self._sram.values())
+        kept = {k: v for k, v in self._sram.items() if k != name and k != old}
+        used = sum(kept.values()) + n
         if self.sram_size is not None and used > self.sram_size:
-            parts = ", ".join(f"{k}={v}" for k, v in self._sram.items())
+            parts = ", ".join(f"{k}={v}" for k, v in kept.items()) or "nothing"
             raise SRAMOverflowError(
-                f"on-chip footprint of {used} elements per head ({parts}) exceeds sram_size={self.sram_size}")
+                f"on-chip footprint of {used} elements per head exceeds sram_size={self.sram_size}: holding "
+                f"{name}={n} beside what is held ({parts})")
+        kept[name] = n
+        self._sram = kept
         self.peak_sram = max(self.peak_sram, used)
         return value
 
@@ -385,8 +421,7 @@ class Memory:
         The paper's algorithms overwrite in place: P̃_ij = exp(S_ij − m̃_ij) where S_ij was, as
         registers would. Naming the reuse keeps the footprint honest and the names the paper's.
         """
-        self._sram.pop(old, None)
-        return self.hold(new, value)
+        return self._place(new, value, old=old)
 
     def free(self, *names: str) -> None:
         """Release on-chip buffers."""

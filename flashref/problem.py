@@ -58,6 +58,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# re-exported: the entry points import them from here (they live apart so that the grader's bundle has them)
+from ._numbers import _bool, _nonnegative_int, _seed, positive_int  # noqa: F401
 from .dropout import check_p, scale_mask
 from .softmax import finite_or_masked
 
@@ -84,14 +86,6 @@ def check_options(opts: dict, allowed, where: str) -> None:
 # --------------------------------------------------------------------------- single values
 
 
-def positive_int(x, name: str) -> int:
-    """A positive integer (Python or numpy), else a clear error naming ``name``."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name}: expected a positive integer, got {x!r}")
-    if x <= 0:
-        raise ValueError(f"{name}: expected a positive integer, got {x}")
-    return int(x)
-
 
 #: The longest sequence (Nq, Nk) any entry point takes: GPU kernels index a sequence with 32-bit integers
 #: (``iomodel.dram.MAX_N``, the same bound). Checked by ``from_shapes`` and ``from_arrays`` alike, so ``predict``
@@ -106,13 +100,6 @@ def _seq_len(n: int, name: str) -> int:
         raise ValueError(f"{name}: expected a sequence length of at most {MAX_N} (32-bit indices), got {n}")
     return n
 
-
-def _nonnegative_int(x, name: str) -> int:
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
-        raise TypeError(f"{name}: expected a non-negative integer, got {x!r}")
-    if x < 0:
-        raise ValueError(f"{name}: expected a non-negative integer, got {x}")
-    return int(x)
 
 
 def check_block_sizes(block_sizes) -> tuple[int, int] | None:
@@ -138,16 +125,6 @@ def _causal(causal) -> bool:
     return bool(causal)
 
 
-def _seed(seed, name: str = "seed") -> int:
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"{name}: expected an integer, got {seed!r}")
-    return int(seed)
-
-
-def _bool(x, name: str) -> bool:
-    if not isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected True or False, got {x!r}")
-    return bool(x)
 
 
 def _window(w):

@@ -345,7 +345,7 @@ def test_autograder_bundle_on_reference_and_stub(tmp_path):
     # the grader alone: no solution, no algorithm module or closed form, not even as bytecode
     assert not any("solutions" in n or n.endswith(".pyc") or "iomodel" in n for n in names), names
     assert {n.split("/")[1] for n in names if n.count("/") == 1} == {
-        "__init__.py", "__main__.py", "memory.py", "masks.py", "dropout.py"}
+        "__init__.py", "__main__.py", "_numbers.py", "memory.py", "masks.py", "dropout.py"}
     # the instructor's bundle carries every budget, exercise 7's table too (its child cannot open it)
     assert "07-block-sizes" in json.loads((src / "flashref/grading/budgets.json").read_text())
     env = dict(os.environ, PYTHONPATH=str(src))

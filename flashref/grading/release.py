@@ -70,7 +70,7 @@ def __getattr__(name):
 '''
 
 #: What the Gradescope bundle's package holds: the grader and the three modules its child processes import.
-BUNDLE = ("__main__.py", "memory.py", "masks.py", "dropout.py", "grading")
+BUNDLE = ("__main__.py", "_numbers.py", "memory.py", "masks.py", "dropout.py", "grading")
 
 AUTOGRADER_INIT = '''"""flashref, Gradescope copy: the grader alone (counted memory, masks, dropout, flashref.grading).
 

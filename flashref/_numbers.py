@@ -1,0 +1,38 @@
+"""The integer and flag checks every entry point shares (``flashref.problem`` re-exports them), in a module of
+their own that imports nothing of flashref: the memory, the masks, dropout and the grader import them too, and
+the autograder bundle ships them (``grading/release.py``'s ``BUNDLE``) without the algorithms."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def positive_int(x, name: str) -> int:
+    """A positive integer (Python or numpy), else a clear error naming ``name``."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name}: expected a positive integer, got {x!r}")
+    if x <= 0:
+        raise ValueError(f"{name}: expected a positive integer, got {x}")
+    return int(x)
+
+
+def _nonnegative_int(x, name: str) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name}: expected a non-negative integer, got {x!r}")
+    if x < 0:
+        raise ValueError(f"{name}: expected a non-negative integer, got {x}")
+    return int(x)
+
+
+def _seed(seed, name: str = "seed") -> int:
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer, got {seed!r}")
+    return int(seed)
+
+
+def _bool(x, name: str) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected True or False, got {x!r}")
+    return bool(x)
