@@ -4,6 +4,7 @@ the autograder bundle ships them (``grading/release.py``'s ``BUNDLE``) without t
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -24,6 +25,14 @@ def _nonnegative_int(x, name: str) -> int:
     if x < 0:
         raise ValueError(f"{name}: expected a non-negative integer, got {x}")
     return int(x)
+
+
+def positive_real(x, name: str, what: str = "a finite number > 0") -> float:
+    """A finite real number > 0 (Python or numpy; not a bool), else a ValueError naming ``name`` and ``what`` it
+    expects. "not 0 < x < inf" refuses a NaN too, which fails every comparison."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real) or not 0 < x < math.inf:
+        raise ValueError(f"{name}: expected {what}, got {x!r}")
+    return float(x)
 
 
 def _seed(seed, name: str = "seed") -> int:

@@ -479,11 +479,6 @@ def _gather_rows(mine: torch.Tensor, group, what: str) -> list:
     return [t.cpu().tolist() for t in table]
 
 
-def _unchecked(x: torch.Tensor) -> bool:
-    """A CUDA tensor outside anomaly mode: not checked for NaN and inf (``gpu._finite``'s rule, and why)."""
-    return x.device.type == "cuda" and not torch.is_anomaly_enabled()
-
-
 def _agree_do(do: torch.Tensor, cfg: _Config) -> None:
     """The backward's input check: every rank learns whether any rank's ``do`` holds NaN or inf, before the ring.
 
@@ -491,7 +486,9 @@ def _agree_do(do: torch.Tensor, cfg: _Config) -> None:
     (or, under Triton's interpreter, the pair kernel refuses it on one rank while the others wait in an exchange).
     On a GPU it runs only under ``torch.autograd.detect_anomaly()``, as ``gpu.attention``'s checks do: there it
     would read ``do`` once more and wait for the GPU on every call, which would change what the benchmarks time."""
-    if _unchecked(do):
+    from . import gpu
+
+    if gpu._unchecked(do):
         return
     bad = (~torch.isfinite(do)).any() if do.numel() else torch.tensor(False)
     rows = _gather_rows(bad.to(device=cfg.device, dtype=torch.int64).reshape(1), cfg.group, "the backward's check")
@@ -509,7 +506,9 @@ def _require_finite(x: torch.Tensor, what: str, cfg: _Config) -> None:
     the accumulation dtype). Raised on the ranks whose rows overflowed, as the numpy algorithms raise
     (:func:`flashref.problem.require_finite`). On a GPU only under ``torch.autograd.detect_anomaly()`` (as
     :func:`_agree_do`)."""
-    if _unchecked(x):
+    from . import gpu
+
+    if gpu._unchecked(x):
         return
     if x.numel() and not bool(torch.isfinite(x).all()):
         cure = ("scale the inputs down" if x.dtype == torch.float64 else

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # re-exported: the entry points import them from here (they live apart so that the grader's bundle has them)
-from ._numbers import _bool, _nonnegative_int, _seed, positive_int  # noqa: F401
+from ._numbers import _bool, _nonnegative_int, _seed, positive_int, positive_real  # noqa: F401
 from .dropout import check_p, scale_mask
 from .softmax import finite_or_masked
 
@@ -146,9 +146,7 @@ def _window(w):
 def _softcap(c):
     if c is None:
         return None
-    if isinstance(c, (bool, np.bool_)) or not isinstance(c, numbers.Real) or not math.isfinite(c) or c <= 0:
-        raise ValueError(f"softcap: expected a finite float > 0 (or None), got {c!r}")
-    return float(c)
+    return positive_real(c, "softcap", "a finite float > 0 (or None)")
 
 
 def _slopes(x, lead: tuple, from_shapes: bool):

@@ -61,7 +61,7 @@ import time
 from pathlib import Path
 
 from .gpt import BACKENDS, GPT, GPTConfig, copy_batch, loss_floor
-from .problem import _nonnegative_int, check_options, positive_int
+from .problem import _nonnegative_int, _seed, check_options, positive_int, positive_real
 
 SCHEMA = "flashref.train/1"
 
@@ -192,11 +192,8 @@ def _build(model_cfg: dict, N: int, backend: str, device, seed: int, lr: float, 
     import torch
 
     cfg = _model_cfg(model_cfg, N, data_vocab)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed: expected an integer, got {seed!r}")
-    # "not lr > 0" refuses a NaN as well; AdamW's own message does not name the argument
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 < lr < math.inf:
-        raise ValueError(f"lr: expected a finite learning rate > 0, got {lr!r}")
+    seed = _seed(seed)
+    lr = positive_real(lr, "lr", "a finite learning rate > 0")  # AdamW's own message does not name the argument
     torch.manual_seed(seed)
     with torch.device(device):
         model = GPT(cfg, attention=backend)

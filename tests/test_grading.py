@@ -627,7 +627,7 @@ def test_lab_says_which_output_is_wrong_and_how():
     from flashref.grading.lab import _wrong
 
     L = np.array([[0.5, -np.inf]])
-    assert _wrong("L", np.full_like(L, np.nan), L) == "L wrong: 2 element(s) NaN (never stored, or NaN stored)"
+    assert _wrong("L", np.full_like(L, np.nan), L) == "L wrong: 2 element(s) NaN: never stored, or NaN stored"
     assert _wrong("L", np.array([[0.75, -np.inf]]), L) == "L wrong: max error 0.25"  # -inf where -inf: no error
     assert _wrong("L", np.array([[0.5, 0.0]]), L) == "L wrong: max error inf"
     assert _wrong("O", np.zeros((2, 3)), np.zeros((3, 2))) == "O has shape (2, 3), expected (3, 2)"

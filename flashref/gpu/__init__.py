@@ -126,6 +126,13 @@ def _positive_scale(q, scale: float):
     return q * 0, 1.0
 
 
+def _unchecked(x) -> bool:
+    """A CUDA tensor outside anomaly mode: not checked for NaN and inf (:func:`_finite` says why)."""
+    import torch
+
+    return x.device.type == "cuda" and not torch.is_anomaly_enabled()
+
+
 def _finite(*named, neginf_ok=()):
     """NaN or inf in an input: a ValueError naming it, as the torch front and the numpy algorithms raise. The
     inputs named in ``neginf_ok`` may hold -inf (backward's ``lse``: a row that a window leaves with no key).
@@ -138,7 +145,7 @@ def _finite(*named, neginf_ok=()):
     import torch
 
     for name, x in named:
-        if x.device.type == "cuda" and not torch.is_anomaly_enabled():
+        if _unchecked(x):
             continue
         if name in neginf_ok:
             if x.numel() and (torch.isnan(x).any() or torch.isposinf(x).any()):

@@ -132,12 +132,7 @@ def _score_memory(ex: Exercise, rep: Report, res, budget) -> Report:
         wrong = [n for n in c.setup.expected if not _close(c.outputs[n], c.setup.expected[n])]
         if wrong:
             n = wrong[0]
-            got, want = c.outputs[n], c.setup.expected[n]
-            unstored = int(np.isnan(got).sum())
-            with np.errstate(invalid="ignore"):
-                err = np.abs(np.where(np.isfinite(want) & np.isfinite(got), got - want, 0))
-            why = f"{unstored} element(s) NaN: never stored, or NaN stored" if unstored else \
-                f"max error {float(err.max()):.3g}"
+            why = oracle.difference(c.outputs[n], c.setup.expected[n])
             notes.append(f"case {k + 1} ({_shape(ex, k)}): {', '.join(wrong)} wrong ({n}: {why})")
         bt = b["by_tensor"]
         st = {name: [t.reads, t.writes] for name, t in c.io.by_tensor.items()}

@@ -56,3 +56,15 @@ def _Z(Q, K, p, seed):
     if p == 0:
         return None
     return scale_mask(seed, p, Q.shape[:-2], (0, Q.shape[-2]), (0, K.shape[-2]))
+
+
+def difference(got, want) -> str:
+    """What is wrong with an output against the oracle's ``want`` (the same shape), in words a student acts on:
+    how many elements are NaN (never stored, or NaN stored), else the largest error (-inf against -inf, a row
+    with no key, is none; an infinity against anything else is an infinite error)."""
+    nan = int(np.isnan(got).sum())
+    if nan:
+        return f"{nan} element(s) NaN: never stored, or NaN stored"
+    with np.errstate(invalid="ignore"):
+        err = np.abs(np.where(np.isfinite(got) & np.isfinite(want), got - want, np.where(got == want, 0, np.inf)))
+    return f"max error {float(err.max()):.3g}"

@@ -27,12 +27,11 @@ bandwidth W per direction the communication hides when ``4n²dH/F ≥ 2ndHb/W``,
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
 from .. import hardware
-from ..problem import _causal, _nonnegative_int, check_options, positive_int
+from ..problem import _causal, _nonnegative_int, check_options, positive_int, positive_real
 from ..ring import CommReport, check_layout, check_length
 
 __all__ = ["shard_lengths", "comm", "ring_bytes_per_rank", "ulysses_bytes_per_rank", "min_tokens_per_device",
@@ -98,15 +97,6 @@ def _comm(direction, *, N, d, world_size, layout="contiguous", heads=1, dtype_by
     return CommReport(sent, received)  # the simulator's report type, without its event list
 
 
-def _positive_real(x, name: str) -> float:
-    """A rate (FLOP/s, bytes/s): a finite real > 0, else an error naming ``name`` (a 0 would divide by zero)."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name}: expected a positive number, got {x!r}")
-    if not (math.isfinite(x) and x > 0):
-        raise ValueError(f"{name}: expected a finite positive number, got {x!r}")
-    return float(x)
-
-
 def _equal_shards(N, d, world_size, heads, dtype_bytes) -> tuple:
     """The formulas' sizes by every entry point's rules; N >= P, one token per device at least (n = N/P)."""
     N, d, P = positive_int(N, "N"), positive_int(d, "d"), positive_int(world_size, "world_size")
@@ -130,8 +120,10 @@ def ulysses_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2, **opts) 
 
 
 def _rates(gpu, flops, link_bandwidth) -> tuple[float, float]:
-    F = hardware.get(gpu).peak("matmul") if flops is None else _positive_real(flops, "flops")
-    W = NVLINK[_key(gpu)] if link_bandwidth is None else _positive_real(link_bandwidth, "link_bandwidth")
+    """The matmul rate and link bandwidth: given (a finite real > 0: a 0 would divide by zero) or the GPU's."""
+    rate = "a finite positive number"
+    F = hardware.get(gpu).peak("matmul") if flops is None else positive_real(flops, "flops", rate)
+    W = NVLINK[_key(gpu)] if link_bandwidth is None else positive_real(link_bandwidth, "link_bandwidth", rate)
     return F, W
 
 
