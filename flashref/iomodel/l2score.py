@@ -1,6 +1,7 @@
-"""Every recorded L2 measurement against :func:`flashref.iomodel.dram`: the scorecard, and what each rule buys.
+"""Every recorded L2 measurement against :func:`flashref.iomodel.dram`: the scorecard, what no model can reach, and
+what each rule buys.
 
-``python -m flashref l2-score`` prints both. The scorecard predicts every row of every ``profile-l2`` run in
+``python -m flashref l2-score`` prints all three. The scorecard predicts every row of every ``profile-l2`` run in
 ``figures/gpu/`` (each with the kernel 3 tiles its run recorded; a shape measured several times in one run is one
 row, the median of its repeats) and counts the rows within ±25% by kernel:
 
@@ -11,6 +12,10 @@ row, the median of its repeats) and counts the rows within ±25% by kernel:
 * ``kernel 3, earlier launches``: kernel 3's rows of the runs measured before its launches took their present form
   (``l2fit.K3_EARLIER_RUNS``: older tiles, or no barrier between rounds past the knee, where its waves came apart
   by amounts that change from run to run).
+
+:func:`out_of_reach` bounds what any model could score: the calls whose own measurements lie more than 5/3 apart
+(where one wave of CTAs came apart by amounts that change from run to run), so that no single number is within
+±25% of every one of them, and the fewest of those measurements any prediction must leave outside the band.
 
 The ablation turns each rule of the model off in turn (its ``*_rule`` switch, which gives back the model as it
 was before the rule: the numbers fitted then, the predictions written then) and counts again. A rule that buys
@@ -37,8 +42,12 @@ BAND = 0.25  # the issue's band: predicted within ±25% of what Nsight Compute m
 CLASSES = ("eager", "sdpa_flash", "kernel 2", "kernel 3", "kernel 3, earlier launches")
 
 
-def _folder():
-    return Path(__file__).resolve().parents[2] / "figures" / "gpu"
+def _folder(folder=None):
+    """``folder`` (default: ``figures/gpu/``), checked to be one."""
+    folder = Path(folder) if folder is not None else Path(__file__).resolve().parents[2] / "figures" / "gpu"
+    if not folder.is_dir():
+        raise ValueError(f"folder: {folder} is not a folder")
+    return folder
 
 
 @dataclass(frozen=True)
@@ -66,11 +75,8 @@ def _kernel(impl, run):
 
 def recorded_rows(folder=None, gpus=("h100", "h200")) -> list[Row]:
     """Every row of every recorded ``profile-l2`` run in ``folder`` (default: ``figures/gpu/``)."""
-    folder = Path(folder) if folder is not None else _folder()
-    if not folder.is_dir():
-        raise ValueError(f"folder: {folder} is not a folder")
     out = []
-    for run, gpu, result in l2fit.recorded_runs(folder, gpus):
+    for run, gpu, result in l2fit.recorded_runs(_folder(folder), gpus):
         info = S.kernel3_info(result)
         for impl, shape, mode, kw, measured in l2fit.measured_rows(result):
             out.append(Row(run, gpu, _kernel(impl, run), impl, shape, mode, kw, measured, info))
@@ -107,6 +113,43 @@ def scorecard(rows, errs) -> list[dict]:
         if len(e):
             out.append(dict(kernel=kernel, rows=len(e), within=int(np.sum(e <= BAND)), mean=float(e.mean()),
                             worst=float(e.max())))
+    return out
+
+
+# PyTorch's kernels (eager's ops, FlashAttention-2's CUDA kernels) are the same in every run that recorded the same
+# torch; flashref's changed from run to run (tiles, launch order, barriers), so only one run's repeats are one call
+PYTORCH = ("eager", "sdpa_flash")
+
+
+def _covered(values) -> int:
+    """The most of ``values`` that one prediction P can hold within the band: P within ±BAND of v means
+    P/(1+BAND) <= v <= P/(1-BAND), a window of ratio (1+BAND)/(1-BAND) = 5/3 in v. The best window starts at some
+    value (slide its lower edge up to the lowest value it holds), so trying each value as the lowest is enough."""
+    v = np.sort(np.asarray(values, dtype=float))
+    ratio = (1 + BAND) / (1 - BAND)
+    # for each lowest value v[i], the values up to v[i]·ratio (searchsorted: the first index past it)
+    return int(np.max(np.searchsorted(v, v * ratio, side="right") - np.arange(len(v))))
+
+
+def out_of_reach(folder=None, gpus=("h100", "h200")) -> list[dict]:
+    """The calls whose own measurements no single prediction can hold within ±25%: the same call (one GPU, one
+    kernel, one shape; for flashref's kernels, in one run) measured values more than (1+BAND)/(1-BAND) = 5/3 apart.
+    For each: the measurements (every repeat), their spread (largest / smallest) and ``outside``, how many of them
+    lie outside the band of any prediction whatever (the fewest a perfect deterministic model would miss)."""
+    groups = {}
+    for run, gpu, result in l2fit.recorded_runs(_folder(folder), gpus):
+        torch = result.get("metadata", {}).get("torch")
+        for (impl, _shape, mode), (kw, values) in l2fit.repeats(result).items():
+            key = (gpu, impl, tuple(sorted(kw.items())), mode, torch if impl in PYTORCH else run)
+            groups.setdefault(key, ([], set()))
+            groups[key][0].extend(values)
+            groups[key][1].add(run)
+    out = []
+    for (gpu, impl, kw, mode, _), (values, runs) in groups.items():
+        outside = len(values) - _covered(values)
+        if outside:
+            out.append(dict(gpu=gpu, impl=impl, kw=dict(kw), mode=mode, runs=sorted(runs), measured=list(values),
+                            spread=max(values) / min(values), outside=outside))
     return out
 
 
@@ -191,6 +234,15 @@ def main(argv=None) -> int:
     for s in scorecard(rows, errs):
         print(f"  {s['kernel']:27} {s['within']:5d} of {s['rows']:5d}   mean |error| {s['mean']:6.1%}"
               f"   largest {s['worst']:7.1%}")
+    reach = out_of_reach(args.folder)
+    print(f"\nOut of reach of any prediction: {sum(c['outside'] for c in reach)} measurements of {len(reach)} calls,"
+          f" where one call measured values more than {(1 + BAND) / (1 - BAND):.3g}x apart:")
+    for c in reach:
+        kw = c["kw"]
+        print(f"  {c['gpu']} {c['impl']:10} {kw['B']}x{kw['H']}x{kw['Nq']}"
+              f"{'' if kw['Nk'] == kw['Nq'] else 'x' + str(kw['Nk'])} d={kw['d']}{' causal' if kw['causal'] else ''}"
+              f" {c['mode']:7} {len(c['measured'])} measured in {', '.join(c['runs'])}: {c['spread']:.2f}x apart,"
+              f" {c['outside']} outside any band")
     if args.rules:
         print(f"\nEach rule off in turn (whole model: {int(np.sum(np.abs(errs) <= BAND))} within,"
               f" mean |error| {np.mean(np.abs(errs)):.1%}):")
