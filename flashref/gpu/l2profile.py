@@ -578,6 +578,20 @@ CHECK49 = [
     ("check49_128_4x2x98304_causal", 4, 2, 98304, 128, True),
     ("check49_64_4x1x393216_causal", 4, 1, 393216, 64, True),
 ]
+# check50: FlashAttention-2's causal walk (d = 64 and 128) at one to eight heads, near and far past its knee, after
+# the H200's two staggered sets were fitted again with miss_cap and lag_other: ten shapes drawn with
+# default_rng(20261236), d from 64, 128; B from 1, 2, 4; H from 1, 2, 3, 4, 6, 8; B·H <= 8; N = 16384·k, k from
+# 2 to 28; B·H·N <= 2^21 (h100-l2-check50-predicted.json, h200-)
+CHECK50 = [
+    ("check50_64_4x2x49152_causal", 4, 2, 49152, 64, True), ("check50_64_1x6x147456_causal", 1, 6, 147456, 64, True),
+    ("check50_128_1x6x344064_causal", 1, 6, 344064, 128, True),
+    ("check50_64_4x1x458752_causal", 4, 1, 458752, 64, True),
+    ("check50_128_1x3x409600_causal", 1, 3, 409600, 128, True),
+    ("check50_128_1x3x212992_causal", 1, 3, 212992, 128, True),
+    ("check50_64_1x3x327680_causal", 1, 3, 327680, 64, True),
+    ("check50_128_1x4x147456_causal", 1, 4, 147456, 128, True),
+    ("check50_128_4x1x32768_causal", 4, 1, 32768, 128, True), ("check50_64_1x2x311296_causal", 1, 2, 311296, 64, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -623,7 +637,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
-          "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49,
+          "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "softmax_rows": SOFTMAX_ROWS}
 
 

@@ -229,8 +229,13 @@ STAGGERED_D64_BEFORE_CAP = {"h100": dict(C_stag=72 * MB, kappa_stag=8.0, lag=2.0
 # 0.65, with C_stag 56 MiB and lag 1 (loss 0.0146 against 0.0228; 128 of 128 within ±25% against 116), and checked
 # on check45, drawn after it. The H200's 12 rows, none far past the knee, keep their set (with a cap, at best 0.029
 # against 0.014). figures/gpu/NOTES-l2.md, "Twenty-second round".
+# Then the H200 measured check45-check49 (2026-11-28): its d = 64 walk far past the knee 35-40% over with its set
+# without the cap (check45's 1 x 3 x 393216-524288, check49's 4 x 1 x 393216). Its set was fitted again with miss_cap,
+# as the H100's (fit_staggered(..., gpu="h200", d=64, grid=H200_CAP_GRID)), on the H200's runs before check45 (its
+# grid and check4, 12 forwards): 0.7, with C_stag 68 MiB; check45-check49 held out, 25 of 26 within ±25% (the set
+# before: 17 of 26). figures/gpu/NOTES-l2.md, "Twenty-fourth round".
 STAGGERED_D64 = {"h100": dict(C_stag=56 * MB, kappa_stag=8.0, lag=1.0, overlap=0.5, miss_cap=0.65),
-                 "h200": STAGGERED_D64_BEFORE_CAP["h200"]}
+                 "h200": dict(C_stag=68 * MB, kappa_stag=8.0, lag=1.0, overlap=0.6, miss_cap=0.7)}
 # Then the lone head at the d = 128 walk's knee: one head of N = 65536 read 0.16 GB where that set has 0.84 (+509%),
 # two heads 0.67 against 1.15, three and more within 12% (heads128, check26, check29). A head alone keeps its 32 MiB
 # of K and V in L2 through the walk. The lag stood for the tiles read between two reads of one tile; where the CTAs
@@ -241,11 +246,15 @@ STAGGERED_D64 = {"h100": dict(C_stag=56 * MB, kappa_stag=8.0, lag=1.0, overlap=0
 # (fit_staggered(..., shared=True, grid=LAG_GRID)) on every d != 64 causal forward the H100 recorded up to check46
 # (102 rows): loss 0.012 against 0.095, 100 of 102 within ±25% against 95, mean error 7.9% against 23.2%. Fitted on
 # the runs before heads128 and check26 alone (46 rows; no lone head at its knee among them), the search picks the
-# same point, and the 56 rows after are 55 within (the set before: 50). The H200's 13 rows keep its set (rule off).
-# figures/gpu/NOTES-l2.md, "Twenty-third round".
+# same point, and the 56 rows after are 55 within (the set before: 50). figures/gpu/NOTES-l2.md, "Twenty-third round".
+# The H200 then measured check47: its lone heads at the d = 128 knee 52-281% over with its set (the lag over every
+# CTA). Its shared set was fitted again with both (fit_staggered(..., gpu="h200", shared=True, grid=H200_LAG_GRID)) on
+# the H200's runs before check47 (16 forwards): check47-check49 held out, 26 of 26 within ±25% (the set before: 17).
+# figures/gpu/NOTES-l2.md, "Twenty-fourth round".
 STAGGERED_SHARED = {"h100": dict(C_stag=48 * MB, kappa_stag=7.0, lag=1.0, overlap=0.5, spread=0.25, miss_cap=0.75,
                                  lag_other=1),
-                    "h200": {}}
+                    "h200": dict(C_stag=50 * MB, kappa_stag=7.0, lag=1.25, overlap=0.3, spread=0.25, miss_cap=0.65,
+                                 lag_other=1)}
 # the runs each GPU's staggered sets (shared and d = 64) are fitted on since the spread term
 SPREAD_FIT_ON = {"h100": ("grid", "check", "check2", "check3", "check4", "repeat", "check7", "check9", "check11",
                           "check12", "check13", "check15"),

@@ -186,8 +186,10 @@ RULES = (
     Rule("FA2's d = 64 forward: heads roll in", dict(head_rule=0), 1, "head_reads", FA2, "check22"),
     Rule("the drift where three CTAs share an SM", dict(rdrift3_rule=0), 2, "C_rdrift3 kappa_rdrift3", OURS,
          "check44"),
-    Rule("a cap on the d = 64 walk's misses", dict(cap_rule=0), 1, "STAGGERED_D64['h100'] miss_cap", FA2, "check45"),
-    Rule("the walk's lag over other heads' CTAs", dict(lag_rule=0), 2, "STAGGERED_SHARED['h100'] miss_cap spread", FA2,
+    Rule("a cap on the d = 64 walk's misses", dict(cap_rule=0), 2, "STAGGERED_D64's miss_cap (H100, H200)", FA2,
+         "check45"),
+    Rule("the walk's lag over other heads' CTAs", dict(lag_rule=0), 4,
+         "STAGGERED_SHARED's miss_cap spread (H100, H200)", FA2,
          "check47"),
 )
 # All of them off at once: the lockstep passes (C_eff, kappa), the write residue (alpha, rho) and the staggered walk
