@@ -75,9 +75,12 @@ def test_blocksparse_budget_moves_less_than_algorithm_5():
 
     ex = grading.get("06")
     for case, b in zip(ex.cases, budgets.budgets(ex.name)):
+        opts = {k: case[k] for k in ("causal", "dropout_p") if k in case}  # Algorithm 5 with the case's options
+        if case.get("masked_row") is not None:
+            opts["mask"] = True
         alg5 = iomodel.predict("blocksparse", "forward", Nq=case["Nq"], Nk=case["Nk"], d=case["d"],
                                heads=case["heads"], block_sizes=(case["Br"], case["Bc"]),
-                               block_mask=np.array(case["block_mask"], bool))
+                               block_mask=np.array(case["block_mask"], bool), **opts)
         empty = sum(1 for j in range(len(case["block_mask"][0])) if not any(r[j] for r in case["block_mask"]))
         saved = alg5.total - sum(r + w for r, w in b["by_tensor"].values())
         assert saved == 2 * empty * case["Bc"] * case["d"] * case["heads"]

@@ -9,6 +9,14 @@ CASES = [
      "block_mask": [[1, 0, 0, 1], [0, 0, 1, 1], [1, 0, 0, 0]]},  # column 1 empty
     {"Nq": 10, "Nk": 11, "d": 3, "heads": 1, "Br": 4, "Bc": 3,
      "block_mask": [[1, 0, 1, 0], [0, 0, 0, 0], [1, 0, 0, 1]]},  # ragged; row block 1 and column 1 empty
+    # Algorithm 5 is Algorithm 2 behind `if M_ij ≠ 0`: MASK and dropout stay in the tile step. One case each,
+    # so that a tile step without spec.tile_mask's causal part, its mask part, or spec.dropout_Z is wrong.
+    {"Nq": 10, "Nk": 12, "d": 3, "heads": 2, "Br": 4, "Bc": 4, "causal": True,
+     "block_mask": [[1, 0, 0], [1, 1, 0], [0, 1, 1]]},  # M's diagonal blocks partly causal-masked
+    {"Nq": 9, "Nk": 10, "d": 3, "heads": 1, "Br": 3, "Bc": 4, "masked_row": 4,
+     "block_mask": [[1, 1, 0], [0, 1, 1], [1, 0, 1]]},  # a mask, and row 4 (in a nonzero row block) sees no key
+    {"Nq": 8, "Nk": 12, "d": 3, "heads": 1, "Br": 4, "Bc": 4, "dropout_p": 0.2,
+     "block_mask": [[1, 0, 1], [1, 0, 0]]},  # dropout; column 1 empty
 ]
 
 

@@ -5,6 +5,12 @@ from . import Exercise, attention_setup
 CASES = [
     {"Nq": 1, "Nk": 29, "d": 4, "heads": 3, "Br": 1, "Bc": 4, "num_splits": 3},
     {"Nq": 2, "Nk": 17, "d": 3, "heads": 1, "Br": 2, "Bc": 5, "num_splits": 2},
+    # S = 1: nothing to merge, O, m, l written by the split pass (a solution that writes partials and then
+    # skips the merge leaves O unwritten).
+    {"Nq": 3, "Nk": 10, "d": 3, "heads": 2, "Br": 2, "Bc": 4, "num_splits": 1},
+    # S = Tc = ⌈Nk/Bc⌉: one key tile per split, the first ragged (keys [0, 3), [3, 7), [7, 11)), so a split
+    # whose last tile runs past its own end, min(c0 + Bc, Nk), reads the next split's keys too.
+    {"Nq": 1, "Nk": 11, "d": 3, "heads": 2, "Br": 1, "Bc": 4, "num_splits": 3},
 ]
 
 

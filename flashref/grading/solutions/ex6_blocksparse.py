@@ -35,6 +35,8 @@ def blocksparse_forward(mem, spec):
             alpha = mem.reuse("m_i", "alpha", np.exp(m_i - m_safe))
             beta = mem.reuse("m_tilde_ij", "beta", np.exp(m_t - m_safe))
             l_new = mem.hold("l_new", alpha * l_i + beta * l_t)
+            if spec.dropout_p > 0:  # Alg.5 l.14: P̃_ij^dropped (ℓ̃_ij above sums P̃_ij before dropout)
+                P_t = mem.hold("P_tilde_ij", P_t * spec.dropout_Z(rows, cols))
             inv = 1.0 / np.where(l_new == 0, 1.0, l_new)
             O_i = mem.hold("O_i", (l_i * alpha * inv)[..., None] * O_i + (beta * inv)[..., None] * (P_t @ V_j))
             mem.store("O", O_i, rows=rows)

@@ -1,0 +1,92 @@
+"""The graded cases catch the wrong solutions they are there for: each is the reference solution with one thing
+left out, which scores full marks without the case and loses the correctness points with it.
+
+Exercise 6 (Algorithm 5 is Algorithm 2 behind ``if M_ij ≠ 0``, so its tile step has MASK and dropout): a case
+each for causal, a mask (with a fully masked row) and dropout. Exercise 8: a case with S = 1 (nothing to merge)
+and one with S = Tc (one key tile per split). Exercise 1 is Algorithm 0, which has no MASK and no dropout: it has
+no such case, and its reference ignores ``spec.causal``, ``spec.mask`` and ``spec.dropout_p``.
+"""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from flashref import grading
+from flashref.grading import budgets
+
+SOLUTIONS = Path(budgets.SOLUTIONS)
+
+
+def reference_without(tmp_path, ex, *, first_line=None, old=None, new=None) -> Path:
+    """The reference solution of ``ex`` with ``first_line`` put first in its body, or ``old`` replaced by ``new``."""
+    text = (SOLUTIONS / ex.solution).read_text()
+    if first_line is not None:
+        text = text.replace("    # BEGIN SOLUTION\n", f"    # BEGIN SOLUTION\n    {first_line}\n", 1)
+    if old is not None:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = tmp_path / ex.solution
+    path.write_text(text)
+    return path
+
+
+def case_number(ex, **want) -> int:
+    """The index of the one case of ``ex`` that has the keys and values ``want``."""
+    found = [k for k, c in enumerate(ex.cases) if all(c.get(key) == v for key, v in want.items())]
+    assert len(found) == 1, (ex.name, want, found)
+    return found[0]
+
+
+def failing(rep) -> list[int]:
+    return [k for k, c in enumerate(rep.cases) if not c["correct"]]
+
+
+@pytest.mark.parametrize("number", ["06", "08"])
+def test_the_reference_passes_every_case(number):
+    rep = grading.grade(number, SOLUTIONS / grading.get(number).solution, seed=0)
+    assert rep.points == rep.max_points and failing(rep) == [], rep
+
+
+# (the option, the line that makes the reference ignore it, the case that catches it)
+IGNORED = [
+    ("causal", "spec.causal = False", {"causal": True}),  # spec.tile_mask without the causal part
+    ("mask", "spec.mask = None", {"masked_row": 4}),  # spec.tile_mask without the mask (and its empty row)
+    ("dropout", "spec.dropout_p = 0.0", {"dropout_p": 0.2}),  # no P̃_ij ∘ Z_ij at Alg.5 l.14
+]
+
+
+@pytest.mark.parametrize("option, line, case", IGNORED, ids=[i[0] for i in IGNORED])
+def test_blocksparse_ignoring_an_option_fails_its_case(tmp_path, option, line, case):
+    ex = grading.get("06")
+    rep = grading.grade("06", reference_without(tmp_path, ex, first_line=line), seed=0)
+    assert rep.parts["correctness"] == (0, 5) and rep.points == 0, rep
+    assert failing(rep) == [case_number(ex, **case)], rep  # that case alone: no other case had caught it
+
+
+def test_split_kv_with_one_split_writes_O_m_l(tmp_path):
+    """S = 1: a solution that always writes the partials and, with nothing to merge, stops there leaves O, m, l
+    NaN; one that merges the single partial anyway is correct but moves more than the budget."""
+    ex = grading.get("08")
+    one = case_number(ex, num_splits=1)
+    partials_only = reference_without(tmp_path, ex, old="            if S == 1:\n",
+                                      new="            if False:  # the partials, even for S = 1\n")
+    rep = grading.grade("08", partials_only, seed=0)
+    assert rep.parts["correctness"] == (0, 5) and failing(rep) == [one], rep
+    assert f"case {one + 1} (" in rep.message and "NaN" in rep.message, rep.message
+    merged = partials_only.read_text().replace("    if S == 1:\n        return\n", "")
+    partials_only.write_text(merged)
+    rep = grading.grade("08", partials_only, seed=0)
+    assert rep.correct and not rep.io_ok and rep.points == 7, rep
+    assert not rep.cases[one]["io_ok"] and all(c["io_ok"] for k, c in enumerate(rep.cases) if k != one), rep
+
+
+def test_split_kv_with_one_key_tile_per_split(tmp_path):
+    """S = Tc: each split is one tile, the first ragged; a tile clipped at Nk instead of the split's end reads
+    keys of the next split (the cases with several tiles per split catch it too)."""
+    ex = grading.get("08")
+    tc = [k for k, c in enumerate(ex.cases) if c["num_splits"] == math.ceil(c["Nk"] / c["Bc"]) > 1]
+    assert len(tc) == 1 and ex.cases[tc[0]]["Nk"] % ex.cases[tc[0]]["num_splits"], ex.cases
+    rep = grading.grade("08", reference_without(tmp_path, ex, old="min(c0 + Bc, k1)", new="min(c0 + Bc, Nk)"),
+                        seed=0)
+    assert rep.parts["correctness"] == (0, 5) and tc[0] in failing(rep), rep
