@@ -43,6 +43,7 @@ lines marked in the code:
   K/V tile load; Q_i holds g·Br rows).
 * Variable-length batches: :func:`forward_varlen`, :func:`backward_varlen` run each sequence as
   its own problem (its own grid, flash-attn's ``cu_seqlens``): the counts add, with no padding.
+  A sequence may be empty (no queries); ALiBi slopes may be per sequence, ``(B, H)``.
 
 Example::
 
@@ -53,16 +54,21 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import blocks, masks, variants
-from .flops import FlopCounter
-from .memory import Memory
+from .flops import FlopCounter, FlopReport
+from .memory import IOReport, Memory
 from .problem import (
     SHARED_OPTIONS,
     VARIANT_OPTIONS,
     Problem,
     _array,
+    _bool,
+    _kv_lead,
+    _slopes,
     check_finite,
     check_like,
     check_options,
@@ -73,7 +79,7 @@ from .softmax import finite_or_zero
 
 __all__ = ["forward", "backward", "forward_varlen", "backward_varlen", "footprint_forward", "footprint_backward",
            "grid_forward", "grid_backward", "block_visited", "mask_needed", "OPTIONS", "check_cu_seqlens",
-           "refuse_varlen_scores"]
+           "check_cu_seqlens_pair", "check_varlen_slopes", "refuse_varlen_scores"]
 
 #: Options beyond the shared ones: the attention variants, and the GQA tile schedule.
 OPTIONS = VARIANT_OPTIONS + ("gqa_packing",)
@@ -121,7 +127,9 @@ def _loop_grid(pb: Problem, footprint) -> blocks.Grid:
     """The tiling of the loop: blocks resolved for the query positions, rows ×g when GQA is packed."""
     G = variants.packed_group(pb, pb.gqa_packing)
     Br, Bc = blocks.resolve(pb, lambda Br, Bc, d: footprint(G * Br, Bc, d))
-    return blocks.Grid.of(G * Br, Bc, G * pb.Nq, pb.Nk)
+    # Nq = 0 (a varlen sequence with keys but no queries: backward_varlen) resolves Br = 0; its Tr = 0 row
+    # blocks may have any height, and a Grid's blocks are positive.
+    return blocks.Grid.of(G * max(Br, 1), Bc, G * pb.Nq, pb.Nk)
 
 
 def grid_forward(pb: Problem) -> blocks.Grid:
@@ -440,9 +448,12 @@ def _sum_groups(pb0: Problem, g: blocks.Grid, dK_h, dV_h, fc):
 
 
 def check_cu_seqlens(cu, name: str, total: int | None = None) -> np.ndarray:
-    """``cu_seqlens``: ints ``0 = cu[0] < cu[1] < … < cu[B] = total`` (flash-attn's convention).
+    """``cu_seqlens``: ints ``0 = cu[0] ≤ cu[1] ≤ … ≤ cu[B] = total`` (flash-attn's convention).
 
-    ``total`` (the packed length of Q or K) is checked when given; ``iomodel.predict_varlen`` has none.
+    Two equal offsets are an empty sequence: flash-attn's varlen kernels take them (a batch unpadded
+    from a padding mask may hold a sequence with no token), and :func:`check_cu_seqlens_pair` says
+    which are defined. ``total`` (the packed length of Q or K) is checked when given;
+    ``iomodel.predict_varlen`` has none.
     """
     a = np.asarray(cu)
     # a bool inside a list becomes an integer in the array: refused as a bool array is
@@ -453,11 +464,58 @@ def check_cu_seqlens(cu, name: str, total: int | None = None) -> np.ndarray:
     a = a.astype(np.int64)  # before np.diff: unsigned differences wrap around instead of going negative
     if a[0] != 0:
         raise ValueError(f"{name}: expected to start at 0, got {int(a[0])}")
-    if np.any(np.diff(a) <= 0):
-        raise ValueError(f"{name}: expected strictly increasing offsets (no empty sequence), got {a.tolist()}")
+    if np.any(np.diff(a) < 0):
+        raise ValueError(f"{name}: expected non-decreasing offsets (two equal ones are an empty sequence), "
+                         f"got {a.tolist()}")
     if total is not None and a[-1] != total:
         raise ValueError(f"{name}: expected to end at the total length {total}, got {int(a[-1])}")
     return a
+
+
+def check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, total_q: int | None = None,
+                          total_k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Both offsets (:func:`check_cu_seqlens`), B sequences each, none with queries but no keys.
+
+    Sequence b has ``Nq_b = cu_q[b+1] − cu_q[b]`` queries and ``Nk_b`` keys. ``Nq_b = 0`` is defined
+    whatever ``Nk_b``: no output row, and in the backward zero dK, dV for its keys (no query sees them).
+    ``Nq_b > 0`` with ``Nk_b = 0`` is not: each row would be a softmax over no score (O = 0/0, ℓ = 0).
+    A varlen batch is its sequences run one by one, and :func:`forward` refuses Nk = 0, so the batch
+    refuses that sequence too, rather than pick a convention silently (flash-attn writes O = 0 and
+    LSE = +inf there; a fully masked row here has L = -inf).
+    """
+    cq = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", total_q)
+    ck = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", total_k)
+    if cq.size != ck.size:
+        raise ValueError(f"cu_seqlens_k: {ck.size - 1} sequences, cu_seqlens_q has {cq.size - 1}")
+    nq, nk = np.diff(cq), np.diff(ck)
+    no_keys = np.flatnonzero((nq > 0) & (nk == 0))
+    if no_keys.size:
+        b = int(no_keys[0])
+        raise ValueError(f"cu_seqlens_k: sequence {b} has {int(nq[b])} queries but no keys (cu_seqlens_k[{b}] = "
+                         f"cu_seqlens_k[{b + 1}] = {int(ck[b])}): attention over no key is undefined, and "
+                         f"flash2.forward refuses Nk = 0 alike; a sequence may have no queries, not no keys")
+    return cq, ck
+
+
+def check_varlen_slopes(alibi_slopes, B: int, H: int) -> np.ndarray | None:
+    """ALiBi slopes of a batch of B sequences of H query heads, as a ``(B, H)`` array (None: none).
+
+    One slope per head, ``(H,)``, is every sequence's; one per sequence and head, ``(B, H)``, gives
+    sequence b row b, as flash-attn's ``alibi_slopes`` of shape ``(batch_size, nheads)``. Any shape
+    that broadcasts to (B, H) is taken, as ``decoding.forward_paged`` takes it; the values are
+    checked by the rule every entry point applies (:func:`flashref.problem._slopes`).
+    """
+    if alibi_slopes is None:
+        return None
+    shape = np.shape(alibi_slopes)
+    try:
+        fits = np.broadcast_shapes(shape, (B, H)) == (B, H)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"alibi_slopes: expected one slope per head, (H,) = ({H},), or one per sequence and "
+                         f"head, (B, H) = ({B}, {H}) as flash-attn's (batch_size, nheads); got shape {shape}")
+    return _slopes(alibi_slopes, (B, H), from_shapes=False)
 
 
 def refuse_varlen_scores(opts: dict, where: str) -> None:
@@ -471,9 +529,13 @@ def refuse_varlen_scores(opts: dict, where: str) -> None:
 def _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, where, extra):
     """Check a packed batch once, as a whole, under the name of the function called (``where``).
 
-    Returns ``Q, K, V`` as arrays (lists work, as in :func:`forward`) and the checked offsets. The
-    per-sequence calls check the rest (finite values, head dimensions) on each slice; what a slice
-    cannot see, such as V longer than K, is checked here.
+    Returns ``Q, K, V`` as arrays (lists work, as in :func:`forward`), the checked offsets, ``pb``
+    (the batch's heads, head dimension and options, checked from shapes with one query and one key:
+    the lengths are each sequence's) and each sequence's options (its row of ``alibi_slopes``).
+
+    The per-sequence calls check everything again on their slices. What no slice sees is checked
+    here: V longer than K, and all of a sequence with no queries, which runs no call (its K, V rows
+    too), so that a batch of only such sequences still refuses a bad option, head dimension or value.
     """
     check_options(opts, set(SHARED_OPTIONS) | set(extra), where)
     refuse_varlen_scores(opts, where)
@@ -484,11 +546,25 @@ def _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, where, extra):
     if V.shape[-2] != K.shape[-2]:
         raise ValueError(f"V: total length {V.shape[-2]} does not match K's {K.shape[-2]} (K and V pair up row "
                          f"by row)")
-    cq = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", Q.shape[-2])
-    ck = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", K.shape[-2])
-    if cq.size != ck.size:
-        raise ValueError(f"cu_seqlens_k: {ck.size - 1} sequences, cu_seqlens_q has {cq.size - 1}")
-    return Q, K, V, cq, ck
+    cq, ck = check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, Q.shape[-2], K.shape[-2])
+    (Hq, _, d), Hkv = Q.shape, K.shape[0]
+    # Problem.from_arrays's checks of the arrays, on the whole packing (its messages, its names)
+    if d == 0:
+        raise ValueError(f"Q: expected non-empty d, got shape {Q.shape}")
+    for X, name in ((K, "K"), (V, "V")):
+        if X.shape[-1] != d:
+            raise ValueError(f"{name}: head dimension {X.shape[-1]} does not match Q's {d}")
+    _kv_lead((Hq,), (Hkv,), _bool(opts.get("enable_gqa", False), "enable_gqa"), "K")
+    if V.shape[0] != Hkv:
+        raise ValueError(f"V: leading (batch, head) axes {V.shape[:1]} do not match K's {(Hkv,)}")
+    for X, name in ((Q, "Q"), (K, "K"), (V, "V")):
+        check_finite(X, name)
+    slopes = check_varlen_slopes(opts.get("alibi_slopes"), cq.size - 1, Hq)  # (B, Hq) or None
+    # The option values, by the rules every entry point applies (only the slopes' presence is a field here).
+    pb = Problem.from_shapes(where, extra, Nq=1, Nk=1, d=d, heads=Hq, kv_heads=Hkv,
+                             **dict(opts, alibi_slopes=slopes is not None))
+    seq_opts = [opts if slopes is None else dict(opts, alibi_slopes=slopes[b]) for b in range(cq.size - 1)]
+    return Q, K, V, cq, ck, pb, seq_opts
 
 
 def forward_varlen(Q, K, V, cu_seqlens_q, cu_seqlens_k, **opts) -> ForwardResult:
@@ -503,41 +579,105 @@ def forward_varlen(Q, K, V, cu_seqlens_q, cu_seqlens_k, **opts) -> ForwardResult
     mask ``forward`` draws for it alone (the same seed, its rows and columns from 0), so that a varlen batch is
     exactly its sequences run one by one; two sequences of the same lengths then drop the same entries, where
     flash-attn's kernels draw one stream per (sequence, head).
+
+    Empty sequences (two equal offsets), as flash-attn takes them: a sequence with no queries has no
+    row of O or L, launches no work item and moves nothing, whatever its keys; one with queries but
+    no keys is refused, as :func:`forward` refuses Nk = 0 (:func:`check_cu_seqlens_pair`).
+    ``alibi_slopes``: ``(H,)`` for every sequence, or ``(B, H)``, row b for sequence b.
     """
     from . import lowp  # the FP8 options pass through to forward (lowp imports this module: imported here)
 
-    Q, K, V, cq, ck = _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, "flash2.forward_varlen",
-                                   OPTIONS + tuple(lowp.OPTIONS))
-    Os, Ls, ios, flops, items = [], [], [], [], 0
-    for b in range(cq.size - 1):
+    Q, K, V, cq, ck, pb, seq_opts = _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, "flash2.forward_varlen",
+                                                 OPTIONS + tuple(lowp.OPTIONS))
+    fp8 = {k: v for k, v in opts.items() if k in lowp.OPTIONS}
+    lp = lowp.check_options(pb, **fp8) if lowp.requested(fp8) else {}
+    # O and L in forward's dtype: fp32 with FP8 storage (its accumulators), else Q, K, V's (at least float32).
+    # The empty pieces give the result its shape when no sequence has a query.
+    dt = (np.dtype(np.float32) if lp.get("qkv") is not None or lp.get("p") is not None
+          else np.result_type(Q.dtype, K.dtype, V.dtype, np.float32))
+    (H, _, d), items = Q.shape, 0
+    Os, Ls = [np.zeros((H, 0, d), dtype=dt)], [np.zeros((H, 0), dtype=dt)]
+    io, flops = IOReport(dtype_bytes=pb.dtype_bytes), FlopReport()
+    for b, ob in enumerate(seq_opts):
         q, k = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
-        fwd = forward(Q[..., q, :], K[..., k, :], V[..., k, :], **opts)
+        if q.start == q.stop:
+            # No queries: no row block (Tr_b = 0), so no work item and nothing loaded or written, whatever
+            # its keys. flash-attn's kernel returns at once for such a block (m_block·Br ≥ seqlen_q).
+            continue
+        fwd = forward(Q[..., q, :], K[..., k, :], V[..., k, :], **ob)
         Os.append(fwd.O)
         Ls.append(fwd.L)
-        ios.append(fwd.io)
-        flops.append(fwd.flops)
+        io, flops = io + fwd.io, flops + fwd.flops
         # thread blocks: one per (head, row block), per K/V head when packed GQA holds a group's rows in one
         # (opts checked by forward above; with a group of 1, or no query heads, nothing is packed)
         packed = bool(opts.get("gqa_packing", False)) and Q.shape[0] > K.shape[0]
         items += (K if packed else Q).shape[0] * -(-(cq[b + 1] - cq[b]) // fwd.block_sizes[0])
-    return ForwardResult(O=np.concatenate(Os, axis=-2), L=np.concatenate(Ls, axis=-1), io=sum(ios),
-                         flops=sum(flops), work_items=int(items),
+    return ForwardResult(O=np.concatenate(Os, axis=-2), L=np.concatenate(Ls, axis=-1), io=io,
+                         flops=flops, work_items=int(items),
                          seqlens=[(int(cq[b + 1] - cq[b]), int(ck[b + 1] - ck[b])) for b in range(cq.size - 1)])
 
 
 def backward_varlen(Q, K, V, O, dO, L, cu_seqlens_q, cu_seqlens_k, **opts) -> BackwardResult:
-    """Algorithm 2 on a packed batch (see :func:`forward_varlen`); ``O``, ``L`` from its forward."""
-    Q, K, V, cq, ck = _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, "flash2.backward_varlen", OPTIONS)
+    """Algorithm 2 on a packed batch (see :func:`forward_varlen`); ``O``, ``L`` from its forward.
+
+    A sequence with neither queries nor keys has no row and moves nothing. One with keys but no
+    queries has no row of dQ, and its keys' dK, dV are 0, written once (:func:`_backward_without_queries`).
+    """
+    Q, K, V, cq, ck, pb, seq_opts = _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts,
+                                                 "flash2.backward_varlen", OPTIONS)
     # The saved tensors follow Q's packing (their values are checked per sequence, by backward).
     O, dO, L = check_like(O, "O", Q.shape), check_like(dO, "dO", Q.shape), check_like(L, "L", Q.shape[:-1])
-    dQs, dKs, dVs, ios, flops = [], [], [], [], []
-    for b in range(cq.size - 1):
+    dt = np.result_type(Q.dtype, K.dtype, V.dtype, np.float32)  # backward's dtype (Problem.from_arrays's rule)
+    (Hq, _, d), Hkv = Q.shape, K.shape[0]
+    # the empty pieces give the result its shape when no sequence has a row
+    dQs = [np.zeros((Hq, 0, d), dtype=dt)]
+    dKs, dVs = [np.zeros((Hkv, 0, d), dtype=dt)], [np.zeros((Hkv, 0, d), dtype=dt)]
+    io, flops = IOReport(dtype_bytes=pb.dtype_bytes), FlopReport()
+    for b, ob in enumerate(seq_opts):
         q, k = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
-        bwd = backward(Q[..., q, :], K[..., k, :], V[..., k, :], O[..., q, :], dO[..., q, :], L[..., q], **opts)
+        if q.start < q.stop:
+            bwd = backward(Q[..., q, :], K[..., k, :], V[..., k, :], O[..., q, :], dO[..., q, :], L[..., q], **ob)
+        elif k.start < k.stop:
+            bwd = _backward_without_queries(dataclasses.replace(pb, Nq=0, Nk=int(k.stop - k.start)), dt)
+        else:
+            continue  # no query and no key: no row of dQ, dK or dV, nothing to run
         dQs.append(bwd.dQ)
         dKs.append(bwd.dK)
         dVs.append(bwd.dV)
-        ios.append(bwd.io)
-        flops.append(bwd.flops)
+        io, flops = io + bwd.io, flops + bwd.flops
     return BackwardResult(dQ=np.concatenate(dQs, axis=-2), dK=np.concatenate(dKs, axis=-2),
-                          dV=np.concatenate(dVs, axis=-2), io=sum(ios), flops=sum(flops))
+                          dV=np.concatenate(dVs, axis=-2), io=io, flops=flops)
+
+
+def _backward_without_queries(pb: Problem, dtype) -> BackwardResult:
+    """Algorithm 2 on a varlen sequence with keys but no queries (``pb.Nq = 0 < pb.Nk``): Tr = 0.
+
+    No query sees its keys, so every column block j is the one :func:`backward` skips: nothing is
+    loaded, the l.8 loop is empty, and dK_j = dV_j = 0 are written once (Alg.2 l.18). They must be
+    written: the gradients are allocated, not initialised (``mem.output``, flash-attn's
+    ``torch.empty_like``), and flash-attn's backward kernel writes them ("this also covers the case
+    where actual_seqlen_q == 0"). With unpacked GQA the query heads' zero dK_h, dV_h are then summed
+    per group, as :func:`backward` sums any. Its closed form: ``iomodel.flash2.backward_without_queries``.
+    """
+    g = grid_backward(pb)  # Tr = 0 row blocks; Bc as backward resolves it for these keys
+    G = variants.packed_group(pb, pb.gqa_packing)
+    lead = pb.kv_lead if G > 1 else pb.lead_shape  # the loop heads: one per K/V head when packed GQA holds a group
+    reduce_groups = pb.group > 1 and not pb.gqa_packing
+    names = ("dK_h", "dV_h") if reduce_groups else ("dK", "dV")
+    mem, fc = Memory(pb.sram_size, pb.dtype_bytes, lead), FlopCounter()
+    for name in names:
+        mem.output(name, (pb.Nk, pb.d), dtype=dtype)
+    for j in range(g.Tc):  # Alg.2 l.5
+        cols = g.cols(j)
+        zeros = np.zeros(lead + (cols[1] - cols[0], pb.d), dtype=dtype)
+        for name in names:
+            mem.store(name, zeros, rows=cols, line="Alg.2 l.18")  # Bc*d writes each
+    dK, dV = mem.result(names[0]), mem.result(names[1])
+    io = mem.report()
+    if reduce_groups:
+        dK, dV, red = _sum_groups(pb, g, dK, dV, fc)
+        io = io + red.report()
+    if not pb.group:  # [gqa] no query heads: K/V's zero gradients, nothing moved (variants.kv_gradients)
+        dK = dV = np.zeros(pb.kv_lead + (pb.Nk, pb.d), dtype=dtype)
+    return BackwardResult(dQ=np.zeros(pb.lead_shape + (0, pb.d), dtype=dtype), dK=dK, dV=dV, io=io,
+                          flops=fc.report())

@@ -20,7 +20,9 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from .. import blocksparse as _blocksparse
 from .. import decoding as _decoding
@@ -140,19 +142,43 @@ def _predict(algorithm: str, direction: str, where: str, /, *, Nq, Nk, d, heads,
 
 def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads: int = 1, **opts) -> Prediction:
     """Exact reads and writes of ``flash2.forward_varlen`` / ``backward_varlen``: the sum, over the
-    sequences, of ``predict("flash2", direction, Nq=Nq_b, Nk=Nk_b, ...)``; no padding is counted."""
+    sequences, of ``predict("flash2", direction, Nq=Nq_b, Nk=Nk_b, ...)``; no padding is counted.
+
+    A sequence with no queries moves nothing, except in the backward the zero dK, dV of its keys
+    (:func:`flashref.iomodel.flash2.backward_without_queries`); one with queries but no keys is
+    refused, as by the simulator. ``alibi_slopes``: ``True``, or the array, ``(H,)`` or ``(B, H)``.
+    """
     where = f"iomodel.predict_varlen({direction!r})"
+    if direction not in ("forward", "backward"):  # checked here too: a batch of empty sequences predicts none
+        raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
     for name in ("Nq", "Nk"):  # the lengths are the offsets': passed on, they would clash with each sequence's
         if name in opts:
             raise TypeError(f"{where}: {name} is each sequence's length, from cu_seqlens_q and cu_seqlens_k; "
                             f"it is not an option")
     _flash2.refuse_varlen_scores(opts, where)
-    cq = _flash2.check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q")  # the totals are theirs: no Q, K to match
-    ck = _flash2.check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
-    if cq.size != ck.size:
-        raise ValueError(f"cu_seqlens_k: {ck.size - 1} sequences, cu_seqlens_q has {cq.size - 1}")
-    return sum(_predict("flash2", direction, where, Nq=int(cq[b + 1] - cq[b]), Nk=int(ck[b + 1] - ck[b]), d=d,
-                        heads=heads, **opts) for b in range(cq.size - 1))
+    # the totals are theirs: no Q, K to match
+    cq, ck = _flash2.check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k)
+    slopes = opts.get("alibi_slopes")
+    given = slopes is not None and not isinstance(slopes, (bool, np.bool_))
+    if given:
+        opts["alibi_slopes"] = True  # only their presence changes the IO; the array is checked below, as (B, H)
+    # The batch's options, checked once as the simulator checks them (each sequence's predict checks them
+    # again): a batch whose sequences have no queries predicts no sequence, and must refuse alike.
+    probe = dict(opts)
+    own = _own_options("flash2", direction, probe)
+    pb = Problem.from_shapes(where, _extra("flash2", direction), Nq=1, Nk=1, d=d, heads=heads, **probe)
+    if _lowp.requested(own):
+        _lowp.check_options(pb, **own)
+    if given:
+        _flash2.check_varlen_slopes(slopes, cq.size - 1, pb.heads)
+    total = Tally(pb.heads, pb.dtype_bytes).prediction()  # a batch of empty sequences moves nothing
+    for b in range(cq.size - 1):
+        Nq, Nk = int(cq[b + 1] - cq[b]), int(ck[b + 1] - ck[b])
+        if Nq:
+            total = total + _predict("flash2", direction, where, Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
+        elif Nk and direction == "backward":
+            total = total + flash2.backward_without_queries(replace(pb, Nq=0, Nk=Nk))
+    return total
 
 
 def predict_paged(*, Nq: int, d: int, heads: int, page_size: int, cache_seqlens, **opts) -> Prediction:

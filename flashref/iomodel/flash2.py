@@ -53,7 +53,7 @@ from ..problem import Problem
 from ..variants import band
 from . import Prediction, Tally
 
-__all__ = ["forward", "backward", "kv_per_row_block", "q_per_column_block"]
+__all__ = ["forward", "backward", "backward_without_queries", "kv_per_row_block", "q_per_column_block"]
 
 _UNBOUNDED = 1 << 62
 
@@ -137,11 +137,27 @@ def backward(pb: Problem, **lowp_opts) -> Prediction:
         t.add("Alg.2 l.10", reads=sum(qj * b for qj, b in zip(q, Bc_j)))
     t.add("Alg.2 l.15", writes=d * sum(q))
     t.add("Alg.2 l.18", writes=2 * Nk * d)
-    pred = t.prediction()
+    return t.prediction() + _group_sum(pb)
+
+
+def backward_without_queries(pb: Problem) -> Prediction:
+    """``flash2.backward_varlen`` on a sequence with keys but no queries (``pb.Nq = 0``).
+
+    No column block is visited, so nothing is loaded, and each writes its zero dK_j, dV_j once
+    (Alg.2 l.18): ``2·Nk·d`` writes per loop head, plus with unpacked GQA the group sum of those zeros.
+    (The general form above at Nq = 0 gives the same counts, with its other lines at zero.)
+    """
+    flash2.grid_backward(pb)  # the simulator's block sizes: refused alike when they do not fit (the counts need none)
+    G = variants.packed_group(pb, pb.gqa_packing)
+    t = Tally(pb.kv_heads if G > 1 else pb.heads, pb.dtype_bytes)
+    t.add("Alg.2 l.18", writes=2 * pb.Nk * pb.d)
+    return t.prediction() + _group_sum(pb)
+
+
+def _group_sum(pb: Problem) -> Prediction:
+    """[gqa] unpacked: dK = Σ_group dK_h (and dV): read the g query heads' tiles, write one. Else nothing."""
+    red = Tally(pb.kv_heads, pb.dtype_bytes)
     if pb.group > 1 and not pb.gqa_packing:
-        # [gqa] unpacked: dK = Σ_group dK_h (and dV): read the g query heads' tiles, write one.
-        red = Tally(pb.kv_heads, pb.dtype_bytes)
-        red.add("GQA: sum dK_h, dV_h", reads=2 * pb.group * Nk * d, writes=2 * Nk * d)
-        pred = pred + red.prediction()
-    return pred
+        red.add("GQA: sum dK_h, dV_h", reads=2 * pb.group * pb.Nk * pb.d, writes=2 * pb.Nk * pb.d)
+    return red.prediction()
 
