@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 USAGE = """usage: python -m flashref COMMAND [options]   (python -m flashref COMMAND --help: its options)
@@ -56,4 +57,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # the reader went away (`... --help | head`): Python's own recipe, so that the flush at exit does not raise
+        # a second time; the rest of the output goes to /dev/null
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

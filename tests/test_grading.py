@@ -252,6 +252,12 @@ def test_cli_exit_status_and_json(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "flashref", "grade", "02", str(stub(tmp_path, ex))],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 1 and "score: 0 / 10" in bad.stdout
+    # a file that is not there is a typo on the command line: a usage error naming it (grade() itself scores it 0,
+    # as an autograder must a missing submission)
+    typo = subprocess.run([sys.executable, "-m", "flashref", "grade", "02", str(tmp_path / "ex2.py")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert typo.returncode == 2 and "argument file:" in typo.stderr and "ex2.py" in typo.stderr and not typo.stdout
+    assert grading.grade("02", tmp_path / "ex2.py").points == 0
 
 
 def test_quiz_answers_match_and_every_exercise_notebook_asks():

@@ -3,6 +3,9 @@ in one line what to install, instead of Sphinx's traceback, and still shows its 
 
 import importlib.util
 import inspect
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +86,13 @@ def test_figures_only_without_names_is_an_error(tmp_path, capsys):
         figures.main(["--only", "--out", str(tmp_path)])
     assert e.value.code == 2 and "--only: name at least one figure" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_output_piped_into_a_reader_that_stops_is_no_traceback():
+    # `python -m flashref --help | head -1`: the reader goes away before the usage is written; the command ends
+    # quietly (exit 1, Python's recipe) instead of printing a BrokenPipeError traceback
+    proc = subprocess.Popen([sys.executable, "-m", "flashref", "--help"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
+    proc.stdout.close()  # before the child has imported anything, let alone printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1 and "Traceback" not in err and "BrokenPipe" not in err, err

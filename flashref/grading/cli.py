@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 
 def _timeout(text: str) -> float:
@@ -59,6 +60,9 @@ def grade_main(argv) -> int:
         ex = get(a.exercise)
     except ValueError as e:
         p.error(f"argument exercise: {str(e).removeprefix('exercise: ')}")
+    # grade() scores a missing submission 0 with a message, as an autograder must; typed here, it is a typo
+    if not Path(a.file).is_file():
+        p.error(f"argument file: {a.file} is not a file")
     try:
         rep = grade(ex.name, a.file, seed=a.seed, timeout=a.timeout)
     except ModuleNotFoundError as e:  # the lab without Triton: what to install, in one line
