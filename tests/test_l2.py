@@ -421,11 +421,17 @@ CAP_GRIDS = {"h100": l2fit.CAP_GRID, "h200": l2fit.H200_CAP_GRID}
 LAG_GRIDS = {"h100": l2fit.LAG_GRID, "h200": l2fit.H200_LAG_GRID}
 
 
-def _best_of_neighbours(gpu, held_out, own, grid, **which):
-    """Fit ``own`` (each parameter a one-value grid) on the GPU's runs but ``held_out``, check that moving any one
-    parameter to a neighbour in ``grid`` (the others kept) fits worse, and return its loss. (The whole grids take
-    minutes to ten minutes; every neighbour at once is hundreds of points.)"""
-    runs = [res for name, _, res in l2fit.recorded_runs(REPO / "figures" / "gpu", (gpu,)) if name not in held_out]
+def _fit_on(gpu, held_out, h200_fit_on):
+    """Whether a run of ``gpu`` is in a set's fit: on the H100 every run but ``held_out``, on the H200 the runs named
+    (it measured some sets predicted earlier only after the fit)."""
+    return (lambda name: name not in held_out) if gpu == "h100" else (lambda name: name in h200_fit_on)
+
+
+def _best_of_neighbours(gpu, fit_on, own, grid, **which):
+    """Fit ``own`` (each parameter a one-value grid) on the GPU's runs that ``fit_on(name)`` takes, check that moving
+    any one parameter to a neighbour in ``grid`` (the others kept) fits worse, and return its loss. (The whole grids
+    take minutes to ten minutes; every neighbour at once is hundreds of points.)"""
+    runs = [res for name, _, res in l2fit.recorded_runs(REPO / "figures" / "gpu", (gpu,)) if fit_on(name)]
     _, loss = l2fit.fit_staggered(runs, {k: [v] for k, v in own.items()}, gpu=gpu, **which)
     for name, values in _around(grid, own).items():
         for v in values:
@@ -443,21 +449,22 @@ def test_d64_set_with_miss_cap_is_the_fit(gpu):
     check45 do not reach that far: there it fits them a little worse than the set before (fitted on the same rows
     over another grid), and the runs held out of it (check45 on, far past the knee) show what it buys."""
     own = dict(D.STAGGERED_D64[gpu])
-    runs, loss = _best_of_neighbours(gpu, l2fit.CAP_HELD_OUT, own, CAP_GRIDS[gpu], d=64)
+    fit_on = _fit_on(gpu, l2fit.CAP_HELD_OUT, l2fit.H200_CAP_FIT_ON)
+    runs, loss = _best_of_neighbours(gpu, fit_on, own, CAP_GRIDS[gpu], d=64)
     before = {k: [v] for k, v in dict(D.STAGGERED_D64_BEFORE_CAP[gpu], miss_cap=1.0).items()}
     assert loss < (0.7 if gpu == "h100" else 1.3) * l2fit.fit_staggered(runs, before, gpu=gpu, d=64)[1]
     if gpu == "h200":
-        _held_out_gains(gpu, l2fit.CAP_HELD_OUT, lambda r: r.kw["d"] == 64, {"cap_rule": 0})
+        _held_out_gains(gpu, fit_on, lambda r: r.kw["d"] == 64, {"cap_rule": 0})
 
 
-def _held_out_gains(gpu, held_out, which, off):
-    """FlashAttention-2's causal rows (``which``) of the GPU's runs held out of a set's fit: more within ±25% with the
-    set than with the set before it (``off``)."""
-    rows = [r for r in l2score.recorded_rows(gpus=(gpu,)) if r.run in held_out and r.impl == "sdpa_flash"
+def _held_out_gains(gpu, fit_on, which, off):
+    """FlashAttention-2's causal rows (``which``) of the GPU's runs held out of a set's fit (those ``fit_on`` does
+    not take): more within ±25% with the set than with the set before it (``off``), and all but one in twenty."""
+    rows = [r for r in l2score.recorded_rows(gpus=(gpu,)) if not fit_on(r.run) and r.impl == "sdpa_flash"
             and r.kw["causal"] and which(r)]
     assert len(rows) >= 20
     now, before = (int(np.sum(np.abs(l2score.errors(rows, q)) <= l2score.BAND)) for q in (None, off))
-    assert now > before + len(rows) // 5, (now, before, len(rows))
+    assert now > before and now >= 0.95 * len(rows), (now, before, len(rows))
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
@@ -468,12 +475,13 @@ def test_shared_set_with_lag_other_is_the_fit(gpu):
     knee among them, far better), as it does the runs held out of it."""
     own = dict(D.STAGGERED_SHARED[gpu])
     assert own["lag_other"] == 1
-    runs, loss = _best_of_neighbours(gpu, l2fit.LAG_HELD_OUT, own, LAG_GRIDS[gpu], shared=True)
+    fit_on = _fit_on(gpu, l2fit.LAG_HELD_OUT, l2fit.H200_LAG_FIT_ON)
+    runs, loss = _best_of_neighbours(gpu, fit_on, own, LAG_GRIDS[gpu], shared=True)
     # the shared set before: PARAMS' and the GPU's (GPU_PARAMS adds nothing on the H100)
     before = {k: [dict(D.PARAMS, **D.GPU_PARAMS[gpu])[k]] for k in own if k != "lag_other"}
     assert loss < (0.2 if gpu == "h100" else 0.7) * l2fit.fit_staggered(runs, before, gpu=gpu, shared=True)[1]
     if gpu == "h200":
-        _held_out_gains(gpu, l2fit.LAG_HELD_OUT, lambda r: not D._d64_tiles(r.kw["d"]), {"lag_rule": 0})
+        _held_out_gains(gpu, fit_on, lambda r: not D._d64_tiles(r.kw["d"]), {"lag_rule": 0})
 
 
 def test_lag_other_leaves_a_lone_head_at_its_prefix():
@@ -761,7 +769,9 @@ def test_rolling_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu
 # (and the H200's kernel 3 at three and six CTAs an SM near its knee, check45's 1 x 3 x 163840 and 196608 and check50's
 # 1 x 6 x 147456, +30% to +42%: over, with the knee of three CTAs an SM fitted on the H100's rows and without it;
 # RDRIFT3_HELD_MISSES)
-ROLL_HELD_MISSES = {("h200", "flashref", "check45_64_1x3x163840_causal", "fwd"),
+ROLL_HELD_MISSES = {*(("h200", "flashref", f"check44_64_{shape}_causal", "fwd")
+                      for shape in ("8x1x163840", "8x1x196608", "4x2x163840")),
+                    ("h200", "flashref", "check45_64_1x3x163840_causal", "fwd"),
                     ("h200", "flashref", "check45_64_1x3x196608_causal", "fwd"),
                     ("h200", "flashref", "check50_64_1x6x147456_causal", "fwd"),
                     ("h100", "flashref", "knee64c_262144_h1", "fwd"), ("h100", "flashref", "knee64c_327680_h1", "fwd"),
@@ -846,10 +856,13 @@ def test_rolling_drift3_held_out_within_25_percent(impl, shape, mode, kw, measur
     _within_25_percent(err, (gpu, impl, shape, mode), RDRIFT3_HELD_MISSES, 0.5)
 
 
-# The H200 measured check45 on 2026-11-28: kernel 3's causal d = 64 forward at three heads of 163840 and 196608,
-# +26% and +39%. The knee of three CTAs an SM was fitted on the H100's rows; the H200's faster HBM leaves its CTAs
-# less far apart there (its FlashAttention-2 walk too reads less than the H100's), and it has no set of its own
-RDRIFT3_HELD_MISSES = {("h200", "flashref", "check45_64_1x3x163840_causal", "fwd"),
+# The H200 measured check44 and check45 on 2026-11-28: kernel 3's causal d = 64 forward at three to eight heads of
+# 163840 and 196608, +26% to +39%. The knee of three CTAs an SM was fitted on the H100's rows; the H200's faster HBM
+# leaves its CTAs less far apart there (its FlashAttention-2 walk too reads less than the H100's), and it has no set
+# of its own
+RDRIFT3_HELD_MISSES = {*(("h200", "flashref", f"check44_64_{shape}_causal", "fwd")
+                         for shape in ("8x1x163840", "8x1x196608", "4x2x163840")),
+                       ("h200", "flashref", "check45_64_1x3x163840_causal", "fwd"),
                        ("h200", "flashref", "check45_64_1x3x196608_causal", "fwd")}
 
 
@@ -921,7 +934,12 @@ SWAVES_HELD_MISSES = {
     # the H200's eight single-head sequences of 98304 (check45, +29%) and check50's 4 x 1 x 32768 forward+backward
     # (+31%: its backward)
     ("h200", "sdpa_flash", "check45_64_8x1x98304_causal", "fwd"),
-    ("h200", "sdpa_flash", "check50_128_4x1x32768_causal", "fwd_bwd")}
+    ("h200", "sdpa_flash", "check50_128_4x1x32768_causal", "fwd_bwd"),
+    # and the H200's check44 d = 64 walk far past its knee with the set it was predicted with, before miss_cap
+    # (+31% to +40%; today's +5%), and check42's lone d = 128 head of 393216 before lag_other (+25.1%; today's -11%)
+    *(("h200", "sdpa_flash", f"check44_64_{shape}_causal", mode) for shape in ("4x1x458752", "2x1x458752")
+      for mode in ("fwd", "fwd_bwd")),
+    ("h200", "sdpa_flash", "check42_128_1x1x393216_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -987,7 +1005,12 @@ def test_apart_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, 
     check37's and two of check40's, drawn after the rule, -58% to -78%, check43's 1 x 8 x 196608, -37.1%, and check46's
     4 x 2 x 196608 and 1 x 8 x 262144, -36.3% and -78.5%, and check48's 8 x 1 x 196608, -34.4%, out)."""
     err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
-    assert abs(err) <= 0.25, f"{err:+.1%}"
+    _within_25_percent(err, (gpu, impl, shape, mode), APART_HELD_MISSES, 0.5)
+
+
+# The H200 measured check42 on 2026-11-28: the non-causal d = 64 forward+backward at 1 x 4 x 393216, -34% (its backward
+# came apart sooner than apart_steps, fitted on the H100's rows, says)
+APART_HELD_MISSES = {("h200", "sdpa_flash", "check42_64_1x4x393216", "fwd_bwd")}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -1038,7 +1061,7 @@ def test_head_reads_held_out_within_25_percent(impl, shape, mode, kw, measured, 
     check43's 1 x 8 x 196608, -27.0%, check46's 8 x 1 x 131072 and 4 x 2 x 196608, -28.7% and -26.3%, and check48's
     8 x 1 x 196608, -26.4%, out)."""
     err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
-    assert abs(err) <= 0.25, f"{err:+.1%}"
+    _within_25_percent(err, (gpu, impl, shape, mode), APART_HELD_MISSES, 0.5)  # (the same call: its backward)
 
 
 SOFTMAX_PROBE = json.loads((REPO / "figures" / "gpu" / "h100-l2-softmax-rows.json").read_text())
@@ -1941,6 +1964,14 @@ PREREGISTERED_MISSES = {
     ("h200", "sdpa_flash", "check47_128_2x3x114688_causal", "fwd"),
     *(("h200", "sdpa_flash", f"check49_{shape}_causal", mode) for shape in ("128_4x2x98304", "64_4x1x393216")
       for mode in ("fwd", "fwd_bwd")),
+    # The H200's check41-check44, measured after its refit (with the sets they were predicted with): 171 of 180;
+    # today's model 176 of 180 (its misses kernel 3's, below, and check42's d = 64 forward+backward)
+    ("h200", "sdpa_flash", "check42_128_1x1x393216_causal", "fwd"),
+    ("h200", "sdpa_flash", "check42_64_1x4x393216", "fwd_bwd"),
+    *(("h200", "sdpa_flash", f"check44_64_{shape}_causal", mode) for shape in ("4x1x458752", "2x1x458752")
+      for mode in ("fwd", "fwd_bwd")),
+    *(("h200", "flashref", f"check44_64_{shape}_causal", "fwd")
+      for shape in ("8x1x163840", "8x1x196608", "4x2x163840")),
     # check50 (the H200's refitted sets): 41 of 42, its miss FlashAttention-2's causal d = 128 forward+backward at
     # 4 x 1 x 32768, +31.1% (its forward +6%: the backward's bytes)
     ("h200", "sdpa_flash", "check50_128_4x1x32768_causal", "fwd_bwd"),

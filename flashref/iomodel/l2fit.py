@@ -152,6 +152,10 @@ LAG_GRID = dict(lag_other=[1], C_stag=[MB * c for c in (48, 50, 52, 54, 56, 60)]
 # (12 and 19 forwards) a wider grid's best slides along a flat valley to its edges (the d = 64 set to miss_cap 0.8,
 # C_stag 72 MiB; loss 0.0144 against 0.0169) and predicts the runs held out worse (figures/gpu/NOTES-l2.md,
 # "Twenty-fourth round")
+# The H200's runs each set was fitted on, named: runs the H200 measures later of sets predicted earlier (check41-check44
+# measured after the fit, say) are held out of it, whatever their name's place in RUNS_SINCE_CHECK13
+H200_CAP_FIT_ON = ("", "check4")
+H200_LAG_FIT_ON = ("", "check4", "check45", "check46")
 H200_CAP_GRID = dict(miss_cap=[0.5, 0.55, 0.6, 0.65, 0.7], C_stag=[MB * c for c in (56, 60, 64, 68, 72)],
                      kappa_stag=[6, 8, 9, 10, 12], lag=[0.5, 1, 1.5], overlap=[0.4, 0.5, 0.6, 0.75])
 H200_LAG_GRID = dict(lag_other=[1], C_stag=[MB * c for c in (50, 52, 54, 56, 58, 60)], kappa_stag=[5, 6, 7],
@@ -442,14 +446,22 @@ def recorded_runs(folder, gpus=("h100", "h200"), skip=lambda name: False):
             yield name, path.name[:4], json.loads(path.read_text())
 
 
+# Runs a GPU measured after every fit of the model, of sets predicted long before (the H200's check41-check44,
+# measured 2026-11-28): held out of every fit, whatever their name's place in RUNS_SINCE_CHECK13
+MEASURED_AFTER_THE_FITS = {"h100": (), "h200": ("check41", "check42", "check43", "check44")}
+
+
 def _held_rows(folder, held_out, gpus, held, varies, also_skip=()):
     """:func:`_launching` rows (kernels ``varies(item)``) of every recorded run in ``folder`` of ``gpus``: the fit set
-    (``held_out=False``: every run but those named in ``held``) or the held-out runs; runs in ``also_skip`` in
-    neither."""
-    def skip(name):
-        return name in also_skip or (name in held) != held_out
+    (``held_out=False``: every run but those named in ``held`` and those MEASURED_AFTER_THE_FITS) or the held-out runs;
+    runs in ``also_skip`` in neither."""
+    out = []
+    for gpu in gpus:
+        def skip(name, gpu=gpu):
+            return name in also_skip or (name in held or name in MEASURED_AFTER_THE_FITS[gpu]) != held_out
 
-    return [row for _, gpu, result in recorded_runs(folder, gpus, skip) for row in _launching(result, gpu, varies)]
+        out += [row for _, g, result in recorded_runs(folder, (gpu,), skip) for row in _launching(result, g, varies)]
+    return out
 
 
 def _launching(result, gpu, varies):
