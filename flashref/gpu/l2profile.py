@@ -592,6 +592,16 @@ CHECK50 = [
     ("check50_128_1x4x147456_causal", 1, 4, 147456, 128, True),
     ("check50_128_4x1x32768_causal", 4, 1, 32768, 128, True), ("check50_64_1x2x311296_causal", 1, 2, 311296, 64, True),
 ]
+# check51: kernel 3's causal d = 64 forward (three CTAs an SM) near and past the drift's knee, after the H200's own
+# capacity for it (dram.RDRIFT3_GPU): ten shapes drawn with default_rng(20261237), B from 1, 2, 4, 8; H from 1, 2, 3, 4,
+# 6, 8; B·H <= 8; N = 16384·k, k from 6 to 20; B·H·N <= 2^21 (h100-l2-check51-predicted.json, h200-)
+CHECK51 = [
+    ("check51_64_2x1x163840_causal", 2, 1, 163840, 64, True), ("check51_64_8x1x98304_causal", 8, 1, 98304, 64, True),
+    ("check51_64_4x2x229376_causal", 4, 2, 229376, 64, True), ("check51_64_4x1x98304_causal", 4, 1, 98304, 64, True),
+    ("check51_64_1x2x262144_causal", 1, 2, 262144, 64, True), ("check51_64_1x3x212992_causal", 1, 3, 212992, 64, True),
+    ("check51_64_2x2x327680_causal", 2, 2, 327680, 64, True), ("check51_64_1x2x327680_causal", 1, 2, 327680, 64, True),
+    ("check51_64_1x4x131072_causal", 1, 4, 131072, 64, True), ("check51_64_1x1x229376_causal", 1, 1, 229376, 64, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -638,6 +648,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
+          "check51": CHECK51,
           "softmax_rows": SOFTMAX_ROWS}
 
 

@@ -159,6 +159,9 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # fitted, fit_rolling_drift3(), on every rolling row of kernel 3 recorded up to check43)
               C_rdrift3=26 * MB, kappa_rdrift3=8.0,
               rdrift3_rule=1,  # not fitted: that rule (0: C_rdrift and kappa, as every prediction up to check43)
+              # the GPU's own capacity for that drift, where it has one (RDRIFT3_GPU; 0: PARAMS' on every GPU, as every
+              # prediction up to check50)
+              rdrift3_gpu_rule=1,
               # the waves of its own head's CTAs up to which the staggered walk's heads spread in full; a head of more
               # waves has the spread in proportion (fitted, fit_spread_waves(), on every FlashAttention-2 causal row
               # recorded before check22)
@@ -263,6 +266,13 @@ SPREAD_FIT_ON = {"h100": ("grid", "check", "check2", "check3", "check4", "repeat
 # set (PARAMS' and GPU_PARAMS' then) and the d = 64 set above
 STAGGERED_BEFORE_SPREAD = {"h100": dict(C_stag=84 * MB, kappa_stag=4.0, lag=2.0, overlap=0.0, spread=0.0),
                            "h200": dict(C_stag=108 * MB, kappa_stag=6.0, lag=3.0, overlap=0.0, spread=0.0)}
+# The drift where three CTAs share an SM, a GPU's own: the H200 measured check41-check45 on 2026-11-28, and kernel 3's
+# causal d = 64 forward near that knee read 26-39% less than C_rdrift3 (fitted on the H100's rows) says, at five of
+# its 48 rows (3-8 heads of 163840-196608): the H200's faster HBM leaves the CTAs sharing an SM less far apart, as its
+# FlashAttention-2 walk reads less than the H100's. Its capacity alone is fitted again (fit_rolling_drift3 with
+# H200_RDRIFT3_GRID, the sharpness kept) on those 48 rows, the H200's runs after them held out
+# (figures/gpu/NOTES-l2.md, "Twenty-fourth round")
+RDRIFT3_GPU = {"h100": {}, "h200": dict(C_rdrift3=32 * MB)}
 PARTITIONS = 2  # a tile read by a whole wave at once is held in both L2 partitions
 
 
@@ -851,7 +861,7 @@ def _check_params(params):
              "rolling_rule": (0, True), "rolling_drift": (0, True), "spread": (0, True), "spread_time": (0, False),
              "spread_rule": (0, True), "C_sync": (0, False), "kappa_sync": (0, False),
              "sync_rule": (0, True), "drift_waves": (1, True), "C_rdrift": (0, False), "C_rdrift3": (0, False),
-             "kappa_rdrift3": (0, False), "rdrift3_rule": (0, True),
+             "kappa_rdrift3": (0, False), "rdrift3_rule": (0, True), "rdrift3_gpu_rule": (0, True),
              "miss_cap": (0, True), "cap_rule": (0, True),
              "rdrift_rule": (0, True), "spread_waves": (0, False), "swaves_rule": (0, True),
              "apart_steps": (0, True), "apart_tau": (0, False), "apart_rule": (0, True), "apart_causal": (0, True),
@@ -859,7 +869,7 @@ def _check_params(params):
              "lag_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
                 "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule", "apart_causal", "head_rule",
-                "rdrift3_rule", "cap_rule", "lag_other", "lag_rule")
+                "rdrift3_rule", "rdrift3_gpu_rule", "cap_rule", "lag_other", "lag_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
@@ -880,7 +890,8 @@ def _params(gpu, d, staggered, params=None):
     """PARAMS, then the GPU's, then (FlashAttention-2's causal forward on its 128 x 128 tiles) the d = 64
     staggered set (every other head dim: the shared set of STAGGERED_SHARED), then ``params``. ``spread_rule=0``: the
     staggered sets before the spread term, ``overlap_rule=0``: the d = 64 set before the overlap term, ``cap_rule=0``:
-    the d = 64 set before ``miss_cap``, ``lag_rule=0``: the shared set before ``lag_other``."""
+    the d = 64 set before ``miss_cap``, ``lag_rule=0``: the shared set before ``lag_other``; ``rdrift3_gpu_rule=0``:
+    PARAMS' drift capacity where three CTAs share an SM on every GPU, not the GPU's own (RDRIFT3_GPU)."""
     rules = {**PARAMS, **(params or {})}
     before = not rules["spread_rule"]
     gpu_set = STAGGERED_BEFORE_SPREAD[gpu] if before else GPU_PARAMS[gpu]
@@ -890,7 +901,8 @@ def _params(gpu, d, staggered, params=None):
         own = sets[gpu]
     else:  # the shared set, with the lag over other heads' CTAs (lag_rule) where the GPU's was fitted with it
         own = STAGGERED_SHARED[gpu] if staggered and rules["lag_rule"] and not before else {}
-    return {**PARAMS, **gpu_set, **own, **(params or {})}
+    drift = RDRIFT3_GPU[gpu] if rules["rdrift3_gpu_rule"] else {}
+    return {**PARAMS, **gpu_set, **drift, **own, **(params or {})}
 
 
 def _d64_tiles(d):

@@ -258,7 +258,7 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31", "check32",
                       "check33", "check34", "check35", "check36", "check37", "check38", "check39", "check40",
                       "check41", "check42", "check43", "check44", "check45", "check46", "check47",
-                      "check48", "check49", "check50")
+                      "check48", "check49", "check50", "check51")
 
 
 def runs_from(first: str) -> tuple:
@@ -314,6 +314,10 @@ LAG_HELD_OUT = runs_from("check47")  # the runs measured after the shared set's 
 
 
 RDRIFT3_GRID = dict(C_rdrift3=[MB * c for c in range(16, 42, 2)], kappa_rdrift3=[2, 3, 4, 6, 8, 12, 16])
+# the H200's own capacity for that drift (dram.RDRIFT3_GPU), its sharpness the fit's above, on its rows of the runs
+# that found it (check41-check45, measured 2026-11-28); its runs after them held out
+H200_RDRIFT3_GRID = dict(C_rdrift3=RDRIFT3_GRID["C_rdrift3"])
+H200_RDRIFT3_FIT_ON = ("check41", "check42", "check43", "check44", "check45")
 # fit_rolling_drift3's rows: kernel 3's rolling rows of every run recorded up to check43 (the rule was found on the
 # runs from check19 on, so no earlier run can fit it alone: its test is check44, drawn after it)
 RDRIFT3_HELD_OUT = runs_from("check44")
