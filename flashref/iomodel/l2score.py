@@ -186,6 +186,8 @@ RULES = (
     Rule("FA2's d = 64 forward: heads roll in", dict(head_rule=0), 1, "head_reads", FA2, "check22"),
     Rule("the drift where three CTAs share an SM", dict(rdrift3_rule=0), 2, "C_rdrift3 kappa_rdrift3", OURS,
          "check44"),
+    Rule("the H200's own drift of three CTAs an SM", dict(rdrift3_gpu_rule=0), 1, "RDRIFT3_GPU['h200'] C_rdrift3",
+         OURS, "check46"),
     Rule("a cap on the d = 64 walk's misses", dict(cap_rule=0), 2, "STAGGERED_D64's miss_cap (H100, H200)", FA2,
          "check45"),
     Rule("the walk's lag over other heads' CTAs", dict(lag_rule=0), 4,
