@@ -2,18 +2,21 @@
 left out, which scores full marks without the case and loses the correctness points with it.
 
 Exercise 6 (Algorithm 5 is Algorithm 2 behind ``if M_ij ≠ 0``, so its tile step has MASK and dropout): a case
-each for causal, a mask (with a fully masked row) and dropout. Exercise 8: a case with S = 1 (nothing to merge)
-and one with S = Tc (one key tile per split). Exercise 1 is Algorithm 0, which has no MASK and no dropout: it has
+each for causal, a mask (with a fully masked row) and dropout. Exercise 8: a case with S = 1 (nothing to merge),
+one with S = Tc (one key tile per split), and, as decoding.forward takes every algorithm's MASK and dropout, a case
+each for causal (top-left), a mask and dropout, on which decoding.forward agrees with the grader's oracle and
+moves the budget. Exercise 1 is Algorithm 0, which has no MASK and no dropout: it has
 no such case, and its reference ignores ``spec.causal``, ``spec.mask`` and ``spec.dropout_p``.
 """
 
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from flashref import grading
-from flashref.grading import budgets
+from flashref import decoding, grading
+from flashref.grading import _close, budgets
 
 SOLUTIONS = Path(budgets.SOLUTIONS)
 
@@ -48,20 +51,45 @@ def test_the_reference_passes_every_case(number):
     assert rep.points == rep.max_points and failing(rep) == [], rep
 
 
-# (the option, the line that makes the reference ignore it, the case that catches it)
+# (the exercise, the option, the line that makes the reference ignore it, the case that catches it)
 IGNORED = [
-    ("causal", "spec.causal = False", {"causal": True}),  # spec.tile_mask without the causal part
-    ("mask", "spec.mask = None", {"masked_row": 4}),  # spec.tile_mask without the mask (and its empty row)
-    ("dropout", "spec.dropout_p = 0.0", {"dropout_p": 0.2}),  # no P̃_ij ∘ Z_ij at Alg.5 l.14
+    ("06", "causal", "spec.causal = False", {"causal": True}),  # spec.tile_mask without the causal part
+    ("06", "mask", "spec.mask = None", {"masked_row": 4}),  # spec.tile_mask without the mask (and its empty row)
+    ("06", "dropout", "spec.dropout_p = 0.0", {"dropout_p": 0.2}),  # no P̃_ij ∘ Z_ij at Alg.5 l.14
+    # exercise 8: the split pass's tile step, as decoding._split_item's (MASK, then P̃_ij^dropped)
+    ("08", "causal", "spec.causal = False", {"causal": True}),
+    ("08", "mask", "spec.mask = None", {"masked_row": 1}),
+    ("08", "dropout", "spec.dropout_p = 0.0", {"dropout_p": 0.2}),
 ]
 
 
-@pytest.mark.parametrize("option, line, case", IGNORED, ids=[i[0] for i in IGNORED])
-def test_blocksparse_ignoring_an_option_fails_its_case(tmp_path, option, line, case):
-    ex = grading.get("06")
-    rep = grading.grade("06", reference_without(tmp_path, ex, first_line=line), seed=0)
+@pytest.mark.parametrize("number, option, line, case", IGNORED, ids=[f"{i[0]}-{i[1]}" for i in IGNORED])
+def test_ignoring_an_option_fails_its_case(tmp_path, number, option, line, case):
+    ex = grading.get(number)
+    rep = grading.grade(number, reference_without(tmp_path, ex, first_line=line), seed=0)
     assert rep.parts["correctness"] == (0, 5) and rep.points == 0, rep
     assert failing(rep) == [case_number(ex, **case)], rep  # that case alone: no other case had caught it
+
+
+def test_split_kv_cases_are_what_decoding_forward_computes_and_moves():
+    """The package's split-KV forward on each exercise-8 case's data and options (causal, mask, dropout included)
+    gives the grader's oracle's O, m, l (as the grader checks them) and moves the reference's budget, tensor by
+    tensor: the exercise is decoding.forward, and its reference does what the package does."""
+    ex = grading.get("08")
+    rng = np.random.default_rng(0)
+    options = set()
+    for case, budget in zip(ex.cases, budgets.budgets(ex.name)):
+        st = ex.setup(case, rng)
+        s = st.spec
+        res = decoding.forward(st.inputs["Q"], st.inputs["K"], st.inputs["V"], scale=s["scale"], causal=s["causal"],
+                               mask=s["mask"], dropout_p=s["dropout_p"], seed=s["seed"],
+                               block_sizes=(s["Br"], s["Bc"]), num_splits=s["num_splits"])
+        assert res.num_splits == case["num_splits"] and res.block_sizes == (case["Br"], case["Bc"]), case
+        for name, want in st.expected.items():
+            assert _close(getattr(res, name), want), (case, name)
+        assert {k: [t.reads, t.writes] for k, t in res.io.by_tensor.items()} == budget["by_tensor"], case
+        options |= {k for k in ("causal", "masked_row", "dropout_p") if case.get(k) is not None}
+    assert options == {"causal", "masked_row", "dropout_p"}
 
 
 def test_split_kv_with_one_split_writes_O_m_l(tmp_path):

@@ -114,7 +114,10 @@ TEXT = {
         "log-sum-exp (exercise 2), write `O, m, l`.",
         "`spec.num_splits` = S. `O_partial` (S·Nq × d), `m_partial` and `l_partial` (S·Nq) are allocated "
         "for you, uninitialised and free (do not `mem.init` them): each row is written once by the split "
-        "pass. With S = 1 write `O, m, l` directly (nothing to merge).",
+        "pass. With S = 1 write `O, m, l` directly (nothing to merge). The tile step masks with "
+        "`spec.tile_mask` but skips no tile (causal is top-left: row r sees keys ≤ r, so a split may hold no "
+        "key of a row: its partial is m⁽ˢ⁾ = −inf, ℓ⁽ˢ⁾ = 0, O⁽ˢ⁾ = 0), and with `spec.dropout_p` > 0 multiplies "
+        "P̃_ij ∘ Z_ij (`spec.dropout_Z`) by V_j while ℓ sums P̃_ij before dropout.",
         ["Partial s of query row r lives at row s·Nq + r.", "The merge is exercise 2, S times."]),
 }
 

@@ -11,6 +11,13 @@ CASES = [
     # S = Tc = ⌈Nk/Bc⌉: one key tile per split, the first ragged (keys [0, 3), [3, 7), [7, 11)), so a split
     # whose last tile runs past its own end, min(c0 + Bc, Nk), reads the next split's keys too.
     {"Nq": 1, "Nk": 11, "d": 3, "heads": 2, "Br": 1, "Bc": 4, "num_splits": 3},
+    # decoding.forward takes every algorithm's MASK and dropout, in the split pass's tile step: one case each, so
+    # that a tile step without spec.tile_mask's causal part, its mask part, or spec.dropout_Z is wrong.
+    # Causal is top-left aligned (as everywhere in flashref): row r sees keys ≤ r, so here rows 3-4 reach into
+    # split 1 (keys [3, 6)), rows 0-2 see nothing of it, and no row sees split 2 (a partial with m = −inf, ℓ = 0).
+    {"Nq": 5, "Nk": 9, "d": 3, "heads": 2, "Br": 3, "Bc": 2, "num_splits": 3, "causal": True},
+    {"Nq": 3, "Nk": 13, "d": 3, "heads": 1, "Br": 2, "Bc": 3, "num_splits": 2, "masked_row": 1},  # row 1 sees no key
+    {"Nq": 2, "Nk": 15, "d": 3, "heads": 2, "Br": 2, "Bc": 4, "num_splits": 3, "dropout_p": 0.2},
 ]
 
 

@@ -19,7 +19,7 @@ def split_kv_decode(mem, spec):
                 K_j = mem.load("K", rows=cols, as_="K_j")
                 V_j = mem.load("V", rows=cols, as_="V_j")
                 S_ij = mem.hold("S_ij", spec.scale * Q_i @ K_j.swapaxes(-1, -2))
-                attend = spec.tile_mask(rows, cols)
+                attend = spec.tile_mask(rows, cols)  # MASK: causal (top-left) and the mask, by coordinates
                 if attend is not None:
                     S_ij = mem.hold("S_ij", np.where(attend, S_ij, -np.inf))
                 m_new = mem.hold("m_new", np.maximum(m_i, S_ij.max(axis=-1)))
@@ -27,6 +27,8 @@ def split_kv_decode(mem, spec):
                 P_t = mem.reuse("S_ij", "P_tilde_ij", np.exp(S_ij - m_safe[..., None]))
                 alpha = mem.reuse("m_i", "alpha", np.exp(m_i - m_safe))
                 l_i = mem.hold("l_i", alpha * l_i + P_t.sum(axis=-1))
+                if spec.dropout_p > 0:  # P̃_ij^dropped = P̃_ij ∘ Z_ij (ℓ_i above sums P̃_ij before dropout)
+                    P_t = mem.hold("P_tilde_ij", P_t * spec.dropout_Z(rows, cols))
                 O_i = mem.hold("O_i", alpha[..., None] * O_i + P_t @ V_j)
                 m_i = mem.reuse("alpha", "m_i", m_new)
                 mem.free("K_j", "V_j", "P_tilde_ij", "m_new")
