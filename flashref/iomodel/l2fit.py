@@ -450,9 +450,10 @@ def recorded_runs(folder, gpus=("h100", "h200"), skip=lambda name: False):
             yield name, path.name[:4], json.loads(path.read_text())
 
 
-# Runs a GPU measured after every fit of the model, of sets predicted long before (the H200's check41-check44,
+# Runs a GPU measured after every fit of the model, of sets predicted long before (the H200's check37-check44,
 # measured 2026-11-28): held out of every fit, whatever their name's place in RUNS_SINCE_CHECK13
-MEASURED_AFTER_THE_FITS = {"h100": (), "h200": ("check41", "check42", "check43", "check44")}
+MEASURED_AFTER_THE_FITS = {"h100": (), "h200": ("check37", "check38", "check39", "check40", "check41", "check42",
+                                                   "check43", "check44")}
 
 
 def _held_rows(folder, held_out, gpus, held, varies, also_skip=()):
