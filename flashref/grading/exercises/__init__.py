@@ -44,7 +44,9 @@ class Exercise:
     cases: list
     setup: Callable | None
     solution: str
-    lines: int  # "FILL ME IN (~N lines)"
+    # "FILL ME IN (~N lines)": None (every exercise) counts the reference solution's lines of code, so that the hint
+    # follows the reference when a case makes it longer
+    lines: int | None = None
     # "equal": the exercise is an algorithm's schedule (fixed Br, Bc): its IO must equal the reference's,
     # per tensor; loading everything once and computing untiled in Python is not that algorithm.
     # "at_most": no more than the reference's, per tensor (where moving less is fair game).

@@ -11,6 +11,6 @@ EXERCISE = Exercise(
     number=1, name="01-standard", title="Standard attention (Algorithm 0)",
     function="standard_forward", signature="(mem, spec)", kind="memory", cases=CASES,
     setup=lambda case, rng: attention_setup(case, rng, ("O",)),
-    solution="ex1_standard.py", lines=14, io_rule="equal",
+    solution="ex1_standard.py", io_rule="equal",
     io_note="Algorithm 0 moves exactly the budget, line by line",
 )

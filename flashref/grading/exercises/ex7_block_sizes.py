@@ -33,5 +33,5 @@ EXERCISE = Exercise(
     function="choose_blocks", signature="(Nq, Nk, d, M, causal)", kind="choice", cases=CASES,
     setup=lambda case, rng: Setup(spec=dict(case),
                                   args=[case["Nq"], case["Nk"], case["d"], case["M"], case.get("causal", False)]),
-    solution="ex7_block_sizes.py", lines=8, points=(5, 5, 0),
+    solution="ex7_block_sizes.py", points=(5, 5, 0),
 )
