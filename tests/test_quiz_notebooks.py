@@ -150,3 +150,12 @@ def test_check_never_raises(capsys):
     qid = next(iter(quiz.QUESTIONS))
     assert quiz.check(qid, np.array([40, 1])) is False
     assert quiz.check(qid, 10 ** 400) is False
+
+
+def test_solution_cells_fold_on_the_site():
+    # a reader of the site sees the question and the check's verdict, and opens the answer only on purpose: every
+    # cell holding a solution region carries MyST-NB's hide-input tag (test_site checks the built page folds it)
+    for path in NOTEBOOKS:
+        for cell in _load(path).cells:
+            if cell.cell_type == "code" and "# BEGIN SOLUTION" in cell.source:
+                assert "hide-input" in cell.metadata.get("tags", []), (path.name, cell.source[:60])

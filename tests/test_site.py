@@ -110,6 +110,9 @@ def test_site_has_every_page(site):
         assert md in pages
     if (REPO / "COURSE.md").exists():
         assert "COURSE.html" in pages
+    # the quiz answers are folded (hide-input): the page holds them, behind a toggle
+    page = (out / "notebooks" / "00-gpu-memory-and-roofline.html").read_text()
+    assert "tag_hide-input" in page and "BEGIN SOLUTION" in page
 
 
 def test_every_page_in_a_browser(site, browser, record_property):
