@@ -66,10 +66,9 @@ from .problem import (
     VARIANT_OPTIONS,
     Problem,
     _array,
-    _bool,
-    _kv_lead,
     _slopes,
     check_finite,
+    check_heads_and_values,
     check_like,
     check_options,
     overflow_checked,
@@ -548,17 +547,9 @@ def _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, where, extra):
                          f"by row)")
     cq, ck = check_cu_seqlens_pair(cu_seqlens_q, cu_seqlens_k, Q.shape[-2], K.shape[-2])
     (Hq, _, d), Hkv = Q.shape, K.shape[0]
-    # Problem.from_arrays's checks of the arrays, on the whole packing (its messages, its names)
-    if d == 0:
+    if d == 0:  # d alone: the lengths may be 0 here (a batch of empty sequences)
         raise ValueError(f"Q: expected non-empty d, got shape {Q.shape}")
-    for X, name in ((K, "K"), (V, "V")):
-        if X.shape[-1] != d:
-            raise ValueError(f"{name}: head dimension {X.shape[-1]} does not match Q's {d}")
-    _kv_lead((Hq,), (Hkv,), _bool(opts.get("enable_gqa", False), "enable_gqa"), "K")
-    if V.shape[0] != Hkv:
-        raise ValueError(f"V: leading (batch, head) axes {V.shape[:1]} do not match K's {(Hkv,)}")
-    for X, name in ((Q, "Q"), (K, "K"), (V, "V")):
-        check_finite(X, name)
+    check_heads_and_values(Q, K, V, opts)  # Problem.from_arrays's checks, on the whole packing
     slopes = check_varlen_slopes(opts.get("alibi_slopes"), cq.size - 1, Hq)  # (B, Hq) or None
     # The option values, by the rules every entry point applies (only the slopes' presence is a field here).
     pb = Problem.from_shapes(where, extra, Nq=1, Nk=1, d=d, heads=Hq, kv_heads=Hkv,

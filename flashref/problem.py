@@ -285,6 +285,23 @@ def check_like(x, name: str, shape: tuple, dtype=None) -> np.ndarray:
 # --------------------------------------------------------------------------- the problem
 
 
+def check_heads_and_values(Q, K, V, opts) -> tuple[tuple, tuple]:
+    """The checks of ``Q``, ``K``, ``V`` that do not look at their lengths, for :meth:`Problem.from_arrays` and for a
+    varlen packing (``flash2``), whose lengths are its sequences': K's and V's head dimension is Q's; K's leading axes
+    are Q's, or with ``enable_gqa`` a divisor of them; V's are K's; every value is finite. Returns (Q's leading
+    axes, K's)."""
+    for a, name in ((K, "K"), (V, "V")):
+        if a.shape[-1] != Q.shape[-1]:
+            raise ValueError(f"{name}: head dimension {a.shape[-1]} does not match Q's {Q.shape[-1]}")
+    lead = Q.shape[:-2]
+    kv_lead = _kv_lead(lead, K.shape[:-2], _bool(opts.get("enable_gqa", False), "enable_gqa"), "K")
+    if V.shape[:-2] != kv_lead:
+        raise ValueError(f"V: leading (batch, head) axes {V.shape[:-2]} do not match K's {kv_lead}")
+    for a, name in ((Q, "Q"), (K, "K"), (V, "V")):
+        check_finite(a, name)
+    return lead, kv_lead
+
+
 @dataclass
 class Problem:
     """Shapes and checked options of one attention call. ``Q``, ``K``, ``V`` are None for shapes only."""
@@ -369,19 +386,9 @@ class Problem:
             if a.shape[-1] == 0 or a.shape[-2] == 0:
                 raise ValueError(f"{name}: expected non-empty {rows} and d, got shape {a.shape}")
             _seq_len(a.shape[-2], f"{name} ({rows})")  # predict's bound: a broadcast view can be that long
-        if K.shape[-1] != Q.shape[-1]:
-            raise ValueError(f"K: head dimension {K.shape[-1]} does not match Q's {Q.shape[-1]}")
-        if V.shape[-1] != Q.shape[-1]:
-            raise ValueError(f"V: head dimension {V.shape[-1]} does not match Q's {Q.shape[-1]}")
         if V.shape[-2] != K.shape[-2]:
             raise ValueError(f"V: length {V.shape[-2]} does not match K's {K.shape[-2]} (K and V pair up row by row)")
-        lead = Q.shape[:-2]
-        gqa = _bool(opts.get("enable_gqa", False), "enable_gqa")
-        kv_lead = _kv_lead(lead, K.shape[:-2], gqa, "K")
-        if V.shape[:-2] != kv_lead:
-            raise ValueError(f"V: leading (batch, head) axes {V.shape[:-2]} do not match K's {kv_lead}")
-        for a, name in ((Q, "Q"), (K, "K"), (V, "V")):
-            check_finite(a, name)
+        lead, kv_lead = check_heads_and_values(Q, K, V, opts)
         # float64 stays float64; float16/float32/integers compute in at least float32.
         dt = np.result_type(Q.dtype, K.dtype, V.dtype, np.float32)
         pb = cls._checked(Q.shape[-2], K.shape[-2], Q.shape[-1], lead, opts, kv_lead=kv_lead)
