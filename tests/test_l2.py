@@ -837,7 +837,7 @@ def test_h200_drift_capacity_is_the_fit():
     """The H200's own C_rdrift3 (RDRIFT3_GPU) is the best of H200_RDRIFT3_GRID on its kernel 3 rows of three CTAs an SM
     in check41-check45 (the sharpness the fit above's), fits them better than the H100's capacity, and predicts its
     runs after them (check48 on) at least as well; on the H100 it changes nothing."""
-    everything = _rdrift3_rows(held_out=False) + _rdrift3_rows(held_out=True)
+    everything = _rdrift3_rows(held_out=False) + RDRIFT3_HELD  # (the held-out rows as parametrized below)
     rows = [r for r in everything if r[5] == "h200" and r[1].split("_")[0] in l2fit.H200_RDRIFT3_FIT_ON]
     assert len(rows) >= 40
     own = dict(D.RDRIFT3_GPU["h200"])
