@@ -602,6 +602,31 @@ CHECK51 = [
     ("check51_64_2x2x327680_causal", 2, 2, 327680, 64, True), ("check51_64_1x2x327680_causal", 1, 2, 327680, 64, True),
     ("check51_64_1x4x131072_causal", 1, 4, 131072, 64, True), ("check51_64_1x1x229376_causal", 1, 1, 229376, 64, True),
 ]
+# check52: the corners no run had measured: head dims other than 64 and 128 (d from 32, 80, 96, 160, 192, 256), lengths
+# that no tile divides (N not a multiple of 64, so flashref runs kernel 2), queries and keys of different lengths (one
+# shape in three, never causal), B and H odd: twelve shapes drawn with default_rng(20261238), B from 1, 2, 4, 8; H from
+# 1, 2, 3, 5, 6, 7, 12, 16, 24, 32; Nk log-uniform in 1000-200000; B·H·N <= 2^21 (h100-l2-check52-predicted.json, h200-)
+CHECK52 = [
+    ("check52_256_4x3x39596_causal", 4, 3, 39596, 256, True),
+    ("check52_256_1x12x4401x12682", 1, 12, (4401, 12682), 256, False),
+    ("check52_32_1x12x21543_causal", 1, 12, 21543, 32, True),
+    ("check52_160_1x16x3369x33307", 1, 16, (3369, 33307), 160, False),
+    ("check52_192_8x5x4004x23242", 8, 5, (4004, 23242), 192, False),
+    ("check52_96_4x7x27987_causal", 4, 7, 27987, 96, True), ("check52_96_2x2x4033_causal", 2, 2, 4033, 96, True),
+    ("check52_256_1x16x30907x77162", 1, 16, (30907, 77162), 256, False),
+    ("check52_32_8x3x35722", 8, 3, 35722, 32, False), ("check52_96_1x12x6840_causal", 1, 12, 6840, 96, True),
+    ("check52_256_2x2x11683x37592", 2, 2, (11683, 37592), 256, False),
+    ("check52_80_2x2x62312x66663", 2, 2, (62312, 66663), 80, False),
+]
+# check53: kernel 3 at d = 256 (its forward; kernel 2's backward), measured at few shapes before: eight shapes drawn
+# with default_rng(20261239), B from 1, 2, 4, 8; H from 1, 2, 3, 4, 6, 8, 12, 16, 32; N = 128·k, k log-uniform in
+# 8-1536; causal one in two; B·H·N <= 2^21 (h100-l2-check53-predicted.json, h200-)
+CHECK53 = [
+    ("check53_256_8x1x116224_causal", 8, 1, 116224, 256, True), ("check53_256_1x1x3072_causal", 1, 1, 3072, 256, True),
+    ("check53_256_1x3x9344", 1, 3, 9344, 256, False), ("check53_256_8x16x5504_causal", 8, 16, 5504, 256, True),
+    ("check53_256_2x12x1024", 2, 12, 1024, 256, False), ("check53_256_1x12x100992_causal", 1, 12, 100992, 256, True),
+    ("check53_256_2x8x11008_causal", 2, 8, 11008, 256, True), ("check53_256_1x16x2176_causal", 1, 16, 2176, 256, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -648,7 +673,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
-          "check51": CHECK51,
+          "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
           "softmax_rows": SOFTMAX_ROWS}
 
 
