@@ -289,8 +289,20 @@ def _col_ranges(Tc, Tr, BM, BN, causal, Nq):
 
 
 # Kernel 2's tiles and heads-first flag are its own defaults (flashref/gpu/config.py, Config().resolve, as on a
-# GPU); its CTAs per SM are Nsight's occupancy limits at d = 64 and 128, and elsewhere the nearest measured d's.
-FLASHREF_CTAS_PER_SM = {"fwd": {64: 2, 128: 1}, "dkdv_atomic": {64: 1, 128: 1}}  # ncu occupancy limits
+# GPU). Its CTAs per SM are Nsight's occupancy limits (registers, shared memory) of each launch its defaults make, keyed
+# by what decides them: the padded head dim and the tiles (BLOCK_M, BLOCK_N, warps, stages). Every such launch at
+# d = 24-256 has been measured (d = 32, 80, 160 and 192 first by check52); d <= 16 pads to 16 with d = 32's tiles
+# and takes its count, unmeasured (_kernel2_ctas).
+KERNEL2_CTAS_PER_SM = {
+    "fwd": {(32, 128, 64, 4, 3): 3, (64, 128, 128, 4, 3): 2, (128, 128, 64, 8, 3): 2, (128, 256, 64, 8, 3): 1,
+            (256, 64, 64, 4, 2): 2, (256, 128, 64, 8, 2): 1},
+    "dkdv_atomic": {(32, 64, 64, 4, 3): 2, (64, 128, 128, 8, 2): 1, (128, 64, 128, 8, 3): 1, (256, 64, 128, 8, 2): 1,
+                    (256, 32, 128, 8, 2): 1, (256, 32, 64, 8, 2): 1}}
+# Before check52 the counts were by head dim, measured at d = 64 and 128 only and the next larger's elsewhere: d = 32's
+# forward took 2 CTAs an SM where 3 run, and its dK/dV 1 where 2 run; d = 80 and 96's non-causal forward 1 where 2
+# run, d = 160's 1 where 2 run (figures/gpu/NOTES-l2.md, "Twenty-fifth round"). Kept for the predictions written with
+# them (the tests put it back to check those).
+KERNEL2_CTAS_BEFORE_CHECK52 = {"fwd": {64: 2, 128: 1}, "dkdv_atomic": {64: 1, 128: 1}}
 # FlashAttention-2's tiles (BLOCK_M, BLOCK_N) by the head dim it rounds d up to, as its launch templates choose
 # them on an H100 or H200 (FlashAttention-2's run_mha_fwd_hdim* and run_mha_bwd_hdim*, in PyTorch's copy under
 # aten/src/ATen/native/transformers/cuda/flash_attn: the branches for a GPU that is not sm8x and has 227 KB of
@@ -298,12 +310,22 @@ FLASHREF_CTAS_PER_SM = {"fwd": {64: 2, 128: 1}, "dkdv_atomic": {64: 1, 128: 1}} 
 # sizes agree at d = 64, 96, 128 and 256 (figures/gpu/h100-l2-grid.json, h100-l2-check5.json). Until the check5
 # measurement the table held d = 64 and 128 only, and d = 256 took d = 128's tiles: five of its pre-registered
 # predictions missed (figures/gpu/NOTES-l2.md, "Tenth round").
-FA2_TILES = {"fwd": {32: (128, 128), 64: (128, 128), 96: (128, 64), 128: (128, 64), 160: (128, 32),
-                     192: (128, 64), 224: (128, 64), 256: (64, 64)},
-             "bwd": {32: (128, 128), 64: (128, 128), 96: (64, 128), 128: (64, 128), 160: (64, 64), 192: (64, 64),
-                     224: (64, 64), 256: (64, 64)}}
-# CTAs per SM: Nsight's occupancy limits at d = 64, 96, 128 and 256 (unmeasured at the other head dims)
-FA2_CTAS_PER_SM = {"fwd": 2, "bwd": 1}
+# The PyTorch that ran every measurement (2.11) builds FlashAttention-2 for head dims 32, 64, 96, 128, 192 and 256
+# only: check52 found d = 160 running the d = 192 kernels (Nsight's kernel names: Flash_fwd_kernel_traits<192, 128, 64,
+# 8>, Flash_bwd_kernel_traits<192, 64, 64, 8>), and d = 80 the d = 96 ones. So a head dim takes the next larger of
+# these; d = 224 takes d = 256's by the same rule, unmeasured. Until check52 the table also held FlashAttention-2's own
+# d = 160 and 224 tiles (FA2_TILES_BEFORE_CHECK52), which this build does not run.
+FA2_TILES = {"fwd": {32: (128, 128), 64: (128, 128), 96: (128, 64), 128: (128, 64), 192: (128, 64), 256: (64, 64)},
+             "bwd": {32: (128, 128), 64: (128, 128), 96: (64, 128), 128: (64, 128), 192: (64, 64), 256: (64, 64)}}
+FA2_TILES_BEFORE_CHECK52 = {"fwd": {**FA2_TILES["fwd"], 160: (128, 32), 224: (128, 64)},
+                            "bwd": {**FA2_TILES["bwd"], 160: (64, 64), 224: (64, 64)}}
+# CTAs per SM: Nsight's occupancy limits at every head dim above (d = 32 and 192 first measured by check52). The d = 192
+# forward runs eight warps of 255 registers or fewer: one CTA an SM, where the other forwards run two. Until check52 the
+# forward's was 2 at every head dim (FA2_CTAS_BEFORE_CHECK52)
+FA2_CTAS_PER_SM = {"fwd": {32: 2, 64: 2, 96: 2, 128: 2, 192: 1, 256: 2},
+                   "bwd": {32: 1, 64: 1, 96: 1, 128: 1, 192: 1, 256: 1}}
+FA2_CTAS_BEFORE_CHECK52 = {"fwd": {d: 2 for d in FA2_TILES_BEFORE_CHECK52["fwd"]},
+                           "bwd": {d: 1 for d in FA2_TILES_BEFORE_CHECK52["bwd"]}}
 
 
 def _launch(Tr, causal):
@@ -326,6 +348,25 @@ def _ragged(k: ScanKernel, N_scan, B_scan, N_own, B_own) -> ScanKernel:
     return k
 
 
+def _kernel2_ctas(kind, d, tiles):
+    """Kernel 2's CTAs per SM for a ``kind`` launch ("fwd", "dkdv_atomic") at head dim ``d`` with ``tiles``: the
+    measured count of its key in KERNEL2_CTAS_PER_SM; a key not measured (d <= 16) takes the count of the same tiles
+    at the nearest padded head dim. KERNEL2_CTAS_PER_SM set to the table before check52 (keyed by head dim) gives
+    that rule back."""
+    from .gpu.config import pad_dim
+
+    table = KERNEL2_CTAS_PER_SM[kind]
+    if all(isinstance(key, int) for key in table):  # the rule before check52: by head dim
+        return _pick(table, d)
+    D, shape = pad_dim(d), (tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
+    if (D, *shape) in table:
+        return table[(D, *shape)]
+    same = [key for key in table if key[1:] == shape]
+    if not same:  # a configuration no table entry shares (a non-default Config): the nearest head dim's count
+        return table[min(table, key=lambda key: abs(key[0] - D))]
+    return table[min(same, key=lambda key: abs(key[0] - D))]
+
+
 def _kernel2(d, causal):
     """Kernel 2's default configuration on a GPU (pure Python: no Triton needed)."""
     from .gpu.config import Config
@@ -340,7 +381,7 @@ def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_f
     hf = cfg.heads_first if heads_first is None else heads_first
     launch = _launch(Tr, causal)
     return _ragged(ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                              sms * _pick(FLASHREF_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                              sms * _kernel2_ctas("fwd", d, cfg.fwd), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                               launch, heads_first=hf, sms=sms), Nk, BN, Nq, BM)
 
 
@@ -350,7 +391,7 @@ def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagge
     BM, BN = _blocks(blocks) or (cfg.dkdv.block_m, cfg.dkdv.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("flashref dK/dV (atomic dQ)", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d, 2 * BN * d * e,
-                   2 * BN * d * e, sms * _pick(FLASHREF_CTAS_PER_SM["dkdv_atomic"], d),
+                   2 * BN * d * e, sms * _kernel2_ctas("dkdv_atomic", d, cfg.dkdv),
                    _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
                    stagger=(BN // BM if BN >= BM else 1) if (stagger and not causal) else 0, sms=sms)
     return _ragged(k, Nq, BM, Nk, BN)
@@ -367,7 +408,7 @@ def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     BM, BN = _pick(FA2_TILES["fwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                   sms * FA2_CTAS_PER_SM["fwd"], _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
+                   sms * _pick(FA2_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
                    descending=True, sms=sms, drift_ramp=(BM, BN) != FA2_TILES["fwd"][64],
                    heads_roll_in=(BM, BN) == FA2_TILES["fwd"][64])
     return _ragged(k, Nk, BN, Nq, BM)
@@ -406,7 +447,7 @@ def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     BM, BN = _pick(FA2_TILES["bwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
-                   2 * BN * d * e, 2 * BN * d * e, sms * FA2_CTAS_PER_SM["bwd"],
+                   2 * BN * d * e, 2 * BN * d * e, sms * _pick(FA2_CTAS_PER_SM["bwd"], d),
                    _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms,
                    comes_apart=(BM, BN) == FA2_TILES["bwd"][64])
     return _ragged(k, Nq, BM, Nk, BN)

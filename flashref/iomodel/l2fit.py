@@ -258,7 +258,8 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "heads128", "check27", "check28", "check29", "knee64c", "check30", "check31", "check32",
                       "check33", "check34", "check35", "check36", "check37", "check38", "check39", "check40",
                       "check41", "check42", "check43", "check44", "check45", "check46", "check47",
-                      "check48", "check49", "check50", "check51")
+                      "check48", "check49", "check50", "check51", "check52",
+                      "check53")
 
 
 def runs_from(first: str) -> tuple:
