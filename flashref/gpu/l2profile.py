@@ -627,6 +627,20 @@ CHECK53 = [
     ("check53_256_2x12x1024", 2, 12, 1024, 256, False), ("check53_256_1x12x100992_causal", 1, 12, 100992, 256, True),
     ("check53_256_2x8x11008_causal", 2, 8, 11008, 256, True), ("check53_256_1x16x2176_causal", 1, 16, 2176, 256, True),
 ]
+# check54: after the d = 256 walk's own miss_cap (H100) and the launches check52 measured: every other shape
+# FlashAttention-2's causal walk at d = 224 (which runs the d = 256 kernel, unmeasured before) or 256, N log-uniform in
+# 1024-160000 (half of them a multiple of 64); the others the corners again at head dims never measured (16, 48, 112,
+# 160, 224; Nq != Nk one in three, never causal): twelve shapes drawn with default_rng(20261240), B from 1, 2, 4, 8;
+# H from 1, 2, 3, 4, 6, 8, 12, 16, 32; B·H·N <= 2^21 (h100-l2-check54-predicted.json, h200-)
+CHECK54 = [
+    ("check54_224_4x16x1600_causal", 4, 16, 1600, 224, True), ("check54_48_8x3x1803", 8, 3, 1803, 48, False),
+    ("check54_256_8x1x135400_causal", 8, 1, 135400, 256, True),
+    ("check54_16_8x2x119555_causal", 8, 2, 119555, 16, True), ("check54_256_1x8x1622_causal", 1, 8, 1622, 256, True),
+    ("check54_224_4x6x16035", 4, 6, 16035, 224, False), ("check54_256_1x16x3212_causal", 1, 16, 3212, 256, True),
+    ("check54_224_8x1x1230", 8, 1, 1230, 224, False), ("check54_224_8x12x2112_causal", 8, 12, 2112, 224, True),
+    ("check54_112_1x32x5634_causal", 1, 32, 5634, 112, True),
+    ("check54_256_2x3x34688_causal", 2, 3, 34688, 256, True), ("check54_160_1x4x7996", 1, 4, 7996, 160, False),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -674,6 +688,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
+          "check54": CHECK54,
           "softmax_rows": SOFTMAX_ROWS}
 
 

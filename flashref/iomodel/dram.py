@@ -185,6 +185,9 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # shared set (STAGGERED_SHARED) has it on
               lag_other=0,
               lag_rule=1,  # not fitted: the H100's shared set with it (0: the set before, every prediction to check46)
+              # FlashAttention-2's d = 256 walk (64 x 64 tiles) with its GPU's own miss_cap where it has one
+              # (STAGGERED_D256; 0: the shared set's, as every prediction up to check53)
+              d256_rule=1,
               head_rule=1)  # not fitted: that rule (0: a head's first pass reads its tiles once, as every prediction to
               # check39)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
@@ -258,6 +261,15 @@ STAGGERED_SHARED = {"h100": dict(C_stag=48 * MB, kappa_stag=7.0, lag=1.0, overla
                                  lag_other=1),
                     "h200": dict(C_stag=50 * MB, kappa_stag=7.0, lag=1.25, overlap=0.3, spread=0.25, miss_cap=0.65,
                                  lag_other=1)}
+# FlashAttention-2's d = 256 walk (64 x 64 tiles: r = 1, as the d = 64 kernel's 128 x 128, with twice the CTAs a head of
+# the d = 128 kernel's 128 x 64): on the H100 the shared set was over at every d = 256 causal forward measured, nine
+# shapes of check5, check52 and check53 (+10% to +51%, mean +18%), below the knee and far past it alike: the walk's
+# re-reads miss less often than the d = 128 walk's, at every reuse distance. So it keeps the shared set with a miss_cap
+# of its own, fitted (l2fit.fit_d256_cap) on the rows measured before check52 (check5's two shapes, two runs each) and
+# checked on check52 and check53 (seen before the fit, so not blind) and on check54, drawn after it. The H200 had no
+# d = 256 walk measured before check52 to fit on, and keeps its shared set's (figures/gpu/NOTES-l2.md, "Twenty-fifth
+# round")
+STAGGERED_D256 = {"h100": dict(miss_cap=0.6), "h200": {}}
 # the runs each GPU's staggered sets (shared and d = 64) are fitted on since the spread term
 SPREAD_FIT_ON = {"h100": ("grid", "check", "check2", "check3", "check4", "repeat", "check7", "check9", "check11",
                           "check12", "check13", "check15"),
@@ -866,10 +878,10 @@ def _check_params(params):
              "rdrift_rule": (0, True), "spread_waves": (0, False), "swaves_rule": (0, True),
              "apart_steps": (0, True), "apart_tau": (0, False), "apart_rule": (0, True), "apart_causal": (0, True),
              "head_reads": (0, True), "head_rule": (0, True), "lag_other": (0, True),
-             "lag_rule": (0, True)}  # (bound, included)
+             "lag_rule": (0, True), "d256_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
                 "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule", "apart_causal", "head_rule",
-                "rdrift3_rule", "rdrift3_gpu_rule", "cap_rule", "lag_other", "lag_rule")
+                "rdrift3_rule", "rdrift3_gpu_rule", "cap_rule", "lag_other", "lag_rule", "d256_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
@@ -891,7 +903,8 @@ def _params(gpu, d, staggered, params=None):
     staggered set (every other head dim: the shared set of STAGGERED_SHARED), then ``params``. ``spread_rule=0``: the
     staggered sets before the spread term, ``overlap_rule=0``: the d = 64 set before the overlap term, ``cap_rule=0``:
     the d = 64 set before ``miss_cap``, ``lag_rule=0``: the shared set before ``lag_other``; ``rdrift3_gpu_rule=0``:
-    PARAMS' drift capacity where three CTAs share an SM on every GPU, not the GPU's own (RDRIFT3_GPU)."""
+    PARAMS' drift capacity where three CTAs share an SM on every GPU, not the GPU's own (RDRIFT3_GPU); ``d256_rule=0``:
+    the d = 256 walk with the shared set's miss_cap, not its own (STAGGERED_D256)."""
     rules = {**PARAMS, **(params or {})}
     before = not rules["spread_rule"]
     gpu_set = STAGGERED_BEFORE_SPREAD[gpu] if before else GPU_PARAMS[gpu]
@@ -901,8 +914,16 @@ def _params(gpu, d, staggered, params=None):
         own = sets[gpu]
     else:  # the shared set, with the lag over other heads' CTAs (lag_rule) where the GPU's was fitted with it
         own = STAGGERED_SHARED[gpu] if staggered and rules["lag_rule"] and not before else {}
+        if staggered and rules["d256_rule"] and not before and _d256_tiles(d):  # its own miss_cap, where fitted
+            own = {**own, **STAGGERED_D256[gpu]}
     drift = RDRIFT3_GPU[gpu] if rules["rdrift3_gpu_rule"] else {}
     return {**PARAMS, **gpu_set, **drift, **own, **(params or {})}
+
+
+def _d256_tiles(d):
+    """Whether FlashAttention-2's forward at head dim ``d`` runs the d = 256 kernel's tiles (64 x 64), whose walk has
+    a miss_cap of its own on a GPU of STAGGERED_D256."""
+    return S._pick(S.FA2_TILES["fwd"], d) == S.FA2_TILES["fwd"][256]
 
 
 def _d64_tiles(d):

@@ -28,7 +28,20 @@ import numpy as np
 
 from .. import schedule as S  # noqa: N812
 from ..l2 import preset
-from .dram import GPU_PARAMS, IMPLS, MB, MODES, PARAMS, _d64_tiles, _kernels, _params, _softmax, dram, predict_kernels
+from .dram import (
+    GPU_PARAMS,
+    IMPLS,
+    MB,
+    MODES,
+    PARAMS,
+    _d64_tiles,
+    _d256_tiles,
+    _kernels,
+    _params,
+    _softmax,
+    dram,
+    predict_kernels,
+)
 
 FIT_IMPLS = IMPLS
 
@@ -343,6 +356,30 @@ def fit_rolling_drift3(rows, grid=None):
     if not rows:
         raise ValueError("rows: no measured rows to fit (kernel 3's causal d = 64 forward)")
     return _fit_kernels(rows, _is_rolling3, grid or RDRIFT3_GRID)
+
+
+# FlashAttention-2's d = 256 walk's own miss_cap on the H100 (dram.STAGGERED_D256): fitted on its causal rows of the
+# runs measured before check52 (check5's; check52 and check53 found the rule), every run from check52 on held out
+D256_CAP_GRID = dict(miss_cap=[0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75])
+D256_FIT_ON = ("check5",)
+D256_HELD_OUT = runs_from("check52")
+
+
+def recorded_d256_rows(folder, held_out=False, gpu="h100"):
+    """The rows of ``gpu``'s recorded runs whose call launches FlashAttention-2's d = 256 walk (its causal forward on
+    64 x 64 tiles): the fit set of :func:`fit_d256_cap` (the runs of D256_FIT_ON) or the runs held out of it
+    (D256_HELD_OUT; every run between is in neither)."""
+    rows = _held_rows(folder, held_out, (gpu,), D256_HELD_OUT, _is_staggered)
+    return [r for r in rows if _d256_tiles(r[3]["d"]) and (held_out or r[1].split("_")[0] in D256_FIT_ON)]
+
+
+def fit_d256_cap(rows, grid=None):
+    """Fit the d = 256 walk's ``miss_cap`` (the other parameters as :func:`dram` takes them: PARAMS, the GPU's and its
+    shared staggered set) on ``rows`` of :func:`recorded_d256_rows` (``grid``: ``D256_CAP_GRID``). Returns (params,
+    loss)."""
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (FlashAttention-2's causal d = 256 calls)")
+    return _fit_kernels(rows, _is_staggered, grid or D256_CAP_GRID)
 
 
 SWAVES_GRID = dict(spread_waves=[1, 1.5, 2, 3, 4, 5, 6, 8, 12, 16])

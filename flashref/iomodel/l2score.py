@@ -193,6 +193,8 @@ RULES = (
     Rule("the walk's lag over other heads' CTAs", dict(lag_rule=0), 4,
          "STAGGERED_SHARED's miss_cap spread (H100, H200)", FA2,
          "check47"),
+    Rule("the H100's d = 256 walk's own miss cap", dict(d256_rule=0), 1, "STAGGERED_D256['h100'] miss_cap", FA2,
+         "check52"),
 )
 # All of them off at once: the lockstep passes (C_eff, kappa), the write residue (alpha, rho) and the staggered walk
 # as first fitted, a shared set and a d = 64 set of three a GPU (C_stag, kappa_stag, lag; the switches pick them)
