@@ -510,8 +510,8 @@ LAG_HELD = [r for name, _, res in l2fit.recorded_runs(REPO / "figures" / "gpu", 
             if name in l2fit.LAG_HELD_OUT for r in l2fit.measured_rows(res, ("sdpa_flash",))
             if r[3]["causal"] and not D._d64_tiles(r[3]["d"])]
 # (shape, mode): check47's lone head, and two rows of the runs measured 2026-11-28: check50's 4 x 1 x 32768
-# forward+backward (+29.8%, its backward) and check52's causal d = 96 forward at 4 x 7 x 27987 (+37%). (check53's d = 256
-# forwards, +27% and +42% with the shared set's miss_cap, are within with the d = 256 walk's own, fitted since:
+# forward+backward (+29.8%, its backward) and check52's causal d = 96 forward at 4 x 7 x 27987 (+37%). (check53's
+# d = 256 forwards, +27% and +42% with the shared set's miss_cap, are within with the d = 256 walk's own, fitted since:
 # figures/gpu/NOTES-l2.md, "Twenty-fifth round")
 LAG_HELD_MISSES = {("check47_128_1x1x114688_causal", "fwd"), ("check50_128_4x1x32768_causal", "fwd_bwd"),
                    ("check52_96_4x7x27987_causal", "fwd")}
