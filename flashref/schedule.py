@@ -290,14 +290,14 @@ def _col_ranges(Tc, Tr, BM, BN, causal, Nq):
 
 # Kernel 2's tiles and heads-first flag are its own defaults (flashref/gpu/config.py, Config().resolve, as on a
 # GPU). Its CTAs per SM are Nsight's occupancy limits (registers, shared memory) of each launch its defaults make, keyed
-# by what decides them: the padded head dim and the tiles (BLOCK_M, BLOCK_N, warps, stages). Every such launch at
-# d = 24-256 has been measured (d = 32, 80, 160 and 192 first by check52); d <= 16 pads to 16 with d = 32's tiles
-# and takes its count, unmeasured (_kernel2_ctas).
+# by what decides them: the padded head dim and the tiles (BLOCK_M, BLOCK_N, warps, stages). Every launch its defaults
+# make has been measured (d = 32, 80, 160 and 192 first by check52, d = 16 by check54); a launch of tiles the defaults
+# never choose takes the count of the same tiles at the nearest padded head dim (_kernel2_ctas).
 KERNEL2_CTAS_PER_SM = {
-    "fwd": {(32, 128, 64, 4, 3): 3, (64, 128, 128, 4, 3): 2, (128, 128, 64, 8, 3): 2, (128, 256, 64, 8, 3): 1,
-            (256, 64, 64, 4, 2): 2, (256, 128, 64, 8, 2): 1},
-    "dkdv_atomic": {(32, 64, 64, 4, 3): 2, (64, 128, 128, 8, 2): 1, (128, 64, 128, 8, 3): 1, (256, 64, 128, 8, 2): 1,
-                    (256, 32, 128, 8, 2): 1, (256, 32, 64, 8, 2): 1}}
+    "fwd": {(16, 128, 64, 4, 3): 3, (32, 128, 64, 4, 3): 3, (64, 128, 128, 4, 3): 2, (128, 128, 64, 8, 3): 2,
+            (128, 256, 64, 8, 3): 1, (256, 64, 64, 4, 2): 2, (256, 128, 64, 8, 2): 1},
+    "dkdv_atomic": {(16, 64, 64, 4, 3): 3, (32, 64, 64, 4, 3): 2, (64, 128, 128, 8, 2): 1, (128, 64, 128, 8, 3): 1,
+                    (256, 64, 128, 8, 2): 1, (256, 32, 128, 8, 2): 1, (256, 32, 64, 8, 2): 1}}
 # Before check52 the counts were by head dim, measured at d = 64 and 128 only and the next larger's elsewhere: d = 32's
 # forward took 2 CTAs an SM where 3 run, and its dK/dV 1 where 2 run; d = 80 and 96's non-causal forward 1 where 2
 # run, d = 160's 1 where 2 run (figures/gpu/NOTES-l2.md, "Twenty-fifth round"). Kept for the predictions written with
@@ -350,8 +350,8 @@ def _ragged(k: ScanKernel, N_scan, B_scan, N_own, B_own) -> ScanKernel:
 
 def _kernel2_ctas(kind, d, tiles):
     """Kernel 2's CTAs per SM for a ``kind`` launch ("fwd", "dkdv_atomic") at head dim ``d`` with ``tiles``: the
-    measured count of its key in KERNEL2_CTAS_PER_SM; a key not measured (d <= 16) takes the count of the same tiles
-    at the nearest padded head dim. KERNEL2_CTAS_PER_SM set to the table before check52 (keyed by head dim) gives
+    measured count of its key in KERNEL2_CTAS_PER_SM; a key not measured takes the count of the same tiles at the
+    nearest padded head dim. KERNEL2_CTAS_PER_SM set to the table before check52 (keyed by head dim) gives
     that rule back."""
     from .gpu.config import pad_dim
 
