@@ -24,14 +24,15 @@ builders give the kernels modelled:
   scans K and V again; their tiles from the kernel's own tables, their CTAs per SM from their builds'
   registers and shared memory (``python -m flashref.gpu.occupancy``);
 * FlashAttention-2's CUDA kernels as PyTorch's SDPA flash backend runs them (``flash_fwd_kernel``
-  with grid ``(Tr, B, H)``, 128 x 128 tiles at d = 64, 128 x 64 at d = 96 and 128, 64 x 64 at d = 256
-  (``FA2_TILES``), two CTAs per SM, each CTA walking its key blocks from the last to the first;
+  with grid ``(Tr, B, H)``, 128 x 128 tiles at d = 64, 128 x 64 at d = 96, 128 and 192, 64 x 64 at d = 256
+  (``FA2_TILES``: the head dims PyTorch builds; any other d runs the next larger), two CTAs per SM (one at
+  d = 192), each CTA walking its key blocks from the last to the first;
   ``flash_bwd_dq_dk_dv_loop_seqk_parallel`` with grid ``(Tc, B, H)``, 128 x 128 tiles at d = 64,
-  64 x 128 at d = 96 and 128, 64 x 64 at d = 256, one CTA per SM,
+  64 x 128 at d = 96 and 128, 64 x 64 at d = 192 and 256, one CTA per SM,
   walking its row blocks from the last to the first, dQ accumulated in fp32 with atomics).
 
-The tiles, grids and CTAs per SM are what Nsight Compute reports for these launches
-(``figures/gpu/h100-l2-grid.json``: ``grid``, ``launch__occupancy_limit_*``).
+The tiles, grids and CTAs per SM are what Nsight Compute reports for these launches (every recorded run's
+``kernels``: the kernel's name, ``grid``, ``launch__occupancy_limit_*``; tested against all of them).
 """
 
 from __future__ import annotations

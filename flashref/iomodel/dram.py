@@ -90,7 +90,8 @@ in reads what misses in its first pass, ``head_reads`` (:func:`fit_head_reads`);
 share an SM, the drift's own knee, ``C_rdrift3`` and ``kappa_rdrift3`` (:func:`fit_rolling_drift3`); and for the H100's
 d = 64 walk, the largest share of its re-reads that miss far past its knee, ``miss_cap`` (with its set,
 :func:`fit_staggered`); and for the H100's other walks, whose lag counts only the CTAs of other heads
-(``lag_other``), a ``miss_cap`` and a ``spread`` of their own (with their set, ``STAGGERED_SHARED``). Everything else
+(``lag_other``), a ``miss_cap`` and a ``spread`` of their own (with their set, ``STAGGERED_SHARED``); and for the H100's
+d = 256 walk (64 x 64 tiles), a ``miss_cap`` of its own (``STAGGERED_D256``, :func:`fit_d256_cap`). Everything else
 (tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch
 statistics (:mod:`flashref.schedule`).
 
