@@ -321,8 +321,8 @@ FA2_TILES = {"fwd": {32: (128, 128), 64: (128, 128), 96: (128, 64), 128: (128, 6
 FA2_TILES_BEFORE_CHECK52 = {"fwd": {**FA2_TILES["fwd"], 160: (128, 32), 224: (128, 64)},
                             "bwd": {**FA2_TILES["bwd"], 160: (64, 64), 224: (64, 64)}}
 # CTAs per SM: Nsight's occupancy limits at every head dim above (d = 32 and 192 first measured by check52). The d = 192
-# forward runs eight warps of 255 registers or fewer: one CTA an SM, where the other forwards run two. Until check52 the
-# forward's was 2 at every head dim (FA2_CTAS_BEFORE_CHECK52)
+# forward runs eight warps of 228-236 registers a thread, which fill an SM's 64 K registers once: one CTA an SM, where
+# the other forwards (four warps) run two. Until check52 the forward's was 2 at every head dim (FA2_CTAS_BEFORE_CHECK52)
 FA2_CTAS_PER_SM = {"fwd": {32: 2, 64: 2, 96: 2, 128: 2, 192: 1, 256: 2},
                    "bwd": {32: 1, 64: 1, 96: 1, 128: 1, 192: 1, 256: 1}}
 FA2_CTAS_BEFORE_CHECK52 = {"fwd": {d: 2 for d in FA2_TILES_BEFORE_CHECK52["fwd"]},
