@@ -1368,7 +1368,8 @@ def test_kernel3_predictions_are_the_model(gpu):
 GUESSED_FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 128), 128: (64, 128)}}
 
 
-AFTER_CHECK52_LAUNCHES = ("check54",)  # the sets predicted with the launches check52 measured (schedule's tables)
+# the sets predicted with the launches check52 measured (the schedule's tables today)
+AFTER_CHECK52_LAUNCHES = ("check54", "check55")
 
 
 def _as_predicted(pred, monkeypatch):
@@ -1696,8 +1697,8 @@ def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- out of sample: predicted before measured
 
-AFTER_RDRIFT3_GPU = ("check51", "check54")  # the sets predicted with dram.RDRIFT3_GPU
-AFTER_D256 = ("check54",)  # the sets predicted with the d = 256 walk's own miss_cap (dram.STAGGERED_D256)
+AFTER_RDRIFT3_GPU = ("check51", "check54", "check55")  # the sets predicted with dram.RDRIFT3_GPU
+AFTER_D256 = ("check54", "check55")  # the sets predicted with the d = 256 walk's own miss_cap (dram.STAGGERED_D256)
 
 
 def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
@@ -1888,7 +1889,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check52", rule={}) + _both_gpus("check53", rule={})
                  # check54: the d = 224 and 256 walks after the d = 256 walk's own miss_cap, and head dims never
                  # measured, predicted with today's model (check52's launches, the d = 256 rule)
-                 + _both_gpus("check54", rule={}))
+                 + _both_gpus("check54", rule={})
+                 # check55: the issue's grid once more, today's model
+                 + _both_gpus("check55", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

@@ -641,6 +641,16 @@ CHECK54 = [
     ("check54_112_1x32x5634_causal", 1, 32, 5634, 112, True),
     ("check54_256_2x3x34688_causal", 2, 3, 34688, 256, True), ("check54_160_1x4x7996", 1, 4, 7996, 160, False),
 ]
+# check55: check41's rule once more, default_rng(20261241), the model of check54 (the launches check52 and check54
+# measured, the d = 256 walk's miss_cap; h100-l2-check55-predicted.json, h200-)
+CHECK55 = [
+    ("check55_64_1x8x8192_causal", 1, 8, 8192, 64, True), ("check55_128_2x16x4096", 2, 16, 4096, 128, False),
+    ("check55_64_8x8x3072", 8, 8, 3072, 64, False), ("check55_64_4x32x1536", 4, 32, 1536, 64, False),
+    ("check55_128_2x8x12288", 2, 8, 12288, 128, False), ("check55_128_1x8x131072", 1, 8, 131072, 128, False),
+    ("check55_64_8x1x98304", 8, 1, 98304, 64, False), ("check55_64_8x1x65536", 8, 1, 65536, 64, False),
+    ("check55_128_1x4x393216_causal", 1, 4, 393216, 128, True),
+    ("check55_64_2x4x196608_causal", 2, 4, 196608, 64, True),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -688,7 +698,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
-          "check54": CHECK54,
+          "check54": CHECK54, "check55": CHECK55,
           "softmax_rows": SOFTMAX_ROWS}
 
 
