@@ -161,9 +161,12 @@ H100 = GPU(
 
 H200 = GPU(
     name="H200-SXM-141GB", sms=132, hbm_capacity=141 * GB, hbm_bandwidth=4.8e12,
-    smem_per_sm=228 * KB, l2_size=50 * MB, registers_per_sm=256 * KB, boost_clock=1.83e9,
+    smem_per_sm=228 * KB, l2_size=60 * MB, registers_per_sm=256 * KB, boost_clock=1.83e9,
     matmul_flops=989.4e12, nonmatmul_flops=67e12,
     sources={**{k: v for k, v in _H100_SOURCES.items() if not k.startswith("measured")},
+             "l2_size": "measured: the driver's L2 size (torch.cuda.get_device_properties().L2_cache_size) on every "
+                        "recorded H200 run, 62914560 bytes (figures/gpu/h200-l2-*.json, metadata.l2_bytes); the "
+                        "H100 SXM5 on the same die reports 52428800",
              "hbm_bandwidth": "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s; same GH100 die and compute as H100 "
                               "SXM (the datasheet's 1,979 TFLOPS FP16 is with sparsity: 989.5 dense)",
              "verified_h200": "aiminingco.com/gpu/h200/specs and aiwiki.ai nvidia_h200 (141 GB, 4.8 TB/s, same "

@@ -13,8 +13,9 @@ and is what makes a long sequence fast enough to simulate). It counts:
   kernel ends (``dirty_bytes()``) is *not* counted: Nsight Compute flushes the L2 between kernels
   and counts neither side of that flush, and the model predicts what Nsight measures.
 
-Presets (:func:`preset`): the H100 SXM and the H200 have 50 MB of L2 (hardware.py), split in two
-partitions of 25 MB, each attached to half the memory controllers. An SM reads a line through the
+Presets (:func:`preset`): the H100 SXM has 50 MB of L2 and the H200 60 MB, as their drivers report them
+(hardware.py; until the twenty-seventh session the H200's was taken for the H100's), each split in two
+partitions, each attached to half the memory controllers. An SM reads a line through the
 partition near it; a line whose home is the far partition travels over the fabric between the two
 and may be kept in both. For DRAM traffic only the home copy matters (a near-side miss that hits
 the far partition is fabric traffic, ``lts__t_sectors_srcunit_ltcfabric``, not DRAM traffic), so
@@ -78,7 +79,7 @@ def _l2_size(name, default):
 
 PRESETS = {
     "h100": L2Spec("H100 SXM5 (50 MB L2, 2 partitions)", _l2_size("H100", 50 * MB)),
-    "h200": L2Spec("H200 SXM (50 MB L2, 2 partitions)", _l2_size("H200", 50 * MB)),
+    "h200": L2Spec("H200 SXM (60 MB L2, 2 partitions)", _l2_size("H200", 60 * MB)),
 }
 
 

@@ -106,9 +106,9 @@ def test_no_policy_or_associativity_options():
 
 
 def test_presets():
-    for gpu in ("h100", "H200", np.str_("h100")):
+    for gpu, mib in (("h100", 50), ("H200", 60), (np.str_("h100"), 50)):
         spec = preset(gpu)
-        assert spec.capacity == 50 * 2 ** 20 and spec.partitions == 2 and spec.sms == schedule.SMS
+        assert spec.capacity == mib * 2 ** 20 and spec.partitions == 2 and spec.sms == schedule.SMS
         assert spec.capacity % (spec.partitions * spec.line_bytes) == 0 and spec.line_bytes % spec.sector_bytes == 0
     for bad, exc in ((" h100", ValueError), ("a100", ValueError), (None, TypeError), (b"h100", TypeError)):
         with pytest.raises(exc, match="gpu"):

@@ -75,7 +75,8 @@ def test_write_back_and_dirty_residue():
 
 
 def test_presets_and_bad_input():
-    assert preset("h100").capacity == preset("H200").capacity == 50 * 2 ** 20
+    # the drivers' L2 sizes, as every recorded run's metadata has them (l2_bytes)
+    assert (preset("h100").capacity, preset("H200").capacity) == (50 * 2 ** 20, 60 * 2 ** 20)
     assert preset("h100").partitions == 2
     with pytest.raises(ValueError, match="gpu"):
         preset("a100")
@@ -312,8 +313,9 @@ SHARED_STAG = {k: D.STAGGERED_BEFORE_SPREAD["h100"][k] for k in ("C_stag", "kapp
 # (rdrift3_rule=0: C_rdrift and kappa)
 # and every set up to check44 before the d = 64 walk's misses had a cap (cap_rule=0: the d = 64 set before it)
 # and every set up to check46 before the shared walk's lag counted only other heads' CTAs (lag_rule=0: the H100's
-# shared set before it)
-LAG_BEFORE = dict(lag_rule=0)
+# shared set before it); and every set up to check55 before the capacities scaled with the GPU's L2 (l2_scale_rule=0:
+# the H100's on the H200)
+LAG_BEFORE = dict(lag_rule=0, l2_scale_rule=0)
 CAP_BEFORE = dict(cap_rule=0, **LAG_BEFORE)
 RDRIFT3_BEFORE = dict(rdrift3_rule=0, **CAP_BEFORE)
 # and check37 to check41 with the apart rule's first form, on the causal backward too (apart_causal=1)
@@ -622,12 +624,9 @@ def test_sync_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, i
 
 
 # The H200 measured check39 on 2026-11-28, after every fit: kernel 3's non-causal d = 64 forward at 2 x 1 x 98304, +29%
-# (and the H200's check55: kernel 3's non-causal d = 64 forward at eight sequences of one head, 65536 and 98304,
-# +26% to +34%, FlashAttention-2's beside it +26% to +33%: the H200's lockstep passes with 16-24 MiB of K and V a head
-# read less than the model, figures/gpu/NOTES-l2.md, "Twenty-fifth round")
-SYNC_HELD_MISSES = {("h200", "flashref", "check39_64_2x1x98304", "fwd"),
-                    *(("h200", "flashref", f"check55_64_8x1x{n}", "fwd") for n in (65536, 98304)),
-                    ("h200", "flashref", "check55_64_8x1x65536", "fwd_bwd")}
+# (the H200's check39 forward at 2 x 1 x 98304, +29%, and check55's at eight sequences of one head of 65536 and 98304,
+# +26% to +34%, are within with the capacities scaled by the H200's 60 MB of L2 (dram.L2_SCALED): -6% to +11%)
+SYNC_HELD_MISSES = set()
 
 
 def test_drift_ramp_only_where_the_sm_pair_drifts_slowly():
@@ -678,7 +677,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # check52's non-causal d = 256 forward, 16 heads of 30907 queries over 77162 keys, +33% on both
                     # GPUs: the d = 256 kernel's 64 x 64 walk reads less past the knee than the model at every shape
                     # measured (figures/gpu/NOTES-l2.md, "Twenty-fifth round")
-                    *((gpu, "sdpa_flash", "check52_256_1x16x30907x77162", "fwd") for gpu in ("h100", "h200"))}
+                    *((gpu, "sdpa_flash", "check52_256_1x16x30907x77162", "fwd") for gpu in ("h100", "h200")),
+                    # and its d = 80 forward+backward on the H200 (-25.1% with the capacities scaled by its L2)
+                    ("h200", "sdpa_flash", "check52_80_2x2x62312x66663", "fwd_bwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -750,8 +751,10 @@ def test_rolling_parameters_are_the_fit():
     assert len(rows) > 200 and {r[5] for r in rows} == {"h100", "h200"}
     own = {"C_roll": D.PARAMS["C_roll"], "kappa_roll": D.PARAMS["kappa_roll"]}
     # the lockstep waves' pair on the same rows fits worse
-    _assert_the_fit(l2fit.fit_rolling, rows, {**_around(l2fit.ROLL_GRID, own), "rdrift_rule": [0]}, own,
-                    {"C_roll": [D.PARAMS["C_eff"]], "kappa_roll": [D.PARAMS["kappa"]], "rdrift_rule": [0]}, 0.8)
+    # (and before the capacities scaled with the H200's L2: l2_scale_rule=0, as every fit was made)
+    then = {"rdrift_rule": [0], "l2_scale_rule": [0]}
+    _assert_the_fit(l2fit.fit_rolling, rows, {**_around(l2fit.ROLL_GRID, own), **then}, own,
+                    {"C_roll": [D.PARAMS["C_eff"]], "kappa_roll": [D.PARAMS["kappa"]], **then}, 0.8)
     kw = dict(B=2, H=8, Nq=65536, Nk=65536, d=64)
     for impl, causal, differs in (("flashref", True, True), ("flashref2", True, True), ("flashref", False, False),
                                   ("sdpa_flash", True, False)):
@@ -1031,7 +1034,6 @@ SWAVES_HELD_MISSES = {
     # and check51's (drawn after the H200's own drift capacity; the refitted d = 64 set): eight single heads of 98304
     # (+51%, +26%) and one of 229376 (-28%)
     ("h200", "sdpa_flash", "check51_64_8x1x98304_causal", "fwd"),
-    ("h200", "sdpa_flash", "check51_64_8x1x98304_causal", "fwd_bwd"),
     ("h200", "sdpa_flash", "check51_64_1x1x229376_causal", "fwd"),
     # and the H100's check50 (measured 2026-11-28): 4 x 2 x 49152 at d = 64 (-28.4%) and 4 x 1 x 32768's
     # forward+backward at d = 128 (+29.8%, its backward); check52's causal d = 96 walk at 4 x 7 x 27987 (+37%), and the
@@ -1115,8 +1117,10 @@ def test_apart_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, 
 # than apart_steps, fitted on the H100's rows, says; the forwards are within 25%)
 APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                        for shape in ("42_64_1x4x393216", "37_64_2x4x262144", "40_64_1x8x229376", "40_64_4x2x262144")),
-                     # the H200's check55: eight sequences of one head, +26% and +33% (SYNC_HELD_MISSES' note)
-                     *(("h200", "sdpa_flash", f"check55_64_8x1x{n}", "fwd") for n in (65536, 98304))}
+                     # the H200's check37 at 2 x 1 x 524288 (-25.3% with the capacities scaled by its L2, -20% without)
+                     ("h200", "sdpa_flash", "check37_64_2x1x524288", "fwd_bwd"),
+                     # and check42's forward at 1 x 4 x 393216 (-25.9%; -20% without the scaling)
+                     ("h200", "sdpa_flash", "check42_64_1x4x393216", "fwd")}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -1237,9 +1241,11 @@ H200_ROWS = l2fit.measured_rows(H200)
 # after the first cost less there. Kernel 2's causal d = 64 forward at
 # N = 65536, +26% and +28% with the lockstep waves' knee, is within 25% with a rolling grid's own: +1.2% and +23.0%;
 # FlashAttention-2's one-head forward at N = 262144, +35% before the drift ramp, is +15% with it.)
+# (FlashAttention-2's d = 64 forward at eight heads of 65536, +33%, is +21% with the capacities scaled by the H200's
+# 60 MB of L2; kernel 2's d = 64 forward at one head of 262144 goes from -17% to -25.1% with them)
 H200_MISSES = {("flashref2", "check64_262144", "fwd"),
                ("flashref2", "check64_524288", "fwd"), ("flashref2", "check64_524288", "fwd_bwd"),
-               ("sdpa_flash", "check64_65536", "fwd")}
+               ("flashref2", "knee64_262k", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured", H200_ROWS, ids=[f"{r[0]}-{r[1]}-{r[2]}" for r in H200_ROWS])
@@ -1379,7 +1385,7 @@ GUESSED_FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 
 
 
 # the sets predicted with the launches check52 measured (the schedule's tables today)
-AFTER_CHECK52_LAUNCHES = ("check54", "check55")
+AFTER_CHECK52_LAUNCHES = ("check54", "check55", "check56")
 
 
 def _as_predicted(pred, monkeypatch):
@@ -1707,8 +1713,10 @@ def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- out of sample: predicted before measured
 
-AFTER_RDRIFT3_GPU = ("check51", "check54", "check55")  # the sets predicted with dram.RDRIFT3_GPU
-AFTER_D256 = ("check54", "check55")  # the sets predicted with the d = 256 walk's own miss_cap (dram.STAGGERED_D256)
+AFTER_RDRIFT3_GPU = ("check51", "check54", "check55", "check56")  # the sets predicted with dram.RDRIFT3_GPU
+# the sets predicted with the d = 256 walk's own miss_cap (dram.STAGGERED_D256)
+AFTER_D256 = ("check54", "check55", "check56")
+AFTER_L2_SCALE = ("check56",)  # the sets predicted with the capacities scaled by the GPU's L2 (dram.L2_SCALED)
 
 
 def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
@@ -1723,6 +1731,8 @@ def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
         params.setdefault("rdrift3_gpu_rule", 0)
     if name not in AFTER_D256:
         params.setdefault("d256_rule", 0)
+    if name not in AFTER_L2_SCALE:
+        params.setdefault("l2_scale_rule", 0)
     runs = [json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{m}.json").read_text())
             for m in ((measured,) if isinstance(measured, str) else measured or (name,))]
     meas = {}
@@ -1901,7 +1911,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # measured, predicted with today's model (check52's launches, the d = 256 rule)
                  + _both_gpus("check54", rule={})
                  # check55: the issue's grid once more, today's model
-                 + _both_gpus("check55", rule={}))
+                 + _both_gpus("check55", rule={})
+                 # check56: the issue's grid once more, and few heads at the lockstep knee, after the capacities scaled
+                 # with the GPU's L2 (today's model)
+                 + _both_gpus("check56", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.

@@ -651,6 +651,20 @@ CHECK55 = [
     ("check55_128_1x4x393216_causal", 1, 4, 393216, 128, True),
     ("check55_64_2x4x196608_causal", 2, 4, 196608, 64, True),
 ]
+# check56: after the capacities scaled with the GPU's L2 (the H200's 60 MB): check41's rule once more
+# (default_rng(20261242)), and four non-causal shapes of few heads at N = 49152-131072, where the H200's lockstep passes
+# had read less than the model (default_rng(20261243): B, H from 1, 2, 4, 8, B·H >= 2; h100-l2-check56-predicted.json,
+# h200-)
+CHECK56 = [
+    ("check56_64_2x16x16384", 2, 16, 16384, 64, False), ("check56_128_1x16x12288_causal", 1, 16, 12288, 128, True),
+    ("check56_128_2x16x16384_causal", 2, 16, 16384, 128, True), ("check56_128_4x16x8192", 4, 16, 8192, 128, False),
+    ("check56_128_4x8x16384_causal", 4, 8, 16384, 128, True),
+    ("check56_128_4x2x196608_causal", 4, 2, 196608, 128, True), ("check56_128_8x1x262144", 8, 1, 262144, 128, False),
+    ("check56_128_2x4x98304", 2, 4, 98304, 128, False), ("check56_128_8x1x196608_causal", 8, 1, 196608, 128, True),
+    ("check56_128_1x8x131072_causal", 1, 8, 131072, 128, True), ("check56_128_1x4x49152", 1, 4, 49152, 128, False),
+    ("check56_64_2x4x114688", 2, 4, 114688, 64, False), ("check56_128_1x4x131072", 1, 4, 131072, 128, False),
+    ("check56_128_4x2x131072", 4, 2, 131072, 128, False),
+]
 # Not a check, a probe: the causal d = 64 forwards of kernel 3 and FlashAttention-2 by heads across N = 262144, where
 # check19, check27 and check29 found kernel 3 27% under and FlashAttention-2 50-61% over at four and eight heads, and
 # both within 5-15% at 196608: where between them it starts, and at one and two heads (predicted before it was
@@ -698,7 +712,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
-          "check54": CHECK54, "check55": CHECK55,
+          "check54": CHECK54, "check55": CHECK55, "check56": CHECK56,
           "softmax_rows": SOFTMAX_ROWS}
 
 

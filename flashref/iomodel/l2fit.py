@@ -272,7 +272,7 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "check33", "check34", "check35", "check36", "check37", "check38", "check39", "check40",
                       "check41", "check42", "check43", "check44", "check45", "check46", "check47",
                       "check48", "check49", "check50", "check51", "check52",
-                      "check53", "check54", "check55")
+                      "check53", "check54", "check55", "check56")
 
 
 def runs_from(first: str) -> tuple:
@@ -467,8 +467,11 @@ def _fit_kernels(rows, varies, grid):
     that ``grid`` changes, so the rest of each call is predicted once. Minimises the mean squared log-ratio; returns
     (params, loss)."""
     parts = []
+    # the L2 scaling acts where a row's parameters are built (dram._params), not where a point overrides them: a grid
+    # that fixes it (l2_scale_rule: [0], the fits made before it) fixes it there
+    then = {"l2_scale_rule": grid["l2_scale_rule"][0]} if len(grid.get("l2_scale_rule", ())) == 1 else None
     for impl, _, mode, kw, m, gpu, info in rows:
-        base = _params(gpu, kw["d"], impl == "sdpa_flash" and kw["causal"])
+        base = _params(gpu, kw["d"], impl == "sdpa_flash" and kw["causal"], then)
         with S.kernel3_as_recorded(info):
             parts.append((_split(impl, mode, kw, gpu, base, varies), base, m))
 
