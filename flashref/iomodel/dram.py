@@ -76,7 +76,7 @@ which re-derives each from the recorded runs, :func:`fit` these first four):
 ``C_eff`` (bytes of L2 that the scanned tiles get; the prior is one partition, 25 MB of the
 H100's 50, since a line read by SMs on both sides is held in both partitions), ``kappa``,
 ``alpha`` and ``rho``; and, for staggered scans only, ``C_stag``, ``kappa_stag``, ``lag`` and ``overlap``
-(:func:`fit_staggered`), per GPU (``GPU_PARAMS``: the H200, with the H100's L2, needs its own), and
+(:func:`fit_staggered`), per GPU (``GPU_PARAMS``: the H200, with the H100's SMs, needs its own), and
 for FlashAttention-2's d = 64 kernel a set of its own (``STAGGERED_D64``), with ``spread``, ``spread_time`` and
 ``spread_waves`` (:func:`fit_spread_waves`) shared by all of them; for eager's
 softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); for a rolling grid's re-reads,
@@ -194,10 +194,11 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               l2_scale_rule=1,
               head_rule=1)  # not fitted: that rule (0: a head's first pass reads its tiles once, as every prediction to
               # check39)
-# The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's L2 and SMs, faster
-# HBM) reads 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the
-# median). Its parameters are therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid +
-# check, figures/gpu/h100-l2-{grid,check}.json and figures/gpu/h200-l2.json; since the spread term, SPREAD_FIT_ON).
+# The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's SMs, faster HBM and 60 MB of L2
+# against 50, which the fits below took for the same until the twenty-fifth round of figures/gpu/NOTES-l2.md) reads
+# 0.37-0.95x the H100's bytes on FlashAttention-2's causal forward (about half at the median). Its parameters are
+# therefore per GPU: fitted (fit_staggered) on each GPU's own runs (first its grid + check,
+# figures/gpu/h100-l2-{grid,check}.json and figures/gpu/h200-l2.json; since the spread term, SPREAD_FIT_ON).
 GPU_PARAMS = {"h100": {}, "h200": dict(C_stag=112 * MB, kappa_stag=6.0, lag=3.0, overlap=0.1)}
 # FlashAttention-2's d = 64 forward (128 x 128 tiles, r = 1) walks with a timing of its own: with the
 # shared staggered set it read 0.6% of its re-reads from DRAM where the d = 128 kernel (128 x 64 tiles)
