@@ -166,7 +166,8 @@ H200 = GPU(
     sources={**{k: v for k, v in _H100_SOURCES.items() if not k.startswith("measured")},
              "l2_size": "measured: the driver's L2 size (torch.cuda.get_device_properties().L2_cache_size) on every "
                         "recorded H200 run, 62914560 bytes (figures/gpu/h200-l2-*.json, metadata.l2_bytes); the "
-                        "H100 SXM5 on the same die reports 52428800",
+                        "H100 SXM5 on the same die reports 52428800 (NVIDIA's H100 whitepaper: the full GH100 has 60 "
+                        "MB of L2, the H100 SXM5 enables 50)",
              "hbm_bandwidth": "NVIDIA H200 datasheet: 141 GB HBM3e at 4.8 TB/s; same GH100 die and compute as H100 "
                               "SXM (the datasheet's 1,979 TFLOPS FP16 is with sparsity: 989.5 dense)",
              "verified_h200": "aiminingco.com/gpu/h200/specs and aiwiki.ai nvidia_h200 (141 GB, 4.8 TB/s, same "

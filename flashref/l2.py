@@ -14,7 +14,8 @@ and is what makes a long sequence fast enough to simulate). It counts:
   and counts neither side of that flush, and the model predicts what Nsight measures.
 
 Presets (:func:`preset`): the H100 SXM has 50 MB of L2 and the H200 60 MB, as their drivers report them
-(hardware.py; until the twenty-seventh session the H200's was taken for the H100's), each split in two
+(hardware.py; until check55 the H200's was taken for the H100's: figures/gpu/NOTES-l2.md, "Twenty-fifth round"),
+each split in two
 partitions, each attached to half the memory controllers. An SM reads a line through the
 partition near it; a line whose home is the far partition travels over the fabric between the two
 and may be kept in both. For DRAM traffic only the home copy matters (a near-side miss that hits

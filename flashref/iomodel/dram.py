@@ -275,15 +275,15 @@ STAGGERED_SHARED = {"h100": dict(C_stag=48 * MB, kappa_stag=7.0, lag=1.0, overla
 # d = 256 walk measured before check52 to fit on, and keeps its shared set's (figures/gpu/NOTES-l2.md, "Twenty-fifth
 # round")
 STAGGERED_D256 = {"h100": dict(miss_cap=0.6), "h200": {}}
-# The H200 has 60 MB of L2 (its driver reports 62914560 bytes on every recorded run), not the H100's 50: the full L2 of
-# the die the H100 SXM5 ships with 50 MB enabled. Every capacity in PARAMS was fitted on H100 rows (the H200's own sets
-# above replace some); those that stand for a share of the L2 that a kernel's passes get scale with it on another GPU
-# (l2_scale_rule): the lockstep waves' C_eff, the synced rounds' C_sync, the softmax rows' C_rows and the drift's
-# C_rdrift. Not C_roll: the rolling grid's knee, fitted at 65 MiB (more than the H100's L2), stands for timing as much
-# as for the L2, and scaled it put kernel 3's causal rows on the H200 further off (mean error 5.2% to 6.7%). No number
-# is fitted: the ratio is the two L2 sizes. Over the H200's 1200 recorded rows it takes 1174 within ±25% (1171
-# without), check55's 50 of 50 among them (45 without; seen before the rule, so not blind: check56 is).
-# figures/gpu/NOTES-l2.md, "Twenty-fifth round"
+# The H200 has 60 MB of L2 (its driver reports 62914560 bytes on every recorded run), not the H100's 50: the full
+# GH100's 60 MB, of which the H100 SXM5 enables 50 (NVIDIA's H100 whitepaper). Every capacity in PARAMS was fitted on
+# H100 rows (the H200's own sets above replace some); those that stand for a share of the L2 that a kernel's passes get
+# scale with it on another GPU (l2_scale_rule): the lockstep waves' C_eff, the synced rounds' C_sync, the softmax rows'
+# C_rows and the drift's C_rdrift. Not C_roll: the rolling grid's knee, fitted at 65 MiB (more than the H100's L2),
+# stands for timing as much as for the L2, and scaled it put kernel 3's causal rows on the H200 further off (mean error
+# 5.2% to 6.7%). No number is fitted: the ratio is the two L2 sizes. Over the H200's 1200 rows recorded before check56
+# it takes 1174 within ±25% (1171 without), check55's 50 of 50 among them (45 without; seen before the rule, so not
+# blind: check56 is). figures/gpu/NOTES-l2.md, "Twenty-fifth round"
 L2_SCALED = ("C_eff", "C_sync", "C_rows", "C_rdrift")
 # the runs each GPU's staggered sets (shared and d = 64) are fitted on since the spread term
 SPREAD_FIT_ON = {"h100": ("grid", "check", "check2", "check3", "check4", "repeat", "check7", "check9", "check11",
