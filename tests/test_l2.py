@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import json
 import math
 import re
@@ -2245,3 +2246,21 @@ def test_preregistered_predictions(pred, measured, params, gpu, monkeypatch):
     # heads128: up to 6.1x; the H200's check47 before its refit: 3.8x), bounded at 8x
     bound = 8.0 if pred["shape"] in FAR_MISSES else 2.0
     _within_25_percent(err, _miss_key(pred, gpu), PREREGISTERED_MISSES, bound, "pre-registered miss")
+
+
+def test_dram_speed_script_records_every_call(tmp_path):
+    """examples/dram_speed.py (the timing recorded in figures/dram-speed-cpu.json) times one prediction of every
+    implementation and mode at N = 131072; --quick runs each once at d = 64, causal and not, and records them all."""
+    spec = importlib.util.spec_from_file_location("dram_speed", REPO / "examples" / "dram_speed.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--quick", "--out", str(tmp_path / "speed.json")])
+    saved = json.loads((tmp_path / "speed.json").read_text())
+    assert saved == json.loads(json.dumps(out))
+    assert len(saved["rows"]) == len(D.IMPLS) * len(D.MODES) * 2
+    assert {(r["impl"], r["mode"], r["causal"]) for r in saved["rows"]} == \
+        {(i, m, c) for i in D.IMPLS for m in D.MODES for c in (False, True)}
+    assert all(r["N"] == 131072 and r["first_s"] > 0 and r["median_s"] > 0 for r in saved["rows"])
+    assert saved["worst_s"] == max(max(r["first_s"], r["median_s"]) for r in saved["rows"])
+    recorded = json.loads((REPO / "figures" / "dram-speed-cpu.json").read_text())
+    assert len(recorded["rows"]) == len(D.IMPLS) * len(D.MODES) * 2 * 2 * 2  # two shapes, d = 64 and 128
