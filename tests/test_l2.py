@@ -1445,16 +1445,13 @@ def test_check5_predictions_are_the_model(gpu, monkeypatch):
 
 
 def _recorded_launches(impl):
-    """(run file, the row of its call, the kernel) for every kernel of ``impl`` that Nsight's launch statistics
-    describe, over every recorded profile-l2 run."""
-    for path in sorted((REPO / "figures" / "gpu").glob("h*-l2-*.json")):
-        if path.name.endswith("-predicted.json"):
-            continue
-        res = json.loads(path.read_text())
+    """(run, the row of its call, the kernel) for every kernel of ``impl`` that Nsight's launch statistics describe,
+    over every recorded profile-l2 run (l2fit.recorded_runs)."""
+    for name, gpu, res in l2fit.recorded_runs(REPO / "figures" / "gpu"):
         shape_of = {r["shape"]: r for r in res.get("rows", []) if r["impl"] == impl}
         for k in res.get("kernels", []):
             if k["impl"] == impl and "launch__grid_size" in k and k["shape"] in shape_of:
-                yield path.name, shape_of[k["shape"]], k
+                yield f"{gpu}-l2-{name}", shape_of[k["shape"]], k
 
 
 def _occupancy(k):
