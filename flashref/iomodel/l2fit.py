@@ -467,9 +467,9 @@ def _fit_kernels(rows, varies, grid):
     that ``grid`` changes, so the rest of each call is predicted once. Minimises the mean squared log-ratio; returns
     (params, loss)."""
     parts = []
-    # the L2 scaling acts where a row's parameters are built (dram._params), not where a point overrides them: a grid
-    # that fixes it (l2_scale_rule: [0], the fits made before it) fixes it there
-    then = {"l2_scale_rule": grid["l2_scale_rule"][0]} if len(grid.get("l2_scale_rule", ())) == 1 else None
+    # what a grid fixes (one value) builds each row's parameters: a rule switch that dram._params reads (the L2 scaling,
+    # a GPU's or a head dim's own set) acts there, not where a point overrides the parameters built
+    then = {name: values[0] for name, values in grid.items() if len(values) == 1} or None
     for impl, _, mode, kw, m, gpu, info in rows:
         base = _params(gpu, kw["d"], impl == "sdpa_flash" and kw["causal"], then)
         with S.kernel3_as_recorded(info):
