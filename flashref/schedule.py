@@ -314,8 +314,8 @@ KERNEL2_CTAS_BEFORE_CHECK52 = {"fwd": {64: 2, 128: 1}, "dkdv_atomic": {64: 1, 12
 # The PyTorch that ran every measurement (2.11) builds FlashAttention-2 for head dims 32, 64, 96, 128, 192 and 256
 # only: check52 found d = 160 running the d = 192 kernels (Nsight's kernel names: Flash_fwd_kernel_traits<192, 128, 64,
 # 8>, Flash_bwd_kernel_traits<192, 64, 64, 8>), and d = 80 the d = 96 ones. So a head dim takes the next larger of
-# these; d = 224 takes d = 256's by the same rule, unmeasured. Until check52 the table also held FlashAttention-2's own
-# d = 160 and 224 tiles (FA2_TILES_BEFORE_CHECK52), which this build does not run.
+# these; d = 224 takes d = 256's by the same rule (check54 measured it). Until check52 the table also held
+# FlashAttention-2's own d = 160 and 224 tiles (FA2_TILES_BEFORE_CHECK52), which this build does not run.
 FA2_TILES = {"fwd": {32: (128, 128), 64: (128, 128), 96: (128, 64), 128: (128, 64), 192: (128, 64), 256: (64, 64)},
              "bwd": {32: (128, 128), 64: (128, 128), 96: (64, 128), 128: (64, 128), 192: (64, 64), 256: (64, 64)}}
 FA2_TILES_BEFORE_CHECK52 = {"fwd": {**FA2_TILES["fwd"], 160: (128, 32), 224: (128, 64)},
