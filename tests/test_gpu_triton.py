@@ -139,6 +139,17 @@ def test_any_head_dim_two_oracles(d, Nq, Nk, causal, kernel):
     _check(1, 2, Nq, Nk, d, DTYPES[-1] if INTERPRET else torch.float16, causal, seed=d + Nq, config=KERNELS[kernel])
 
 
+# Kernel 2's dK/dV kernel loads its row blocks without a row mask everywhere but in its masked calls
+# (the ragged last row block, the causal diagonal, a window's boundary blocks): each of these has several
+# full row blocks and a ragged last one, so a full block loaded as masked, or a ragged one as unmasked, shows.
+RAGGED_ROWS = [(48, 70, 70, False), (48, 70, 53, True), (160, 75, 50, False), (64, 83, 83, False),
+               (40, 66, 90, True)]
+
+
+@pytest.mark.parametrize("d,Nq,Nk,causal", RAGGED_ROWS)
+def test_kernel2_ragged_rows_two_oracles(d, Nq, Nk, causal):
+    _check(1, 2, Nq, Nk, d, DTYPES[-1] if INTERPRET else torch.float16, causal, seed=d + Nq, config=KERNELS["kernel2"])
+
 def test_dim_split_narrows_the_forward_tiles():
     """The forward's two column tiles: a power of two and a rest, only where narrower than one padded tile."""
     from flashref.iomodel.triton import dim_split, forward_padding_waste, pad_dim

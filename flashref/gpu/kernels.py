@@ -672,22 +672,27 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
     # D_PAD: the first column tile's width (all of pad_dim(d) unless split). With a split head
     # dimension (D_B > 0, as in the forward) K_b, V_b, dK_b, dV_b and offs_db are the second tile's;
     # the matmuls that contract over d add both tiles, those that produce d columns produce each.
+    # Rows past Nq exist only in the masked calls (the ragged last row block, boundary blocks): the
+    # unmasked ones visit full row blocks, so their loads need no row mask. Masking them anyway when
+    # N is ragged made the compiler spill (at d = 48 and 160: 0.4-1.3 GB of local-memory traffic
+    # through the L2 and 75-80 MB of it out to DRAM, figures/gpu/NOTES-l2.md, "k2writes").
+    ROWS_MASKED: tl.constexpr = MASKED and not EVEN
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(i_lo, i_hi, BLOCK_M, warp_specialize=WS):  # FA2 Alg.2 l.8: for 1 <= i <= Tr
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + offs_m0
         # FA2 Alg.2 l.9 (flash2.py): load Q_i, dO_i, L_i, D_i (O_i is not needed: D).
-        Q_i = _load_rows(Q_base, offs_m, Nq, offs_d, HEAD_D, D_PAD, not EVEN)  # (Br, d)
-        dO_i = _load_rows(dO_base, offs_m, Nq, offs_d, HEAD_D, D_PAD, not EVEN)  # (Br, d)
-        L2_i = _load_vec(L2_base, offs_m, Nq, not EVEN)
-        D_i = _load_vec(D_base, offs_m, Nq, not EVEN)
+        Q_i = _load_rows(Q_base, offs_m, Nq, offs_d, HEAD_D, D_PAD, ROWS_MASKED)  # (Br, d)
+        dO_i = _load_rows(dO_base, offs_m, Nq, offs_d, HEAD_D, D_PAD, ROWS_MASKED)  # (Br, d)
+        L2_i = _load_vec(L2_base, offs_m, Nq, ROWS_MASKED)
+        D_i = _load_vec(D_base, offs_m, Nq, ROWS_MASKED)
         # FA2 Alg.2 l.10 (flash2.py): S_ij = τ Q_i K_jᵀ, computed transposed: S_ijᵀ = K_j Q_iᵀ.
         QKT = tl.dot(K_j, tl.trans(Q_i))  # (Bc, Br), unscaled
         Q_b = Q_i
         dO_b = dO_i
         if D_B > 0:  # the second column tile of Q_i, dO_i; S_ijᵀ sums over both tiles of d
-            Q_b = _load_rows(Q_base, offs_m, Nq, offs_db, HEAD_D, D_PAD + D_B, not EVEN)
-            dO_b = _load_rows(dO_base, offs_m, Nq, offs_db, HEAD_D, D_PAD + D_B, not EVEN)
+            Q_b = _load_rows(Q_base, offs_m, Nq, offs_db, HEAD_D, D_PAD + D_B, ROWS_MASKED)
+            dO_b = _load_rows(dO_base, offs_m, Nq, offs_db, HEAD_D, D_PAD + D_B, ROWS_MASKED)
             QKT = tl.dot(K_b, tl.trans(Q_b), QKT)
         if SOFTCAP or ALIBI:  # [softcap] [alibi], keeping T = tanh(τS/c) for dS (flash2.py's dtanh_ij)
             S_ijT, T_ijT = _modify(QKT, offs_m[None, :], offs_n[:, None], qk_scale, slope2,

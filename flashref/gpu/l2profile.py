@@ -697,6 +697,20 @@ METRIC_SETS = (
 )
 
 
+# Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
+# check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
+# thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
+# the number of heads. ``python -m flashref.gpu.writes_probe`` measures them with and without the cache flush.
+K2WRITES = [
+    ("k2writes_48_8x3x1803", 8, 3, 1803, 48, False), ("k2writes_48_8x3x1792", 8, 3, 1792, 48, False),
+    ("k2writes_64_8x3x1803", 8, 3, 1803, 64, False), ("k2writes_64_8x3x1792", 8, 3, 1792, 64, False),
+    ("k2writes_48_1x1x1803", 1, 1, 1803, 48, False),
+    ("k2writes_160_1x4x7996", 1, 4, 7996, 160, False), ("k2writes_160_1x4x8064", 1, 4, 8064, 160, False),
+    ("k2writes_128_1x4x7996", 1, 4, 7996, 128, False),
+    ("k2writes_256_1x3x9344", 1, 3, 9344, 256, False), ("k2writes_256_2x12x1024", 2, 12, 1024, 256, False),
+    ("k2writes_128_1x3x9344", 1, 3, 9344, 128, False),
+]
+
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
           "check5": CHECK5, "check6": CHECK6,
           "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
@@ -712,7 +726,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
-          "check54": CHECK54, "check55": CHECK55, "check56": CHECK56,
+          "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
