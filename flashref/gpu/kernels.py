@@ -674,8 +674,8 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
     # the matmuls that contract over d add both tiles, those that produce d columns produce each.
     # Rows past Nq exist only in the masked calls (the ragged last row block, boundary blocks): the
     # unmasked ones visit full row blocks, so their loads need no row mask. Masking them anyway when
-    # N is ragged made the compiler spill (at d = 48 and 160: 0.4-1.3 GB of local-memory traffic
-    # through the L2 and 75-80 MB of it out to DRAM, figures/gpu/NOTES-l2.md, "k2writes").
+    # N is ragged made the compiler spill (at d = 48 and 160 on an H100: 0.76-1.3 GB of local-memory
+    # writes through the L2, 74-81 MB of them out to DRAM; figures/gpu/NOTES-l2.md, "k2writes").
     ROWS_MASKED: tl.constexpr = MASKED and not EVEN
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(i_lo, i_hi, BLOCK_M, warp_specialize=WS):  # FA2 Alg.2 l.8: for 1 <= i <= Tr
