@@ -81,9 +81,20 @@ def _err(x, ref):
     return float((x.detach().double() - ref.double()).abs().max())
 
 
-def _check(B, Hq, Hkv, Nq, Nk, d, *, dtype=DTYPE, config=None, deterministic=False, seed=0, **opts):
-    """gpu.attention with the variants ``opts`` against the float64 oracle (the two-oracle rule)."""
+def _fenced(x):
+    """``x`` as the first half of a buffer whose second half is NaN: a kernel that reads a row past the end of
+    the last head (an unmasked load of a ragged block) gets NaN into its output or gradients."""
+    buf = torch.full((2 * x.numel(),), float("nan"), dtype=x.dtype, device=x.device)
+    buf[:x.numel()] = x.reshape(-1)
+    return buf[:x.numel()].view(x.shape)
+
+
+def _check(B, Hq, Hkv, Nq, Nk, d, *, dtype=DTYPE, config=None, deterministic=False, seed=0, fenced=False, **opts):
+    """gpu.attention with the variants ``opts`` against the float64 oracle (the two-oracle rule); ``fenced``: the
+    inputs and the incoming gradient end where NaN starts (``_fenced``)."""
     q, k, v, do = _inputs(B, Hq, Hkv, Nq, Nk, d, dtype, seed)
+    if fenced:
+        q, k, v, do = (_fenced(x) for x in (q, k, v, do))
     if opts.get("alibi_slopes") is not None:
         opts["alibi_slopes"] = torch.as_tensor(opts["alibi_slopes"], dtype=torch.float32, device=q.device)
     if Hkv != Hq:
@@ -131,6 +142,8 @@ CASES = {
     "window_right_only": (2, 2, 23, 41, 16, dict(window=(-1, 5))),
     "window_wide": (2, 2, 64, 60, 16, dict(window=(40, 20))),  # tiles wholly inside the band: unmasked
     "window_wide_causal": (2, 2, 64, 64, 32, dict(window=(35, 7), causal=True)),
+    # unmasked tiles inside the band, and a ragged last row block that the dK/dV kernel's boundary calls reach
+    "window_wide_ragged": (2, 2, 75, 70, 48, dict(window=(40, 20))),
     "alibi": (4, 4, 33, 29, 16, dict(alibi_slopes=SLOPES4)),
     "alibi_causal": (4, 4, 40, 40, 16, dict(alibi_slopes=SLOPES4, causal=True)),
     "softcap": (2, 2, 31, 37, 16, dict(softcap=0.7, scale=1.5)),
@@ -191,7 +204,7 @@ def test_softcap_fp16_with_either_tanh(c):
 @pytest.mark.parametrize("case", list(CASES))
 def test_variant_kernel2(case):
     Hq, Hkv, Nq, Nk, d, opts = CASES[case]
-    _check(1, Hq, Hkv, Nq, Nk, d, **dict(opts))
+    _check(1, Hq, Hkv, Nq, Nk, d, fenced=True, **dict(opts))
 
 
 @pytest.mark.parametrize("case,kernel", [("all_causal", "kernel1"), ("gqa_window_alibi", "kernel1"),

@@ -666,17 +666,19 @@ def _bwd_dq_scale(dQacc, dQ, n_elements, sm_scale, BLOCK: tl.constexpr):
 def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base, offs_n, offs_d,
                     i_lo, i_hi, Nq, Nk, qk_scale, h_bh, thresh, inv_keep, win_l, win_r, slope2, sc_in, sc_out,
                     BLOCK_M: tl.constexpr, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr,
-                    MASKED: tl.constexpr, EVEN: tl.constexpr, ATOMIC_DQ: tl.constexpr, DROPOUT: tl.constexpr,
+                    MASKED: tl.constexpr, RAGGED: tl.constexpr, EVEN: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                    DROPOUT: tl.constexpr,
                     WS: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
                     dK_b, dV_b, K_b, V_b, offs_db, D_B: tl.constexpr):
     # D_PAD: the first column tile's width (all of pad_dim(d) unless split). With a split head
     # dimension (D_B > 0, as in the forward) K_b, V_b, dK_b, dV_b and offs_db are the second tile's;
     # the matmuls that contract over d add both tiles, those that produce d columns produce each.
-    # Rows past Nq exist only in the masked calls (the ragged last row block, boundary blocks): the
-    # unmasked ones visit full row blocks, so their loads need no row mask. Masking them anyway when
-    # N is ragged made the compiler spill (at d = 48 and 160 on an H100: 0.76-1.3 GB of local-memory
-    # writes through the L2, 74-81 MB of them out to DRAM; figures/gpu/NOTES-l2.md, "k2writes").
-    ROWS_MASKED: tl.constexpr = MASKED and not EVEN
+    # MASKED: apply the attend mask (causal diagonal, window band, keys past Nk). RAGGED: this call may
+    # reach the ragged last row block (the tail, a window's first boundary blocks); the others visit full
+    # row blocks only, so their loads need no row mask. Masking every row block's loads when N was
+    # ragged made the compiler spill (at d = 48 and 160 on an H100: 0.76-1.3 GB of local-memory writes
+    # through the L2, 74-81 MB of them out to DRAM; figures/gpu/NOTES-l2.md, "k2writes").
+    ROWS_MASKED: tl.constexpr = RAGGED and not EVEN
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(i_lo, i_hi, BLOCK_M, warp_specialize=WS):  # FA2 Alg.2 l.8: for 1 <= i <= Tr
         start_m = tl.multiple_of(start_m, BLOCK_M)
@@ -776,12 +778,12 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
         i_lo, i_a, i_b, i_hi = _window_rows(start_n, Nq, win_l, win_r, BLOCK_M, BLOCK_N)
         dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                      offs_n, offs_d, i_lo, i_a, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
-                                     win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, True,
+                                     win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, True, True,
                                      EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
                                      dK_b, dV_b, K_b, V_b, offs_db, D_B)
         dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                      offs_n, offs_d, i_a, i_b, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
-                                     win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, False,
+                                     win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, False, False,
                                      EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
                                      dK_b, dV_b, K_b, V_b, offs_db, D_B)
         i_tail = i_b
@@ -796,12 +798,12 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
             dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, i_lo, i_diag, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
-                                         True, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                         True, False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
                                          dK_b, dV_b, K_b, V_b, offs_db, D_B)
             dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, i_diag, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
-                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                         False, False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
                                          dK_b, dV_b, K_b, V_b, offs_db, D_B)
             i_tail = tl.maximum(Nq_full, i_diag)
         else:
@@ -813,12 +815,12 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
             dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, i_mid, Nq_full, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
-                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                         False, False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
                                          dK_b, dV_b, K_b, V_b, offs_db, D_B)
             dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                          offs_n, offs_d, 0, i_mid, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
                                          win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL,
-                                         False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
+                                         False, False, EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
                                          dK_b, dV_b, K_b, V_b, offs_db, D_B)
             i_tail = Nq_full
         i_end = Nq
@@ -826,7 +828,7 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
     # [window]'s lower boundary row blocks
     dK_j, dV_j, dK_b, dV_b = _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_base,
                                  offs_n, offs_d, i_tail, i_end, Nq, Nk, qk_scale, h_bh, thresh, inv_keep,
-                                 win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, True,
+                                 win_l, win_r, slope2, sc_in, sc_out, BLOCK_M, HEAD_D, D_PAD, CAUSAL, True, True,
                                  EVEN, ATOMIC_DQ, DROPOUT, WS, WINDOW, ALIBI, SOFTCAP,
                                      dK_b, dV_b, K_b, V_b, offs_db, D_B)
     return dK_j, dV_j, dK_b, dV_b
