@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -105,6 +106,8 @@ CHEATS = [  # (exercise, file, words the refusal must say)
     ("07", "cheat_budgets.py", "budgets.json refused: the files that hold the answers"),
     # a refusal caught, with its report silenced (socket.socket.sendall replaced): still refused at the end
     ("03", "cheat_quiet_refusal.py", "refused: the files that hold the answers"),
+    # a refusal caught and carried on past: refused, and the report shows no error of the grader's own
+    ("03", "cheat_solution_caught.py", "refused: the files that hold the answers"),
 ]
 
 
@@ -164,6 +167,7 @@ def test_cheats_are_refused(number, name, says):
     assert rep.refused and rep.points == 0, rep
     assert says in rep.message, rep.message
     assert "REFUSED" in str(rep)
+    assert "BrokenPipeError" not in str(rep) and '_student.py", line' not in str(rep), str(rep)
 
 
 def test_output_without_a_store_is_never_stored(tmp_path):
@@ -290,6 +294,19 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(tmp_path):
     for pkg in ("iomodel", "gpu"):  # compiled away: bytecode only
         assert not list((out / "flashref" / pkg).rglob("*.py")) and list((out / "flashref" / pkg).rglob("*.pyc"))
     assert "FILL ME IN" in (out / "exercises" / "ex3_flash1_forward.py").read_text()
+    # every page it links to is in it, the licence too
+    assert (out / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+    for page in out.rglob("*.md"):
+        for link in re.findall(r"\]\(([^)#\s]+)", page.read_text()):
+            assert link.startswith(("http:", "https:", "mailto:")) or (page.parent / link).exists(), (page, link)
+    # and a plain (not editable) install of it has the bytecode modules and the budgets (built from a copy of
+    # it: setuptools leaves its build folder in the tree)
+    shutil.copytree(out, tmp_path / "to-install")
+    target = tmp_path / "installed"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    str(target), str(tmp_path / "to-install")], check=True, capture_output=True)
+    for rel in ("flash2.pyc", "iomodel/dram.pyc", "grading/budgets.json"):
+        assert (target / "flashref" / rel).is_file(), rel
     # COURSE.md says what ships as bytecode: every compiled module and package of the copy, by name
     course = (ROOT / "COURSE.md").read_text()
     assert "no algorithm modules" not in course
@@ -603,13 +620,31 @@ def test_release_and_bundle_paths_are_checked(tmp_path):
              ("autograder", tmp_path, "argument OUT.zip: ", "is a directory"),
              ("autograder", tmp_path / "afile" / "b.zip", "argument OUT.zip: ", "no directory"),
              # an existing file that is not a bundle this command wrote is left alone, not replaced by a zip
-             ("autograder", tmp_path / "afile", "argument OUT.zip: ", "is not a Gradescope bundle")]
+             ("autograder", tmp_path / "afile", "argument OUT.zip: ", "is not a Gradescope bundle"),
+             # inside a folder the copy is made from, it would copy itself into itself (until the path is too long)
+             ("student-release", ROOT / "notebooks" / "release-here", "argument OUT_DIR: ", "copy itself into"),
+             ("student-release", ROOT / "flashref" / "out", "argument OUT_DIR: ", "inside flashref/")]
     for cmd, path, arg, says in cases:
         r = subprocess.run([sys.executable, "-m", "flashref", cmd, str(path)], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 2 and arg in r.stderr and says in r.stderr and "Traceback" not in r.stderr, \
             (cmd, path, r.stderr)
     assert os.listdir(tmp_path / "full") == ["x"]
     assert (tmp_path / "afile").read_text() == ""
+    assert not (ROOT / "notebooks" / "release-here").exists() and not (ROOT / "flashref" / "out").exists()
+
+
+@pytest.mark.parametrize("empty_before", [False, True])
+def test_a_release_that_fails_leaves_nothing(tmp_path, monkeypatch, empty_before):
+    out = tmp_path / "student"
+    if empty_before:
+        out.mkdir()
+
+    def fail(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(release, "_strip_notebook", fail)
+    with pytest.raises(OSError, match="No space left"):
+        release.student_release(str(out))
+    assert (out.exists() and not os.listdir(out)) if empty_before else not out.exists()
 
 
 def test_notebooks_say_what_to_hand_in():

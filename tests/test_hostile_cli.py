@@ -119,6 +119,27 @@ def test_main_usage(capsys):
     assert e.value.code == 0 and "--budget-s" in capsys.readouterr().out
 
 
+def test_every_help_line_is_a_whole_sentence(capsys):
+    """Each command's description is its docstring's first paragraph, never a sentence cut at a line break."""
+    for cmd in ("figures", "site", "bench", "profile", "profile-l2", "l2-score", "train"):
+        with pytest.raises(SystemExit) as e:
+            cli.main([cmd, "--help"])
+        out = capsys.readouterr().out
+        description = " ".join(out.split("\n\n")[1].split())
+        assert e.value.code == 0 and description.endswith("."), (cmd, description)
+
+
+def test_bad_arguments_make_nothing(tmp_path, capsys):
+    """A mistyped figure name is refused before --out is made; an empty --json is refused, not ignored."""
+    out = tmp_path / "figs"
+    with pytest.raises(SystemExit) as e:
+        cli.main(["figures", "--only", "no_such_figure", "--out", str(out)])
+    assert e.value.code == 2 and "unknown figures" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["grade", "01", __file__, "--json", ""])
+    assert e.value.code == 2 and "argument --json: expected a file name" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- gpt
 
 @pytest.mark.parametrize("field,value,exc", [("n_head", 0, ValueError), ("n_embd", -4, ValueError),

@@ -51,10 +51,6 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="names of the figures to make")
     args = ap.parse_args(argv)
     out = args.out or default_dir()
-    try:  # before minutes of work: a path that is a file, or a folder that cannot be made, names --out
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        ap.error(f"--out: cannot write figures into {out}: {e.strerror or e}")
     figs = all_figures()
     if args.only is not None and not args.only:  # "--only" alone: not every figure, silently
         ap.error(f"--only: name at least one figure; known: {[f.name for f in figs]}")
@@ -63,6 +59,10 @@ def main(argv=None) -> int:
         if unknown:
             ap.error(f"--only: unknown figures {sorted(unknown)}; known: {[f.name for f in figs]}")
         figs = [f for f in figs if f.name in args.only]
+    try:  # before minutes of work (and after the arguments: a mistyped --only makes no folder): --out must be a folder
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        ap.error(f"--out: cannot write figures into {out}: {e.strerror or e}")
     t0 = time.perf_counter()
     for f in figs:
         t = time.perf_counter()

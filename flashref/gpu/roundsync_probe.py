@@ -32,7 +32,8 @@ def main(argv=None) -> int:
     from . import kernel3, kernel3_bwd
     from .bench import flops, save_rows
 
-    p = argparse.ArgumentParser(prog="python -m flashref.gpu.roundsync_probe", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m flashref.gpu.roundsync_probe",
+                                description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--shapes", default=SHAPES, help="BxHxNxd, comma-separated (non-causal, fp16)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--calls", type=int, default=5, help="timed calls a round (after one warm-up)")

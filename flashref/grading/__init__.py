@@ -203,7 +203,8 @@ def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
         best = min(table.values())
         if pick not in table:
             feasible = correct = False
-            notes.append(f"case {k + 1}: {v!r} is not a feasible (Br, Bc) (multiples of 8, within the lengths, "
+            what = "is not a pair of ints" if pick is None else "is not a feasible (Br, Bc)"
+            notes.append(f"case {k + 1}: {v!r} {what} (Br and Bc: ints, multiples of 8, within the lengths, "
                          f"footprint within M={c.setup.spec['M']})")
             fractions.append(0.0)
             rep.cases.append({"case": c.setup.spec, "choice": v, "feasible": False})

@@ -72,7 +72,10 @@ def _send(sock, header, payload=b""):
 def _refused_before(sock) -> bool:
     """Report the first refusal the student's code caught and carried on past (True), before any result."""
     if _REFUSALS:
-        _send(sock, {"op": "refused", "message": _REFUSALS[0]})
+        try:
+            _send(sock, {"op": "refused", "message": _REFUSALS[0]})
+        except OSError:  # the grader took the first report (refuse() sent it) and has hung up: nothing to add
+            pass
     return bool(_REFUSALS)
 
 

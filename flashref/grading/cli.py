@@ -32,6 +32,8 @@ def _seed(text: str) -> int:
 
 def _json_out(p, path: str) -> None:
     """Refuse an --json path that cannot be written, before grading (not after printing the report)."""
+    if not path.strip():
+        p.error("argument --json: expected a file name, got an empty one")
     if os.path.isdir(path):
         p.error(f"argument --json: {path} is a directory: name the file to write")
     folder = os.path.dirname(os.path.abspath(path))
@@ -86,7 +88,7 @@ def _write_main(argv, prog, description, metavar, check, write) -> int:
     try:
         check(out)
         write(out)
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, ValueError) as e:
         p.error(f"argument {metavar}: {e}")
     return 0
 

@@ -183,16 +183,53 @@ def _parts(rel: str) -> list[str]:
 SOLUTIONS = os.path.join("grading", "solutions")
 
 
+#: What the copy takes from the repository besides the package, the notebooks and the exercises: the pages its
+#: README and COURSE.md link to, and the licence (MIT asks for its notice in every copy).
+TOP_FILES = ("README.md", "COURSE.md", "LICENSE", "environment.yml",
+             os.path.join("docs", "reference.md"), os.path.join("docs", "counting-rules.md"))
+#: Folders the copy is made from: OUT_DIR inside one of them would be copied into itself.
+SOURCES = ("flashref", "figures", "notebooks", "docs")
+
+#: Appended to the copy's pyproject.toml: a plain ``pip install .`` ships the compiled modules (bytecode beside
+#: where their sources were; ``iomodel`` and ``gpu`` as folders without an ``__init__.py`` source) and the budgets.
+PACKAGE_DATA = """
+# The student copy: its algorithm modules are bytecode only, and the grader reads its budgets from a file.
+[tool.setuptools.package-data]
+"*" = ["*.pyc", "*.json"]
+"""
+
+
 def student_release(out_dir: str) -> str:
-    """Write the student copy into ``out_dir`` (created; must not exist or be empty)."""
+    """Write the student copy into ``out_dir`` (created; must not exist or be empty). If writing fails, what was
+    written is removed again."""
     if not _budgets.have_solutions():
         raise RuntimeError("student-release needs the solution copy (flashref/grading/solutions)")
     check_release_dir(out_dir)
+    existed = os.path.isdir(out_dir)
+    try:
+        _write_release(out_dir)
+    except BaseException:
+        if existed:  # it was empty: empty it again
+            for name in os.listdir(out_dir):
+                path = os.path.join(out_dir, name)
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+        else:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _write_release(out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     _copy_package(os.path.join(out_dir, "flashref"))
-    for name in ("README.md", "COURSE.md", "pyproject.toml", "environment.yml"):
+    for name in TOP_FILES:
         if os.path.exists(os.path.join(REPO, name)):
-            shutil.copy(os.path.join(REPO, name), out_dir)
+            os.makedirs(os.path.dirname(os.path.join(out_dir, name)), exist_ok=True)
+            shutil.copy(os.path.join(REPO, name), os.path.join(out_dir, name))
+    with open(os.path.join(REPO, "pyproject.toml")) as f:
+        project = f.read()
+    with open(os.path.join(out_dir, "pyproject.toml"), "w") as f:
+        f.write(project + PACKAGE_DATA)
     if os.path.isdir(os.path.join(REPO, "figures")):
         shutil.copytree(os.path.join(REPO, "figures"), os.path.join(out_dir, "figures"))
     nb_src = os.path.join(REPO, "notebooks")
@@ -206,7 +243,6 @@ def student_release(out_dir: str) -> str:
     for ex in EXERCISES.values():
         with open(os.path.join(out_dir, "exercises", stub_name(ex)), "w") as f:
             f.write(stub_source(ex))
-    return out_dir
 
 
 SETUP_SH = """#!/usr/bin/env bash
@@ -232,6 +268,12 @@ def check_release_dir(out_dir: str) -> None:
         raise NotADirectoryError(f"{out_dir} exists and is not a directory")
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise FileExistsError(f"{out_dir} exists and is not empty")
+    target = os.path.realpath(out_dir)
+    for src in SOURCES:
+        folder = os.path.realpath(os.path.join(REPO, src))
+        if os.path.commonpath([target, folder]) == folder:
+            raise ValueError(f"{out_dir} is inside {src}/, which the copy is made from (it would copy itself into "
+                             "itself): choose a folder outside it")
     existing = os.path.abspath(out_dir)  # the deepest folder of the path that exists: it must be writable
     while not os.path.exists(existing) and os.path.dirname(existing) != existing:
         existing = os.path.dirname(existing)

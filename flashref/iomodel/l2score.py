@@ -226,7 +226,9 @@ def ablation(rows, errs=None, rules=RULES + (ALL_OFF,)) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m flashref l2-score", description=__doc__.splitlines()[0])
+    # the first paragraph (its one sentence runs over two lines)
+    ap = argparse.ArgumentParser(prog="python -m flashref l2-score",
+                                 description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--folder", type=Path, default=None, help="the recorded runs (default: figures/gpu/)")
     ap.add_argument("--rules", action="store_true", help="also the ablation: each rule off in turn")
     args = ap.parse_args(argv)
