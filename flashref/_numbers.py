@@ -9,14 +9,30 @@ import numbers
 
 import numpy as np
 
+#: The largest count any entry point takes: sizes past it overflow numpy's int64 products (heads x rows x d) and
+#: a float's 53-bit mantissa; no memory holds such an array, so they are a mistake, refused by name.
+MAX_COUNT = 2**53
+
 
 def positive_int(x, name: str) -> int:
-    """A positive integer (Python or numpy), else a clear error naming ``name``."""
+    """A positive integer (Python or numpy, at most MAX_COUNT), else a clear error naming ``name``."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name}: expected a positive integer, got {x!r}")
     if x <= 0:
         raise ValueError(f"{name}: expected a positive integer, got {x}")
+    if x > MAX_COUNT:
+        raise ValueError(f"{name}: expected a positive integer of at most 2**53, got {x}")
     return int(x)
+
+
+def finite_float(x, name: str, what: str) -> float:
+    """``float(x)`` for a real number ``x`` already checked, or a ValueError naming ``name`` where it is an integer
+    too large for a float (Python's ints have no bound; ``float(10**400)`` raises an OverflowError)."""
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(f"{name}: expected {what}, got an integer of {len(str(abs(int(x))))} digits, too large for "
+                         "a float") from None
 
 
 def _nonnegative_int(x, name: str) -> int:
@@ -24,6 +40,8 @@ def _nonnegative_int(x, name: str) -> int:
         raise TypeError(f"{name}: expected a non-negative integer, got {x!r}")
     if x < 0:
         raise ValueError(f"{name}: expected a non-negative integer, got {x}")
+    if x > MAX_COUNT:
+        raise ValueError(f"{name}: expected a non-negative integer of at most 2**53, got {x}")
     return int(x)
 
 
@@ -32,7 +50,7 @@ def positive_real(x, name: str, what: str = "a finite number > 0") -> float:
     expects. "not 0 < x < inf" refuses a NaN too, which fails every comparison."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real) or not 0 < x < math.inf:
         raise ValueError(f"{name}: expected {what}, got {x!r}")
-    return float(x)
+    return finite_float(x, name, what)
 
 
 def _seed(seed, name: str = "seed") -> int:

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # re-exported: the entry points import them from here (they live apart so that the grader's bundle has them)
-from ._numbers import _bool, _nonnegative_int, _seed, positive_int, positive_real  # noqa: F401
+from ._numbers import _bool, _nonnegative_int, _seed, finite_float, positive_int, positive_real  # noqa: F401
 from .dropout import check_p, scale_mask
 from .softmax import finite_or_masked
 
@@ -114,9 +114,12 @@ def check_block_sizes(block_sizes) -> tuple[int, int] | None:
 def _scale(scale, d: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
         raise ValueError(f"scale: expected a finite real number or None, got {scale!r}")
-    return float(scale)
+    value = finite_float(scale, "scale", "a finite real number or None")
+    if not math.isfinite(value):
+        raise ValueError(f"scale: expected a finite real number or None, got {scale!r}")
+    return value
 
 
 def _causal(causal) -> bool:

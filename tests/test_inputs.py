@@ -37,7 +37,19 @@ CASES = [
     (dict(causal="yes"), TypeError, "causal"),
     (dict(seed=1.5), TypeError, "seed"),
     (dict(dtype_bytes=0), ValueError, "dtype_bytes"),
+    # Python's ints have no bound: one too large for a float is a ValueError naming it, not an OverflowError
+    (dict(scale=10**400), ValueError, "scale: .* too large for a float"),
+    (dict(softcap=10**400), ValueError, "softcap: .* too large for a float"),
+    (dict(sram_size=2**64), ValueError, "sram_size"),
 ]
+
+
+@pytest.mark.parametrize("opts,msg", [(dict(d=10**400), "d: .* at most 2"), (dict(heads=2**64), "heads: .* at most 2"),
+                                      (dict(scale=-10**400), "scale: .* too large"), (dict(Nq=2**60), "Nq")])
+def test_predict_refuses_numbers_no_float_or_int64_holds(opts, msg):
+    kw = {**dict(Nq=5, Nk=5, d=4), **opts}
+    with pytest.raises(ValueError, match=msg):
+        iomodel.predict("flash2", "forward", **kw)
 
 
 @pytest.mark.parametrize("changes,exc,msg", CASES, ids=[c[2] for c in CASES])
