@@ -170,6 +170,15 @@ def test_cheats_are_refused(number, name, says):
     assert "BrokenPipeError" not in str(rep) and '_student.py", line' not in str(rep), str(rep)
 
 
+def test_a_replayed_schedule_with_python_copies_is_not_caught():
+    """COURSE.md's limit, kept true: the grader counts verbs and declared footprint, so a file that replays the
+    reference's loads and stores and computes from Python copies of its tiles scores full marks on exercise 3.
+    If the grader learns to catch it, this test fails and the paragraph must change with it."""
+    rep = grading.grade("03", FILES / "replay_ex3.py")
+    assert rep.points == rep.max_points, rep
+    assert "replays the reference's loads and stores one for one" in (ROOT / "COURSE.md").read_text()
+
+
 def test_output_without_a_store_is_never_stored(tmp_path):
     # The output is read only from HBM, NaN until stored: loading and computing is not enough,
     # and moving less than the budget earns no IO points when the answer is wrong.
