@@ -398,17 +398,20 @@ def _fwd_inner(acc, l_i, m_i, Q_i, K_base, V_base, desc_k, desc_v, kv_row0, offs
     # win_l, win_r, slope2, sc_in, sc_out: the variants' runtime values (_attend, _modify), unused when
     # their flag is off. D_PAD: the first column tile's width (all of pad_dim(d) unless split); with a
     # split head dimension (D_B > 0) Q_b, offs_db, acc_b are the second tile's Q_i, columns and O_i.
+    # The unmasked calls visit full K/V tiles only (j_b is a tile edge within Nk): their loads need no row
+    # mask even when Nk is ragged (as the dK/dV kernel's full row blocks: figures/gpu/NOTES-l2.md, "k2writes").
+    KV_FULL: tl.constexpr = EVEN or not MASKED
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(j_lo, j_hi, BLOCK_N, warp_specialize=WS):  # FA2 Alg.1 l.6: for 1 <= j <= Tc
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
         # FA2 Alg.1 l.7 (flash2.py): load K_j, V_j.
         K_jT, V_j = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_d, Nk, HEAD_D, D_PAD,
-                             EVEN, TMA)
+                             KV_FULL, TMA)
         V_b = V_j
         if D_B > 0:  # the second column tile of K_j, V_j (columns D_A .. D_A + D_B, those past d masked)
             K_bT, V_b = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_db, Nk, HEAD_D,
-                                 D_PAD + D_B, EVEN, False)
+                                 D_PAD + D_B, KV_FULL, False)
         # FA2 Alg.1 l.8 (flash2.py): S_ij = τ Q_i K_jᵀ (τ applied in l.9's FMA).
         S_ij = tl.dot(Q_i, K_jT)  # (Br, Bc) fp32, unscaled
         if D_B > 0:  # ... summed over both column tiles: Q_i[:, :D_A] K_j[:, :D_A]ᵀ + Q_i[:, D_A:] K_j[:, D_A:]ᵀ
@@ -437,12 +440,13 @@ def _fwd_inner_split(acc0, l0, m0, Q0, acc1, l1, m1, Q1, K_base, V_base, desc_k,
     # The same loop for two row blocks Q0, Q1 sharing each K_j, V_j. Both S matmuls are issued
     # before either softmax, so the tensor cores work on one half while the other's exp2 runs
     # (FlashAttention-3's intra-warpgroup overlap, left to Triton's scheduler).
+    KV_FULL: tl.constexpr = EVEN or not MASKED  # as in _fwd_inner
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(j_lo, j_hi, BLOCK_N, warp_specialize=WS):  # FA2 Alg.1 l.6 (flash2.py)
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + offs_n0
         K_jT, V_j = _load_kv(K_base, V_base, desc_k, desc_v, kv_row0, start_n, offs_n, offs_d, Nk, HEAD_D, D_PAD,
-                             EVEN, TMA)
+                             KV_FULL, TMA)
         S0 = tl.dot(Q0, K_jT)  # FA2 Alg.1 l.8, first half
         S1 = tl.dot(Q1, K_jT)  # FA2 Alg.1 l.8, second half
         s_scale = qk_scale
