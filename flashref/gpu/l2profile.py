@@ -697,6 +697,26 @@ METRIC_SETS = (
 )
 
 
+# check57 (check41's rule once more, default_rng(20261244): five shapes of many heads and short N, five of few heads
+# and long N), and four shapes for kernel 2 after its spill fix (default_rng(20261245): lengths no tile divides,
+# head dims 48, 80, 96, 160; 2^16-2^21 tokens), drawn 2026-11-28 and predicted before any GPU measured them
+CHECK57 = [
+    ("check57_128_4x16x3072", 4, 16, 3072, 128, False),
+    ("check57_64_8x8x16384", 8, 8, 16384, 64, False),
+    ("check57_64_8x8x2048", 8, 8, 2048, 64, False),
+    ("check57_128_4x32x6144", 4, 32, 6144, 128, False),
+    ("check57_64_1x32x6144", 1, 32, 6144, 64, False),
+    ("check57_64_1x8x98304_causal", 1, 8, 98304, 64, True),
+    ("check57_128_2x4x131072_causal", 2, 4, 131072, 128, True),
+    ("check57_128_8x1x98304", 8, 1, 98304, 128, False),
+    ("check57_128_4x2x262144_causal", 4, 2, 262144, 128, True),
+    ("check57_128_4x2x196608", 4, 2, 196608, 128, False),
+    ("check57_80_4x4x32377_causal", 4, 4, 32377, 80, True),
+    ("check57_160_8x1x35786", 8, 1, 35786, 160, False),
+    ("check57_48_8x16x5660_causal", 8, 16, 5660, 48, True),
+    ("check57_80_1x16x17067_causal", 1, 16, 17067, 80, True),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -726,7 +746,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
-          "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "k2writes": K2WRITES,
+          "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
