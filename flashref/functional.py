@@ -199,8 +199,9 @@ def _number(x, name: str):
 
 
 def _check_finite(t: torch.Tensor, name: str) -> None:
-    # checked here so that the error names the front's argument (the algorithms would say Q, K, V)
-    if t.numel() and not torch.isfinite(t).all():
+    # checked here so that the error names the front's argument (the algorithms would say Q, K, V); a meta
+    # tensor has a shape and no values: nothing to check
+    if t.numel() and t.device.type != "meta" and not torch.isfinite(t).all():
         raise ValueError(f"{name}: contains NaN or inf")
 
 
@@ -279,10 +280,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"], query.shape[:-1] + key.shape[-2:-1])
     E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
     out_shape = query.shape[:-1] + (Ev,)
-    if math.prod(out_shape) == 0 or S == 0 or dropout_p == 1.0:
+    if math.prod(out_shape) == 0 or S == 0 or dropout_p == 1.0 or query.device.type == "meta":
         # Nothing to attend with or to: an empty result, the zeros of fully masked rows (no keys), or every
-        # weight dropped (PyTorch's dropout_p = 1). Zeros with a graph to the inputs: zero gradients.
-        return (query.sum() * 0 + key.sum() * 0 + value.sum() * 0).expand(out_shape).clone()
+        # weight dropped (PyTorch's dropout_p = 1); or meta tensors, shapes without values (PyTorch gives the
+        # output's shape). Zeros with a graph to the inputs, so zero gradients: the sums of empty slices, which
+        # are 0 whatever the inputs hold (query.sum() * 0 is NaN once the sum overflows its dtype).
+        zero = sum(t.reshape(-1)[:0].sum() for t in (query, key, value))
+        return zero.expand(out_shape).clone()
     # E = 0 (and keys to attend to): every score is 0 whatever the scale; the padding below gives Q and K Ev
     # zero columns, so each row averages V over the keys it sees, as PyTorch does.
     scale = (1.0 / math.sqrt(E) if E else 1.0) if scale is None else scale

@@ -238,3 +238,26 @@ def test_overflow_through_a_float_mask_and_a_nan_gradient_are_errors():
     out = sdpa(q, k, v)
     with pytest.raises(ValueError, match="grad_output"):
         out.backward(torch.full_like(out, float("nan")))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_every_weight_dropped_gives_zeros_even_when_a_sum_overflows(dtype):
+    """dropout_p = 1 (and no keys) returns zeros with a graph to the inputs; built once as query.sum() * 0, it was
+    NaN as soon as an input's sum overflowed its dtype (fp16: 16 x 64 ones times 1000)."""
+    big = torch.finfo(dtype).max / 4
+    q, k = torch.randn(2, 3, 16, 64, dtype=dtype), torch.randn(2, 3, 16, 64, dtype=dtype)
+    v = torch.full((2, 3, 16, 64), big, dtype=dtype, requires_grad=True)
+    ref = F.scaled_dot_product_attention(q, k, v.detach(), dropout_p=1.0)
+    out = sdpa(q, k, v, dropout_p=1.0)
+    assert out.shape == ref.shape and torch.equal(out, torch.zeros_like(ref))
+    out.sum().backward()
+    assert torch.equal(v.grad, torch.zeros_like(v))
+    no_keys = sdpa(q.clamp(-1, 1) * big, k[..., :0, :], v.detach()[..., :0, :])
+    assert no_keys.shape == q.shape and torch.equal(no_keys, torch.zeros_like(q))
+
+
+def test_meta_tensors_give_the_shape_pytorch_gives():
+    meta = [torch.empty(s, device="meta") for s in ((2, 3, 4, 8), (2, 1, 5, 8), (2, 3, 5, 6))]
+    out = sdpa(*meta)
+    ref = F.scaled_dot_product_attention(*meta)
+    assert out.device.type == "meta" and out.shape == ref.shape == (2, 3, 4, 6) and out.dtype == ref.dtype
