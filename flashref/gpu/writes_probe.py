@@ -13,7 +13,11 @@ in one thing) for kernel 2 (``flashref2``) under three Nsight settings:
 
 and records, beside the DRAM bytes, the L2's sectors by operation (reads, writes, reductions such as the fp32
 ``atomic_add`` into dQ, atomics) so the writes can be set against what caused them. One JSON file, every kernel of
-every shape under each setting."""
+every shape under each setting.
+
+What it found (figures/gpu/NOTES-l2.md, "k2writes"): the writes were the kernel's own register spills at a ragged
+N (hundreds of MB of local-memory writes through the L2), gone since its full row blocks load without a row mask;
+check53's d = 256 shape fills its tiles and is a capacity effect instead."""
 
 from __future__ import annotations
 
