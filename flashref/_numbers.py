@@ -14,15 +14,23 @@ import numpy as np
 MAX_COUNT = 2**53
 
 
-def positive_int(x, name: str) -> int:
-    """A positive integer (Python or numpy, at most MAX_COUNT), else a clear error naming ``name``."""
+def positive_int(x, name: str, bound=None) -> int:
+    """A positive integer (Python or numpy), else a clear error naming ``name``. ``bound``: ``(limit, words)``, an
+    upper limit tighter than MAX_COUNT and how the error says it (:func:`at_most`)."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name}: expected a positive integer, got {x!r}")
     if x <= 0:
         raise ValueError(f"{name}: expected a positive integer, got {x}")
-    if x > MAX_COUNT:
-        raise ValueError(f"{name}: expected a positive integer of at most 2**53, got {x}")
-    return int(x)
+    return at_most(int(x), name, bound or (MAX_COUNT, "a positive integer of at most 2**53"))
+
+
+def at_most(x: int, name: str, bound) -> int:
+    """``x`` if it is at most ``bound``'s limit, else a ValueError naming ``name`` in ``bound``'s words: the one place
+    an upper limit is checked, so a caller's tighter limit (a 32-bit sequence length) is the one its error names."""
+    limit, words = bound
+    if x > limit:
+        raise ValueError(f"{name}: expected {words}, got {x}")
+    return x
 
 
 def finite_float(x, name: str, what: str) -> float:
@@ -35,14 +43,12 @@ def finite_float(x, name: str, what: str) -> float:
                          "a float") from None
 
 
-def _nonnegative_int(x, name: str) -> int:
+def _nonnegative_int(x, name: str, bound=None) -> int:
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
         raise TypeError(f"{name}: expected a non-negative integer, got {x!r}")
     if x < 0:
         raise ValueError(f"{name}: expected a non-negative integer, got {x}")
-    if x > MAX_COUNT:
-        raise ValueError(f"{name}: expected a non-negative integer of at most 2**53, got {x}")
-    return int(x)
+    return at_most(int(x), name, bound or (MAX_COUNT, "a non-negative integer of at most 2**53"))
 
 
 def positive_real(x, name: str, what: str = "a finite number > 0") -> float:

@@ -47,7 +47,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
 import numpy as np
 
@@ -276,13 +275,10 @@ def check_cache_seqlens(cache_seqlens, B: int | None = None) -> np.ndarray:
         raise TypeError(f"cache_seqlens: expected {want}, got {L.dtype} {L.shape}")
     # element by element as given: a bool inside a list would already be an integer in L
     items = cache_seqlens if isinstance(cache_seqlens, (list, tuple)) else L
-    lens = []
-    for b, n in enumerate(items):
-        # a sequence is indexed with 32-bit integers (Problem's Nq, Nk bound): that bound, the tighter one,
-        # is named before _nonnegative_int's own (past int64, np.array would raise an OverflowError naming nothing)
-        if isinstance(n, numbers.Integral) and not isinstance(n, (bool, np.bool_)) and n > MAX_N:
-            raise ValueError(f"cache_seqlens[{b}]: expected a length of at most {MAX_N} (32-bit indices), got {n}")
-        lens.append(_nonnegative_int(n, f"cache_seqlens[{b}]"))
+    # a sequence is indexed with 32-bit integers (Problem's Nq, Nk bound); past int64, np.array would raise an
+    # OverflowError that names nothing
+    bound = (MAX_N, f"a length of at most {MAX_N} (32-bit indices)")
+    lens = [_nonnegative_int(n, f"cache_seqlens[{b}]", bound) for b, n in enumerate(items)]
     return np.array(lens, dtype=np.int64)
 
 

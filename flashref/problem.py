@@ -59,7 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # re-exported: the entry points import them from here (they live apart so that the grader's bundle has them)
-from ._numbers import _bool, _nonnegative_int, _seed, finite_float, positive_int, positive_real  # noqa: F401
+from ._numbers import _bool, _nonnegative_int, _seed, at_most, finite_float, positive_int, positive_real  # noqa: F401
 from .dropout import check_p, scale_mask
 from .softmax import finite_or_masked
 
@@ -94,11 +94,13 @@ def check_options(opts: dict, allowed, where: str) -> None:
 MAX_N = 2 ** 31 - 1
 
 
+#: MAX_N as positive_int's and _nonnegative_int's ``bound`` (and :func:`_seq_len`'s), in the words of its errors
+SEQ_LEN = (MAX_N, f"a sequence length of at most {MAX_N} (32-bit indices)")
+
+
 def _seq_len(n: int, name: str) -> int:
-    """A checked positive length ``n`` (Nq or Nk), refused above :data:`MAX_N`, naming ``name``."""
-    if n > MAX_N:
-        raise ValueError(f"{name}: expected a sequence length of at most {MAX_N} (32-bit indices), got {n}")
-    return n
+    """A length ``n`` already known to be an integer (an array's), refused above :data:`MAX_N`, naming ``name``."""
+    return at_most(n, name, SEQ_LEN)
 
 
 
@@ -412,7 +414,7 @@ class Problem:
         head and lets any leading axes of a mask or bias through.
         """
         check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads", "kv_heads"}, where)
-        Nq, Nk, d = _seq_len(positive_int(Nq, "Nq"), "Nq"), _seq_len(positive_int(Nk, "Nk"), "Nk"), positive_int(d, "d")
+        Nq, Nk, d = positive_int(Nq, "Nq", SEQ_LEN), positive_int(Nk, "Nk", SEQ_LEN), positive_int(d, "d")
         if heads is None:
             heads = 1
             for name in ("mask", "bias"):

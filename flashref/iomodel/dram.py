@@ -820,7 +820,8 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     # an empty batch or head axis (as every entry point takes one): no kernel has work, nothing crosses DRAM
     B, H = _nonnegative_int(B, "B"), _nonnegative_int(H, "H")
     empty = B == 0 or H == 0
-    B, H, Nq, Nk, d, dtype_bytes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes")
+    B, H, Nq, Nk, d, dtype_bytes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes",
+                                          seq=(MAX_N, f"at most {MAX_N} (32-bit sequence indices)"))
     _causal(causal)
     _check_call(impl, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
@@ -840,10 +841,10 @@ def _check_impl_mode(impl, mode):
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
 
 
-def _sizes(B, H, Nq, Nk, d, e, e_name="e"):
-    """The same value rules as every entry point (flashref.problem)."""
-    return tuple(positive_int(v, name) for v, name in ((B, "B"), (H, "H"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"),
-                                                       (e, e_name)))
+def _sizes(B, H, Nq, Nk, d, e, e_name="e", seq=None):
+    """The same value rules as every entry point (flashref.problem); ``seq``: the lengths' bound (positive_int's)."""
+    return tuple(positive_int(v, name, seq if name in ("Nq", "Nk") else None)
+                 for v, name in ((B, "B"), (H, "H"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"), (e, e_name)))
 
 
 def _full_params(p):
@@ -856,10 +857,8 @@ EAGER_DTYPE_BYTES = (2, 4, 8)  # fp16/bf16, fp32, fp64: what plain PyTorch ops r
 
 
 def _check_call(impl, Nq, Nk, d, causal, dtype_bytes):
-    """Refuse a call no modelled kernel runs, naming the argument (a prediction for it would describe nothing)."""
-    for name, n in (("Nq", Nq), ("Nk", Nk)):
-        if n > MAX_N:
-            raise ValueError(f"{name}: expected at most {MAX_N} (32-bit sequence indices), got {n}")
+    """Refuse a call no modelled kernel runs, naming the argument (a prediction for it would describe nothing; the
+    lengths' 32-bit bound is _sizes')."""
     if impl == "eager":
         if dtype_bytes not in EAGER_DTYPE_BYTES:
             raise ValueError(f"dtype_bytes: eager attention runs in fp16/bf16, fp32 or fp64 {EAGER_DTYPE_BYTES}, "
