@@ -991,8 +991,9 @@ def summarise(impl, seg, metrics):
 # the parent
 # --------------------------------------------------------------------------------------------
 
-def _ncu_cmd(ncu, metrics, argv):
-    return [ncu, "--target-processes", "all", "--profile-from-start", "off", "--clock-control", "none",
+def _ncu_cmd(ncu, metrics, argv, flags=()):
+    """The ncu command line: ``flags`` are Nsight settings beyond these (writes_probe's cache and replay modes)."""
+    return [ncu, "--target-processes", "all", "--profile-from-start", "off", "--clock-control", "none", *flags,
             "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units", "base", *argv]
 
 
@@ -1015,16 +1016,17 @@ def probe_metrics(ncu, timeout=120):
     return None
 
 
-def run_impl(ncu, impl, shape_list, metrics, timeout, tiles3=()):
-    """Profile one implementation over its shapes: (rows, kernels, info, log).
+def run_impl(ncu, impl, shape_list, metrics, timeout, tiles3=(), ncu_flags=()):
+    """Profile one implementation over its shapes: (rows, kernels, info, log, ncu's raw output).
 
-    The child starts no new shape after ``timeout`` - 20 s; the parent kills it at ``timeout`` + 90 s."""
+    The child starts no new shape after ``timeout`` - 20 s; the parent kills it at ``timeout`` + 90 s. ``ncu_flags``:
+    Nsight settings beyond the default ones (``_ncu_cmd``)."""
     with tempfile.TemporaryDirectory() as tmp:
         sj, oj = os.path.join(tmp, "shapes.json"), os.path.join(tmp, "out.json")
         Path(sj).write_text(json.dumps(shape_list))
         deadline = time.time() + max(10.0, timeout - 20)
         cmd = _ncu_cmd(ncu, metrics, [sys.executable, "-m", "flashref.gpu.l2profile", "--child", impl, sj, oj,
-                                      str(deadline), json.dumps(list(tiles3))])
+                                      str(deadline), json.dumps(list(tiles3))], ncu_flags)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 90)
             stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode

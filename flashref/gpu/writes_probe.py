@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from .l2profile import BASE, K2WRITES, MARKER, parse_kernels, runs_for, segment
+from .l2profile import BASE, K2WRITES, MARKER, run_impl, runs_for
 
 OPS = ("lts__t_sectors_op_read.sum", "lts__t_sectors_op_write.sum", "lts__t_sectors_op_red.sum",
        "lts__t_sectors_op_atom.sum")
@@ -41,27 +38,12 @@ SETTINGS = {"all": ["--cache-control", "all"], "none": ["--cache-control", "none
 
 
 def measure(ncu, setting, shape_list, metrics, timeout):
-    """Every kernel of every shape under one Nsight setting: a list of dicts (shape, phase, metrics)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        sj, oj = os.path.join(tmp, "shapes.json"), os.path.join(tmp, "out.json")
-        Path(sj).write_text(json.dumps(shape_list))
-        deadline = time.time() + timeout
-        cmd = [ncu, "--target-processes", "all", "--profile-from-start", "off", "--clock-control", "none",
-               *SETTINGS[setting], "--metrics", ",".join(metrics), "--csv", "--page", "raw", "--print-units",
-               "base", sys.executable, "-m", "flashref.gpu.l2profile", "--child", "flashref2", sj, oj,
-               str(deadline), "[]"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 90)
-        child = json.loads(Path(oj).read_text()) if os.path.exists(oj) else {}
-    kernels = parse_kernels(proc.stdout, metrics) or []
-    out = []
-    for seg in segment(kernels, child.get("measurements", []) if isinstance(child, dict) else child):
-        for phase in ("fwd", "bwd"):
-            for k in seg[phase]:
-                out.append(dict(setting=setting, shape=seg["shape"], phase=phase,
-                                **{key: v for key, v in k.items() if key != "id"}))
-    if not out:
-        print(f"  {setting}: no kernels (rc={proc.returncode}) {proc.stderr[-600:]}", flush=True)
-    return out
+    """Every kernel of every shape under one Nsight setting: ``profile-l2``'s per-kernel records, each with its
+    ``setting``."""
+    _, kernels, _, log, _ = run_impl(ncu, "flashref2", shape_list, metrics, timeout, ncu_flags=SETTINGS[setting])
+    if not kernels:
+        print(f"  {setting}: no kernels (rc={log['rc']}) {log['stderr_tail'][-600:]}", flush=True)
+    return [dict(k, setting=setting) for k in kernels]
 
 
 def main(argv=None) -> int:
