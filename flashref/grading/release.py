@@ -212,7 +212,10 @@ def student_release(out_dir: str) -> str:
         if existed:  # it was empty: empty it again
             for name in os.listdir(out_dir):
                 path = os.path.join(out_dir, name)
-                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
         else:
             shutil.rmtree(out_dir, ignore_errors=True)
         raise
