@@ -717,6 +717,27 @@ CHECK57 = [
     ("check57_80_1x16x17067_causal", 1, 16, 17067, 80, True),
 ]
 
+# check58 (check41's rule once more, default_rng(20261246): five shapes of many heads and short N, five of few heads
+# and long N), and four of the corners (check52's rule, default_rng(20261247): head dims other than 64 and 128, Nk
+# log-uniform in 1000-200000, Nq != Nk one in three and never causal), drawn 2026-11-28 and predicted before any GPU
+# measured them
+CHECK58 = [
+    ("check58_128_8x8x1536_causal", 8, 8, 1536, 128, True),
+    ("check58_64_2x32x6144_causal", 2, 32, 6144, 64, True),
+    ("check58_64_8x16x3072", 8, 16, 3072, 64, False),
+    ("check58_128_8x32x1536", 8, 32, 1536, 128, False),
+    ("check58_128_8x8x2048", 8, 8, 2048, 128, False),
+    ("check58_128_2x2x393216", 2, 2, 393216, 128, False),
+    ("check58_64_4x2x65536", 4, 2, 65536, 64, False),
+    ("check58_128_4x1x393216_causal", 4, 1, 393216, 128, True),
+    ("check58_64_2x4x131072_causal", 2, 4, 131072, 64, True),
+    ("check58_64_4x1x393216", 4, 1, 393216, 64, False),
+    ("check58_96_2x32x1387x1472", 2, 32, (1387, 1472), 96, False),
+    ("check58_256_1x5x23384_causal", 1, 5, 23384, 256, True),
+    ("check58_96_8x16x1441x2363", 8, 16, (1441, 2363), 96, False),
+    ("check58_48_2x6x42896x55429", 2, 6, (42896, 55429), 48, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -746,7 +767,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
-          "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57, "k2writes": K2WRITES,
+          "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
+          "check58": CHECK58, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
