@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from flashref import iomodel, schedule
-from flashref.gpu.config import pad_dim
+from flashref.gpu.config import dim_split, pad_dim
 from flashref.iomodel import l2fit, l2score
 from flashref.l2 import L2Cache, preset
 
@@ -678,7 +678,9 @@ def test_drift_ramp_held_out_within_25_percent(impl, shape, mode, kw, measured, 
 # FlashAttention-2's non-causal d = 128 forward at 8 x 1 x 262144 (check56, blind): the H200 read 18.9 GB, kernel 3
 # (with its barrier) 18.8 GB on both GPUs, the model 17.2, and the H100's FlashAttention-2 111.5 GB: its wave came
 # apart past the knee, as check18's 4 x 1 x 262144 did in one of six rounds (48.8 GB against 8.7-16.1)
-CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144")}
+CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
+              # and check58's at 2 x 2 x 393216 (blind): the H100 read 42.2 GB, the H200 21.5, the model 19.0
+              ("h100", "sdpa_flash", "check58_128_2x2x393216")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -692,7 +694,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and check56's wave that came apart (CAME_APART: -85% forward, -54% forward+backward)
                     *(("h100", "sdpa_flash", "check56_128_8x1x262144", mode) for mode in ("fwd", "fwd_bwd")),
                     # and check57's non-causal d = 128 forward at 4 x 2 x 196608 on the H200 (-30%; the H100 within)
-                    ("h200", "sdpa_flash", "check57_128_4x2x196608", "fwd")}
+                    ("h200", "sdpa_flash", "check57_128_4x2x196608", "fwd"),
+                    # and check58's wave at 2 x 2 x 393216 on the H100 (CAME_APART: -55%; the H200 within)
+                    ("h100", "sdpa_flash", "check58_128_2x2x393216", "fwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1051,6 +1055,8 @@ SWAVES_HELD_MISSES = {
     # and check57's (blind, today's model) eight heads of 98304 in one batch (+46%): the H200's third causal d = 64
     # forward at N = 98304 over by more than 25% (check45's and check51's eight single heads before it)
     ("h200", "sdpa_flash", "check57_64_1x8x98304_causal", "fwd"),
+    # and check58's (blind, today's model) 2 x 4 x 131072 (+30%), the fourth of eight heads near 10^5
+    ("h200", "sdpa_flash", "check58_64_2x4x131072_causal", "fwd"),
     # and the H100's check50 (measured 2026-11-28): 4 x 2 x 49152 at d = 64 (-28.4%) and 4 x 1 x 32768's
     # forward+backward at d = 128 (+29.8%, its backward); check52's causal d = 96 walk at 4 x 7 x 27987 (+37%), and the
     # H200's d = 256 walk at 2 x 8 x 11008 (+30%; the H100's d = 256 rows are within with its own miss_cap)
@@ -1136,7 +1142,11 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                      # the H200's check37 at 2 x 1 x 524288 (-25.3% with the capacities scaled by its L2, -20% without)
                      ("h200", "sdpa_flash", "check37_64_2x1x524288", "fwd_bwd"),
                      # and check42's forward at 1 x 4 x 393216 (-25.9%; -20% without the scaling)
-                     ("h200", "sdpa_flash", "check42_64_1x4x393216", "fwd")}
+                     ("h200", "sdpa_flash", "check42_64_1x4x393216", "fwd"),
+                     # check58 (blind): the H200's 4 x 1 x 393216 (-28%), and the H100's corner at d = 48, 42896
+                     # queries over 55429 keys (-26%; the d = 64 kernel, which d = 48 runs)
+                     ("h200", "sdpa_flash", "check58_64_4x1x393216", "fwd_bwd"),
+                     ("h100", "sdpa_flash", "check58_48_2x6x42896x55429", "fwd_bwd")}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -1401,7 +1411,7 @@ GUESSED_FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 
 
 
 # the sets predicted with the launches check52 measured (the schedule's tables today)
-AFTER_CHECK52_LAUNCHES = ("check54", "check55", "check56", "check57")
+AFTER_CHECK52_LAUNCHES = ("check54", "check55", "check56", "check57", "check58")
 
 
 def _as_predicted(pred, monkeypatch):
@@ -1489,9 +1499,10 @@ def test_fa2_tiles_are_what_nsight_launched():
 
 def test_kernel2_ctas_per_sm_are_what_nsight_launched():
     """Kernel 2's forward and dK/dV launches in every Nsight measurement (``flashref`` rows where it ran, and
-    ``flashref2``): the CTAs an SM Nsight reports are schedule._kernel2_ctas' for the call's head dim and the tiles
-    its defaults choose; every entry of KERNEL2_CTAS_PER_SM is one of them."""
-    used = set()
+    ``flashref2``): the CTAs an SM Nsight reports are schedule._kernel2_ctas' for the call's head dim, the tiles
+    its defaults choose and whether they divide N; every entry of KERNEL2_CTAS_PER_SM and KERNEL2_CTAS_RAGGED is one
+    of them."""
+    used, ragged = set(), set()
     for impl in ("flashref", "flashref2"):
         for name, r, k in _recorded_launches(impl):
             kind = {"_fwd_kernel": "fwd", "_bwd_dkdv_kernel": "dkdv_atomic"}.get(k["name"])
@@ -1499,9 +1510,20 @@ def test_kernel2_ctas_per_sm_are_what_nsight_launched():
                 continue
             cfg = schedule._kernel2(r["d"], r["causal"])
             tiles = cfg.fwd if kind == "fwd" else cfg.dkdv
-            assert _occupancy(k) == schedule._kernel2_ctas(kind, r["d"], tiles), (name, k["shape"], kind)
-            used.add((kind, pad_dim(r["d"]), tiles.block_m, tiles.block_n, tiles.warps, tiles.stages))
+            even = r["N"] % tiles.block_m == 0 and r.get("Nk", r["N"]) % tiles.block_n == 0
+            split = cfg.dsplit if kind == "fwd" else False  # the model keys the forward's ragged count alone
+            got = schedule._kernel2_ctas(kind, r["d"], tiles, even, split)
+            assert _occupancy(k) == got, (name, k["shape"], kind, even)
+            shape = (tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
+            used.add((kind, pad_dim(r["d"]), *shape))
+            if not even and split:
+                ragged.add((kind, sum(dim_split(r["d"])), *shape))
     assert {(kind, *key) for kind, table in schedule.KERNEL2_CTAS_PER_SM.items() for key in table} <= used
+    assert {(kind, *key) for kind, table in schedule.KERNEL2_CTAS_RAGGED.items() for key in table} <= ragged
+    # and the even launches of those tiles hold more: the ragged table is not the even one's count restated
+    for kind, table in schedule.KERNEL2_CTAS_RAGGED.items():
+        for (width, *shape), n in table.items():
+            assert n < schedule.KERNEL2_CTAS_PER_SM[kind][(pad_dim(width), *shape)]
 
 
 def test_fa2_splits_are_what_nsight_launched():
@@ -1726,11 +1748,12 @@ def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- out of sample: predicted before measured
 
-AFTER_RDRIFT3_GPU = ("check51", "check54", "check55", "check56", "check57")  # predicted with dram.RDRIFT3_GPU
+# predicted with dram.RDRIFT3_GPU
+AFTER_RDRIFT3_GPU = ("check51", "check54", "check55", "check56", "check57", "check58")
 # the sets predicted with the d = 256 walk's own miss_cap (dram.STAGGERED_D256)
-AFTER_D256 = ("check54", "check55", "check56", "check57")
+AFTER_D256 = ("check54", "check55", "check56", "check57", "check58")
 # the sets predicted with the capacities scaled by the GPU's L2 (dram.L2_SCALED)
-AFTER_L2_SCALE = ("check56", "check57")
+AFTER_L2_SCALE = ("check56", "check57", "check58")
 
 
 def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
@@ -1931,7 +1954,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check56", rule={})
                  # check57: the issue's grid once more, and kernel 2 at lengths no tile divides after its spill fix
                  # (today's model, unchanged by the fix)
-                 + _both_gpus("check57", rule={}))
+                 + _both_gpus("check57", rule={})
+                 # check58: the issue's grid once more, and four corners (head dims other than 64 and 128, lengths no
+                 # tile divides, queries and keys of different lengths; today's model)
+                 + _both_gpus("check58", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2234,6 +2260,19 @@ PREREGISTERED_MISSES = {
     # and the non-causal d = 128 one at 4 x 2 x 196608 (-30%)
     ("h200", "sdpa_flash", "check57_64_1x8x98304_causal", "fwd"),
     ("h200", "sdpa_flash", "check57_128_4x2x196608", "fwd"),
+    # check58 (the issue's grid once more, and four corners): 69 of 72 on each GPU. On the H100, FlashAttention-2's
+    # non-causal d = 128 forward at 2 x 2 x 393216 (-55%: its wave past the knee reads more than the lockstep passes,
+    # as check27's 2 x 2 x 262144 did); on the H200 its causal d = 64 walk at 2 x 4 x 131072 (+30%, the fourth H200
+    # causal d = 64 row of eight heads near 10^5 to come out over) and its non-causal d = 64 forward+backward at
+    # 4 x 1 x 393216 (-28%); on both, the corner at d = 48 with 42896 queries over 55429 keys, forward+backward:
+    # kernel 2 over (+28%, +39%: past one head's K and V its lockstep passes re-read less than the soft knee says)
+    # and FlashAttention-2 under on the H100 (-26%)
+    ("sdpa_flash", "check58_128_2x2x393216", "fwd"),
+    ("h200", "sdpa_flash", "check58_64_2x4x131072_causal", "fwd"),
+    ("h200", "sdpa_flash", "check58_64_4x1x393216", "fwd_bwd"),
+    ("flashref2", "check58_48_2x6x42896x55429", "fwd_bwd"),
+    ("h200", "flashref2", "check58_48_2x6x42896x55429", "fwd_bwd"),
+    ("sdpa_flash", "check58_48_2x6x42896x55429", "fwd_bwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
