@@ -304,13 +304,6 @@ KERNEL2_CTAS_PER_SM = {
 # run, d = 160's 1 where 2 run (figures/gpu/NOTES-l2.md, "Twenty-fifth round"). Kept for the predictions written with
 # them (the tests put it back to check those).
 KERNEL2_CTAS_BEFORE_CHECK52 = {"fwd": {64: 2, 128: 1}, "dkdv_atomic": {64: 1, 128: 1}}
-# A ragged N (a tile that does not divide Nq or Nk) compiles the masked loads of the last tiles into the same kernel.
-# Where that takes a launch's registers past a boundary, it holds fewer CTAs an SM: d = 96's non-causal forward (two
-# column tiles, 64 + 32 wide) takes 139-143 registers a thread at a ragged N and 128 at an even one, so one CTA an SM
-# instead of two (Nsight, check58; an sm_90 compile with the device's Triton gives the same counts). d = 80's (64 + 16
-# wide) takes 126 either way. Keyed as KERNEL2_CTAS_PER_SM, but by the width of the columns the kernel computes (both
-# column tiles: 96 at d = 96, 80 at d = 80) in place of the padded head dim; a launch not listed is the even one's.
-KERNEL2_CTAS_RAGGED = {"fwd": {(96, 128, 64, 8, 3): 1}, "dkdv_atomic": {}}
 # FlashAttention-2's tiles (BLOCK_M, BLOCK_N) by the head dim it rounds d up to, as its launch templates choose
 # them on an H100 or H200 (FlashAttention-2's run_mha_fwd_hdim* and run_mha_bwd_hdim*, in PyTorch's copy under
 # aten/src/ATen/native/transformers/cuda/flash_attn: the branches for a GPU that is not sm8x and has 227 KB of
@@ -356,21 +349,17 @@ def _ragged(k: ScanKernel, N_scan, B_scan, N_own, B_own) -> ScanKernel:
     return k
 
 
-def _kernel2_ctas(kind, d, tiles, even=True, split=False):
+def _kernel2_ctas(kind, d, tiles):
     """Kernel 2's CTAs per SM for a ``kind`` launch ("fwd", "dkdv_atomic") at head dim ``d`` with ``tiles``: the
     measured count of its key in KERNEL2_CTAS_PER_SM; a key not measured takes the count of the same tiles at the
-    nearest padded head dim. At a ragged N (``even`` false) a launch in KERNEL2_CTAS_RAGGED takes its count there
-    (``split``: the head dim is computed in two column tiles, dim_split). KERNEL2_CTAS_PER_SM set to the table before
-    check52 (keyed by head dim) gives that rule back."""
-    from .gpu.config import dim_split, pad_dim
+    nearest padded head dim. KERNEL2_CTAS_PER_SM set to the table before check52 (keyed by head dim) gives
+    that rule back."""
+    from .gpu.config import pad_dim
 
     table = KERNEL2_CTAS_PER_SM[kind]
     if all(isinstance(key, int) for key in table):  # the rule before check52: by head dim
         return _pick(table, d)
     D, shape = pad_dim(d), (tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
-    width = sum(dim_split(d)) if split else D
-    if not even and (width, *shape) in KERNEL2_CTAS_RAGGED[kind]:
-        return KERNEL2_CTAS_RAGGED[kind][(width, *shape)]
     if (D, *shape) in table:
         return table[(D, *shape)]
     same = [key for key in table if key[1:] == shape]
@@ -392,10 +381,8 @@ def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_f
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     hf = cfg.heads_first if heads_first is None else heads_first
     launch = _launch(Tr, causal)
-    even = Nq % cfg.fwd.block_m == 0 and Nk % cfg.fwd.block_n == 0  # as the launcher's EVEN (kernels._even)
-    ctas = _kernel2_ctas("fwd", d, cfg.fwd, even, cfg.dsplit)
     return _ragged(ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                              sms * ctas, _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                              sms * _kernel2_ctas("fwd", d, cfg.fwd), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                               launch, heads_first=hf, sms=sms), Nk, BN, Nq, BM)
 
 

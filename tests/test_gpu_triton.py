@@ -178,6 +178,25 @@ def test_dsplit_on_and_off_two_oracles(d, Nq, Nk, causal, p, dsplit):
     _check(1, 2, Nq, Nk, d, DTYPES[-1] if INTERPRET else torch.float16, causal, seed=d, config=cfg, dropout_p=p)
 
 
+def test_forward_register_cap_only_where_its_tiles_are_split():
+    """config.FWD_MAXNREG caps the split-column forward's 128 x 64 tiles at 128 registers a thread on a GPU: the
+    non-causal forward at d = 72-96 among others between 64 and 128, no causal one, and none under the interpreter.
+    The capped launch computes the same function at a length its tiles do not divide."""
+    from flashref.gpu import config as gpu_config
+
+    caps = {(d, causal): Config().resolve(d, causal, False, interpret=False).fwd_launch().get("maxnreg")
+            for d in range(1, 257) for causal in (False, True)}
+    capped = {key for key, cap in caps.items() if cap is not None}
+    assert {(d, False) for d in (72, 80, 88, 96)} <= capped
+    assert all(caps[key] == 128 and not key[1] and 64 < key[0] < 128 for key in capped)
+    assert Config().resolve(96, False, False, interpret=False).fwd_launch() == {**gpu_config.FWD_DSPLIT[0][1].meta(),
+                                                                                   "maxnreg": 128}
+    assert "maxnreg" not in Config().resolve(96, False, False, interpret=True).fwd_launch()
+    assert "maxnreg" not in Config(dsplit=False).resolve(96, False, False, interpret=False).fwd_launch()
+    N = 37 if INTERPRET else 1803  # ragged for the interpreter's 16-row tiles and for the GPU's 128 x 64
+    _check(1, 2, N, N, 96, DTYPES[-1] if INTERPRET else torch.float16, False, seed=96, config=Config())
+
+
 VARIANTS = {
     "kernel1": Config(version=1), "split": Config(split=True), "heads_first": Config(heads_first=True),
     "persistent": Config(persistent=True), "persistent_heads_first": Config(persistent=True, heads_first=True),

@@ -75,6 +75,13 @@ DQ = {16: Tiles(64, 64, 4, 3), 32: Tiles(64, 64, 4, 3), 64: Tiles(128, 64, 8, 3)
 # On by default from D_PAD = 128 without a mask and from 256 causal (off where not measured, d <= 64).
 FWD_DSPLIT = ((128, Tiles(128, 64, 8, 3)), (160, Tiles(64, 64, 4, 2)), (256, FWD[256]))
 DSPLIT_MIN_PAD, DSPLIT_MIN_PAD_CAUSAL = 128, 256
+# ptxas's register cap (maxnreg) of the forward's launch, by its split-column tiles. The 128x64 w8 tiles take 128
+# registers a thread at an N the tiles divide: two CTAs of 256 threads an SM. A ragged N compiles the last tiles'
+# masked loads in too, and took them to 136-149 registers (d = 72-96): one CTA an SM (Nsight, check58). Capped at 128
+# they compile without spilling (8 bytes at d = 88; sm_90, Triton 3.6), Nsight counts two CTAs an SM, and the ragged
+# forward ran 1.11-1.29x faster (forward+backward 1.03-1.06x) at d = 72, 88 and 96; d = 80 (126 registers uncapped)
+# and the even d = 96 launch 0.98-1.00x (H100: python -m flashref.gpu.regcap_probe, figures/gpu/h100-fwd-regcap.json).
+FWD_MAXNREG = {FWD_DSPLIT[0][1]: 128}
 # The atomic dK/dV kernel with d split (dsplit_bwd), by D_A + D_B (fwd+bwd sweep, NOTES.md): up to 128
 # (d = 80, 96) the d = 128 tiles, +14% and +5% over padding; up to 160 (d = 160) 64x128 w8 s2, 2.9x;
 # wider (d = 192) 32x128 w8 s2, 1.9x (64x128 does not fit). On by default from D_PAD = 128 for the atomic
@@ -155,6 +162,12 @@ class Config:
             dkdv = self.dkdv or (DKDV if deterministic else DKDV_ATOMIC)[D]
         return replace(self, fwd=fwd, dkdv=dkdv, dq=self.dq or DQ[D], split=split and not v1,
                        heads_first=heads_first and not v1, dsplit=dsplit, dsplit_bwd=dsplit_bwd)
+
+    def fwd_launch(self) -> dict:
+        """The forward's launch options: its tiles' meta-parameters, and the register cap FWD_MAXNREG gives its
+        split-column tiles (a resolved config)."""
+        cap = FWD_MAXNREG.get(self.fwd) if self.dsplit else None
+        return {**self.fwd.meta(), **({"maxnreg": cap} if cap else {})}
 
     def describe(self) -> dict:
         """The resolved tiles and flags as short strings (bench.py's rows)."""

@@ -1069,7 +1069,7 @@ def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None, var: Varia
                       HEAD_D=d, **_column_tiles(d, cfg.dsplit), CAUSAL=causal, EVEN=_even(Nq, Nk, t), TMA=tma,
                       LAZY=cfg.lazy and var.band is None,  # lazy rescaling assumes every row has a finite max
                       SPLIT=cfg.split, HEADS_FIRST=cfg.heads_first, PERSISTENT=cfg.persistent,
-                      DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **t.meta())
+                      DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **cfg.fwd_launch())
 
 
 def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, dropout=None, dq_acc=None,
