@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from .problem import _bool, _nonnegative_int, positive_int
+from .problem import _bool, positive_int
 
 __all__ = ["L2Cache", "L2Spec", "preset", "PRESETS"]
 
@@ -119,8 +119,10 @@ class L2Cache:
         return -(-int(nbytes) // lb) * lb
 
     def access(self, key, nbytes: int, write: bool = False) -> bool:
-        """Touch ``key``, a block of ``nbytes`` (the same size each time); returns True on a hit."""
-        n = self._size(_nonnegative_int(nbytes, "nbytes"))  # negative bytes would count negative traffic
+        """Touch ``key``, a block of ``nbytes`` (the same size each time, at least one byte); returns True on a hit."""
+        # negative bytes would count negative traffic; a block of none would take no room, so it would never be
+        # evicted and hit forever, however much traffic passed
+        n = self._size(positive_int(nbytes, "nbytes"))
         write = _bool(write, "write")
         try:
             blk = self._blocks.get(key)
@@ -153,5 +155,5 @@ class L2Cache:
         return sum(n for n, dirty in self._blocks.values() if dirty)
 
     def __repr__(self):
-        return (f"L2Cache({self.capacity / MB:.1f} MB: {self.hits} hits, {self.misses} misses, DRAM read "
+        return (f"L2Cache({self.capacity / MB:.3g} MB: {self.hits} hits, {self.misses} misses, DRAM read "
                 f"{self.dram_reads} B, written {self.dram_writes} B, {self.dirty_bytes()} B dirty)")

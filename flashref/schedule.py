@@ -208,6 +208,8 @@ def simulate(k: ScanKernel, cache: L2Cache) -> L2Cache:
     as in :func:`launch_times`). Returns the cache, whose counters hold the
     L2 and DRAM bytes (``dram_writes + dirty_bytes()`` = every write that eventually reaches DRAM).
     """
+    if not isinstance(cache, L2Cache):
+        raise TypeError(f"cache: an L2Cache to run the kernel against, got {type(cache).__name__}")
     order = _checked(k).grid_order()
     nxt = 0
     slots = []  # [head, block, remaining tiles (reversed list)]
@@ -269,6 +271,13 @@ def _tiles3(table, d, causal, what):
     except KeyError:
         raise ValueError(f"d={d}: kernel 3's {what} has tiles for d in {sorted({k[0] for k in table})} only "
                          f"(causal={causal})") from None
+
+
+def _tiles_arg(tiles, kind):
+    """``tiles`` (None: the defaults), checked to be a ``kind`` (kernel 3's Tiles3 or TilesB)."""
+    if tiles is not None and not isinstance(tiles, kind):
+        raise TypeError(f"tiles: a {kind.__name__} or None, got {type(tiles).__name__}")
+    return tiles
 
 
 def _cdiv(a, b):
@@ -559,9 +568,9 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     takes a barrier between its rounds there (``kernel3.round_sync``): each round of tiles starts together, and
     the same shapes read 4.71 GB, the same in every round ("Fifteenth round"). The schedule is that lockstep one,
     ``synced``."""
-    from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES, round_sync
+    from .gpu.kernel3 import HEADS_FIRST_CAUSAL, TILES, Tiles3, round_sync
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
-    t = tiles or _tiles3(TILES, d, causal, "forward")
+    t = _tiles_arg(tiles, Tiles3) or _tiles3(TILES, d, causal, "forward")
     if t.persistent and causal and not t.dynamic:  # a static stride over tiles of unequal length
         raise NotImplementedError("the L2 model has no schedule for kernel 3's static persistent causal forward")
     BM, BN = t.block_m, t.block_n
@@ -579,9 +588,9 @@ def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     """Kernel 3's dK/dV kernel without dQ (kernel3_bwd._k3b_tile): grid (Tc, B·H); column block j scans its
     row blocks (Q_i, dO_i, L_i, D_i) from its diagonal down (causal) or from row block j·BN/BM with wrap-around
     (not causal). No fp32 dQ: the dQ kernel computes it."""
-    from .gpu.kernel3_bwd import BWD_TILES
+    from .gpu.kernel3_bwd import BWD_TILES, TilesB
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
-    t = tiles or _tiles3(BWD_TILES, d, causal, "backward")
+    t = _tiles_arg(tiles, TilesB) or _tiles3(BWD_TILES, d, causal, "backward")
     if t.dq or t.persistent:  # so that retuning BWD_TILES to either cannot leave the model silently wrong
         raise NotImplementedError("the L2 model has kernel 3's atomic-free, non-persistent backward only (dq = 0: "
                                   "the dK/dV kernel, then the dQ kernel); an atomic dQ adds an fp32 dQ read and "
@@ -600,9 +609,9 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     L_i, D_i read once, dQ_i written once) scans K_j, V_j from 0 up; causal, the longest rows first. Past the knee
     (``kernel3_bwd.dq_round_sync``, not causal) one program per SM takes the grid's tiles in rounds with a barrier
     between them: the same waves, which the one-tile-a-program launch kept below the knee only (``synced``)."""
-    from .gpu.kernel3_bwd import BWD_TILES, dq_round_sync
+    from .gpu.kernel3_bwd import BWD_TILES, TilesB, dq_round_sync
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
-    tq = (tiles or _tiles3(BWD_TILES, d, causal, "backward")).dq_tiles
+    tq = (_tiles_arg(tiles, TilesB) or _tiles3(BWD_TILES, d, causal, "backward")).dq_tiles
     BM, BN = 128, tq.block_n
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     launch = _launch(Tr, causal)

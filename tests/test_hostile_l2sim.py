@@ -49,7 +49,7 @@ def test_cache_matches_a_brute_force_lru_on_random_traces():
     for _ in range(400):
         line = rng.choice([1, 4, 32, 128])
         capacity = rng.randint(1, 12) * line
-        sizes = {key: rng.randint(0, 3 * line) for key in range(rng.randint(1, 10))}
+        sizes = {key: rng.randint(1, 3 * line) for key in range(rng.randint(1, 10))}
         trace = [(key := rng.randrange(len(sizes)), sizes[key], rng.random() < 0.3) for _ in range(rng.randint(0, 50))]
         cache = L2Cache(capacity, line)
         got = [cache.access(*t) for t in trace]

@@ -223,7 +223,7 @@ def test_dram_needs_neither_torch_nor_triton():
     (dict(impl="flashref2", d=300), ValueError, "d: impl='flashref2' takes head dimensions up to 256"),
     (dict(impl="sdpa_flash", causal=True, Nk=3000), ValueError, "causal: SDPA's flash backend refuses"),
     (dict(impl="eager", Nq=2 ** 31), ValueError, "Nq: expected at most"),
-    (dict(impl="flashref", params=dict(C_ef=1)), ValueError, r"params: unknown parameter\(s\) \['C_ef'\]"),
+    (dict(impl="flashref", params=dict(C_ef=1)), ValueError, r"params: unknown parameter\(s\) 'C_ef';"),
     (dict(impl="flashref", params=dict(alpha=2)), ValueError, "params: alpha must be >= 0 and <= 1"),
     (dict(impl="flashref", params=dict(C_eff=0)), ValueError, "params: C_eff must be > 0"),
     (dict(impl="flashref", params=[1]), TypeError, "params"),

@@ -36,7 +36,7 @@ def test_cache_line_bytes_must_be_a_positive_integer(line_bytes, exc):
         L2Cache(1024, line_bytes=line_bytes)
 
 
-@pytest.mark.parametrize("nbytes,exc", [(-5, ValueError), (float("nan"), TypeError), (1.5, TypeError),
+@pytest.mark.parametrize("nbytes,exc", [(-5, ValueError), (0, ValueError), (float("nan"), TypeError), (1.5, TypeError),
                                         (True, TypeError)])
 def test_cache_access_refuses_a_bad_size(nbytes, exc):
     cache = L2Cache(1024)
@@ -202,3 +202,101 @@ def test_builder_blocks_are_checked(blocks, err):
         with pytest.raises(err, match="blocks"):
             build(1, 256, 256, 64, blocks=blocks)
     assert schedule.flashref_fwd(1, 256, 256, 64, blocks=(64, 32)).ctas_per_head == 4
+
+
+# ----------------------------------------------------------------------------- a hostile review's findings (2026-11-28)
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"C_eff": 10**400}, "C_eff must be > 0, finite"), ({"lag": 10**400}, "lag must be >= 0, finite"),
+    ({1: 2, "a": 3}, r"params: unknown parameter\(s\) 'a', 1;"),
+])
+def test_params_past_floats_range_or_not_named_by_strings_are_refused(params, match):
+    with pytest.raises(ValueError, match=match):
+        iomodel.dram("flashref", "fwd", **SHAPE, params=params)
+    # an int past float's range is infinite, which a sharpness may be (an exact LRU step)
+    assert iomodel.dram("flashref", "fwd", **SHAPE, params={"kappa": 10**400}).total_bytes > 0
+
+
+@pytest.mark.parametrize("impl", ["flashref", "flashref2", "sdpa_flash"])
+def test_rows_past_max_rows_are_refused_before_any_grid_is_laid_out(impl):
+    """The tiled kernels' schedule lays out every CTA: past D.MAX_ROWS rows of (batch, head, position) it refuses,
+    naming B, H and the lengths, instead of allocating terabytes. Eager's closed form takes any batch."""
+    with pytest.raises(ValueError, match="B, H, Nq, Nk"):
+        iomodel.dram(impl, "fwd", B=2**40, H=1, Nq=1024, Nk=1024, d=64)
+    with pytest.raises(ValueError, match="B, H, Nq, Nk"):
+        D.kernels(impl, "fwd", B=1, H=2, Nq=2**30, Nk=2**30, d=64)
+    assert iomodel.dram("eager", "fwd", B=2**40, H=1, Nq=1024, Nk=1024, d=64).total_bytes > 0
+
+
+def test_kernels_checks_what_dram_checks():
+    with pytest.raises(ValueError, match="d: impl='sdpa_flash' takes head dimensions up to 256"):
+        D.kernels("sdpa_flash", "fwd", **dict(SHAPE, d=512))
+    with pytest.raises(TypeError, match="fa2_split"):
+        D.kernels("sdpa_flash", "fwd", **SHAPE, fa2_split="no")
+    with pytest.raises(TypeError, match="softmax_passes"):
+        D.kernels("eager", "fwd", **SHAPE, softmax_passes="no")
+
+
+def test_schedule_refuses_tiles_and_caches_of_the_wrong_kind():
+    from flashref.gpu.kernel3 import Tiles3
+    from flashref.gpu.kernel3_bwd import TilesB, TilesQ
+
+    for build in (schedule.flashref3_fwd, schedule.flashref3_dkdv, schedule.flashref3_dq):
+        with pytest.raises(TypeError, match="tiles"):
+            build(4, 1024, 1024, 128, tiles="x")
+    for kind, field in ((Tiles3, "block_m"), (Tiles3, "warps"), (Tiles3, "stages"), (TilesB, "block_n"),
+                        (TilesQ, "stages")):
+        for bad in (0, -128, 1.5, True):
+            with pytest.raises(ValueError, match=f"{kind.__name__}.{field}: a positive integer"):
+                kind(**{field: bad})
+    with pytest.raises(TypeError, match="cache"):
+        schedule.simulate(schedule.flashref_fwd(1, 256, 256, 64), "cache")
+
+
+def test_other_heads_prefix_cache_keys_every_field_it_reads():
+    """The staggered walk's cached schedule is keyed by every field it reads: a kernel one tile longer (its ragged
+    last tile elsewhere) gets its own, whatever was asked before."""
+    k1 = schedule.fa2_fwd(4, 4000, 4000, 64, True)
+    k2 = dataclasses.replace(k1, n_tiles=k1.n_tiles + 1)
+    D._PREFIX_CACHE.clear()
+    fresh = D.staggered_scan_bytes(k2)
+    D._PREFIX_CACHE.clear()
+    D.staggered_scan_bytes(k1)
+    assert D.staggered_scan_bytes(k2) == fresh
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("128=128,128,0,3", "Tiles3.warps: a positive integer"), ("128=0,128,8,3", "Tiles3.block_m: a positive integer"),
+    ("128=128,128,8,3,pp,persit", r"unknown flag\(s\) \['persit'\]"),
+    ("128=128,128,8,3,pp,persist,qpre", "kernel 3 would not run .*shared memory"),
+    ("96=128,128,8,3", "kernel 3 would not run .*d=96"),
+])
+def test_tiles3_overrides_refuse_what_kernel3_would_not_run(spec, match):
+    """--tiles3 tiles kernel 3 refuses would be predicted (and measured) as kernel 2 runs them, under their name."""
+    from flashref.gpu.l2profile import tiles3_overrides
+
+    with pytest.raises(ValueError, match=f"--tiles3: .*{match}"):
+        tiles3_overrides([spec])
+    assert set(tiles3_overrides(["64=192,128,12,3,pp,persist", "128c=128,128,8,3,pp,dyn,persist"])) == {
+        (64, False), (128, True)}
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda text, run: "{\n bad", "is not JSON"),
+    (lambda text, run: {k: v for k, v in run.items() if k != "rows"}, r"not a profile-l2 run \(KeyError: 'rows'\)"),
+    (lambda text, run: dict(run, rows=[dict(r, B=1.5) for r in run["rows"]]), "B: expected a positive integer"),
+    (lambda text, run: dict(run, rows=[dict(r, fwd=dict(r["fwd"], total_bytes=0)) if isinstance(r.get("fwd"), dict)
+                                       else r for r in run["rows"]]), "a measured total of 0.0 bytes"),
+])
+def test_l2_score_names_a_recorded_file_it_cannot_read(tmp_path, mutate, match):
+    import json
+    from pathlib import Path
+
+    from flashref.iomodel import l2score
+
+    src = Path(l2score.__file__).resolve().parents[2] / "figures" / "gpu" / "h100-l2-check58.json"
+    out = mutate(src.read_text(), json.loads(src.read_text()))
+    (tmp_path / "h100-l2-x.json").write_text(out if isinstance(out, str) else json.dumps(out))
+    with pytest.raises(ValueError, match=f"folder: h100-l2-x.json .*{match}"):
+        l2score.recorded_rows(tmp_path)

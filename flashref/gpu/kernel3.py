@@ -67,6 +67,15 @@ HEAD_DIMS = (64, 128, 256)
 DTYPES = ("float16", "bfloat16")
 
 
+def positive_fields(tiles, names) -> None:
+    """Refuse a launch shape whose ``names`` (block sizes, warps, stages) are not positive integers: the planners
+    divide by them and size buffers with them, so a zero or a float is a clear error here, not one deep inside."""
+    for name in names:
+        v = getattr(tiles, name)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{type(tiles).__name__}.{name}: a positive integer, got {v!r}")
+
+
 @dataclass(frozen=True)
 class Tiles3:
     """Kernel 3's launch shape: BLOCK_M query rows (16 per warp: 8 warps = two warpgroups of 64 rows; pingpong
@@ -93,6 +102,9 @@ class Tiles3:
     # persistent, static: a grid-wide barrier between rounds of tiles (round_sync below); None: where one head's K
     # and V outgrow ROUND_SYNC_KV_BYTES, as the launcher decides per call; True or False: always or never
     round_sync: bool | None = None
+
+    def __post_init__(self):
+        positive_fields(self, ("block_m", "block_n", "warps", "stages"))
 
     @property
     def consumers(self) -> int:
@@ -1166,6 +1178,11 @@ def _parse_tiles(text: str) -> Tiles3:
     (Tiles3.round_sync True or False; neither: the launcher decides by the shape)."""
     parts = text.split(",")
     flags = set(parts[4:])
+    known = {"pp", "hf", "nohf", "persist", "qregs", "qpre", "dyn", "sync", "nosync"}
+    unknown = sorted(f for f in flags - known if not (f.startswith("emu") and f[3:].isdigit()))
+    if unknown:
+        raise ValueError(f"tiles {text!r}: unknown flag(s) {unknown} (pp, hf, nohf, emuK, persist, qregs, qpre, dyn, "
+                         f"sync, nosync)")
     hf = True if "hf" in flags else False if "nohf" in flags else None
     emu = [int(f[3:]) for f in flags if f.startswith("emu")]
     return Tiles3(*(int(x) for x in parts[:4]), pingpong="pp" in flags, heads_first=hf, emu=emu[0] if emu else 0,

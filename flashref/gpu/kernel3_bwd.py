@@ -69,7 +69,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .kernel3 import _MODS, DTYPES, LOG2E, ROUND_SYNC_KV_BYTES, SMEM_LIMIT, refusal
+from .kernel3 import _MODS, DTYPES, LOG2E, ROUND_SYNC_KV_BYTES, SMEM_LIMIT, positive_fields, refusal
 
 BWD_REGS = 240  # registers a consumer thread gets (setmaxnreg); the producer warp 24
 
@@ -90,6 +90,9 @@ class TilesQ:
     # of row blocks, as kernel 3's forward (kernel3.round_sync): None where one head's K and V reach
     # kernel3.ROUND_SYNC_KV_BYTES and the call is not causal; True or False: always or never (not causal)
     round_sync: bool | None = None
+
+    def __post_init__(self):
+        positive_fields(self, ("block_n", "stages"))
 
     def smem_bytes(self, d: int, elem: int = 2) -> int:
         """Q_i and dO_i (128 rows each), STAGES slots of K_j and V_j, the mbarriers."""
@@ -116,6 +119,9 @@ class TilesB:
     # dq = 0, d = 64: FlashAttention-3's layout, 128-row steps, S and dP of 64 rows x 128 keys a warpgroup, P and dS
     # through shared memory for the dV, dK products (_k3b_consumer_wide)
     wide: bool = False
+
+    def __post_init__(self):
+        positive_fields(self, ("block_m", "block_n", "stages"))
 
     @property
     def tma_dq(self) -> bool:

@@ -39,6 +39,7 @@ import csv
 import datetime as _dt
 import io
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -842,7 +843,7 @@ def tiles3_overrides(specs):
     """``{(d, causal): Tiles3}`` from ``--tiles3`` values ``D=SPEC`` or ``Dc=SPEC`` (causal), ``SPEC`` in
     ``python -m flashref.gpu.kernel3 --tiles``'s words (``128,128,8,3,pp,persist``): kernel 3's forward tiles to
     measure (or predict) instead of its defaults. A bad value raises ValueError naming ``--tiles3``."""
-    from .kernel3 import _parse_tiles
+    from .kernel3 import _parse_tiles, plan
 
     out = {}
     for spec in specs or ():
@@ -851,9 +852,17 @@ def tiles3_overrides(specs):
         if not sep or not key.removesuffix("c").isdigit() or len(tiles.split(",")) < 4:
             raise ValueError(f"--tiles3: expected D=SPEC or Dc=SPEC (e.g. 128=128,128,8,3,pp,persist), got {spec!r}")
         try:
-            out[(int(key.removesuffix("c")), causal)] = _parse_tiles(tiles)
+            t = _parse_tiles(tiles)
         except (TypeError, ValueError) as err:
             raise ValueError(f"--tiles3: cannot read the tiles of {spec!r} ({err})") from None
+        # tiles kernel 3 would refuse at every length would be measured (and predicted) as kernel 2 runs them,
+        # under their name: refuse them here, asking the planner at a length the tiles divide
+        d = int(key.removesuffix("c"))
+        _, why = plan(d, math.lcm(t.rows_multiple, t.block_n), math.lcm(t.rows_multiple, t.block_n), "float16",
+                      causal, tiles=t)
+        if why:
+            raise ValueError(f"--tiles3: kernel 3 would not run {spec!r}: {why}")
+        out[(d, causal)] = t
     return out
 
 
@@ -1093,7 +1102,7 @@ def main(argv=None) -> int:
     p.add_argument("--predict", action="store_true",
                    help="write iomodel.dram's predictions for the chosen shapes (<name>-predicted.json) and stop: "
                         "no GPU, no ncu; commit the file before measuring")
-    p.add_argument("--gpu", default="h100", help="with --predict: the L2 preset (h100, h200)")
+    p.add_argument("--gpu", default="h100", type=str.lower, help="with --predict: the L2 preset (h100, h200)")
     p.add_argument("--tiles3", action="append", default=[], metavar="D=SPEC",
                    help="kernel 3's forward tiles at head dim D (Dc: causal) instead of the default, in "
                         "python -m flashref.gpu.kernel3 --tiles's words, e.g. 128=128,128,8,3,pp,persist "

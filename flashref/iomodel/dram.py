@@ -108,7 +108,7 @@ import numpy as np
 
 from .. import schedule as S  # noqa: N812
 from ..l2 import preset
-from ..problem import _causal, _nonnegative_int, check_options, positive_int
+from ..problem import _bool, _causal, _nonnegative_int, check_options, positive_int
 
 __all__ = ["dram", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "STAGGERED_D64", "IMPLS", "MODES", "scan_bytes",
            "staggered_scan_bytes", "kernels", "kernel3_tiles"]
@@ -598,7 +598,8 @@ def _other_heads_prefix(k: S.ScanKernel, his):
     moment, in head-times (one head's CTA steps over the resident slots); and how many heads launched before are no
     longer running then (all the spread term may add). It depends on the schedule alone, so it is kept for the next
     call on the same kernel (a fit asks hundreds)."""
-    key = (k.heads, k.resident, tuple(k.ranges), tuple(k.launch), k.last_scan)
+    # every field the schedule and the spans read (n_tiles: whether a range reaches the ragged last tile)
+    key = (k.heads, k.resident, tuple(k.ranges), tuple(k.launch), k.last_scan, k.n_tiles, k.heads_first)
     if key not in _PREFIX_CACHE:
         if len(_PREFIX_CACHE) >= 32:
             _PREFIX_CACHE.pop(next(iter(_PREFIX_CACHE)))
@@ -677,8 +678,11 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS, fa2_sp
     FlashAttention-2's forward never splits its keys (the model that predicted every set up to check9);
     ``softmax_passes=False``: the softmax streams S once at any row length (every set up to check13)."""
     _check_impl_mode(impl, mode)
-    B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e)
-    return _kernels(impl, mode, B, H, Nq, Nk, d, _causal(causal), e, sms, fa2_split, softmax_passes)
+    B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e, seq=(MAX_N, f"at most {MAX_N} (32-bit sequence indices)"))
+    causal = _causal(causal)
+    _check_shape(impl, B, H, Nq, Nk, d, causal)  # (any element size: the kernels' bytes scale with it)
+    return _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, positive_int(sms, "sms"), _bool(fa2_split, "fa2_split"),
+                    _bool(softmax_passes, "softmax_passes"))
 
 
 # PyTorch's softmax (aten/src/ATen/native/cuda/SoftMax.cu) keeps a row in shared memory when its elements fit one
@@ -811,9 +815,13 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     ``gpu`` picks the L2 preset and the GPU's staggered-walk parameters (``GPU_PARAMS``); ``params=``
     overrides entries of PARAMS (for fitting and for what-if sweeps).
 
-    Time: under a second at any N the kernels take (``examples/dram_speed.py``); for the tiled kernels
-    (``flashref``, ``sdpa_flash``) it grows with the number of (batch, head) pairs, whose CTAs the schedule
-    lays out one by one: 0.26 s at B·H = 131072 and N = 1024 on a 2-core CPU, about 8 s at 10^6."""
+    ``sdpa_flash`` is FlashAttention-2 at the head dim given: PyTorch pads a head dim that is not a multiple of 8 to
+    one before the flash kernels (and copies Q, K, V to do it); the model has neither, and no run measured such a d.
+
+    Time: under a second at N = 131072 (``examples/dram_speed.py``). For the tiled kernels (``flashref``,
+    ``sdpa_flash``) the schedule lays out every CTA of the grid, so time and memory grow with B·H·N: on a 2-core
+    CPU FlashAttention-2's causal forward, the slowest, takes 0.8 s at one head of N = 2^26 and 16-18 s (and 4.8 GB)
+    at 2^30 rows (B·H·max(Nq, Nk)), the most this model takes (MAX_ROWS); the other calls there take 1-2 s."""
     check_options(opts, {"B", "H", "Nq", "Nk", "d", "causal", "gpu", "dtype_bytes", "params"}, "iomodel.dram")
     params = opts.get("params")
     _check_impl_mode(impl, mode)
@@ -823,7 +831,7 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     B, H, Nq, Nk, d, dtype_bytes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes",
                                           seq=(MAX_N, f"at most {MAX_N} (32-bit sequence indices)"))
     _causal(causal)
-    _check_call(impl, Nq, Nk, d, bool(causal), dtype_bytes)
+    _check_call(impl, B, H, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
     p = _params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params))
     if empty:
@@ -853,19 +861,32 @@ def _full_params(p):
 
 
 MAX_N = 2 ** 31 - 1  # the kernels index a sequence with 32-bit integers (and so does this model's grid)
+# The tiled kernels' schedule lays out every CTA (about 600 bytes and 2 us each for FlashAttention-2's causal walk,
+# the most): at most 2^30 rows of (batch, head, position), 2^23 CTAs of 128 rows. Q, K, V and O of that many rows
+# take 2^33·d bytes, more than one GPU holds from d = 32 on.
+MAX_ROWS = 2 ** 30
 EAGER_DTYPE_BYTES = (2, 4, 8)  # fp16/bf16, fp32, fp64: what plain PyTorch ops run in
 
 
-def _check_call(impl, Nq, Nk, d, causal, dtype_bytes):
-    """Refuse a call no modelled kernel runs, naming the argument (a prediction for it would describe nothing; the
-    lengths' 32-bit bound is _sizes')."""
+def _check_call(impl, B, H, Nq, Nk, d, causal, dtype_bytes):
+    """Refuse a call no modelled kernel runs, or one past MAX_ROWS, naming the argument (a prediction for it would
+    describe nothing; the lengths' 32-bit bound is _sizes')."""
     if impl == "eager":
         if dtype_bytes not in EAGER_DTYPE_BYTES:
             raise ValueError(f"dtype_bytes: eager attention runs in fp16/bf16, fp32 or fp64 {EAGER_DTYPE_BYTES}, "
                              f"got {dtype_bytes}")
-        return
-    if dtype_bytes != 2:
+    elif dtype_bytes != 2:
         raise ValueError(f"dtype_bytes: impl={impl!r} runs fp16 and bf16 only (2 bytes), got {dtype_bytes}")
+    _check_shape(impl, B, H, Nq, Nk, d, causal)
+
+
+def _check_shape(impl, B, H, Nq, Nk, d, causal):
+    """:func:`_check_call`'s rules of the shape: the tiled kernels' head dims, causal lengths and MAX_ROWS."""
+    if impl == "eager":
+        return
+    if B * H * max(Nq, Nk) > MAX_ROWS:
+        raise ValueError(f"B, H, Nq, Nk: impl={impl!r} is modelled up to 2^30 rows of (batch, head, position), "
+                         f"B·H·max(Nq, Nk) = {B}·{H}·{max(Nq, Nk)} here (its schedule lays out every CTA)")
     if d > 256:
         raise ValueError(f"d: impl={impl!r} takes head dimensions up to 256, got {d}")
     if impl == "sdpa_flash" and causal and Nq != Nk:
@@ -880,9 +901,9 @@ def _check_params(params):
     if not isinstance(params, dict):
         raise TypeError(f"params: expected a dict of model parameters, got {type(params).__name__}")
     known = set(PARAMS) | {"partitions"}
-    unknown = sorted(set(params) - known)
+    unknown = sorted(repr(k) for k in params if k not in known)  # (repr: a key need not be a string)
     if unknown:
-        raise ValueError(f"params: unknown parameter(s) {unknown}; the model's are {sorted(known)}")
+        raise ValueError(f"params: unknown parameter(s) {', '.join(unknown)}; the model's are {sorted(known)}")
     rules = {"C_eff": (0, False), "C_stag": (0, False), "kappa": (0, False), "kappa_stag": (0, False),
              "rho": (0, True), "lag": (0, True), "alpha": (0, True), "partitions": (1, True),
              "partitions_diagonal": (1, True), "small_writes": (0, True), "fa2_split": (0, True),
@@ -908,6 +929,11 @@ def _check_params(params):
         # only a sharpness may be infinite (an exact LRU step); an infinite lag or partition count made an
         # infinite reuse distance, and log(C / inf) a bare "math domain error"
         share = name in ("alpha", "miss_cap")  # a share of bytes: at most all of them
+        if number:
+            try:
+                v = float(v)
+            except OverflowError:  # an int past float's range: infinite, as its float would be
+                v = math.inf if v > 0 else -math.inf
         if not number or math.isnan(v) or v < lo or (v == lo and not incl) or (share and v > 1) \
                 or (math.isinf(v) and not name.startswith("kappa")):
             raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"

@@ -488,7 +488,11 @@ def recorded_runs(folder, gpus=("h100", "h200"), skip=lambda name: False):
     for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
         name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
         if not path.name.endswith("-predicted.json") and not skip(name):
-            yield name, path.name[:4], json.loads(path.read_text())
+            try:
+                result = json.loads(path.read_text())
+            except json.JSONDecodeError as e:
+                raise ValueError(f"folder: {path.name} is not JSON ({e})") from None
+            yield name, path.name[:4], result
 
 
 # Runs a GPU measured after every fit of the model, of sets predicted long before (the H200's check37-check44,

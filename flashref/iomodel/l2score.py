@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .. import schedule as S  # noqa: N812
+from .._numbers import positive_int
 from . import l2fit
 
 D = importlib.import_module("flashref.iomodel.dram")  # the module (iomodel.dram is the function)
@@ -77,9 +79,19 @@ def recorded_rows(folder=None, gpus=("h100", "h200")) -> list[Row]:
     """Every row of every recorded ``profile-l2`` run in ``folder`` (default: ``figures/gpu/``)."""
     out = []
     for run, gpu, result in l2fit.recorded_runs(_folder(folder), gpus):
-        info = S.kernel3_info(result)
-        for impl, shape, mode, kw, measured in l2fit.measured_rows(result):
-            out.append(Row(run, gpu, _kernel(impl, run), impl, shape, mode, kw, measured, info))
+        try:  # a file that is not a profile-l2 run: one error naming it, not a KeyError from deep inside
+            info = S.kernel3_info(result)
+            rows = l2fit.measured_rows(result)
+            for _, _, _, kw, measured in rows:
+                for name in ("B", "H", "Nq", "Nk", "d"):
+                    positive_int(kw[name], name)
+                if not (math.isfinite(measured) and measured > 0):
+                    raise ValueError(f"a measured total of {measured!r} bytes")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            name = f"{gpu}-l2{'-' + run if run else ''}.json"
+            raise ValueError(f"folder: {name} is not a profile-l2 run ({type(e).__name__}: {e})") from None
+        out += [Row(run, gpu, _kernel(impl, run), impl, shape, mode, kw, measured, info)
+                for impl, shape, mode, kw, measured in rows]
     return out
 
 
