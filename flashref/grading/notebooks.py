@@ -130,7 +130,8 @@ of rows past `Nq`/`Nk` must be masked.
 **Graded** on the CPU under `TRITON_INTERPRET=1` (small shapes: the interpreter is slow): correctness
 against the float64 oracle at a ragged and a causal shape, and the elements your `tl.load`/`tl.store`
 move (mask-true elements, counted per tensor in the interpreter) against FlashAttention-2's counted IO
-for these block sizes. On a GPU, time it with `python -m flashref bench`."""
+for these block sizes. On a GPU, time it with `triton.testing.do_bench`, launching it on CUDA tensors over the
+grid above; `python -m flashref bench` times flashref's own kernels beside PyTorch's, the numbers to set it against."""
 
 
 def _percent(ex) -> str:
