@@ -314,6 +314,53 @@ def test_tiles_and_config_refuse_what_the_kernels_cannot_run():
     assert Tiles(16, 16, 1, 3).meta() == dict(BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=3)
 
 
+def test_config_flags_are_bools_and_split_needs_two_rows():
+    """A flag given as a string ("False" is truthy) or a number would turn its schedule on: refused naming the field.
+    The split forward runs two halves of BLOCK_M // 2 rows: a one-row tile is refused before Triton sees it."""
+    for field, bad in (("persistent", "False"), ("split", "no"), ("heads_first", "off"), ("lazy", "0"),
+                       ("stagger", 2), ("warp_specialize", [0]), ("tma", "x"), ("dsplit", 1), ("dsplit_bwd", 0.0)):
+        with pytest.raises(TypeError, match=f"Config.{field} must be True or False"):
+            Config(**{field: bad})
+    assert Config(split=None, heads_first=np.bool_(True), dsplit=False).heads_first
+    with pytest.raises(ValueError, match="fwd.block_m at least 2"):
+        Config(split=True, fwd=Tiles(1, 16))
+
+
+def test_standalone_dropout_needs_the_seed_and_kernel1_refuses_deterministic_at_the_call():
+    """gpu.forward and gpu.backward with dropout_p > 0 take the seed (a drawn one is returned nowhere, so the
+    backward's mask would not be the forward's: dV was off by more than its size); with it they equal autograd.
+    Kernel 1 with deterministic=True is refused before its forward runs."""
+    q, k, v, do = _inputs(1, 1, 9, 11, 16, DTYPES[0], seed=4)
+    for call in (lambda: gpu.forward(q, k, v, dropout_p=0.5),
+                 lambda: gpu.backward(q, k, v, q, do, torch.zeros(1, 1, 9), dropout_p=0.5)):
+        with pytest.raises(ValueError, match="seed: gpu.(forward|backward) with dropout_p > 0 needs the seed"):
+            call()
+    o, lse = gpu.forward(q, k, v, dropout_p=0.5, seed=7)
+    got = gpu.backward(q, k, v, o, do, lse, dropout_p=0.5, seed=7)
+    a, b, c = (x.clone().requires_grad_() for x in (q, k, v))
+    gpu.attention(a, b, c, dropout_p=0.5, seed=7).backward(do)
+    for x, y in zip(got, (a.grad, b.grad, c.grad)):
+        torch.testing.assert_close(x, y)
+    with pytest.raises(ValueError, match="deterministic: kernel 1"):
+        gpu.attention(q, k, v, deterministic=True, config=Config(version=1))
+
+
+def test_backward_edges_gqa_without_query_heads_lse_dtype_and_meta():
+    """GQA over no query heads: dK = dV = 0, as SDPA gives (the backward divided by a group of 0); a 16-bit lse is
+    refused (the docstring's fp32); a meta tensor is named, not left to .item()."""
+    q = torch.randn(1, 0, 9, 24, device=DEVICE, dtype=DTYPES[0], requires_grad=True)
+    k, v = (torch.randn(1, 2, 11, 24, device=DEVICE, dtype=DTYPES[0], requires_grad=True) for _ in range(2))
+    gpu.attention(q, k, v, enable_gqa=True).sum().backward()
+    assert k.grad.shape == k.shape and not k.grad.any() and not v.grad.any()
+    q, k, v, do = _inputs(1, 1, 9, 11, 16, DTYPES[0], seed=5)
+    o, lse = gpu.forward(q, k, v)
+    with pytest.raises(TypeError, match="lse must be float32"):
+        gpu.backward(q, k, v, o, do, lse.half())
+    m = torch.empty(1, 1, 8, 16, device="meta", dtype=DTYPES[0])
+    with pytest.raises(ValueError, match="q is a meta tensor"):
+        gpu.attention(m, m, m)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("causal", [False, True])
 def test_large_logits_force_rescaling(causal, dtype):
@@ -512,7 +559,7 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
     (lambda o, do, lse: (o[:, :, :2], do, lse), "o must have shape", ValueError),
     (lambda o, do, lse: (o, do, lse[:, :1]), "lse must have shape", ValueError),
     (lambda o, do, lse: (o, do.double(), lse), "do must have q's dtype", TypeError),
-    (lambda o, do, lse: (o, do, lse.long()), "lse must be a float tensor", TypeError),
+    (lambda o, do, lse: (o, do, lse.long()), "lse must be float32", TypeError),
     (lambda o, do, lse: (o, do.tolist(), lse), "do must be a torch.Tensor", TypeError),
 ])
 def test_backward_checks_what_it_is_handed(which, arg, exc):

@@ -74,6 +74,9 @@ def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=Fals
             raise TypeError(f"{name} must have q's dtype {q.dtype}, got {x.dtype}")
         if x.device != q.device:
             raise ValueError(f"{name} is on {x.device} but q is on {q.device}")
+    if launch and q.device.type == "meta":  # no data for a kernel (or the interpreter) to read
+        raise ValueError("q is a meta tensor: the kernels need data (flashref.functional gives a meta call its "
+                         "output's shape)")
     if launch and q.device.type != "cuda" and not _interpret():
         raise ValueError(f"q must be a CUDA tensor (got device {q.device}); CPU tensors run only in "
                          "Triton's interpreter, TRITON_INTERPRET=1")
@@ -226,9 +229,10 @@ def _options(where, causal, deterministic, options, allowed=OPTIONS):
     return causal, deterministic, options
 
 
-def _check_options(options, d, causal, deterministic):
+def _check_options(options, d, causal, deterministic, where=None):
     """The options beside q, k, v (their names checked already, by :func:`_options`); returns (dropout or None,
-    resolved config)."""
+    resolved config). ``where``: a standalone :func:`forward` or :func:`backward`, which must be given the seed with
+    ``dropout_p > 0`` (a seed drawn there is returned nowhere, so no backward could drop the forward's entries)."""
     from ..functional import _number
     from . import kernels
 
@@ -242,8 +246,14 @@ def _check_options(options, d, causal, deterministic):
         config = kernels.Config()
     if not isinstance(config, kernels.Config):
         raise TypeError(f"config must be a flashref.gpu.kernels.Config, got {type(config).__name__}")
+    if config.version == 1 and deterministic:  # refused at the call, not after the forward has run
+        raise ValueError("deterministic: kernel 1 (Config(version=1)) computes dQ with atomic adds only; use "
+                         "kernel 2 (the default Config) for bit-identical gradients, or deterministic=False")
     dropout = None
     if p > 0:
+        if seed is None and where is not None:
+            raise ValueError(f"seed: {where} with dropout_p > 0 needs the seed, the same for the forward and the "
+                             f"backward, so that both drop the same entries (attention draws one and keeps it)")
         if seed is None:  # a fresh mask per call, from torch's default generator (torch.manual_seed)
             import torch
             seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
@@ -259,7 +269,7 @@ def forward(q, k, v, *, causal=False, scale=None, **options):
     # deterministic chooses the backward's dQ scheme: not a forward option
     causal, _, options = _options("gpu.forward", causal, False, options, [n for n in OPTIONS if n != "deterministic"])
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
-    dropout, cfg = _check_options(options, q.shape[-1], causal, False)
+    dropout, cfg = _check_options(options, q.shape[-1], causal, False, "gpu.forward")
     var = _variants(q, k, causal, options)
     _finite(("q", q), ("k", k), ("v", v))
     q, scale = _positive_scale(q, scale)
@@ -271,11 +281,12 @@ def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=Fal
     """Run the backward kernels from a given log-sum-exp; returns ``(dq, dk, dv)``.
 
     ``lse`` is natural-log, (B, H, Nq) fp32, as :func:`forward` returns it; a caller that merges
-    partial results (ring attention) hands in the merged one. Options as :func:`forward`'s."""
+    partial results (ring attention) hands in the merged one. Options as :func:`forward`'s; with
+    ``dropout_p > 0`` both take the same ``seed`` (required: a seed drawn here could match no forward)."""
     causal, deterministic, options = _options("gpu.backward", causal, deterministic, options)
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
     _check_saved(q, o, do, lse)
-    dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
+    dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic, "gpu.backward")
     var = _variants(q, k, causal, options)
     _finite(("q", q), ("k", k), ("v", v), ("do", do), ("o", o), ("lse", lse), neginf_ok=("lse",))
     tau = scale
@@ -291,7 +302,7 @@ def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=Fal
 
 
 def _check_saved(q, o, do, lse):
-    """backward's o, do (q's shape, dtype and device) and lse (fp32-able, q's (B, H, Nq)): the kernels index
+    """backward's o, do (q's shape, dtype and device) and lse (fp32 or fp64, q's (B, H, Nq)): the kernels index
     them with q's strides and sizes, so a wrong shape would read and write outside them."""
     import torch
 
@@ -305,8 +316,9 @@ def _check_saved(q, o, do, lse):
     for name, x in (("o", o), ("do", do)):
         if x.dtype != q.dtype:
             raise TypeError(f"{name} must have q's dtype {q.dtype}, got {x.dtype}")
-    if not lse.is_floating_point():
-        raise TypeError(f"lse must be a float tensor (the natural-log log-sum-exp), got {lse.dtype}")
+    if lse.dtype not in (torch.float32, torch.float64):  # 16 bits would lose what the backward rebuilds P from
+        raise TypeError(f"lse must be float32 (the natural-log log-sum-exp, as gpu.forward returns it) or float64, "
+                        f"got {lse.dtype}")
 
 
 def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
@@ -345,6 +357,8 @@ def _backward(q, k, v, o, L2, do, causal, scale, deterministic, cfg, dropout, va
 
     from . import kernels
 
+    if q.numel() == 0:  # no query row (GQA over no query heads too): no score, so dK = dV = 0 and no launch
+        return torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
     D = torch.empty(L2.shape, device=q.device, dtype=torch.float32)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     # FA2's atomic dQ needs an fp32 dQ in HBM (zeroed by the kernels' pre-pass)
@@ -386,7 +400,10 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     q: (B, H, Nq, d), k and v: (B, H, Nk, d); fp16 or bf16 CUDA tensors; any d in 1..256 (the
     kernels pad it to a power of two on chip). scale defaults to 1/sqrt(d); any finite real number (0 and
     negative ones too, as the numpy algorithms, the torch front and torch take them; the kernels run
-    ``|scale|`` on ``-q``, or 1 on ``0·q``). causal masks key j for query i when j > i (top-left).
+    ``|scale|`` on ``-q``, or 1 on ``0·q``). The backward rebuilds the weights from the fp32 log-sum-exp (FA2
+    §3.1.1), so past logits of a few hundred its gradients lose accuracy that SDPA's fp32 math keeps (at
+    logits near 5·10^5 dV was off by 7% of its largest entry against SDPA's, 1% near 5·10^4); the forward is not.
+    causal masks key j for query i when j > i (top-left).
     NaN or inf in q, k, v (or in the gradient flowing back) raises a ValueError on the CPU (the interpreter);
     on a GPU only under ``torch.autograd.detect_anomaly()``, since the check reads every input again and waits
     for the GPU.

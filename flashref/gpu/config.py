@@ -11,6 +11,8 @@ import numbers
 import os
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ..iomodel.triton import dim_split  # the forward's column tiles (pure Python, shared with the IO model)
 
 __all__ = ["Tiles", "Config", "pad_dim", "INTERPRET", "INTERPRET_TILES", "FWD", "FWD_SPLIT", "DKDV", "DKDV_ATOMIC",
@@ -127,6 +129,17 @@ class Config:
             t = getattr(self, name)
             if t is not None and not isinstance(t, Tiles):
                 raise TypeError(f"Config.{name} must be a Tiles or None, got {type(t).__name__}")
+        # the flags: True or False (None where the head dim decides); a string such as "False" is truthy and
+        # would turn its schedule on
+        for name in ("split", "heads_first", "persistent", "warp_specialize", "stagger", "tma", "lazy", "dsplit",
+                     "dsplit_bwd"):
+            v = getattr(self, name)
+            tri = name in ("split", "heads_first", "dsplit", "dsplit_bwd")
+            if not (isinstance(v, (bool, np.bool_)) or (tri and v is None)):
+                raise TypeError(f"Config.{name} must be True or False{' or None' if tri else ''}, got {v!r}")
+        if self.split and self.fwd is not None and self.fwd.block_m < 2:  # two halves of BLOCK_M // 2 rows each
+            raise ValueError(f"Config: split runs two halves of BLOCK_M // 2 rows: fwd.block_m at least 2, got "
+                             f"{self.fwd.block_m}")
 
     def resolve(self, d: int, causal: bool, deterministic: bool, interpret: bool | None = None) -> Config:
         """A copy with every ``None`` filled in for head dimension d (fixed 16×16 tiles, no split,
