@@ -359,6 +359,10 @@ def test_backward_edges_gqa_without_query_heads_lse_dtype_and_meta():
     m = torch.empty(1, 1, 8, 16, device="meta", dtype=DTYPES[0])
     with pytest.raises(ValueError, match="q is a meta tensor"):
         gpu.attention(m, m, m)
+    # more (batch, head) pairs than a grid's y takes: named before a launch fails with CUDA's "invalid argument"
+    big = torch.empty(2, 32768, 1, 16, device=DEVICE, dtype=DTYPES[0])
+    with pytest.raises(ValueError, match=r"q: B·H = 2·32768 = 65536 .* at most 65535"):
+        gpu.attention(big, big, big)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -223,10 +223,22 @@ def test_rows_past_max_rows_are_refused_before_any_grid_is_laid_out(impl):
     """The tiled kernels' schedule lays out every CTA: past D.MAX_ROWS rows of (batch, head, position) it refuses,
     naming B, H and the lengths, instead of allocating terabytes. Eager's closed form takes any batch."""
     with pytest.raises(ValueError, match="B, H, Nq, Nk"):
-        iomodel.dram(impl, "fwd", B=2**40, H=1, Nq=1024, Nk=1024, d=64)
+        iomodel.dram(impl, "fwd", B=1, H=2048, Nq=2**20, Nk=2**20, d=64)
     with pytest.raises(ValueError, match="B, H, Nq, Nk"):
         D.kernels(impl, "fwd", B=1, H=2, Nq=2**30, Nk=2**30, d=64)
     assert iomodel.dram("eager", "fwd", B=2**40, H=1, Nq=1024, Nk=1024, d=64).total_bytes > 0
+
+
+def test_flashref_past_its_grid_is_refused():
+    """flashref's kernels launch (blocks, B·H) grids: past 65535 pairs no launch runs (gpu.MAX_BH), so no
+    prediction describes one; FlashAttention-2 (B and H on two axes) is still predicted there."""
+    from flashref import gpu
+
+    for impl in ("flashref", "flashref2"):
+        with pytest.raises(ValueError, match="B, H: flashref's kernels launch grids"):
+            iomodel.dram(impl, "fwd", B=2, H=gpu.MAX_BH // 2 + 1, Nq=128, Nk=128, d=64)
+        assert iomodel.dram(impl, "fwd", B=1, H=gpu.MAX_BH, Nq=128, Nk=128, d=64).total_bytes > 0
+    assert iomodel.dram("sdpa_flash", "fwd", B=2, H=gpu.MAX_BH, Nq=128, Nk=128, d=64).total_bytes > 0
 
 
 def test_kernels_checks_what_dram_checks():
