@@ -882,11 +882,13 @@ def _check_call(impl, B, H, Nq, Nk, d, causal, dtype_bytes):
 
 def _check_shape(impl, B, H, Nq, Nk, d, causal):
     """:func:`_check_call`'s rules of the shape: the tiled kernels' head dims, causal lengths and MAX_ROWS."""
+    from ..gpu import MAX_BH  # (no torch or triton import: the entry point's own bounds)
+
     if impl == "eager":
         return
-    if impl in ("flashref", "flashref2") and B * H > 65535:  # gpu.MAX_BH: the grids' y, where no launch runs
+    if impl in ("flashref", "flashref2") and B * H > MAX_BH:  # the grids' y: no launch runs past it
         raise ValueError(f"B, H: flashref's kernels launch grids of (blocks, B·H), and CUDA's grid y takes at most "
-                         f"65535; B·H = {B * H} here")
+                         f"{MAX_BH}; B·H = {B * H} here")
     if B * H * max(Nq, Nk) > MAX_ROWS:
         raise ValueError(f"B, H, Nq, Nk: impl={impl!r} is modelled up to 2^30 rows of (batch, head, position), "
                          f"B·H·max(Nq, Nk) = {B}·{H}·{max(Nq, Nk)} here (its schedule lays out every CTA)")
