@@ -259,8 +259,8 @@ def test_schedule_refuses_tiles_and_caches_of_the_wrong_kind():
             build(4, 1024, 1024, 128, tiles="x")
     for kind, field in ((Tiles3, "block_m"), (Tiles3, "warps"), (Tiles3, "stages"), (TilesB, "block_n"),
                         (TilesQ, "stages")):
-        for bad in (0, -128, 1.5, True):
-            with pytest.raises(ValueError, match=f"{kind.__name__}.{field}: a positive integer"):
+        for bad, exc in ((0, ValueError), (-128, ValueError), (1.5, TypeError), (True, TypeError)):
+            with pytest.raises(exc, match=f"{kind.__name__}.{field}: expected a positive integer"):
                 kind(**{field: bad})
     with pytest.raises(TypeError, match="cache"):
         schedule.simulate(schedule.flashref_fwd(1, 256, 256, 64), "cache")
@@ -279,7 +279,8 @@ def test_other_heads_prefix_cache_keys_every_field_it_reads():
 
 
 @pytest.mark.parametrize("spec,match", [
-    ("128=128,128,0,3", "Tiles3.warps: a positive integer"), ("128=0,128,8,3", "Tiles3.block_m: a positive integer"),
+    ("128=128,128,0,3", "Tiles3.warps: expected a positive integer"),
+    ("128=0,128,8,3", "Tiles3.block_m: expected a positive integer"),
     ("128=128,128,8,3,pp,persit", r"unknown flag\(s\) \['persit'\]"),
     ("128=128,128,8,3,pp,persist,qpre", "kernel 3 would not run .*shared memory"),
     ("96=128,128,8,3", "kernel 3 would not run .*d=96"),

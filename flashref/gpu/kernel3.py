@@ -59,6 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._numbers import positive_int
 from . import exp2 as _exp2
 
 LOG2E = 1.4426950408889634
@@ -68,12 +69,11 @@ DTYPES = ("float16", "bfloat16")
 
 
 def positive_fields(tiles, names) -> None:
-    """Refuse a launch shape whose ``names`` (block sizes, warps, stages) are not positive integers: the planners
-    divide by them and size buffers with them, so a zero or a float is a clear error here, not one deep inside."""
+    """Refuse a launch shape whose ``names`` (block sizes, warps, stages) are not positive integers (the entry
+    points' rule, positive_int): the planners divide by them and size buffers with them, so a zero or a float is a
+    clear error here, not one deep inside."""
     for name in names:
-        v = getattr(tiles, name)
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-            raise ValueError(f"{type(tiles).__name__}.{name}: a positive integer, got {v!r}")
+        positive_int(getattr(tiles, name), f"{type(tiles).__name__}.{name}")
 
 
 @dataclass(frozen=True)

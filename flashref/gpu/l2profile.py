@@ -857,9 +857,8 @@ def tiles3_overrides(specs):
             raise ValueError(f"--tiles3: cannot read the tiles of {spec!r} ({err})") from None
         # tiles kernel 3 would refuse at every length would be measured (and predicted) as kernel 2 runs them,
         # under their name: refuse them here, asking the planner at a length the tiles divide
-        d = int(key.removesuffix("c"))
-        _, why = plan(d, math.lcm(t.rows_multiple, t.block_n), math.lcm(t.rows_multiple, t.block_n), "float16",
-                      causal, tiles=t)
+        d, n = int(key.removesuffix("c")), math.lcm(t.rows_multiple, t.block_n)
+        _, why = plan(d, n, n, "float16", causal, tiles=t)
         if why:
             raise ValueError(f"--tiles3: kernel 3 would not run {spec!r}: {why}")
         out[(d, causal)] = t

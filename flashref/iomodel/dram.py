@@ -678,7 +678,7 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS, fa2_sp
     FlashAttention-2's forward never splits its keys (the model that predicted every set up to check9);
     ``softmax_passes=False``: the softmax streams S once at any row length (every set up to check13)."""
     _check_impl_mode(impl, mode)
-    B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e, seq=(MAX_N, f"at most {MAX_N} (32-bit sequence indices)"))
+    B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e, seq=SEQ_BOUND)
     causal = _causal(causal)
     _check_shape(impl, B, H, Nq, Nk, d, causal)  # (any element size: the kernels' bytes scale with it)
     return _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, positive_int(sms, "sms"), _bool(fa2_split, "fa2_split"),
@@ -829,7 +829,7 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     B, H = _nonnegative_int(B, "B"), _nonnegative_int(H, "H")
     empty = B == 0 or H == 0
     B, H, Nq, Nk, d, dtype_bytes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes",
-                                          seq=(MAX_N, f"at most {MAX_N} (32-bit sequence indices)"))
+                                          seq=SEQ_BOUND)
     _causal(causal)
     _check_call(impl, B, H, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
@@ -861,6 +861,7 @@ def _full_params(p):
 
 
 MAX_N = 2 ** 31 - 1  # the kernels index a sequence with 32-bit integers (and so does this model's grid)
+SEQ_BOUND = (MAX_N, f"at most {MAX_N} (32-bit sequence indices)")  # the lengths' bound, as _sizes' seq takes it
 # The tiled kernels' schedule lays out every CTA (about 600 bytes and 2 us each for FlashAttention-2's causal walk,
 # the most): at most 2^30 rows of (batch, head, position), 2^23 CTAs of 128 rows. Q, K, V and O of that many rows
 # take 2^33·d bytes, more than one GPU holds from d = 32 on.
@@ -881,7 +882,8 @@ def _check_call(impl, B, H, Nq, Nk, d, causal, dtype_bytes):
 
 
 def _check_shape(impl, B, H, Nq, Nk, d, causal):
-    """:func:`_check_call`'s rules of the shape: the tiled kernels' head dims, causal lengths and MAX_ROWS."""
+    """:func:`_check_call`'s rules of the shape: flashref's grid (gpu.MAX_BH), MAX_ROWS, the tiled kernels' head
+    dims and causal lengths."""
     from ..gpu import MAX_BH  # (no torch or triton import: the entry point's own bounds)
 
     if impl == "eager":
