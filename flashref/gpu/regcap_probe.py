@@ -48,18 +48,17 @@ def time_both(d, B, H, N, mode, rounds):
 
 
 def nsight(timeout):
-    """Nsight's launch statistics of kernel 2's forward (capped) at the ragged shapes."""
-    from .l2profile import BASE, run_impl
+    """Nsight's launch statistics of kernel 2's forward (capped) at the ragged shapes, measured as profile-l2
+    measures (writes_probe's ``all`` setting)."""
+    from .l2profile import BASE
+    from .writes_probe import measure
 
     ncu = shutil.which("ncu")
     if ncu is None:
         print("  --nsight: no ncu on PATH", flush=True)
         return []
     shape_list = [("regcap", f"regcap_{d}_{B}x{H}x{N}", B, H, N, d, False) for d, B, H, N in SHAPES]
-    _, kernels, _, log, _ = run_impl(ncu, "flashref2", shape_list, (*BASE, *LAUNCH), timeout)
-    if not kernels:
-        print(f"  --nsight: no kernels (rc={log['rc']}) {log['stderr_tail'][-600:]}", flush=True)
-    return [k for k in kernels if k.get("name") == "_fwd_kernel"]
+    return [k for k in measure(ncu, "all", shape_list, (*BASE, *LAUNCH), timeout) if k.get("name") == "_fwd_kernel"]
 
 
 def main(argv=None) -> int:
