@@ -332,7 +332,7 @@ def test_standalone_dropout_needs_the_seed_and_kernel1_refuses_deterministic_at_
     Kernel 1 with deterministic=True is refused before its forward runs."""
     q, k, v, do = _inputs(1, 1, 9, 11, 16, DTYPES[0], seed=4)
     for call in (lambda: gpu.forward(q, k, v, dropout_p=0.5),
-                 lambda: gpu.backward(q, k, v, q, do, torch.zeros(1, 1, 9), dropout_p=0.5)):
+                 lambda: gpu.backward(q, k, v, q, do, torch.zeros(1, 1, 9, device=DEVICE), dropout_p=0.5)):
         with pytest.raises(ValueError, match="seed: gpu.(forward|backward) with dropout_p > 0 needs the seed"):
             call()
     o, lse = gpu.forward(q, k, v, dropout_p=0.5, seed=7)
@@ -359,10 +359,68 @@ def test_backward_edges_gqa_without_query_heads_lse_dtype_and_meta():
     m = torch.empty(1, 1, 8, 16, device="meta", dtype=DTYPES[0])
     with pytest.raises(ValueError, match="q is a meta tensor"):
         gpu.attention(m, m, m)
-    # more (batch, head) pairs than a grid's y takes: named before a launch fails with CUDA's "invalid argument"
-    big = torch.empty(2, 32768, 1, 16, device=DEVICE, dtype=DTYPES[0])
-    with pytest.raises(ValueError, match=r"q: B·H = 2·32768 = 65536 .* at most 65535"):
-        gpu.attention(big, big, big)
+
+
+PIECES = {"kernel2": Config(), "kernel1": Config(version=1), "heads_first": Config(heads_first=True),
+          "persistent": Config(persistent=True)}
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("variant", PIECES)
+def test_grids_past_cudas_bound_launch_in_pieces(monkeypatch, variant, deterministic):
+    """A grid's y takes at most gpu.MAX_GRID_Y = 65535 programs on CUDA, and the kernels put (batch, head) there (row
+    blocks, heads first). Past it they launch in pieces, each kernel adding its piece's first row: with the bound
+    set to 2 here every kernel runs in two to four pieces, and computes bit for bit what one launch computes, with
+    GQA (the dK/dV grid's K/V heads), ALiBi slopes per (batch, head) and dropout (keyed on the global (batch,
+    head), so the mask is flashref.dropout's) all on. A kernel that ignored its piece's first row would recompute
+    the first two rows and leave the rest unwritten."""
+    from flashref.gpu import kernels
+
+    if variant == "kernel1" and deterministic:
+        pytest.skip("kernel 1 has no deterministic dQ (refused at the call)")
+    q, k, v, do = _inputs(2, 4, 37, 29, 16, DTYPES[0], seed=21)
+    k, v = k[:, :2].contiguous(), v[:, :2].contiguous()
+    slopes = torch.rand(2, 4, device=DEVICE)
+    opts = dict(causal=True, enable_gqa=True, alibi_slopes=slopes, dropout_p=0.25, seed=5,
+                deterministic=deterministic, config=PIECES[variant])
+
+    def run():
+        a, b, c = (x.clone().requires_grad_() for x in (q, k, v))
+        o = gpu.attention(a, b, c, **opts)
+        o.backward(do)
+        return o, a.grad, b.grad, c.grad
+
+    whole = run()
+    monkeypatch.setattr(kernels, "MAX_GRID_Y", 2)
+    assert kernels._pieces(8) == [(0, 2), (2, 2), (4, 2), (6, 2)] and kernels._pieces(3) == [(0, 2), (2, 1)]
+    for x, y in zip(run(), whole):
+        assert torch.equal(x, y)
+    mask = gpu.dropout_mask(2, 3, 5, 7, 0.5, seed=9, device=DEVICE)  # its (batch, head) axis is the grid's z
+    assert torch.equal(mask.cpu(), torch.from_numpy(dropout.keep_mask(9, 0.5, (2, 3), (0, 5), (0, 7))))
+
+
+@needs_cuda
+def test_more_heads_than_one_grid_takes_on_a_gpu():
+    """B·H = 65537 on a GPU, where one launch of (blocks, B·H) fails with CUDA's "invalid argument": kernel 3 leaves
+    the call to kernel 2, whose pieces give what SDPA's math backend gives, forward and backward (SDPA's default,
+    cuDNN, failed at this shape on an H200 with PyTorch 2.11: "mha_graph.execute ... is_good()")."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    def sdpa(*args, **kw):
+        with sdpa_kernel(SDPBackend.MATH):
+            return scaled_dot_product_attention(*args, **kw)
+
+    q, k, v, do = _inputs(1, gpu.MAX_GRID_Y + 2, 128, 128, 64, torch.float16, seed=3)  # a shape kernel 3 takes
+    assert gpu.which_kernel(q, k, v).startswith("kernel 2: kernel 3 does not take this call (B·H = 65537")
+    got, ref = [], []
+    for fn, out in ((gpu.attention, got), (sdpa, ref)):
+        a, b, c = (x.clone().requires_grad_() for x in (q, k, v))
+        o = fn(a, b, c, is_causal=True) if fn is sdpa else fn(a, b, c, causal=True)
+        o.backward(do)
+        out += [o, a.grad, b.grad, c.grad]
+    for x, y in zip(got, ref):
+        torch.testing.assert_close(x, y, atol=1e-2, rtol=0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

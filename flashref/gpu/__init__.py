@@ -33,9 +33,11 @@ from ..problem import _bool, _causal, _nonnegative_int, _scale, _seed, _softcap,
 __all__ = ["attention", "forward", "backward", "dropout_mask", "which_kernel", "MAX_HEAD_DIM", "OPTIONS"]
 
 MAX_HEAD_DIM = 256  # kernels.MAX_HEAD_DIM (kept here so that checking needs no triton import)
-# the kernels launch grids of (row or column blocks, B·H): CUDA takes at most 65535 in a grid's y (measured on an
-# H100: B·H = 65535 runs, 65536 is "Triton Error [CUDA]: invalid argument")
-MAX_BH = 65535
+# CUDA launches at most 65535 programs along a grid's y and z (2^31 - 1 along x). The kernels put (batch, head) on
+# y (B·H = 65536 in one launch was "Triton Error [CUDA]: invalid argument" on an H100), so kernels 1 and 2 launch
+# a longer y in pieces (kernels._pieces) and kernel 3 leaves such a call to kernel 2. Here so that iomodel.dram
+# reads it without importing triton.
+MAX_GRID_Y = 65535
 OPTIONS = ("causal", "scale", "deterministic", "dropout_p", "seed", "config", "enable_gqa", "window",
            "alibi_slopes", "softcap")
 
@@ -92,9 +94,6 @@ def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=Fals
                                "compiled (triton.jit reads it once, at their import): set it before the first "
                                "call, in a fresh Python process")
     B, H, Nq, d = q.shape
-    if B * H > MAX_BH:
-        raise ValueError(f"q: B·H = {B}·{H} = {B * H} (batch x heads) is more than the {MAX_BH} the kernels' grids "
-                         f"take (they launch (blocks, B·H), and CUDA's grid y is at most {MAX_BH}): split the batch")
     if not 1 <= d <= MAX_HEAD_DIM:
         raise ValueError(f"q's head dimension d={d} is not supported; use 1 <= d <= {MAX_HEAD_DIM}")
     if Nq < 1:

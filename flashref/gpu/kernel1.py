@@ -33,6 +33,7 @@ from .kernels import (
     _load_rows,
     _load_vec,
     _modify,
+    _pieces,
     _store_rows,
     _window_cols,
     _window_rows,
@@ -40,14 +41,14 @@ from .kernels import (
 )
 
 
-@triton.jit(do_not_specialize=["seed_key", "thresh"])
+@triton.jit(do_not_specialize=["seed_key", "thresh", "Y0"])
 def _forward(Q, K, V, O, L2, Slopes, Nq, Nk, qk_scale, seed_key, thresh, inv_keep, Hq, group, win_l, win_r,
-             sc_in, sc_out, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+             sc_in, sc_out, Y0, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
              GQA: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
              Br: tl.constexpr, Bc: tl.constexpr):
     # Alg.1 l.3: for 1 <= i <= Tr (this program is one i, for one (batch, head) bh).
     i = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
+    bh = tl.program_id(1).to(tl.int64) + Y0  # Y0: this launch's first (batch, head) (kernels._pieces)
     kv_bh = _kv_head(bh, Hq, group, GQA)  # [gqa] K/V head h // group
     slope2 = 0.0
     if ALIBI:  # [alibi] load this head's slope (× log2 e), once per row block
@@ -113,15 +114,15 @@ def _forward(Q, K, V, O, L2, Slopes, Nq, Nk, qk_scale, seed_key, thresh, inv_kee
     tl.store(L2 + bh * Nq + rows, L_i, mask=rows < Nq)
 
 
-@triton.jit(do_not_specialize=["seed_key", "thresh"])
+@triton.jit(do_not_specialize=["seed_key", "thresh", "Y0"])
 def _backward(Q, K, V, dO, L2, D, dQ, dK, dV, Slopes, Nq, Nk, scale, qk_scale, seed_key, thresh, inv_keep, group,
-              win_l, win_r, sc_in, sc_out, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr,
+              win_l, win_r, sc_in, sc_out, Y0, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr,
               DROPOUT: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
               Br: tl.constexpr, Bc: tl.constexpr):
     # (Alg.2 l.3, dQ = 0 in HBM, and l.4, D = rowsum(dO ∘ O), ran in kernels._bwd_preprocess.)
     # Alg.2 l.5: for 1 <= j <= Tc (this program is one j, for one (batch, K/V head) kv_bh).
     j = tl.program_id(0)
-    kv_bh = tl.program_id(1).to(tl.int64)
+    kv_bh = tl.program_id(1).to(tl.int64) + Y0  # Y0: this launch's first (batch, K/V head) (kernels._pieces)
     cols = j * Bc + tl.arange(0, Bc)  # blocks.tile(j, Bc, Nk)
     rows0 = tl.arange(0, Br)
     offs_d = tl.arange(0, D_PAD)
@@ -195,10 +196,11 @@ def forward(q, k, v, o, L2, causal, scale, cfg, seed_key, thresh, inv_keep, drop
     B, H, Nq, d = q.shape
     t = cfg.fwd
     slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
-    _forward[(triton.cdiv(Nq, t.block_m), B * H)](
-        q, k, v, o, L2, slopes, Nq, k.shape[2], scale * LOG2E, seed_key, thresh, inv_keep, H, var.group, win_l,
-        win_r, sc_in, sc_out, HEAD_D=d, D_PAD=pad_dim(d), CAUSAL=causal, DROPOUT=dropout, **var.flags(),
-        Br=t.block_m, Bc=t.block_n, num_warps=t.warps, num_stages=t.stages)
+    for y0, n in _pieces(B * H):  # grids of more than MAX_GRID_Y rows launch in pieces
+        _forward[(triton.cdiv(Nq, t.block_m), n)](
+            q, k, v, o, L2, slopes, Nq, k.shape[2], scale * LOG2E, seed_key, thresh, inv_keep, H, var.group, win_l,
+            win_r, sc_in, sc_out, y0, HEAD_D=d, D_PAD=pad_dim(d), CAUSAL=causal, DROPOUT=dropout, **var.flags(),
+            Br=t.block_m, Bc=t.block_n, num_warps=t.warps, num_stages=t.stages)
 
 
 def backward(q, k, v, L2, do, dq_acc, dk, dv, D, causal, scale, cfg, seed_key, thresh, inv_keep, dropout,
@@ -209,7 +211,8 @@ def backward(q, k, v, L2, do, dq_acc, dk, dv, D, causal, scale, cfg, seed_key, t
     slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
     flags = var.flags()
     flags.pop("GQA")  # the backward's group loop runs for any group size
-    _backward[(triton.cdiv(Nk, t.block_n), B * (H // var.group))](
-        q, k, v, do, L2, D, dq_acc, dk, dv, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
-        var.group, win_l, win_r, sc_in, sc_out, HEAD_D=d, D_PAD=pad_dim(d), CAUSAL=causal, DROPOUT=dropout,
-        **flags, Br=t.block_m, Bc=t.block_n, num_warps=t.warps, num_stages=t.stages)
+    for y0, n in _pieces(B * (H // var.group)):
+        _backward[(triton.cdiv(Nk, t.block_n), n)](
+            q, k, v, do, L2, D, dq_acc, dk, dv, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
+            var.group, win_l, win_r, sc_in, sc_out, y0, HEAD_D=d, D_PAD=pad_dim(d), CAUSAL=causal,
+            DROPOUT=dropout, **flags, Br=t.block_m, Bc=t.block_n, num_warps=t.warps, num_stages=t.stages)

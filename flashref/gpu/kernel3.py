@@ -1035,11 +1035,16 @@ def choose(q, k, v, causal: bool, **options):
 
 def tensor_refusal(q, k, v) -> str | None:
     """The rules that need the tensors, not only their shape (None: kernel 3 takes them): k and v shaped as q
-    (no GQA), no empty batch or head axis, and contiguous tensors 16-byte aligned."""
+    (no GQA), no empty batch or head axis, B·H within one grid's y, and contiguous tensors 16-byte aligned."""
+    from .kernels import MAX_GRID_Y
+
     if k.shape != q.shape or v.shape != q.shape:
         return f"k's shape {tuple(k.shape)} or v's {tuple(v.shape)} differs from q's {tuple(q.shape)}"
     if q.numel() == 0:
         return "an empty batch or head axis (kernel 2 returns the empty result)"
+    BH = q.shape[0] * q.shape[1]
+    if BH > MAX_GRID_Y:  # its grids put B·H on y in one launch; kernel 2 launches such a grid in pieces
+        return f"B·H = {BH} is more than one launch's grid y takes ({MAX_GRID_Y}; kernel 2 launches it in pieces)"
     # a TMA descriptor's base address must be 16-byte aligned; a contiguous view can start anywhere in its
     # storage (a non-contiguous one is copied to a fresh, aligned tensor before the launch)
     if any(x.is_contiguous() and x.data_ptr() % 16 for x in (q, k, v)):

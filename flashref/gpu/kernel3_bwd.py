@@ -1211,7 +1211,8 @@ def backward(q, k, v, o, L2, do, causal: bool, scale: float, tiles: TilesB | Non
     atomic = t.dq != 0
     dq_acc = torch.empty(q.shape, device=q.device, dtype=torch.float32) if atomic else D  # dq = 0: unused
     # FA2 Alg.2 l.4 (and l.3, dQ = 0 in HBM, for the atomic adds): D = rowsum(dO ∘ O): kernel 2's pre-pass.
-    _bwd_preprocess[(triton.cdiv(N, 32), B * H)](o, do, D, dq_acc, N, HEAD_D=d, D_PAD=d, BLOCK_M=32, ATOMIC_DQ=atomic)
+    _bwd_preprocess[(triton.cdiv(N, 32), B * H)](o, do, D, dq_acc, N, 0, HEAD_D=d, D_PAD=d, BLOCK_M=32,
+                                                 ATOMIC_DQ=atomic)  # one launch: kernel3.choose bounds B·H
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     descs = [descriptor(q, t.block_m), descriptor(do, t.block_m), descriptor(k, t.block_n), descriptor(v, t.block_n)]
     # the fp32 dQ's TMA reduce-adds (pipe with dq = 4), BLOCK_M rows of d a box; otherwise a placeholder never used

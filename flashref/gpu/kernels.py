@@ -60,6 +60,7 @@ import triton
 import triton.language as tl
 
 from ..iomodel.triton import dim_split  # the forward's column tiles (pure Python, shared with the IO model)
+from . import MAX_GRID_Y  # (gpu/__init__.py: iomodel.dram reads it without triton)
 from .config import (  # noqa: F401  (kernel 2's configuration, re-exported: kernels.Config, kernels.Tiles, ...)
     DKDV,
     DKDV_ATOMIC,
@@ -86,6 +87,13 @@ MAX_HEAD_DIM = 256
 # Whether the kernels below run in Triton's interpreter: triton.jit reads TRITON_INTERPRET once, as it decorates
 # them (at this import), so setting it later changes nothing here (gpu._check refuses the mismatch by name)
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _pieces(n: int):
+    """A grid's y of ``n`` programs (the kernels' (batch, head) axis) as launches of at most ``gpu.MAX_GRID_Y``,
+    CUDA's bound: ``(first, count)`` pairs, none for ``n = 0``. Each kernel adds its piece's first row ``Y0`` to
+    ``tl.program_id(1)``; the pieces run one after the other, in the order one grid would have launched them."""
+    return [(first, min(MAX_GRID_Y, n - first)) for first in range(0, n, MAX_GRID_Y)]
 
 
 def use_tma(cfg: Config, d: int, device, *tensors) -> bool:
@@ -153,10 +161,10 @@ def _keep(h_bh, rows, cols, thresh):
     return (h >> 11) >= thresh.to(tl.int64).to(tl.uint64)
 
 
-@triton.jit(do_not_specialize=["seed_key", "thresh"])
-def _dropout_mask_kernel(Mask, seed_key, thresh, Nq, Nk, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=["seed_key", "thresh", "Z0"])
+def _dropout_mask_kernel(Mask, seed_key, thresh, Nq, Nk, Z0, BLOCK: tl.constexpr):
     # The keep mask itself, for tests: the same _keep the attention kernels call.
-    bh = tl.program_id(2).to(tl.int64)
+    bh = tl.program_id(2).to(tl.int64) + Z0  # Z0: this launch's first (batch, head) (_pieces)
     offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     offs_n = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     keep = _keep(_dropout_key(seed_key, bh), offs_m[:, None], offs_n[None, :], thresh)
@@ -169,8 +177,9 @@ def dropout_mask(mask, p, seed):
     B, H, Nq, Nk = mask.shape
     key, thresh, _ = dropout_args(p, seed)
     BLOCK = 16 if INTERPRET else 64
-    _dropout_mask_kernel[(triton.cdiv(Nq, BLOCK), triton.cdiv(Nk, BLOCK), B * H)](mask, key, thresh, Nq, Nk,
-                                                                                BLOCK=BLOCK)
+    for z0, nz in _pieces(B * H):
+        _dropout_mask_kernel[(triton.cdiv(Nq, BLOCK), triton.cdiv(Nk, BLOCK), nz)](mask, key, thresh, Nq, Nk, z0,
+                                                                                   BLOCK=BLOCK)
 
 
 # --------------------------------------------------------------------------------------------
@@ -594,9 +603,9 @@ def _fwd_tile(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, i, bh, Nq, Nk, qk_
                 WINDOW, acc_b, offs_db, D_B)  # l.11-15
 
 
-@triton.jit(do_not_specialize=["seed_key", "thresh"])
+@triton.jit(do_not_specialize=["seed_key", "thresh", "Y0"])
 def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, BH, Nq, Nk, qk_scale, seed_key, thresh, inv_keep,
-                Hq, group, win_l, win_r, sc_in, sc_out,
+                Hq, group, win_l, win_r, sc_in, sc_out, Y0,
                 HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
                 TMA: tl.constexpr, LAZY: tl.constexpr, SPLIT: tl.constexpr, HEADS_FIRST: tl.constexpr,
                 PERSISTENT: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
@@ -607,7 +616,8 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, BH, Nq, Nk, qk_s
     # (row block t // BH, head t % BH), so every head's longest row block comes before any head's
     # next one. PERSISTENT: one program per SM walks tiles pid, pid + #programs, ... in that order.
     # The variants (GQA, WINDOW, ALIBI, SOFTCAP: constexpr, so a kernel without them has none of
-    # their code) take Hq, group, win_l, win_r, Slopes, sc_in, sc_out (unused when off).
+    # their code) take Hq, group, win_l, win_r, Slopes, sc_in, sc_out (unused when off). Y0: the first grid row
+    # of this launch (a grid of more than MAX_GRID_Y rows launches in pieces, _pieces).
     Tr = tl.cdiv(Nq, BLOCK_M)
     if PERSISTENT:
         for t in range(tl.program_id(0), Tr * BH, tl.num_programs(0)):
@@ -625,11 +635,11 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, BH, Nq, Nk, qk_s
                       SPLIT, DROPOUT, WS, GQA, WINDOW, ALIBI, SOFTCAP, BLOCK_M, BLOCK_N, D_B)
     else:
         if HEADS_FIRST:
-            pid = tl.program_id(1)
+            pid = tl.program_id(1) + Y0
             bh = tl.program_id(0).to(tl.int64)
         else:
             pid = tl.program_id(0)
-            bh = tl.program_id(1).to(tl.int64)
+            bh = tl.program_id(1).to(tl.int64) + Y0
         i = pid
         if CAUSAL:
             i = Tr - 1 - pid
@@ -643,10 +653,10 @@ def _fwd_kernel(Q, K, V, O, L2, desc_q, desc_k, desc_v, Slopes, BH, Nq, Nk, qk_s
 # --------------------------------------------------------------------------------------------
 
 @triton.jit
-def _bwd_preprocess(O, dO, D, dQacc, Nq, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+def _bwd_preprocess(O, dO, D, dQacc, Nq, Y0, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                     ATOMIC_DQ: tl.constexpr):
     # FA2 Alg.2 l.4 (flash2.py): D = rowsum(dO ∘ O), written to HBM (fp32).
-    bh = tl.program_id(1).to(tl.int64)
+    bh = tl.program_id(1).to(tl.int64) + Y0  # Y0: this launch's first (batch, head) (_pieces)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D_PAD)
     O_i = _load_rows(O + bh * Nq * HEAD_D, offs_m, Nq, offs_d, HEAD_D, D_PAD, True).to(tl.float32)
@@ -838,9 +848,9 @@ def _bwd_dkdv_head(dK_j, dV_j, K_j, V_j, Q, dO, L2, D, dQacc, Slopes, bh, start_
     return dK_j, dV_j, dK_b, dV_b
 
 
-@triton.jit(do_not_specialize=["seed_key", "thresh"])
+@triton.jit(do_not_specialize=["seed_key", "thresh", "Y0"])
 def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Slopes, Nq, Nk, sm_scale, qk_scale, seed_key, thresh,
-                     inv_keep, group, win_l, win_r, sc_in, sc_out,
+                     inv_keep, group, win_l, win_r, sc_in, sc_out, Y0,
                      HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
                      ATOMIC_DQ: tl.constexpr, STAGGER: tl.constexpr, DROPOUT: tl.constexpr, WS: tl.constexpr,
                      GQA: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
@@ -850,7 +860,8 @@ def _bwd_dkdv_kernel(Q, K, V, dO, L2, D, dK, dV, dQacc, Slopes, Nq, Nk, sm_scale
     # D_A = D_PAD - D_B and D_B wide, as in the forward; otherwise one D_PAD tile and placeholders.
     D_A: tl.constexpr = D_PAD - D_B
     j = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)  # (batch, K/V head); the query head too without GQA
+    # (batch, K/V head); the query head too without GQA. Y0: this launch's first one (_pieces)
+    bh = tl.program_id(1).to(tl.int64) + Y0
     start_n = j * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D_A)
@@ -928,9 +939,9 @@ def _bwd_dq_inner(dQ_i, Q_i, dO_i, L2_i, D_i, K_base, V_base, offs_m, offs_d, j_
     return dQ_i
 
 
-@triton.jit(do_not_specialize=["seed_key", "thresh"])
+@triton.jit(do_not_specialize=["seed_key", "thresh", "Y0"])
 def _bwd_dq_kernel(Q, K, V, dO, L2, D, dQ, Slopes, Nq, Nk, sm_scale, qk_scale, seed_key, thresh, inv_keep,
-                   Hq, group, win_l, win_r, sc_in, sc_out,
+                   Hq, group, win_l, win_r, sc_in, sc_out, Y0,
                    HEAD_D: tl.constexpr, D_PAD: tl.constexpr, CAUSAL: tl.constexpr, EVEN: tl.constexpr,
                    DROPOUT: tl.constexpr, WS: tl.constexpr, GQA: tl.constexpr, WINDOW: tl.constexpr,
                    ALIBI: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -939,7 +950,7 @@ def _bwd_dq_kernel(Q, K, V, dO, L2, D, dQ, Slopes, Nq, Nk, sm_scale, qk_scale, s
     i = pid
     if CAUSAL:
         i = Tr - 1 - pid
-    bh = tl.program_id(1).to(tl.int64)
+    bh = tl.program_id(1).to(tl.int64) + Y0  # Y0: this launch's first (batch, head) (_pieces)
     kv_bh = _kv_head(bh, Hq, group, GQA)  # [gqa]
     start_m = i * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -1057,19 +1068,20 @@ def forward(q, k, v, o, L2, causal, scale, cfg: Config, dropout=None, var: Varia
         descs = tuple(TensorDescriptor(x, [x.shape[0] * x.shape[1] * x.shape[2], d], [d, 1], s)
                       for x, s in zip((q, k, v), shapes))
     BH, Tr = B * H, triton.cdiv(Nq, t.block_m)
-    if cfg.persistent:
-        grid = (min(Tr * BH, _num_sms(q.device)),)
+    if cfg.persistent:  # one launch: its grid is 1-D
+        grids = [((min(Tr * BH, _num_sms(q.device)),), 0)] if BH else []
     elif cfg.heads_first:
-        grid = (BH, Tr)
+        grids = [((BH, n), y0) for y0, n in _pieces(Tr)]
     else:
-        grid = (Tr, BH)
+        grids = [((Tr, n), y0) for y0, n in _pieces(BH)]
     slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
-    _fwd_kernel[grid](q, k, v, o, L2, *descs, slopes, BH, Nq, Nk, scale * LOG2E, seed_key, thresh, inv_keep,
-                      H, var.group, win_l, win_r, sc_in, sc_out,
-                      HEAD_D=d, **_column_tiles(d, cfg.dsplit), CAUSAL=causal, EVEN=_even(Nq, Nk, t), TMA=tma,
-                      LAZY=cfg.lazy and var.band is None,  # lazy rescaling assumes every row has a finite max
-                      SPLIT=cfg.split, HEADS_FIRST=cfg.heads_first, PERSISTENT=cfg.persistent,
-                      DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **cfg.fwd_launch())
+    for grid, y0 in grids:
+        _fwd_kernel[grid](q, k, v, o, L2, *descs, slopes, BH, Nq, Nk, scale * LOG2E, seed_key, thresh, inv_keep,
+                          H, var.group, win_l, win_r, sc_in, sc_out, y0,
+                          HEAD_D=d, **_column_tiles(d, cfg.dsplit), CAUSAL=causal, EVEN=_even(Nq, Nk, t), TMA=tma,
+                          LAZY=cfg.lazy and var.band is None,  # lazy rescaling assumes every row has a finite max
+                          SPLIT=cfg.split, HEADS_FIRST=cfg.heads_first, PERSISTENT=cfg.persistent,
+                          DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **cfg.fwd_launch())
 
 
 def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, dropout=None, dq_acc=None,
@@ -1093,7 +1105,8 @@ def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, drop
     D_PAD = pad_dim(d)
     atomic = dq_acc is not None
     seed_key, thresh, inv_keep = dropout_args(*dropout) if dropout else (0, 0, 1.0)
-    _bwd_preprocess[(triton.cdiv(Nq, 32), B * H)](o, do, D, dq_acc, Nq, HEAD_D=d, D_PAD=D_PAD, BLOCK_M=32,
+    for y0, n in _pieces(B * H):
+        _bwd_preprocess[(triton.cdiv(Nq, 32), n)](o, do, D, dq_acc, Nq, y0, HEAD_D=d, D_PAD=D_PAD, BLOCK_M=32,
                                                   ATOMIC_DQ=atomic)
     if cfg.version == 1:
         from . import kernel1
@@ -1105,19 +1118,22 @@ def backward(q, k, v, o, L2, do, dq, dk, dv, D, causal, scale, cfg: Config, drop
     else:
         t = cfg.dkdv
         slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
-        _bwd_dkdv_kernel[(triton.cdiv(Nk, t.block_n), B * (H // var.group))](
-            q, k, v, do, L2, D, dk, dv, dq_acc, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
-            var.group, win_l, win_r, sc_in, sc_out,
-            HEAD_D=d, **_column_tiles(d, cfg.dsplit_bwd), CAUSAL=causal, EVEN=_even(Nq, Nk, t), ATOMIC_DQ=atomic,
-            STAGGER=cfg.stagger, DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(), **t.meta())
+        for y0, n in _pieces(B * (H // var.group)):
+            _bwd_dkdv_kernel[(triton.cdiv(Nk, t.block_n), n)](
+                q, k, v, do, L2, D, dk, dv, dq_acc, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh,
+                inv_keep, var.group, win_l, win_r, sc_in, sc_out, y0,
+                HEAD_D=d, **_column_tiles(d, cfg.dsplit_bwd), CAUSAL=causal, EVEN=_even(Nq, Nk, t),
+                ATOMIC_DQ=atomic, STAGGER=cfg.stagger, DROPOUT=bool(dropout), WS=cfg.warp_specialize, **var.flags(),
+                **t.meta())
     if atomic:
         n = dq.numel()
         _bwd_dq_scale[(triton.cdiv(n, 1024),)](dq_acc, dq, n, 1.0 if cfg.version == 1 else scale, BLOCK=1024)
     else:
         t = cfg.dq
         slopes, win_l, win_r, sc_in, sc_out = var.args(scale)
-        _bwd_dq_kernel[(triton.cdiv(Nq, t.block_m), B * H)](
-            q, k, v, do, L2, D, dq, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
-            H, var.group, win_l, win_r, sc_in, sc_out,
-            HEAD_D=d, D_PAD=D_PAD, CAUSAL=causal, EVEN=_even(Nq, Nk, t), DROPOUT=bool(dropout),
-            WS=cfg.warp_specialize, **var.flags(), **t.meta())
+        for y0, n in _pieces(B * H):
+            _bwd_dq_kernel[(triton.cdiv(Nq, t.block_m), n)](
+                q, k, v, do, L2, D, dq, slopes, Nq, Nk, scale, scale * LOG2E, seed_key, thresh, inv_keep,
+                H, var.group, win_l, win_r, sc_in, sc_out, y0,
+                HEAD_D=d, D_PAD=D_PAD, CAUSAL=causal, EVEN=_even(Nq, Nk, t), DROPOUT=bool(dropout),
+                WS=cfg.warp_specialize, **var.flags(), **t.meta())

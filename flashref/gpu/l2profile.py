@@ -1207,7 +1207,7 @@ def predictions(shape_list, gpu="h100", impls=IMPLS):
                 row = dict(impl=impl, shape=name, mode=mode, B=B, H=H, N=Nq, Nk=Nk, d=d, causal=causal,
                            predicted_bytes=pred.total_bytes)
                 if impl == "flashref":
-                    row["kernel"] = "kernel 3" if kernel3_tiles(d, Nq, Nk, causal)[0] else "kernel 2"
+                    row["kernel"] = "kernel 3" if kernel3_tiles(d, Nq, Nk, causal, BH=B * H)[0] else "kernel 2"
                 elif impl == "flashref2":
                     row["kernel"] = "kernel 2"
                 rows.append(row)

@@ -725,7 +725,7 @@ def _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, sms, fa2_split, softmax_pas
                     _stream("copy dK", Xk, Xk)]
         return out
     if impl in ("flashref", "flashref2"):
-        fwd3, bwd3 = kernel3_tiles(d, Nq, Nk, causal, e) if impl == "flashref" else (None, None)
+        fwd3, bwd3 = kernel3_tiles(d, Nq, Nk, causal, e, BH) if impl == "flashref" else (None, None)
         if fwd3 is None:  # kernel 2 (flashref/gpu/kernels.py)
             out.append(("scan", S.flashref_fwd(BH, Nq, Nk, d, causal, e, sms), False))
         else:
@@ -759,15 +759,15 @@ def _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, sms, fa2_split, softmax_pas
     raise ValueError(f"impl: expected one of {IMPLS}, got {impl!r}")
 
 
-def kernel3_tiles(d, Nq, Nk, causal, e=2):
+def kernel3_tiles(d, Nq, Nk, causal, e=2, BH=1):
     """``(Tiles3, TilesB)`` where ``flashref.gpu.attention`` runs kernel 3 on a Hopper GPU with Triton 3.6
     (``TilesB`` None: kernel 2's backward after kernel 3's forward), ``(None, None)`` where it runs kernel 2:
-    its dispatcher's own pure-Python rules (``kernel3.plan``, ``kernel3.backward_plan``) for a call without
-    options on 2-byte inputs; 4-byte inputs go to kernel 2."""
-    from ..gpu import kernel3
+    its dispatcher's own pure-Python rules (``kernel3.plan``, ``kernel3.backward_plan``, and B·H within one
+    launch, ``gpu.MAX_GRID_Y``) for a call without options on 2-byte inputs; 4-byte inputs go to kernel 2."""
+    from ..gpu import MAX_GRID_Y, kernel3
     (d, Nq, Nk, e), causal = (positive_int(v, n) for v, n in ((d, "d"), (Nq, "Nq"), (Nk, "Nk"), (e, "e"))), \
         _causal(causal)  # else a head dim no kernel runs would come back as "kernel 2 runs it"
-    if e != 2:
+    if e != 2 or BH > MAX_GRID_Y:
         return None, None
     fwd, why = kernel3.plan(d, Nq, Nk, "float16", causal)
     if why:
@@ -882,15 +882,9 @@ def _check_call(impl, B, H, Nq, Nk, d, causal, dtype_bytes):
 
 
 def _check_shape(impl, B, H, Nq, Nk, d, causal):
-    """:func:`_check_call`'s rules of the shape: flashref's grid (gpu.MAX_BH), MAX_ROWS, the tiled kernels' head
-    dims and causal lengths."""
-    from ..gpu import MAX_BH  # (no torch or triton import: the entry point's own bounds)
-
+    """:func:`_check_call`'s rules of the shape: MAX_ROWS, the tiled kernels' head dims and causal lengths."""
     if impl == "eager":
         return
-    if impl in ("flashref", "flashref2") and B * H > MAX_BH:  # the grids' y: no launch runs past it
-        raise ValueError(f"B, H: flashref's kernels launch grids of (blocks, B·H), and CUDA's grid y takes at most "
-                         f"{MAX_BH}; B·H = {B * H} here")
     if B * H * max(Nq, Nk) > MAX_ROWS:
         raise ValueError(f"B, H, Nq, Nk: impl={impl!r} is modelled up to 2^30 rows of (batch, head, position), "
                          f"B·H·max(Nq, Nk) = {B}·{H}·{max(Nq, Nk)} here (its schedule lays out every CTA)")
