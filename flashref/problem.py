@@ -116,6 +116,8 @@ def check_block_sizes(block_sizes) -> tuple[int, int] | None:
 def _scale(scale, d: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(d)
+    if isinstance(scale, np.ndarray) and scale.ndim == 0:  # a 0-d array, as dropout_p takes one (dropout.check_p)
+        scale = scale[()]
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
         raise ValueError(f"scale: expected a finite real number or None, got {scale!r}")
     value = finite_float(scale, "scale", "a finite real number or None")

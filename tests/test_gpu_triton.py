@@ -291,6 +291,15 @@ def test_nan_and_inf_inputs_are_refused():
             gpu.backward(q.detach(), k.detach(), v.detach(), o * float("nan"), torch.ones_like(o), L)
         with pytest.raises(ValueError, match="lse contains NaN"):
             gpu.backward(q.detach(), k.detach(), v.detach(), o, torch.ones_like(o), L * float("nan"))
+        # -inf only with a window (the rows it leaves with no key); without one it would give NaN gradients
+        neg = torch.full_like(L, float("-inf"))
+        with pytest.raises(ValueError, match="lse contains NaN or inf"):
+            gpu.backward(q.detach(), k.detach(), v.detach(), o, torch.ones_like(o), neg)
+        qs, ks, vs = q.detach(), k.detach()[:, :, :5], v.detach()[:, :, :5]  # queries 5-7 see no key of (0, 0)
+        o, L = gpu.forward(qs, ks, vs, window=(0, 0))
+        assert torch.isinf(L[:, :, 5:]).all()
+        grads = gpu.backward(qs, ks, vs, o, torch.ones_like(o), L, window=(0, 0))
+        assert all(torch.isfinite(g).all() for g in grads)
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter's dtypes")

@@ -97,3 +97,15 @@ def test_predict_refuses_internal_names_as_unknown_options(name):
     of keyword arguments."""
     with pytest.raises(TypeError, match=f"unknown option '{name}'; valid options are"):
         iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=2, **{name: 1})
+
+
+
+def test_scale_takes_a_0d_array_as_dropout_p_does():
+    """scale takes what dropout_p takes (dropout.check_p): Python and numpy reals, a 0-d array too; an array of
+    any other shape, or a bool, is refused naming it."""
+    want = standard.forward(Q, K, V, scale=0.3).O
+    for scale in (np.array(0.3), np.float64(0.3)):
+        np.testing.assert_array_equal(standard.forward(Q, K, V, scale=scale).O, want)
+    for scale in (np.array([0.3]), np.array(True)):
+        with pytest.raises(ValueError, match="scale: expected a finite real number"):
+            standard.forward(Q, K, V, scale=scale)

@@ -285,15 +285,19 @@ def forward(q, k, v, *, causal=False, scale=None, **options):
 def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=False, **options):
     """Run the backward kernels from a given log-sum-exp; returns ``(dq, dk, dv)``.
 
-    ``lse`` is natural-log, (B, H, Nq) fp32, as :func:`forward` returns it; a caller that merges
-    partial results (ring attention) hands in the merged one. Options as :func:`forward`'s; with
+    ``lse`` is natural-log, (B, H, Nq) fp32, as :func:`forward` returns it (-inf only for a row that a window
+    leaves with no key; NaN, +inf, and -inf without a window are refused where inputs are checked); a caller
+    that merges partial results (ring attention) hands in the merged one. Options as :func:`forward`'s; with
     ``dropout_p > 0`` both take the same ``seed`` (required: a seed drawn here could match no forward)."""
     causal, deterministic, options = _options("gpu.backward", causal, deterministic, options)
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
     _check_saved(q, o, do, lse)
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic, "gpu.backward")
     var = _variants(q, k, causal, options)
-    _finite(("q", q), ("k", k), ("v", v), ("do", do), ("o", o), ("lse", lse), neginf_ok=("lse",))
+    # -inf in lse: a row that sees no key, which only a window makes (without one every query sees key 0 at least,
+    # and an -inf there would rebuild P as exp(S + inf): NaN gradients)
+    _finite(("q", q), ("k", k), ("v", v), ("do", do), ("o", o), ("lse", lse),
+            neginf_ok=("lse",) if var.band is not None else ())
     tau = scale
     q, scale = _positive_scale(q, scale)  # as forward ran it; dq of the original q below
     L2 = (lse / math.log(2.0)).float().contiguous()  # the kernels keep the base-2 LSE (exp2 in their loops)
