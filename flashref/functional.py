@@ -35,7 +35,8 @@ Differences from PyTorch, all deliberate:
   ``torch.manual_seed`` makes runs reproducible), but the random numbers are flashref's keyed hash
   of (seed, head, row, column), not Philox: pass ``seed=`` to ask for the reference's keyed mask;
   the backward regenerates the same mask from the seed (Alg.4 l.1), never storing it;
-* a float ``attn_mask`` that requires grad is refused: its gradient is not computed;
+* a float ``attn_mask`` that requires grad is refused: its gradient is not computed (a float mask is
+  otherwise taken as PyTorch takes it: float32 or the query's dtype);
 * double backward (``create_graph=True``) raises a ``RuntimeError``: the backward is numpy.
 
 Example::
@@ -205,7 +206,7 @@ def _check_finite(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name}: contains NaN or inf")
 
 
-def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple) -> dict:
+def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dtype) -> dict:
     if attn_mask is None:
         return {}
     if not isinstance(attn_mask, torch.Tensor):
@@ -221,6 +222,9 @@ def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple) -> dict
         return {"mask": attn_mask.detach().to("cpu").numpy()}
     if not attn_mask.is_floating_point():
         raise TypeError(f"attn_mask: expected a bool or float tensor, got dtype {attn_mask.dtype}")
+    if attn_mask.dtype not in (torch.float32, dtype):  # PyTorch's rule: bool, float32 or the query's dtype
+        raise TypeError(f"attn_mask: a float mask must be float32 or the query's dtype {dtype} (as PyTorch takes "
+                        f"it), got {attn_mask.dtype}")
     if attn_mask.requires_grad:
         raise ValueError("attn_mask: a float mask that requires grad is not supported (its gradient is not "
                          "computed); pass attn_mask.detach()")
@@ -277,7 +281,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     query, key, value = _broadcast(query, key, value, keep=3 if native else 2)
     if native:
         variant_opts["enable_gqa"] = True
-    mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"], query.shape[:-1] + key.shape[-2:-1])
+    mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"], query.shape[:-1] + key.shape[-2:-1], query.dtype)
     E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
     out_shape = query.shape[:-1] + (Ev,)
     if math.prod(out_shape) == 0 or S == 0 or dropout_p == 1.0 or query.device.type == "meta":

@@ -261,3 +261,26 @@ def test_meta_tensors_give_the_shape_pytorch_gives():
     out = sdpa(*meta)
     ref = F.scaled_dot_product_attention(*meta)
     assert out.device.type == "meta" and out.shape == ref.shape == (2, 3, 4, 6) and out.dtype == ref.dtype
+
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@pytest.mark.parametrize("mask_dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_float_mask_dtypes_as_torch_takes_them(dtype, mask_dtype):
+    """A float attn_mask is taken where PyTorch takes it, float32 or the query's dtype, and refused (naming it) where
+    PyTorch refuses it; where taken, the two agree."""
+    q = torch.randn(1, 2, 3, 4, generator=torch.Generator().manual_seed(1)).to(dtype)
+    mask = torch.randn(3, 3, generator=torch.Generator().manual_seed(2)).to(mask_dtype)
+    try:
+        want = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    except RuntimeError:
+        want = None
+    assert (want is None) == (mask_dtype not in (torch.float32, dtype))
+    if want is None:
+        with pytest.raises(TypeError, match="attn_mask: a float mask must be float32 or the query's dtype"):
+            sdpa(q, q, q, attn_mask=mask)
+    else:
+        tol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5
+        torch.testing.assert_close(sdpa(q, q, q, attn_mask=mask), want, atol=tol, rtol=tol)
