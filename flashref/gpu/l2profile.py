@@ -739,6 +739,27 @@ CHECK58 = [
     ("check58_48_2x6x42896x55429", 2, 6, (42896, 55429), 48, False),
 ]
 
+# check59 (check41's rule once more, default_rng(20261248): five shapes of many heads and short N, five of few heads
+# and long N), and four of the corners (check52's rule, default_rng(20261249)), drawn 2026-11-28 after kernels 1 and 2
+# began launching in pieces past 65535 (batch, head) pairs (none of these shapes has that many), and predicted before
+# any GPU measured them
+CHECK59 = [
+    ("check59_128_1x16x6144_causal", 1, 16, 6144, 128, True),
+    ("check59_128_4x8x2048_causal", 4, 8, 2048, 128, True),
+    ("check59_64_8x8x1536", 8, 8, 1536, 64, False),
+    ("check59_128_4x8x8192", 4, 8, 8192, 128, False),
+    ("check59_128_4x32x4096", 4, 32, 4096, 128, False),
+    ("check59_128_1x8x65536", 1, 8, 65536, 128, False),
+    ("check59_128_4x1x393216", 4, 1, 393216, 128, False),
+    ("check59_64_2x4x65536", 2, 4, 65536, 64, False),
+    ("check59_64_4x2x65536_causal", 4, 2, 65536, 64, True),
+    ("check59_128_1x8x262144", 1, 8, 262144, 128, False),
+    ("check59_32_2x12x33915x43122", 2, 12, (33915, 43122), 32, False),
+    ("check59_48_1x5x1222x38641", 1, 5, (1222, 38641), 48, False),
+    ("check59_112_4x2x41443", 4, 2, 41443, 112, False),
+    ("check59_256_8x12x7733x19384", 8, 12, (7733, 19384), 256, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -769,7 +790,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
-          "check58": CHECK58, "k2writes": K2WRITES,
+          "check58": CHECK58, "check59": CHECK59, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
