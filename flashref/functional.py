@@ -36,7 +36,8 @@ Differences from PyTorch, all deliberate:
   of (seed, head, row, column), not Philox: pass ``seed=`` to ask for the reference's keyed mask;
   the backward regenerates the same mask from the seed (Alg.4 l.1), never storing it;
 * a float ``attn_mask`` that requires grad is refused: its gradient is not computed (a float mask is
-  otherwise taken as PyTorch takes it: float32 or the query's dtype);
+  otherwise taken as PyTorch takes it: float32 or the query's dtype); so are ``alibi_slopes``, and a 0-d
+  tensor ``scale`` or ``dropout_p`` (PyTorch takes no tensor there), that require grad;
 * double backward (``create_graph=True``) raises a ``RuntimeError``: the backward is numpy.
 
 Example::
@@ -90,7 +91,7 @@ _VARIANTS = ("window", "alibi_slopes", "softcap", "gqa_packing")
 
 
 def _spec(algorithm: str) -> _Spec:
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: expected one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     return ALGORITHMS[algorithm]
 
@@ -115,14 +116,16 @@ class _Attention(torch.autograd.Function):
         Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
         fwd = spec.module.forward(Q, K, V, **opts)
         ctx.algorithm, ctx.opts = algorithm, opts
-        out = _to_torch(fwd.O, query)
+        # the output is its own copy of O: the caller may change it in place (as PyTorch's allows) without changing
+        # the O that the backward reads
+        out = _to_torch(fwd.O, query).clone()
         # Everything the backward reads goes through save_for_backward, not onto ctx: the numpy arrays share memory
-        # with the inputs and the output (fp32, fp64), so autograd's version counters must see an in-place change to
-        # any of them (it raises, as for PyTorch's own kernels, where a changed array would give wrong gradients), and
-        # it frees them after the backward (a second backward raises). O is kept in full precision for the backward,
-        # beside the output in the caller's dtype.
+        # with the inputs (fp32, fp64), so autograd's version counters must see an in-place change to any of them (it
+        # raises, as for PyTorch's own kernels, where a changed array would give wrong gradients), and it frees them
+        # after the backward (a second backward raises). O is kept in full precision for the backward. (The options
+        # in ctx.opts, masks and slopes included, are the front's own copies: _mask_or_bias, _variant_options.)
         stats = tuple(torch.from_numpy(np.asarray(getattr(fwd, s))) for s in spec.stats)
-        ctx.save_for_backward(query, key, value, out, torch.from_numpy(fwd.O), *stats)
+        ctx.save_for_backward(query, key, value, torch.from_numpy(fwd.O), *stats)
         return out
 
     @staticmethod
@@ -136,7 +139,7 @@ class _Attention(torch.autograd.Function):
             raise ValueError("grad_output: the gradient flowing into scaled_dot_product_attention's output "
                              "contains NaN or inf")
         spec = _spec(ctx.algorithm)
-        query, key, value, _, O, *stats = ctx.saved_tensors  # raises if one was changed in place, or freed
+        query, key, value, O, *stats = ctx.saved_tensors  # raises if one was changed in place, or freed
         Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
         O = O.numpy()
         dO = _to_numpy(grad_out).astype(O.dtype)
@@ -151,6 +154,8 @@ class _Attention(torch.autograd.Function):
 def _check_tensor(t, name: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:  # a sparse tensor: the algorithms read dense tiles
+        raise TypeError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
     if not t.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
     if t.dim() < 2:
@@ -195,8 +200,39 @@ def _number(x, name: str):
         if x.dim() != 0 or x.dtype == torch.bool:
             raise TypeError(f"{name}: expected a number or a 0-d float tensor, got a tensor of shape "
                             f"{tuple(x.shape)} and dtype {x.dtype}")
+        if x.requires_grad:  # as for a float attn_mask: no gradient would reach it (PyTorch takes no tensor here)
+            raise ValueError(f"{name}: a tensor that requires grad is not supported (its gradient is not computed); "
+                             f"pass {name}.detach() or a float")
         return x.item()
     return x
+
+
+def _variant_options(o: dict, spec: _Spec) -> dict:
+    """The variant options given (``_VARIANTS``), refused by name where the algorithm has none of them, as the front's
+    own copies: the backward reads them again, and a caller may change a list or an array in place before it runs."""
+    given = {k: o[k] for k in _VARIANTS if o[k] is not None}
+    for name in given:
+        if name not in getattr(spec.module, "OPTIONS", ()):
+            raise TypeError(f"{name}: algorithm={o['algorithm']!r} has no {name} (flash2 takes every option)")
+    if isinstance(given.get("window"), list):
+        given["window"] = tuple(given["window"])
+    if "softcap" in given:
+        given["softcap"] = _number(given["softcap"], "softcap")  # a 0-d tensor too, as scale
+    slopes = given.get("alibi_slopes")
+    if isinstance(slopes, torch.Tensor):
+        if slopes.requires_grad:  # as for a float attn_mask: no gradient would reach them
+            raise ValueError("alibi_slopes: slopes that require grad are not supported (their gradient is not "
+                             "computed); pass alibi_slopes.detach()")
+        if slopes.is_complex() or slopes.dtype == torch.bool:
+            raise TypeError(f"alibi_slopes: expected real slopes, got dtype {slopes.dtype}")
+        given["alibi_slopes"] = slopes.detach().to("cpu", torch.float64).numpy().copy()
+    elif slopes is not None:
+        try:
+            given["alibi_slopes"] = np.array(slopes, copy=True)  # numbers checked by the algorithm (variants)
+        except (TypeError, ValueError):
+            raise TypeError("alibi_slopes: expected a tensor or array of per-head slopes, got "
+                            f"{type(slopes).__name__} that is not one (ragged?)") from None
+    return given
 
 
 def _check_finite(t: torch.Tensor, name: str) -> None:
@@ -206,7 +242,7 @@ def _check_finite(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name}: contains NaN or inf")
 
 
-def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dtype) -> dict:
+def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dtype, device) -> dict:
     if attn_mask is None:
         return {}
     if not isinstance(attn_mask, torch.Tensor):
@@ -218,8 +254,11 @@ def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: 
     if not fits:
         raise ValueError(f"attn_mask: shape {tuple(attn_mask.shape)} does not broadcast to (..., L, S) = "
                          f"{tuple(target)}")
+    if attn_mask.device != device:
+        raise ValueError(f"attn_mask: on {attn_mask.device}, but query is on {device}")
+    # Copies, not views: the backward reads the mask again, and a caller may refill its buffer before it runs
     if attn_mask.dtype == torch.bool:
-        return {"mask": attn_mask.detach().to("cpu").numpy()}
+        return {"mask": attn_mask.detach().to("cpu").numpy().copy()}
     if not attn_mask.is_floating_point():
         raise TypeError(f"attn_mask: expected a bool or float tensor, got dtype {attn_mask.dtype}")
     if attn_mask.dtype not in (torch.float32, dtype):  # PyTorch's rule: bool, float32 or the query's dtype
@@ -233,7 +272,7 @@ def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: 
                          f"algorithm={algorithm!r} has no bias (use 'flash2' or 'standard')")
     if torch.isnan(attn_mask).any() or torch.isposinf(attn_mask).any():  # named here (the algorithms say bias)
         raise ValueError("attn_mask: a float mask must be finite or -inf (a masked entry), got NaN or +inf")
-    return {"bias": _to_numpy(attn_mask)}
+    return {"bias": _to_numpy(attn_mask).copy()}
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -255,6 +294,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     for t, n in ((key, "key"), (value, "value")):
         if t.dtype != query.dtype:  # PyTorch refuses mixed dtypes too
             raise TypeError(f"{n}: dtype {t.dtype} does not match query's {query.dtype}")
+        if t.device != query.device:  # and mixed devices
+            raise ValueError(f"{n}: on {t.device}, but query is on {query.device}")
     if key.shape[-1] != query.shape[-1]:
         raise ValueError(f"key: head dimension {key.shape[-1]} does not match query's {query.shape[-1]}")
     if value.shape[-2] != key.shape[-2]:
@@ -269,19 +310,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     dropout_p = float(dropout_p)
     for t, n in ((query, "query"), (key, "key"), (value, "value")):
         _check_finite(t, n)
-    variant_opts = {k: o[k] for k in _VARIANTS if o[k] is not None}
-    if isinstance(variant_opts.get("alibi_slopes"), torch.Tensor):
-        if variant_opts["alibi_slopes"].requires_grad:  # as for a float attn_mask: no gradient would reach them
-            raise ValueError("alibi_slopes: slopes that require grad are not supported (their gradient is not "
-                             "computed); pass alibi_slopes.detach()")
-        variant_opts["alibi_slopes"] = variant_opts["alibi_slopes"].detach().to("cpu", torch.float64).numpy()
+    variant_opts = _variant_options(o, spec)
     native = (enable_gqa and spec.variants and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3
               and key.shape[-3] != query.shape[-3] and value.shape[-3] == key.shape[-3])
     key, value = _gqa(query, key, value, enable_gqa, native)
     query, key, value = _broadcast(query, key, value, keep=3 if native else 2)
     if native:
         variant_opts["enable_gqa"] = True
-    mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"], query.shape[:-1] + key.shape[-2:-1], query.dtype)
+    mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"], query.shape[:-1] + key.shape[-2:-1], query.dtype,
+                              query.device)
     E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
     out_shape = query.shape[:-1] + (Ev,)
     if math.prod(out_shape) == 0 or S == 0 or dropout_p == 1.0 or query.device.type == "meta":

@@ -140,14 +140,17 @@ def test_gqa_key_and_value_heads_may_differ_as_in_torch():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("algorithm", ["flash2", "flash1", "standard"])
 def test_an_in_place_change_before_backward_is_an_error_not_a_wrong_gradient(dtype, algorithm):
-    """The arrays the backward reads share memory with the inputs and the output (fp32, fp64): changed in place
-    after the forward, PyTorch's version counters must catch it, as for its own kernels, and a second backward
-    without retain_graph is PyTorch's error too (the saved arrays are freed)."""
+    """The arrays the backward reads share memory with the inputs (fp32, fp64): changed in place after the forward,
+    PyTorch's version counters must catch it, as for its own kernels, and a second backward without retain_graph is
+    PyTorch's error too (the saved arrays are freed). The output is the caller's own: changed in place, the backward
+    gives what PyTorch's gives."""
     q, k, v = (torch.randn(1, 2, 4, 8, dtype=dtype, requires_grad=True) for _ in range(3))
     out = sdpa(q, k, v, algorithm=algorithm)
     out.mul_(3)
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        out.sum().backward()
+    out.sum().backward()
+    want = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v).mul(3).sum(), q)[0]
+    torch.testing.assert_close(q.grad, want, atol=1e-4 if dtype == torch.float32 else 1e-10, rtol=0)
+    q.grad = None
     q1 = q * 1
     out = sdpa(q1, k, v, algorithm=algorithm)
     q1.add_(5)
@@ -216,6 +219,24 @@ def test_edges_torch_takes_agree_with_torch():
      ValueError, "attn_mask: a float mask must be finite or -inf"),
     (lambda q, k, v: sdpa(q, k, v, attn_mask=torch.zeros(5, 7).index_fill(0, torch.tensor([1]), float("inf"))),
      ValueError, "attn_mask: a float mask must be finite or -inf"),
+    # a learnable temperature would silently never train: refused, as a float mask that requires grad
+    (lambda q, k, v: sdpa(q, k, v, scale=torch.tensor(0.5, dtype=torch.float64, requires_grad=True)), ValueError,
+     "scale: a tensor that requires grad is not supported"),
+    (lambda q, k, v: sdpa(q, k, v, dropout_p=torch.tensor(0.1, requires_grad=True)), ValueError,
+     "dropout_p: a tensor that requires grad"),
+    # devices, as PyTorch refuses mixed ones; a meta tensor has no values to read
+    (lambda q, k, v: sdpa(q.to("meta"), k, v), ValueError, "key: on cpu, but query is on meta"),
+    (lambda q, k, v: sdpa(q, k, v.to("meta")), ValueError, "value: on meta, but query is on cpu"),
+    (lambda q, k, v: sdpa(q, k, v, attn_mask=torch.ones(5, 7, dtype=torch.bool, device="meta")), ValueError,
+     "attn_mask: on meta, but query is on cpu"),
+    (lambda q, k, v: sdpa(q.to_sparse(), k, v), TypeError, "query: expected a dense"),
+    (lambda q, k, v: sdpa(q, k, v, algorithm=["flash2"]), ValueError, "algorithm: expected one of"),
+    (lambda q, k, v: sdpa(q, k, v, alibi_slopes=[[1.0], [1.0, 2.0]]), TypeError, "alibi_slopes: expected a tensor"),
+    (lambda q, k, v: sdpa(q, k, v, alibi_slopes=torch.ones(3, dtype=torch.complex64)), TypeError,
+     "alibi_slopes: expected real slopes"),
+    # the front's option names, not the algorithm's internals
+    (lambda q, k, v: sdpa(q, k, v, algorithm="flash1", window=(1, 1)), TypeError,
+     "window: algorithm='flash1' has no window"),
 ])
 def test_refusals_name_the_fronts_argument(call, exc, match):
     """Refused as PyTorch refuses, or as the front's documented differences say, naming the front's own argument
@@ -284,3 +305,41 @@ def test_float_mask_dtypes_as_torch_takes_them(dtype, mask_dtype):
     else:
         tol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-5
         torch.testing.assert_close(sdpa(q, q, q, attn_mask=mask), want, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("algorithm", ["standard", "flash1", "flash2"])
+def test_changing_a_mask_or_an_option_after_the_forward_changes_no_gradient(algorithm):
+    """The backward reads the mask (or bias), the ALiBi slopes and the window again: the front keeps its own copies,
+    so a caller that refills one buffer before calling backward (gradient accumulation) gets the gradients of what the
+    forward saw, as PyTorch gives. Changing the output in place is allowed too, as PyTorch allows it."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 3, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    bool_mask = torch.rand(6, 6, generator=g) < 0.8
+    cases = [dict(attn_mask=bool_mask)]
+    if algorithm != "flash1":
+        cases += [dict(attn_mask=torch.randn(6, 6, generator=g, dtype=torch.float64)),
+                  dict(alibi_slopes=[0.5, 0.25, 0.125], window=[2, 1]),
+                  dict(alibi_slopes=np.array([0.5, 0.25, 0.125])), dict(alibi_slopes=torch.tensor([0.5, 0.25, 0.125]))]
+
+    def grads(opts, change):
+        a, b, c = (x.clone().requires_grad_() for x in (q, k, v))
+        out = sdpa(a, b, c, algorithm=algorithm, **opts)
+        change(opts, out)
+        out.sum().backward()
+        return a.grad, b.grad, c.grad
+
+    def refill(opts, out):
+        for x in opts.values():
+            if isinstance(x, torch.Tensor) and x.dtype == torch.bool:
+                x.logical_not_()
+            elif isinstance(x, (torch.Tensor, np.ndarray)):
+                x *= 7
+            else:
+                x[0] += 3
+        out.mul_(2)  # the caller's output, not the O the backward reads
+
+    for opts in cases:
+        want = grads({n: (x.clone() if isinstance(x, torch.Tensor) else np.array(x) if isinstance(x, np.ndarray)
+                          else list(x)) for n, x in opts.items()}, lambda o, out: out.mul_(2))
+        for x, y in zip(grads(opts, refill), want):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
