@@ -51,14 +51,15 @@ def test_the_reference_passes_every_case(number):
     assert rep.points == rep.max_points and failing(rep) == [], rep
 
 
-# (the exercise, the option, the line that makes the reference ignore it, the case that catches it)
+# (the exercise, the option, the line that makes the reference ignore it, the case(s) that catch it)
 IGNORED = [
     ("06", "causal", "spec.causal = False", {"causal": True}),  # spec.tile_mask without the causal part
     ("06", "mask", "spec.mask = None", {"masked_row": 4}),  # spec.tile_mask without the mask (and its empty row)
     ("06", "dropout", "spec.dropout_p = 0.0", {"dropout_p": 0.2}),  # no P̃_ij ∘ Z_ij at Alg.5 l.14
     # exercise 8: the split pass's tile step, as decoding._split_item's (MASK, then P̃_ij^dropped)
     ("08", "causal", "spec.causal = False", {"causal": True}),
-    ("08", "mask", "spec.mask = None", {"masked_row": 1}),
+    # the mask's cases: its fully masked row, and the row blind to split 0 (whose merge the mask makes)
+    ("08", "mask", "spec.mask = None", ({"masked_row": 1}, {"blind_keys": (2, 6)})),
     ("08", "dropout", "spec.dropout_p = 0.0", {"dropout_p": 0.2}),
 ]
 
@@ -68,7 +69,8 @@ def test_ignoring_an_option_fails_its_case(tmp_path, number, option, line, case)
     ex = grading.get(number)
     rep = grading.grade(number, reference_without(tmp_path, ex, first_line=line), seed=0)
     assert rep.parts["correctness"] == (0, 5) and rep.points == 0, rep
-    assert failing(rep) == [case_number(ex, **case)], rep  # that case alone: no other case had caught it
+    cases = case if isinstance(case, tuple) else (case,)
+    assert failing(rep) == [case_number(ex, **c) for c in cases], rep  # those alone: no other case had caught it
 
 
 def test_split_kv_cases_are_what_decoding_forward_computes_and_moves():
@@ -88,8 +90,8 @@ def test_split_kv_cases_are_what_decoding_forward_computes_and_moves():
         for name, want in st.expected.items():
             assert _close(getattr(res, name), want), (case, name)
         assert {k: [t.reads, t.writes] for k, t in res.io.by_tensor.items()} == budget["by_tensor"], case
-        options |= {k for k in ("causal", "masked_row", "dropout_p") if case.get(k) is not None}
-    assert options == {"causal", "masked_row", "dropout_p"}
+        options |= {k for k in ("causal", "masked_row", "blind_keys", "dropout_p") if case.get(k) is not None}
+    assert options == {"causal", "masked_row", "blind_keys", "dropout_p"}
 
 
 def test_split_kv_with_one_split_writes_O_m_l(tmp_path):
@@ -118,3 +120,25 @@ def test_split_kv_with_one_key_tile_per_split(tmp_path):
     rep = grading.grade("08", reference_without(tmp_path, ex, old="min(c0 + Bc, k1)", new="min(c0 + Bc, Nk)"),
                         seed=0)
     assert rep.parts["correctness"] == (0, 5) and tc[0] in failing(rep), rep
+
+
+# Slips a hostile review found passing before the cases that catch them (2026-11-28): each is the reference with
+# one line changed, and each must lose the correctness points.
+SLIPS = [
+    # the merge guards part 1's -inf instead of the merged m's: wrong where part 1 is empty and part 2 is not
+    ("02", "m_safe = np.where(np.isneginf(m), 0.0, m)", "m_safe = np.where(np.isneginf(m1), 0.0, m)"),
+    # the same slip in exercise 8's merge, on the running m: wrong where split 0 is empty and a later one is not
+    ("08", "m_safe = np.where(np.isneginf(m_new), 0.0, m_new)\n            a, b",
+     "m_safe = np.where(np.isneginf(m), 0.0, m_new)\n            a, b"),
+    # the lab's K and V loads masked past Nq: wrong wherever Nq != Nk
+    ("09", "kv_mask = cols[:, None] < Nk", "kv_mask = cols[:, None] < Nq"),
+]
+
+
+@pytest.mark.parametrize("number, old, new", SLIPS, ids=[s[0] for s in SLIPS])
+def test_plausible_slips_lose_the_correctness_points(tmp_path, number, old, new):
+    if number == "09":
+        pytest.importorskip("triton")
+    ex = grading.get(number)
+    rep = grading.grade(number, reference_without(tmp_path, ex, old=old, new=new), seed=0)
+    assert rep.parts["correctness"][0] == 0 and rep.points == 0, rep

@@ -143,7 +143,10 @@ def _score_memory(ex: Exercise, rep: Report, res, budget) -> Report:
                          f"budget of {sum(map(sum, bt.values())):,}" +
                          (f" ({ex.io_note}: per tensor, no more and no less)" if ex.io_rule == "equal" else ""))
         if not fp_ok:
-            notes.append(f"case {k + 1}: peak on-chip footprint {c.io.peak_sram:,} > budget {b['peak_sram']:,}")
+            held = ", ".join(f"{name}={n}" for name, n in c.peak_held.items())
+            notes.append(f"case {k + 1}: peak on-chip footprint {c.io.peak_sram:,} > budget {b['peak_sram']:,} "
+                         f"(held then: {held}; a tile or row vector no longer needed can give its slot to the next, "
+                         "mem.reuse(old, new, value), as P̃_ij takes S_ij's)")
         for name in list(bt) + [n for n in st if n not in bt]:
             acc = totals.setdefault(name, [0, 0, 0, 0])
             s_rw, b_rw = st.get(name, [0, 0]), bt.get(name, [0, 0])

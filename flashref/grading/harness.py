@@ -45,6 +45,7 @@ class CaseRun:
 
     setup: Setup
     io: object = None  # IOReport
+    peak_held: dict = field(default_factory=dict)  # on chip at the footprint's peak: name -> elements per head
     outputs: dict = field(default_factory=dict)
     value: object = None  # for "choice" exercises
 
@@ -257,6 +258,7 @@ def run(ex: Exercise, path, setups: list[Setup], sram_sizes: list, *, timeout: f
                     if op == "done":
                         if served is not None:
                             run_case.io = served.mem.report()
+                            run_case.peak_held = dict(served.mem.peak_held)
                             run_case.outputs = {k: served.mem.result(k) for k in setup.outputs}
                         run_case.value = h.get("value")
                         res.cases.append(run_case)

@@ -25,7 +25,9 @@ name creates that HBM tensor), `mem.init(name, shape, fill)` (an initialised HBM
 Each output the spec names is already allocated in HBM, uninitialised and free (except those it says to
 create as new tensors): store tiles into it, and `mem.init` only what the algorithm initialises (counted).
 The footprint is measured from what you hold: hold each tile and row vector the algorithm names (S_ij,
-P̃_ij, m_i, ...) while you keep it.
+P̃_ij, m_i, ...) while you keep it, and overwrite in place as the paper's algorithms do: P̃_ij takes S_ij's
+slot (`mem.reuse("S_ij", "P_tilde_ij", P)`), and a row vector no longer needed gives its slot to the next.
+The reference solution does, so holding both where one would do costs the footprint points.
 Tensors carry leading head axes: a tile of `Q` is `(heads, rows, d)`. You get no arrays: load what you need.
 `spec` holds the shapes and options (`Nq, Nk, d, lead_shape, scale, causal, dropout_p, Br, Bc,
 sram_size`...) and two helpers, `spec.tile_mask(rows, cols)` (the attend-mask of a tile: True where the
@@ -33,25 +35,28 @@ query may attend the key, covering `causal` and `spec.mask`; None when nothing i
 `spec.dropout_Z(rows, cols)` (the tile's dropout Z, regenerated from the seed: 1/(1−p) where kept, 0 where
 dropped, so P̃ ∘ Z is already rescaled).
 
-**Graded on** correctness against a float64 oracle (random data, ragged shapes, Nq ≠ Nk, causal, a
-fully masked row, dropout where the algorithm has it), your counted IO per tensor against the reference
+**Graded on** correctness against a float64 oracle (random data; ragged shapes, Nq ≠ Nk, causal, a fully
+masked row and dropout where the exercise has them), your counted IO per tensor against the reference
 solution's ({io}), and your peak on-chip footprint against the reference's. On-chip capacity is
 `spec.sram_size` = 1.5× the reference's peak: keep more and the grader refuses the run. Return nothing:
 the grader reads your output from HBM."""
 
 IO_RULE = {
-    "equal": "exactly equal,\ntensor by tensor: the exercise is the algorithm's schedule with these block sizes, so "
-             "loading\neverything once and computing untiled in Python, which moves less, loses the IO points",
+    "equal": "exactly equal,\ntensor by tensor: the exercise is the algorithm's schedule, with `spec.Br`, `spec.Bc` "
+             "where they\nare given, so computing untiled in Python where blocks are given, which moves less, loses "
+             "the IO points",
     "at_most": "no more than it,\ntensor by tensor",
 }
 
 TEXT = {
     1: ("Algorithm 0 of the FlashAttention paper, one HBM pass per line:",
-        "1. Load **Q**, **K** by blocks from HBM, compute **S** = τ**QK**ᵀ, write **S** to HBM.\n"
+        "1. Load **Q**, **K** by blocks from HBM, compute **S** = **QK**ᵀ, write **S** to HBM.\n"
         "2. Read **S** from HBM, compute **P** = softmax(**S**), write **P** to HBM.\n"
         "3. Load **P** and **V** by blocks from HBM, compute **O** = **PV**, write **O** to HBM.\n"
         "4. Return **O**.",
-        "Outputs: store `O`; store `S` and `P` as new HBM tensors (those names). Graded on the IO of each "
+        "The paper's Algorithm 0 has no 1/√d; flashref's scales **S** by τ = `spec.scale` in line 1, as "
+        "PyTorch's attention does. Outputs: store `O`; store `S` and `P` as new HBM tensors (those names). "
+        "Graded on the IO of each "
         "line: exactly what Algorithm 0 moves, no more and no less: each line reads each of its inputs once "
         "and writes its output once (`spec.Br`, `spec.Bc` are None here: any blocks that read nothing twice, "
         "the whole tensor included).",

@@ -89,7 +89,7 @@ def attention_setup(case: dict, rng, outputs: tuple, *, backward=False, element_
     """Q, K, V (and for a backward O, dO, l, m from the oracle) for an attention case.
 
     ``case`` keys: Nq, Nk, d, heads, and optionally causal, masked_row (a query row that sees no
-    key), dropout_p, Br, Bc, scale.
+    key), blind_keys (``(row, k)``: that row sees no key before k), dropout_p, Br, Bc, scale.
     """
     Nq, Nk, d, lead = case["Nq"], case["Nk"], case["d"], (case.get("heads", 1),)
     Q, K, V = (rng.standard_normal(lead + (n, d)) for n in (Nq, Nk, Nk))
@@ -97,6 +97,10 @@ def attention_setup(case: dict, rng, outputs: tuple, *, backward=False, element_
     if case.get("masked_row") is not None:
         mask = rng.random((Nq, Nk)) > 0.25
         mask[case["masked_row"]] = False  # a fully masked row: zeros out, zero gradients
+    if case.get("blind_keys") is not None:
+        row, k = case["blind_keys"]
+        mask = np.ones((Nq, Nk), dtype=bool) if mask is None else mask
+        mask[row, :k] = False
     causal, p, seed = case.get("causal", False), case.get("dropout_p", 0.0), int(rng.integers(1 << 30))
     scale = case.get("scale", 1.0 / math.sqrt(d))
     attend = oracle.attend_mask(Nq, Nk, causal, mask, element_mask)

@@ -25,6 +25,9 @@ def setup(case, rng):
     V = rng.standard_normal(lead + (k1 + k2, d))
     S[..., 1, k1:] = -np.inf  # row 1: the second part saw no key (the empty state is the identity)
     S[..., 2, :] = -np.inf  # row 2: neither part saw a key: zeros, no NaN
+    # row 3: the first part saw no key and the second did (a merge that guards the -inf of m1 rather than of the
+    # merged m would take exp(m2 - 0) for the second part's weight)
+    S[..., 3, :k1] = -np.inf
     m1, l1, O1 = _state(S[..., :k1], V[..., :k1, :])
     m2, l2, O2 = _state(S[..., k1:], V[..., k1:, :])
     m, l, O = _state(S, V)

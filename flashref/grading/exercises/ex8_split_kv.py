@@ -18,6 +18,10 @@ CASES = [
     {"Nq": 5, "Nk": 9, "d": 3, "heads": 2, "Br": 3, "Bc": 2, "num_splits": 3, "causal": True},
     {"Nq": 3, "Nk": 13, "d": 3, "heads": 1, "Br": 2, "Bc": 3, "num_splits": 2, "masked_row": 1},  # row 1 sees no key
     {"Nq": 2, "Nk": 15, "d": 3, "heads": 2, "Br": 2, "Bc": 4, "num_splits": 3, "dropout_p": 0.2},
+    # row 2 sees no key of split 0 (keys [0, 6)) and keys of split 1: the merge's first partial is empty and the second
+    # is not (causal never gives that: split 0 holds key 0, which every row sees), so a merge that guards the first
+    # partial's m instead of the merged one is wrong here
+    {"Nq": 3, "Nk": 13, "d": 3, "heads": 1, "Br": 2, "Bc": 3, "num_splits": 2, "blind_keys": (2, 6)},
 ]
 
 

@@ -10,6 +10,10 @@ from . import Exercise
 CASES = [
     {"B": 1, "H": 2, "Nq": 20, "Nk": 20, "d": 16, "causal": False, "BLOCK_M": 16, "BLOCK_N": 16},
     {"B": 1, "H": 1, "Nq": 37, "Nk": 37, "d": 16, "causal": True, "BLOCK_M": 16, "BLOCK_N": 16},
+    # two sequences, more keys than queries (a kernel that takes Nq for Nk, or Q's strides for K's, is wrong here),
+    # and causal with more queries than keys (top-left: the last rows see every key)
+    {"B": 2, "H": 1, "Nq": 20, "Nk": 29, "d": 16, "causal": False, "BLOCK_M": 16, "BLOCK_N": 16},
+    {"B": 2, "H": 1, "Nq": 29, "Nk": 20, "d": 16, "causal": True, "BLOCK_M": 16, "BLOCK_N": 16},
 ]
 
 EXERCISE = Exercise(
