@@ -109,3 +109,25 @@ def test_scale_takes_a_0d_array_as_dropout_p_does():
     for scale in (np.array([0.3]), np.array(True)):
         with pytest.raises(ValueError, match="scale: expected a finite real number"):
             standard.forward(Q, K, V, scale=scale)
+
+
+def test_public_tile_counters_check_their_sizes_as_predict_does():
+    """iomodel's public tile counters (flash2.kv_per_row_block, q_per_column_block, flash1.visited_rows,
+    triton.kernel_model) take numpy integers as Python ones (np.uint8(255) * 3 had wrapped to 253, an np.int32 kernel
+    model to 0.5% of its bytes) and name a bad size instead of dividing by zero or looping for hours."""
+    from flashref.iomodel import flash1 as io1
+    from flashref.iomodel import flash2 as io2
+    from flashref.iomodel import triton as iot
+
+    assert io2.kv_per_row_block(np.uint8(255), 3, 1, 3, False) == io2.kv_per_row_block(255, 3, 1, 3, False) == [3] * 255
+    assert io2.q_per_column_block(np.uint8(8), 8, 8, 4, np.bool_(False)) == [8, 8]
+    assert io1.visited_rows(np.uint8(255), 1, 3) == 765
+    blocks = {"fwd": (128, 64), "dkdv_atomic": (64, 128)}
+    assert iot.kernel_model(1, 1, np.int32(65536), 128, blocks) == iot.kernel_model(1, 1, 65536, 128, blocks)
+    for call, match in ((lambda: io2.kv_per_row_block(5, 6, 0, 3, False), "Br: expected a positive integer"),
+                        (lambda: io2.q_per_column_block(2**40, 6, 4, 3, False), "Nq: expected a sequence length"),
+                        (lambda: io2.kv_per_row_block(5, 6, 4, 3, "no"), "causal: expected True or False"),
+                        (lambda: io1.visited_rows(5, 0, 3), "Br: expected a positive integer"),
+                        (lambda: iot.kernel_model(1, 1, 64, 64, {"fwd": (64, 64)}), "blocks: no dkdv, dq tiles")):
+        with pytest.raises((ValueError, TypeError), match=match):
+            call()

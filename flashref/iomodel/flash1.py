@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import flash1, flash1_bwd
-from ..problem import Problem
+from .._numbers import _nonnegative_int, positive_int
+from ..problem import SEQ_LEN, Problem
 from . import Prediction, Tally
 
 __all__ = ["forward", "backward", "visited_rows", "LINES_FWD", "LINES_BWD"]
@@ -40,6 +41,8 @@ LINES_BWD = {"init": "Alg.4 l.5", "K_j, V_j": "Alg.4 l.7", "load": "Alg.4 l.10",
 
 def visited_rows(Nq, Br, Tc, block_mask=None) -> int:
     """Σ over visited tiles (i, j) of r_i, the rows in row block i (``block_mask``: checked by the caller)."""
+    # as predict checks them, and Python ints (numpy's small integers would wrap)
+    Nq, Br, Tc = _nonnegative_int(Nq, "Nq", SEQ_LEN), positive_int(Br, "Br"), _nonnegative_int(Tc, "Tc")
     Tr = -(-Nq // Br)
     r = np.array([min(Br, Nq - i * Br) for i in range(Tr)], dtype=np.int64)  # (Tr,)
     if block_mask is None:

@@ -48,8 +48,13 @@ but dK_j = dV_j = 0 are still written).
 
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
+
 from .. import flash2, variants
-from ..problem import Problem
+from .._numbers import _bool, _nonnegative_int, positive_int
+from ..problem import SEQ_LEN, Problem
 from ..variants import band
 from . import Prediction, Tally
 
@@ -58,12 +63,24 @@ __all__ = ["forward", "backward", "backward_without_queries", "kv_per_row_block"
 _UNBOUNDED = 1 << 62
 
 
+def _tiles(Nq, Nk, Br, Bc, causal, L, R):
+    """The public tile counters' arguments checked as ``predict`` checks them, and made Python ints: numpy's small
+    integers would wrap (``np.uint8(255) * 3`` is 253), and a length past SEQ_LEN would loop for hours."""
+    Nq, Nk = _nonnegative_int(Nq, "Nq", SEQ_LEN), _nonnegative_int(Nk, "Nk", SEQ_LEN)
+    Br, Bc = positive_int(Br, "Br"), positive_int(Bc, "Bc")
+    for x, name in ((L, "L"), (R, "R")):
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+            raise TypeError(f"{name}: expected an integer (a band's reach), got {x!r}")
+    return Nq, Nk, Br, Bc, _bool(causal, "causal"), int(L), int(R)
+
+
 def kv_per_row_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> list[int]:
     """Keys loaded (K_j, V_j rows) for each row block i of the forward (``Br`` query positions).
 
     Row block i holds positions [a, b]; it sees keys [a − L, b + R] (R ≤ 0 if causal), so the
     tiles from ⌊max(0, a − L)/Bc⌋ to ⌊min(Nk − 1, b + R)/Bc⌋ are loaded, whole.
     """
+    Nq, Nk, Br, Bc, causal, L, R = _tiles(Nq, Nk, Br, Bc, causal, L, R)
     R = min(R, 0) if causal else R
     out = []
     for i in range(-(-Nq // Br)):
@@ -79,6 +96,7 @@ def q_per_column_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> li
     Keys [c0, c1) are seen by positions [c0 − R, c1 − 1 + L]: the row blocks from
     ⌊max(0, c0 − R)/Br⌋ to ⌊min(Nq − 1, c1 − 1 + L)/Br⌋ are visited, whole.
     """
+    Nq, Nk, Br, Bc, causal, L, R = _tiles(Nq, Nk, Br, Bc, causal, L, R)
     R = min(R, 0) if causal else R
     out = []
     for j in range(-(-Nk // Bc)):

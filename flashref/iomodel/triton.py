@@ -12,6 +12,8 @@ Needs neither torch nor triton.
 
 from __future__ import annotations
 
+from .._numbers import at_most, positive_int
+from ..problem import SEQ_LEN
 from .flash2 import kv_per_row_block, q_per_column_block
 
 __all__ = ["kernel_model", "pad_dim", "dim_split", "padding_waste", "forward_padding_waste", "padding_table",
@@ -74,7 +76,17 @@ def kernel_model(B, H, N, d, blocks, causal=False, e=2):
     visited (j, i), then one pass reading it and writing dQ.  dQ kernel: Q_i, dO_i, L_i, D_i once; K_j,
     V_j per visited (i, j); write dQ.
     """
+    # Python ints, checked as predict checks sizes: numpy's 32-bit integers would wrap in the products below
+    B, H, N, d, e = (positive_int(x, name) for x, name in ((B, "B"), (H, "H"), (N, "N"), (d, "d"), (e, "e")))
+    N = at_most(N, "N", SEQ_LEN)
+    if not isinstance(blocks, dict):
+        raise TypeError(f"blocks: expected a dict of (BM, BN) tiles by kernel, got {type(blocks).__name__}")
     atomic = "dkdv_atomic" in blocks
+    needed = ("fwd", "dkdv_atomic") if atomic else ("fwd", "dkdv", "dq")
+    missing = [k for k in needed if k not in blocks]
+    if missing:
+        raise ValueError(f"blocks: no {', '.join(missing)} tiles (expected {' and '.join(needed)})")
+    blocks = {k: tuple(positive_int(x, f"blocks[{k!r}]") for x in blocks[k]) for k in needed}
     (fm, fn), (km, kn) = blocks["fwd"], blocks["dkdv_atomic" if atomic else "dkdv"]
     pairs_dkdv = sum(q_per_column_block(N, N, km, kn, causal))  # (j, i) pairs, in rows of Q
     lines = {
