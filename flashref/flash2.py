@@ -294,8 +294,15 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     ``O`` and ``L`` are the forward's ``.O`` and ``.L``; pass the same options as to the forward
     (``block_sizes`` may differ: L is a per-row statistic, independent of the tiling).
     Returns ``.dQ``, ``.dK``, ``.dV``, ``.io``, ``.flops``, ``.events``, ``.block_sizes``.
+
+    ``bias_grad=True`` (a backward option; needs a ``bias``) also returns ``.dBias``, the gradient of the
+    bias, ``(..., Nq, Nk)`` in Q's leading axes (sum it over the axes the bias was broadcast along): each
+    tile's dS_ij before τ, written to HBM, and zeros for the tiles the loop skips, so ``Nq·Nk`` writes a
+    head more (FlashAttention's Triton kernel with a bias did the same; FlashAttention-2 has no bias).
     """
+    bias_grad = opts.pop("bias_grad", False)
     pb0 = Problem.from_arrays(Q, K, V, "flash2.backward", OPTIONS, **opts)
+    bias_grad = variants.check_bias_grad(bias_grad, pb0.bias)
     O = check_like(O, "O", pb0.Q.shape, pb0.dtype)
     dO = check_like(dO, "dO", pb0.Q.shape, pb0.dtype)
     L = check_like(L, "L", pb0.lead_shape + (pb0.Nq,), pb0.dtype)
@@ -328,6 +335,8 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     mem.init("dQ", (Nq, d), 0.0, dtype=pb.dtype, line="Alg.2 l.3")
     mem.output(dK_name, (Nk, d), dtype=pb.dtype)
     mem.output(dV_name, (Nk, d), dtype=pb.dtype)
+    if bias_grad:
+        mem.output("dBias", (Nq, Nk), dtype=pb.dtype)  # [bias] every tile written once (below)
 
     # Alg.2 l.4: pre-pass D = rowsum(dO ∘ O) ∈ R^Nq (the paper prints R^d), written to HBM.
     mem.output("D", (Nq,), dtype=pb.dtype)
@@ -349,6 +358,8 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
             zeros = np.zeros(lead + (cols[1] - cols[0], d), dtype=pb.dtype)
             mem.store(dK_name, zeros, rows=cols, line="Alg.2 l.18")
             mem.store(dV_name, zeros, rows=cols, line="Alg.2 l.18")
+            if bias_grad:  # [bias] and no gradient reaches the bias there either
+                mem.store("dBias", np.zeros(lead + (Nq, cols[1] - cols[0]), dtype=pb.dtype), cols=cols, line="dBias")
             continue
         # Alg.2 l.6: load K_j, V_j from HBM to on-chip SRAM.
         K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.2 l.6")  # (Bc, d)
@@ -359,6 +370,11 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
         # Alg.2 l.7: initialise dK_j = 0, dV_j = 0 on SRAM.
         dK_j = mem.hold("dK_j", np.zeros(K_j.shape, dtype=pb.dtype))  # (Bc, d)
         dV_j = mem.hold("dV_j", np.zeros(V_j.shape, dtype=pb.dtype))  # (Bc, d)
+        if bias_grad:  # [bias] the skipped row blocks' tiles of dBias are zero
+            for i in sorted(set(range(g.Tr)) - set(visited)):
+                rows = g.rows(i)
+                mem.store("dBias", np.zeros(lead + (rows[1] - rows[0], cols[1] - cols[0]), dtype=pb.dtype),
+                          rows=rows, cols=cols, line="dBias")
 
         for i in visited:  # Alg.2 l.8
             rows = g.rows(i)
@@ -385,9 +401,12 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
             dP_ij = mem.hold("dP_ij", fc.matmul(dO_i, V_j.swapaxes(-1, -2)))  # (Br, Bc)
             if Z_ij is not None:
                 dP_ij = mem.hold("dP_ij", fc.ew(dP_ij * Z_ij, "dropout"))
-            # Alg.2 l.14: dS_ij = P_ij ∘ (dP_ij − D_i), then τ (the scale's gradient), in dP_ij's slot.
-            dS_ij = mem.reuse("dP_ij", "dS_ij",
-                              fc.ew(P_ij * (dP_ij - D_i[..., None]) * pb.scale, "subtract", "multiply", "scale"))
+            # Alg.2 l.14: dS_ij = P_ij ∘ (dP_ij − D_i), in dP_ij's slot, then τ (the scale's gradient).
+            dS_ij = mem.reuse("dP_ij", "dS_ij", fc.ew(P_ij * (dP_ij - D_i[..., None]), "subtract", "multiply"))
+            if bias_grad:
+                # [bias] the bias is added after τ (and after softcap): its gradient is this tile, written to HBM
+                mem.store("dBias", dS_ij, rows=rows, cols=cols, line="dBias")  # Br*Bc writes
+            dS_ij = mem.hold("dS_ij", fc.ew(dS_ij * pb.scale, "scale"))
             if pb.softcap is not None:
                 # [softcap] through c·tanh(S/c): dS_ij ← dS_ij ∘ (1 − tanh²), then the tile is freed.
                 dS_ij = mem.hold("dS_ij", fc.ew(dS_ij * dtanh_ij, "softcap grad"))
@@ -412,9 +431,10 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
         dK, dV, red = _sum_groups(pb0, g, dK, dV, fc)
         io, events = io + red.report(), events + red.events
     dK, dV = variants.kv_gradients(pb0, dK, dV)  # [gqa] no query heads: zero gradients, nothing moved
+    extra = {"dBias": variants.bias_gradient(pb0, mem, G)} if bias_grad else {}
     # Alg.2 l.20: return dQ, dK, dV.
     return BackwardResult(dQ=dQ, dK=dK, dV=dV, io=io, flops=fc.report(), events=events,
-                          block_sizes=(g.Br // G, g.Bc))
+                          block_sizes=(g.Br // G, g.Bc), **extra)
 
 
 def _sum_groups(pb0: Problem, g: blocks.Grid, dK_h, dV_h, fc):

@@ -35,9 +35,10 @@ Differences from PyTorch, all deliberate:
   ``torch.manual_seed`` makes runs reproducible), but the random numbers are flashref's keyed hash
   of (seed, head, row, column), not Philox: pass ``seed=`` to ask for the reference's keyed mask;
   the backward regenerates the same mask from the seed (Alg.4 l.1), never storing it;
-* a float ``attn_mask`` that requires grad is refused: its gradient is not computed (a float mask is
-  otherwise taken as PyTorch takes it: float32 or the query's dtype); so are ``alibi_slopes``, and a 0-d
-  tensor ``scale`` or ``dropout_p`` (PyTorch takes no tensor there), that require grad;
+* ``alibi_slopes``, and a 0-d tensor ``scale`` or ``dropout_p`` (PyTorch takes no tensor there), that
+  require grad are refused: their gradients are not computed. A float ``attn_mask`` that requires grad
+  gets its gradient (a learned bias, T5's relative positions): the backward's ``bias_grad=True``, each
+  tile's dS before the scale, summed over the axes the mask was broadcast along;
 * double backward (``create_graph=True``) raises a ``RuntimeError``: the backward is numpy.
 
 Example::
@@ -111,7 +112,9 @@ class _Attention(torch.autograd.Function):
     """Forward: ``module.forward``; backward: ``module.backward`` with the statistics it saved."""
 
     @staticmethod
-    def forward(ctx, query, key, value, algorithm, opts):
+    def forward(ctx, query, key, value, bias, algorithm, opts):
+        # ``bias``: the float attn_mask when it requires grad (an input, so that autograd asks for its gradient),
+        # else None; the algorithm reads the front's copy of it in opts either way
         spec = _spec(algorithm)
         Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
         fwd = spec.module.forward(Q, K, V, **opts)
@@ -119,6 +122,8 @@ class _Attention(torch.autograd.Function):
         # the output is its own copy of O: the caller may change it in place (as PyTorch's allows) without changing
         # the O that the backward reads
         out = _to_torch(fwd.O, query).clone()
+        # the mask's shape, dtype and device only (its values are the copy in opts)
+        ctx.bias_like = None if bias is None else (bias.shape, bias.dtype, bias.device)
         # Everything the backward reads goes through save_for_backward, not onto ctx: the numpy arrays share memory
         # with the inputs (fp32, fp64), so autograd's version counters must see an in-place change to any of them (it
         # raises, as for PyTorch's own kernels, where a changed array would give wrong gradients), and it frees them
@@ -144,11 +149,16 @@ class _Attention(torch.autograd.Function):
         O = O.numpy()
         dO = _to_numpy(grad_out).astype(O.dtype)
         args = (Q, K, V) + ((O,) if spec.backward_takes_O else ()) + (dO,) + tuple(t.numpy() for t in stats)
-        bwd = spec.module.backward(*args, **ctx.opts)
+        bias_grad = ctx.needs_input_grad[3]
+        bwd = spec.module.backward(*args, **ctx.opts, **({"bias_grad": True} if bias_grad else {}))
         grads = []
         for need, g, like in zip(ctx.needs_input_grad[:3], (bwd.dQ, bwd.dK, bwd.dV), (query, key, value)):
             grads.append(_to_torch(g, like) if need else None)
-        return (*grads, None, None)
+        dbias = None
+        if bias_grad:  # dBias has the problem's leading axes: summed over those the mask was broadcast along
+            shape, dtype, device = ctx.bias_like
+            dbias = torch.from_numpy(bwd.dBias).sum_to_size(shape).to(dtype=dtype, device=device)
+        return (*grads, dbias, None, None)
 
 
 def _check_tensor(t, name: str) -> torch.Tensor:
@@ -264,9 +274,6 @@ def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: 
     if attn_mask.dtype not in (torch.float32, dtype):  # PyTorch's rule: bool, float32 or the query's dtype
         raise TypeError(f"attn_mask: a float mask must be float32 or the query's dtype {dtype} (as PyTorch takes "
                         f"it), got {attn_mask.dtype}")
-    if attn_mask.requires_grad:
-        raise ValueError("attn_mask: a float mask that requires grad is not supported (its gradient is not "
-                         "computed); pass attn_mask.detach()")
     if not spec.takes_bias:
         raise ValueError(f"attn_mask: a float mask is an additive bias, read from HBM tile by tile; "
                          f"algorithm={algorithm!r} has no bias (use 'flash2' or 'standard')")
@@ -326,7 +333,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         # weight dropped (PyTorch's dropout_p = 1); or meta tensors, shapes without values (PyTorch gives the
         # output's shape). Zeros with a graph to the inputs, so zero gradients: the sums of empty slices, which
         # are 0 whatever the inputs hold (query.sum() * 0 is NaN once the sum overflows its dtype).
-        zero = sum(t.reshape(-1)[:0].sum() for t in (query, key, value))
+        learned = (attn_mask,) if "bias" in mask_opts and attn_mask.requires_grad else ()  # its zero gradient too
+        zero = sum(t.reshape(-1)[:0].sum() for t in (query, key, value, *learned))
         return zero.expand(out_shape).clone()
     # E = 0 (and keys to attend to): every score is 0 whatever the scale; the padding below gives Q and K Ev
     # zero columns, so each row averages V over the keys it sees, as PyTorch does.
@@ -341,6 +349,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     opts = dict(scale=scale, causal=is_causal, dropout_p=dropout_p, seed=0 if seed is None else seed,
                 sram_size=o["sram_size"], block_sizes=o["block_sizes"], dtype_bytes=query.element_size(),
                 **mask_opts, **variant_opts)
-    out = _Attention.apply(query, key, value, o["algorithm"], opts)
+    # a float mask that requires grad goes in as an input too, for its gradient (the backward's bias_grad)
+    bias = attn_mask if "bias" in mask_opts and attn_mask.requires_grad else None
+    out = _Attention.apply(query, key, value, bias, o["algorithm"], opts)
     # contiguous, as PyTorch's result (a caller may .view() it), and without the padded columns' storage
     return out[..., :Ev].contiguous() if Ev < out.shape[-1] else out

@@ -145,8 +145,14 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
 @overflow_checked("dQ", "dK", "dV")
 def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
-    """Algorithm 3: gradients from the stored softmax ``P`` (the forward's ``.P``)."""
+    """Algorithm 3: gradients from the stored softmax ``P`` (the forward's ``.P``).
+
+    ``bias_grad=True`` (a backward option; needs a ``bias``) also returns ``.dBias``, ``(..., Nq, Nk)`` in Q's
+    leading axes: the dS that Alg.3 l.3 (and the mask pass) leave in HBM, before softcap's pass (the bias is added
+    after it), so no IO more."""
+    bias_grad = opts.pop("bias_grad", False)
     pb0 = Problem.from_arrays(Q, K, V, "standard.backward", OPTIONS, **opts)
+    bias_grad = variants.check_bias_grad(bias_grad, pb0.bias)
     dO = check_like(dO, "dO", pb0.Q.shape, pb0.dtype)
     P = check_like(P, "P", pb0.lead_shape + (pb0.Nq, pb0.Nk), pb0.dtype)
     check_finite(dO, "dO")
@@ -203,6 +209,10 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
         mem.store("dS", dS, line="mask")
         mem.free("dS")
 
+    # [bias] its gradient: dS as it stands in HBM now (the softcap pass below writes a new one in its place)
+    dBias = variants.unpack_rows(mem.result("dS"), G).reshape(pb0.lead_shape + (pb0.Nq, pb0.Nk)) \
+        if bias_grad else None
+
     if pb.softcap is not None:
         # [softcap] backward, one more pass: dS ← dS ∘ (1 − tanh²(τQKᵀ/c)), tanh recomputed from
         # Q, K by blocks (only P is saved). Read Nq*d + Nk*d + Nq*Nk, write Nq*Nk.
@@ -228,5 +238,6 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
 
     # Alg.3 l.6: return dQ, dK, dV.
     dK, dV = variants.kv_gradients(pb0, mem.result("dK"), mem.result("dV"))  # [gqa] no query heads: zeros
+    extra = {} if dBias is None else {"dBias": dBias}
     return BackwardResult(dQ=variants.unpack_rows(mem.result("dQ"), G), dK=dK, dV=dV,
-                          io=mem.report(), flops=fc.report(), events=mem.events)
+                          io=mem.report(), flops=fc.report(), events=mem.events, **extra)

@@ -48,10 +48,12 @@ import dataclasses
 
 import numpy as np
 
+from ._numbers import _bool
 from .problem import require_finite
 
 __all__ = ["pack_rows", "unpack_rows", "packed_group", "loop_problem", "kv_gradients", "band", "tile_visited",
-           "tile_inside", "tile_attend", "modify_scores", "softcap", "alibi", "slopes_of_rows", "sum_groups"]
+           "tile_inside", "tile_attend", "modify_scores", "softcap", "alibi", "slopes_of_rows", "sum_groups",
+           "check_bias_grad", "bias_gradient"]
 
 
 # --------------------------------------------------------------------------- GQA layouts
@@ -107,6 +109,20 @@ def loop_problem(pb, packed: bool):
         mask=None if pb.mask is None else pack_rows(np.broadcast_to(pb.mask, pb.lead_shape + (pb.Nq, pb.Nk)), G),
         bias=None if pb.bias is None else pack_rows(np.broadcast_to(pb.bias, pb.lead_shape + (pb.Nq, pb.Nk)), G),
         alibi_slopes=None if slopes is None else np.asarray(slopes).reshape(kv + (G,)))
+
+
+def check_bias_grad(bias_grad, bias) -> bool:
+    """The backwards' ``bias_grad`` option (standard's and flash2's): True or False, True only with a bias."""
+    bias_grad = _bool(bias_grad, "bias_grad")
+    if bias_grad and bias is None:
+        raise ValueError("bias_grad: there is no bias to differentiate; pass the forward's bias=...")
+    return bias_grad
+
+
+def bias_gradient(pb, mem, G: int) -> np.ndarray:
+    """[bias] dBias in Q's leading axes, ``(..., Nq, Nk)``, from the loop's HBM tensor ``dBias`` (packed GQA's rows
+    unpacked, as dQ's). ``pb`` is the problem before the loop's layout."""
+    return unpack_rows(mem.result("dBias"), G).reshape(pb.lead_shape + (pb.Nq, pb.Nk))
 
 
 def kv_gradients(pb, dK, dV):

@@ -44,13 +44,15 @@ def sdpa_cases(draw):
 def test_agrees_with_torch_sdpa_forward_and_backward(case, algorithm):
     q, k, v = (case[n].clone().requires_grad_(True) for n in "qkv")
     kw = {n: case[n] for n in ("attn_mask", "is_causal", "scale", "enable_gqa")}
-    ours = sdpa(q, k, v, algorithm=algorithm, block_sizes=(3, 2), **kw)
+    mask = case["attn_mask"]
+    learned = mask is not None and mask.is_floating_point()  # a float mask learns, as a bias (T5's): its gradient too
+    ours_mask, ref_mask = ((mask.clone().requires_grad_(True) if learned else mask) for _ in range(2))
+    ours = sdpa(q, k, v, algorithm=algorithm, block_sizes=(3, 2), **dict(kw, attn_mask=ours_mask))
     ref_q, ref_k, ref_v = (case[n].clone().requires_grad_(True) for n in "qkv")
-    ref = F.scaled_dot_product_attention(ref_q, ref_k, ref_v, **kw)
+    ref = F.scaled_dot_product_attention(ref_q, ref_k, ref_v, **dict(kw, attn_mask=ref_mask))
     assert ours.shape == ref.shape
     torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
     g = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    mask = case["attn_mask"]
     if algorithm == "flash2" and mask is not None and mask.is_floating_point() and \
             (mask == torch.finfo(mask.dtype).min).all(-1).any():
         # a row padded out by finfo.min: its L = m + log ℓ cannot carry log ℓ, which FlashAttention-2's
@@ -60,7 +62,7 @@ def test_agrees_with_torch_sdpa_forward_and_backward(case, algorithm):
         return
     ours.backward(g)
     ref.backward(g)
-    for a, b in ((q, ref_q), (k, ref_k), (v, ref_v)):
+    for a, b in ((q, ref_q), (k, ref_k), (v, ref_v)) + (((ours_mask, ref_mask),) if learned else ()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-9)
 
 
@@ -343,3 +345,32 @@ def test_changing_a_mask_or_an_option_after_the_forward_changes_no_gradient(algo
                           else list(x)) for n, x in opts.items()}, lambda o, out: out.mul_(2))
         for x, y in zip(grads(opts, refill), want):
             torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("algorithm", ["flash2", "standard"])
+def test_a_learned_bias_gets_its_gradient_as_torch_gives_it(algorithm):
+    """A float attn_mask that requires grad (a learned bias: T5's relative positions, AlphaFold's pair bias) gets
+    the gradient PyTorch gives it, summed over the axes it was broadcast along, with GQA, causal and Ev != E; a
+    float32 mask on float64 queries gets a float32 gradient; an empty batch gives it zeros."""
+    g = torch.Generator().manual_seed(8)
+    for shape, causal, gqa in (((5, 7), False, False), ((1, 4, 5, 7), True, False), ((2, 1, 1, 7), False, True),
+                               ((2, 4, 5, 7), True, True)):
+        q = torch.randn(2, 4, 5, 3, generator=g, dtype=torch.float64)
+        k, v = torch.randn(2, 2 if gqa else 4, 7, 3, generator=g, dtype=torch.float64), \
+            torch.randn(2, 2 if gqa else 4, 7, 6, generator=g, dtype=torch.float64)
+        bias = torch.randn(shape, generator=g, dtype=torch.float32)
+        grads = []
+        for fn in (lambda *a, **kw: sdpa(*a, algorithm=algorithm, **kw), F.scaled_dot_product_attention):
+            b, qq = bias.clone().requires_grad_(), q.clone().requires_grad_()
+            mask = b if not causal else b.masked_fill(~torch.ones(5, 7, dtype=torch.bool).tril(), float("-inf"))
+            out = fn(qq, k, v, attn_mask=mask if fn is F.scaled_dot_product_attention else b, enable_gqa=gqa,
+                     **({"is_causal": True} if causal and fn is not F.scaled_dot_product_attention else {}))
+            grads.append(torch.autograd.grad(out.square().sum(), (qq, b)))
+        assert grads[0][1].shape == bias.shape and grads[0][1].dtype == torch.float32
+        for ours, theirs in zip(*grads):
+            torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    b = torch.randn(5, 7, requires_grad=True)
+    sdpa(torch.randn(0, 2, 5, 3), torch.randn(0, 2, 7, 3), torch.randn(0, 2, 7, 3), attn_mask=b).sum().backward()
+    assert b.grad is not None and not b.grad.any()
+    with pytest.raises(ValueError, match="attn_mask: a float mask is an additive bias"):
+        sdpa(torch.randn(1, 5, 3), torch.randn(1, 7, 3), torch.randn(1, 7, 3), attn_mask=b, algorithm="flash1")

@@ -297,8 +297,8 @@ def test_bias_matches_the_oracle_and_torch_and_is_counted_exactly(module, causal
     bias = r.standard_normal((7, 11))
     bias[2, :] = -np.inf  # a row the bias masks fully: zeros, no NaN
     fwd = module.forward(q, k, v, bias=bias, causal=causal, block_sizes=(3, 4))
-    qt, kt, vt = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
-    S = qt @ kt.transpose(-1, -2) / np.sqrt(5) + torch.tensor(bias)
+    qt, kt, vt, bt = (torch.tensor(x, requires_grad=True) for x in (q, k, v, bias))
+    S = qt @ kt.transpose(-1, -2) / np.sqrt(5) + bt
     if causal:
         S = S.masked_fill(~torch.ones(7, 11, dtype=torch.bool).tril(), float("-inf"))
     row_any = torch.isfinite(S).any(dim=-1, keepdim=True)  # a fully masked row: zeros and zero gradients
@@ -312,12 +312,28 @@ def test_bias_matches_the_oracle_and_torch_and_is_counted_exactly(module, causal
     bwd = module.backward(*args, bias=bias, causal=causal, block_sizes=(3, 4))
     for ours, theirs in ((bwd.dQ, qt.grad), (bwd.dK, kt.grad), (bwd.dV, vt.grad)):
         assert rel_err(ours, theirs.numpy()) < 1e-11
+    # bias_grad: the bias's gradient (a learned bias), per head of Q's leading axes, the rest unchanged
+    learned = module.backward(*args, bias=bias, causal=causal, block_sizes=(3, 4), bias_grad=True)
+    assert learned.dBias.shape == (2, 7, 11) and not hasattr(bwd, "dBias")
+    assert rel_err(learned.dBias.sum(axis=0), bt.grad.numpy()) < 1e-11
+    for ours, plain in ((learned.dQ, bwd.dQ), (learned.dK, bwd.dK), (learned.dV, bwd.dV)):
+        np.testing.assert_array_equal(ours, plain)
+    # flash2 writes every tile of dBias once (Nq·Nk a head); standard's dBias is the dS already in HBM
+    more = learned.io.writes - bwd.io.writes
+    assert more == (2 * 7 * 11 if module is flash2 else 0) and learned.io.reads == bwd.io.reads
     name = "standard" if module is standard else "flash2"
-    for res, direction in ((fwd, "forward"), (bwd, "backward")):
+    for res, direction, opts in ((fwd, "forward", {}), (bwd, "backward", {}),
+                                 (learned, "backward", {"bias_grad": True})):
         pred = iomodel.predict(name, direction, Nq=7, Nk=11, d=5, heads=2, bias=True, causal=causal,
-                               block_sizes=(3, 4))
+                               block_sizes=(3, 4), **opts)
         assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes)
         assert res.io.by_line == pred.by_line
+    with pytest.raises(TypeError, match="unknown option 'bias_grad'"):  # a backward option
+        module.forward(q, k, v, bias=bias, bias_grad=True)
+    with pytest.raises(ValueError, match="bias_grad: there is no bias"):
+        module.backward(*args, bias_grad=True)
+    with pytest.raises(ValueError, match="bias_grad: there is no bias"):
+        iomodel.predict(name, "backward", Nq=7, Nk=11, d=5, bias_grad=True)
 
 
 def test_bias_costs_a_read_per_visited_score_where_mask_costs_nothing():

@@ -52,9 +52,12 @@ _EXTRA = {"standard": _standard.OPTIONS, "flash1": (), "flash2": _flash2.OPTIONS
 
 def _extra(algorithm: str, direction: str) -> tuple:
     """The options ``algorithm``'s ``direction`` takes beyond the shared ones: the low-precision
-    ones are flash2's forward's only (``flash2.backward`` refuses them as unknown)."""
+    ones are flash2's forward's only (``flash2.backward`` refuses them as unknown), and ``bias_grad``
+    the backwards' of standard and flash2 (the forwards refuse it)."""
     if (algorithm, direction) == ("flash2", "forward"):
         return _EXTRA["flash2"] + tuple(_lowp.OPTIONS)
+    if direction == "backward" and algorithm in ("standard", "flash2"):
+        return _EXTRA[algorithm] + ("bias_grad",)
     return _EXTRA[algorithm]
 
 

@@ -134,11 +134,12 @@ def forward(pb: Problem, **lowp_opts) -> Prediction:
     return t.prediction()
 
 
-def backward(pb: Problem, **lowp_opts) -> Prediction:
+def backward(pb: Problem, bias_grad=False, **lowp_opts) -> Prediction:
     from . import lowp  # iomodel.lowp builds on this module, so it is imported when called
 
     if lowp.requested(lowp_opts):
         raise TypeError(f"{', '.join(sorted(lowp_opts))}: the low-precision options apply to flash2's forward only")
+    bias_grad = variants.check_bias_grad(bias_grad, pb.bias)
     g = flash2.grid_backward(pb)
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
     heads, G, Br, L, R = _loop(pb, g)
@@ -155,6 +156,8 @@ def backward(pb: Problem, **lowp_opts) -> Prediction:
         t.add("Alg.2 l.10", reads=sum(qj * b for qj, b in zip(q, Bc_j)))
     t.add("Alg.2 l.15", writes=d * sum(q))
     t.add("Alg.2 l.18", writes=2 * Nk * d)
+    if bias_grad:  # [bias] dBias: every tile written once, dS_ij where visited and zeros where skipped
+        t.add("dBias", writes=G * Nq * Nk)
     return t.prediction() + _group_sum(pb)
 
 

@@ -37,6 +37,7 @@ since standard attention materialises S anyway: the ALiBi/bias contrast is Flash
 
 from __future__ import annotations
 
+from .. import variants
 from ..problem import Problem
 from . import Prediction, Tally
 
@@ -77,7 +78,9 @@ def forward(pb: Problem) -> Prediction:
     return t.prediction()
 
 
-def backward(pb: Problem) -> Prediction:
+def backward(pb: Problem, bias_grad=False) -> Prediction:
+    # bias_grad: dBias is the dS already in HBM (standard.backward), so it moves nothing more
+    variants.check_bias_grad(bias_grad, pb.bias)
     Nq, Nk, d, _ = _shapes(pb)
     t = Tally(_loop_heads(pb), pb.dtype_bytes)
     t.add("Alg.3 l.1", reads=Nq * Nk + Nq * d, writes=Nk * d)
