@@ -71,13 +71,14 @@ TEXT = {
         ["Subtract 0 instead of −inf when m = −inf: e^{−inf} = 0.", "Divide by 1 where ℓ = 0.",
          "The footprint budget is tight: put m, ℓ, O into the slots of inputs you no longer need "
          "(`mem.reuse('O1', 'O', O)`) rather than holding three more buffers."]),
-    3: ("Algorithm 1 (with Algorithm 2's MASK and dropout), K_j, V_j in the outer loop:",
-        "2: O = 0, ℓ = 0, m = −inf in HBM. 5: for j: 6: load K_j, V_j. 7: for i: 8: load Q_i, O_i, ℓ_i, m_i. "
-        "9: S_ij = τQ_iK_jᵀ (MASK). 10: m̃_ij = rowmax, P̃_ij = exp(S_ij − m̃_ij), ℓ̃_ij = rowsum. "
-        "11: m_new = max(m_i, m̃_ij), ℓ_new = e^{m_i−m_new}ℓ_i + e^{m̃_ij−m_new}ℓ̃_ij. "
-        "12: O_i ← diag(ℓ_new)⁻¹(diag(ℓ_i)e^{m_i−m_new}O_i + e^{m̃_ij−m_new}P̃_ij^dropped V_j), write to HBM. "
-        "13: write ℓ_i ← ℓ_new, m_i ← m_new.",
-        "Outputs `O, l, m` (initialise them with `mem.init`, line 2). Blocks `spec.Br`, `spec.Bc`; the last "
+    3: ("Algorithm 2 of FlashAttention (Algorithm 1 with MASK and dropout), K_j, V_j in the outer loop:",
+        "3: O = 0, ℓ = 0, m = −inf in HBM. 6: for j: 7: load K_j, V_j. 8: for i: 9: load Q_i, O_i, ℓ_i, m_i. "
+        "10: S_ij = τQ_iK_jᵀ. 11: S_ij^masked = MASK(S_ij). 12: m̃_ij = rowmax, P̃_ij = exp(S_ij^masked − m̃_ij), "
+        "ℓ̃_ij = rowsum. 13: m_new = max(m_i, m̃_ij), ℓ_new = e^{m_i−m_new}ℓ_i + e^{m̃_ij−m_new}ℓ̃_ij. "
+        "14: P̃_ij^dropped = dropout(P̃_ij). "
+        "15: O_i ← diag(ℓ_new)⁻¹(diag(ℓ_i)e^{m_i−m_new}O_i + e^{m̃_ij−m_new}P̃_ij^dropped V_j), write to HBM. "
+        "16: write ℓ_i ← ℓ_new, m_i ← m_new.",
+        "Outputs `O, l, m` (initialise them with `mem.init`, line 3). Blocks `spec.Br`, `spec.Bc`; the last "
         "ones are ragged. ℓ sums P̃ *before* dropout.",
         ["`spec.tile_mask(rows, cols)` covers causal and the mask.",
          "A masked row of a tile has m̃ = −inf: subtract 0 there."]),
@@ -100,8 +101,8 @@ TEXT = {
         ["Block (i, j) is skipped when `cols[0] > rows[1] - 1`.", "O_i stays unnormalised until line 12."]),
     6: ("Algorithm 5 (block-sparse) loads K_j, V_j at line 6 *before* looking at the block mask, so an "
         "empty column still costs 2·Bc·d reads. Write one that does not:",
-        "for j: if column j of M has a nonzero block: load K_j, V_j; for i with M_ij ≠ 0: Algorithm 1's "
-        "tile step (l.8-13).",
+        "for j: if column j of M has a nonzero block: load K_j, V_j; for i with M_ij ≠ 0: Algorithm 5's "
+        "tile step (l.9-16: exercise 3's, Algorithm 2's lines).",
         "`spec.block_mask` is the boolean (Tr, Tc) block mask; outputs `O, l, m` initialised as in "
         "Algorithm 1 (a row block with no nonzero block keeps O = 0, ℓ = 0, m = −inf). The budget is the "
         "reference's, which moves less than Algorithm 5.",
@@ -111,7 +112,8 @@ TEXT = {
         "footprint(Br, Bc) = 2·Br·d + 2·Bc·d + Br·Bc + 3·Br ≤ M",
         "`choose_blocks(Nq, Nk, d, M, causal)` returns `(Br, Bc)`. Scored by rank: your choice's counted IO "
         "among every feasible choice (full IO points for the least).",
-        ["Count the reads of K and V: how often is each loaded?", "Does Bc appear in the count at all?"]),
+        ["Count the reads of K and V: how often is each loaded?",
+         "Without the causal mask, does Bc appear in the count at all? (With it, the diagonal's ragged tiles do.)"]),
     8: ("Split-KV decoding (Flash-Decoding): cut the keys into S chunks, one work item each, then merge:",
         "split s (keys [s·Nk//S, (s+1)·Nk//S)): for each query block: load Q_i, stream K_j, V_j with the "
         "online softmax, write the normalised partial O⁽ˢ⁾ and m⁽ˢ⁾, ℓ⁽ˢ⁾ to rows s·Nq + i of `O_partial`, "

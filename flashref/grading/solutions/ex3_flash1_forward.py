@@ -1,4 +1,4 @@
-"""Reference solution, exercise 3: FlashAttention forward (Algorithm 1 with Algorithm 2's MASK, dropout)."""
+"""Reference solution, exercise 3: FlashAttention forward (Algorithm 2: Algorithm 1 with MASK and dropout)."""
 
 import numpy as np
 
@@ -6,38 +6,38 @@ import numpy as np
 def flash1_forward(mem, spec):
     # BEGIN SOLUTION
     Br, Bc, Nq, Nk, d = spec.Br, spec.Bc, spec.Nq, spec.Nk, spec.d
-    # Alg.1 l.2: initialise O = 0, ℓ = 0, m = -inf in HBM (counted).
+    # Alg.2 l.3: initialise O = 0, ℓ = 0, m = -inf in HBM (counted).
     mem.init("O", (Nq, d), 0.0)
     mem.init("l", (Nq,), 0.0)
     mem.init("m", (Nq,), -np.inf)
-    for c0 in range(0, Nk, Bc):  # Alg.1 l.5
+    for c0 in range(0, Nk, Bc):  # Alg.2 l.6
         cols = (c0, min(c0 + Bc, Nk))
-        K_j = mem.load("K", rows=cols, as_="K_j")  # Alg.1 l.6
+        K_j = mem.load("K", rows=cols, as_="K_j")  # Alg.2 l.7
         V_j = mem.load("V", rows=cols, as_="V_j")
-        for r0 in range(0, Nq, Br):  # Alg.1 l.7
+        for r0 in range(0, Nq, Br):  # Alg.2 l.8
             rows = (r0, min(r0 + Br, Nq))
-            Q_i = mem.load("Q", rows=rows, as_="Q_i")  # Alg.1 l.8
+            Q_i = mem.load("Q", rows=rows, as_="Q_i")  # Alg.2 l.9
             O_i = mem.load("O", rows=rows, as_="O_i")
             l_i = mem.load("l", rows=rows, as_="l_i")
             m_i = mem.load("m", rows=rows, as_="m_i")
-            S_ij = mem.hold("S_ij", spec.scale * Q_i @ K_j.swapaxes(-1, -2))  # Alg.1 l.9
-            attend = spec.tile_mask(rows, cols)
+            S_ij = mem.hold("S_ij", spec.scale * Q_i @ K_j.swapaxes(-1, -2))  # Alg.2 l.10
+            attend = spec.tile_mask(rows, cols)  # Alg.2 l.11: MASK
             if attend is not None:
                 S_ij = mem.hold("S_ij", np.where(attend, S_ij, -np.inf))
-            m_t = mem.hold("m_tilde_ij", S_ij.max(axis=-1))  # Alg.1 l.10
+            m_t = mem.hold("m_tilde_ij", S_ij.max(axis=-1))  # Alg.2 l.12
             P_t = mem.reuse("S_ij", "P_tilde_ij", np.exp(S_ij - np.where(np.isneginf(m_t), 0, m_t)[..., None]))
             l_t = mem.hold("l_tilde_ij", P_t.sum(axis=-1))
-            m_new = mem.hold("m_new", np.maximum(m_i, m_t))  # Alg.1 l.11
+            m_new = mem.hold("m_new", np.maximum(m_i, m_t))  # Alg.2 l.13
             m_safe = np.where(np.isneginf(m_new), 0.0, m_new)
             alpha = mem.reuse("m_i", "alpha", np.exp(m_i - m_safe))
             beta = mem.reuse("m_tilde_ij", "beta", np.exp(m_t - m_safe))
             l_new = mem.hold("l_new", alpha * l_i + beta * l_t)
-            if spec.dropout_p > 0:
+            if spec.dropout_p > 0:  # Alg.2 l.14
                 P_t = mem.hold("P_tilde_ij", P_t * spec.dropout_Z(rows, cols))
-            inv = 1.0 / np.where(l_new == 0, 1.0, l_new)  # Alg.1 l.12
+            inv = 1.0 / np.where(l_new == 0, 1.0, l_new)  # Alg.2 l.15
             O_i = mem.hold("O_i", (l_i * alpha * inv)[..., None] * O_i + (beta * inv)[..., None] * (P_t @ V_j))
             mem.store("O", O_i, rows=rows)
-            mem.store("l", l_new, rows=rows)  # Alg.1 l.13
+            mem.store("l", l_new, rows=rows)  # Alg.2 l.16
             mem.store("m", m_new, rows=rows)
             mem.free("Q_i", "O_i", "l_i", "alpha", "P_tilde_ij", "beta", "l_tilde_ij", "m_new", "l_new")
         mem.free("K_j", "V_j")

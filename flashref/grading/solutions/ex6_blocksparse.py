@@ -19,7 +19,7 @@ def blocksparse_forward(mem, spec):
             if not M[i, j]:  # Alg.5 l.8
                 continue
             rows = (r0, min(r0 + Br, Nq))
-            Q_i = mem.load("Q", rows=rows, as_="Q_i")  # Alg.5 l.9 ... l.16: Algorithm 1's tile step
+            Q_i = mem.load("Q", rows=rows, as_="Q_i")  # Alg.5 l.9 ... l.16: the tile step (Algorithm 2's, exercise 3's)
             O_i = mem.load("O", rows=rows, as_="O_i")
             l_i = mem.load("l", rows=rows, as_="l_i")
             m_i = mem.load("m", rows=rows, as_="m_i")
