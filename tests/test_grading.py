@@ -308,6 +308,12 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(tmp_path):
     for page in out.rglob("*.md"):
         for link in re.findall(r"\]\(([^)#\s]+)", page.read_text()):
             assert link.startswith(("http:", "https:", "mailto:")) or (page.parent / link).exists(), (page, link)
+    # its README is its own: every file and folder it names in backquotes is in the copy (the repository's names
+    # tests and CI the copy lacks), and it shows the grade command on a stub the copy has
+    readme = (out / "README.md").read_text()
+    named = [p for p in re.findall(r"`([\w./-]+\.(?:md|py|ipynb)|[\w-]+/)`", readme)]
+    assert named and all((out / p).exists() for p in named), [p for p in named if not (out / p).exists()]
+    assert "python -m flashref grade 03 exercises/ex3_flash1_forward.py" in readme and "tests/" not in readme
     # and a plain (not editable) install of it has the bytecode modules and the budgets (built from a copy of
     # it: setuptools leaves its build folder in the tree)
     shutil.copytree(out, tmp_path / "to-install")
@@ -463,6 +469,10 @@ def test_gradescope_has_every_budget_before_any_student_code(tmp_path, monkeypat
 
     events = []
     real_budgets, real_run = budgets.budgets, harness.run
+    # measured first (a budget is the reference solution run through the harness): the runs recorded below are then
+    # the submission's alone, whatever ran before this test (run alone, it had found the first budget's run)
+    for name in grading.EXERCISES:
+        real_budgets(name)
     monkeypatch.setattr(budgets, "budgets", lambda name: events.append(("budget", name)) or real_budgets(name))
     monkeypatch.setattr(harness, "run", lambda *a, **k: events.append(("run", a[0].name)) or real_run(*a, **k))
     sub = tmp_path / "submission"

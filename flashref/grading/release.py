@@ -246,6 +246,53 @@ def _write_release(out_dir: str) -> None:
     for ex in EXERCISES.values():
         with open(os.path.join(out_dir, "exercises", stub_name(ex)), "w") as f:
             f.write(stub_source(ex))
+    # the copy's own README: the repository's names its tests, CI and tools, none of which the copy has
+    with open(os.path.join(out_dir, "README.md"), "w") as f:
+        f.write(student_readme())
+
+
+def student_readme() -> str:
+    """The student copy's README.md: what the copy holds, how to install it, read it and grade an exercise."""
+    notebooks = sorted(fn for fn in os.listdir(os.path.join(REPO, "notebooks")) if fn.endswith(".ipynb"))
+    stubs = "\n".join(f"| {ex.number} | {ex.title} | `exercises/{stub_name(ex)}` |" for ex in EXERCISES.values())
+    return f"""# flashref: the course copy
+
+FlashAttention step by step, on a simulated GPU memory that counts every element it moves. This is the
+students' copy of flashref: the notebooks, the exercises as stubs to fill in, and the package that runs
+them. It holds no solutions (the algorithm modules the notebooks import ship as bytecode); your
+instructor made it with `python -m flashref student-release`.
+
+## Install (a CPU is enough)
+
+```bash
+python3 -m venv .venv && . .venv/bin/activate
+pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+pip install -q -e . jupyter      # add triton for the Triton lab: pip install triton (Linux)
+```
+
+## Read
+
+`jupyter lab notebooks/`, in order: {", ".join(f"`notebooks/{n}`" for n in notebooks)}. Each asks before it
+tells: answer its questions (`quiz.check`) before you run the cell that prints the answer.
+
+## Do
+
+| exercise | what you write | your file |
+|---|---|---|
+{stubs}
+
+Fill in the part marked `FILL ME IN` and grade it (again as often as you like):
+
+```bash
+python -m flashref grade 03 exercises/ex3_flash1_forward.py
+```
+
+The score has three parts: correctness against a float64 oracle, the HBM traffic your code counts
+against the reference solution's, and your peak on-chip footprint. The notebooks in
+`notebooks/exercises/` set out each exercise with its spec and hints, write your answer to a file and
+grade it in place. `COURSE.md` has the course plan and how grading works; `docs/reference.md` the
+package's API and `docs/counting-rules.md` the rules by which IO is counted.
+"""
 
 
 SETUP_SH = """#!/usr/bin/env bash
