@@ -103,7 +103,6 @@ def _seq_len(n: int, name: str) -> int:
     return at_most(n, name, SEQ_LEN)
 
 
-
 def check_block_sizes(block_sizes) -> tuple[int, int] | None:
     if block_sizes is None:
         return None

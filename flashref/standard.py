@@ -210,8 +210,7 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
         mem.free("dS")
 
     # [bias] its gradient: dS as it stands in HBM now (the softcap pass below writes a new one in its place)
-    dBias = variants.unpack_rows(mem.result("dS"), G).reshape(pb0.lead_shape + (pb0.Nq, pb0.Nk)) \
-        if bias_grad else None
+    dBias = variants.bias_gradient(pb0, mem, G, "dS") if bias_grad else None
 
     if pb.softcap is not None:
         # [softcap] backward, one more pass: dS ← dS ∘ (1 − tanh²(τQKᵀ/c)), tanh recomputed from

@@ -119,10 +119,10 @@ def check_bias_grad(bias_grad, bias) -> bool:
     return bias_grad
 
 
-def bias_gradient(pb, mem, G: int) -> np.ndarray:
-    """[bias] dBias in Q's leading axes, ``(..., Nq, Nk)``, from the loop's HBM tensor ``dBias`` (packed GQA's rows
-    unpacked, as dQ's). ``pb`` is the problem before the loop's layout."""
-    return unpack_rows(mem.result("dBias"), G).reshape(pb.lead_shape + (pb.Nq, pb.Nk))
+def bias_gradient(pb, mem, G: int, name: str = "dBias") -> np.ndarray:
+    """[bias] dBias in Q's leading axes, ``(..., Nq, Nk)``, from the loop's HBM tensor ``name`` (flash2's ``dBias``;
+    standard's ``dS``), packed GQA's rows unpacked, as dQ's. ``pb`` is the problem before the loop's layout."""
+    return unpack_rows(mem.result(name), G).reshape(pb.lead_shape + (pb.Nq, pb.Nk))
 
 
 def kv_gradients(pb, dK, dV):

@@ -1036,7 +1036,7 @@ def choose(q, k, v, causal: bool, **options):
 def tensor_refusal(q, k, v) -> str | None:
     """The rules that need the tensors, not only their shape (None: kernel 3 takes them): k and v shaped as q
     (no GQA), no empty batch or head axis, B·H within one grid's y, and contiguous tensors 16-byte aligned."""
-    from .kernels import MAX_GRID_Y
+    from . import MAX_GRID_Y
 
     if k.shape != q.shape or v.shape != q.shape:
         return f"k's shape {tuple(k.shape)} or v's {tuple(v.shape)} differs from q's {tuple(q.shape)}"

@@ -108,7 +108,7 @@ import numpy as np
 
 from .. import schedule as S  # noqa: N812
 from ..l2 import preset
-from ..problem import _bool, _causal, _nonnegative_int, check_options, positive_int
+from ..problem import MAX_N, _bool, _causal, _nonnegative_int, check_options, positive_int
 
 __all__ = ["dram", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "STAGGERED_D64", "IMPLS", "MODES", "scan_bytes",
            "staggered_scan_bytes", "kernels", "kernel3_tiles"]
@@ -678,7 +678,7 @@ def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS, fa2_sp
     FlashAttention-2's forward never splits its keys (the model that predicted every set up to check9);
     ``softmax_passes=False``: the softmax streams S once at any row length (every set up to check13)."""
     _check_impl_mode(impl, mode)
-    B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e, seq=SEQ_BOUND)
+    B, H, Nq, Nk, d, e = _sizes(B, H, Nq, Nk, d, e)
     causal = _causal(causal)
     _check_shape(impl, B, H, Nq, Nk, d, causal)  # (any element size: the kernels' bytes scale with it)
     return _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, positive_int(sms, "sms"), _bool(fa2_split, "fa2_split"),
@@ -828,8 +828,7 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     # an empty batch or head axis (as every entry point takes one): no kernel has work, nothing crosses DRAM
     B, H = _nonnegative_int(B, "B"), _nonnegative_int(H, "H")
     empty = B == 0 or H == 0
-    B, H, Nq, Nk, d, dtype_bytes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes",
-                                          seq=SEQ_BOUND)
+    B, H, Nq, Nk, d, dtype_bytes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes")
     _causal(causal)
     _check_call(impl, B, H, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
@@ -849,9 +848,9 @@ def _check_impl_mode(impl, mode):
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
 
 
-def _sizes(B, H, Nq, Nk, d, e, e_name="e", seq=None):
-    """The same value rules as every entry point (flashref.problem); ``seq``: the lengths' bound (positive_int's)."""
-    return tuple(positive_int(v, name, seq if name in ("Nq", "Nk") else None)
+def _sizes(B, H, Nq, Nk, d, e, e_name="e"):
+    """The same value rules as every entry point (flashref.problem), the lengths within SEQ_BOUND."""
+    return tuple(positive_int(v, name, SEQ_BOUND if name in ("Nq", "Nk") else None)
                  for v, name in ((B, "B"), (H, "H"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"), (e, e_name)))
 
 
@@ -860,8 +859,8 @@ def _full_params(p):
     return p if p is PARAMS else {**PARAMS, **(_check_params(p) or {})}
 
 
-MAX_N = 2 ** 31 - 1  # the kernels index a sequence with 32-bit integers (and so does this model's grid)
-SEQ_BOUND = (MAX_N, f"at most {MAX_N} (32-bit sequence indices)")  # the lengths' bound, as _sizes' seq takes it
+# the lengths' bound, problem.MAX_N: the kernels index a sequence with 32-bit integers (and so does this model's grid)
+SEQ_BOUND = (MAX_N, f"at most {MAX_N} (32-bit sequence indices)")
 # The tiled kernels' schedule lays out every CTA (about 600 bytes and 2 us each for FlashAttention-2's causal walk,
 # the most): at most 2^30 rows of (batch, head, position), 2^23 CTAs of 128 rows. Q, K, V and O of that many rows
 # take 2^33·d bytes, more than one GPU holds from d = 32 on.
