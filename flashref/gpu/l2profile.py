@@ -760,6 +760,26 @@ CHECK59 = [
     ("check59_256_8x12x7733x19384", 8, 12, (7733, 19384), 256, False),
 ]
 
+# check60 (check41's rule once more, default_rng(20261250): five shapes of many heads and short N, five of few heads
+# and long N), and four of the corners (check52's rule, default_rng(20261251)), drawn 2026-11-28 with the model
+# unchanged since check59, and predicted before any GPU measured them
+CHECK60 = [
+    ("check60_128_2x32x12288", 2, 32, 12288, 128, False),
+    ("check60_128_8x8x2048_causal", 8, 8, 2048, 128, True),
+    ("check60_64_2x32x3072", 2, 32, 3072, 64, False),
+    ("check60_64_2x8x8192", 2, 8, 8192, 64, False),
+    ("check60_128_2x16x2048_causal", 2, 16, 2048, 128, True),
+    ("check60_128_4x2x65536_causal", 4, 2, 65536, 128, True),
+    ("check60_128_8x1x262144_causal", 8, 1, 262144, 128, True),
+    ("check60_128_2x4x65536", 2, 4, 65536, 128, False),
+    ("check60_128_4x2x131072_causal", 4, 2, 131072, 128, True),
+    ("check60_128_1x8x98304_causal", 1, 8, 98304, 128, True),
+    ("check60_192_8x2x15841", 8, 2, 15841, 192, False),
+    ("check60_32_1x6x16555", 1, 6, 16555, 32, False),
+    ("check60_256_2x7x21767_causal", 2, 7, 21767, 256, True),
+    ("check60_32_2x16x15713", 2, 16, 15713, 32, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -790,7 +810,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
-          "check58": CHECK58, "check59": CHECK59, "k2writes": K2WRITES,
+          "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
