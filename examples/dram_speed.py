@@ -1,4 +1,4 @@
-"""How long one ``iomodel.dram`` prediction takes on a CPU: the issue asks for under a second at N = 131072.
+"""How long one ``iomodel.dram`` prediction takes on a CPU: under a second at N = 131072, fast enough to sweep.
 
     python examples/dram_speed.py --out figures/dram-speed-cpu.json
 

@@ -3,10 +3,13 @@
 Algorithms (numpy, each reads like its paper's algorithm box):
 ``standard`` (Algorithms 0, 3), ``flash1`` (Algorithms 1/2, 4), ``flash2`` (FlashAttention-2),
 ``blocksparse`` (Algorithm 5), ``decoding`` (split-KV, paged KV); ``variants`` holds the lines that
-GQA, sliding windows, ALiBi and softcapping add to them. Closed forms in ``iomodel``; GPU specs in
-``hardware``; work items in ``parallelism``. ``functional`` (the PyTorch front, imports torch)
-and ``gpu`` (Triton kernels, needs CUDA or TRITON_INTERPRET=1) are imported on first use, so
-``import flashref`` needs neither torch nor triton.
+GQA, sliding windows, ALiBi and softcapping add to them; ``ring`` spreads attention over simulated
+devices. Closed forms in ``iomodel`` (and the three-level DRAM model, ``iomodel.dram``, over the
+simulated L2 of ``l2`` and the thread-block schedules of ``schedule``); GPU specs in ``hardware``;
+work items in ``parallelism``. ``functional`` (the PyTorch front, imports torch), ``gpu`` (Triton
+kernels, needs CUDA or TRITON_INTERPRET=1), ``lowp`` (FA3's FP8 numerics, needs ml_dtypes) and
+``figures`` (matplotlib) are imported on first use, so ``import flashref`` needs none of them;
+``distributed`` (ring attention over torch.distributed) is imported by name.
 """
 
 import importlib
@@ -45,8 +48,9 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# What ``from flashref import *`` gives: the numpy core only. ``functional``, ``gpu`` and ``figures``
-# stay out of the star-import (they need torch, triton or matplotlib); import them by name.
+# What ``from flashref import *`` gives: the numpy core, and ``lowp`` (loaded then, so it needs ml_dtypes, a
+# dependency of the package). ``functional``, ``gpu`` and ``figures`` stay out of the star-import (they need
+# torch, triton or matplotlib); import them by name.
 __all__ = ["blocks", "blocksparse", "decoding", "dropout", "flash1", "flash2", "flops", "hardware", "iomodel", "lowp",
            "masks", "memory", "parallelism", "patterns", "problem", "softmax", "standard", "variants",
            "IOReport", "Memory", "Problem", "SRAMOverflowError"]

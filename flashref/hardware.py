@@ -18,9 +18,11 @@ kernels (``I`` below it) from compute-bound ones.
     t = max(matmul_flops / matmul_peak, nonmatmul_flops / nonmatmul_peak, bytes / bandwidth)
 
 i.e. it assumes the tensor cores, the CUDA cores and the memory system all run concurrently and
-perfectly overlapped, so the slowest of the three sets the time. It is a lower bound: it ignores
-latency, launch overhead, L2 hits (which can make HBM traffic smaller than counted) and any
-serialisation between the units (FlashAttention-3 works hard to get the overlap this assumes).
+perfectly overlapped, so the slowest of the three sets the time. It is a lower bound for a machine
+without an L2 that moves the bytes counted: it ignores latency, launch overhead and any serialisation
+between the units (FlashAttention-3 works hard to get the overlap this assumes). On a real GPU the L2
+serves many re-reads, so the DRAM bytes, and the memory term with them, can be lower than the two-level
+count gives (``iomodel.dram`` models that; notebook 08).
 
 Example::
 
@@ -239,7 +241,9 @@ def time_estimate(matmul_flops, nonmatmul_flops, bytes_moved, gpu, measured: boo
 
     ``max(matmul_flops / matmul peak, nonmatmul_flops / fp32 peak, bytes / HBM bandwidth)``: the
     tensor cores, the CUDA cores and HBM are assumed to work concurrently with perfect overlap, so
-    this is a lower bound on the real time (no latency, launch cost, L2 or serialisation).
+    this is a lower bound on the real time of a machine that moves ``bytes_moved`` (no latency, launch
+    cost or serialisation). Fed the two-level count, it is not one for a GPU whose L2 serves re-reads:
+    there the DRAM bytes can be fewer (``iomodel.dram``).
     """
     gpu = get(gpu, "gpu")
     for name, v in (("matmul_flops", matmul_flops), ("nonmatmul_flops", nonmatmul_flops),

@@ -56,7 +56,7 @@ def _T(X: np.ndarray) -> np.ndarray:
 
 @overflow_checked("O")
 def forward(Q, K, V, **opts) -> ForwardResult:
-    """Algorithm 0 with the Appendix B.3 additions: ``O = dropout(softmax(MASK(scale * Q Kᵀ + bias))) V``.
+    """Algorithm 0 with the Appendix B.3 additions: ``O = dropout(softmax(MASK(softcap(scale · Q Kᵀ) + bias))) V``.
 
     Returns ``.O``, ``.P`` (the softmax before dropout, which Algorithm 3 needs), ``.io``, ``.flops``.
     """

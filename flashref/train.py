@@ -364,7 +364,7 @@ def parity_verdict(curves: dict, seed_curve: list | None, ref: str, peer: str, w
     arithmetic (``peer`` against ``ref``: cuDNN against PyTorch's flash on a GPU): the spread
     that bf16 rounding in a different summation order produces after the same number of steps.
     The factor 2 is flash-attention's own test rule (a kernel's error at most twice a baseline's);
-    the floor 5e-3 (relative) is about one bf16 rounding step (2⁻⁸ = 3.9e-3) of the loss, for a
+    the floor 5e-3 (relative) is about bf16's unit roundoff (2⁻⁸ = 3.9e-3) of the loss, for a
     pair of peers that happen to agree more closely than that. ``seed_spread`` (the reference
     from another seed) is reported beside it: curves within tolerance are far closer than that."""
     window = positive_int(window, "window")

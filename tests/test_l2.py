@@ -1900,7 +1900,7 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check9", rule=SPLIT_BEFORE)
                  # check10: FlashAttention-2's split-KV forward, predicted with the model of its day (the split rule)
                  + _both_gpus("check10", rule=OVERLAP_BEFORE)
-                 # check11: the issue's grid drawn at random, predicted with the model of its day; kernel 3 measured
+                 # check11: the validation grid drawn at random, predicted with the model of its day; kernel 3 measured
                  # before its round barrier (check11), with the forward's (check11s), and with the dQ kernel's too
                  # (check11q: today's kernel), the last two on check11's and check6's long non-causal shapes
                  + _both_gpus("check11", rule=OVERLAP_BEFORE)
@@ -1916,19 +1916,19 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check13", rule=SOFTMAX_BEFORE)
                  # check14: long key rows drawn at random, predicted with the softmax's three-pass rule
                  + _both_gpus("check14", rule=ROLLING_BEFORE)
-                 # check15: the issue's grid drawn at random again, predicted with that model
+                 # check15: the validation grid drawn at random again, predicted with that model
                  + _both_gpus("check15", rule=ROLLING_BEFORE)
                  # check16: many heads at long N (up to 2^21 tokens), drawn at random, predicted with that model
                  + _both_gpus("check16", rule=ROLLING_BEFORE)
                  # check17: causal shapes near and past the knee, drawn at random, predicted with the rolling rule
                  + _both_gpus("check17", rule=ROLLING_FIRST)
-                 # check18: the issue's grid drawn at random once more, predicted with today's model; its two long
+                 # check18: the validation grid drawn at random once more, predicted with today's model; its two long
                  # non-causal d = 128 shapes measured again, four rounds (check18r), pooled
                  + _preregistered("check18", {}, measured=_recorded("check18", "check18r"), rule=SPREAD_BEFORE)
                  + _when_measured("check18", "h200", rule=SPREAD_BEFORE)
                  # check19 and check20: causal shapes near and past the knee again, predicted with the spread term
                  + _both_gpus("check19", rule=SYNC_BEFORE) + _both_gpus("check20", rule=SYNC_BEFORE)
-                 # check21 and check22: the issue's grid drawn at random once more, the same model
+                 # check21 and check22: the validation grid drawn at random once more, the same model
                  + _both_gpus("check21", rule=SYNC_BEFORE) + _both_gpus("check22", rule=SYNC_BEFORE)
                  # check23: kernel 3's synced rounds near the knee, drawn at random, and the knee sweep measured again
                  # for today's kernel 3, predicted with the sync rule's first form
@@ -1939,45 +1939,46 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check25: FlashAttention-2's non-causal forwards past the knee in grids of few waves, predicted with
                  # its drift ramp (today's model)
                  + _both_gpus("check25", rule=RDRIFT_BEFORE)
-                 # check26: the issue's grid drawn at random once more, and a probe of FlashAttention-2's causal d = 128
-                 # forward by heads near its knee after it (heads128), both predicted with today's model
+                 # check26: the validation grid drawn at random once more, and a probe of FlashAttention-2's causal d =
+                 # 128 forward by heads near its knee after it (heads128), both predicted with today's model
                  + _both_gpus("check26", rule=RDRIFT_BEFORE) + _when_measured("heads128", "h100", rule=RDRIFT_BEFORE)
-                 # check27-check29: the issue's grid once more, the same model
+                 # check27-check29: the validation grid once more, the same model
                  + _both_gpus("check27", rule=RDRIFT_BEFORE) + _both_gpus("check28", rule=RDRIFT_BEFORE)
                  + _both_gpus("check29", rule=RDRIFT_BEFORE)
                  # a probe of the causal d = 64 forwards by heads across N = 262144 (knee64c), with the same model
                  + _both_gpus("knee64c", rule=RDRIFT_BEFORE)
-                 # check30 (kernel 3's causal d = 64 forward past its knee) and check31 (the issue's grid), predicted
+                 # check30 (kernel 3's causal d = 64 forward past its knee) and check31 (the validation grid), predicted
                  # with the SM drift's own capacity in a rolling grid (today's model)
                  + _both_gpus("check30", rule=SWAVES_BEFORE) + _both_gpus("check31", rule=SWAVES_BEFORE)
-                 # check32 (causal forwards with few heads at long N) and check33 (the issue's grid), predicted with the
-                 # staggered walk's spread_waves too (today's model)
+                 # check32 (causal forwards with few heads at long N) and check33 (the validation grid), predicted with
+                 # the staggered walk's spread_waves too (today's model)
                  + _both_gpus("check32", rule=APART_BEFORE) + _both_gpus("check33", rule=APART_BEFORE)
-                 # check34-check36: the issue's grid once more, the same model
+                 # check34-check36: the validation grid once more, the same model
                  + _both_gpus("check34", rule=APART_BEFORE) + _both_gpus("check35", rule=APART_BEFORE)
                  + _both_gpus("check36", rule=APART_BEFORE)
                  # check37: FlashAttention-2's d = 64 backward where its passes come apart, predicted with that rule
                  # (today's model)
                  + _both_gpus("check37", rule=dict(HEAD_BEFORE, **APART_FIRST))
-                 # check38 and check39: the issue's grid once more, the same model
+                 # check38 and check39: the validation grid once more, the same model
                  + _both_gpus("check38", rule=dict(HEAD_BEFORE, **APART_FIRST))
                  + _both_gpus("check39", rule=dict(HEAD_BEFORE, **APART_FIRST))
                  # check40: FlashAttention-2's non-causal d = 64 forward with several heads, predicted with head_reads;
-                 # check41: the issue's grid once more, the same model
+                 # check41: the validation grid once more, the same model
                  + _both_gpus("check40", rule=APART_FIRST) + _both_gpus("check41", rule=APART_FIRST)
-                 # check42: the issue's grid once more, the apart rule on the non-causal backward alone (today's model)
+                 # check42: the validation grid once more, the apart rule on the non-causal backward alone (today's
+                 # model)
                  + _both_gpus("check42", rule=RDRIFT3_BEFORE)
-                 # check43: the issue's grid once more, today's model
+                 # check43: the validation grid once more, today's model
                  + _both_gpus("check43", rule=RDRIFT3_BEFORE)
                  # check44: kernel 3's causal d = 64 forward past its knee, after the knee of three CTAs an SM
                  + _both_gpus("check44", rule=CAP_BEFORE)
                  # check45: FlashAttention-2's d = 64 causal walk, after miss_cap
                  + _when_measured("check45", "h100", rule=LAG_BEFORE)
-                 # check46: the issue's grid once more
+                 # check46: the validation grid once more
                  + _when_measured("check46", "h100", rule=LAG_BEFORE)
                  # check47: FlashAttention-2's d = 128 causal walk at few heads about its knee, after lag_other
                  + _when_measured("check47", "h100", rule={})
-                 # check48 and check49: the issue's grid once more
+                 # check48 and check49: the validation grid once more
                  + _when_measured("check48", "h100", rule={}) + _when_measured("check49", "h100", rule={})
                  # the H200 predicted check45-check49 with its sets before miss_cap and lag_other (neither rule had
                  # H200 numbers then), measured 2026-11-28
@@ -1995,21 +1996,21 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check54: the d = 224 and 256 walks after the d = 256 walk's own miss_cap, and head dims never
                  # measured, predicted with today's model (check52's launches, the d = 256 rule)
                  + _both_gpus("check54", rule={})
-                 # check55: the issue's grid once more, today's model
+                 # check55: the validation grid once more, today's model
                  + _both_gpus("check55", rule={})
-                 # check56: the issue's grid once more, and few heads at the lockstep knee, after the capacities scaled
-                 # with the GPU's L2 (today's model)
+                 # check56: the validation grid once more, and few heads at the lockstep knee, after the capacities
+                 # scaled with the GPU's L2 (today's model)
                  + _both_gpus("check56", rule={})
-                 # check57: the issue's grid once more, and kernel 2 at lengths no tile divides after its spill fix
+                 # check57: the validation grid once more, and kernel 2 at lengths no tile divides after its spill fix
                  # (today's model, unchanged by the fix)
                  + _both_gpus("check57", rule={})
-                 # check58: the issue's grid once more, and four corners (head dims other than 64 and 128, lengths no
+                 # check58: the validation grid once more, and four corners (head dims other than 64 and 128, lengths no
                  # tile divides, queries and keys of different lengths; today's model)
                  + _both_gpus("check58", rule={})
-                 # check59: the issue's grid once more, and four corners, after the launch in pieces (today's model;
+                 # check59: the validation grid once more, and four corners, after the launch in pieces (today's model;
                  # the H200 measured it first)
                  + _both_gpus("check59", rule={})
-                 # check60: the issue's grid once more, and four corners (today's model; the H200 measured it first)
+                 # check60: the validation grid once more, and four corners (today's model; the H200 measured it first)
                  + _both_gpus("check60", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
@@ -2142,10 +2143,10 @@ PREREGISTERED_MISSES = {
     # 262144 (-26.8%), past the rolling knee
     ("sdpa_flash", "check19_64_1x16x81920_causal", "fwd"), ("sdpa_flash", "check19_64_1x8x262144_causal", "fwd"),
     ("sdpa_flash", "check19_64_1x8x262144_causal", "fwd_bwd"), ("flashref", "check19_64_1x8x262144_causal", "fwd"),
-    # check21 (the issue's grid again, the same model): eager 8 of 8, kernel 3 20 of 20; FlashAttention-2's d = 64
+    # check21 (the validation grid again, the same model): eager 8 of 8, kernel 3 20 of 20; FlashAttention-2's d = 64
     # forward+backward at 2 x 2 x 262144 (-32.5%), its fp32 dQ accumulator past the knee, as check64_524288's (-33%)
     ("sdpa_flash", "check21_64_2x2x262144", "fwd_bwd"),
-    # check22 (the issue's grid again, the same model): eager 10 of 10, SDPA flash 20 of 20; kernel 3 at one head of
+    # check22 (the validation grid again, the same model): eager 10 of 10, SDPA flash 20 of 20; kernel 3 at one head of
     # N = 65536, d = 64 (+47.5%, forward+backward +27.7%), where its barrier-synced rounds re-read none of the 16 MiB
     # of K and V and the lockstep knee's softness had 40% of them (the synced pass's own knee after it: -9.5% and +0.5%)
     ("flashref", "check22_64_1x1x65536", "fwd"), ("flashref", "check22_64_1x1x65536", "fwd_bwd"),
@@ -2154,7 +2155,7 @@ PREREGISTERED_MISSES = {
     # its later rounds re-read in part, not all); SDPA flash's d = 64 forward at 1 x 8 x 163840 (-28.5%), its many
     # heads past the knee, as check12's
     ("flashref", "check23_128_1x1x40960", "fwd"), ("sdpa_flash", "check23_64_1x8x163840", "fwd"),
-    # check26 (the issue's grid again, today's model): eager 10 of 10, kernel 3 20 of 20; FlashAttention-2's causal
+    # check26 (the validation grid again, today's model): eager 10 of 10, kernel 3 20 of 20; FlashAttention-2's causal
     # d = 128 forward at one head of N = 65536 read 0.14 GB where the model has 0.84 (+509%, forward+backward +146%).
     # The staggered walk's lag, fitted where several heads share the L2, stands in for their keys; alone, one head's
     # 32 MiB of K and V stay. The probe after it (heads128): per head 0.16, 0.67, 1.18, 1.43 and 1.71 GB at one, two,
@@ -2163,18 +2164,18 @@ PREREGISTERED_MISSES = {
     ("sdpa_flash", "heads128_65536_h1", "fwd"), ("sdpa_flash", "heads128_65536_h1", "fwd_bwd"),
     ("sdpa_flash", "heads128_65536_h2", "fwd"), ("sdpa_flash", "heads128_65536_h2", "fwd_bwd"),
     ("sdpa_flash", "heads128_81920_h1", "fwd"), ("sdpa_flash", "heads128_81920_h1", "fwd_bwd"),
-    # check27 (the issue's grid again, the same model): eager 8 of 8, kernel 3 19 of 20, SDPA flash 17 of 20, every
+    # check27 (the validation grid again, the same model): eager 8 of 8, kernel 3 19 of 20, SDPA flash 17 of 20, every
     # miss far past the knee in a class listed above: FlashAttention-2's d = 128 forward at 2 x 2 x 262144, whose two
     # rounds read 8.7 and 18.1 GB (-36.8% of the median; the model 8.5), its d = 64 causal forward at 2 x 2 x 262144
     # (+48.8%, forward+backward +44.6%: the spread, one number for every N, as check19's), and kernel 3's (-27.2%: past
     # the rolling knee, as check19's)
     ("sdpa_flash", "check27_128_2x2x262144", "fwd"), ("sdpa_flash", "check27_64_2x2x262144_causal", "fwd"),
     ("sdpa_flash", "check27_64_2x2x262144_causal", "fwd_bwd"), ("flashref", "check27_64_2x2x262144_causal", "fwd"),
-    # check28 (the issue's grid again, the same model): eager 10 of 10, kernel 3 20 of 20, SDPA flash 19 of 20: its
+    # check28 (the validation grid again, the same model): eager 10 of 10, kernel 3 20 of 20, SDPA flash 19 of 20: its
     # d = 64 forward+backward at 4 x 1 x 262144 (-27.1%; the forward -17.2%), the fp32 dQ accumulator past the knee, as
     # check21's
     ("sdpa_flash", "check28_64_4x1x262144", "fwd_bwd"),
-    # check29 (the issue's grid again, the same model): eager 8 of 8, kernel 3 19 of 20, SDPA flash 16 of 20, every
+    # check29 (the validation grid again, the same model): eager 8 of 8, kernel 3 19 of 20, SDPA flash 16 of 20, every
     # miss in a class listed above: FlashAttention-2's causal d = 128 forward at two heads of 65536 (+52.9%,
     # forward+backward +41.3%), the heads beside a lone head at the knee, as heads128's two heads; its causal d = 64
     # forward at 1 x 4 x 262144 (+51.4%, forward+backward +46.9%), the spread far past the knee, as check19's and
@@ -2192,14 +2193,14 @@ PREREGISTERED_MISSES = {
     ("sdpa_flash", "knee64c_196608_h4", "fwd"), ("sdpa_flash", "knee64c_229376_h1", "fwd"),
     # check30 (kernel 3's causal d = 64 forward past its knee, predicted with C_rdrift): kernel 3 16 of 16 (mean 14.0%,
     # worst -23.1%; at C_eff 13 of 16); FlashAttention-2 10 of 16, its misses the spread far past the knee, +30% to
-    # +54% at two and four heads of 294912 and 393216, as knee64c's; check31 (the issue's grid): 50 of 50
+    # +54% at two and four heads of 294912 and 393216, as knee64c's; check31 (the validation grid): 50 of 50
     *(("sdpa_flash", f"check30_64_{shape}_causal", mode) for shape in ("1x2x294912", "2x2x393216", "1x4x393216")
       for mode in ("fwd", "fwd_bwd")),
     # check32 (causal forwards with few heads at long N, predicted with spread_waves and C_rdrift): 30 of 32 (before
     # both rules 20), kernel 3 16 of 16; FlashAttention-2's d = 64 walk at 1 x 2 x 393216, +30.3% (forward+backward
-    # +28.6%; before spread_waves +42%); check33 (the issue's grid): 44 of 44
+    # +28.6%; before spread_waves +42%); check33 (the validation grid): 44 of 44
     ("sdpa_flash", "check32_64_1x2x393216_causal", "fwd"), ("sdpa_flash", "check32_64_1x2x393216_causal", "fwd_bwd"),
-    # check34 (the issue's grid again, the same model): 48 of 48; check35: 46 of 46; check36: 49 of 50, its miss
+    # check34 (the validation grid again, the same model): 48 of 48; check35: 46 of 46; check36: 49 of 50, its miss
     # FlashAttention-2's d = 64 forward+backward at 1 x 4 x 262144 (-31.6%; the forward -24.1%), as check21's and
     # check28's (with its passes coming apart after it, apart_steps and apart_tau: -5.0%); check38 and check39 (the
     # issue's grid with that rule): 52 of 52, 46 of 46
@@ -2210,12 +2211,13 @@ PREREGISTERED_MISSES = {
     # non-causal forward at 2 x 4 x 262144 (-26.1%; its two rounds 9.3 and 10.9 GB), the heads beside a lockstep pass
     ("sdpa_flash", "check37_64_2x4x262144", "fwd"),
     # check40 (FlashAttention-2's non-causal d = 64 forward with several heads, drawn after head_reads and predicted
-    # with it): 32 of 32. check41 (the issue's grid again, the same model): 47 of 48, its miss FlashAttention-2's causal
+    # with it): 32 of 32. check41 (the validation grid again, the same model): 47 of 48, its miss FlashAttention-2's
+    # causal
     # d = 64 forward+backward at 4 x 2 x 262144, +25.4% (the forward +24.9%): the apart rule's first form had the causal
     # backward come apart too (its part +31%); measured, it does not (within 4% of the lockstep passes up to 144
-    # thousand steps), and today's rule leaves it (+22.7%); check42 (the issue's grid, today's model): 50 of 50
+    # thousand steps), and today's rule leaves it (+22.7%); check42 (the validation grid, today's model): 50 of 50
     ("sdpa_flash", "check41_64_4x2x262144_causal", "fwd_bwd"),
-    # check43 (the issue's grid, today's model): 49 of 50, its miss FlashAttention-2's causal d = 64 forward at
+    # check43 (the validation grid, today's model): 49 of 50, its miss FlashAttention-2's causal d = 64 forward at
     # 8 x 1 x 262144, +25.6% (forward+backward +23.9%): the spread far past the knee, as check19's 1 x 8 x 262144
     # (+25.8%); measured 203.9 GB, where check19 measured 203.6 and check41's 4 x 2, 205.1
     ("sdpa_flash", "check43_64_8x1x262144_causal", "fwd"),
@@ -2224,7 +2226,7 @@ PREREGISTERED_MISSES = {
     # the walk far past the knee at two and four heads of 458752, +27.5% to +34.4%, as check30's and check32's
     *(("sdpa_flash", f"check44_64_{shape}_causal", mode) for shape in ("4x1x458752", "2x1x458752")
       for mode in ("fwd", "fwd_bwd")),
-    # check45 (FlashAttention-2's d = 64 causal walk, drawn after miss_cap): 40 of 40. check46 (the issue's grid,
+    # check45 (FlashAttention-2's d = 64 causal walk, drawn after miss_cap): 40 of 40. check46 (the validation grid,
     # today's model): 49 of 50, its miss FlashAttention-2's causal d = 128 forward at 4 x 16 x 6144, -27.3%: its two
     # rounds read 0.54 and 0.67 GB, and it wrote 1.2x its output (the spilled registers, as check18's 4 x 32 x 8192)
     ("sdpa_flash", "check46_128_4x16x6144_causal", "fwd"),
@@ -2232,9 +2234,9 @@ PREREGISTERED_MISSES = {
     # its miss the lone head of 114688 past its knee, -27.9% (forward+backward -24.4%): the refit leaves the far side of
     # a lone head's knee low, as the fit's own lone heads of 98304-163840 (-36% to -11%; the set before: +17% to -7%),
     # where the set before had -5.0%.
-    # check48 (the issue's grid, today's model): 47 of 48, its miss FlashAttention-2's non-causal d = 128 forward at
+    # check48 (the validation grid, today's model): 47 of 48, its miss FlashAttention-2's non-causal d = 128 forward at
     # 4 x 2 x 131072, -26.1%: its two rounds read 4.7 and 6.7 GB, a wave that came apart, as check27's 2 x 2 x 262144.
-    # check49 (the issue's grid, today's model): 48 of 48
+    # check49 (the validation grid, today's model): 48 of 48
     ("sdpa_flash", "check47_128_1x1x114688_causal", "fwd"), ("sdpa_flash", "check48_128_4x2x131072", "fwd"),
     # The H200's check45-check49, predicted with its sets before miss_cap and lag_other: its d = 64 walk far past the
     # knee 35-40% over (check45, check49), its d = 128 walk's lone heads and pairs at the knee 30-281% over (check47),
@@ -2301,19 +2303,19 @@ PREREGISTERED_MISSES = {
     ("flashref2", "check54_48_8x3x1803", "fwd_bwd"), ("flashref2", "check54_160_1x4x7996", "fwd_bwd"),
     ("h200", "flashref2", "check54_48_8x3x1803", "fwd_bwd"),
     ("h200", "sdpa_flash", "check54_112_1x32x5634_causal", "fwd"),
-    # check55 (the issue's grid once more, today's model): 50 of 50 on the H100; 45 of 50 on the H200, whose misses are
-    # the non-causal d = 64 forward at eight sequences of one head of 65536 and 98304, both kernels, +26% to +34%
+    # check55 (the validation grid once more, today's model): 50 of 50 on the H100; 45 of 50 on the H200, whose misses
+    # are the non-causal d = 64 forward at eight sequences of one head of 65536 and 98304, both kernels, +26% to +34%
     *(("h200", impl, f"check55_64_8x1x{n}", "fwd") for impl in ("sdpa_flash", "flashref") for n in (65536, 98304)),
     ("h200", "flashref", "check55_64_8x1x65536", "fwd_bwd"),
     # check56 (after the capacities scaled by the H200's L2): 60 of 60 on the H200; 58 of 60 on the H100, whose misses
     # are FlashAttention-2's wave at 8 x 1 x 262144 coming apart (CAME_APART: -85%, and -54% forward+backward)
     *(("sdpa_flash", "check56_128_8x1x262144", mode) for mode in ("fwd", "fwd_bwd")),
-    # check57 (the issue's grid once more; kernel 2 at ragged lengths after its spill fix): 64 of 64 on the H100; 62 of
-    # 64 on the H200, whose misses are two FlashAttention-2 forwards: the causal d = 64 one at 1 x 8 x 98304 (+46%),
+    # check57 (the validation grid once more; kernel 2 at ragged lengths after its spill fix): 64 of 64 on the H100; 62
+    # of 64 on the H200, whose misses are two FlashAttention-2 forwards: the causal d = 64 one at 1 x 8 x 98304 (+46%),
     # and the non-causal d = 128 one at 4 x 2 x 196608 (-30%)
     ("h200", "sdpa_flash", "check57_64_1x8x98304_causal", "fwd"),
     ("h200", "sdpa_flash", "check57_128_4x2x196608", "fwd"),
-    # check58 (the issue's grid once more, and four corners): 69 of 72 on each GPU. On the H100, FlashAttention-2's
+    # check58 (the validation grid once more, and four corners): 69 of 72 on each GPU. On the H100, FlashAttention-2's
     # non-causal d = 128 forward at 2 x 2 x 393216 (-55%: its wave past the knee reads more than the lockstep passes,
     # as check27's 2 x 2 x 262144 did); on the H200 its causal d = 64 walk at 2 x 4 x 131072 (+30%, the fourth H200
     # causal d = 64 row of eight heads near 10^5 to come out over) and its non-causal d = 64 forward+backward at
@@ -2326,7 +2328,7 @@ PREREGISTERED_MISSES = {
     ("flashref2", "check58_48_2x6x42896x55429", "fwd_bwd"),
     ("h200", "flashref2", "check58_48_2x6x42896x55429", "fwd_bwd"),
     ("sdpa_flash", "check58_48_2x6x42896x55429", "fwd_bwd"),
-    # check59 (the issue's grid once more, and four corners; after the launch in pieces): 65 of 68 on the H200, whose
+    # check59 (the validation grid once more, and four corners; after the launch in pieces): 65 of 68 on the H200, whose
     # misses are FlashAttention-2's non-causal d = 128 forward far past the knee: at 4 x 1 x 393216 its wave came apart
     # (77.4 GB against the model's 18.7, -76%; forward+backward -41%), and at 1 x 8 x 262144 it read 25.7 GB (-35%)
     *(("h200", "sdpa_flash", "check59_128_4x1x393216", mode) for mode in ("fwd", "fwd_bwd")),

@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -151,3 +152,20 @@ def test_out_of_reach_on_the_recorded_runs_bounds_the_scorecard(rows, errs, caps
         assert np.sum(np.abs(predicted / np.array(c["measured"]) - 1) > L.BAND) >= c["outside"]
     assert cli(["l2-score"]) == 0
     assert f"{sum(c['outside'] for c in reach)} measurements of {len(reach)} calls" in capsys.readouterr().out
+
+
+def test_the_readme_scorecard_is_the_commands(rows, errs):
+    # The README quotes `l2-score`'s summary in prose; a new recorded run changes it, so the sentence is read back
+    # here and compared with what the command computes (runs, rows, and each kernel's count and mean error).
+    text = " ".join((FOLDER.parents[1] / "README.md").read_text().split())
+    m = re.search(r"Over every recorded row \((\d+) runs,.*?within ±25% on (\d+) of (\d+): eager (\d+) of (\d+) "
+                  r"\(mean error ([\d.]+)%\), SDPA flash (\d+) of (\d+) \(([\d.]+)%\), kernel 2 (\d+) of (\d+) "
+                  r"\(([\d.]+)%\), kernel 3 as it runs today (\d+) of (\d+) \(([\d.]+)%\), and kernel 3's earlier "
+                  r"launches \(older tiles, or no barrier past the knee\) (\d+) of (\d+) \(([\d.]+)%\)", text)
+    assert m, "the README's scorecard sentence was not found"
+    card = {s["kernel"]: s for s in L.scorecard(rows, errs)}
+    said = [int(x) if "." not in x else float(x) for x in m.groups()]
+    computed = [len({(r.gpu, r.run) for r in rows}), card["all"]["within"], card["all"]["rows"]]
+    for kernel in ("eager", "sdpa_flash", "kernel 2", "kernel 3", "kernel 3, earlier launches"):
+        computed += [card[kernel]["within"], card[kernel]["rows"], round(100 * card[kernel]["mean"], 1)]
+    assert said == computed

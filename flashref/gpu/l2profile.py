@@ -170,7 +170,7 @@ CHECK10 = [
     ("check10_128_1x2_q1024_k4096", 1, 2, (1024, 4096), 128, False),
     ("check10_64_2x8_q256_k16384", 2, 8, (256, 16384), 64, False),
 ]
-# An eleventh, of the issue's own grid drawn at random rather than chosen: 10 shapes (default_rng(20261131): B from
+# An eleventh, of the validation grid drawn at random rather than chosen: 10 shapes (default_rng(20261131): B from
 # 1, 2, 4, 8; H from 1, 2, 4, 8, 16, 32; N from 1024 to 262144 in steps of 1 and 1.5 powers of two; d 64 or 128;
 # causal or not; kept if 2^16 <= B·H·N <= 2^20), five of many heads (H >= 8) with short N (<= 16384) and five of
 # few (B·H <= 4) with long N (>= 65536, four of them past the knee of one head's K and V), predicted by the model
@@ -223,7 +223,7 @@ CHECK14 = [
     ("check14_128_2x16_q256_k131072", 2, 16, (256, 131072), 128, False),
     ("check14_64_1x1_q2048_k57344", 1, 1, (2048, 57344), 64, False),
 ]
-# check15: the issue's grid drawn at random again, as check11 was (the same rule, default_rng(20261129)), after this
+# check15: the validation grid drawn at random again, as check11 was (the same rule, default_rng(20261129)), after this
 # round's two rules, predicted before it was measured (h100-l2-check15-predicted.json, h200-).
 CHECK15 = [
     ("check15_128_8x8x3072", 8, 8, 3072, 128, False), ("check15_64_2x16x12288_causal", 2, 16, 12288, 64, True),
@@ -255,7 +255,7 @@ CHECK17 = [
     ("check17_128_1x16x49152_causal", 1, 16, 49152, 128, True),
     ("check17_128_2x4x81920_causal", 2, 4, 81920, 128, True),
 ]
-# check18: the issue's grid drawn at random once more (check11's rule, default_rng(20261204)), with the model as this
+# check18: the validation grid drawn at random once more (check11's rule, default_rng(20261204)), with the model as this
 # round leaves it (the rolling rule with its drift clause), predicted before it was measured (h100-l2-check18-predicted
 # .json, h200-).
 CHECK18 = [
@@ -288,7 +288,7 @@ CHECK20 = [
     ("check20_128_1x4x81920_causal", 1, 4, 81920, 128, True),
     ("check20_128_1x4x163840_causal", 1, 4, 163840, 128, True),
 ]
-# check21: the issue's grid drawn at random once more (check11's rule without its count past the knee,
+# check21: the validation grid drawn at random once more (check11's rule without its count past the knee,
 # default_rng(20261207): five shapes of many heads at short N, five of few heads at long N), with the model that
 # predicted check19 and check20, before it was measured (h100-l2-check21-predicted.json, h200-).
 CHECK21 = [
@@ -298,7 +298,7 @@ CHECK21 = [
     ("check21_64_4x1x98304", 4, 1, 98304, 64, False), ("check21_64_2x2x262144", 2, 2, 262144, 64, False),
     ("check21_64_1x2x131072", 1, 2, 131072, 64, False), ("check21_64_2x1x131072", 2, 1, 131072, 64, False),
 ]
-# check22: the issue's grid drawn at random once more (check21's rule, default_rng(20261208)), with the model that
+# check22: the validation grid drawn at random once more (check21's rule, default_rng(20261208)), with the model that
 # predicted check19-check21 unchanged, before it was measured (h100-l2-check22-predicted.json, h200-).
 CHECK22 = [
     ("check22_64_4x16x2048_causal", 4, 16, 2048, 64, True), ("check22_128_1x16x4096_causal", 1, 16, 4096, 128, True),
@@ -338,7 +338,7 @@ CHECK25 = [
     ("check25_96_2x2x98304", 2, 2, 98304, 96, False), ("check25_128_2x2x131072", 2, 2, 131072, 128, False),
     ("check25_96_1x1x163840", 1, 1, 163840, 96, False), ("check25_256_1x2x81920", 1, 2, 81920, 256, False),
 ]
-# check26: the issue's grid drawn at random once more (check21's rule, default_rng(20261212)), with the model as the
+# check26: the validation grid drawn at random once more (check21's rule, default_rng(20261212)), with the model as the
 # nineteenth round leaves it (the synced pass's knee, FlashAttention-2's drift ramp), before it was measured
 # (h100-l2-check26-predicted.json, h200-).
 CHECK26 = [
@@ -349,7 +349,7 @@ CHECK26 = [
     ("check26_128_1x1x65536_causal", 1, 1, 65536, 128, True), ("check26_128_1x4x196608", 1, 4, 196608, 128, False),
     ("check26_128_2x1x131072_causal", 2, 1, 131072, 128, True),
 ]
-# check27: the issue's grid drawn at random once more (check21's rule, each shape once, default_rng(20261213)), with
+# check27: the validation grid drawn at random once more (check21's rule, each shape once, default_rng(20261213)), with
 # the model that predicted check26, before it was measured (h100-l2-check27-predicted.json, h200-).
 CHECK27 = [
     ("check27_64_4x16x3072", 4, 16, 3072, 64, False), ("check27_64_4x16x12288", 4, 16, 12288, 64, False),
@@ -358,7 +358,7 @@ CHECK27 = [
     ("check27_128_2x2x262144", 2, 2, 262144, 128, False), ("check27_64_2x2x262144_causal", 2, 2, 262144, 64, True),
     ("check27_64_1x2x65536", 1, 2, 65536, 64, False), ("check27_128_1x2x262144_causal", 1, 2, 262144, 128, True),
 ]
-# check28: the issue's grid drawn at random once more (check27's rule, default_rng(20261214)), with the model that
+# check28: the validation grid drawn at random once more (check27's rule, default_rng(20261214)), with the model that
 # predicted check26 and check27, before it was measured (h100-l2-check28-predicted.json, h200-).
 CHECK28 = [
     ("check28_128_8x16x3072", 8, 16, 3072, 128, False), ("check28_128_2x16x6144_causal", 2, 16, 6144, 128, True),
@@ -368,7 +368,7 @@ CHECK28 = [
     ("check28_64_4x1x131072_causal", 4, 1, 131072, 64, True),
     ("check28_128_4x1x196608_causal", 4, 1, 196608, 128, True),
 ]
-# check29: the issue's grid drawn at random once more (check27's rule, default_rng(20261215)), the same model, before
+# check29: the validation grid drawn at random once more (check27's rule, default_rng(20261215)), the same model, before
 # it was measured (h100-l2-check29-predicted.json, h200-).
 CHECK29 = [
     ("check29_128_4x16x1536", 4, 16, 1536, 128, False), ("check29_128_8x8x6144_causal", 8, 8, 6144, 128, True),
@@ -387,8 +387,8 @@ CHECK30 = [
     ("check30_64_1x3x131072_causal", 1, 3, 131072, 64, True), ("check30_64_2x2x393216_causal", 2, 2, 393216, 64, True),
     ("check30_64_2x3x163840_causal", 2, 3, 163840, 64, True), ("check30_64_1x4x393216_causal", 1, 4, 393216, 64, True),
 ]
-# check31: the issue's grid drawn at random once more (check27's rule, default_rng(20261217)), the model with C_rdrift,
-# before it was measured (h100-l2-check31-predicted.json, h200-).
+# check31: the validation grid drawn at random once more (check27's rule, default_rng(20261217)), the model with
+# C_rdrift, before it was measured (h100-l2-check31-predicted.json, h200-).
 CHECK31 = [
     ("check31_128_8x32x2048", 8, 32, 2048, 128, False), ("check31_128_1x16x8192_causal", 1, 16, 8192, 128, True),
     ("check31_64_1x8x16384", 1, 8, 16384, 64, False), ("check31_64_4x8x3072", 4, 8, 3072, 64, False),
@@ -408,7 +408,7 @@ CHECK32 = [
     ("check32_64_1x8x163840_causal", 1, 8, 163840, 64, True),
     ("check32_128_1x4x262144_causal", 1, 4, 262144, 128, True),
 ]
-# check33: the issue's grid drawn at random once more (check27's rule, default_rng(20261219)), the model with both,
+# check33: the validation grid drawn at random once more (check27's rule, default_rng(20261219)), the model with both,
 # before it was measured (h100-l2-check33-predicted.json, h200-).
 CHECK33 = [
     ("check33_64_8x16x6144_causal", 8, 16, 6144, 64, True), ("check33_64_4x8x12288_causal", 4, 8, 12288, 64, True),
@@ -418,7 +418,7 @@ CHECK33 = [
     ("check33_64_4x1x65536_causal", 4, 1, 65536, 64, True),
     ("check33_128_1x1x262144_causal", 1, 1, 262144, 128, True),
 ]
-# check34: the issue's grid drawn at random once more (check27's rule, default_rng(20261220)), the model of check33,
+# check34: the validation grid drawn at random once more (check27's rule, default_rng(20261220)), the model of check33,
 # before it was measured (h100-l2-check34-predicted.json, h200-).
 CHECK34 = [
     ("check34_128_4x16x1024", 4, 16, 1024, 128, False), ("check34_64_2x32x1024", 2, 32, 1024, 64, False),
@@ -428,7 +428,7 @@ CHECK34 = [
     ("check34_64_1x1x131072_causal", 1, 1, 131072, 64, True),
     ("check34_128_1x2x196608_causal", 1, 2, 196608, 128, True),
 ]
-# check35: the issue's grid drawn at random once more (check27's rule, default_rng(20261221)), the model of check34,
+# check35: the validation grid drawn at random once more (check27's rule, default_rng(20261221)), the model of check34,
 # before it was measured (h100-l2-check35-predicted.json, h200-).
 CHECK35 = [
     ("check35_128_2x16x3072_causal", 2, 16, 3072, 128, True), ("check35_64_8x8x12288", 8, 8, 12288, 64, False),
@@ -459,8 +459,8 @@ CHECK37 = [
     ("check37_64_2x4x229376_causal", 2, 4, 229376, 64, True),
     ("check37_64_4x1x163840_causal", 4, 1, 163840, 64, True),
 ]
-# check38: the issue's grid drawn at random once more (check27's rule, default_rng(20261224)), predicted with the apart
-# rule (h100-l2-check38-predicted.json, h200-).
+# check38: the validation grid drawn at random once more (check27's rule, default_rng(20261224)), predicted with the
+# apart rule (h100-l2-check38-predicted.json, h200-).
 CHECK38 = [
     ("check38_64_2x32x1536", 2, 32, 1536, 64, False), ("check38_128_2x32x3072_causal", 2, 32, 3072, 128, True),
     ("check38_64_4x32x1024", 4, 32, 1024, 64, False), ("check38_128_2x16x8192_causal", 2, 16, 8192, 128, True),
@@ -488,7 +488,7 @@ CHECK40 = [
     ("check40_64_2x1x163840", 2, 1, 163840, 64, False), ("check40_64_1x8x229376", 1, 8, 229376, 64, False),
     ("check40_64_4x2x262144", 4, 2, 262144, 64, False), ("check40_64_1x8x131072", 1, 8, 131072, 64, False),
 ]
-# check41: the issue's grid drawn once more with the model of check40, its few-heads half widened (check27's rule
+# check41: the validation grid drawn once more with the model of check40, its few-heads half widened (check27's rule
 # had left one shape of B·H <= 4 at N >= 65536 undrawn): B·H <= 8, N from 65536 to 393216, B·H·N <= 2^21
 # (default_rng(20261227); h100-l2-check41-predicted.json, h200-).
 CHECK41 = [
