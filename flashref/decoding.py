@@ -368,11 +368,13 @@ def forward_paged(Q, K_pages, V_pages, block_table, cache_seqlens, **opts) -> Fo
       ``.wasted_slots`` (slots allocated but unused, per head).
 
     Options: ``scale``, ``causal``, ``window``, ``alibi_slopes`` ((H,) or (B, H)), ``softcap``,
-    ``sram_size``, ``dtype_bytes``. ``causal`` and ``window`` are top-left aligned, as everywhere in
-    flashref: with Nq > 1, query i sees the cache's keys ≤ i, not its last ones (flash-attn's kvcache
-    aligns them bottom-right). Returns ``.O``, ``.L`` (B, H, Nq), ``.io``, ``.flops``,
-    ``.block_sizes`` ((Br, page_size)), ``.wasted_slots``. No sequence (B = 0) or no head (H = 0):
-    an empty result and an IO report of zeros.
+    ``sram_size``, ``dtype_bytes``. ``causal``, ``window`` and ``alibi_slopes`` are top-left aligned, as
+    everywhere in flashref: with Nq > 1, query i sees the cache's keys ≤ i, not its last ones; and ALiBi's
+    bias ``−slope·|i − j|`` puts query i at cache position i, so a decoding query (i = 0) penalises the
+    newest keys most, the reverse of the recency bias an ALiBi model was trained with (flash-attn's
+    kvcache aligns all three bottom-right, the query at the end of the cache). Returns ``.O``, ``.L``
+    (B, H, Nq), ``.io``, ``.flops``, ``.block_sizes`` ((Br, page_size)), ``.wasted_slots``. No sequence
+    (B = 0) or no head (H = 0): an empty result and an IO report of zeros.
     """
     Q, Kp, Vp, bt, lens = _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens)
     B, H, Nq, d = Q.shape

@@ -57,7 +57,7 @@ import torch
 import torch.distributed as dist
 
 from .problem import _scale, check_options
-from .ring import LAYOUTS, min_length
+from .ring import LAYOUTS, min_length, pieces  # pieces: one home, shared with the simulator (numpy only)
 from .ring import positions as _positions
 
 __all__ = ["ring_attention", "shard", "unshard", "gather", "pieces", "block_forward", "block_backward",
@@ -172,30 +172,6 @@ def gather(x: torch.Tensor, layout: str, group=None, dim: int = -2) -> torch.Ten
     parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, x.contiguous(), group=group)
     return unshard(parts, layout, dim)
-
-
-def pieces(layout: str, causal: bool, r: int, s: int, n: int) -> list:
-    """Sub-blocks ``(query rows, key rows, causal)`` of the pair (queries of rank r, keys of rank s).
-
-    Each piece is full or top-left causal, so a kernel with a causal flag computes it; together they
-    cover exactly the (query, key) pairs with global ``key position <= query position``.
-    """
-    full = slice(0, n)
-    if not causal:
-        return [(full, full, False)]
-    if s == r:  # the diagonal: positions increase along the shard, so global causal = local causal
-        return [(full, full, True)]
-    if layout == "contiguous":  # an earlier shard is seen whole, a later one not at all
-        return [(full, full, False)] if s < r else []
-    if layout == "zigzag":
-        h = n // 2  # chunks r | 2P-1-r of the queries, s | 2P-1-s of the keys
-        if s < r:  # keys' first chunk precedes both query chunks; their second follows both
-            return [(full, slice(0, h), False)]
-        return [(slice(h, n), full, False)]  # later s: only the late query chunk sees it, wholly
-    # striped: query i at r + P·i, key j at s + P·j; s < r: j <= i; s > r: j < i
-    if s < r:
-        return [(full, full, True)]
-    return [(slice(1, n), slice(0, n - 1), True)] if n > 1 else []
 
 
 # ---------------------------------------------------------------- one block pair
@@ -441,7 +417,9 @@ def _descriptor(q, k, v, causal, layout, scale, device):
         except ValueError:
             err = 5
     desc = [7741, LAYOUTS.index(layout) if layout in LAYOUTS else -1, int(causal is True), err]
-    scale_bits = torch.tensor([-1.0 if scale is None or err else float(scale)], dtype=torch.float64)
+    # scale travels as its float64 bits; None (the default, 1/√d) as a NaN, which no accepted scale can be
+    # (any finite real is one: a sentinel such as -1.0 would make scale=None and scale=-1.0 look alike)
+    scale_bits = torch.tensor([math.nan if scale is None or err else float(scale)], dtype=torch.float64)
     desc.append(int(scale_bits.view(torch.int64).item()))
     for x in (q, k, v):
         ok = not err
@@ -457,6 +435,12 @@ def _descriptor(q, k, v, causal, layout, scale, device):
             if x.numel():
                 desc[_NONFINITE + i] = (~torch.isfinite(x)).any().to(device)
     return desc
+
+
+def _scale_of(bits: int):
+    """The scale a rank passed, from its descriptor's float64 bits: None where it gave none (a NaN there)."""
+    value = float(np.array(bits, dtype=np.int64).view(np.float64))
+    return None if math.isnan(value) else value
 
 
 def _shape(row, i):
@@ -536,7 +520,7 @@ def _agree(q, k, v, causal, layout, scale, group, device):
                          f"an unknown layout{here}")
     for col, name in ((1, "layout"), (2, "causal"), (4, "scale")):
         if len({row[col] for row in rows}) > 1:
-            vals = [LAYOUTS[row[1]] if col == 1 else bool(row[2]) if col == 2 else "differ" for row in rows]
+            vals = [LAYOUTS[row[1]] if col == 1 else bool(row[2]) if col == 2 else _scale_of(row[4]) for row in rows]
             raise ValueError(f"ring_attention: ranks disagree on {name}: {vals} by rank")
     desc = [[_shape(row, i) for i in range(3)] for row in rows]
     for r, ((qd, qs, qc), (kd, ks, kc), (vd, vs, vc)) in enumerate(desc):
@@ -581,9 +565,10 @@ def ring_attention(q, k, v, **options):
 
     q, k, v: this rank's shards, ``(..., n, d)``, laid out by :func:`shard` with the same ``layout``
     on every rank of ``group`` (default: the world). CUDA fp16/bf16 tensors with ``(B, H, n, d)``
-    and d in 16..128 run flashref's Triton kernels over NCCL; CPU tensors (any float dtype) run the
-    torch pair attention over gloo. ``causal`` is causal in global positions. ``scale`` defaults to
-    1/√d. Returns this rank's shard of the output; ``.backward`` gives this rank's shards of dq, dk, dv.
+    and ``1 <= d <= gpu.MAX_HEAD_DIM`` (256) run flashref's Triton kernels over NCCL; CPU tensors (any
+    float dtype) run the torch pair attention over gloo. ``causal`` is causal in global positions.
+    ``scale`` defaults to 1/√d. Returns this rank's shard of the output; ``.backward`` gives this rank's
+    shards of dq, dk, dv.
     """
     # Options enter one way (flashref.problem): an unknown name is a TypeError listing the valid ones.
     check_options(options, RING_OPTIONS, "ring_attention")

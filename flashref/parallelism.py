@@ -64,9 +64,8 @@ def sm_count(gpu) -> int:
 
 
 def _pos(x, name):
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x <= 0:
-        raise ValueError(f"{name}: expected a positive integer, got {x!r}")
-    return int(x)
+    """A positive integer by the package's one rule: a bool or a float is a TypeError, 0 or less a ValueError."""
+    return positive_int(x, name)
 
 
 def work_items(algorithm: str, direction: str, *, batch: int, heads: int, Nq: int, Nk: int | None = None,
@@ -214,7 +213,8 @@ def smem_traffic(scheme: str, *, Br: int = DEFAULT_BLOCK, Bc: int = DEFAULT_BLOC
     for name, split in (("Br", Br),) if scheme == "split-Q" else (("Bc", Bc), ("Br", Br)):
         if split % W:
             raise ValueError(f"warps: {scheme} splits {name}={split} across warps; expected a divisor of it, got {W}")
-    rng = np.random.default_rng(seed)
+    # the seed checked here, by name: numpy's own refusal of a negative one names nothing
+    rng = np.random.default_rng(_nonnegative_int(seed, "seed"))
     scale = 1.0 / math.sqrt(d)
     smem = Memory(None, 2, ())  # the block's shared memory; "loads" go to warp registers
     syncs = 0

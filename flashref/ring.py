@@ -17,11 +17,18 @@ for P = 1).
 Layouts (how the N tokens are dealt out; :func:`positions` gives each device's token indices):
 
 * ``contiguous``: device r holds the r-th slice (``numpy.array_split``: the first ``N mod P``
-  devices hold one token more). Causal attention is unbalanced: device P−1 computes P times the
-  work of device 0 and the ring's step takes as long as the busiest device.
+  devices hold one token more). Causal attention is unbalanced: device P−1 computes 2P−1 times the
+  work of device 0 (P−1 full blocks and half a block, against half a block) and the ring's step
+  takes as long as the busiest device.
 * ``zigzag``: the sequence is cut into ``2P`` chunks (``array_split``), device r holds chunks
   ``r`` and ``2P−1−r`` — one early, one late — so every device does the same causal work.
 * ``striped``: token i lives on device ``i mod P`` (Brandon et al., Striped Attention, 2023).
+
+Causal pairs run as FlashAttention-2 with a top-left causal flag only (as the GPU kernels of
+:mod:`flashref.distributed` do): :func:`pieces` cuts each pair into sub-blocks that are full or
+top-left causal, and FlashAttention-2 runs on each, so it skips what no query sees and ``.io``/``.flops``
+count what a real ring computes. An explicit boolean mask would not do: it is a MASK function, and
+FlashAttention-2 visits every tile for one.
 
 Each device has its own counted :class:`~flashref.memory.Memory` (its HBM traffic is the sum of
 its FlashAttention-2 calls plus the merges), and the ring's link counts the bytes every device
@@ -47,7 +54,7 @@ from .problem import Problem, check_finite, check_like, check_options, overflow_
 from .results import BackwardResult, ForwardResult
 
 __all__ = ["LAYOUTS", "positions", "forward", "backward", "CommReport", "CommEvent", "merge_lse",
-           "pair_mask", "OPTIONS"]
+           "pair_mask", "pieces", "OPTIONS"]
 
 LAYOUTS = ("contiguous", "zigzag", "striped")
 #: options a ring call accepts: FlashAttention-2's, less mask and dropout, plus the dK/dV wire width.
@@ -99,15 +106,51 @@ def pair_mask(pos_q: np.ndarray, pos_k: np.ndarray, causal: bool):
     return m
 
 
-def _flash2_opts(m, opts):
-    """FlashAttention-2 options for one pair: a plain causal call where the mask is top-left causal."""
-    o = {k: v for k, v in opts.items() if k not in ("causal", "grad_bytes")}
-    if m is None:
-        return o
-    nq, nk = m.shape
-    if np.array_equal(m, np.tri(nq, nk, dtype=bool)):
-        return {**o, "causal": True}  # the diagonal pair: block skipping, as a single device does
-    return {**o, "mask": m}  # a strided pattern (striped, uneven shards): an explicit boolean mask
+def _first_chunk(N: int, world_size: int, r: int) -> int:
+    """Zigzag: how many tokens of device r's shard are its early chunk ``r`` (``array_split`` into 2P chunks)."""
+    return N // (2 * world_size) + (r < N % (2 * world_size))
+
+
+def pieces(layout: str, causal: bool, r: int, s: int, n: int, n_k: int | None = None, *,
+           h_q: int | None = None, h_k: int | None = None) -> list:
+    """Sub-blocks ``(query rows, key rows, causal)`` of the pair (queries of device r, keys of device s).
+
+    ``n`` is the query shard's length, ``n_k`` the key shard's (default ``n``: equal shards, as
+    :mod:`flashref.distributed` has). Zigzag only: ``h_q`` and ``h_k`` are how many tokens of each shard are
+    its early chunk (default ``n // 2``: equal chunks; ``_first_chunk`` for any N). Each piece is full or
+    top-left causal, so a kernel with a causal flag computes it; together they cover exactly the (query,
+    key) pairs with global ``key position <= query position`` (what :func:`pair_mask` marks), and no
+    piece holds a row or column that sees nothing. An empty list: nothing to compute.
+    """
+    n_k = n if n_k is None else n_k
+    full_q, full_k = slice(0, n), slice(0, n_k)
+    if not causal:
+        return [(full_q, full_k, False)]
+    if s == r:  # the diagonal: positions increase along the shard, so global causal = local causal
+        return [(full_q, full_k, True)]
+    if layout == "contiguous":  # an earlier shard is seen whole, a later one not at all
+        return [(full_q, full_k, False)] if s < r else []
+    if layout == "zigzag":
+        # the queries are chunks r | 2P-1-r, the keys chunks s | 2P-1-s (h_q, h_k tokens in the first)
+        h_q = n // 2 if h_q is None else h_q
+        h_k = n_k // 2 if h_k is None else h_k
+        if s < r:  # keys' first chunk precedes both query chunks; their second follows both
+            return [(full_q, slice(0, h_k), False)]
+        return [(slice(h_q, n), full_k, False)]  # later s: only the late query chunk sees it, wholly
+    # striped: query i at r + P·i, key j at s + P·j. s < r: j <= i, top-left causal; keys past the last
+    # query's index (j >= n, on an earlier device holding one token more) are seen by nobody, so are cut.
+    if s < r:
+        return [(full_q, slice(0, min(n_k, n)), True)]
+    # s > r: j < i ("strictly causal"): queries 1.. against keys 0.., top-left causal. Query 0 sees
+    # nothing, nor does a key j >= n - 1 (it would need a query i > j); one query alone: no piece.
+    return [(slice(1, n), slice(0, min(n_k, n - 1)), True)] if n > 1 else []
+
+
+def _pieces_of(layout, causal, r, s, pos):
+    """:func:`pieces` for devices r and s of the shards ``pos`` (any N: chunk and shard lengths from ``pos``)."""
+    N, P = sum(len(p) for p in pos), len(pos)
+    return pieces(layout, causal, r, s, len(pos[r]), len(pos[s]), h_q=_first_chunk(N, P, r),
+                  h_k=_first_chunk(N, P, s))
 
 
 def merge_lse(O1, L1, O2, L2):
@@ -272,19 +315,25 @@ def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResul
             if m is False:
                 continue  # every key of shard s is later than every query of shard r: nothing to do
             work[r, t] = len(pos[r]) * len(pos[s]) if m is None else int(m.sum())
-            blk = flash2.forward(pb.Q[..., pos[r], :], K_s, V_s, **_flash2_opts(m, fa_opts))
-            io[r] = blk.io if io[r] is None else io[r] + blk.io
-            flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
-            # Merge (one elementwise pass in HBM): read O_r, L_r and the block's O_rs, L_rs; write O_r, L_r.
-            mem = ring.mems[r]
-            mem.input("O_rs", blk.O)
-            mem.input("L_rs", blk.L)
-            O_old, L_old = mem.load("O", as_="O_r"), mem.load("L", as_="L_r")
-            O_b, L_b = mem.load("O_rs"), mem.load("L_rs")
-            O_new, L_new = merge_lse(O_old, L_old, O_b, L_b)
-            mem.store("O", O_new)
-            mem.store("L", L_new)
-            mem.free("O_r", "L_r", "O_rs", "L_rs")
+            # (O_rs, L_rs) = FlashAttention-2(Q_r, K_s, V_s), piece by piece: each full or top-left causal
+            # sub-block of the pair is one call, so no tile that no query sees is visited (pieces).
+            for qs, ks, c in _pieces_of(layout, pb.causal, r, s, pos):
+                blk = flash2.forward(pb.Q[..., pos[r][qs], :], K_s[..., ks, :], V_s[..., ks, :],
+                                     **{**fa_opts, "causal": c})
+                io[r] = blk.io if io[r] is None else io[r] + blk.io
+                flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
+                # (O_r, L_r) = merge((O_r, L_r), (O_rs, L_rs)) over the piece's query rows (one elementwise
+                # pass in HBM): read O_r, L_r and the piece's O_rs, L_rs; write O_r, L_r.
+                rows = (qs.start, qs.stop)
+                mem = ring.mems[r]
+                mem.input("O_rs", blk.O)
+                mem.input("L_rs", blk.L)
+                O_old, L_old = mem.load("O", rows, as_="O_r"), mem.load("L", rows, as_="L_r")
+                O_b, L_b = mem.load("O_rs"), mem.load("L_rs")
+                O_new, L_new = merge_lse(O_old, L_old, O_b, L_b)
+                mem.store("O", O_new, rows)
+                mem.store("L", L_new, rows)
+                mem.free("O_r", "L_r", "O_rs", "L_rs")
         if t < P - 1:
             # Communication of step t (overlapped with its compute on a real machine): K_s, V_s on to r + 1.
             arriving = [None] * P
@@ -345,13 +394,17 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
             if m is False:
                 continue
             work[r, t] = len(pos[r]) * len(pos[s]) if m is None else int(m.sum())
-            p = pos[r]
-            blk = flash2.backward(pb.Q[..., p, :], K_s, V_s, O[..., p, :], dO[..., p, :], L[..., p],
-                                  **_flash2_opts(m, fa_opts))
-            io[r] = blk.io if io[r] is None else io[r] + blk.io
-            flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
-            dQ_r[r] += blk.dQ  # dQ stays home
-            dkv[r] = (dkv[r][0] + blk.dK, dkv[r][1] + blk.dV)  # dK_s, dV_s travel with K_s, V_s
+            # Algorithm 2 on each full or top-left causal piece of the pair (as the forward), with the final O, L.
+            for qs, ks, c in _pieces_of(layout, pb.causal, r, s, pos):
+                p = pos[r][qs]
+                blk = flash2.backward(pb.Q[..., p, :], K_s[..., ks, :], V_s[..., ks, :], O[..., p, :], dO[..., p, :],
+                                      L[..., p], **{**fa_opts, "causal": c})
+                io[r] = blk.io if io[r] is None else io[r] + blk.io
+                flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
+                dQ_r[r][..., qs, :] += blk.dQ  # dQ stays home
+                # dK_s, dV_s travel with K_s, V_s: the piece's share goes to its key rows
+                dkv[r][0][..., ks, :] += blk.dK
+                dkv[r][1][..., ks, :] += blk.dV
         # Communication of step t: K_s, V_s on (not after the last step), dK_s, dV_s always, except on one
         # device: there is no link, and its dK, dV are home already (distributed.ring_attention sends nothing).
         if P == 1:

@@ -116,6 +116,12 @@ def _bad_inputs(rank, P):
     w = x.to(torch.float32) if rank == 1 else x
     _expect(lambda: ra(w, w, w), ValueError, "disagree on dtype")
     _expect(lambda: ra(x, x, x, causal=rank == 1), ValueError, "disagree on causal")
+    # scale=None (1/√d) against scale=-1.0, a valid scale that the check once encoded None as: refused, each
+    # rank's value shown (and None against another scale too)
+    _expect(lambda: ra(x, x, x, scale=None if rank == 0 else -1.0), ValueError,
+            "disagree on scale: [None, -1.0] by rank")
+    _expect(lambda: ra(x, x, x, scale=0.5 if rank == 0 else None), ValueError,
+            "disagree on scale: [0.5, None] by rank")
     _expect(lambda: ra(x, x, "v" if rank == 0 else x), TypeError, "torch.Tensor")
     # shard's own checks (local, no communication)
     _expect(lambda: fd.shard(torch.zeros(1, 6, 2), "zigzag", rank, P), ValueError, "multiple of 4")

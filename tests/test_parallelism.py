@@ -112,3 +112,27 @@ def test_choose_num_splits_checks_its_arguments():
     with pytest.raises(ValueError, match="Tc"):
         parallelism.choose_num_splits(4, 0, 100)
     assert parallelism.choose_num_splits(0, 4, 100) == 1  # an empty batch: nothing to split
+
+
+def test_sizes_refuse_a_bool_or_float_as_a_type_error_naming_the_argument():
+    """``_pos`` (work_items, waves, efficiency, occupancy, smem_traffic) raised ValueError for ``batch=True`` or
+    ``batch=1.5``; every other entry point makes a bool or a float where a size goes a TypeError, naming it."""
+    for bad in (True, 1.5, np.float64(2.0)):
+        with pytest.raises(TypeError, match=r"^batch: expected a positive integer"):
+            parallelism.work_items("flash2", "forward", batch=bad, heads=1, Nq=8)
+        with pytest.raises(TypeError, match=r"^slots: expected a positive integer"):
+            parallelism.waves(4, bad)
+        with pytest.raises(TypeError, match=r"^d: expected a positive integer"):
+            parallelism.smem_traffic("split-Q", d=bad)
+    with pytest.raises(ValueError, match=r"^heads: expected a positive integer, got 0"):
+        parallelism.occupancy("flash2", "forward", batch=1, heads=0, Nq=8)
+    assert parallelism.waves(np.int64(5), 4) == 2  # numpy integers still pass
+
+
+def test_smem_traffic_names_a_bad_seed():
+    """``smem_traffic(seed=-1)`` let numpy's unnamed "expected non-negative integer" through."""
+    with pytest.raises(ValueError, match=r"^seed: expected a non-negative integer, got -1"):
+        parallelism.smem_traffic("split-Q", seed=-1)
+    with pytest.raises(TypeError, match=r"^seed: expected a non-negative integer"):
+        parallelism.smem_traffic("split-Q", seed=0.5)
+    assert parallelism.smem_traffic("split-Q", seed=3).total == parallelism.smem_traffic("split-Q", seed=0).total

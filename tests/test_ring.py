@@ -83,6 +83,102 @@ def test_zigzag_balances_causal_work():
     assert work.max(axis=0)[1:].tolist() == [(N // P) ** 2] * (P - 1)
 
 
+def _pieces_by_hand(layout, fa, Q, K, V, dO, fwd, P, **opts):
+    """Each rank's forward and backward FLOPs and HBM elements, from FlashAttention-2 run on each piece of each
+    of its pairs (what distributed.ring_attention runs), plus the forward's merges: per piece, O_r and L_r's rows
+    read, the piece's O and L read, O_r and L_r's rows written."""
+    lead, d = Q.shape[:-2], Q.shape[-1]
+    H = int(np.prod(lead)) if lead else 1
+    pos, n = fwd.positions, len(fwd.positions[0])
+    want = {k: [0] * P for k in ("fwd_flops", "fwd_io", "bwd_flops", "bwd_io")}
+    for r in range(P):
+        for s in range(P):
+            for qs, ks, c in ring.pieces(layout, True, r, s, n):
+                q, k = pos[r][qs], pos[s][ks]
+                f = fa.forward(Q[..., q, :], K[..., k, :], V[..., k, :], causal=c, **opts)
+                b = fa.backward(Q[..., q, :], K[..., k, :], V[..., k, :], fwd.O[..., q, :], dO[..., q, :],
+                                fwd.L[..., q], causal=c, **opts)
+                merge = 3 * H * len(q) * (d + 1)  # read (O_r, L_r) and (O_rs, L_rs) rows, write (O_r, L_r) rows
+                want["fwd_flops"][r] += f.flops.total
+                want["fwd_io"][r] += f.io.total + merge
+                want["bwd_flops"][r] += b.flops.total
+                want["bwd_io"][r] += b.io.total
+    return want
+
+
+@pytest.mark.parametrize("layout", ring.LAYOUTS)
+def test_causal_ring_charges_what_its_pieces_compute(layout):
+    """Each causal pair runs as the full or top-left causal pieces of ring.pieces (distributed.ring_attention's),
+    so a rank's FLOPs and HBM traffic are FlashAttention-2's on those pieces, counted by running it. Zigzag's and
+    striped's off-diagonal pairs once ran with an explicit mask, visiting every tile: every zigzag rank was charged
+    the FLOPs and traffic of contiguous's busiest rank, and striped's charges ran against its work."""
+    from flashref import flash2
+
+    P, N, d = 4, 128, 8
+    opts = {"block_sizes": (8, 8)}
+    rng = np.random.default_rng(5)
+    Q, K, V, dO = _qkv(rng, (2,), N, d)
+    fwd = ring.forward(Q, K, V, world_size=P, layout=layout, causal=True, **opts)
+    bwd = ring.backward(Q, K, V, fwd.O, dO, fwd.L, world_size=P, layout=layout, causal=True, **opts)
+    want = _pieces_by_hand(layout, flash2, Q, K, V, dO, fwd, P, **opts)
+    assert [f.total for f in fwd.flops] == want["fwd_flops"]
+    assert [io.total for io in fwd.io] == want["fwd_io"]
+    assert [f.total for f in bwd.flops] == want["bwd_flops"]
+    assert [io.total for io in bwd.io] == want["bwd_io"]
+
+
+def test_balanced_layouts_are_charged_like_their_work():
+    """The charges follow .work: zigzag's busiest rank is charged less than contiguous's busiest, forward and
+    backward, FLOPs and HBM traffic; striped's ranks are charged in the order of their work (rank 0 least)."""
+    P, N, d = 4, 256, 16
+    rng = np.random.default_rng(0)
+    Q, K, V, dO = _qkv(rng, (), N, d)
+    res = {}
+    for lay in ring.LAYOUTS:
+        f = ring.forward(Q, K, V, world_size=P, layout=lay, causal=True, block_sizes=(16, 16))
+        b = ring.backward(Q, K, V, f.O, dO, f.L, world_size=P, layout=lay, causal=True, block_sizes=(16, 16))
+        res[lay] = (f, b)
+    for which in (0, 1):  # forward, backward
+        zig, con = res["zigzag"][which], res["contiguous"][which]
+        # FLOPs: zigzag P/2 blocks a rank, contiguous P - 1/2 on its last: 4/7 at P = 4; traffic less too
+        for report, below in (("flops", 0.7), ("io", 0.9)):
+            zig_max, con_max = (max(x.total for x in getattr(r, report)) for r in (zig, con))
+            assert zig_max < below * con_max, (which, report, zig_max, con_max)
+        striped = res["striped"][which]
+        work = striped.work.sum(axis=1)
+        assert (np.diff(work) > 0).all()
+        for report in ("flops", "io"):
+            charged = [x.total for x in getattr(striped, report)]
+            assert (np.diff(charged) > 0).all(), (which, report, charged)
+    # all ranks together do about one device's work: the ring adds no FLOPs beyond the pieces' diagonal tiles
+    from flashref import flash2
+    one = flash2.forward(Q, K, V, causal=True, block_sizes=(16, 16)).flops.total
+    assert res["zigzag"][0].flops.total < 1.05 * one
+
+
+@pytest.mark.parametrize("layout", ring.LAYOUTS)
+def test_pieces_cover_exactly_the_causal_pairs_for_any_N(layout):
+    """ring.pieces, given each shard's length and (zigzag) first-chunk length, covers exactly pair_mask's pairs,
+    with no row or column that sees nothing, for N not a multiple of P or 2P too (the simulator's shards)."""
+    for P in (1, 2, 3, 4):
+        for N in range(ring.min_length(layout, P), ring.min_length(layout, P) + 2 * P + 1):
+            pos = ring.positions(N, P, layout)
+            first = [N // (2 * P) + (k < N % (2 * P)) for k in range(P)]  # array_split's chunk lengths
+            for r in range(P):
+                for s in range(P):
+                    want = ring.pair_mask(pos[r], pos[s], True)
+                    want = np.ones((len(pos[r]), len(pos[s])), bool) if want is None else np.asarray(want)
+                    got = np.zeros(want.shape, int)
+                    for qs, ks, c in ring.pieces(layout, True, r, s, len(pos[r]), len(pos[s]), h_q=first[r],
+                                                 h_k=first[s]):
+                        block = np.ones((qs.stop - qs.start, ks.stop - ks.start), int)
+                        assert block.size, (layout, N, P, r, s)
+                        block = np.tril(block) if c else block
+                        assert block.any(axis=0).all() and block.any(axis=1).all(), (layout, N, P, r, s)
+                        got[qs, ks] += block
+                    np.testing.assert_array_equal(got, want, err_msg=f"{layout} N={N} P={P} r={r} s={s}")
+
+
 def test_schedule_and_events():
     rng = np.random.default_rng(2)
     Q, K, V, dO = _qkv(rng, (), 12, 2)
@@ -133,3 +229,13 @@ def test_overlap_condition():
     above = iom.overlap(N=2 * int(n_min * 1.1), d=128, world_size=2, gpu="H200")
     assert not below["forward"]["hidden"] and above["forward"]["hidden"]
     assert iom.min_tokens_per_device("H200", causal=True) == pytest.approx(2 * n_min)
+
+
+def test_closed_forms_refuse_what_their_formula_does_not_describe():
+    """ring_bytes_per_rank is the equal-shard formula: N = 10 over P = 4 returned 15·H·d·b, a number no rank sends
+    (comm gives each rank's). Refused, naming N; comm still counts unequal shards."""
+    with pytest.raises(ValueError, match=r"^N: the formula is for equal shards, so N must be a multiple of "
+                                         r"world_size=4, got N=10"):
+        iom.ring_bytes_per_rank(10, 4, 4)
+    assert len(set(iom.comm("forward", N=10, d=4, world_size=4).per_rank.tolist())) > 1  # ranks send unequal bytes
+    assert iom.ring_bytes_per_rank(12, 4, 4) == 2 * 3 / 4 * 12 * 4 * 2

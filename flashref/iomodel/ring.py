@@ -17,7 +17,8 @@ rank keeping 1/P of its (N/P)·H·d tensor: ``4·(P−1)/P² · N·H·d·b`` byt
 less, but it needs P to divide the number of heads.
 
 Overlap. One step computes a (n × n) block pair, ``4·n²·d·H`` matmul FLOPs forward (half of that
-causal, on average over a zigzag ring) against ``2·n·d·H·b`` bytes on the link; with peak F and link
+causal, on average over a balanced ring: zigzag or striped; a contiguous ring's step waits for a rank
+that computes a full block) against ``2·n·d·H·b`` bytes on the link; with peak F and link
 bandwidth W per direction the communication hides when ``4n²dH/F ≥ 2ndHb/W``, i.e.
 ``n ≥ F·b / (2W)`` tokens per device — the ring attention paper's ``c ≥ F/B`` (Liu et al. 2023,
 §3) in these units. It does not depend on d or H. The backward step does 2.5 times the forward's FLOPs and sends
@@ -106,14 +107,26 @@ def _equal_shards(N, d, world_size, heads, dtype_bytes) -> tuple:
 
 
 def ring_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2, **opts) -> float:
-    """Forward bytes each rank sends, equal shards: ``2(P−1)/P · N·H·d·b``."""
+    """Forward bytes each rank sends, equal shards: ``2(P−1)/P · N·H·d·b``.
+
+    N must be a multiple of P: with unequal shards the ranks send different amounts (:func:`comm` gives
+    each), and this formula would be a number no rank sends.
+    """
     check_options(opts, {"heads", "dtype_bytes"}, "iomodel.ring.ring_bytes_per_rank")
     N, d, P, heads, dtype_bytes = _equal_shards(N, d, world_size, heads, dtype_bytes)
+    if N % P:
+        raise ValueError(f"N: the formula is for equal shards, so N must be a multiple of world_size={P}, got N={N} "
+                         f"(iomodel.ring.comm counts unequal shards)")
     return 2 * (P - 1) / P * N * heads * d * dtype_bytes
 
 
 def ulysses_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2, **opts) -> float:
-    """Forward bytes each rank sends with Ulysses' all-to-alls (Q, K, V in, O out): ``4(P−1)/P² · N·H·d·b``."""
+    """Forward bytes each rank sends with Ulysses' all-to-alls (Q, K, V in, O out): ``4(P−1)/P² · N·H·d·b``.
+
+    A real Ulysses run needs P to divide the number of heads. The formula is linear in ``heads`` and is
+    returned for any (``heads=1`` is the per-head cost, which ``flashref.figures`` plots against the ring's
+    for P = 2..16); check ``heads % world_size == 0`` yourself before reading it as a runnable config.
+    """
     check_options(opts, {"heads", "dtype_bytes"}, "iomodel.ring.ulysses_bytes_per_rank")
     N, d, P, heads, dtype_bytes = _equal_shards(N, d, world_size, heads, dtype_bytes)
     return 4 * (P - 1) / P**2 * N * heads * d * dtype_bytes
@@ -132,7 +145,10 @@ def min_tokens_per_device(gpu="H200", *, link_bandwidth=None, dtype_bytes=2, flo
     """Smallest shard n = N/P at which one forward step's compute covers its communication.
 
     ``n ≥ F·b / (2W)`` (non-causal); causal blocks do half the work on average, so ``n ≥ F·b / W``.
-    ``flops`` defaults to the GPU's dense matmul peak, ``link_bandwidth`` to :data:`NVLINK`.
+    That halving assumes a balanced layout (zigzag or striped), where every rank does about half a block
+    at every step. A contiguous causal ring's step lasts as long as its busiest rank, which computes a full
+    block from step 1 on: its threshold is the non-causal one, ``causal=False``. ``flops`` defaults to
+    the GPU's dense matmul peak, ``link_bandwidth`` to :data:`NVLINK`.
     """
     check_options(opts, {"gpu", "link_bandwidth", "dtype_bytes", "flops", "causal"},
                   "iomodel.ring.min_tokens_per_device")
@@ -154,7 +170,9 @@ def overlap(*, N, d, world_size, heads=1, causal=False, gpu="H200", link_bandwid
             dtype_bytes=2, grad_bytes=4, **opts) -> dict:
     """Compute time against communication time of one ring step, forward and backward.
 
-    Equal shards ``n = N/P``. Forward step: ``4n²dH`` FLOPs (×1/2 causal) against
+    Equal shards ``n = N/P``. Forward step: ``4n²dH`` FLOPs (×1/2 causal: a balanced layout, zigzag or
+    striped; a contiguous causal ring's step waits for its busiest rank's full block, so pass
+    ``causal=False`` for it) against
     ``2ndH·b`` bytes; backward step: ``10n²dH`` FLOPs (2.5× the forward: five matmuls, recomputing
     S) against ``2ndH·(b + g)`` bytes. Times are ``FLOPs / F`` and ``bytes / W``; the step hides its
     communication when ``ratio = t_compute / t_comm ≥ 1`` (``inf`` with nothing to send: ``heads=0``).
