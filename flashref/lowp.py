@@ -19,6 +19,8 @@ as ``flash2.forward(Q, K, V, fp8="e4m3", ...)`` runs it. The extra lines are mar
   outlier coordinate is spread over all d coordinates before rounding. d must be a power of two.
 * **P**: with ``p_fp8``, P̃_ij = exp(S_ij − m_i^new) is multiplied by ``p_scale`` and cast before
   P̃_ij·V_j (ℓ_i sums the fp32 P̃_ij, as the kernel does); the product is divided by ``p_scale``.
+  Dropout zeroes the dropped entries of P̃ before the cast and multiplies the product by 1/(1 − p),
+  so P̃·p_scale ≤ p_scale is all the cast sees.
   ``key_order="reverse"`` visits the key blocks last to first (FlashAttention-3's mainloop does).
   ``.p_underflow`` marks the entries whose P̃·p_scale > 0 was cast to 0.
 * Accumulation and the softmax statistics are fp32 whenever an FP8 option is set.
@@ -175,6 +177,8 @@ def _values(fp8=None, p_fp8=None, fp8_scaling=None, incoherent=False, incoherent
         raise ValueError("incoherent_seed: only used with incoherent=True")
     # P̃·p_scale is made in fp32 and the product divided by it: outside float32's normal range, s_v / p_scale
     # overflowed (p_scale = 1e-40: a FloatingPointError blaming the inputs) or P̃·p_scale did (1e39).
+    if isinstance(p_scale, np.ndarray) and p_scale.ndim == 0:  # a 0-d array, as scale and dropout_p take it
+        p_scale = p_scale[()]
     if (isinstance(p_scale, (bool, np.bool_)) or not isinstance(p_scale, numbers.Real)
             or not (_F32_TINY <= p_scale <= _F32_MAX)):
         raise ValueError(f"p_scale: expected a finite number > 0 in float32's normal range "
@@ -193,7 +197,8 @@ def check_options(pb: Problem, **opts) -> dict:
     d, block_sizes = pb.d, pb.block_sizes
     if pb.bias is not None:
         raise ValueError("bias: not supported with the low-precision options (FlashAttention-3's FP8 forward has none)")
-    for name, on in (("enable_gqa", pb.enable_gqa), ("window", pb.window is not None),
+    # enable_gqa with Hq = Hkv (a group of 1) changes nothing, so it is accepted.
+    for name, on in (("enable_gqa", pb.group != 1), ("window", pb.window is not None),
                      ("alibi_slopes", pb.alibi_slopes is not None), ("softcap", pb.softcap is not None)):
         if on:
             raise ValueError(f"{name}: not supported with the low-precision options (the FP8 loop here has "
@@ -330,18 +335,24 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
             l_i = mem.hold("l_i", alpha * l_i + P_tilde.sum(axis=-1))  # ℓ from the fp32 P̃
             fc.elementwise(P_tilde)
             fc.elementwise(l_i, ops=2)
-            if pb.dropout_p > 0:
-                P_tilde = mem.hold("S_ij", P_tilde * pb.dropout_Z(rows, cols))
-                fc.elementwise(P_tilde)
             s_pv = s_v
+            if pb.dropout_p > 0:
+                # Dropout, P̃_ij ∘ Z_ij with Z = keep/(1 − p): P̃ takes the 0/1 keep mask (Z > 0) only, and 1/(1 − p)
+                # joins the descale of the product. So the FP8 cast below sees P̃·p_scale ≤ p_scale (with Z inside it
+                # reached p_scale/(1 − p), 512 > 448 at p_scale = 256, p = 0.5, and saturated), and the loop stays
+                # fp32 (Z comes in the inputs' dtype: float64 inputs made P̃·V and O_i float64).
+                P_tilde = mem.hold("S_ij", np.where(pb.dropout_Z(rows, cols) > 0, P_tilde, 0))  # (Br, Bc), cdt
+                fc.elementwise(P_tilde)
+                s_pv = s_pv / (1.0 - pb.dropout_p)
             if p is not None:
                 # FP8: P̃_ij · p_scale cast to FP8 in place (saturating); entries > 0 that became 0 underflowed.
                 P_scaled = P_tilde * p_scale
                 P_tilde = mem.hold("S_ij", up(cast(P_scaled, p)))  # (Br, Bc), exact FP8 values
                 underflow[..., rows[0]:rows[1], cols[0]:cols[1]] = (P_scaled > 0) & (P_tilde == 0)
                 fc.elementwise(P_tilde, ops=2)  # scale, cast
-                s_pv = s_v / p_scale
-            # Alg.1 l.10: O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j; FP8: the product times s_v / p_scale.
+                s_pv = s_pv / p_scale
+            # Alg.1 l.10: O_i = diag(e^{m_i − m_i^new}) O_i + P̃_ij V_j; FP8: the product times s_v / p_scale
+            # (and by 1/(1 − p) with dropout).
             with np.errstate(over="ignore", invalid="ignore"):  # an overflow is raised just below, not warned
                 PV = fc.matmul(P_tilde, up(V_j))  # (Br, d)
                 if s_pv is not one:

@@ -288,12 +288,22 @@ class Memory:
 
         ``dtype_bytes`` gives this tensor its own bytes per element (e.g. 1 for FP8) in the
         report's ``bytes``; ``None`` uses the memory's.
+
+        A broadcast input (an axis of length > 1 with stride 0, e.g. one ``(Nq, Nk)`` bias shared by
+        every head) is kept as a read-only view: a copy would materialise every repeat. Its IO still
+        counts the elements of its logical shape, as a GPU kernel reads the tile for every head.
         """
         array = _numeric(np.asarray(array), name)
         if dtype_bytes is not None:
             self._bytes[name] = positive_int(dtype_bytes, "dtype_bytes")
         self._check_lead(name, array)
-        self._hbm[name] = array.copy()
+        # (an empty array has all strides 0 too, but copying it costs nothing: it is copied as any other)
+        if array.size and any(stride == 0 and n > 1 for stride, n in zip(array.strides, array.shape)):
+            view = array.view()
+            view.flags.writeable = False  # the caller's memory: a store into it is refused (see store)
+            self._hbm[name] = view
+        else:
+            self._hbm[name] = array.copy()
         self._is_vector[name] = array.ndim == len(self.lead_shape) + 1
 
     def output(self, name: str, shape: tuple, dtype=np.float64) -> None:
@@ -356,6 +366,9 @@ class Memory:
             c = (0, 1) if self._is_vector[name] else (0, value.shape[-1])
         else:
             dst = self._hbm[name]
+            if not dst.flags.writeable:
+                raise ValueError(f"{name}: a broadcast input, kept as a read-only view (see input): it cannot be "
+                                 f"stored into; store to a buffer made by output or init")
             if self._is_vector[name]:
                 _no_cols(cols, name)
                 r, c = _range(rows, dst.shape[-1], "rows", name), (0, 1)

@@ -400,7 +400,9 @@ class Problem:
         pb = cls._checked(Q.shape[-2], K.shape[-2], Q.shape[-1], lead, opts, kv_lead=kv_lead)
         pb.Q, pb.K, pb.V = Q.astype(dt), K.astype(dt), V.astype(dt)
         if pb.bias is not None:
-            pb.bias = pb.bias.astype(dt)
+            # Cast the caller's array, then broadcast: casting the broadcast view would materialise it
+            # (an (Nq, Nk) bias shared by all heads became heads × Nq × Nk). A read-only view, as the mask is.
+            pb.bias = np.broadcast_to(np.asarray(opts["bias"], dtype=dt), pb.bias.shape)
         return pb
 
     @classmethod

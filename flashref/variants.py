@@ -196,10 +196,13 @@ def slopes_of_rows(pb, slopes_i: np.ndarray, rows) -> np.ndarray:
 
 def softcap(fc, pb, S, keep_dtanh=False):
     """[softcap] ``S = c·tanh(S/c)``; with ``keep_dtanh`` also its derivative ``1 − tanh²(S/c)``."""
-    c = pb.softcap
-    T = np.tanh(S / c)  # on the exponential unit
-    S = fc.ew(c * T, "softcap divide", "tanh", "softcap multiply")
-    return S, (fc.ew(1.0 - T * T, "square", "subtract") if keep_dtanh else None)
+    # c in float64 whatever S's dtype, the results cast back to it: in float32, c = 1e39 rounded to inf and
+    # c = 1e-46 to 0 (S/c then NaN), where |c·tanh(S/c)| <= |S| always fits S's dtype.
+    c = np.float64(pb.softcap)
+    with np.errstate(over="ignore"):  # S/c past float64's range is ±inf, and tanh(±inf) = ±1 is the exact limit
+        T = np.tanh(S / c)  # on the exponential unit
+    S = fc.ew((c * T).astype(S.dtype), "softcap divide", "tanh", "softcap multiply")
+    return S, (fc.ew((1.0 - T * T).astype(S.dtype), "square", "subtract") if keep_dtanh else None)
 
 
 def alibi(fc, pb, S, rows, cols, slopes):

@@ -178,6 +178,24 @@ def test_prop4_scaling_at_density_n_to_the_minus_half():
     assert 1.85 < np.polyfit(np.log(Ns), np.log(dense), 1)[0] < 2.05
 
 
+@pytest.mark.parametrize("args,name", [(dict(d=0, M=8192, Bc=32), "d"), (dict(d=64, M=8192, Bc=0), "Bc"),
+                                       (dict(d=64, M=-1, Bc=32), "M")])
+def test_prop4_constants_names_a_bad_argument(args, name):
+    """was: d = 0 or Bc = 0 raised a bare ZeroDivisionError."""
+    with pytest.raises(ValueError, match=f"^{name}: expected a positive number"):
+        io_blocksparse.prop4_constants(**args)
+
+
+@pytest.mark.parametrize("s", [5, 1.5, -0.1, float("nan"), True])
+def test_prop4_refuses_a_density_outside_0_1_by_name(s):
+    """was: prop4(10, 4, 100, s=5) returned 120, for a 'fraction of nonzero blocks' of 5."""
+    with pytest.raises(ValueError, match=r"^s: expected the fraction of nonzero blocks, a number in \[0, 1\]"):
+        io_blocksparse.prop4(10, 4, 100, s)
+    assert io_blocksparse.prop4(10, 4, 100, 0) == 40 and io_blocksparse.prop4(10, 4, 100, 1) == 56
+    with pytest.raises(ValueError, match="^N: expected a positive number"):
+        io_blocksparse.prop4(0, 4, 100, 0.5)
+
+
 def test_builders_shapes_and_densities():
     for k in range(1, 7):
         T = 2**k

@@ -178,6 +178,63 @@ def test_lowp_forward_called_directly_raises_as_flash2_forward_does(rng):
         np.testing.assert_array_equal(lowp.forward(Q, K, V, **opts).O, flash2.forward(Q, K, V, **opts).O)
 
 
+def test_p_scale_takes_a_0d_array_as_scale_and_dropout_p_do(rng):
+    """was: p_scale=np.array(2.0) was refused ("expected a finite number > 0"), where scale and dropout_p take it."""
+    Q, K, V = _qkv(rng, (), 8, 8, 4)
+    a = flash2.forward(Q, K, V, p_fp8="e4m3", p_scale=np.array(256.0))
+    np.testing.assert_array_equal(a.O, flash2.forward(Q, K, V, p_fp8="e4m3", p_scale=256.0).O)
+    pred = iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, p_fp8="e4m3", p_scale=np.array(256.0))
+    assert (pred.reads, pred.writes) == (a.io.reads, a.io.writes)
+    with pytest.raises(ValueError, match="^p_scale: "):
+        flash2.forward(Q, K, V, p_fp8="e4m3", p_scale=np.array(0.0))
+
+
+def test_enable_gqa_with_equal_heads_is_accepted_by_both(rng):
+    """was: refused ("enable_gqa: not supported") even with Hq = Hkv, a group of 1, where it changes nothing."""
+    Q, K, V = _qkv(rng, (2, 3), 8, 8, 4)
+    opts = dict(fp8="e4m3", p_fp8="e4m3", block_sizes=(4, 4))
+    a = flash2.forward(Q, K, V, enable_gqa=True, **opts)
+    b = flash2.forward(Q, K, V, **opts)
+    np.testing.assert_array_equal(a.O, b.O)
+    pred = iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, heads=6, kv_heads=6, enable_gqa=True, **opts)
+    assert (pred.reads, pred.writes, pred.bytes) == (a.io.reads, a.io.writes, a.io.bytes)
+
+
+# ---------------------------------------------------------------- P in FP8 with dropout
+@pytest.mark.parametrize("p_scale", [256.0, 448.0])
+@pytest.mark.parametrize("dropout_p", [0.2, 0.5])
+def test_p_fp8_with_dropout_does_not_saturate(p_scale, dropout_p):
+    """was: P̃ was multiplied by Z = 1/(1 − p) before P̃·p_scale was cast, so at p_scale = 256 and p = 0.5 the cast
+    saw up to 512 > 448 and clipped it: 16× the error without dropout (0.23), silently. The kept entries' rounding
+    error is that of the same P̃ without dropout, scaled by 1/(1 − p) in the product: so against the float64
+    forward with the same seed, the error is within twice (slack for which entries are kept) 1/(1 − p) times the
+    no-dropout error."""
+    rng = np.random.default_rng(0)
+    Q, K, V = _qkv(rng, (2,), 64, 64, 16)
+    lp = dict(p_fp8="e4m3", p_scale=p_scale, block_sizes=(16, 16))
+    plain = np.abs(flash2.forward(Q, K, V, **lp).O - flash2.forward(Q, K, V).O).max()
+    drop = dict(dropout_p=dropout_p, seed=1)
+    r = flash2.forward(Q, K, V, **drop, **lp)
+    err = np.abs(r.O - flash2.forward(Q, K, V, **drop).O).max()
+    assert 0 < err <= 2 * plain / (1 - dropout_p)
+
+
+@pytest.mark.parametrize("lp", [dict(fp8="e4m3"), dict(fp8="e5m2", fp8_scaling="block", p_fp8="e4m3"),
+                                dict(p_fp8="e4m3", p_scale=256.0)])
+def test_fp8_with_dropout_accumulates_in_fp32_for_float64_inputs(lp):
+    """was: Z came in the inputs' dtype, so float64 inputs made P̃·V and O_i float64 (the module says fp32 whenever
+    an FP8 option is set): the error reported was smaller than the modelled hardware's. Inputs exact in float32
+    give the same FP8 codes from either dtype, so an fp32 loop gives the same O, bit for bit."""
+    rng = np.random.default_rng(3)
+    Q, K, V = (X.astype(np.float32) for X in _qkv(rng, (2,), 24, 20, 8))
+    opts = dict(dropout_p=0.3, seed=5, block_sizes=(8, 8), **lp)
+    r32 = flash2.forward(Q, K, V, **opts)
+    r64 = flash2.forward(*(X.astype(np.float64) for X in (Q, K, V)), **opts)
+    assert r64.O.dtype == np.float32
+    np.testing.assert_array_equal(r64.O, r32.O)
+    np.testing.assert_array_equal(r64.L, r32.L)
+
+
 @pytest.mark.parametrize("f", [lowp.check_options, lowp.grid])
 def test_check_options_lists_the_valid_options(rng, f):
     """was: Python's bare "_values() got an unexpected keyword argument 'casual'"."""

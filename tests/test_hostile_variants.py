@@ -1,11 +1,15 @@
 """Hostile inputs to the variants, low precision, decoding and block-sparse modules: each test is a defect
 that was found and fixed (a raw internal error, a NaN, or a silent wrong answer before the fix)."""
 
+import tracemalloc
+import warnings
+
 import numpy as np
 import pytest
 
 from flashref import blocksparse, decoding, flash2, iomodel, lowp, patterns, standard
 from flashref.iomodel import blocksparse as io_blocksparse
+from flashref.problem import VARIANT_OPTIONS, Problem
 
 
 def _qkv(rng, Nq, Nk, d=2, lead=(1,)):
@@ -37,6 +41,72 @@ def test_paged_decoding_alibi_overflow_raises(rng):
     with pytest.raises(FloatingPointError, match="ALiBi"):
         decoding.forward_paged(Q, Kp, Vp, np.array([[0]]), np.array([4]), alibi_slopes=np.array([1e308]),
                                window=(-1, -1), causal=False, scale=1.0, softcap=None)
+
+
+# ---------------------------------------------------------------- softcap
+@pytest.mark.parametrize("alg", [flash2, standard])
+@pytest.mark.parametrize("c", [1e-46, 1e-300, 1e39, 1e300])
+def test_softcap_outside_float32s_range_is_computed_right_in_float32(alg, c):
+    """was: with float32 inputs, S/c ran in float32, where c rounded to 0 or inf: a RuntimeWarning (divide by zero),
+    then a FloatingPointError telling the user to scale the inputs down, which cannot help. Now the cap is
+    computed with c in float64, and the float32 answer is the float64 one to float32's rounding."""
+    rng = np.random.default_rng(0)
+    Q, K, V = (X.astype(np.float32) for X in _qkv(rng, 6, 6, d=4, lead=(2,)))
+    Q[0, 0] = 0.0  # a row of zero scores: S/c = 0/c
+    dO = rng.standard_normal(Q.shape).astype(np.float32)
+    X64 = [X.astype(np.float64) for X in (Q, K, V, dO)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r32, r64 = alg.forward(Q, K, V, softcap=c), alg.forward(*X64[:3], softcap=c)
+        saved32 = (r32.O, dO, r32.L) if alg is flash2 else (dO, r32.P)
+        saved64 = (r64.O, X64[3], r64.L) if alg is flash2 else (X64[3], r64.P)
+        g32 = alg.backward(Q, K, V, *saved32, softcap=c)
+        g64 = alg.backward(*X64[:3], *saved64, softcap=c)
+    assert r32.O.dtype == np.float32 and g32.dQ.dtype == np.float32
+    np.testing.assert_allclose(r32.O, r64.O, rtol=1e-5, atol=1e-5)
+    for name in ("dQ", "dK", "dV"):
+        np.testing.assert_allclose(getattr(g32, name), getattr(g64, name), rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- bias
+def test_a_bias_shared_by_every_head_is_not_materialised_per_head():
+    """was: one (Nq, Nk) bias under B·H heads was cast after broadcasting (problem.py: a full heads×Nq×Nk array),
+    then copied into HBM (memory.py: a second one): 1.35 GB more at B=4, H=16, N=1024. It stays a broadcast view
+    now, cast once at its own shape; the results and the IO, counted by the logical shape, are unchanged."""
+    rng = np.random.default_rng(0)
+    B, H, N = 2, 16, 64
+    Q, K, V = (X.astype(np.float32) for X in _qkv(rng, N, N, d=8, lead=(B, H)))
+    bias = rng.standard_normal((N, N))  # float64, cast to the float32 compute dtype
+    full = np.ascontiguousarray(np.broadcast_to(bias, (B, H, N, N)))  # the same bias, materialised
+    pb = Problem.from_arrays(Q, K, V, "flash2.forward", VARIANT_OPTIONS, bias=bias)
+    assert pb.bias.shape == (B, H, N, N) and pb.bias.dtype == np.float32
+    assert pb.bias.strides[:2] == (0, 0) and not pb.bias.flags.writeable  # read-only: nothing writes into it
+    assert pb.bias.base.nbytes == N * N * 4  # one float32 copy of (N, N), not B·H of them
+    pb64 = Problem.from_arrays(*(X.astype(np.float64) for X in (Q, K, V)), "flash2.forward", VARIANT_OPTIONS,
+                               bias=bias)
+    assert np.shares_memory(pb64.bias, bias)  # already in the compute dtype: the caller's array itself
+
+    def peak(**bias_opt):
+        tracemalloc.start()
+        try:
+            fwd = flash2.forward(Q, K, V, block_sizes=(16, 16), **bias_opt)
+            bwd = flash2.backward(Q, K, V, fwd.O, Q, fwd.L, block_sizes=(16, 16), **bias_opt)
+            return tracemalloc.get_traced_memory()[1], fwd, bwd
+        finally:
+            tracemalloc.stop()
+
+    none, _, _ = peak()
+    shared, fwd, bwd = peak(bias=bias)
+    assert shared - none < full.nbytes / 4  # two full copies (one in float32) before
+    fwd_full = flash2.forward(Q, K, V, block_sizes=(16, 16), bias=full)
+    bwd_full = flash2.backward(Q, K, V, fwd_full.O, Q, fwd_full.L, block_sizes=(16, 16), bias=full)
+    np.testing.assert_array_equal(fwd.O, fwd_full.O)
+    np.testing.assert_array_equal(bwd.dQ, bwd_full.dQ)
+    assert fwd.io.by_line == fwd_full.io.by_line and bwd.io.by_line == bwd_full.io.by_line
+    pred = iomodel.predict("flash2", "forward", Nq=N, Nk=N, d=8, heads=B * H, bias=bias, block_sizes=(16, 16))
+    assert (pred.reads, pred.writes) == (fwd.io.reads, fwd.io.writes)
+    s = standard.forward(Q, K, V, bias=bias)
+    np.testing.assert_array_equal(s.O, standard.forward(Q, K, V, bias=full).O)
 
 
 # ---------------------------------------------------------------- FP8

@@ -133,3 +133,33 @@ def test_memory_takes_numpy_integers_and_lists():
     m.init("O", [8, np.int64(4)], 0.0)
     m.store("O", np.ones((2, 2, 4)), rows=[0, 2])
     assert m.report().bytes == 4 * (2 * 3 * 4 + 2 * 8 * 4 + 2 * 2 * 4)
+
+
+def test_a_broadcast_input_is_kept_as_a_read_only_view():
+    """One (Nq, Nk) bias shared by every head: was copied in full, heads×Nq×Nk (1.35 GB at B=4, H=16, N=1024).
+    It is kept as a view now; its IO still counts the logical shape, and a store into it is refused by name."""
+    import tracemalloc
+
+    b = np.random.default_rng(0).standard_normal((256, 256))
+    B = np.broadcast_to(b, (64, 256, 256))  # 32 MiB if materialised
+    mem = Memory(lead_shape=(64,))
+    tracemalloc.start()
+    mem.input("bias", B)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < b.nbytes  # not a copy of B, nor even of b
+    tile = mem.load("bias", rows=(8, 24), cols=(100, 132), as_="B_ij")
+    np.testing.assert_array_equal(tile, B[:, 8:24, 100:132])
+    assert mem.report().reads == 64 * 16 * 32  # every head's tile, as a kernel reads it
+    with pytest.raises(ValueError, match="^bias: a broadcast input, kept as a read-only view"):
+        mem.store("bias", tile, rows=(8, 24), cols=(100, 132))
+    assert b.flags.writeable  # the caller's array is left as it was
+
+
+def test_a_contiguous_input_is_still_copied():
+    X = np.arange(12.0).reshape(3, 4)
+    mem = Memory()
+    mem.input("X", X)
+    X[:] = -1  # the caller changes its array afterwards: HBM keeps what was placed
+    np.testing.assert_array_equal(mem.load("X"), np.arange(12.0).reshape(3, 4))
+    mem.store("X", np.zeros((3, 4)))  # and it can be stored into

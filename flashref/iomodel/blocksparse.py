@@ -26,12 +26,15 @@ Proposition 4's Θ(Nd + N²d²M⁻¹s) (:func:`prop4`). Both delegate to
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from .. import blocksparse
 from ..problem import Problem, positive_int
 from . import Prediction
 from . import flash1 as _flash1
+from .bounds import _check
 
 __all__ = ["forward", "backward", "prop4", "prop4_constants", "nonzero_rows"]
 
@@ -71,6 +74,10 @@ def prop4(N, d, M, s):
     ``s`` is the fraction of nonzero blocks; ``M`` the SRAM size in elements. Θ(·) hides the
     constant; the figures compare shapes (slopes), not values.
     """
+    _check(N=N, d=d, M=M)
+    # a density: 0 (no block) to 1 (dense); s = 5 gave a number with no meaning
+    if isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Real) or not 0 <= s <= 1:
+        raise ValueError(f"s: expected the fraction of nonzero blocks, a number in [0, 1], got {s!r}")
     return N * d + N**2 * d**2 * s / M
 
 
@@ -81,4 +88,5 @@ def prop4_constants(d, M, Bc) -> tuple[float, float]:
     the K_j, V_j loads) and ``c2 = (3d + 4)·M/(Bc·d²)`` (the nonzero blocks). With the paper's
     Bc = M/4d, c2 = 4(3d + 4)/d ≈ 12.
     """
+    _check(d=d, M=M, Bc=Bc)  # d = 0 or Bc = 0 raised a bare ZeroDivisionError
     return (3 * d + 2) / d, (3 * d + 4) * M / (Bc * d**2)
