@@ -780,6 +780,21 @@ CHECK60 = [
     ("check60_32_2x16x15713", 2, 16, 15713, 32, False),
 ]
 
+# check61 (not drawn: aimed): where a review of the model's predictions on shapes never measured found it least
+# sure (2026-11-28), predicted for both GPUs and committed before any GPU measured them. Kernel 2's causal forward
+# at d = 128 with 16 heads, which flashref runs at a ragged N (the model: 9.2 GB at 65537 against kernel 3's 1.7 at
+# 65536); FlashAttention-2's split-KV forward over 393216 keys; d = 48 forward+backward at a ragged N; and the causal
+# walks at head dims no causal long-N run had measured (80, 112, 160)
+CHECK61 = [
+    ("check61_128_1x16x65537_causal", 1, 16, 65537, 128, True),
+    ("check61_128_1x16x65536_causal", 1, 16, 65536, 128, True),
+    ("check61_128_1x16x1024x393216", 1, 16, (1024, 393216), 128, False),
+    ("check61_48_4x8x20001", 4, 8, 20001, 48, False),
+    ("check61_160_1x4x98304_causal", 1, 4, 98304, 160, True),
+    ("check61_80_2x2x131072_causal", 2, 2, 131072, 80, True),
+    ("check61_112_1x8x65536_causal", 1, 8, 65536, 112, True),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -810,7 +825,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
-          "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "k2writes": K2WRITES,
+          "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
