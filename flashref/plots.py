@@ -65,9 +65,16 @@ def figure(title: str, ncols: int = 1, nrows: int = 1, width: float = 6.0, heigh
 
 
 def _check_rows(rows) -> None:
-    """The CSV's header is the first row's keys: refuse what has none, before anything is written."""
+    """The CSV's header is the first row's keys: refuse what has none, or a row with other keys (csv would fail
+    half-way through the file), before anything is written."""
     if not isinstance(rows, (list, tuple)) or not rows or not isinstance(rows[0], dict):
         raise ValueError(f"rows: expected a non-empty list of dicts (one per CSV line), got {rows!r:.80}")
+    keys = list(rows[0])
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or set(row) != set(keys):
+            got = list(row) if isinstance(row, dict) else type(row).__name__
+            raise ValueError(f"rows[{i}]: every row must have the first row's keys {keys} (the CSV header), "
+                             f"got {got}")
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -86,15 +93,17 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def save(fig, rows: list[dict], path_stem: Path) -> None:
-    """Write ``<stem>.png`` and ``<stem>.csv`` (the plotted data)."""
+    """Write ``<stem>.png`` and ``<stem>.csv`` (the plotted data). The stem is kept whole: ``drop_p0.1`` writes
+    ``drop_p0.1.png``, not ``drop_p0.png``."""
     _check_rows(rows)  # not a PNG without its CSV
     path_stem = Path(path_stem)
     path_stem.parent.mkdir(parents=True, exist_ok=True)
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    fig.savefig(path_stem.with_suffix(".png"), metadata=PNG_METADATA)
+    # with_suffix would take the ".1" of "drop_p0.1" for a suffix and replace it
+    fig.savefig(path_stem.with_name(path_stem.name + ".png"), metadata=PNG_METADATA)
     plt.close(fig)
-    write_csv(path_stem.with_suffix(".csv"), rows)
+    write_csv(path_stem.with_name(path_stem.name + ".csv"), rows)
 
 
 #: Where :func:`storyboard` writes: ``figures/storyboards/`` of the checkout.

@@ -117,18 +117,23 @@ def flops_per_token(cfg: GPTConfig, params_matmul: int, N: int, causal_halved: b
 
 
 def peak_flops(device_name: str):
-    """Dense bf16 tensor-core peak of the named GPU from :mod:`flashref.hardware`, or None. The H100 preset is the
-    SXM5 part; an H100 PCIe (114 SMs, lower clocks) or NVL has another peak that no preset holds, so None: no
-    model-FLOPs utilisation rather than one against the wrong peak."""
+    """Dense bf16 tensor-core peak of the named GPU from :mod:`flashref.hardware`, or None. The H100 and H200
+    presets are the SXM parts; an H100 PCIe (114 SMs, lower clocks) or NVL, or an H200 NVL (about 835 TFLOP/s),
+    has another peak that no preset holds, so None: no model-FLOPs utilisation rather than one against the wrong
+    peak. Names are matched as whole words: an "RTX A1000" is not an A100."""
     from . import hardware
 
     if not isinstance(device_name, str):
         raise TypeError(f"device_name: expected a GPU's name (str), got {type(device_name).__name__}")
-    if "h100" in device_name.lower() and any(x in device_name.lower() for x in ("pcie", "nvl")):
-        return None
-    for key in ("H200", "H100", "A100-80GB", "A100"):
-        if key.split("-")[0].lower() in device_name.lower() and (key != "A100-80GB" or "80" in device_name):
-            return hardware.get(key).peak("matmul")
+
+    def has(word):
+        return re.search(rf"\b{word}\b", device_name, re.I) is not None
+
+    for gpu in ("H200", "H100"):
+        if has(gpu):
+            return None if has("PCIe") or has("NVL") else hardware.get(gpu).peak("matmul")
+    if has("A100"):  # the PCIe A100 has the SXM4's 312 TFLOP/s
+        return hardware.get("A100-80GB" if re.search(r"\b80\s?GB\b", device_name, re.I) else "A100").peak("matmul")
     return None
 
 
@@ -268,11 +273,30 @@ def attention_share(prof, cuda: bool) -> dict:
 
 # --------------------------------------------------------------------------- experiments
 
+def _check_sizes(suite: dict, name: str = "suite") -> None:
+    """The throughput sizes of ``suite`` (as :func:`measure` reads them), each named when wrong: a warm-up of -1 or 0
+    timed steps ended in ``statistics.median`` of nothing, a ``tokens_per_step`` <= 0 ran batch 1 silently."""
+    if not isinstance(suite, dict):
+        raise TypeError(f"{name}: expected a dict of a suite's settings (as train.SUITES[...]), "
+                        f"got {type(suite).__name__}")
+    missing = [k for k in ("tokens_per_step", "warmup", "steps", "profile_steps", "amp") if k not in suite]
+    if missing:
+        raise ValueError(f"{name}: missing {', '.join(missing)} (see train.SUITES)")
+    positive_int(suite["tokens_per_step"], f"{name}['tokens_per_step']")
+    _nonnegative_int(suite["warmup"], f"{name}['warmup']")
+    positive_int(suite["steps"], f"{name}['steps']")  # the median step time needs one
+    positive_int(suite["profile_steps"], f"{name}['profile_steps']")  # the per-step attention time divides by it
+    if not isinstance(suite["amp"], bool):  # was torch's set_autocast_enabled() TypeError
+        raise TypeError(f"{name}['amp']: expected True or False, got {suite['amp']!r}")
+
+
 def measure(suite: dict, N: int, backend: str, device, seed: int = 0) -> dict:
     """One throughput configuration: warm-up, timed steps, memory, profiled steps."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    _check_sizes(suite)
+    N = positive_int(N, "N")
     device = _device(device)
     B = max(1, suite["tokens_per_step"] // N)
     cfg, model, opt = _build(suite["model"], N, backend, device, seed, suite["lr"], suite["data_vocab"])
@@ -366,7 +390,13 @@ def parity_verdict(curves: dict, seed_curve: list | None, ref: str, peer: str, w
     The factor 2 is flash-attention's own test rule (a kernel's error at most twice a baseline's);
     the floor 5e-3 (relative) is about bf16's unit roundoff (2⁻⁸ = 3.9e-3) of the loss, for a
     pair of peers that happen to agree more closely than that. ``seed_spread`` (the reference
-    from another seed) is reported beside it: curves within tolerance are far closer than that."""
+    from another seed) is reported beside it.
+
+    What the window shows: by the last steps of the recorded runs every curve sits at the copy task's
+    floor, so the rule says that each backend reached the same floor, with differences of the size of
+    batch-to-batch noise there. It does not separate a backend from another seed: the recorded other-seed
+    run is as close in the window (``seed_spread_max``). Where the curves do separate is on the way down:
+    :func:`whole_curve_diff` gives the same maximum over every step, for each backend and the other seed."""
     window = positive_int(window, "window")
     if ref not in curves or peer not in curves:
         return dict(rule="reference or peer missing", ref=ref, peer=peer)
@@ -408,6 +438,26 @@ def parity_verdict(curves: dict, seed_curve: list | None, ref: str, peer: str, w
     return out
 
 
+def whole_curve_diff(parity: dict) -> dict:
+    """``max_t |L_b(t) − L_ref(t)|`` over *every* step of a recorded ``parity`` section (the learning phase
+    included, not only :func:`parity_verdict`'s window at the floor), for each backend b and for the other seed's
+    run: ``{"ref": ref, "steps": n, "backends": {b: max}, "other_seed": max or None}``. NaN in a curve: inf."""
+    if not isinstance(parity, dict) or "curves" not in parity or not isinstance(parity.get("verdict"), dict):
+        raise ValueError("parity: expected a recorded run's 'parity' section (curves and verdict)")
+    curves, ref = parity["curves"], parity["verdict"].get("ref")
+    if ref not in curves:
+        raise ValueError(f"parity: the reference {ref!r} has no curve (curves: {sorted(curves)})")
+
+    def maxdiff(c):
+        d = [abs(x - y) for x, y in zip(c, curves[ref])]
+        return math.inf if any(math.isnan(x) for x in d) else round(max(d), 5)
+
+    seed = (parity.get("seed_curve") or {}).get("losses")
+    return dict(ref=ref, steps=min(len(c) for c in curves.values()),
+                backends={b: maxdiff(c) for b, c in curves.items() if b != ref},
+                other_seed=maxdiff(seed) if seed else None)
+
+
 # --------------------------------------------------------------------------- the run
 
 class Recorder:
@@ -441,12 +491,25 @@ def run(suite_name: str, out: Path, device_name: str | None = None, overrides: d
         if v is not None:
             suite[k] = v
     if overrides and overrides.get("backends") is not None:
+        if not isinstance(suite["backends"], (list, tuple)):  # a string was iterated letter by letter
+            raise TypeError(f"overrides['backends']: expected a list or tuple of names among {BACKENDS}, "
+                            f"got {suite['backends']!r}")
         for b in suite["backends"]:
             if not isinstance(b, str) or b not in BACKENDS:
                 raise ValueError(f"overrides['backends']: expected names among {BACKENDS}, got {b!r}")
+    budget = suite["budget_s"]  # -1 skipped every configuration; "10" failed after the JSON file was made
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not budget > 0:
+        raise ValueError(f"overrides['budget_s']: expected a number of seconds > 0, got {budget!r}")
+    if not isinstance(suite["Ns"], (list, tuple)):
+        raise TypeError(f"overrides['Ns']: expected a list or tuple of sequence lengths, got {suite['Ns']!r}")
     # ascending, once each (as the CLI's --N): a backend out of memory at N is skipped at every later N,
     # which must therefore be longer
     suite["Ns"] = sorted({positive_int(N, "overrides['Ns']") for N in suite["Ns"]})
+    short = [N for N in suite["Ns"] if N < 2 * suite["period"]]  # as the CLI's --N: every configuration would fail
+    if short:
+        raise ValueError(f"overrides['Ns']: this suite's copy task repeats {suite['period']} tokens, so each "
+                         f"sequence length must be at least {2 * suite['period']}, got {short}")
+    _check_sizes(suite, f"SUITES[{suite_name!r}]")
     device = torch.device(device_name or ("cuda" if torch.cuda.is_available() else "cpu"))
     on_gpu = device.type == "cuda"
     if not on_gpu:
@@ -666,12 +729,29 @@ def table(result) -> str:
 
 
 def _save_plots(result, out: Path):
-    plot_throughput(result).savefig(out.with_suffix(".png"), dpi=110)
+    """``out``'s figures beside it: ``<out>.png`` (throughput; none when no configuration ran or ran out of
+    memory, as in a parity-only run, whose panels were empty under the throughput model's title) and
+    ``<out>-loss.png`` (loss parity)."""
+    if any(r.get("status") in ("ok", "oom") for r in result["throughput"]):
+        plot_throughput(result).savefig(out.with_suffix(".png"), dpi=110)
     if result.get("parity") and result["parity"]["curves"]:
         plot_loss(result).savefig(out.with_name(out.stem + "-loss.png"), dpi=110)
 
 
 GPU_SUITES = ("h100", "h100-parity")  # sized for an H100: bf16 autocast, GPT-2 124M, N up to 16K
+
+
+def default_out(suite: str) -> Path:
+    """Where ``train --suite <suite>`` writes without ``--out``: ``figures/gpu/e2e-<suite>.json`` for a GPU suite,
+    ``figures/e2e-<suite>.json`` for one sized for a CPU (``test``, ``cpu-tiny``: notebook 12 reads
+    ``figures/e2e-cpu-tiny.json``), in the checkout's ``figures/`` wherever the command is run from (as
+    :func:`flashref.figures.default_dir`)."""
+    from .figures import default_dir
+
+    if not isinstance(suite, str) or suite not in SUITES:
+        raise ValueError(f"suite: expected one of {', '.join(sorted(SUITES))}, got {suite!r}")
+    folder = default_dir() / "gpu" if suite in GPU_SUITES else default_dir()
+    return folder / f"e2e-{suite}.json"
 
 
 def _backends(p, text):
@@ -720,6 +800,9 @@ def _check_out(p, out: Path) -> None:
     """``--out`` names a JSON file that can be written, before any minute is spent measuring."""
     if out.is_dir():
         p.error(f"--out: {out} is a folder; name the JSON file to write")
+    if out.suffix.lower() == ".png":  # the JSON would be written there, then overwritten by the throughput plot
+        p.error(f"--out: {out} names a PNG; name the JSON file to write (its figures go beside it: "
+                f"{out.stem}.png, {out.stem}-loss.png)")
     try:  # the write that Recorder.flush does (a temporary file beside out), undone; out itself is untouched
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".json.tmp")
@@ -747,7 +830,10 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="python -m flashref train", description=__doc__.split("\n")[0])
     p.add_argument("--suite", default="h100", choices=sorted(SUITES))
-    p.add_argument("--out", default=None, help="JSON path (default figures/gpu/e2e-<suite>.json)")
+    p.add_argument("--out", default=None,
+                   help="JSON path; its figures go beside it (default, in the checkout's figures/: "
+                        f"gpu/e2e-<suite>.json for {', '.join(GPU_SUITES)}; e2e-<suite>.json for "
+                        f"{', '.join(s for s in sorted(SUITES) if s not in GPU_SUITES)})")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--backends", default=None, help="comma list overriding the suite's")
     p.add_argument("--N", default=None, help="comma list of sequence lengths overriding the suite's")
@@ -768,7 +854,7 @@ def main(argv=None) -> int:
     if args.budget_s is not None and not args.budget_s > 0:
         p.error(f"--budget-s: expected a positive number of seconds, got {args.budget_s}")
     _check_device(p, args.suite, args.device)
-    out = Path(args.out or f"figures/gpu/e2e-{args.suite}.json")
+    out = Path(args.out) if args.out else default_out(args.suite)
     _check_out(p, out)
     result = run(args.suite, out, args.device, over, argv=argv)
     if not args.no_plots:

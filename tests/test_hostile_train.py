@@ -182,6 +182,42 @@ def test_run_names_a_bad_suite_or_override(tmp_path, monkeypatch):
     assert [(row["N"], row["status"]) for row in r["throughput"]] == [(16, "ok"), (32, "oom"), (64, "skipped")]
 
 
+@pytest.mark.parametrize("over, exc, match", [
+    (dict(budget_s=-1), ValueError, r"overrides\['budget_s'\]: expected a number of seconds > 0, got -1"),
+    (dict(budget_s="10"), ValueError, r"overrides\['budget_s'\]"),  # was a TypeError after the JSON was made
+    (dict(budget_s=float("nan")), ValueError, r"overrides\['budget_s'\]"),
+    (dict(backends="eager"), TypeError, r"overrides\['backends'\]: expected a list or tuple"),  # was "got 'e'"
+    (dict(Ns=[4]), ValueError, r"overrides\['Ns'\]: .* at least 8, got \[4\]"),  # was an error row per backend
+    (dict(Ns=32), TypeError, r"overrides\['Ns'\]: expected a list or tuple"),
+])
+def test_run_refuses_what_the_cli_refuses(tmp_path, over, exc, match):
+    out = tmp_path / "r.json"
+    with pytest.raises(exc, match=match):
+        train.run("test", out, "cpu", over)
+    assert not out.exists()  # refused before the file is made
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(warmup=-1), ValueError, r"suite\['warmup'\]: expected a non-negative integer, got -1"),
+    (dict(steps=0), ValueError, r"suite\['steps'\]: expected a positive integer, got 0"),  # was StatisticsError
+    (dict(profile_steps=0), ValueError, r"suite\['profile_steps'\]"),  # was a ZeroDivisionError
+    (dict(tokens_per_step=0), ValueError, r"suite\['tokens_per_step'\]"),  # was batch 1, silently
+    (dict(tokens_per_step=-5), ValueError, r"suite\['tokens_per_step'\]"),
+    (dict(tokens_per_step=128.0), TypeError, r"suite\['tokens_per_step'\]"),
+    (dict(amp="no"), TypeError, r"suite\['amp'\]: expected True or False"),  # was torch's autocast TypeError
+])
+def test_measure_names_a_bad_size(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        train.measure(dict(train.SUITES["test"], **kw), 32, "eager", CPU)
+
+
+def test_measure_names_a_suite_that_is_not_one():
+    with pytest.raises(TypeError, match="suite: expected a dict"):
+        train.measure(None, 32, "eager", CPU)
+    with pytest.raises(ValueError, match="suite: missing steps"):
+        train.measure({k: v for k, v in train.SUITES["test"].items() if k != "steps"}, 32, "eager", CPU)
+
+
 def test_training_is_seeded_and_learns():
     a, b, c = _curve(steps=8), _curve(steps=8), _curve(steps=8, seed=1)
     assert a == b  # same seed: the same weights, batches and losses
@@ -201,6 +237,23 @@ def test_parity_verdict_refuses_a_diverged_curve():
     assert v["within"] == {"b": False, "c": False} and "diverged" in v["rule"]  # no baseline: nobody within
     with pytest.raises(ValueError, match="seed_curve"):
         train.parity_verdict({"a": ok, "b": ok}, [3.0] * 4, "a", "b")  # was a max() of an empty sequence
+
+
+@pytest.mark.parametrize("name, peak", [
+    ("NVIDIA RTX A1000 Laptop GPU", None),  # "a100" is a substring of "a1000": was the A100's 312 TFLOP/s
+    ("NVIDIA RTX A1000 6GB", None),
+    ("NVIDIA H200 NVL", None),  # about 835 TFLOP/s, no preset: was the SXM's 989.4
+    ("NVIDIA H100 NVL", None),
+    ("NVIDIA H100 PCIe", None),
+    ("NVIDIA H100 80GB HBM3", 989.4e12),
+    ("NVIDIA H200", 989.4e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12),
+    ("NVIDIA A100-SXM4-40GB", 312e12),
+    ("NVIDIA A100 80GB PCIe", 312e12),
+])
+def test_peak_flops_matches_whole_names(name, peak):
+    got = train.peak_flops(name)
+    assert got is None if peak is None else got == pytest.approx(peak)
 
 
 def test_amdahl_and_speedups_edges():

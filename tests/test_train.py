@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +131,79 @@ def test_parity_rule():
     assert v["noise"] == pytest.approx(0.001) and v["tol"] == pytest.approx(0.015)  # floor 5e-3 · 3.0
     assert v["within"] == {"b": True, "c": False}
     assert v["seed_spread_mean_loss"] == pytest.approx(0.3)
+
+
+def test_out_naming_a_png_is_refused(tmp_path, capsys):
+    out = tmp_path / "r.png"  # the JSON went there, then the throughput plot overwrote it
+    with pytest.raises(SystemExit) as e:
+        train.main(["--suite", "test", "--device", "cpu", "--out", str(out)])
+    assert e.value.code == 2 and f"--out: {out} names a PNG" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_parity_only_run_draws_no_throughput_plot(tmp_path):
+    r = dict(metadata=dict(device="cpu", dtype="float32"), config=dict(train.SUITES["test"], Ns=[]), throughput=[],
+             parity=dict(model=train.SUITES["test"]["parity"]["model"], N=32, batch=4, seed=0, loss_floor=0.5,
+                         curves={"eager": [3.0, 2.0], "numpy": [3.0, 2.1]}, seed_curve=None,
+                         verdict=train.parity_verdict({"eager": [3.0, 2.0], "numpy": [3.0, 2.1]}, None,
+                                                      "eager", "numpy")))
+    out = tmp_path / "p.json"
+    train._save_plots(r, out)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["p-loss.png"]  # was p.png too: empty panels
+    r["throughput"] = [dict(N=32, backend="eager", status="skipped", note="time budget")]
+    train._save_plots(r, out)
+    assert not out.with_suffix(".png").exists()
+    r["throughput"] = [dict(N=32, backend="eager", status="ok", note="", tokens_per_s=1.0, mfu=None,
+                            attn_share=0.5, peak_mem_gib=None)]
+    train._save_plots(r, out)
+    assert out.with_suffix(".png").exists()
+
+
+def test_default_out_is_in_the_checkout_and_cpu_suites_not_under_gpu(tmp_path, monkeypatch):
+    figures = Path(train.__file__).resolve().parents[1] / "figures"
+    assert train.default_out("h100") == figures / "gpu" / "e2e-h100.json"
+    assert train.default_out("h100-parity") == figures / "gpu" / "e2e-h100-parity.json"
+    # was figures/gpu/e2e-<suite>.json: a CPU run among the GPU runs (which test_recorded_runs_recompute reads),
+    # and not the figures/e2e-cpu-tiny.json notebook 12 loads
+    assert train.default_out("cpu-tiny") == figures / "e2e-cpu-tiny.json"
+    assert train.default_out("test") == figures / "e2e-test.json"
+    assert all((s in train.GPU_SUITES) == (train.default_out(s).parent.name == "gpu") for s in train.SUITES)
+    with pytest.raises(ValueError, match="suite: expected one of"):
+        train.default_out("h100x")
+    seen = {}
+    monkeypatch.chdir(tmp_path)  # was relative to the current directory: notebooks/figures/gpu/... from notebooks/
+    monkeypatch.setattr(train, "_check_out", lambda p, out: seen.setdefault("checked", out))
+    monkeypatch.setattr(train, "run", lambda suite, out, *a, **k: seen.update(out=out) or dict(throughput=[],
+                                                                                               parity=None))
+    assert train.main(["--suite", "cpu-tiny", "--device", "cpu", "--no-plots"]) == 0
+    assert seen == dict(checked=figures / "e2e-cpu-tiny.json", out=figures / "e2e-cpu-tiny.json")
+    assert not list(tmp_path.iterdir())
+
+
+def test_whole_curve_diff_sees_the_learning_phase():
+    ref = [5.0, 3.0, 1.0] + [0.1] * 60
+    par = dict(curves={"a": ref, "b": [5.0, 3.2, 1.0] + [0.1] * 60}, verdict=dict(ref="a"),
+               seed_curve=dict(backend="a", seed=1, losses=[5.0, 4.5, 2.0] + [0.1] * 60))
+    par["verdict"] = dict(train.parity_verdict(par["curves"], par["seed_curve"]["losses"], "a", "b"))
+    assert par["verdict"]["seed_spread_max"] == 0  # the window at the floor: the other seed looks identical
+    w = train.whole_curve_diff(par)
+    assert w == dict(ref="a", steps=63, backends={"b": pytest.approx(0.2)}, other_seed=pytest.approx(1.5))
+    par["curves"]["b"] = [5.0, float("nan")] + [0.1] * 61
+    assert train.whole_curve_diff(dict(par, seed_curve=None)) == dict(ref="a", steps=63, backends={"b": math.inf},
+                                                                      other_seed=None)
+    with pytest.raises(ValueError, match="parity: expected"):
+        train.whole_curve_diff(None)
+
+
+@pytest.mark.parametrize("name", ["e2e-h100-parity", "e2e-h200-parity"])
+def test_recorded_parity_runs_separate_from_the_other_seed_over_the_whole_curve(name):
+    path = Path(train.__file__).resolve().parents[1] / "figures" / "gpu" / f"{name}.json"
+    if not path.exists():
+        pytest.skip(f"{path} not recorded")
+    p = json.loads(path.read_text())["parity"]
+    w = train.whole_curve_diff(p)
+    # in the window every curve sits at the floor, the other seed as close as a backend; over the whole curve the
+    # largest backend difference is well under the other seed's
+    assert max(w["backends"].values()) * 2 < w["other_seed"]
+    ref = p["curves"][w["ref"]]
+    assert w["other_seed"] == pytest.approx(max(abs(x - y) for x, y in zip(p["seed_curve"]["losses"], ref)), abs=1e-5)
