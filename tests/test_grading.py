@@ -303,6 +303,15 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(tmp_path):
     for pkg in ("iomodel", "gpu"):  # compiled away: bytecode only
         assert not list((out / "flashref" / pkg).rglob("*.py")) and list((out / "flashref" / pkg).rglob("*.pyc"))
     assert "FILL ME IN" in (out / "exercises" / "ex3_flash1_forward.py").read_text()
+    # the cells that print a question's answer ("# answers nbNN-qK") keep no output: the copy asks before it tells
+    def revealing(folder):
+        return [(path.name, cell) for path in sorted(folder.glob("*.ipynb"))
+                for cell in json.loads(path.read_text())["cells"]
+                if re.search(r"^# answers ", "".join(cell["source"]), re.M)]
+
+    copied = revealing(out / "notebooks")
+    assert len(copied) == len(revealing(ROOT / "notebooks")) > 0
+    assert all(cell.get("outputs", []) == [] for _, cell in copied), [n for n, c in copied if c.get("outputs")]
     # every page it links to is in it, the licence too
     assert (out / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
     for page in out.rglob("*.md"):

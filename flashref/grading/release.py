@@ -112,6 +112,10 @@ def stub_name(ex) -> str:
     return ex.solution  # exNN_name.py: the file the student hands in
 
 
+#: the mark of a notebook cell that answers a predict-then-run question (tests/test_quiz_notebooks.py checks it)
+_REVEAL = re.compile(r"^# answers [\w-]+", re.M)
+
+
 def _strip_notebook(src: str, dst: str) -> None:
     with open(src) as f:
         nb = json.load(f)
@@ -119,6 +123,10 @@ def _strip_notebook(src: str, dst: str) -> None:
         text = "".join(cell.get("source", []))
         if "# BEGIN SOLUTION" in text:
             cell["source"] = strip_solutions(text)
+            cell["outputs"], cell["execution_count"] = [], None
+        elif _REVEAL.search(text):
+            # a cell that prints a question's answer (marked "# answers nbNN-qK") keeps its code, not its output:
+            # the copy asks before it tells, so the student sees the answer only by running the cell
             cell["outputs"], cell["execution_count"] = [], None
     with open(dst, "w") as f:
         json.dump(nb, f, indent=1, ensure_ascii=False)
