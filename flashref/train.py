@@ -835,8 +835,10 @@ def main(argv=None) -> int:
                         f"gpu/e2e-<suite>.json for {', '.join(GPU_SUITES)}; e2e-<suite>.json for "
                         f"{', '.join(s for s in sorted(SUITES) if s not in GPU_SUITES)})")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    p.add_argument("--backends", default=None, help="comma list overriding the suite's")
-    p.add_argument("--N", default=None, help="comma list of sequence lengths overriding the suite's")
+    p.add_argument("--backends", default=None,
+                   help="comma list overriding the suite's throughput backends (the parity part keeps its own)")
+    p.add_argument("--N", default=None,
+                   help="comma list of sequence lengths overriding the suite's throughput lengths (not the parity's)")
     p.add_argument("--budget-s", dest="budget_s", type=float, default=None,
                    help="stop starting new configurations after this many seconds")
     p.add_argument("--no-plots", action="store_true")
