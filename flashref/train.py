@@ -137,6 +137,12 @@ def peak_flops(device_name: str):
     return None
 
 
+def mfu_peak(device_name: str, amp: bool):
+    """The peak an MFU is taken against: :func:`peak_flops` for a bf16 autocast run; None for a float32 run (the
+    CPU suites run on a GPU), whose roof is not the bf16 tensor cores', rather than an MFU against the wrong peak."""
+    return peak_flops(device_name) if amp else None
+
+
 def _progress(total):
     from .gpu.bench import _progress as progress
 
@@ -335,7 +341,7 @@ def measure(suite: dict, N: int, backend: str, device, seed: int = 0) -> dict:
     params, params_mm = model.num_params(), model.num_params(matmul_only=True)
     fpt, fpt_c = flops_per_token(cfg, params_mm, N), flops_per_token(cfg, params_mm, N, causal_halved=True)
     tps = B * N / step_s
-    peak_f = peak_flops(torch.cuda.get_device_name(0)) if device.type == "cuda" else None
+    peak_f = mfu_peak(torch.cuda.get_device_name(0), suite["amp"]) if device.type == "cuda" else None
     k = suite["profile_steps"]
     return dict(N=N, backend=backend, status="ok", note=share.get("error", ""), batch=B, tokens_per_step=B * N,
                 step_ms=round(step_s * 1e3, 3), step_ms_all=[round(t * 1e3, 3) for t in times],
@@ -520,7 +526,7 @@ def run(suite_name: str, out: Path, device_name: str | None = None, overrides: d
     except ImportError:
         triton_version = None
     dev = torch.cuda.get_device_name(0) if on_gpu else f"CPU (1 thread of {os.cpu_count()})"
-    meta = dict(device=dev, peak_flops=peak_flops(dev) if on_gpu else None, torch=torch.__version__,
+    meta = dict(device=dev, peak_flops=mfu_peak(dev, suite["amp"]) if on_gpu else None, torch=torch.__version__,
                 triton=triton_version, cuda=torch.version.cuda if on_gpu else None, suite=suite_name,
                 dtype="bf16 autocast (fp32 weights, AdamW)" if suite["amp"] else "float32",
                 triton_interpret=os.environ.get("TRITON_INTERPRET") == "1",

@@ -311,3 +311,12 @@ def test_recorded_runs_recompute(path):
     seed = p["seed_curve"]["losses"]
     assert v["seed_spread_max"] == pytest.approx(max(abs(s - t) for s, t in zip(seed[w], curves[ref][w])), abs=1e-5)
     assert train.parity_verdict(curves, seed, ref, peer) == v  # the module, today, on the recorded curves
+
+
+def test_a_float32_run_gets_no_mfu_against_the_bf16_peak():
+    # the CPU suites run in float32 (amp off); on a GPU their MFU had been taken against the bf16 tensor-core peak
+    from flashref import train
+
+    assert train.mfu_peak("NVIDIA H100 80GB HBM3", amp=True) == train.peak_flops("NVIDIA H100 80GB HBM3") > 0
+    assert train.mfu_peak("NVIDIA H100 80GB HBM3", amp=False) is None
+    assert not train.SUITES["test"]["amp"] and train.SUITES["h100"]["amp"]
