@@ -41,6 +41,7 @@ import ml_dtypes
 import numpy as np
 
 from . import blocks, flash2, masks
+from .dropout import keep_mask
 from .flops import FlopCounter
 from .memory import Memory
 from .problem import Problem, _bool, _nonnegative_int, check_finite, overflow_checked, positive_int, require_finite
@@ -337,11 +338,13 @@ def run(pb, *, qkv, p, scaling, incoherent=False, seed=0, p_scale=1.0, reverse=F
             fc.elementwise(l_i, ops=2)
             s_pv = s_v
             if pb.dropout_p > 0:
-                # Dropout, P̃_ij ∘ Z_ij with Z = keep/(1 − p): P̃ takes the 0/1 keep mask (Z > 0) only, and 1/(1 − p)
-                # joins the descale of the product. So the FP8 cast below sees P̃·p_scale ≤ p_scale (with Z inside it
+                # Dropout, P̃_ij ∘ Z_ij with Z = keep/(1 − p): P̃ takes the 0/1 keep mask only, and 1/(1 − p) joins
+                # the descale of the product. So the FP8 cast below sees P̃·p_scale ≤ p_scale (with Z inside it
                 # reached p_scale/(1 − p), 512 > 448 at p_scale = 256, p = 0.5, and saturated), and the loop stays
-                # fp32 (Z comes in the inputs' dtype: float64 inputs made P̃·V and O_i float64).
-                P_tilde = mem.hold("S_ij", np.where(pb.dropout_Z(rows, cols) > 0, P_tilde, 0))  # (Br, Bc), cdt
+                # fp32 (Z comes in the inputs' dtype: float64 inputs made P̃·V and O_i float64). The mask is Z's own
+                # (the same seed and tile); the FP8 options refuse a GQA group, so Q's heads are the loop's.
+                keep = keep_mask(pb.seed, pb.dropout_p, pb.lead_shape, rows, cols)  # (Br, Bc) bool
+                P_tilde = mem.hold("S_ij", np.where(keep, P_tilde, 0))  # (Br, Bc), cdt
                 fc.elementwise(P_tilde)
                 s_pv = s_pv / (1.0 - pb.dropout_p)
             if p is not None:
