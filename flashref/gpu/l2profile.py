@@ -795,6 +795,22 @@ CHECK61 = [
     ("check61_112_1x8x65536_causal", 1, 8, 65536, 112, True),
 ]
 
+# check62 (not drawn: aimed): FlashAttention-2's causal walk with one CTA an SM (the d = 192 kernels, which d = 160 runs
+# on this PyTorch build), never measured past its knee but once (check61's 1 x 4 x 98304 at d = 160: 45.5 GB against
+# 25.1 predicted). That shape again, and the walk across its knee at both head dims, predicted for both GPUs with the
+# unchanged model and committed before any GPU measured them
+CHECK62 = [
+    ("check62_160_1x4x98304_causal", 1, 4, 98304, 160, True),
+    ("check62_192_1x4x98304_causal", 1, 4, 98304, 192, True),
+    ("check62_192_1x2x65536_causal", 1, 2, 65536, 192, True),
+    ("check62_192_1x8x49152_causal", 1, 8, 49152, 192, True),
+    ("check62_192_1x1x131072_causal", 1, 1, 131072, 192, True),
+    ("check62_160_1x2x131072_causal", 1, 2, 131072, 160, True),
+    ("check62_160_2x8x65536_causal", 2, 8, 65536, 160, True),
+    ("check62_192_4x2x81920_causal", 4, 2, 81920, 192, True),
+    ("check62_160_1x16x32768_causal", 1, 16, 32768, 160, True),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -825,7 +841,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
-          "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "k2writes": K2WRITES,
+          "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
+          "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
