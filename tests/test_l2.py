@@ -835,8 +835,12 @@ ROLL_HELD_MISSES = {("h200", "flashref", "check37_64_4x1x163840_causal", "fwd"),
                     ("h100", "flashref", "check50_64_1x2x311296_causal", "fwd"),
                     ("h200", "flashref", "check55_64_2x4x196608_causal", "fwd"),
                     # and the H200's check61: kernel 2's causal d = 160 forward at 1 x 4 x 98304 (+37%), the first
-                    # causal d = 160 call past the knee measured
-                    ("h200", "flashref2", "check61_160_1x4x98304_causal", "fwd")}
+                    # causal d = 160 call past the knee measured; check62 measured it again (+37%), and at 1 x 2 x
+                    # 131072 (+45%) and 2 x 8 x 65536: kernel 2's d = 160 walk (tiles padded to 256) reads less than
+                    # the rolling grid's knee says; at d = 192 it is within 18%
+                    ("h200", "flashref2", "check61_160_1x4x98304_causal", "fwd"),
+                    *(("h200", "flashref2", f"check62_160_{shape}_causal", "fwd")
+                      for shape in ("1x4x98304", "1x2x131072", "2x8x65536"))}
 
 
 # The SM drift's own capacity in a rolling grid (C_rdrift): fitted on every rolling row recorded before check22 (the
@@ -944,6 +948,46 @@ def test_d256_cap_held_out_within_25_percent(impl, shape, mode, kw, measured, gp
     """The H100's d = 256 causal rows measured from check52 on (held out of fit_d256_cap): within 25% (with the shared
     set's miss_cap, 10 of 12 of check52's and check53's; those two runs found the rule, so only check54's are blind)."""
     err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
+    assert abs(err) <= 0.25, f"{err:+.1%}"
+
+
+ONE_CTA_HELD = l2fit.recorded_one_cta_rows(REPO / "figures" / "gpu", held_out=True)
+
+
+def test_one_cta_set_is_the_fit():
+    """The H200's one-CTA walk's sharpness and miss_cap (STAGGERED_ONE_CTA) are the best of ONE_CTA_GRID around them on
+    its fit rows (check61's, check62's at d = 192), which they fit better than the shared set; the rule moves
+    FlashAttention-2's causal forward at the d = 192 kernel's head dims on the H200 alone."""
+    rows = l2fit.recorded_one_cta_rows(REPO / "figures" / "gpu")
+    assert len(rows) == 12 and {r[3]["d"] for r in rows} == {160, 192}
+    own = dict(D.STAGGERED_ONE_CTA["h200"])
+    p, loss = l2fit.fit_one_cta(rows, _around(l2fit.ONE_CTA_GRID, own))
+    assert {k: p[k] for k in own} == own
+    shared = D.STAGGERED_SHARED["h200"]
+    assert loss < 0.2 * l2fit.fit_one_cta(rows, {"kappa_stag": [shared["kappa_stag"]],
+                                                 "miss_cap": [shared["miss_cap"]]})[1]
+    kw = dict(B=1, H=4, Nq=98304, Nk=98304, causal=True)
+    for gpu, d, changes in (("h200", 192, True), ("h200", 160, True), ("h200", 128, False), ("h200", 256, False),
+                            ("h100", 192, False)):
+        now, before = (iomodel.dram("sdpa_flash", "fwd", **kw, d=d, gpu=gpu, params=q).total_bytes
+                       for q in (None, {"one_cta_rule": 0}))
+        assert (now != before) == changes, (gpu, d)
+    assert iomodel.dram("flashref", "fwd", **kw, d=192, gpu="h200").total_bytes == \
+        iomodel.dram("flashref", "fwd", **kw, d=192, gpu="h200", params={"one_cta_rule": 0}).total_bytes
+
+
+# check62's d = 160 rows (the d = 192 kernel at a head dim it predicates) held out of fit_one_cta: 6 of 8 within ±25%;
+# its 16 heads of 65536 still read more than the set says (the shared set: 2 of 8)
+ONE_CTA_HELD_MISSES = {"check62_160_2x8x65536_causal": "a knee the d = 192 shapes did not show"}
+
+
+@pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", ONE_CTA_HELD,
+                         ids=[f"{r[5]}-{r[1]}-{r[2]}" for r in ONE_CTA_HELD])
+def test_one_cta_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, info):
+    """The H200's one-CTA walks held out of fit_one_cta (check62's d = 160 shapes): within 25%, but the known miss."""
+    err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
+    if shape in ONE_CTA_HELD_MISSES and abs(err) > 0.25:
+        pytest.xfail(f"known miss ({ONE_CTA_HELD_MISSES[shape]}): {err:+.1%}")
     assert abs(err) <= 0.25, f"{err:+.1%}"
 
 
@@ -1075,10 +1119,11 @@ SWAVES_HELD_MISSES = {
     ("h200", "sdpa_flash", "check53_256_2x8x11008_causal", "fwd"),
     # and the H200's check54: FlashAttention-2's causal d = 112 forward at 1 x 32 x 5634 (-26%)
     ("h200", "sdpa_flash", "check54_112_1x32x5634_causal", "fwd"),
-    # and the H200's check60: its d = 256 walk at 2 x 7 x 21767 (+35%), as at 2 x 8 x 11008; and check61's d = 160
-    # walk at 1 x 4 x 98304, the first causal d = 160 call past the knee measured (-45%, forward+backward -40%)
+    # and the H200's check60: its d = 256 walk at 2 x 7 x 21767 (+35%), as at 2 x 8 x 11008; and check62's d = 160
+    # walk at 2 x 8 x 65536 (-41%, forward+backward -31%), held out of the one-CTA walk's own set (STAGGERED_ONE_CTA),
+    # which brought check61's (-45%) and check62's other d = 160 walks within
     ("h200", "sdpa_flash", "check60_256_2x7x21767_causal", "fwd"),
-    *(("h200", "sdpa_flash", "check61_160_1x4x98304_causal", mode) for mode in ("fwd", "fwd_bwd"))}
+    *(("h200", "sdpa_flash", "check62_160_2x8x65536_causal", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1424,7 +1469,8 @@ GUESSED_FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 
 
 
 # the sets predicted with the launches check52 measured (the schedule's tables today)
-AFTER_CHECK52_LAUNCHES = ("check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61")
+AFTER_CHECK52_LAUNCHES = ("check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61",
+                          "check62")
 
 
 def _as_predicted(pred, monkeypatch):
@@ -1802,11 +1848,14 @@ def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- out of sample: predicted before measured
 
 # predicted with dram.RDRIFT3_GPU
-AFTER_RDRIFT3_GPU = ("check51", "check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61")
+AFTER_RDRIFT3_GPU = ("check51", "check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61",
+                     "check62")
 # the sets predicted with the d = 256 walk's own miss_cap (dram.STAGGERED_D256)
-AFTER_D256 = ("check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61")
+AFTER_D256 = ("check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61", "check62")
 # the sets predicted with the capacities scaled by the GPU's L2 (dram.L2_SCALED)
-AFTER_L2_SCALE = ("check56", "check57", "check58", "check59", "check60", "check61")
+AFTER_L2_SCALE = ("check56", "check57", "check58", "check59", "check60", "check61", "check62")
+# the sets predicted with the H200's one-CTA walk's own set (dram.STAGGERED_ONE_CTA)
+AFTER_ONE_CTA = ()
 
 
 def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
@@ -1823,6 +1872,8 @@ def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
         params.setdefault("d256_rule", 0)
     if name not in AFTER_L2_SCALE:
         params.setdefault("l2_scale_rule", 0)
+    if name not in AFTER_ONE_CTA:
+        params.setdefault("one_cta_rule", 0)
     runs = [json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{m}.json").read_text())
             for m in ((measured,) if isinstance(measured, str) else measured or (name,))]
     meas = {}
@@ -2018,7 +2069,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check60: the validation grid once more, and four corners (today's model; the H200 measured it first)
                  + _both_gpus("check60", rule={})
                  # check61: aimed at the shapes a review found the model least sure of (today's model; the H200)
-                 + _both_gpus("check61", rule={}))
+                 + _both_gpus("check61", rule={})
+                 # check62: aimed at FlashAttention-2's walk with one CTA an SM (the model before STAGGERED_ONE_CTA)
+                 + _both_gpus("check62", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2350,6 +2403,14 @@ PREREGISTERED_MISSES = {
     # runs it at d = 160) 1.07 GB where the model says 1.47 (+37%)
     *(("h200", "sdpa_flash", "check61_160_1x4x98304_causal", mode) for mode in ("fwd", "fwd_bwd")),
     *(("h200", impl, "check61_160_1x4x98304_causal", "fwd") for impl in ("flashref", "flashref2")),
+    # check62 (aimed at FlashAttention-2's walk with one CTA an SM, the d = 192 kernels): 40 of 54 on the H200. That
+    # walk past its knee read 1.3-2.0x the shared set's bytes at both head dims (-26% to -49%; 10 of 18 sdpa_flash
+    # rows), which led to its own set (STAGGERED_ONE_CTA); kernel 2's d = 160 forward, as in check61, +37% and +45%
+    *(("h200", "sdpa_flash", f"check62_{shape}_causal", mode) for mode in ("fwd", "fwd_bwd")
+      for shape in ("160_1x4x98304", "192_1x1x131072", "160_1x2x131072", "160_2x8x65536")),
+    *(("h200", "sdpa_flash", f"check62_192_{shape}_causal", "fwd") for shape in ("1x4x98304", "4x2x81920")),
+    *(("h200", impl, f"check62_160_{shape}_causal", "fwd") for impl in ("flashref", "flashref2")
+      for shape in ("1x4x98304", "1x2x131072")),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

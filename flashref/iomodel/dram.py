@@ -91,9 +91,10 @@ share an SM, the drift's own knee, ``C_rdrift3`` and ``kappa_rdrift3`` (:func:`f
 d = 64 walk, the largest share of its re-reads that miss far past its knee, ``miss_cap`` (with its set,
 :func:`fit_staggered`); and for the H100's other walks, whose lag counts only the CTAs of other heads
 (``lag_other``), a ``miss_cap`` and a ``spread`` of their own (with their set, ``STAGGERED_SHARED``); and for the H100's
-d = 256 walk (64 x 64 tiles), a ``miss_cap`` of its own (``STAGGERED_D256``, :func:`fit_d256_cap`). Everything else
-(tiles, grids, CTAs per SM, scan order) is read from the kernels' source and checked against Nsight's launch
-statistics (:mod:`flashref.schedule`).
+d = 256 walk (64 x 64 tiles), a ``miss_cap`` of its own (``STAGGERED_D256``, :func:`fit_d256_cap`); and for the H200's
+walk with one CTA an SM (the d = 192 kernels), a sharpness and ``miss_cap`` of its own (``STAGGERED_ONE_CTA``,
+:func:`fit_one_cta`). Everything else (tiles, grids, CTAs per SM, scan order) is read from the kernels' source and
+checked against Nsight's launch statistics (:mod:`flashref.schedule`).
 
 The closed forms are checked against the cache simulation (:func:`flashref.schedule.simulate`
 on an :class:`flashref.l2.L2Cache`) where both run, with ``kappa`` large (LRU).
@@ -110,8 +111,8 @@ from .. import schedule as S  # noqa: N812
 from ..l2 import preset
 from ..problem import MAX_N, _bool, _causal, _nonnegative_int, check_options, positive_int
 
-__all__ = ["dram", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "STAGGERED_D64", "IMPLS", "MODES", "scan_bytes",
-           "staggered_scan_bytes", "kernels", "kernel3_tiles"]
+__all__ = ["dram", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "STAGGERED_D64", "STAGGERED_ONE_CTA", "IMPLS", "MODES",
+           "scan_bytes", "staggered_scan_bytes", "kernels", "kernel3_tiles"]
 
 IMPLS = ("eager", "sdpa_flash", "flashref", "flashref2")
 MODES = ("fwd", "fwd_bwd")
@@ -189,6 +190,9 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # FlashAttention-2's d = 256 walk (64 x 64 tiles) with its GPU's own miss_cap where it has one
               # (STAGGERED_D256; 0: the shared set's, as every prediction up to check53)
               d256_rule=1,
+              # FlashAttention-2's walk with one CTA an SM (the d = 192 kernels) with its GPU's own set where it has one
+              # (STAGGERED_ONE_CTA; 0: the shared set, as every prediction up to check62)
+              one_cta_rule=1,
               # the capacities of L2_SCALED scaled by the GPU's L2 against the H100's (0: the H100's on every GPU, as
               # every prediction up to check55)
               l2_scale_rule=1,
@@ -275,6 +279,14 @@ STAGGERED_SHARED = {"h100": dict(C_stag=48 * MB, kappa_stag=7.0, lag=1.0, overla
 # d = 256 walk measured before check52 to fit on, and keeps its shared set's (figures/gpu/NOTES-l2.md, "Twenty-fifth
 # round")
 STAGGERED_D256 = {"h100": dict(miss_cap=0.6), "h200": {}}
+# FlashAttention-2's walk with one CTA an SM (the d = 192 kernels: eight warps of 228-236 registers a thread; d = 160
+# runs them on the PyTorch measured): the H200 read 1.3-2.0x the shared set's bytes past its knee (check61 and check62,
+# 1-16 heads of N = 32768-131072 at d = 160 and 192; 8 of 20 rows within ±25%). Far past the knee nearly every re-read
+# misses: the one CTA walking an SM keeps none of the share of hits that the shared set's miss_cap stands for, and the
+# knee is sharper. Its sharpness and miss_cap are fitted (l2fit.fit_one_cta) on check61 and check62's d = 192 shapes;
+# check62's d = 160 shapes held out: 6 of 8 within ±25% (mean error 19.7%, the shared set: 2 of 8, 33.0%). The H100
+# measured no such walk past its knee and keeps its shared set (figures/gpu/NOTES-l2.md, "Thirty-first round")
+STAGGERED_ONE_CTA = {"h100": {}, "h200": dict(kappa_stag=12.0, miss_cap=1.0)}
 # The H200 has 60 MB of L2 (its driver reports 62914560 bytes on every recorded run), not the H100's 50: the full
 # GH100's 60 MB, of which the H100 SXM5 enables 50 (NVIDIA's H100 whitepaper). Every capacity in PARAMS was fitted on
 # H100 rows (the H200's own sets above replace some); those that stand for a share of the L2 that a kernel's passes get
@@ -917,10 +929,12 @@ def _check_params(params):
              "rdrift_rule": (0, True), "spread_waves": (0, False), "swaves_rule": (0, True),
              "apart_steps": (0, True), "apart_tau": (0, False), "apart_rule": (0, True), "apart_causal": (0, True),
              "head_reads": (0, True), "head_rule": (0, True), "lag_other": (0, True),
-             "lag_rule": (0, True), "d256_rule": (0, True), "l2_scale_rule": (0, True)}  # (bound, included)
+             "lag_rule": (0, True), "d256_rule": (0, True), "one_cta_rule": (0, True),
+             "l2_scale_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
                 "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule", "apart_causal", "head_rule",
-                "rdrift3_rule", "rdrift3_gpu_rule", "cap_rule", "lag_other", "lag_rule", "d256_rule", "l2_scale_rule")
+                "rdrift3_rule", "rdrift3_gpu_rule", "cap_rule", "lag_other", "lag_rule", "d256_rule", "one_cta_rule",
+                "l2_scale_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
@@ -948,7 +962,8 @@ def _params(gpu, d, staggered, params=None):
     staggered sets before the spread term, ``overlap_rule=0``: the d = 64 set before the overlap term, ``cap_rule=0``:
     the d = 64 set before ``miss_cap``, ``lag_rule=0``: the shared set before ``lag_other``; ``rdrift3_gpu_rule=0``:
     PARAMS' drift capacity where three CTAs share an SM on every GPU, not the GPU's own (RDRIFT3_GPU); ``d256_rule=0``:
-    the d = 256 walk with the shared set's miss_cap, not its own (STAGGERED_D256); ``l2_scale_rule=0``: the capacities
+    the d = 256 walk with the shared set's miss_cap, not its own (STAGGERED_D256); ``one_cta_rule=0``: the walk with one
+    CTA an SM with the shared set, not its own (STAGGERED_ONE_CTA); ``l2_scale_rule=0``: the capacities
     of L2_SCALED as fitted on the H100 on every GPU, not scaled by its L2. A value given in ``params`` is taken as it
     is."""
     rules = {**PARAMS, **(params or {})}
@@ -962,6 +977,8 @@ def _params(gpu, d, staggered, params=None):
         own = STAGGERED_SHARED[gpu] if staggered and rules["lag_rule"] and not before else {}
         if staggered and rules["d256_rule"] and not before and _d256_tiles(d):  # its own miss_cap, where fitted
             own = {**own, **STAGGERED_D256[gpu]}
+        if staggered and rules["one_cta_rule"] and not before and _one_cta_tiles(d):  # its own set, where fitted
+            own = {**own, **STAGGERED_ONE_CTA[gpu]}
     drift = RDRIFT3_GPU[gpu] if rules["rdrift3_gpu_rule"] else {}
     out = {**PARAMS, **gpu_set, **drift, **own}
     ratio = preset(gpu).capacity / preset("h100").capacity
@@ -974,6 +991,12 @@ def _d256_tiles(d):
     """Whether FlashAttention-2's forward at head dim ``d`` runs the d = 256 kernel's tiles (64 x 64), whose walk has
     a miss_cap of its own on a GPU of STAGGERED_D256."""
     return S._pick(S.FA2_TILES["fwd"], d) == S.FA2_TILES["fwd"][256]
+
+
+def _one_cta_tiles(d):
+    """Whether FlashAttention-2's forward at head dim ``d`` runs one CTA an SM (the d = 192 kernel), whose walk has a
+    set of its own on a GPU of STAGGERED_ONE_CTA."""
+    return S._pick(S.FA2_CTAS_PER_SM["fwd"], d) == 1
 
 
 def _d64_tiles(d):

@@ -37,6 +37,7 @@ from .dram import (
     _d64_tiles,
     _d256_tiles,
     _kernels,
+    _one_cta_tiles,
     _params,
     _softmax,
     dram,
@@ -273,7 +274,7 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "check41", "check42", "check43", "check44", "check45", "check46", "check47",
                       "check48", "check49", "check50", "check51", "check52",
                       "check53", "check54", "check55", "check56", "check57", "check58", "check59", "check60",
-                      "check61")
+                      "check61", "check62")
 
 
 def runs_from(first: str) -> tuple:
@@ -381,6 +382,32 @@ def fit_d256_cap(rows, grid=None):
     if not rows:
         raise ValueError("rows: no measured rows to fit (FlashAttention-2's causal d = 256 calls)")
     return _fit_kernels(rows, _is_staggered, grid or D256_CAP_GRID)
+
+
+# FlashAttention-2's walk with one CTA an SM on the H200 (dram.STAGGERED_ONE_CTA): its sharpness and miss_cap fitted
+# on the rows of check61 and of check62's d = 192 shapes (the kernel's own head dim); check62's d = 160 shapes (the
+# kernel at a head dim it predicates) held out
+ONE_CTA_GRID = dict(kappa_stag=[4, 6, 7, 8, 10, 12, 16, 24], miss_cap=[0.65, 0.75, 0.85, 0.9, 0.95, 1.0])
+ONE_CTA_RUNS = ("check61", "check62")
+
+
+def recorded_one_cta_rows(folder, held_out=False, gpu="h200"):
+    """The rows of ``gpu``'s runs of ONE_CTA_RUNS whose call launches FlashAttention-2's walk with one CTA an SM (its
+    causal forward at the d = 192 kernel's head dims): the fit set of :func:`fit_one_cta` (check61's, and check62's at
+    d = 192) or the rows held out of it (check62's at other head dims). Runs measured after the fit are not in either:
+    they are blind sets of their own."""
+    rows = [r for r in _held_rows(folder, False, (gpu,), (), _is_staggered)
+            if r[1].split("_")[0] in ONE_CTA_RUNS and _one_cta_tiles(r[3]["d"])]
+    return [r for r in rows if (r[1].startswith("check62_") and r[3]["d"] != 192) == held_out]
+
+
+def fit_one_cta(rows, grid=None):
+    """Fit the one-CTA walk's ``kappa_stag`` and ``miss_cap`` (the other parameters as :func:`dram` takes them:
+    PARAMS, the GPU's and its shared staggered set) on ``rows`` of :func:`recorded_one_cta_rows` (``grid``:
+    ``ONE_CTA_GRID``). Returns (params, loss)."""
+    if not rows:
+        raise ValueError("rows: no measured rows to fit (FlashAttention-2's causal calls with one CTA an SM)")
+    return _fit_kernels(rows, _is_staggered, grid or ONE_CTA_GRID)
 
 
 SWAVES_GRID = dict(spread_waves=[1, 1.5, 2, 3, 4, 5, 6, 8, 12, 16])
