@@ -811,6 +811,22 @@ CHECK62 = [
     ("check62_160_1x16x32768_causal", 1, 16, 32768, 160, True),
 ]
 
+# check63 (drawn: default_rng(20261252)), the blind test of the H200's one-CTA walk set (iomodel.dram.STAGGERED_ONE_CTA,
+# fitted on check61 and check62): FlashAttention-2's causal walk at the d = 192 kernel's head dims (d from 136, 144,
+# 160, 176, 192; B from 1, 2, 4; H from 1, 2, 4, 8, 16; N a multiple of 8192 from 16384 to 196608; kept if one head's
+# K and V hold 16 MiB or more, B·H·N <= 2^21 and not drawn before), eight shapes, predicted with the set before any
+# GPU measured them
+CHECK63 = [
+    ("check63_192_1x2x57344_causal", 1, 2, 57344, 192, True),
+    ("check63_176_1x4x196608_causal", 1, 4, 196608, 176, True),
+    ("check63_136_4x8x40960_causal", 4, 8, 40960, 136, True),
+    ("check63_160_4x4x98304_causal", 4, 4, 98304, 160, True),
+    ("check63_192_4x2x155648_causal", 4, 2, 155648, 192, True),
+    ("check63_192_1x1x172032_causal", 1, 1, 172032, 192, True),
+    ("check63_144_1x16x122880_causal", 1, 16, 122880, 144, True),
+    ("check63_144_2x8x122880_causal", 2, 8, 122880, 144, True),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -842,7 +858,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
-          "k2writes": K2WRITES,
+          "check63": CHECK63, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
