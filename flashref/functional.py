@@ -333,8 +333,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         # weight dropped (PyTorch's dropout_p = 1); or meta tensors, shapes without values (PyTorch gives the
         # output's shape). Zeros with a graph to the inputs, so zero gradients: the sums of empty slices, which
         # are 0 whatever the inputs hold (query.sum() * 0 is NaN once the sum overflows its dtype).
+        # The result has the query's dtype, as PyTorch's: a float32 mask with an fp16/bf16 query (PyTorch takes it)
+        # would otherwise promote the sum to float32. Its term is cast before the sum, so its zero gradient still
+        # reaches it (the cast's backward returns it in float32).
         learned = (attn_mask,) if "bias" in mask_opts and attn_mask.requires_grad else ()  # its zero gradient too
-        zero = sum(t.reshape(-1)[:0].sum() for t in (query, key, value, *learned))
+        zero = sum(t.reshape(-1)[:0].sum().to(query.dtype) for t in (query, key, value, *learned))
         return zero.expand(out_shape).clone()
     # E = 0 (and keys to attend to): every score is 0 whatever the scale; the padding below gives Q and K Ev
     # zero columns, so each row averages V over the keys it sees, as PyTorch does.

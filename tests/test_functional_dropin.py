@@ -374,3 +374,24 @@ def test_a_learned_bias_gets_its_gradient_as_torch_gives_it(algorithm):
     assert b.grad is not None and not b.grad.any()
     with pytest.raises(ValueError, match="attn_mask: a float mask is an additive bias"):
         sdpa(torch.randn(1, 5, 3), torch.randn(1, 7, 3), torch.randn(1, 7, 3), attn_mask=b, algorithm="flash1")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", ["dropout_p=1", "Nq=0", "Nk=0"])
+def test_shortcut_with_a_learned_float32_mask_keeps_the_querys_dtype(dtype, case):
+    """The shortcut (every weight dropped, no queries, no keys) with a float32 mask that requires grad, which PyTorch
+    takes with an fp16/bf16 query: the output has the query's dtype and PyTorch's values, and the mask gets its zero
+    gradient in float32. The mask's empty sum once promoted the result to float32."""
+    g = torch.Generator().manual_seed(3)
+    L, S = {"dropout_p=1": (5, 7), "Nq=0": (0, 7), "Nk=0": (5, 0)}[case]
+    q = torch.randn(2, L, 4, generator=g).to(dtype).requires_grad_()
+    k, v = (torch.randn(2, S, e, generator=g).to(dtype) for e in (4, 6))
+    mask = torch.randn(L, S, generator=g, requires_grad=True)
+    kw = dict(attn_mask=mask, dropout_p=1.0 if case == "dropout_p=1" else 0.0)
+    out, ref = sdpa(q, k, v, **kw), F.scaled_dot_product_attention(q, k, v, **kw)
+    assert out.dtype == ref.dtype == dtype
+    assert out.shape == ref.shape and torch.equal(out, ref)
+    if out.numel():
+        dq, dmask = torch.autograd.grad(out.sum(), (q, mask))
+        assert dq.dtype == dtype and not dq.any()
+        assert dmask.dtype == torch.float32 and dmask.shape == mask.shape and not dmask.any()
