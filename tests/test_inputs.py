@@ -131,3 +131,21 @@ def test_public_tile_counters_check_their_sizes_as_predict_does():
                         (lambda: iot.kernel_model(1, 1, 64, 64, {"fwd": (64, 64)}), "blocks: no dkdv, dq tiles")):
         with pytest.raises((ValueError, TypeError), match=match):
             call()
+
+
+def test_public_tile_counters_read_a_reach_as_window_does():
+    """kv_per_row_block and q_per_column_block read a reach L, R of -1 as unbounded, as each side of window= is
+    (they had returned zeros for it, silently), and refuse a reach below -1 naming it."""
+    from flashref.iomodel import flash2 as io2
+
+    assert io2.kv_per_row_block(8, 8, 2, 2, False, L=-1, R=-1) == io2.kv_per_row_block(8, 8, 2, 2, False) == [8] * 4
+    assert io2.q_per_column_block(8, 8, 2, 2, False, L=-1, R=-1) == [8] * 4
+    # one side unbounded: causal with L = -1 is causal; a window of (1, -1) reaches every later key
+    assert io2.kv_per_row_block(8, 8, 2, 2, True, L=-1, R=0) == io2.kv_per_row_block(8, 8, 2, 2, True) == [2, 4, 6, 8]
+    assert io2.q_per_column_block(8, 8, 2, 2, False, L=1, R=-1) == [4, 6, 8, 8]
+    for call, name in ((lambda: io2.kv_per_row_block(8, 8, 2, 2, False, L=-5, R=0), "L"),
+                       (lambda: io2.kv_per_row_block(8, 8, 2, 2, False, L=0, R=-2), "R"),
+                       (lambda: io2.q_per_column_block(8, 8, 2, 2, False, L=-2, R=-1), "L"),
+                       (lambda: io2.q_per_column_block(8, 8, 2, 2, True, L=3, R=-7), "R")):
+        with pytest.raises(ValueError, match=f"^{name}: expected a band's reach >= 0, or -1 for unbounded"):
+            call()

@@ -65,20 +65,28 @@ _UNBOUNDED = 1 << 62
 
 def _tiles(Nq, Nk, Br, Bc, causal, L, R):
     """The public tile counters' arguments checked as ``predict`` checks them, and made Python ints: numpy's small
-    integers would wrap (``np.uint8(255) * 3`` is 253), and a length past SEQ_LEN would loop for hours."""
+    integers would wrap (``np.uint8(255) * 3`` is 253), and a length past SEQ_LEN would loop for hours.
+
+    A reach ``L``, ``R`` is an integer >= 0, or -1 for unbounded, as each side of ``window=`` is; a reach below -1
+    is refused (it had counted no key at all, silently)."""
     Nq, Nk = _nonnegative_int(Nq, "Nq", SEQ_LEN), _nonnegative_int(Nk, "Nk", SEQ_LEN)
     Br, Bc = positive_int(Br, "Br"), positive_int(Bc, "Bc")
+    reach = []
     for x, name in ((L, "L"), (R, "R")):
         if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
             raise TypeError(f"{name}: expected an integer (a band's reach), got {x!r}")
-    return Nq, Nk, Br, Bc, _bool(causal, "causal"), int(L), int(R)
+        if x < -1:
+            raise ValueError(f"{name}: expected a band's reach >= 0, or -1 for unbounded (as window=), got {x!r}")
+        reach.append(_UNBOUNDED if x == -1 else int(x))
+    return Nq, Nk, Br, Bc, _bool(causal, "causal"), *reach
 
 
 def kv_per_row_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> list[int]:
     """Keys loaded (K_j, V_j rows) for each row block i of the forward (``Br`` query positions).
 
     Row block i holds positions [a, b]; it sees keys [a − L, b + R] (R ≤ 0 if causal), so the
-    tiles from ⌊max(0, a − L)/Bc⌋ to ⌊min(Nk − 1, b + R)/Bc⌋ are loaded, whole.
+    tiles from ⌊max(0, a − L)/Bc⌋ to ⌊min(Nk − 1, b + R)/Bc⌋ are loaded, whole. ``L`` or ``R`` = -1 (or left
+    out) is unbounded, as in ``window=``; below -1 is refused.
     """
     Nq, Nk, Br, Bc, causal, L, R = _tiles(Nq, Nk, Br, Bc, causal, L, R)
     R = min(R, 0) if causal else R
@@ -94,7 +102,8 @@ def q_per_column_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> li
     """Query positions visited (rows of Q_i, dO_i, dQ_i, L_i, D_i) for each column block j of the backward.
 
     Keys [c0, c1) are seen by positions [c0 − R, c1 − 1 + L]: the row blocks from
-    ⌊max(0, c0 − R)/Br⌋ to ⌊min(Nq − 1, c1 − 1 + L)/Br⌋ are visited, whole.
+    ⌊max(0, c0 − R)/Br⌋ to ⌊min(Nq − 1, c1 − 1 + L)/Br⌋ are visited, whole. ``L`` or ``R`` = -1 (or left
+    out) is unbounded, as in ``window=``; below -1 is refused.
     """
     Nq, Nk, Br, Bc, causal, L, R = _tiles(Nq, Nk, Br, Bc, causal, L, R)
     R = min(R, 0) if causal else R
