@@ -107,6 +107,45 @@ def test_predict_refuses_what_the_simulator_refuses(opts, exc, msg):
             flash1.forward(Q, K, V, **sim_opts)
 
 
+# The options iomodel.grid takes but does not need (the grid is fixed before they are looked at), good and bad:
+# (algorithm, direction, options). grid had accepted every value; it must take and refuse what predict does.
+_SHAPE = dict(Nq=6, Nk=9, d=4, heads=2)
+_G = iomodel.grid("blocksparse", "forward", **_SHAPE)
+GRID_IGNORED = [
+    ("decoding", "forward", dict(num_splits=3)),
+    ("decoding", "forward", dict(num_splits=10)),  # more splits than keys
+    ("decoding", "forward", dict(num_splits=0)),
+    ("decoding", "forward", dict(num_splits=2.5)),
+    ("decoding", "forward", dict(sms=8)),
+    ("decoding", "forward", dict(sms="junk")),
+    ("decoding", "forward", dict(sms=-1, num_splits=2)),
+    ("blocksparse", "forward", dict(block_mask=np.ones((_G.Tr, _G.Tc), bool))),
+    ("blocksparse", "forward", dict(block_mask="junk")),
+    ("blocksparse", "backward", dict(block_mask=np.ones((_G.Tr, _G.Tc)))),  # float, not bool
+    ("blocksparse", "backward", dict(block_mask=np.ones((_G.Tr + 1, _G.Tc), bool))),
+    ("blocksparse", "forward", dict(block_mask=None)),
+    ("flash2", "backward", dict(bias_grad=True)),  # no bias
+    ("flash2", "backward", dict(bias_grad=True, bias=True)),
+    ("flash2", "backward", dict(bias_grad="yes", bias=True)),
+]
+
+
+@pytest.mark.parametrize("algorithm,direction,opts", GRID_IGNORED, ids=[str(c) for c in GRID_IGNORED])
+def test_grid_checks_the_options_it_ignores_as_predict_does(algorithm, direction, opts):
+    def outcome(f):
+        try:
+            f(algorithm, direction, **_SHAPE, **opts)
+        except (TypeError, ValueError) as e:
+            return type(e), str(e).replace("iomodel.grid", "iomodel.predict")
+        return "ok"
+
+    assert outcome(iomodel.grid) == outcome(iomodel.predict)
+    if outcome(iomodel.predict) == "ok":  # taken: the same grid as without the option
+        plain = {k: v for k, v in opts.items() if k == "bias"}
+        assert iomodel.grid(algorithm, direction, **_SHAPE, **opts) == iomodel.grid(algorithm, direction, **_SHAPE,
+                                                                                      **plain)
+
+
 def test_numpy_integers_are_integers_everywhere():
     i = np.int64
     p = iomodel.predict("flash2", "forward", Nq=i(64), Nk=i(48), d=i(8), heads=i(3), block_sizes=(i(16), i(8)),

@@ -34,6 +34,8 @@ from .. import standard as _standard
 from .. import variants as _variants
 from ..blocks import Grid
 from ..memory import Traffic, merge_by_precision
+from ..parallelism import resolve_num_splits
+from ..patterns import check_block_mask
 from ..problem import VARIANT_OPTIONS, Problem
 
 __all__ = ["Prediction", "predict", "predict_varlen", "predict_paged", "grid", "block_sizes", "dram",
@@ -199,17 +201,27 @@ _GRIDS = {("flash1", "forward"): _flash1.grid, ("flash1", "backward"): _flash1_b
 
 
 def grid(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int = 1, **opts) -> Grid:
-    """The tiling (Br, Bc, Tr, Tc) that ``algorithm``'s ``direction`` runs with, from shapes alone."""
+    """The tiling (Br, Bc, Tr, Tc) that ``algorithm``'s ``direction`` runs with, from shapes alone.
+
+    It takes :func:`predict`'s options; those that leave the grid as it is (``num_splits``, ``sms``,
+    ``block_mask``, ``bias_grad``) are still checked as ``predict`` checks them, so both refuse the same values."""
     if (algorithm, direction) not in _GRIDS:
         raise ValueError(f"algorithm, direction: expected one of {sorted(_GRIDS)}, got {(algorithm, direction)!r}")
     where = f"iomodel.grid({algorithm!r}, {direction!r})"
-    # block_mask, num_splits, sms leave the grid as it is (it is fixed before they are looked at); FP8 changes it
+    # block_mask, num_splits, sms, bias_grad leave the grid as it is (it is fixed before they are looked at), but
+    # their values are checked as predict checks them, in its order; FP8 changes the grid
     own = _own_options(algorithm, direction, opts)
     pb = Problem.from_shapes(where, _extra(algorithm, direction), Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
     lowp_opts = {k: v for k, v in own.items() if k in _lowp.OPTIONS}
     if _lowp.requested(lowp_opts):
         return _lowp.grid(pb, **lowp_opts)  # the FP8 loop holds three descales more: its own blocks
+    if "bias_grad" in own:  # checked before the blocks are resolved, as by flash2's and standard's backward
+        _variants.check_bias_grad(own["bias_grad"], pb.bias)
     g = _GRIDS[algorithm, direction](pb)
+    if "num_splits" in own or "sms" in own:  # decoding: checked (or chosen) on the grid, as iomodel.decoding does
+        resolve_num_splits(own.get("num_splits"), max(pb.heads, 1), g.Tr, g.Tc, pb.Nk, own.get("sms"))
+    if "block_mask" in own:  # left out it is not needed here; given, it must fit this grid (None is refused)
+        check_block_mask(own["block_mask"], g)
     # Packed GQA tiles g·Br loop rows; the simulator reports (and this gives) Br in query positions.
     G = _variants.packed_group(pb, pb.gqa_packing)
     return g if G == 1 else Grid.of(g.Br // G, g.Bc, pb.Nq, pb.Nk)
