@@ -39,7 +39,21 @@ Differences from PyTorch, all deliberate:
   require grad are refused: their gradients are not computed. A float ``attn_mask`` that requires grad
   gets its gradient (a learned bias, T5's relative positions): the backward's ``bias_grad=True``, each
   tile's dS before the scale, summed over the axes the mask was broadcast along;
-* double backward (``create_graph=True``) raises a ``RuntimeError``: the backward is numpy.
+* double backward (``create_graph=True``) raises a ``RuntimeError``: the backward is numpy;
+* NaN or inf in ``query``, ``key`` or ``value`` raises a ``ValueError`` naming it (PyTorch returns NaN), and so
+  does NaN or inf in the gradient flowing back into the output (``grad_output``), in the backward (PyTorch
+  propagates it into the gradients). So ``torch.amp.GradScaler`` (``torch.cuda.amp.GradScaler``) does not work
+  through this function: its overflow skip needs the inf gradient to reach the parameters, and here the first
+  overflowed step raises instead of being skipped. Train it without loss scaling (float32 or float64). Scores
+  that overflow the compute dtype raise a ``FloatingPointError`` (PyTorch returns NaN);
+* ``scale`` must be a finite real number or ``None``: ``scale=nan`` and ``scale=inf`` (PyTorch returns zeros or
+  NaN) and a bool (``scale=True``, which PyTorch takes as 1.0) are refused, naming ``scale``;
+* ``dropout_p`` must be a probability in [0, 1]: ``dropout_p=nan`` (which PyTorch's math path takes, applying no
+  dropout, and its fused CPU kernel refuses) and a bool are refused, naming ``dropout_p``;
+* with 4-D ``query``, ``key`` and ``value``, an ``attn_mask`` of fewer than 2 dims (``(S,)`` or 0-d) is refused,
+  naming it: PyTorch 2.13 refuses it there (an ``IndexError`` from its fused CPU kernel; only its math path,
+  taken with ``dropout_p > 0``, broadcasts it). Give it as ``(1, S)``. With 2-, 3- or 5-D inputs it broadcasts, as
+  in PyTorch.
 
 Example::
 
@@ -317,6 +331,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     dropout_p = float(dropout_p)
     for t, n in ((query, "query"), (key, "key"), (value, "value")):
         _check_finite(t, n)
+    if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() < 2 and query.dim() == key.dim() == value.dim() == 4:
+        # PyTorch 2.13's fused CPU kernel, which takes 4-D inputs, reads the mask's axis -2 (an IndexError); its
+        # math path (dropout_p > 0) broadcasts it. One rule here, whatever the path: refused, as PyTorch refuses it
+        # in the common case, so that a model that runs here runs there too
+        raise ValueError(f"attn_mask: shape {tuple(attn_mask.shape)} has fewer than 2 dims, which PyTorch refuses "
+                         f"with 4-D query, key and value; give it as (1, S) = (1, {key.shape[-2]}) "
+                         f"(attn_mask.reshape(1, -1), or .expand(1, {key.shape[-2]}) for a 0-d one)")
     variant_opts = _variant_options(o, spec)
     native = (enable_gqa and spec.variants and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3
               and key.shape[-3] != query.shape[-3] and value.shape[-3] == key.shape[-3])

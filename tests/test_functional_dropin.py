@@ -395,3 +395,20 @@ def test_shortcut_with_a_learned_float32_mask_keeps_the_querys_dtype(dtype, case
         dq, dmask = torch.autograd.grad(out.sum(), (q, mask))
         assert dq.dtype == dtype and not dq.any()
         assert dmask.dtype == torch.float32 and dmask.shape == mask.shape and not dmask.any()
+
+
+@pytest.mark.parametrize("mask", [torch.ones(7, dtype=torch.bool), torch.zeros(7, dtype=torch.float64),
+                                  torch.zeros((), dtype=torch.float64)], ids=["bool (S,)", "float (S,)", "0-d"])
+def test_a_mask_of_fewer_than_2_dims_with_4d_inputs_is_refused_as_torch_refuses_it(mask):
+    """PyTorch 2.13 refuses an attn_mask of shape (S,) or () with 4-D query, key and value (an IndexError from its
+    fused CPU kernel); the front refuses it too, naming attn_mask and the shape to give. With 3-D inputs both
+    broadcast it, and agree."""
+    q, k, v = _qkv64(lead=(2, 3))
+    with pytest.raises(IndexError):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    with pytest.raises(ValueError, match=r"attn_mask: shape \((7,)?\) has fewer than 2 dims.*\(1, S\) = \(1, 7\)"):
+        sdpa(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(sdpa(q[0], k[0], v[0], attn_mask=mask),
+                               F.scaled_dot_product_attention(q[0], k[0], v[0], attn_mask=mask))
+    torch.testing.assert_close(sdpa(q, k, v, attn_mask=mask.reshape(1, -1)),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask.reshape(1, -1)))
