@@ -266,6 +266,58 @@ def test_scale_and_dropout_p_enter_as_at_the_front():
         gpu.attention(q, k, v, dropout_p=torch.tensor(1.5))
 
 
+def _anomaly():
+    """Where the kernels' data checks run: always in the interpreter, on a GPU under detect_anomaly only."""
+    import contextlib
+    return contextlib.nullcontext() if INTERPRET else torch.autograd.detect_anomaly(check_nan=False)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning", "ignore:Anomaly Detection has been enabled")
+def test_scores_that_overflow_fp32_are_refused_naming_scale():
+    """The kernels compute S = q kᵀ and S·scale·log2(e) in fp32: a scale fp32 cannot hold, or scores that may pass
+    its range (a huge scale, or fp32 inputs near 1e19), gave NaN silently (kernel 2's backward at scale = 1e39,
+    both kernels' forward at 1e38). Refused, naming scale, as the numpy algorithms raise when τ·QKᵀ overflows."""
+    q, k, v = _ok(n=5, d=4)
+    o, lse = gpu.forward(q, k, v)
+    # scale·log2(e) past fp32 (the value alone): every entry point, which_kernel too
+    for call in (lambda: gpu.attention(q, k, v, scale=1e39), lambda: gpu.forward(q, k, v, scale=-1e39),
+                 lambda: gpu.backward(q, k, v, o, torch.ones_like(o), lse, scale=1e39),
+                 lambda: gpu.which_kernel(q, k, v, scale=1e39)):
+        with pytest.raises(ValueError, match=r"scale: the kernels compute in fp32 and hold scale·log2\(e\)"):
+            call()
+    with _anomaly():
+        for call in (lambda: gpu.attention(q, k, v, scale=1e38),
+                     lambda: gpu.attention(q, k, v, scale=-1e38, config=KERNELS["kernel1"]),
+                     lambda: gpu.forward(q, k, v, scale=1e38),
+                     lambda: gpu.backward(q, k, v, o, torch.ones_like(o), lse, scale=1e38),
+                     # finite inputs whose q kᵀ alone overflows fp32 (fp16 cannot hold 1e19: bf16 on a GPU)
+                     lambda: gpu.attention(*(x.to(torch.float32 if INTERPRET else torch.bfloat16) * 1e19
+                                             for x in (q, k)), v.to(torch.float32 if INTERPRET else torch.bfloat16))):
+            with pytest.raises(FloatingPointError, match=r"scale: the scores scale·q·kᵀ may overflow fp32.*"
+                                                         r"max\(1, \|scale\|·log2 e\)·d·max\|q\|·max\|k\|"):
+                call()
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS))
+def test_scales_under_the_fp32_bound_run_as_before(kernel):
+    """The guard refuses only what would overflow: a scale just under the bound for these inputs (about 4e36) runs,
+    forward and backward finite, and its output is the float64 oracle's (one-hot weights: each row's largest
+    score); 1e3 and the default agree with the oracle as any scale does."""
+    q, k, v, do = _inputs(1, 2, 6, 7, 8, torch.float32 if INTERPRET else DTYPES[0], seed=21)
+    bound = gpu.FP32_MAX / 4 / (gpu.LOG2E * 8 * float(q.abs().max()) * float(k.abs().max()))
+    for scale in (None, 1e3, 0.99 * bound, -0.99 * bound):
+        qa, ka, va = (x.clone().requires_grad_() for x in (q, k, v))
+        with _anomaly():
+            o = gpu.attention(qa, ka, va, scale=scale, config=KERNELS[kernel])
+            o.backward(do)
+        # the gradients scale with the scale (dq, dk): fp16 on a GPU cannot hold them near the bound, fp32 can
+        for x in (o, qa.grad, ka.grad, va.grad) if INTERPRET else (o, va.grad):
+            assert torch.isfinite(x).all()
+        tau = 1 / math.sqrt(8) if scale is None else scale
+        truth = _attention(q, k, v, do, False, tau, None, torch.float64)[0]
+        assert _err(o, truth) < 10 * ATOL[q.dtype]
+
+
 @pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled", "ignore:Error detected in _Attention")
 def test_nan_and_inf_inputs_are_refused():
     """As at the torch front: a ValueError naming the tensor, never a NaN output with warnings. On a GPU the check

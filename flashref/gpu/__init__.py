@@ -38,6 +38,8 @@ MAX_HEAD_DIM = 256  # kernels.MAX_HEAD_DIM (kept here so that checking needs no 
 # a longer y in pieces (kernels._pieces) and kernel 3 leaves such a call to kernel 2. Here so that iomodel.dram
 # reads it without importing triton.
 MAX_GRID_Y = 65535
+LOG2E = 1.4426950408889634  # kernels.LOG2E: the kernels fold log2(e) into the scale (exp2 in their loops)
+FP32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max: the kernels' scores are fp32 whatever the inputs
 OPTIONS = ("causal", "scale", "deterministic", "dropout_p", "seed", "config", "enable_gqa", "window",
            "alibi_slopes", "softcap")
 
@@ -114,6 +116,13 @@ def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=Fals
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False (a Python bool), got {causal!r}")
     scale = _scale(_number(scale, "scale"), d)
+    # The kernels hold scale·log2(e) in fp32 (kernel 2's qk_scale): past fp32's range it is inf there, and the
+    # scores inf - inf = NaN, silently (kernel 2's forward happened to survive it, its backward not). Refused on
+    # the value alone, as _variants refuses a softcap or ALiBi slope fp32 cannot hold; the scores themselves are
+    # bounded with the data where the inputs are read (_scores_fit)
+    if abs(scale) * LOG2E > FP32_MAX:
+        raise ValueError(f"scale: the kernels compute in fp32 and hold scale·log2(e) there, at most {FP32_MAX:.3g}; "
+                         f"got {scale!r}")
     if not any_scale and scale <= 0:
         raise ValueError(f"scale: kernel 3 launched directly needs a scale > 0, got {scale!r}; "
                          "flashref.gpu.attention takes any finite scale")
@@ -160,6 +169,33 @@ def _finite(*named, neginf_ok=()):
                 raise ValueError(f"{name} contains NaN or +inf")
         elif x.numel() and not torch.isfinite(x).all():
             raise ValueError(f"{name} contains NaN or inf")
+
+
+def _scores_fit(q, k, scale):
+    """The scores fit fp32, or a FloatingPointError naming ``scale`` (the numpy algorithms raise one when
+    ``τ·QKᵀ`` overflows float32; here it is raised before any kernel runs, where the NaN would be silent).
+
+    The kernels compute ``S = Q Kᵀ`` in fp32, then ``S·scale·log2(e)``. Both are bounded without forming
+    ``Q Kᵀ``: ``|S| <= d·max|q|·max|k|``, so the bound is ``max(1, |scale|·log2 e)·d·max|q|·max|k|``, refused
+    past a quarter of fp32's largest value (the margin softcap's guard keeps: a score minus a row max, or plus an
+    ALiBi term, must not overflow either). It is an upper bound, so it can refuse a call whose largest entries of
+    q and k never meet in one dot product; only calls whose scores approach 10^37 are near it (with q, k of
+    order 1 and d = 128, a scale of order 10^34). It reads q and k once more (a max, not a product), so it runs where
+    :func:`_finite` runs: on the CPU (Triton's interpreter), and on a GPU only under
+    ``torch.autograd.detect_anomaly()``; there fp16 inputs cannot reach it unless the scale passes ~10^25, while
+    bf16 inputs can (their range is fp32's). ``scale``: the value the caller gave (its sign is irrelevant)."""
+    if _unchecked(q) or q.numel() == 0 or k.numel() == 0:
+        return
+    d = q.shape[-1]
+    qmax, kmax = float(q.detach().abs().amax()), float(k.detach().abs().amax())  # finite: _finite ran first
+    bound = max(1.0, abs(scale) * LOG2E) * d * qmax * kmax  # a Python float: no overflow of its own
+    if bound > FP32_MAX / 4:
+        raise FloatingPointError(
+            f"scale: the scores scale·q·kᵀ may overflow fp32, in which the kernels compute them: |scale| = "
+            f"{abs(scale):.3g}, max|q| = {qmax:.3g}, max|k| = {kmax:.3g} and d = {d} bound them by {bound:.3g} "
+            f"(max(1, |scale|·log2 e)·d·max|q|·max|k|), past the kernels' limit {FP32_MAX / 4:.3g}; use a smaller "
+            f"scale, scale q and k down, or compute in float64 with the numpy algorithms or the torch front "
+            f"(flashref.functional)")
 
 
 def _variants(q, k, causal, options):
@@ -277,6 +313,7 @@ def forward(q, k, v, *, causal=False, scale=None, **options):
     dropout, cfg = _check_options(options, q.shape[-1], causal, False, "gpu.forward")
     var = _variants(q, k, causal, options)
     _finite(("q", q), ("k", k), ("v", v))
+    _scores_fit(q, k, scale)
     q, scale = _positive_scale(q, scale)
     o, L2 = _forward(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, cfg, dropout, var)
     return o, L2 * math.log(2.0)
@@ -298,6 +335,7 @@ def backward(q, k, v, o, do, lse, *, causal=False, scale=None, deterministic=Fal
     # and an -inf there would rebuild P as exp(S + inf): NaN gradients)
     _finite(("q", q), ("k", k), ("v", v), ("do", do), ("o", o), ("lse", lse),
             neginf_ok=("lse",) if var.band is not None else ())
+    _scores_fit(q, k, scale)  # the backward rebuilds the scores from q and k
     tau = scale
     q, scale = _positive_scale(q, scale)  # as forward ran it; dq of the original q below
     L2 = (lse / math.log(2.0)).float().contiguous()  # the kernels keep the base-2 LSE (exp2 in their loops)
@@ -415,7 +453,10 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     causal masks key j for query i when j > i (top-left).
     NaN or inf in q, k, v (or in the gradient flowing back) raises a ValueError on the CPU (the interpreter);
     on a GPU only under ``torch.autograd.detect_anomaly()``, since the check reads every input again and waits
-    for the GPU.
+    for the GPU. The scores are computed in fp32: a scale whose ``scale·log2(e)`` fp32 cannot hold raises a
+    ValueError everywhere, and scores that could overflow fp32 (bounded by
+    ``max(1, |scale|·log2 e)·d·max|q|·max|k|``, see ``_scores_fit``) a FloatingPointError naming ``scale``,
+    where the NaN check runs.
 
     deterministic: the backward's dQ. False: FA2's scheme, every column block's program adds its
     dS_ij K_j into an fp32 dQ in HBM with atomics (5 matmuls per block pair; the order of the adds,
@@ -453,6 +494,7 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
     var = _variants(q, k, causal, options)
     _finite(("q", q), ("k", k), ("v", v))
+    _scores_fit(q, k, scale)
     # Every kernel (kernel 3 included) gets a scale > 0: a scale <= 0 becomes one on -q or 0·q here, before the
     # dispatch, with autograd through the negation (_positive_scale says why the kernels need it).
     q, scale = _positive_scale(q, scale)
