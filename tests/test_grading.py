@@ -232,6 +232,47 @@ def test_block_size_choice_is_ranked():
     assert best.points == 10 and all(c["rank"] == 1 for c in best.cases)
 
 
+def test_block_size_table_shows_total_io_best_io_and_rank(tmp_path):
+    """Exercise 7 is scored by rank, with no budget: its table shows each case's choice, its total IO, the best IO
+    and the rank, not the memory exercises' reads/writes/budget columns (which put the total under "reads", 0 under
+    "writes", and called a worse choice OVER)."""
+    ex = grading.get("07")
+    sub = tmp_path / "ex7.py"  # (16, 8) everywhere: feasible in every case, best in none
+    sub.write_text("def choose_blocks(Nq, Nk, d, M, causal):\n    return (16, 8)\n")
+    rep = grading.grade("07", sub)
+    text = str(rep)
+    head, rule, *rows = text.splitlines()[1:2 + len(ex.cases)]
+    assert head.split() == ["case", "choice", "(Br,", "Bc)", "IO", "(elements)", "best", "IO", "rank"]
+    assert set(rule) == {"-"}
+    for k, (row, case) in enumerate(zip(rows, rep.cases)):
+        assert row.startswith(f"case {k + 1}: Nq={case['case']['Nq']}, ") and f"M={case['case']['M']}" in row
+        cells = row.split("  ")
+        io, best, rank = (c.strip() for c in [c for c in cells if c.strip()][-3:])
+        assert "(16, 8)" in row and io == f"{case['io']:,}" and best == f"{case['best_io']:,}"
+        assert case["io"] > case["best_io"] and rank == f"{case['rank']} of {case['distinct_ios']}"
+    for word in ("reads", "writes", "budget", "OVER"):
+        assert word not in text.split("score:")[0]
+    # the best choices: rank 1 in every row
+    best = grading.grade("07", SOLUTIONS / ex.solution)
+    assert [r.split()[-3:] for r in str(best).splitlines()[3:3 + len(ex.cases)]] == \
+        [["1", "of", str(c["distinct_ios"])] for c in best.cases]
+
+
+def test_block_size_table_shows_an_infeasible_choice():
+    from types import SimpleNamespace
+
+    from flashref.grading import _score_choice
+    from flashref.grading.report import Report
+
+    ex = grading.get("07")
+    res = SimpleNamespace(cases=[SimpleNamespace(value=[12, 8], setup=SimpleNamespace(spec=ex.cases[0]))])
+    rep = _score_choice(ex, Report(exercise=ex.name, title=ex.title, max_points=ex.max_points), res,
+                        [{"choices": [(8, 8, 900), (16, 8, 500)]}])
+    row = str(rep).splitlines()[3]
+    assert row.split("  ")[0] == "case 1: Nq=256, Nk=256, d=16, M=4096"
+    assert "(12, 8)" in row and row.split()[-4:] == ["not", "feasible", "500", "-"]
+
+
 def test_block_size_rank_gives_the_worst_choice_nothing():
     """IO points run from the worst feasible choice's IO (0) to the best's (all), ties with either end included:
     before, a share of choices beaten *or tied* gave the worst choice credit for the choices tied with it."""

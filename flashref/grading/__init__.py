@@ -204,6 +204,7 @@ def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
         pick = tuple(v) if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) for x in v) \
             else None
         best = min(table.values())
+        label = f"case {k + 1}: {_shape(ex, k)}, M={c.setup.spec['M']}"
         if pick not in table:
             feasible = correct = False
             what = "is not a pair of ints" if pick is None else "is not a feasible (Br, Bc)"
@@ -211,6 +212,8 @@ def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
                          f"footprint within M={c.setup.spec['M']})")
             fractions.append(0.0)
             rep.cases.append({"case": c.setup.spec, "choice": v, "feasible": False})
+            rep.table.append({"case": label, "choice": v, "io": None, "best_io": best, "rank": None,
+                              "distinct_ios": len(set(table.values())), "ok": False})
             continue
         io = table[pick]
         # the share of the way from the worst IO to the best: the choices this one beats, over those the best beats
@@ -221,8 +224,10 @@ def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
         fractions.append(frac)
         rep.cases.append({"case": c.setup.spec, "choice": list(pick), "io": io, "best_io": best, "rank": rank,
                           "distinct_ios": len(set(table.values())), "choices": len(table)})
-        rep.table.append({"tensor": f"case {k + 1}: ({pick[0]}, {pick[1]})", "reads": io, "writes": 0,
-                          "budget_reads": best, "budget_writes": 0, "ok": io == best, "over": io > best})
+        # the table's row: total IO against the best's, by rank (no budget: reads and writes are not split, a choice
+        # worse than the best is not "over" anything)
+        rep.table.append({"case": label, "choice": list(pick), "io": io, "best_io": best, "rank": rank,
+                          "distinct_ios": len(set(table.values())), "ok": io == best})
         if io > best:
             notes.append(f"case {k + 1}: ({pick[0]}, {pick[1]}) moves {io:,} elements, rank {rank} of "
                          f"{len(set(table.values()))} distinct IOs; the best moves {best:,}")

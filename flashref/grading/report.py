@@ -15,7 +15,9 @@ class Report:
 
     ``correct``, ``io_ok``, ``footprint_ok``; ``points`` out of ``max_points`` (split in ``parts``);
     ``table``: one row per tensor, the counted reads and writes summed over the cases beside the
-    budget's; ``cases``: per case, its shape and what passed; ``message``: why points were lost
+    budget's; for a choice exercise (exercise 7, scored by rank, with no budget) one row per case instead:
+    the choice, its counted IO (reads and writes together), the best choice's IO and its rank among the
+    distinct IOs; ``cases``: per case, its shape and what passed; ``message``: why points were lost
     (a refusal or a failure says so first).
     """
 
@@ -27,7 +29,9 @@ class Report:
     points: float = 0.0
     max_points: int = 0
     parts: dict = field(default_factory=dict)  # {"correctness": (got, max), "io": ..., "footprint": ...}
-    table: list = field(default_factory=list)  # rows: tensor, reads, writes, budget_reads, budget_writes, ok
+    # rows: tensor, reads, writes, budget_reads, budget_writes, ok, over; for a choice exercise: case, choice, io,
+    # best_io, rank, distinct_ios, ok (io None: the choice is not feasible)
+    table: list = field(default_factory=list)
     peak_sram: int | None = None
     budget_peak_sram: int | None = None
     cases: list = field(default_factory=list)
@@ -53,14 +57,25 @@ class Report:
 
     def __str__(self) -> str:
         lines = [f"exercise {self.exercise}: {self.title}"]
-        if self.table:
+        if self.table and "choice" in self.table[0]:
+            # a choice exercise is scored by rank, not against a budget: no reads/writes split, no OVER
+            rows = [("case", "choice (Br, Bc)", "IO (elements)", "best IO", "rank")]
+            for r in self.table:
+                if r["io"] is None:  # not a feasible (Br, Bc): no IO, no rank (the value as returned, kept short)
+                    v = r["choice"]
+                    shown = str(tuple(v)) if isinstance(v, (list, tuple)) else repr(v)
+                    rows.append((r["case"], shown if len(shown) <= 20 else shown[:17] + "...", "not feasible",
+                                 f"{r['best_io']:,}", "-"))
+                else:
+                    rows.append((r["case"], str(tuple(r["choice"])), f"{r['io']:,}", f"{r['best_io']:,}",
+                                 f"{r['rank']} of {r['distinct_ios']}"))
+            lines += _columns(rows, right=(2, 3, 4))
+        elif self.table:
             head = ("tensor", "reads", "writes", "budget reads", "budget writes", "")
             rows = [head] + [(r["tensor"], f"{r['reads']:,}", f"{r['writes']:,}", f"{r['budget_reads']:,}",
                               f"{r['budget_writes']:,}", "ok" if r["ok"] else "OVER" if r["over"] else "DIFFERS")
                              for r in self.table]
-            w = [max(len(r[k]) for r in rows) for k in range(len(head))]
-            fmt = lambda r: "  ".join(c.rjust(w[k]) if 0 < k < 5 else c.ljust(w[k]) for k, c in enumerate(r))  # noqa: E731
-            lines += [fmt(rows[0]), "-" * len(fmt(rows[0]))] + [fmt(r) for r in rows[1:]]
+            lines += _columns(rows, right=(1, 2, 3, 4))
             lines += self._io_differences()
         if self.peak_sram is not None:
             lines.append(f"peak on-chip footprint: {self.peak_sram:,} elements per head "
@@ -92,3 +107,11 @@ class Report:
         return (["IO that differs from the budget (all cases together):"] + out) if out else []
 
     __repr__ = __str__
+
+
+def _columns(rows: list, right: tuple) -> list:
+    """``rows`` (the first the header) as aligned text: the columns in ``right`` (numbers) right-aligned, a rule
+    under the header."""
+    w = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    fmt = lambda r: "  ".join(c.rjust(w[k]) if k in right else c.ljust(w[k]) for k, c in enumerate(r)).rstrip()  # noqa: E731
+    return [fmt(rows[0]), "-" * len(fmt(rows[0]))] + [fmt(r) for r in rows[1:]]
