@@ -437,6 +437,14 @@ def test_autograder_bundle_on_reference_and_stub(tmp_path):
     assert not any("solutions" in n or n.endswith(".pyc") or "iomodel" in n for n in names), names
     assert {n.split("/")[1] for n in names if n.count("/") == 1} == {
         "__init__.py", "__main__.py", "_numbers.py", "memory.py", "masks.py", "dropout.py"}
+    # COURSE.md's list of what the bundle holds names every file of its flashref/ and the grading/ folder (it once
+    # left _numbers.py out, which an instructor auditing the bundle would find unexplained)
+    course = (ROOT / "COURSE.md").read_text()
+    listed = course[course.index("`python -m flashref autograder"):course.index("not even as bytecode")]
+    named = set(re.findall(r"`([^`]+)`", listed))
+    top = {n.split("/")[1] for n in names if n.count("/") == 1}
+    assert {"flashref/__init__.py", "flashref/grading/", "setup.sh", "run_autograder"} <= named
+    assert top - {"__init__.py"} <= named, top - named
     # the instructor's bundle carries every budget, exercise 7's table too (its child cannot open it)
     assert "07-block-sizes" in json.loads((src / "flashref/grading/budgets.json").read_text())
     env = dict(os.environ, PYTHONPATH=str(src))
