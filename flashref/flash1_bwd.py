@@ -162,8 +162,8 @@ def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, dK_tilde_j, d
     else:
         P_dropped_ij = P_ij  # no dropout: P^dropped is P itself, no new tile
 
-    # Alg.4 l.16: on chip, d̃V_j ← d̃V_j + (P_ij^dropped)ᵀ dO_i.
-    dV_tilde_j += fc.ew(fc.matmul(P_dropped_ij.swapaxes(-1, -2), dO_i), "accumulate")  # (Bc, d)
+    # Alg.4 l.16: on chip, d̃V_j ← d̃V_j + (P_ij^dropped)ᵀ dO_i (the + is the matmul's accumulate: no FLOP of its own).
+    dV_tilde_j += fc.matmul(P_dropped_ij.swapaxes(-1, -2), dO_i)  # (Bc, d)
     mem.free("P_dropped_ij")
 
     # Alg.4 l.17: on chip, dP_ij^dropped = dO_i V_jᵀ.
@@ -179,12 +179,12 @@ def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, dK_tilde_j, d
     # Alg.4 l.20: on chip, dS_ij = P_ij ∘ (dP_ij − D_i), in dP_ij's slot.
     dS_ij = mem.reuse("dP_ij", "dS_ij", fc.ew(P_ij * (dP_ij - D_i), "subtract", "multiply"))  # (Br, Bc)
 
-    # Alg.4 l.21: write dQ_i ← dQ_i + τ dS_ij K_j to HBM.
-    dQ_i += fc.ew(tau * fc.matmul(dS_ij, K_j), "scale", "accumulate")  # (Br, d)
+    # Alg.4 l.21: write dQ_i ← dQ_i + τ dS_ij K_j to HBM (τ is counted; the + is the matmul's accumulate).
+    dQ_i += fc.ew(tau * fc.matmul(dS_ij, K_j), "scale")  # (Br, d)
     mem.store("dQ", dQ_i, rows=rows, line="Alg.4 l.21")
 
-    # Alg.4 l.22: on chip, d̃K_j ← d̃K_j + τ dS_ijᵀ Q_i.
-    dK_tilde_j += fc.ew(tau * fc.matmul(dS_ij.swapaxes(-1, -2), Q_i), "scale", "accumulate")  # (Bc, d)
+    # Alg.4 l.22: on chip, d̃K_j ← d̃K_j + τ dS_ijᵀ Q_i (τ is counted; the + is the matmul's accumulate).
+    dK_tilde_j += fc.ew(tau * fc.matmul(dS_ij.swapaxes(-1, -2), Q_i), "scale")  # (Bc, d)
 
     # Alg.4 l.23: end for (the row block's tiles leave the chip).
     mem.free("Q_i", "O_i", "dO_i", "dQ_i", "l_i", "m_i", "P_ij", "D_i", "dS_ij")

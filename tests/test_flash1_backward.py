@@ -158,6 +158,20 @@ def test_flops_five_matmuls_per_tile(rng):
         + 2 * Nq * Nk * d  # the recomputation of S = QKᵀ is the one extra matmul
 
 
+def test_nonmatmul_flops_leave_the_matmuls_accumulates_out(rng):
+    """flops.py's rule, as flash2.backward keeps it: the + of d̃V_j + P̃ᵀdO_i, dQ_i + τ dS K_j and d̃K_j + τ dSᵀQ_i
+    is the matmul's own add, not a non-matmul FLOP (they had been counted: 2·Bc·d + Br·d more per tile). Per tile:
+    the scale of S, P's subtract, exp and divide, dS's subtract and multiply (6·Br·Bc), D_i's multiply and
+    rowsum (2·Br·d), and τ on dQ_i and d̃K_j (Br·d + Bc·d)."""
+    Nq, Nk, d, Br, Bc = 15, 20, 8, 5, 4
+    Q, dO = rng.standard_normal((Nq, d)), rng.standard_normal((Nq, d))
+    K, V = rng.standard_normal((Nk, d)), rng.standard_normal((Nk, d))
+    O, l, m = saved({"Q": Q, "K": K, "V": V}, {})
+    bwd = flash1.backward(Q, K, V, O, dO, l, m, block_sizes=(Br, Bc))
+    tiles = (Nq // Br) * (Nk // Bc)
+    assert bwd.flops.nonmatmul == tiles * (6 * Br * Bc + 2 * Br * d + Br * d + Bc * d)
+
+
 def test_theorem5_scaling():
     # Theorem 5: Θ(N²d²/M) HBM accesses for d ≤ M ≤ Nd. Over a sweep of N and M, the simulated IO
     # divided by N²d²/M stays within fixed constants, while standard attention's grows with M.
