@@ -102,9 +102,10 @@ def test_grid_orders():
 
 # ----------------------------------------------------------------------------- closed form = simulation
 
-# (no overlap share and no spread: the simulation runs the one-speed schedule, where tests ask for the term themselves)
+# (no overlap share and no spread: the simulation runs the one-speed schedule, where tests ask for the term themselves;
+# and none of the rules for what the simulation does not run: CTAs that drift apart or come apart, heads rolling in)
 LRU = dict(D.PARAMS, kappa=math.inf, partitions=1, kappa_stag=math.inf, lag=0, kappa_roll=math.inf, overlap=0.0,
-           spread=0.0, kappa_sync=math.inf)
+           spread=0.0, kappa_sync=math.inf, head_rule=0, drift_waves=1.0, rdrift_rule=0, rdrift3_rule=0, apart_rule=0)
 
 
 def _sim(k, C):

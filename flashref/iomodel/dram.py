@@ -73,10 +73,12 @@ model follows the forward's passes (:func:`_softmax`, ``C_rows``, ``kappa_rows``
 
 **Fitted parameters** (``PARAMS``; every ``fit*`` function named here is in :mod:`flashref.iomodel.l2fit`,
 which re-derives each from the recorded runs, :func:`fit` these first four):
-``C_eff`` (bytes of L2 that the scanned tiles get; the prior is one partition, 25 MB of the
-H100's 50, since a line read by SMs on both sides is held in both partitions), ``kappa``,
-``alpha`` and ``rho``; and, for staggered scans only, ``C_stag``, ``kappa_stag``, ``lag`` and ``overlap``
-(:func:`fit_staggered`), per GPU (``GPU_PARAMS``: the H200, with the H100's SMs, needs its own), and
+``C_eff`` (bytes of L2 that the scanned tiles get; the prior is the whole L2, 50 MB on the H100: a pass that a whole
+wave reads is held in both partitions, which rule 1 counts by doubling its reuse distance, so its knee sits near
+``C_eff / 2``, one partition), ``kappa``, ``alpha`` and ``rho``; and, for staggered scans only, ``C_stag``,
+``kappa_stag``, ``lag`` and ``overlap`` (:func:`fit_staggered`), per GPU (``GPU_PARAMS``: the H200, with the H100's
+SMs, needs its own; these, and PARAMS' own, are the walk's first sets, which the sets below replace in every
+prediction today: only ``spread_rule=0`` or ``lag_rule=0`` reaches them), and
 for FlashAttention-2's d = 64 kernel a set of its own (``STAGGERED_D64``), with ``spread``, ``spread_time`` and
 ``spread_waves`` (:func:`fit_spread_waves`) shared by all of them; for eager's
 softmax on long rows, ``C_rows`` and ``kappa_rows`` (:func:`fit_softmax_rows`); for a rolling grid's re-reads,
@@ -96,8 +98,16 @@ walk with one CTA an SM (the d = 192 kernels), a sharpness and ``miss_cap`` of i
 :func:`fit_one_cta`). Everything else (tiles, grids, CTAs per SM, scan order) is read from the kernels' source and
 checked against Nsight's launch statistics (:mod:`flashref.schedule`).
 
-The closed forms are checked against the cache simulation (:func:`flashref.schedule.simulate`
-on an :class:`flashref.l2.L2Cache`) where both run, with ``kappa`` large (LRU).
+The closed forms are checked against the cache simulation (:func:`flashref.schedule.simulate` on an
+:class:`flashref.l2.L2Cache`, LRU, every CTA at one speed) with ``kappa`` infinite and the rules the simulation does not
+run switched off (``tests/test_l2.py``): equal where every CTA of a pass walks the same tiles in the same order (the
+non-causal forwards), within 10% at the staggered and causal shapes tested. They are not that simulation in closed
+form: at other small-machine shapes a review found the backward kernels 0.5-1.5x it, and the staggered walk with its
+``overlap`` term 0.5-1.6x. The closed forms are a model of the GPU, fitted to what Nsight measures; the simulation is
+what shows the mechanisms they stand for.
+
+The L2 presets' ``partitions`` and ``sector_bytes`` describe the GPUs; the closed forms do not read them
+(``PARTITIONS`` is the two partitions of both GPUs modelled).
 """
 
 from __future__ import annotations
@@ -284,8 +294,11 @@ STAGGERED_D256 = {"h100": dict(miss_cap=0.6), "h200": {}}
 # 1-16 heads of N = 32768-131072 at d = 160 and 192; 8 of 20 rows within ±25%). Far past the knee nearly every re-read
 # misses: the one CTA walking an SM keeps none of the share of hits that the shared set's miss_cap stands for, and the
 # knee is sharper. Its sharpness and miss_cap are fitted (l2fit.fit_one_cta) on check61 and check62's d = 192 shapes;
-# check62's d = 160 shapes held out: 6 of 8 within ±25% (mean error 19.7%, the shared set: 2 of 8, 33.0%). The H100
-# measured no such walk past its knee and keeps its shared set (figures/gpu/NOTES-l2.md, "Thirty-first round")
+# check62's d = 160 shapes held out (one of them check61's call measured again): 6 of 8 rows within ±25% (mean error
+# 19.7%; the shared set: 2 of 8, 33.0%). Then check63, drawn after the fit at d = 136-192 and predicted with it: 14 of
+# 16 (mean 15.0%; the shared set: 3 of 16). Many heads at d = 160 still read more than it says (2 x 8 x 65536, -41%;
+# 4 x 4 x 98304, -30%). The H100 measured no such walk past its knee and keeps its shared set (figures/gpu/NOTES-l2.md,
+# "Thirty-first round")
 STAGGERED_ONE_CTA = {"h100": {}, "h200": dict(kappa_stag=12.0, miss_cap=1.0)}
 # The H200 has 60 MB of L2 (its driver reports 62914560 bytes on every recorded run), not the H100's 50: the full
 # GH100's 60 MB, of which the H100 SXM5 enables 50 (NVIDIA's H100 whitepaper). Every capacity in PARAMS was fitted on
@@ -830,10 +843,12 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     ``sdpa_flash`` is FlashAttention-2 at the head dim given: PyTorch pads a head dim that is not a multiple of 8 to
     one before the flash kernels (and copies Q, K, V to do it); the model has neither, and no run measured such a d.
 
-    Time: under a second at N = 131072 (``examples/dram_speed.py``). For the tiled kernels (``flashref``,
-    ``sdpa_flash``) the schedule lays out every CTA of the grid, so time and memory grow with B·H·N: on a 2-core
-    CPU FlashAttention-2's causal forward, the slowest, takes 0.8 s at one head of N = 2^26 and 16-18 s (and 4.8 GB)
-    at 2^30 rows (B·H·max(Nq, Nk)), the most this model takes (MAX_ROWS); the other calls there take 1-2 s."""
+    Time: under a second at N = 131072 for up to 256 heads (B·H; ``examples/dram_speed.py`` times them). For the tiled
+    kernels (``flashref``, ``sdpa_flash``) the schedule lays out every CTA of the grid, so time and memory grow with
+    B·H·N: at N = 131072 a first call takes about 3 s at 1024 heads and 15 s at 4096 (a second call on the same
+    shape about a tenth of that). At 2^30 rows (B·H·max(Nq, Nk)), the most this model takes (MAX_ROWS), on this
+    project's 2-core CPU FlashAttention-2's causal forward took 32 s and 6.3 GB, flashref's causal forward+backward
+    34 s and 4.3 GB, FlashAttention-2's non-causal forward+backward 12 s, and one query against 2^30 keys 6 s."""
     check_options(opts, {"B", "H", "Nq", "Nk", "d", "causal", "gpu", "dtype_bytes", "params"}, "iomodel.dram")
     params = opts.get("params")
     _check_impl_mode(impl, mode)
