@@ -77,15 +77,16 @@ __all__ = ["forward", "footprint", "merge_footprint", "grid", "split_bounds", "c
 OPTIONS = ("num_splits", "sms")
 
 
-def footprint(Br: int, Bc: int, d: int, dropout: bool = False) -> int:
+def footprint(Br: int, Bc: int, d: int) -> int:
     """Peak on-chip elements per head of the split pass with full (Br, Bc) tiles.
 
     Q_i and the accumulator O_i (2·Br·d), K_j and V_j (2·Bc·d), the statistics m_i, ℓ_i, m̃_ij,
     ℓ̃_ij, m_i^new (5·Br; the factors e^{m_i − m_i^new} and e^{m̃_ij − m_i^new} take the slots of
-    m_i and m̃_ij, as in Algorithm 1) and P̃_ij (Br·Bc), plus Z_ij and P̃_ij^dropped with dropout
-    (2·Br·Bc more). The merge pass holds less (:func:`merge_footprint`).
+    m_i and m̃_ij, as in Algorithm 1) and P̃_ij (Br·Bc). With dropout the same: P̃_ij ∘ Z_ij takes P̃_ij's
+    slot and Z_ij, used by that one statement, is not held (as in FlashAttention's and FlashAttention-2's
+    forwards). The merge pass holds less (:func:`merge_footprint`).
     """
-    return 2 * Br * d + 2 * Bc * d + 5 * Br + (3 if dropout else 1) * Br * Bc
+    return 2 * Br * d + 2 * Bc * d + 5 * Br + Br * Bc
 
 
 def merge_footprint(Br: int, d: int) -> int:
@@ -98,8 +99,7 @@ def grid(pb: Problem) -> blocks.Grid:
 
     The merge pass holds less than the split pass (merge_footprint ≤ footprint), so the split decides.
     """
-    has_dropout = pb.dropout_p > 0
-    return blocks.grid_for(pb, lambda Br, Bc, d: footprint(Br, Bc, d, has_dropout))
+    return blocks.grid_for(pb, footprint)
 
 
 def split_bounds(Nk: int, num_splits: int) -> list[tuple[int, int]]:
@@ -201,15 +201,15 @@ def _split_item(mem: Memory, fc: FlopCounter, pb: Problem, rows, keys, Bc: int, 
         # ℓ_i^new from the undropped P̃; O_i is unnormalised, so ℓ_i is not needed again: its slot.
         l_i = mem.hold("l_i", fc.ew(alpha * l_i + beta * l_tilde_ij, "multiply", "multiply", "add"))
         if pb.dropout_p > 0:
-            # On chip, P̃_ij^dropped = dropout(P̃_ij): the same entries as every algorithm.
-            Z_ij = mem.hold("Z_ij", pb.dropout_Z(rows, cols))
-            P_tilde_ij = mem.hold("P_dropped_ij", fc.ew(P_tilde_ij * Z_ij, "dropout"))
+            # On chip, P̃_ij^dropped = P̃_ij ∘ Z_ij, in P̃_ij's slot: the same entries as every algorithm drops
+            # (Z_ij, used by this one statement, is a register, as in FlashAttention's Alg.2 l.14).
+            P_tilde_ij = mem.hold("P_tilde_ij", fc.ew(P_tilde_ij * pb.dropout_Z(rows, cols), "dropout"))
         # On chip, O_i ← e^{m_i − m_new} O_i + e^{m̃_ij − m_new} P̃_ij^dropped V_j
         # (unnormalised, as FlashAttention-2: divide by ℓ once, at the end of the chunk)
         O_i = mem.hold("O_i", fc.ew(alpha * O_i + beta * fc.matmul(P_tilde_ij, V_j), "rescale O_i", "scale P̃V",
                                     "add"))
         m_i = mem.reuse("alpha", "m_i", m_new)
-        mem.free("K_j", "V_j", "beta", "P_tilde_ij", "l_tilde_ij", "Z_ij", "P_dropped_ij", "m_new")
+        mem.free("K_j", "V_j", "beta", "P_tilde_ij", "l_tilde_ij", "m_new")
     # On chip, O^(s)_i = diag(ℓ_i)⁻¹ O_i (a row that saw no key: ℓ = 0, O stays 0).
     O_i = mem.hold("O_i", fc.ew(O_i / np.where(l_i == 0, 1.0, l_i), "divide"))
     if S == 1:

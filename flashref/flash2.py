@@ -111,15 +111,17 @@ def footprint_forward(Br: int, Bc: int, d: int, bias: bool = False, slopes: int 
     return (max(after_l9, at_l8_bias) if bias else after_l9) + slopes
 
 
-def footprint_backward(Br: int, Bc: int, d: int, softcap: bool = False, slopes: int = 0) -> int:
+def footprint_backward(Br: int, Bc: int, d: int, softcap: bool = False, slopes: int = 0, dropout: bool = False) -> int:
     """Elements per head that Algorithm 2's inner loop holds on chip (equals the measured peak).
 
     K_j, V_j, dK_j, dV_j (Bc·d each), Q_i, dO_i, dQ_i (Br·d each), L_i, D_i (Br each) and two
-    Br·Bc tiles: P_ij and dP_ij (dS_ij takes dP_ij's slot; with dropout P_ij∘Z is a temporary that
-    is freed before dP_ij exists, and a bias tile is freed once added to S_ij, so the peak is the same).
-    A softcap keeps a third tile, its derivative 1 − tanh²; ALiBi keeps its ``slopes``.
+    Br·Bc tiles: P_ij and dP_ij (dS_ij takes dP_ij's slot; a bias tile is freed once added to S_ij, so the
+    peak is the same). Dropout's Z_ij is used by two statements (l.12 and l.13), so it is held between them
+    (one more tile, as in Algorithm 4): beside P_ij and P_ij∘Z_ij at l.12, or P_ij and dP_ij at l.13.
+    A softcap keeps another tile, its derivative 1 − tanh²; ALiBi keeps its ``slopes``.
     """
-    return 4 * Bc * d + 3 * Br * d + (3 if softcap else 2) * Br * Bc + 2 * Br + slopes
+    tiles = 2 + (1 if softcap else 0) + (1 if dropout else 0)
+    return 4 * Bc * d + 3 * Br * d + tiles * Br * Bc + 2 * Br + slopes
 
 
 def _loop_grid(pb: Problem, footprint) -> blocks.Grid:
@@ -142,7 +144,8 @@ def grid_backward(pb: Problem) -> blocks.Grid:
     """The tiling of Algorithm 2 for problem ``pb`` (Alg.2 l.1-2); ``Br`` is g·Br with packed GQA."""
     G = variants.packed_group(pb, pb.gqa_packing)
     slopes = G if pb.alibi_slopes is not None else 0
-    return _loop_grid(pb, lambda Br, Bc, d: footprint_backward(Br, Bc, d, pb.softcap is not None, slopes))
+    softcap, dropout = pb.softcap is not None, pb.dropout_p > 0
+    return _loop_grid(pb, lambda Br, Bc, d: footprint_backward(Br, Bc, d, softcap, slopes, dropout))
 
 
 def _scores(mem, fc, pb, Q_i, K_j, rows, cols, line, slopes_i=None, keep_dtanh=False):
@@ -392,15 +395,18 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
             # and S_ij = -inf: subtract 0 there, so P_ij = 0 without NaN.
             P_ij = mem.reuse("S_ij", "P_ij",
                              fc.ew(np.exp(S_ij - finite_or_zero(L_i)[..., None]), "subtract", "exp"))  # (Br, Bc)
-            Z_ij = pb.dropout_Z(rows, cols) if pb.dropout_p > 0 else None
-            # Alg.2 l.12: dV_j ← dV_j + (P_ij ∘ Z_ij)ᵀ dO_i (Z regenerated from the seed).
+            # Dropout's Z_ij, regenerated from the seed (the entries the forward dropped), is used by l.12 and
+            # l.13: named and held on chip from here until l.13 has used it (the counting rule; Alg.4 l.14).
+            Z_ij = mem.hold("Z_ij", pb.dropout_Z(rows, cols)) if pb.dropout_p > 0 else None  # (Br, Bc)
+            # Alg.2 l.12: dV_j ← dV_j + (P_ij ∘ Z_ij)ᵀ dO_i.
             P_dropped_ij = P_ij if Z_ij is None else mem.hold("P_dropped_ij", fc.ew(P_ij * Z_ij, "dropout"))
             dV_j = mem.hold("dV_j", dV_j + fc.matmul(P_dropped_ij.swapaxes(-1, -2), dO_i))  # (Bc, d)
             mem.free("P_dropped_ij")
-            # Alg.2 l.13: dP_ij = dO_i V_jᵀ (and ∘ Z_ij: the gradient of dropout).
+            # Alg.2 l.13: dP_ij = dO_i V_jᵀ (and ∘ Z_ij: the gradient of dropout, in dP_ij's slot; Z_ij leaves).
             dP_ij = mem.hold("dP_ij", fc.matmul(dO_i, V_j.swapaxes(-1, -2)))  # (Br, Bc)
             if Z_ij is not None:
                 dP_ij = mem.hold("dP_ij", fc.ew(dP_ij * Z_ij, "dropout"))
+                mem.free("Z_ij")
             # Alg.2 l.14: dS_ij = P_ij ∘ (dP_ij − D_i), in dP_ij's slot, then τ (the scale's gradient).
             dS_ij = mem.reuse("dP_ij", "dS_ij", fc.ew(P_ij * (dP_ij - D_i[..., None]), "subtract", "multiply"))
             if bias_grad:

@@ -147,7 +147,7 @@ def test_decoding_docstring_totals(Nq, Nk, d, S, bs):
 
 def test_footprints_are_the_measured_peaks():
     """flash1.footprint, flash1_bwd.footprint (with and without dropout), flash2.footprint_forward (bias)
-    and footprint_backward (softcap) equal the peak on-chip elements the memory measures."""
+    and footprint_backward (softcap, dropout) equal the peak on-chip elements the memory measures."""
     Nq, Nk, d = 12, 10, 5
     Q, K, V, dO = _qkv(Nq, Nk, d)
     bias = np.random.default_rng(1).standard_normal((Nq, Nk))
@@ -157,12 +157,44 @@ def test_footprints_are_the_measured_peaks():
             b = flash1.backward(Q, K, V, f.O, dO, f.l, f.m, block_sizes=(Br, Bc), **opts)
             assert f.io.peak_sram == flash1.footprint(Br, Bc, d)
             assert b.io.peak_sram == flash1_bwd.footprint(Br, Bc, d, dropout=bool(opts))
+        drop = {"dropout_p": 0.3, "seed": 1}
         for opts, fk, bk in (({}, {}, {}), ({"bias": bias}, {"bias": True}, {}),
-                             ({"softcap": 5.0}, {}, {"softcap": True})):
+                             ({"softcap": 5.0}, {}, {"softcap": True}), (drop, {}, {"dropout": True}),
+                             ({"softcap": 5.0, **drop}, {}, {"softcap": True, "dropout": True}),
+                             ({"bias": bias, **drop}, {"bias": True}, {"dropout": True})):
             f = flash2.forward(Q, K, V, block_sizes=(Br, Bc), **opts)
             b = flash2.backward(Q, K, V, f.O, dO, f.L, block_sizes=(Br, Bc), **opts)
             assert f.io.peak_sram == flash2.footprint_forward(Br, Bc, d, **fk)
             assert b.io.peak_sram == flash2.footprint_backward(Br, Bc, d, **bk)
+
+
+def test_dropout_costs_on_chip_space_by_one_rule_in_every_algorithm():
+    """counting-rules.md's one rule for Z_ij: a factor two statements use is named and held, one used by a single
+    statement is a register. Every forward uses Z_ij once (P̃∘Z takes P̃'s slot): dropout adds nothing on chip.
+    Every backward uses it twice (P∘Z for dV, dP∘Z for dS): one Br×Bc tile more. (flash2's backward had held
+    nothing for it, and decoding two tiles: Z_ij and a new slot for the dropped P̃.)"""
+    Nq, Nk, d, Br, Bc = 16, 16, 4, 4, 4
+    Q, K, V, dO = _qkv(Nq, Nk, d)
+    drop, b = {"dropout_p": 0.3, "seed": 1}, {"block_sizes": (Br, Bc)}
+
+    def peaks(opts):
+        f1 = flash1.forward(Q, K, V, **b, **opts)
+        f2 = flash2.forward(Q, K, V, **b, **opts)
+        dec = decoding.forward(Q, K, V, num_splits=2, **b, **opts)
+        b1 = flash1.backward(Q, K, V, f1.O, dO, f1.l, f1.m, **b, **opts)
+        b2 = flash2.backward(Q, K, V, f2.O, dO, f2.L, **b, **opts)
+        return np.array([r.io.peak_sram for r in (f1, f2, dec, b1, b2)])
+
+    # (FlashAttention's fullest moment moves from l.20 to l.15, where D_i (Br) is not yet on chip: Br·Bc − Br)
+    assert list(peaks(drop) - peaks({})) == [0, 0, 0, Br * Bc - Br, Br * Bc]
+    # the block sizes follow: at equal M, FlashAttention-2's backward shrinks with dropout as FlashAttention's does
+    shape = dict(Nq=4096, Nk=4096, d=64)
+    for alg in ("flash1", "flash2"):
+        assert iomodel.block_sizes(alg, "backward", **shape, dropout_p=0.1) < iomodel.block_sizes(alg, "backward",
+                                                                                                   **shape)
+    for alg in ("flash1", "flash2", "decoding"):
+        assert iomodel.block_sizes(alg, "forward", **shape, dropout_p=0.1) == iomodel.block_sizes(alg, "forward",
+                                                                                                    **shape)
 
 
 # --------------------------------------------------------------------------------------------

@@ -42,8 +42,9 @@ loaded; as printed, the box would read ``2·d·Σ_j q_j`` more.
   Alg.2 l.18  dK_j, dV_j once per j                              2·Nk·d
 
 Without causal masking: forward ``Nq·d + 2·Tr·Nk·d`` reads and ``Nq·d + Nq`` writes. A mask or
-dropout changes no count (both are applied on chip); a bias adds ``Nq·Nk`` reads per pass (fewer
-with causal skipping), the Θ(N²) term that MASK as a function avoids. Causal skipping makes Σ_i kv_i and Σ_j q_j
+dropout changes no count at given blocks (both are applied on chip; but the backward holds dropout's Z_ij,
+a Br×Bc tile, from l.12 to l.13, so at a given M its blocks may be smaller); a bias adds ``Nq·Nk`` reads per pass
+(fewer with causal skipping), the Θ(N²) term that MASK as a function avoids. Causal skipping makes Σ_i kv_i and Σ_j q_j
 about half of Tr·Nk and Tc·Nq for Nq = Nk ≫ Br, Bc: kv_i = min(Nk, Bc·⌈r_i/Bc⌉) where r_i is the
 last query row of block i plus one; a column block j is visited by the row blocks
 i ≥ ⌊j·Bc/Br⌋, so q_j = Nq − Br·⌊j·Bc/Br⌋ when j·Bc < Nq, else 0 (and then K_j, V_j are not loaded
