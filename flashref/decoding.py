@@ -26,8 +26,9 @@ with ``num_splits``, release 2.2) cuts the keys into ``num_splits`` contiguous c
    (partials written, then read) to the ``2·Nk·d`` of streaming the cache.
 
 With ``num_splits = 1`` there is nothing to merge: the split writes O, ℓ, m directly (as the
-FlashAttention kernel skips its combine kernel), and the algorithm is FlashAttention-2's forward
-with the whole Q on chip.
+FlashAttention kernel skips its combine kernel), and the algorithm runs FlashAttention-2's loop
+order (Q in row blocks of Br, an unnormalised O_i divided once) but writes O, ℓ, m (2·Nq statistics,
+where FlashAttention-2 writes L, Nq) and holds five row vectors, rescaling by FlashAttention's two factors.
 
 Semantics are those of every flashref algorithm (``scale``, ``causal``, ``mask``, ``dropout_p``,
 ``seed``, ``sram_size``, ``block_sizes``, ``dtype_bytes``), so the result equals standard attention

@@ -18,8 +18,9 @@ flash-attn has no bias, which we add after ALiBi, as FlexAttention's ``score_mod
 **Window.** Query ``i`` sees keys ``i − left ≤ j ≤ i + right`` (-1: unbounded; with ``causal`` the
 right end is ``min(right, 0)``). A tile whose every (i, j) is outside the band is skipped whole
 (no load, no FLOP) at both ends; one inside it needs no MASK. Per row block about
-``⌈(w − 1 + Br)/Bc⌉`` K/V tiles are visited (``w = left + right + 1``), up to 2 more where the band's edges are
-not on tile edges (it rounds out by up to Bc − 1 keys at each end), so the forward's K/V traffic is
+``⌈(w − 1 + Br)/Bc⌉`` K/V tiles are visited (``w = left + right + 1``), up to 1 more where the band's edges are
+not on tile edges (it rounds out by up to Bc − 1 keys at each end, but a span of s keys meets at most
+⌈s/Bc⌉ + 1 tiles), so the forward's K/V traffic is
 ``2·Nq·d·(w − 1 + Br)/Br`` to ``2·Nq·d·(w − 1 + Br + 2(Bc − 1))/Br``: linear in N, and Θ(N·w·d²/M) where
 Br = Θ(M/d) (the default Br = min(⌈M/4d⌉, d) stops growing at d: see notebook 06).
 

@@ -156,6 +156,12 @@ def test_nonzero_rows_checks_its_arguments():
     with pytest.raises(ValueError, match="block_mask"):  # 3 block rows for Tr = 2: numpy's broadcasting error
         io_blocksparse.nonzero_rows(np.ones((3, 2), bool), 4, 2)
     assert io_blocksparse.nonzero_rows(np.array([[True, True], [False, True]]), 3, 2) == 2 + 2 + 1
+    # a mask that is not boolean is a TypeError, as patterns.check_block_mask (the simulator, predict) raises
+    for bad in (np.ones((2, 2)), np.ones((2, 2), int), "junk", [[1, 0], [0, 1]]):
+        with pytest.raises(TypeError, match="^block_mask: expected a boolean array"):
+            io_blocksparse.nonzero_rows(bad, 4, 2)
+        with pytest.raises(TypeError, match="^block_mask: expected a boolean array"):
+            iomodel.predict("blocksparse", "forward", Nq=4, Nk=4, d=2, block_sizes=(2, 2), block_mask=bad)
 
 
 @pytest.mark.parametrize("bad", [None, "ab", np.ones(3, bool)])

@@ -46,10 +46,20 @@ LINES_ALG5 = {"init": "Alg.5 l.2", "K_j, V_j": "Alg.5 l.6", "load": "Alg.5 l.9",
 def nonzero_rows(block_mask, Nq: int, Br: int) -> int:
     """R = Σ over nonzero blocks (i, j) of r_i, the rows of row block i (``block_mask``: boolean, Tr rows)."""
     Nq, Br = positive_int(Nq, "Nq"), positive_int(Br, "Br")
-    M, Tr = np.asarray(block_mask), -(-Nq // Br)
-    if M.dtype != np.bool_ or M.ndim != 2 or M.shape[0] != Tr:
-        raise ValueError(f"block_mask: expected a boolean array of shape (Tr = {Tr}, Tc) for Nq={Nq}, Br={Br}; "
-                         f"got {M.dtype} {M.shape}")
+    Tr = -(-Nq // Br)
+    where = f"(Tr = {Tr}, Tc) for Nq={Nq}, Br={Br}"
+    # as patterns.check_block_mask (the simulator's and predict's check): a TypeError for what is not a boolean
+    # array, a ValueError for a boolean array of the wrong shape
+    try:
+        M = np.asarray(block_mask)
+    except Exception as e:
+        raise TypeError(f"block_mask: expected a boolean array of shape {where}, "
+                        f"got {type(block_mask).__name__}") from e
+    if M.dtype != np.bool_:
+        raise TypeError(f"block_mask: expected a boolean array (True = compute the block) of shape {where}; "
+                        f"got dtype {M.dtype}")
+    if M.ndim != 2 or M.shape[0] != Tr:
+        raise ValueError(f"block_mask: expected shape {where}; got shape {M.shape}")
     return _flash1.visited_rows(Nq, Br, M.shape[1], M)
 
 

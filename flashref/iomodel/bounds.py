@@ -36,7 +36,12 @@ def _check(**kw):
 
 
 def in_theorem_range(N, d, M) -> bool:
-    """True when d ≤ M ≤ Nd, the range of Theorems 2 and 5 and Proposition 3."""
+    """True when d ≤ M ≤ Nd, the range of Theorems 2 and 5 and Proposition 3.
+
+    The low end of that range is not runnable: Algorithm 1 with 1×1 blocks holds 4d + 7 elements
+    (``flash1.footprint(1, 1, d)``; Algorithm 4: 8d + 5), so for M below that it raises
+    ``SRAMOverflowError``, and the paper's blocks fit only from M ≥ 8d² + 24d. Plot the theorems against
+    counted IO only where the count exists."""
     _check(N=N, d=d, M=M)
     return d <= M <= N * d
 
