@@ -183,7 +183,13 @@ def _scores_fit(q, k, scale):
     order 1 and d = 128, a scale of order 10^34). It reads q and k once more (a max, not a product), so it runs where
     :func:`_finite` runs: on the CPU (Triton's interpreter), and on a GPU only under
     ``torch.autograd.detect_anomaly()``; there fp16 inputs cannot reach it unless the scale passes ~10^25, while
-    bf16 inputs can (their range is fp32's). ``scale``: the value the caller gave (its sign is irrelevant)."""
+    bf16 inputs can (their range is fp32's). ``scale``: the value the caller gave (its sign is irrelevant).
+
+    It guards against overflow, not against the loss of precision that comes well before it: on a GPU the compiler
+    fuses ``S·scale·log2(e) - m`` into one FMA, which for a row's largest score gives the product's rounding error
+    instead of 0, about ``|S·scale·log2 e|·2^-24``. Past scores of about 2^24 the softmax's weights are then off by
+    factors of two and more, and near this bound exp2 of that error is inf: an H200 gave inf and NaN outputs at 0.99
+    of it (``tests/test_gpu_triton.py``). Scores of that size mean weights that are one-hot to fp32 anyway."""
     if _unchecked(q) or q.numel() == 0 or k.numel() == 0:
         return
     d = q.shape[-1]
