@@ -18,12 +18,9 @@ __all__ = ["check_block_mask", "element_mask", "density", "causal_blocks", "loca
            "random_blocks"]
 
 
-def check_block_mask(block_mask, g: Grid) -> np.ndarray:
-    """A boolean ``(Tr, Tc)`` array, or a ``TypeError``/``ValueError`` naming ``block_mask`` and the grid."""
-    where = (f"(Tr, Tc) = ({g.Tr}, {g.Tc}) for block sizes (Br, Bc) = ({g.Br}, {g.Bc}); "
-             f"pass block_sizes=(Br, Bc) to fix the grid, and see blocksparse.grid")
-    if block_mask is None:
-        raise TypeError(f"block_mask: expected a boolean array of shape {where}, got None")
+def boolean_array(block_mask, where: str) -> np.ndarray:
+    """``block_mask`` as a numpy boolean array, or a ``TypeError`` naming it and the shape ``where`` describes (its
+    shape is the caller's to check: a ``ValueError``)."""
     try:
         a = np.asarray(block_mask)
     except Exception as e:
@@ -32,6 +29,16 @@ def check_block_mask(block_mask, g: Grid) -> np.ndarray:
     if a.dtype != np.bool_:
         raise TypeError(f"block_mask: expected a boolean array (True = compute the block) of shape {where}; "
                         f"got dtype {a.dtype}")
+    return a
+
+
+def check_block_mask(block_mask, g: Grid) -> np.ndarray:
+    """A boolean ``(Tr, Tc)`` array, or a ``TypeError``/``ValueError`` naming ``block_mask`` and the grid."""
+    where = (f"(Tr, Tc) = ({g.Tr}, {g.Tc}) for block sizes (Br, Bc) = ({g.Br}, {g.Bc}); "
+             f"pass block_sizes=(Br, Bc) to fix the grid, and see blocksparse.grid")
+    if block_mask is None:
+        raise TypeError(f"block_mask: expected a boolean array of shape {where}, got None")
+    a = boolean_array(block_mask, where)
     if a.shape != (g.Tr, g.Tc):
         raise ValueError(f"block_mask: expected shape {where}; got shape {a.shape}")
     return a

@@ -30,7 +30,7 @@ import numbers
 
 import numpy as np
 
-from .. import blocksparse
+from .. import blocksparse, patterns
 from ..problem import Problem, positive_int
 from . import Prediction
 from . import flash1 as _flash1
@@ -50,14 +50,7 @@ def nonzero_rows(block_mask, Nq: int, Br: int) -> int:
     where = f"(Tr = {Tr}, Tc) for Nq={Nq}, Br={Br}"
     # as patterns.check_block_mask (the simulator's and predict's check): a TypeError for what is not a boolean
     # array, a ValueError for a boolean array of the wrong shape
-    try:
-        M = np.asarray(block_mask)
-    except Exception as e:
-        raise TypeError(f"block_mask: expected a boolean array of shape {where}, "
-                        f"got {type(block_mask).__name__}") from e
-    if M.dtype != np.bool_:
-        raise TypeError(f"block_mask: expected a boolean array (True = compute the block) of shape {where}; "
-                        f"got dtype {M.dtype}")
+    M = patterns.boolean_array(block_mask, where)
     if M.ndim != 2 or M.shape[0] != Tr:
         raise ValueError(f"block_mask: expected shape {where}; got shape {M.shape}")
     return _flash1.visited_rows(Nq, Br, M.shape[1], M)
