@@ -1816,6 +1816,28 @@ def test_profile_l2_splits_kernels_at_markers():
     assert lp.runs_for("eager", [("g", "big", 1, 16, 32768, 128, False)]) == []  # one N x N matrix over budget
 
 
+def test_draw_validation_keeps_its_rule():
+    """check64 is draw_validation's set for its seed, and any draw keeps check41's and check52's rules: five shapes of
+    many heads at short N, five of few at long N, 2^16 <= B·H·N <= 2^21, four corners of other head dims and lengths
+    no tile divides (Nq != Nk never causal), none drawn before, the same set for the same seed."""
+    from flashref.gpu import l2profile as lp
+    assert lp.draw_validation(20261253, "check64") == lp.CHECK64
+    seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
+    for seed in (1, 2, 3):
+        got = lp.draw_validation(seed, "x")
+        assert got == lp.draw_validation(seed, "x") and len({s[0] for s in got}) == len(got) == 14
+        many, few, corners = got[:5], got[5:10], got[10:]
+        for _, B, H, N, d, _causal in many + few:
+            assert d in (64, 128) and 2 ** 16 <= B * H * N <= 2 ** 21
+        assert all(H >= 8 and N <= 16384 for _, B, H, N, d, c in many)
+        assert all(B * H <= 8 and N >= 65536 for _, B, H, N, d, c in few)
+        for _, B, H, N, d, causal in corners:
+            Nq, Nk = lp.lengths(N)
+            assert d in lp.CORNER_D and Nq % 64 and Nk % 64 and B * H * max(Nq, Nk) <= 2 ** 21
+            assert not (causal and Nq != Nk)
+        assert not {(B, H, lp.lengths(N), d, c) for _, B, H, N, d, c in got} & seen
+
+
 @pytest.mark.parametrize("argv,name", [(["--impls", "flashref,cudnn"], "--impls"), (["--groups", "gird"], "--groups"),
                                        (["--gpu", "a100"], "--gpu"), (["--only", "nosuch"], "--only"),
                                        (["--repeat", "0"], "--repeat"), (["--budget", "-1"], "--budget"),

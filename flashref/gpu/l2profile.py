@@ -827,6 +827,26 @@ CHECK63 = [
     ("check63_144_2x8x122880_causal", 2, 8, 122880, 144, True),
 ]
 
+# check64: the validation grid once more by check41's rule, and four corners by check52's, now drawn by
+# draw_validation(20261253, "check64") (tests/test_l2.py checks this list is that draw), with the model of check63,
+# predicted for both GPUs before any GPU measured them
+CHECK64 = [
+    ("check64_64_4x8x8192", 4, 8, 8192, 64, False),
+    ("check64_64_1x32x8192_causal", 1, 32, 8192, 64, True),
+    ("check64_64_2x32x16384_causal", 2, 32, 16384, 64, True),
+    ("check64_128_8x16x4096", 8, 16, 4096, 128, False),
+    ("check64_128_8x16x16384_causal", 8, 16, 16384, 128, True),
+    ("check64_128_8x1x196608", 8, 1, 196608, 128, False),
+    ("check64_64_8x1x65536_causal", 8, 1, 65536, 64, True),
+    ("check64_128_2x4x196608", 2, 4, 196608, 128, False),
+    ("check64_64_4x2x196608_causal", 4, 2, 196608, 64, True),
+    ("check64_128_8x1x98304_causal", 8, 1, 98304, 128, True),
+    ("check64_32_1x1x28132x7302", 1, 1, (28132, 7302), 32, False),
+    ("check64_192_4x1x16094_causal", 4, 1, 16094, 192, True),
+    ("check64_80_8x2x1972", 8, 2, 1972, 80, False),
+    ("check64_256_4x24x6860_causal", 4, 24, 6860, 256, True),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -858,7 +878,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
-          "check63": CHECK63, "k2writes": K2WRITES,
+          "check63": CHECK63, "check64": CHECK64, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
@@ -870,6 +890,65 @@ def lengths(N):
 def shapes(groups=("grid", "sweep")):
     """(group, name, B, H, N, d, causal) of every shape of the chosen groups, in GROUPS' order."""
     return [(g, *s) for g, group in GROUPS.items() if g in groups for s in group]
+
+
+# The validation grid's rule as check41 worded it (the README defines the grid), and the corners' as check52 worded it.
+# Sets up to check60 were drawn by scripts kept outside the repository; from check64 on, draw_validation draws them,
+# so that a seed names its set.
+MANY_HEADS_N = (1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)  # one and one and a half powers of two
+FEW_HEADS_N = (65536, 98304, 131072, 196608, 262144, 393216)
+CORNER_D = (32, 80, 96, 160, 192, 256)
+CORNER_H = (1, 2, 3, 5, 6, 7, 12, 16, 24, 32)
+
+
+def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners: int = 4) -> list:
+    """A blind set drawn with ``numpy.random.default_rng(seed)``, its shapes named ``<prefix>_<d>_<B>x<H>x<N>``:
+
+    * ``many`` shapes of many heads at short N: B from 1, 2, 4, 8; H from 8, 16, 32; N from MANY_HEADS_N;
+    * ``few`` of few heads at long N: B·H <= 8 (B and H from 1, 2, 4, 8); N from FEW_HEADS_N;
+
+    both with d = 64 or 128, causal or not, 2^16 <= B·H·N <= 2^21 (check41's rule); and ``corners`` shapes by
+    check52's rule: d from CORNER_D, B from 1, 2, 4, 8, H from CORNER_H, N log-uniform in 1000-200000 and not a
+    multiple of 64 (flashref then runs kernel 2), one in three with Nq != Nk (drawn alike; never causal), B·H·N <=
+    2^21. A shape of another group (any set drawn or measured before) is drawn again."""
+    import numpy as np  # only drawing a set needs it
+
+    rng = np.random.default_rng(seed)
+    # every group's shapes but the set's own (so that a set drawn and listed in GROUPS draws the same again)
+    seen = {(B, H, lengths(N), d, c) for _, _, B, H, N, d, c in shapes(tuple(g for g in GROUPS if g != prefix))}
+    out = []
+
+    def take(B, H, N, d, causal):
+        key = (B, H, lengths(N), d, causal)
+        if key in seen:
+            return False
+        seen.add(key)
+        n = f"{N}" if isinstance(N, int) else f"{N[0]}x{N[1]}"
+        out.append((f"{prefix}_{d}_{B}x{H}x{n}{'_causal' if causal else ''}", B, H, N, d, causal))
+        return True
+
+    for count, Bs, Hs, Ns in ((many, (1, 2, 4, 8), (8, 16, 32), MANY_HEADS_N),
+                              (few, (1, 2, 4, 8), (1, 2, 4, 8), FEW_HEADS_N)):
+        done = 0
+        while done < count:
+            B, H, N = int(rng.choice(Bs)), int(rng.choice(Hs)), int(rng.choice(Ns))
+            d, causal = int(rng.choice((64, 128))), bool(rng.integers(2))
+            if Hs[0] == 1 and B * H > 8:  # the few-heads half: B·H <= 8
+                continue
+            if 2 ** 16 <= B * H * N <= 2 ** 21 and take(B, H, N, d, causal):
+                done += 1
+    done = 0
+    while done < corners:
+        B, H, d = int(rng.choice((1, 2, 4, 8))), int(rng.choice(CORNER_H)), int(rng.choice(CORNER_D))
+        Nk = int(round(math.exp(rng.uniform(math.log(1000), math.log(200000)))))
+        pair = rng.integers(3) == 0
+        Nq = int(round(math.exp(rng.uniform(math.log(1000), math.log(200000))))) if pair else Nk
+        causal = not pair and bool(rng.integers(2))
+        if Nk % 64 == 0 or Nq % 64 == 0 or B * H * max(Nq, Nk) > 2 ** 21:
+            continue
+        if take(B, H, (Nq, Nk) if pair else Nk, d, causal):
+            done += 1
+    return out
 
 
 def runs_for(impl, shape_list):
