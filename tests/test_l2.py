@@ -698,6 +698,8 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     *(("h100", "sdpa_flash", "check56_128_8x1x262144", mode) for mode in ("fwd", "fwd_bwd")),
                     # and check57's non-causal d = 128 forward at 4 x 2 x 196608 on the H200 (-30%; the H100 within)
                     ("h200", "sdpa_flash", "check57_128_4x2x196608", "fwd"),
+                    # and check64's at 2 x 4 x 196608 (blind, -33%)
+                    ("h200", "sdpa_flash", "check64_128_2x4x196608", "fwd"),
                     # and check58's wave at 2 x 2 x 393216 on the H100 (CAME_APART: -55%; the H200 within)
                     ("h100", "sdpa_flash", "check58_128_2x2x393216", "fwd"),
                     # and check59's on the H200: 4 x 1 x 393216 (CAME_APART: -76%, forward+backward -41%) and
@@ -844,7 +846,10 @@ ROLL_HELD_MISSES = {("h200", "flashref", "check37_64_4x1x163840_causal", "fwd"),
                       for shape in ("1x4x98304", "1x2x131072", "2x8x65536")),
                     # check63's at d = 144 and 160 (+37% to +40%)
                     *(("h200", "flashref2", f"check63_{shape}_causal", "fwd")
-                      for shape in ("160_4x4x98304", "144_1x16x122880", "144_2x8x122880"))}
+                      for shape in ("160_4x4x98304", "144_1x16x122880", "144_2x8x122880")),
+                    # and, before the knee of three CTAs an SM (RDRIFT3_BEFORE), kernel 3's causal d = 64 forward at
+                    # 4 x 2 x 196608 in check64 (+29%; today's model +12%)
+                    ("h200", "flashref", "check64_64_4x2x196608_causal", "fwd")}
 
 
 # The SM drift's own capacity in a rolling grid (C_rdrift): fitted on every rolling row recorded before check22 (the
@@ -1129,7 +1134,9 @@ SWAVES_HELD_MISSES = {
     ("h200", "sdpa_flash", "check60_256_2x7x21767_causal", "fwd"),
     *(("h200", "sdpa_flash", "check62_160_2x8x65536_causal", mode) for mode in ("fwd", "fwd_bwd")),
     # and check63's (drawn after the set, blind) at 4 x 4 x 98304 (-30%, forward+backward -28%): many heads at d = 160
-    *(("h200", "sdpa_flash", "check63_160_4x4x98304_causal", mode) for mode in ("fwd", "fwd_bwd"))}
+    *(("h200", "sdpa_flash", "check63_160_4x4x98304_causal", mode) for mode in ("fwd", "fwd_bwd")),
+    # and check64's causal d = 192 backward at 4 x 1 x 16094 (forward+backward +33%; its forward -8%)
+    ("h200", "sdpa_flash", "check64_192_4x1x16094_causal", "fwd_bwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1476,7 +1483,7 @@ GUESSED_FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 
 
 # the sets predicted with the launches check52 measured (the schedule's tables today)
 AFTER_CHECK52_LAUNCHES = ("check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61",
-                          "check62", "check63")
+                          "check62", "check63", "check64")
 
 
 def _as_predicted(pred, monkeypatch):
@@ -1877,14 +1884,14 @@ def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
 
 # predicted with dram.RDRIFT3_GPU
 AFTER_RDRIFT3_GPU = ("check51", "check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61",
-                     "check62", "check63")
+                     "check62", "check63", "check64")
 # the sets predicted with the d = 256 walk's own miss_cap (dram.STAGGERED_D256)
 AFTER_D256 = ("check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61", "check62",
-              "check63")
+              "check63", "check64")
 # the sets predicted with the capacities scaled by the GPU's L2 (dram.L2_SCALED)
-AFTER_L2_SCALE = ("check56", "check57", "check58", "check59", "check60", "check61", "check62", "check63")
+AFTER_L2_SCALE = ("check56", "check57", "check58", "check59", "check60", "check61", "check62", "check63", "check64")
 # the sets predicted with the H200's one-CTA walk's own set (dram.STAGGERED_ONE_CTA)
-AFTER_ONE_CTA = ("check63",)
+AFTER_ONE_CTA = ("check63", "check64")
 
 
 def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
@@ -2102,7 +2109,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check62: aimed at FlashAttention-2's walk with one CTA an SM (the model before STAGGERED_ONE_CTA)
                  + _both_gpus("check62", rule={})
                  # check63: drawn at the d = 192 kernel's head dims, the blind test of STAGGERED_ONE_CTA (today's model)
-                 + _both_gpus("check63", rule={}))
+                 + _both_gpus("check63", rule={})
+                 # check64: the validation grid once more, and four corners, drawn by l2profile.draw_validation
+                 # (today's model; the H200)
+                 + _both_gpus("check64", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2449,6 +2459,11 @@ PREREGISTERED_MISSES = {
     *(("h200", "sdpa_flash", "check63_160_4x4x98304_causal", mode) for mode in ("fwd", "fwd_bwd")),
     *(("h200", impl, f"check63_{shape}_causal", "fwd") for impl in ("flashref", "flashref2")
       for shape in ("160_4x4x98304", "144_1x16x122880", "144_2x8x122880")),
+    # check64 (the validation grid and four corners, drawn by draw_validation): 66 of 68 on the H200. Its misses:
+    # FlashAttention-2's non-causal d = 128 forward far past the knee at 2 x 4 x 196608 (-33%; forward+backward -10%),
+    # as check59's, and its causal d = 192 backward at 4 x 1 x 16094 (forward+backward +33%, the forward -8%)
+    ("h200", "sdpa_flash", "check64_128_2x4x196608", "fwd"),
+    ("h200", "sdpa_flash", "check64_192_4x1x16094_causal", "fwd_bwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
