@@ -133,9 +133,10 @@ def resolve(pb, footprint: Callable[[int, int, int], int]) -> tuple[int, int]:
         Br_c, Bc_c = min(Br, Nq), min(Bc, Nk)
         if footprint(Br_c, Bc_c, d) <= M:
             return Br_c, Bc_c
+    default = "" if pb.sram_size is not None else f" (the default, {DEFAULT_SRAM_BYTES} bytes of the dtype)"
     raise SRAMOverflowError(
         f"even 1x1 blocks need an on-chip footprint of {footprint(1, 1, d)} elements per head "
-        f"with d={d}, more than sram_size={M}")
+        f"with d={d}, more than sram_size={M}{default}; pass a larger sram_size= (M, in elements)")
 
 
 def grid_for(pb, footprint: Callable[[int, int, int], int]) -> Grid:

@@ -149,3 +149,17 @@ def test_public_tile_counters_read_a_reach_as_window_does():
                        (lambda: io2.q_per_column_block(8, 8, 2, 2, True, L=3, R=-7), "R")):
         with pytest.raises(ValueError, match=f"^{name}: expected a band's reach >= 0, or -1 for unbounded"):
             call()
+
+
+def test_a_head_dim_past_the_default_sram_names_the_fix():
+    """Where even 1x1 blocks outgrow M, the error says whether M was the default and names sram_size= as the fix;
+    a larger sram_size then runs."""
+    from flashref import flash2
+    from flashref.memory import SRAMOverflowError
+    Q = np.zeros((4, 4000))
+    with pytest.raises(SRAMOverflowError, match=r"sram_size=12500 \(the default, 100000 bytes of the dtype\); "
+                                                r"pass a larger sram_size="):
+        flash2.forward(Q, Q, Q, dtype_bytes=8)
+    with pytest.raises(SRAMOverflowError, match=r"more than sram_size=16000; pass a larger sram_size="):
+        flash2.forward(Q, Q, Q, dtype_bytes=8, sram_size=16000)
+    assert flash2.forward(Q, Q, Q, dtype_bytes=8, sram_size=20000).O.shape == (4, 4000)
