@@ -396,8 +396,8 @@ def recorded_one_cta_rows(folder, held_out=False, gpu="h200"):
     causal forward at the d = 192 kernel's head dims): the fit set of :func:`fit_one_cta` (check61's, and check62's at
     d = 192) or the rows held out of it (check62's at other head dims). Runs measured after the fit are not in either:
     they are blind sets of their own."""
-    rows = [r for r in _held_rows(folder, False, (gpu,), (), _is_staggered)
-            if r[1].split("_")[0] in ONE_CTA_RUNS and _one_cta_tiles(r[3]["d"])]
+    runs = recorded_runs(folder, (gpu,), lambda name: name not in ONE_CTA_RUNS)  # only those runs are read
+    rows = [r for _, g, result in runs for r in _launching(result, g, _is_staggered) if _one_cta_tiles(r[3]["d"])]
     return [r for r in rows if (r[1].startswith("check62_") and r[3]["d"] != 192) == held_out]
 
 
