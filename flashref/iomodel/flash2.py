@@ -35,11 +35,11 @@ backward
               D_i per (j, i)                                      of the row blocks not skipped)
   Alg.2 l.10  bias B_ij (if any)      Σ_j q_j·Bc_j
   Alg.2 l.15  dQ_i per (j, i)                                    d·Σ_j q_j
+  Alg.2 l.18  dK_j, dV_j once per j                              2·Nk·d
 
 The backward drops the two redundant loads of the printed box (the one exception to rule 4 of
 docs/counting-rules.md): O_i at l.9, unused once D is precomputed, and dQ_i again at l.15, which l.9
 loaded; as printed, the box would read ``2·d·Σ_j q_j`` more.
-  Alg.2 l.18  dK_j, dV_j once per j                              2·Nk·d
 
 Without causal masking: forward ``Nq·d + 2·Tr·Nk·d`` reads and ``Nq·d + Nq`` writes. A mask or
 dropout changes no count at given blocks (both are applied on chip; but the backward holds dropout's Z_ij,
