@@ -847,6 +847,25 @@ CHECK64 = [
     ("check64_256_4x24x6860_causal", 4, 24, 6860, 256, True),
 ]
 
+# check65: the validation grid and four corners once more, draw_validation(20261254, "check65"), with the model of
+# check64 (nothing refitted since), predicted for both GPUs before any GPU measured them
+CHECK65 = [
+    ('check65_128_8x32x4096_causal', 8, 32, 4096, 128, True),
+    ('check65_128_8x16x3072_causal', 8, 16, 3072, 128, True),
+    ('check65_64_4x16x8192', 4, 16, 8192, 64, False),
+    ('check65_128_4x32x1536_causal', 4, 32, 1536, 128, True),
+    ('check65_128_4x16x12288', 4, 16, 12288, 128, False),
+    ('check65_64_4x2x98304_causal', 4, 2, 98304, 64, True),
+    ('check65_64_4x2x98304', 4, 2, 98304, 64, False),
+    ('check65_128_2x2x393216_causal', 2, 2, 393216, 128, True),
+    ('check65_64_2x1x393216_causal', 2, 1, 393216, 64, True),
+    ('check65_128_2x4x262144', 2, 4, 262144, 128, False),
+    ('check65_160_2x7x6048x3161', 2, 7, (6048, 3161), 160, False),
+    ('check65_32_8x1x23344_causal', 8, 1, 23344, 32, True),
+    ('check65_32_8x16x1717x1277', 8, 16, (1717, 1277), 32, False),
+    ('check65_256_2x7x77593x5544', 2, 7, (77593, 5544), 256, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -878,7 +897,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
-          "check63": CHECK63, "check64": CHECK64, "k2writes": K2WRITES,
+          "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
