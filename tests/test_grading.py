@@ -232,30 +232,59 @@ def test_block_size_choice_is_ranked():
     assert best.points == 10 and all(c["rank"] == 1 for c in best.cases)
 
 
-def test_block_size_table_shows_total_io_best_io_and_rank(tmp_path):
-    """Exercise 7 is scored by rank, with no budget: its table shows each case's choice, its total IO, the best IO
-    and the rank, not the memory exercises' reads/writes/budget columns (which put the total under "reads", 0 under
-    "writes", and called a worse choice OVER)."""
+def test_block_size_table_shows_total_io_and_rank(tmp_path):
+    """Exercise 7 is scored by rank, with no budget: its table shows each case's choice, its total IO and the rank,
+    not the memory exercises' reads/writes/budget columns (which put the total under "reads", 0 under "writes",
+    and called a worse choice OVER)."""
     ex = grading.get("07")
     sub = tmp_path / "ex7.py"  # (16, 8) everywhere: feasible in every case, best in none
     sub.write_text("def choose_blocks(Nq, Nk, d, M, causal):\n    return (16, 8)\n")
     rep = grading.grade("07", sub)
     text = str(rep)
     head, rule, *rows = text.splitlines()[1:2 + len(ex.cases)]
-    assert head.split() == ["case", "choice", "(Br,", "Bc)", "IO", "(elements)", "best", "IO", "rank"]
+    assert head.split() == ["case", "choice", "(Br,", "Bc)", "IO", "(elements)", "rank"]
     assert set(rule) == {"-"}
     for k, (row, case) in enumerate(zip(rows, rep.cases)):
         assert row.startswith(f"case {k + 1}: Nq={case['case']['Nq']}, ") and f"M={case['case']['M']}" in row
         cells = row.split("  ")
-        io, best, rank = (c.strip() for c in [c for c in cells if c.strip()][-3:])
-        assert "(16, 8)" in row and io == f"{case['io']:,}" and best == f"{case['best_io']:,}"
-        assert case["io"] > case["best_io"] and rank == f"{case['rank']} of {case['distinct_ios']}"
+        io, rank = (c.strip() for c in [c for c in cells if c.strip()][-2:])
+        assert "(16, 8)" in row and io == f"{case['io']:,}"
+        assert case["rank"] > 1 and rank == f"{case['rank']} of {case['distinct_ios']}"
     for word in ("reads", "writes", "budget", "OVER"):
         assert word not in text.split("score:")[0]
     # the best choices: rank 1 in every row
     best = grading.grade("07", SOLUTIONS / ex.solution)
     assert [r.split()[-3:] for r in str(best).splitlines()[3:3 + len(ex.cases)]] == \
         [["1", "of", str(c["distinct_ios"])] for c in best.cases]
+
+
+def test_block_size_feedback_does_not_give_the_answer_away(tmp_path):
+    """A review: exercise 7's table printed each case's "best IO", the optimum the student is asked to find. The
+    student's feedback (the table, the message, the JSON, Gradescope's output) gives the choice's IO and rank only;
+    the least IO and the choices that reach it are the instructor's (``instructor=True``, the solution copy)."""
+    from flashref.grading import gradescope
+
+    ex = grading.get("07")
+    answers = []
+    for b in budgets.budgets(ex.name):
+        least = min(io for _, _, io in b["choices"])
+        answers += [f"{least:,}", str(least)] + [f"({Br}, {Bc})" for Br, Bc, io in b["choices"] if io == least]
+    sub = tmp_path / ex.solution  # (16, 8) everywhere: feasible, best in no case
+    sub.write_text("def choose_blocks(Nq, Nk, d, M, causal):\n    return (16, 8)\n")
+    rep = grading.grade("07", sub)
+    assert 0 < rep.points < rep.max_points
+    shown = {"report": str(rep), "json": rep.to_json(),
+             "gradescope": json.dumps(gradescope.results(str(tmp_path)))}
+    for where, text in shown.items():
+        assert "best" not in text.lower(), where
+        leaked = [a for a in answers if a in text]
+        assert not leaked, (where, leaked)
+    assert "rank 8 of 9 distinct IOs" in rep.message  # what it does say: how far from the least, not what that is
+    # the instructor's view adds them, and says so
+    assert not rep.instructor_notes
+    staff = grading.grade("07", sub, instructor=True)
+    assert staff.points == rep.points and len(staff.instructor_notes) == len(ex.cases)
+    assert all(a in str(staff) for a in answers if not a.isdigit()) and "for the instructor" in str(staff)
 
 
 def test_block_size_table_shows_an_infeasible_choice():
@@ -270,7 +299,7 @@ def test_block_size_table_shows_an_infeasible_choice():
                         [{"choices": [(8, 8, 900), (16, 8, 500)]}])
     row = str(rep).splitlines()[3]
     assert row.split("  ")[0] == "case 1: Nq=256, Nk=256, d=16, M=4096"
-    assert "(12, 8)" in row and row.split()[-4:] == ["not", "feasible", "500", "-"]
+    assert "(12, 8)" in row and row.split()[-3:] == ["not", "feasible", "-"] and "500" not in str(rep)
 
 
 def test_block_size_rank_gives_the_worst_choice_nothing():

@@ -70,19 +70,27 @@ def check_path(path, name: str = "path") -> str:
     return fs
 
 
-def grade(exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT) -> Report:
+def grade(exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT, instructor: bool = False) -> Report:
     """Grade the file ``path`` on ``exercise`` (name or number). Never raises for a bad student file;
     a bad ``path`` (not a str or os.PathLike), ``seed`` (not None or an integer >= 0) or ``timeout`` (not a
-    positive, finite number of seconds) raises a TypeError or ValueError naming it, before anything runs."""
+    positive, finite number of seconds) raises a TypeError or ValueError naming it, before anything runs.
+
+    The report is the student's feedback. ``instructor=True`` adds what that feedback withholds because it is
+    the answer (exercise 7: each case's least IO and the choices that reach it) in ``Report.instructor_notes``;
+    only the solution copy grants it (the student copy raises a RuntimeError)."""
     path, seed, timeout = check_path(path), check_seed(seed), check_timeout(timeout)
+    if instructor and not _budgets.have_solutions():
+        raise RuntimeError("instructor: the instructor's view needs the solution copy (flashref/grading/solutions); "
+                           "this is the student copy")
     ex = get(exercise)
     if ex.kind == "triton" and importlib.util.find_spec("triton") is None:  # else a traceback from deep in lab
         raise ModuleNotFoundError(f"{ex.name} runs in Triton's interpreter, which needs Triton installed: "
                                   "pip install triton (Linux), or pip install -e \".[dev]\" in the checkout")
-    return _grade(ex, path, seed=seed, timeout=timeout)
+    return _grade(ex, path, seed=seed, timeout=timeout, instructor=instructor)
 
 
-def _grade(ex: Exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT, baseline=None) -> Report:
+def _grade(ex: Exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT, baseline=None,
+           instructor: bool = False) -> Report:
     """:func:`grade`, checking the grader's files against ``baseline`` (default: hashed now, before the run)."""
     budget = _budgets.budgets(ex.name)  # computed (or read) before the student's code starts
     if baseline is None:
@@ -101,7 +109,7 @@ def _grade(ex: Exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TI
             rep.refused = res.refused is not None
             rep.message = res.refused or res.error
         elif ex.kind == "choice":
-            rep = _score_choice(ex, rep, res, budget)
+            rep = _score_choice(ex, rep, res, budget, instructor=instructor)
         else:
             rep = _score_memory(ex, rep, res, budget)
     changed = integrity.changes(baseline)
@@ -194,8 +202,12 @@ def _points(ex, rep, correct, io_ok, fp_ok, notes) -> Report:
     return rep
 
 
-def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
-    """Exercise 7: each case's choice ranked by counted IO among every feasible choice."""
+def _score_choice(ex: Exercise, rep: Report, res, budget, *, instructor: bool = False) -> Report:
+    """Exercise 7: each case's choice ranked by counted IO among every feasible choice.
+
+    The student's feedback (table, cases, message) gives the choice's IO and its rank among the distinct IOs, never
+    the least IO or a choice that reaches it: those are what the exercise asks for. ``instructor`` adds them to
+    ``rep.instructor_notes``."""
     feasible = correct = True
     fractions, notes = [], []
     for k, (c, b) in enumerate(zip(res.cases, budget)):
@@ -204,7 +216,11 @@ def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
         pick = tuple(v) if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) for x in v) \
             else None
         best = min(table.values())
+        distinct = len(set(table.values()))
         label = f"case {k + 1}: {_shape(ex, k)}, M={c.setup.spec['M']}"
+        if instructor:
+            winners = ", ".join(f"({Br}, {Bc})" for (Br, Bc), io in table.items() if io == best)
+            rep.instructor_notes.append(f"case {k + 1}: the least IO is {best:,} elements, by {winners}")
         if pick not in table:
             feasible = correct = False
             what = "is not a pair of ints" if pick is None else "is not a feasible (Br, Bc)"
@@ -212,8 +228,8 @@ def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
                          f"footprint within M={c.setup.spec['M']})")
             fractions.append(0.0)
             rep.cases.append({"case": c.setup.spec, "choice": v, "feasible": False})
-            rep.table.append({"case": label, "choice": v, "io": None, "best_io": best, "rank": None,
-                              "distinct_ios": len(set(table.values())), "ok": False})
+            rep.table.append({"case": label, "choice": v, "io": None, "rank": None, "distinct_ios": distinct,
+                              "ok": False})
             continue
         io = table[pick]
         # the share of the way from the worst IO to the best: the choices this one beats, over those the best beats
@@ -222,17 +238,19 @@ def _score_choice(ex: Exercise, rep: Report, res, budget) -> Report:
         frac = beaten / beatable if beatable else 1.0
         rank = 1 + sum(1 for x in set(table.values()) if x < io)
         fractions.append(frac)
-        rep.cases.append({"case": c.setup.spec, "choice": list(pick), "io": io, "best_io": best, "rank": rank,
-                          "distinct_ios": len(set(table.values())), "choices": len(table)})
-        # the table's row: total IO against the best's, by rank (no budget: reads and writes are not split, a choice
-        # worse than the best is not "over" anything)
-        rep.table.append({"case": label, "choice": list(pick), "io": io, "best_io": best, "rank": rank,
-                          "distinct_ios": len(set(table.values())), "ok": io == best})
-        if io > best:
-            notes.append(f"case {k + 1}: ({pick[0]}, {pick[1]}) moves {io:,} elements, rank {rank} of "
-                         f"{len(set(table.values()))} distinct IOs; the best moves {best:,}")
+        rep.cases.append({"case": c.setup.spec, "choice": list(pick), "io": io, "rank": rank,
+                          "distinct_ios": distinct, "choices": len(table)})
+        # the table's row: total IO and its rank (no budget: reads and writes are not split, and a choice worse than
+        # the best is not "over" anything; no best IO either, which is the answer)
+        rep.table.append({"case": label, "choice": list(pick), "io": io, "rank": rank, "distinct_ios": distinct,
+                          "ok": rank == 1})
+        if rank > 1:
+            notes.append(f"case {k + 1}: ({pick[0]}, {pick[1]}) moves {io:,} elements, rank {rank} of {distinct} "
+                         "distinct IOs")
+    if any(r.get("rank", 1) > 1 for r in rep.cases):
+        notes.append("where the rank is not 1, some feasible choice moves less: how often is each of K and V loaded?")
     rep.correct = correct
-    rep.io_ok = correct and all(r.get("io") == r.get("best_io") for r in rep.cases)
+    rep.io_ok = correct and all(r.get("rank") == 1 for r in rep.cases)
     rep.footprint_ok = feasible
     c_pts, i_pts, f_pts = ex.points
     io_pts = round(i_pts * sum(fractions) / len(fractions), 2) if correct else 0

@@ -55,7 +55,15 @@ def grade_main(argv) -> int:
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON")
     p.add_argument("--timeout", type=_timeout, default=30.0, help="seconds the file may run (default 30)")
     p.add_argument("--seed", type=_seed, default=None, help="seed of the random data, >= 0 (default: fresh)")
+    p.add_argument("--instructor", action="store_true", help="also print what the student's feedback withholds "
+                   "as the answer (exercise 7's least IO per case); the solution copy only")
     a = p.parse_args(argv)
+    if a.instructor:
+        from .budgets import have_solutions
+
+        if not have_solutions():
+            p.error("argument --instructor: this is the student copy (no solutions): the instructor's view needs "
+                    "the solution copy")
     if a.json is not None:
         _json_out(p, a.json)
     try:
@@ -66,7 +74,7 @@ def grade_main(argv) -> int:
     if not Path(a.file).is_file():
         p.error(f"argument file: {a.file} is not a file")
     try:
-        rep = grade(ex.name, a.file, seed=a.seed, timeout=a.timeout)
+        rep = grade(ex.name, a.file, seed=a.seed, timeout=a.timeout, instructor=a.instructor)
     except ModuleNotFoundError as e:  # the lab without Triton: what to install, in one line
         print(f"python -m flashref grade: {e}", file=sys.stderr)
         return 1

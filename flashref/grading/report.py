@@ -16,9 +16,10 @@ class Report:
     ``correct``, ``io_ok``, ``footprint_ok``; ``points`` out of ``max_points`` (split in ``parts``);
     ``table``: one row per tensor, the counted reads and writes summed over the cases beside the
     budget's; for a choice exercise (exercise 7, scored by rank, with no budget) one row per case instead:
-    the choice, its counted IO (reads and writes together), the best choice's IO and its rank among the
-    distinct IOs; ``cases``: per case, its shape and what passed; ``message``: why points were lost
-    (a refusal or a failure says so first).
+    the choice, its counted IO (reads and writes together) and its rank among the distinct IOs (not the
+    least IO, which is the answer); ``cases``: per case, its shape and what passed; ``message``: why points
+    were lost (a refusal or a failure says so first); ``instructor_notes``: what the student's feedback
+    withholds, empty unless graded with ``instructor=True`` (the solution copy only).
     """
 
     exercise: str
@@ -30,7 +31,7 @@ class Report:
     max_points: int = 0
     parts: dict = field(default_factory=dict)  # {"correctness": (got, max), "io": ..., "footprint": ...}
     # rows: tensor, reads, writes, budget_reads, budget_writes, ok, over; for a choice exercise: case, choice, io,
-    # best_io, rank, distinct_ios, ok (io None: the choice is not feasible)
+    # rank, distinct_ios, ok (io None: the choice is not feasible)
     table: list = field(default_factory=list)
     peak_sram: int | None = None
     budget_peak_sram: int | None = None
@@ -38,6 +39,7 @@ class Report:
     refused: bool = False
     message: str = ""
     output: str = ""
+    instructor_notes: list = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -59,17 +61,17 @@ class Report:
         lines = [f"exercise {self.exercise}: {self.title}"]
         if self.table and "choice" in self.table[0]:
             # a choice exercise is scored by rank, not against a budget: no reads/writes split, no OVER
-            rows = [("case", "choice (Br, Bc)", "IO (elements)", "best IO", "rank")]
+            # (the least IO is not shown: finding it is the exercise; the rank says how far the choice is from it)
+            rows = [("case", "choice (Br, Bc)", "IO (elements)", "rank")]
             for r in self.table:
                 if r["io"] is None:  # not a feasible (Br, Bc): no IO, no rank (the value as returned, kept short)
                     v = r["choice"]
                     shown = str(tuple(v)) if isinstance(v, (list, tuple)) else repr(v)
-                    rows.append((r["case"], shown if len(shown) <= 20 else shown[:17] + "...", "not feasible",
-                                 f"{r['best_io']:,}", "-"))
+                    rows.append((r["case"], shown if len(shown) <= 20 else shown[:17] + "...", "not feasible", "-"))
                 else:
-                    rows.append((r["case"], str(tuple(r["choice"])), f"{r['io']:,}", f"{r['best_io']:,}",
+                    rows.append((r["case"], str(tuple(r["choice"])), f"{r['io']:,}",
                                  f"{r['rank']} of {r['distinct_ios']}"))
-            lines += _columns(rows, right=(2, 3, 4))
+            lines += _columns(rows, right=(2, 3))
         elif self.table:
             head = ("tensor", "reads", "writes", "budget reads", "budget writes", "")
             rows = [head] + [(r["tensor"], f"{r['reads']:,}", f"{r['writes']:,}", f"{r['budget_reads']:,}",
@@ -89,6 +91,9 @@ class Report:
             printed = self.output.strip().splitlines()[-PRINTED_LINES:]
             lines.append(f"your code printed (last {len(printed)} line(s)):")
             lines += ["  " + x for x in printed]
+        if self.instructor_notes:
+            lines.append("for the instructor (not in the student's feedback):")
+            lines += ["  " + x for x in self.instructor_notes]
         return "\n".join(lines)
 
     def _io_differences(self) -> list:
