@@ -3,12 +3,13 @@ says in words which tensor's IO is off and by how much, and shows what the stude
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 
 from flashref import dropout, masks
-from flashref.grading import grade, notebooks
+from flashref.grading import budgets, grade, notebooks
 from flashref.grading._student import _Spec
 from flashref.grading.exercises import EXERCISES
 from flashref.grading.report import Report
@@ -112,3 +113,26 @@ def test_the_committed_notebooks_hold_the_built_text(number):
     ex = next(e for e in EXERCISES.values() if e.number == number)
     spec = notebooks.TEXT[number][2]
     assert spec in _markdown(number).replace("\n", " ") or spec in _markdown(number), ex.name
+
+
+@pytest.mark.parametrize("number", [5, 9])
+def test_the_exercise_text_does_not_state_the_causal_skip_test(number):
+    """A review: exercise 5's hint gave its skip test (`cols[0] > rows[1] - 1`), the condition the exercise asks the
+    student to derive, and its algorithm box and the lab's spec said it in words. The text points the way (what to
+    compare, which section to reread) without stating it: neither the reference solution's condition nor a
+    comparison of the blocks' bounds is in what the student reads."""
+    ex = next(e for e in EXERCISES.values() if e.number == number)
+    with open(os.path.join(budgets.SOLUTIONS, ex.solution)) as f:
+        solution = f.read()
+    # the condition as the reference writes it: exercise 5's `if ...: break`, the lab's loop bound
+    condition = (re.search(r"if spec\.causal and (.+):\n\s+break", solution)
+                 or re.search(r"hi = (.+) if CAUSAL", solution))
+    assert condition, ex.name
+    intro, box, spec, hints = notebooks.TEXT.get(number, ("", "", "", []))
+    built = notebooks.LAB if ex.kind == "triton" else "\n".join([intro, box, spec, *hints])
+    for where, text in (("notebook", _markdown(number)), ("notebooks.py", built)):
+        squeezed = re.sub(r"\s+", "", text)
+        assert re.sub(r"\s+", "", condition.group(1)) not in squeezed, (where, condition.group(1))
+        assert not re.search(r"cols\[0\]\s*[<>]|rows\[1\]\s*-\s*1|[<>]=?\s*rows\[", text), where
+        for words in ("later than every query", "last query row"):
+            assert words not in " ".join(text.split()), (where, words)

@@ -91,14 +91,17 @@ TEXT = {
         "HBM holds `Q, K, V, O, dO, l, m`; outputs `dQ, dK, dV` (initialise with `mem.init`, line 5).",
         ["D_i comes from O_i and dO_i, both loaded at line 10.", "A fully masked row: ℓ = 0, m = −inf → P = 0."]),
     5: ("FlashAttention-2's forward, Q_i in the outer loop, skipping blocks above the causal diagonal:",
-        "3: for i: 4: load Q_i. 5: O_i = 0, ℓ_i = 0, m_i = −inf on chip. 6: for j (stop once every key of "
-        "K_j is later than every query of Q_i): 7: load K_j, V_j. 8: S_ij (MASK). 9: m_new = max(m_i, "
+        "3: for i: 4: load Q_i. 5: O_i = 0, ℓ_i = 0, m_i = −inf on chip. 6: for j, skipping the blocks the "
+        "causal mask hides wholly (§3.1.1): 7: load K_j, V_j. 8: S_ij (MASK). 9: m_new = max(m_i, "
         "rowmax S_ij), P̃_ij = exp(S_ij − m_new), ℓ_i = e^{m_i−m_new}ℓ_i + rowsum P̃_ij. 10: O_i = "
         "diag(e^{m_i−m_new})O_i + P̃_ijV_j. 12: O_i /= ℓ_i. 13: L_i = m_i + log ℓ_i. 14-15: write O_i, L_i.",
         "Outputs `O` and `L` (−inf for a fully masked row). Nothing is initialised in HBM. With "
         "`spec.dropout_p` > 0, line 10 uses P̃_ij ∘ Z_ij (`spec.dropout_Z`) while line 9's ℓ_i sums P̃_ij "
         "before dropout, as in exercise 3.",
-        ["Block (i, j) is skipped when `cols[0] > rows[1] - 1`.", "O_i stays unnormalised until line 12."]),
+        # the hint points at the skip test (which indices to compare, what to reread); it does not state it
+        ["Which blocks can you skip? Reread §3.1.1 in notebook 06 (section 3 and its tile picture): which query "
+         "of the row block sees the most keys, and which key of the column block comes first? `rows` and `cols` "
+         "are half-open ranges.", "O_i stays unnormalised until line 12."]),
     6: ("Algorithm 5 (block-sparse) loads K_j, V_j at line 6 *before* looking at the block mask, so an "
         "empty column still costs 2·Bc·d reads. Write one that does not:",
         "for j: if column j of M has a nonzero block: load K_j, V_j; for i with M_ij ≠ 0: Algorithm 5's "
@@ -130,9 +133,9 @@ TEXT = {
 
 LAB = """**The kernel.** One program per (query block, head): `grid = (⌈Nq/BLOCK_M⌉, B·H)`. Tensors are
 `(B·H, N, d)` float32, contiguous; `L` is `(B·H, Nq)`. Complete `flash2_kernel`: FlashAttention-2's forward
-(Algorithm 1 of FA2), with `CAUSAL` stopping the key loop after the block that holds the program's last
-query row. `L` is each row's log-sum-exp, m + log ℓ (natural log). `V` has `K`'s strides. Loads and stores
-of rows past `Nq`/`Nk` must be masked.
+(Algorithm 1 of FA2), with `CAUSAL` skipping the key blocks the causal mask hides wholly from the program's
+query rows, as exercise 5 does. `L` is each row's log-sum-exp, m + log ℓ (natural log). `V` has `K`'s strides.
+Loads and stores of rows past `Nq`/`Nk` must be masked.
 
 **Graded** on the CPU under `TRITON_INTERPRET=1` (small shapes: the interpreter is slow): correctness
 against the float64 oracle at a ragged and a causal shape, and the elements your `tl.load`/`tl.store`
