@@ -23,6 +23,7 @@ Triton's interpreter, and CPU tensors (float32 too) are accepted; this is how CI
 from __future__ import annotations
 
 import math
+import numbers
 import os
 
 import numpy as np
@@ -53,9 +54,11 @@ def _interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=False):
+def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=False, empty_ok=False):
     """q, k, v, causal, scale and enable_gqa checked, each error naming its argument; returns the scale (a float).
     ``launch=False`` (which_kernel: nothing runs) skips the one rule about where the tensors live.
+    ``empty_ok=True`` (attention, which_kernel) takes ``Nq = 0``, ``Nk = 0`` and ``d = 0``: attention answers
+    them without a kernel (:func:`_nothing_to_attend`); ``forward``, ``backward`` and kernel 3 refuse them.
 
     ``scale``: a finite real number (numpy's too, or a 0-d tensor, as the torch front takes it), the rule every
     entry point shares (``flashref.problem``). The kernels themselves need it positive (see
@@ -96,10 +99,12 @@ def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=Fals
                                "compiled (triton.jit reads it once, at their import): set it before the first "
                                "call, in a fresh Python process")
     B, H, Nq, d = q.shape
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"q's head dimension d={d} is not supported; use 1 <= d <= {MAX_HEAD_DIM}")
-    if Nq < 1:
-        raise ValueError("q must have at least one query (N >= 1)")
+    # The smallest sizes taken: 0 where the caller answers an empty problem without launching anything
+    least = 0 if empty_ok else 1
+    if not least <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"q's head dimension d={d} is not supported; use {least} <= d <= {MAX_HEAD_DIM}")
+    if Nq < least:
+        raise ValueError("q must have at least one query (N >= 1); gpu.attention takes Nq = 0 (an empty result)")
     if not isinstance(enable_gqa, bool):  # a Python bool: it becomes a kernel's compile-time constant
         raise TypeError(f"enable_gqa must be True or False (a Python bool), got {enable_gqa!r}")
     if enable_gqa and k.shape[0] == B and k.shape[-1] == d and k.shape[1] >= 1 and k.shape[1] != H:
@@ -109,13 +114,14 @@ def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=Fals
     elif k.shape[:2] != (B, H) or k.shape[-1] != d:
         raise ValueError(f"k must have shape ({B}, {H}, Nk, {d}) like q, got {tuple(k.shape)}"
                          + ("" if enable_gqa or k.shape[1] == H else "; fewer K/V heads need enable_gqa=True"))
-    if k.shape[2] < 1:
-        raise ValueError("k must have at least one key (Nk >= 1)")
+    if k.shape[2] < least:
+        raise ValueError("k must have at least one key (Nk >= 1); gpu.attention takes Nk = 0 (zeros)")
     if v.shape != k.shape:
         raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False (a Python bool), got {causal!r}")
-    scale = _scale(_number(scale, "scale"), d)
+    # d = 0 (attention's empty problem) has no score to scale: its default scale is d = 1's, 1.0, as the torch front's
+    scale = _scale(_number(scale, "scale"), max(d, 1))
     # The kernels hold scale·log2(e) in fp32 (kernel 2's qk_scale): past fp32's range it is inf there, and the
     # scores inf - inf = NaN, silently (kernel 2's forward happened to survive it, its backward not). Refused on
     # the value alone, as _variants refuses a softcap or ALiBi slope fp32 cannot hold; the scores themselves are
@@ -238,9 +244,15 @@ def _variants(q, k, causal, options):
                             ) from None
         if not (slopes.is_floating_point()):
             raise TypeError(f"alibi_slopes must be a float tensor of per-head slopes, got dtype {slopes.dtype}")
-        if tuple(slopes.shape) not in ((Hq,), (B, Hq)):
-            raise ValueError(f"alibi_slopes must have shape ({Hq},) or ({B}, {Hq}) (one slope per query head), "
-                             f"got {tuple(slopes.shape)}")
+        # Any shape that broadcasts to the (batch, head) axes (B, Hq), numpy's rule, as the torch front and the
+        # numpy algorithms take it: () or (1,) one slope for every head, (Hq,) or (1, Hq) one per head, (B, 1) one
+        # per batch entry, (B, Hq) one per (batch, head). expand follows that rule and refuses any other shape
+        try:
+            slopes = slopes.expand(B, Hq)
+        except RuntimeError:
+            raise ValueError(f"alibi_slopes: shape {tuple(slopes.shape)} does not broadcast to the (batch, head) "
+                             f"axes ({B}, {Hq}); give one slope per query head, ({Hq},), or per (batch, head), "
+                             f"({B}, {Hq}), or one for all, ()") from None
         if not torch.isfinite(slopes).all():
             raise ValueError("alibi_slopes contains NaN or inf")
         # the kernels add -slope·|i - j|·log2(e) in fp32: a slope past fp32's range over the longest distance
@@ -248,7 +260,8 @@ def _variants(q, k, causal, options):
         if slopes.numel() and float(slopes.abs().max()) * max(Nq, Nk) * math.log2(math.e) > fp32_max:
             raise ValueError(f"alibi_slopes: the kernels compute -slope·|i - j| in fp32, which cannot hold a slope "
                              f"of {float(slopes.abs().max()):.3g} over {max(Nq, Nk)} positions")
-        slopes = slopes.to(device=q.device, dtype=torch.float32).expand(B, Hq).contiguous().reshape(-1)
+        # the kernels read one fp32 slope per (batch, head) program: a broadcast view becomes real memory here
+        slopes = slopes.to(device=q.device, dtype=torch.float32).contiguous().reshape(-1)
     # softcap's tanh near 0: its exp2 formula is off by up to c·2⁻²³ in a score (kernels._tanh), which an fp16 or
     # bf16 output does not resolve at the caps in use (c = 30-50, Gemma-2's). The kernels add the series near 0
     # (slower) only where that error passes a sixteenth of the output's rounding: c > 512 in fp16, 4096 in bf16,
@@ -276,14 +289,38 @@ def _options(where, causal, deterministic, options, allowed=OPTIONS):
     return causal, deterministic, options
 
 
-def _check_options(options, d, causal, deterministic, where=None):
+def _is_one(p) -> bool:
+    """``p`` is the number 1 (an int or float, numpy's too, or a 0-d array), but not ``True``: a bool is no
+    probability (:func:`flashref.dropout.check_p` refuses it)."""
+    if isinstance(p, np.ndarray) and p.ndim == 0:
+        p = p[()]
+    return isinstance(p, numbers.Real) and not isinstance(p, (bool, np.bool_)) and p == 1
+
+
+def _check_options(options, d, causal, deterministic, where=None, all_dropped_ok=False):
     """The options beside q, k, v (their names checked already, by :func:`_options`); returns (dropout or None,
     resolved config). ``where``: a standalone :func:`forward` or :func:`backward`, which must be given the seed with
-    ``dropout_p > 0`` (a seed drawn there is returned nowhere, so no backward could drop the forward's entries)."""
+    ``dropout_p > 0`` (a seed drawn there is returned nowhere, so no backward could drop the forward's entries).
+
+    ``all_dropped_ok`` (attention, which_kernel): ``dropout_p = 1`` is taken, as the torch front and PyTorch take
+    it, and comes back as dropout ``(1.0, None)``: every weight dropped, so the result is zeros and attention
+    launches nothing (:func:`_nothing_to_attend`); no mask, so no seed is drawn. Without it (``forward``,
+    ``backward``) it is refused, as the numpy algorithms refuse it: the kernels would scale the kept weights by
+    1/(1 - p) = 1/0."""
     from ..functional import _number
     from . import kernels
 
-    p = check_p(_number(options.get("dropout_p", 0.0), "dropout_p"), "dropout_p")  # a 0-d tensor too, as the front
+    p = _number(options.get("dropout_p", 0.0), "dropout_p")  # a 0-d tensor too, as the front
+    all_dropped = all_dropped_ok and _is_one(p)
+    if not all_dropped:
+        try:
+            p = check_p(p, "dropout_p")
+        except ValueError:
+            if not all_dropped_ok:
+                raise
+            # check_p's message, with the 1 taken here (which check_p refuses)
+            raise ValueError(f"dropout_p: expected a dropout probability in [0, 1), or 1 (every weight dropped: "
+                             f"zeros), got {p!r}") from None
     seed = options.get("seed")
     if seed is not None:
         seed = _seed(seed)
@@ -297,7 +334,9 @@ def _check_options(options, d, causal, deterministic, where=None):
         raise ValueError("deterministic: kernel 1 (Config(version=1)) computes dQ with atomic adds only; use "
                          "kernel 2 (the default Config) for bit-identical gradients, or deterministic=False")
     dropout = None
-    if p > 0:
+    if all_dropped:
+        dropout = (1.0, None)
+    elif p > 0:
         if seed is None and where is not None:
             raise ValueError(f"seed: {where} with dropout_p > 0 needs the seed, the same for the forward and the "
                              f"backward, so that both drop the same entries (attention draws one and keeps it)")
@@ -305,14 +344,19 @@ def _check_options(options, d, causal, deterministic, where=None):
             import torch
             seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
         dropout = (float(p), seed)
-    return dropout, config.resolve(d, causal, deterministic)
+    # d = 0 (an empty problem, which attention answers without a kernel) has no tiles of its own: the config is
+    # checked and resolved as for d = 1
+    return dropout, config.resolve(max(d, 1), causal, deterministic)
 
 
 def forward(q, k, v, *, causal=False, scale=None, **options):
     """Run the forward kernel; returns ``(o, L)`` with ``L`` the natural-log log-sum-exp, (B, H, Nq) fp32
     (-inf for a row that a window leaves with no key).
 
-    Takes attention's options except ``deterministic`` (a backward option)."""
+    Takes attention's options except ``deterministic`` (a backward option). Unlike attention it refuses
+    ``Nq = 0``, ``Nk = 0``, ``d = 0`` and ``dropout_p = 1``, as the numpy algorithms' ``forward`` does:
+    a kernel has nothing to compute there (attention answers them with zeros, without one), and with
+    ``dropout_p = 1`` it would scale by 1/(1 - p) = 1/0."""
     # deterministic chooses the backward's dQ scheme: not a forward option
     causal, _, options = _options("gpu.forward", causal, False, options, [n for n in OPTIONS if n != "deterministic"])
     scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
@@ -444,7 +488,51 @@ def _function():
     return _Attention
 
 
+def _nothing_to_attend(q, k, dropout) -> str | None:
+    """Why no kernel has anything to compute for this call (None: a kernel runs).
+
+    * an empty output, ``q`` with no element (B, H, Nq or d = 0): nothing to write;
+    * no keys (``Nk = 0``): every row sees none, so its output is 0, as for a row that a window leaves with no
+      key (and as PyTorch's SDPA gives a fully masked row);
+    * ``dropout_p = 1``: every weight is dropped, so every output is 0 (PyTorch's rule).
+
+    In each the output is zeros whatever q, k and v hold, and so is every gradient. It is answered without a
+    launch: a grid with no program along an axis may fail on a GPU, and 1/(1 - p) is 1/0."""
+    if q.numel() == 0:
+        return f"an empty output, q of shape {tuple(q.shape)}"
+    if k.shape[2] == 0:
+        return "no keys (Nk = 0): every output row is 0"
+    if dropout is not None and dropout[0] == 1.0:
+        return "dropout_p = 1: every weight is dropped, every output is 0"
+    return None
+
+
+def _zeros_function():
+    import torch
+
+    class _NothingToAttend(torch.autograd.Function):
+        """attention's result where :func:`_nothing_to_attend` says no kernel has work: zeros of q's shape (v's
+        head dimension is q's) and q's dtype, and zero gradients of each input's own shape (dk, dv with GQA's
+        Hkv heads), since the output depends on no input value."""
+
+        @staticmethod
+        def forward(ctx, q, k, v):
+            # shapes, dtypes and devices only: the backward reads no values
+            ctx.like = [(x.shape, x.dtype, x.device) for x in (q, k, v)]
+            return q.new_zeros(q.shape)
+
+        @staticmethod
+        def backward(ctx, do):
+            # NaN or inf flowing back is refused as on the kernels' path (_Attention.backward), where it is checked
+            _finite(("grad_output (the gradient flowing into attention's output)", do))
+            return tuple(torch.zeros(shape, dtype=dtype, device=device) if need else None
+                         for need, (shape, dtype, device) in zip(ctx.needs_input_grad, ctx.like))
+
+    return _NothingToAttend
+
+
 _FN = None
+_ZEROS = None
 
 
 def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **options):
@@ -475,6 +563,20 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     the same entries numpy's reference drops; without it every call draws a fresh seed from torch's
     default generator. An unknown option raises a TypeError that lists the valid ones.
 
+    Calls with nothing to compute give what the torch front (``flashref.functional``) and PyTorch's SDPA
+    give, without launching a kernel (a grid with no program along an axis may fail on a GPU):
+
+    * an empty problem, B, H, ``Nq`` or d = 0: the empty output ``(B, H, Nq, d)``;
+    * no keys, ``Nk = 0``: zeros ``(B, H, Nq, d)``, every row being one with no key to see;
+    * ``dropout_p = 1``: every weight is dropped, zeros (PyTorch's rule; no seed is drawn). ``dropout_p``
+      is taken in [0, 1]; :func:`forward` and :func:`backward` keep the numpy algorithms' [0, 1), since
+      the kernels would scale the kept weights by 1/(1 - p) = 1/0.
+
+    There the output has q's dtype and device, and the gradients are zeros of q's, k's and v's shapes
+    (k's Hkv heads with GQA). Every argument is checked first, so such a call is refused exactly where a
+    call with work would be: wrong slopes, a bad window or seed raise here too. The torch front returns
+    its zeros before it looks at the variants, so it takes (and ignores) a wrong ``alibi_slopes`` there.
+
     Which kernel runs: without ``config``, kernel 3 (``kernel3.py``: Gluon, FlashAttention-3's warp
     specialization and pingpong; Hopper and Triton 3.6 only) wherever ``kernel3.choose`` takes the call
     (fp16/bf16, d 64 or 128, Nq = Nk a multiple of its tiles, none of the options below), with its own
@@ -490,16 +592,26 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     * ``window=(left, right)``: query i sees keys ``i − left <= j <= i + right``, -1 unbounded,
       top-left aligned like causal and combinable with it; K/V tiles outside the band are skipped;
       a query that sees no key gets a zero output;
-    * ``alibi_slopes``: a float tensor ``(Hq,)`` or ``(B, Hq)``; adds ``−slope·|i − j|`` to the
-      scaled scores, on chip;
+    * ``alibi_slopes``: a float tensor (or array, list, number) of any shape that broadcasts to the
+      ``(B, Hq)`` axes, as the torch front and the numpy algorithms take it: ``()`` one slope for every
+      head, ``(Hq,)`` or ``(1, Hq)`` one per head, ``(B, 1)`` one per batch entry, ``(B, Hq)``; adds
+      ``−slope·|i − j|`` to the scaled scores, on chip. Any other shape raises a ValueError naming
+      ``alibi_slopes``; so does a tensor that requires grad (their gradient is not computed), and
+      integer slopes a TypeError (the torch front converts them);
     * ``softcap=c > 0``: the scaled scores become ``c·tanh(s/c)`` (before ALiBi and the mask).
     """
-    global _FN
+    global _FN, _ZEROS
     causal, deterministic, options = _options("gpu.attention", causal, deterministic, options)
-    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True)
-    dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic)
+    scale = _check(q, k, v, causal, scale, options.get("enable_gqa", False), any_scale=True, empty_ok=True)
+    dropout, cfg = _check_options(options, q.shape[-1], causal, deterministic, all_dropped_ok=True)
     var = _variants(q, k, causal, options)
     _finite(("q", q), ("k", k), ("v", v))
+    # Every argument is checked first, so that a call is refused the same way whatever its sizes; then the calls
+    # whose result is zeros (empty, no keys, every weight dropped) return them without launching a kernel
+    if _nothing_to_attend(q, k, dropout) is not None:
+        if _ZEROS is None:
+            _ZEROS = _zeros_function()
+        return _ZEROS.apply(q, k, v)
     _scores_fit(q, k, scale)
     # Every kernel (kernel 3 included) gets a scale > 0: a scale <= 0 becomes one on -q or 0·q here, before the
     # dispatch, with autograd through the negation (_positive_scale says why the kernels need it).
@@ -516,12 +628,17 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
 def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str:
     """Which kernel :func:`attention` runs for this call (arguments as attention's; nothing is launched):
     ``"kernel 3 (backward: ...)"``, or ``"kernel 1"`` / ``"kernel 2"`` followed by why kernel 3 does not take
-    the call."""
+    the call, or ``"no kernel: ..."`` where attention answers with zeros without one (an empty problem, no
+    keys, ``dropout_p = 1``)."""
     # attention's checks, so that a call attention would refuse is not answered with a kernel
     causal, deterministic, options = _options("gpu.which_kernel", causal, deterministic, options)
-    _check(q, k, v, causal, options.get("scale"), options.get("enable_gqa", False), launch=False, any_scale=True)
-    _check_options(options, q.shape[-1], causal, deterministic)
+    _check(q, k, v, causal, options.get("scale"), options.get("enable_gqa", False), launch=False, any_scale=True,
+           empty_ok=True)
+    dropout, _ = _check_options(options, q.shape[-1], causal, deterministic, all_dropped_ok=True)
     _variants(q, k, causal, options)
+    nothing = _nothing_to_attend(q, k, dropout)
+    if nothing is not None:  # attention returns zeros without a launch, whatever the config asks for
+        return f"no kernel: {nothing}; attention returns its zeros (or empty result) and zero gradients without one"
     config = options.get("config")
     if config is not None:
         return f"kernel {config.version}: a kernels.Config was given"
