@@ -350,9 +350,29 @@ def test_quiz_answers_match_and_every_exercise_notebook_asks():
     assert quiz.check("ex1-writes", None) is None and quiz.check("ex1-writes", 39) is False
 
 
-def test_student_copy_has_no_solution_and_its_notebooks_run(tmp_path):
-    out = tmp_path / "student"
-    subprocess.run([sys.executable, "-m", "flashref", "student-release", str(out)], check=True, cwd=ROOT)
+@pytest.fixture(scope="session")
+def student_copy(tmp_path_factory):
+    """A student copy (``python -m flashref student-release``), built once for the tests that read it: under xdist
+    once for all the workers, in the folder their temporary folders share, the first to come building it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        out = tmp_path_factory.mktemp("release") / "student"
+        subprocess.run([sys.executable, "-m", "flashref", "student-release", str(out)], check=True, cwd=ROOT)
+        return out
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent  # this session's, shared by its workers
+    out = shared / "student-copy"
+    with open(shared / "student-copy.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "student-copy.done").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "flashref", "student-release", str(out)], check=True, cwd=ROOT)
+            (shared / "student-copy.done").write_text("")
+    return out
+
+
+def test_student_copy_has_no_solution_and_its_notebooks_run(student_copy, tmp_path):
+    out = student_copy
     files = [p for p in out.rglob("*") if p.is_file()]
     text = {p: p.read_text(errors="replace") for p in files if p.suffix in (".py", ".ipynb", ".md", ".json")}
     # distinctive lines of each reference solution and of the algorithm modules
@@ -443,6 +463,51 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(tmp_path):
             os.environ.pop("PYTHONPATH")
         else:
             os.environ["PYTHONPATH"] = old
+
+
+def test_student_copy_has_the_students_part_of_course_md(student_copy):
+    """A review: the student copy carried the whole COURSE.md, whose instructors' notes say how the quiz hashes give
+    way, which schedule replay the grader does not catch and how to get around its guards. The copy's COURSE.md is
+    the part above "## For instructors" (the plan, the objectives, how grading works); the repository's is whole."""
+    full = (ROOT / "COURSE.md").read_text()
+    copied = (student_copy / "COURSE.md").read_text()
+    instructors = full[full.index("\n## For instructors\n"):]
+    for words in ("recovered in seconds", "Python copies of the tiles", "replays the reference's loads and stores",
+                  "ctypes.memmove", "--instructor", "What the grader guards against"):
+        assert words in instructors and words not in copied, words
+    # nothing of the instructors' part is anywhere in the copy's text (a line of it, in any page or notebook)
+    lines = [ln.strip() for ln in instructors.splitlines() if len(ln.strip()) > 40]
+    pages = {p: p.read_text() for p in student_copy.rglob("*") if p.suffix in (".md", ".ipynb") and p.is_file()}
+    leaked = [(str(p.relative_to(student_copy)), ln) for p, t in pages.items() for ln in lines if ln in t]
+    assert lines and not leaked, leaked
+    assert copied == release.student_course(full) and full.startswith(copied.rstrip())
+    assert "python -m flashref grade 03" in copied and "**The IO rule.**" in copied  # how grading works stays
+
+
+def test_student_course_md_needs_its_instructors_heading():
+    """Without its heading the cut would ship the whole page: the release stops instead."""
+    assert release.student_course("# Course\n\nplan\n\n## For instructors\n\nnotes\n") == "# Course\n\nplan\n"
+    for text in ("# Course\n\nplan, notes\n", "## For instructors\n\n## For instructors\n"):
+        with pytest.raises(ValueError, match="For instructors"):
+            release.student_course(text)
+
+
+def test_student_copy_withholds_exercise_7s_answer(student_copy, tmp_path):
+    """The copy's grader computes exercise 7's table when it grades, and prints the choice's IO and rank only; the
+    instructor's view (--instructor, instructor=True) is the solution copy's."""
+    env = dict(os.environ, PYTHONPATH=str(student_copy))
+    sub = tmp_path / "ex7_block_sizes.py"
+    sub.write_text("def choose_blocks(Nq, Nk, d, M, causal):\n    return (16, 8)\n")
+    least = [f"{min(io for _, _, io in b['choices']):,}" for b in budgets.budgets("07-block-sizes")]
+    r = subprocess.run([sys.executable, "-m", "flashref", "grade", "07", str(sub)], capture_output=True, text=True,
+                       cwd=student_copy, env=env)
+    assert "rank" in r.stdout and not [x for x in least if x in r.stdout], r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "flashref", "grade", "07", str(sub), "--instructor"],
+                       capture_output=True, text=True, cwd=student_copy, env=env)
+    assert r.returncode == 2 and "argument --instructor: this is the student copy" in r.stderr and not r.stdout
+    r = subprocess.run([sys.executable, "-c", f"from flashref import grading; grading.grade('07', {str(sub)!r}, "
+                        "instructor=True)"], capture_output=True, text=True, cwd=student_copy, env=env)
+    assert r.returncode == 1 and "RuntimeError: instructor:" in r.stderr, r.stderr
 
 
 def test_strip_solutions_regions():

@@ -16,7 +16,7 @@ Points: correctness, then IO and footprint (these two only for a correct run).
 
 Every module the grader needs is imported here, before any student code runs, and the grader's
 files are hashed before each run and checked after it (``integrity``): a run that changed them is
-not scored. What this guards against, and what it does not, is in COURSE.md.
+not scored. What this guards against, and what it does not, is in COURSE.md's part for instructors.
 """
 
 from __future__ import annotations

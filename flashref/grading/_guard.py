@@ -21,7 +21,7 @@ documented as no defence against code that is determined to get around them (``c
 an object's address, an extension module, ...). The grader's real protections are elsewhere: the
 count and the data live in the grader's process, and the grader hashes its own files around every
 run (:mod:`flashref.grading.integrity`). For high stakes run the grader as a separate user over a
-read-only tree (COURSE.md, "What the grader guards against").
+read-only tree (COURSE.md, for instructors: "What the grader guards against").
 """
 
 import _thread

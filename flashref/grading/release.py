@@ -2,6 +2,8 @@
 
 ``python -m flashref student-release OUT_DIR`` writes the course without its answers:
 
+* ``COURSE.md`` down to its ``## For instructors`` heading (:func:`student_course`): the course plan and how
+  grading works, not the instructors' notes (how the quiz hashes fall, what the grader does not catch);
 * the notebooks with every ``# BEGIN SOLUTION`` … ``# END SOLUTION`` region removed (a region that
   assigns answers becomes ``name = None  # your answer``; code becomes ``raise NotImplementedError``);
 * the exercises as stubs (``exercises/exNN_*.py``), the solution regions replaced by
@@ -192,9 +194,13 @@ SOLUTIONS = os.path.join("grading", "solutions")
 
 
 #: What the copy takes from the repository besides the package, the notebooks and the exercises: the pages its
-#: README and COURSE.md link to, and the licence (MIT asks for its notice in every copy).
-TOP_FILES = ("README.md", "COURSE.md", "LICENSE", "environment.yml",
-             os.path.join("docs", "reference.md"), os.path.join("docs", "counting-rules.md"))
+#: README and COURSE.md link to, and the licence (MIT asks for its notice in every copy). Its README and COURSE.md
+#: are its own (:func:`student_readme`, :func:`student_course`).
+TOP_FILES = ("LICENSE", "environment.yml", os.path.join("docs", "reference.md"),
+             os.path.join("docs", "counting-rules.md"))
+
+#: The heading of COURSE.md's instructors' part: the student copy's COURSE.md is what comes before it.
+INSTRUCTORS = "## For instructors"
 #: Folders the copy is made from: OUT_DIR inside one of them would be copied into itself.
 SOURCES = ("flashref", "figures", "notebooks", "docs")
 
@@ -257,6 +263,24 @@ def _write_release(out_dir: str) -> None:
     # the copy's own README: the repository's names its tests, CI and tools, none of which the copy has
     with open(os.path.join(out_dir, "README.md"), "w") as f:
         f.write(student_readme())
+    if os.path.exists(os.path.join(REPO, "COURSE.md")):
+        with open(os.path.join(REPO, "COURSE.md")) as f:
+            course = student_course(f.read())
+        with open(os.path.join(out_dir, "COURSE.md"), "w") as f:
+            f.write(course)
+
+
+def student_course(text: str) -> str:
+    """COURSE.md as the student copy has it: the part above its :data:`INSTRUCTORS` heading (the plan, the
+    objectives, how grading works). What follows that heading is the instructors': how the quiz hashes give way,
+    what the grader does not catch, how the copy and the bundle are built. Raises if the heading is missing, so a
+    renamed heading cannot ship the whole page."""
+    lines = text.splitlines(keepends=True)
+    at = [k for k, line in enumerate(lines) if line.rstrip() == INSTRUCTORS]
+    if len(at) != 1:
+        raise ValueError(f"COURSE.md: expected one {INSTRUCTORS!r} heading (the student copy ends above it), "
+                         f"found {len(at)}")
+    return "".join(lines[:at[0]]).rstrip() + "\n"
 
 
 def student_readme() -> str:
