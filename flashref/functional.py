@@ -19,9 +19,38 @@ autograd function, so that autograd sums their gradients exactly as for PyTorch'
 * broadcast leading axes: ``torch.broadcast_tensors`` over the leading axes;
 * ``Ev != E``: the narrower side is zero-padded to the wider head dim (zero columns of Q and K add
   nothing to QKᵀ; zero columns of V give zero output columns, sliced off), with the scale of the
-  original E; the counted IO is that of the padded problem;
+  original E; the counted IO is that of the padded problem, and where it outgrows ``sram_size`` the
+  ``SRAMOverflowError`` says that its head dim is value's ``Ev``, not one the caller passed for Q and K;
 * a boolean mask is the algorithms' ``mask``; a float mask is their ``bias`` (``standard`` and
-  ``flash2`` only, which read it from HBM tile by tile).
+  ``flash2`` only, which read it from HBM tile by tile). Either is an input of the autograd function
+  (the front's copy), read into numpy in its forward, so that torch.func sees it (below);
+* the dropout seed is an input too, a 0-d int64 tensor, so that ``vmap`` may batch it (below).
+
+torch.func. The autograd function is written as PyTorch documents for functions that run numpy
+("Extending torch.func with autograd.Function"): a ``forward`` without ``ctx`` and a ``setup_context``,
+so that the transforms hand ``forward`` plain tensors, which numpy can read; a ``vmap`` staticmethod;
+and a backward that is an autograd function of its own, for the same reason. So:
+
+* ``torch.func.grad``, ``vjp`` and ``jacrev`` give the gradients ``backward()`` gives, a float
+  ``attn_mask`` among the arguments differentiated included (a learned bias);
+* ``torch.func.vmap`` over query, key, value and ``attn_mask`` (any ``in_dims``; composed with ``grad`` in
+  either order) runs the algorithm once, with vmap's axis as one more leading axis (expanded where an input
+  is not batched). A batched mask gets 1s behind that axis up to the problem's rank, so that it broadcasts
+  from the right as each element's did; an unbatched float mask that requires grad gets the sum of the
+  elements' gradients (``grad`` of ``vmap``) or each element's own (``vmap`` of ``grad``);
+* with dropout, ``vmap`` calls the function once per element instead: the keyed mask depends on (seed,
+  head, row, column), the head being the flat index over the leading axes, which a leading batch axis would
+  renumber. With ``seed=`` every element gets the mask a call on it alone gets, the same for all (the
+  function is a pure function of its inputs and the seed). With ``seed=None`` the seed is drawn by
+  ``torch.randint`` and follows vmap's ``randomness``: ``"error"`` (vmap's default) refuses, ``"same"`` draws
+  one seed for all the elements, ``"different"`` one for each;
+* a second order (grad of grad, jacrev of jacrev) raises a ``RuntimeError`` when it is asked for, and so does
+  forward mode (``jvp``, ``jacfwd``, ``hessian``): the algorithms are numpy, with a backward only;
+* the checks that read values (NaN, inf) run in the autograd functions, on plain tensors. In the zero shortcut
+  (``dropout_p=1``, no queries or no keys), which does not call them, the front checks them itself, except under
+  a transform (vmap's values cannot be branched on in Python; the zeros do not depend on them);
+* ``scale``, ``dropout_p``, ``softcap`` and ``alibi_slopes`` are read as numbers in the front: vmap cannot batch
+  them (batched slopes are refused by name; a batched 0-d ``scale`` gets vmap's ``.item()`` error).
 
 flashref's attention variants are keyword options beyond PyTorch's signature, passed to the
 algorithm as they are (``standard`` and ``flash2``): ``window=(left, right)`` (a sliding window,
@@ -39,7 +68,9 @@ Differences from PyTorch, all deliberate:
   require grad are refused: their gradients are not computed. A float ``attn_mask`` that requires grad
   gets its gradient (a learned bias, T5's relative positions): the backward's ``bias_grad=True``, each
   tile's dS before the scale, summed over the axes the mask was broadcast along;
-* double backward (``create_graph=True``) raises a ``RuntimeError``: the backward is numpy;
+* double backward (``create_graph=True``) raises a ``RuntimeError``: the backward is numpy; under torch.func
+  (whose ``grad`` always builds a graph of the gradient) a second order raises when it is asked for, and forward
+  mode (``jvp``, ``jacfwd``) raises;
 * NaN or inf in ``query``, ``key`` or ``value`` raises a ``ValueError`` naming it (PyTorch returns NaN), and so
   does NaN or inf in the gradient flowing back into the output (``grad_output``), in the backward (PyTorch
   propagates it into the gradients). So ``torch.amp.GradScaler`` (``torch.cuda.amp.GradScaler``) does not work
@@ -71,7 +102,8 @@ import numpy as np
 import torch
 
 from . import flash1, flash2, standard
-from .problem import _bool, check_options
+from .memory import SRAMOverflowError
+from .problem import _bool, _seed, check_options
 
 __all__ = ["scaled_dot_product_attention", "ALGORITHMS"]
 
@@ -122,57 +154,232 @@ def _to_torch(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a)).to(dtype=like.dtype, device=like.device)
 
 
+def _mask_arrays(attn_mask) -> dict:
+    """The mask as the algorithms take it: a bool one is their ``mask``, a float one their ``bias`` (float64 stays
+    float64, other floats become float32, as for the inputs). Read from the front's own copy (``_mask``)."""
+    if attn_mask is None:
+        return {}
+    if attn_mask.dtype == torch.bool:
+        return {"mask": attn_mask.detach().to("cpu").numpy()}
+    return {"bias": _to_numpy(attn_mask)}
+
+
+def _run(step, E: int, *arrays, **opts):
+    """``step(*arrays, **opts)``: an algorithm's forward or backward. Where value's head dim Ev is wider than query's E,
+    the front runs the algorithm with d = Ev (Q and K zero-padded); an SRAM overflow then names a d the caller never
+    passed, so the error says where it came from (the same exception type, the algorithm's message first)."""
+    try:
+        return step(*arrays, **opts)
+    except SRAMOverflowError as e:
+        d = arrays[0].shape[-1]  # Q's head dim as the algorithm saw it
+        if d <= E:  # not widened (Ev <= E pads V to E, the caller's own head dim)
+            raise
+        raise SRAMOverflowError(
+            f"{e} [the torch front: the head dim d={d} is value's Ev; query's and key's head dim E={E} was zero-padded "
+            f"to it, since the algorithms take one head dim for Q, K and V]") from e
+
+
+def _under_torch_func() -> bool:
+    """Whether a torch.func transform (grad, vjp, jacrev, vmap, ...) is running. torch.func has no public test for it;
+    this private one is the test ``torch.autograd.Function.apply`` itself makes to choose its path."""
+    return torch._C._are_functorch_transforms_active()
+
+
+def _higher_order_error(how: str, why: str) -> RuntimeError:
+    return RuntimeError(f"flashref.functional.scaled_dot_product_attention: {how} is not supported; {why}")
+
+
+#: What the backward raises when its own gradient is asked for (``create_graph=True``, grad of grad, jacrev of jacrev).
+_DOUBLE_BACKWARD = ("double backward (a gradient of the gradient: create_graph=True, torch.func.grad of "
+                    "torch.func.grad, jacrev of jacrev)", "the reference backward runs in numpy and has no "
+                    "derivative of its own")
+#: What the jvp staticmethods raise: forward mode needs a derivative of the forward, which the algorithms do not have.
+_FORWARD_MODE = ("forward-mode AD (torch.func.jvp, jacfwd, hessian; torch.autograd.forward_ad)",
+                 "the reference algorithms run in numpy and have a backward (reverse mode) only")
+
+
+def _leading(t, dim, B: int):
+    """``t`` with vmap's batch axis first: moved there, or, where vmap did not batch ``t``, made by expanding (a view,
+    no copy), so that the three inputs share it as one more leading axis."""
+    return t.movedim(dim, 0) if dim is not None else t.expand(B, *t.shape)
+
+
+def _mask_leading(attn_mask, dim, rank: int):
+    """The mask with vmap's batch axis first and 1s after it up to the problem's ``rank``. The algorithms broadcast the
+    mask against (..., L, S) from the right: a (B, L, S) mask would meet the problem's heads with its batch axis,
+    while (B, 1, L, S) meets (B, H, L, S) as each element's (L, S) met (H, L, S). An unbatched mask broadcasts from
+    the right as it did per element: it stays as it is."""
+    if attn_mask is None or dim is None:
+        return attn_mask
+    m = attn_mask.movedim(dim, 0)
+    return m.reshape(m.shape[:1] + (1,) * (rank - (m.dim() - 1)) + m.shape[1:])
+
+
+def _element(t, dim, b: int):
+    """Batch element ``b`` of ``t``: all of ``t`` where vmap did not batch it."""
+    return t if t is None or dim is None else t.select(dim, b)
+
+
+def _per_element(info, opts) -> bool:
+    """Whether the vmap rules call the function once per batch element rather than once on a batch axis: with dropout.
+    The keyed dropout mask depends on (seed, head, row, column), the head being the flat index over the leading axes:
+    a leading batch axis would renumber the heads of every element but the first, so element b would not get the
+    mask a call on it alone gets. (Where vmap batches nothing the rules are not called; with batch size 0 there is no
+    element to loop over, and no mask to get wrong.)"""
+    return info.batch_size > 0 and opts["dropout_p"] > 0
+
+
+def _stack(outs: list) -> tuple:
+    """The per-element outputs (tuples of tensors) stacked along a new batch axis 0, with vmap's out_dims."""
+    stacked = tuple(torch.stack(o) for o in zip(*outs))
+    return stacked, (0,) * len(stacked)
+
+
 class _Attention(torch.autograd.Function):
-    """Forward: ``module.forward``; backward: ``module.backward`` with the statistics it saved."""
+    """Forward: ``module.forward``; backward: ``module.backward`` (in :class:`_AttentionGradients`) with the statistics
+    the forward saved.
+
+    Written as PyTorch documents for functions that run numpy under torch.func ("Extending torch.func with
+    autograd.Function"): ``forward`` takes no ``ctx`` and ``setup_context`` saves what the backward needs, so that a
+    transform hands ``forward`` plain tensors, which numpy can read; ``vmap`` says how to run on a batch. Its
+    inputs are the three tensors, ``attn_mask`` (the front's copy, bool or float, or None) and ``seed`` (a 0-d int64
+    tensor, so that vmap may batch it), then the algorithm's name, its options (``opts``, without mask and seed) and
+    query's head dim ``E`` before padding (for :func:`_run`'s error). It returns the output, O in the compute dtype and
+    the algorithm's statistics: ``setup_context`` sees only inputs and outputs, so what the backward reads must be
+    one of them.
+    """
 
     @staticmethod
-    def forward(ctx, query, key, value, bias, algorithm, opts):
-        # ``bias``: the float attn_mask when it requires grad (an input, so that autograd asks for its gradient),
-        # else None; the algorithm reads the front's copy of it in opts either way
+    def forward(query, key, value, attn_mask, seed, algorithm, opts, E):
+        # Under any torch.func transform the tensors reach here plain (with vmap's batch axis in front where the vmap
+        # staticmethod put it): the place where their values can be read, so the checks that read values are here
+        _check_values(query, key, value, attn_mask)
         spec = _spec(algorithm)
         Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
-        fwd = spec.module.forward(Q, K, V, **opts)
-        ctx.algorithm, ctx.opts = algorithm, opts
+        fwd = _run(spec.module.forward, E, Q, K, V, **opts, **_mask_arrays(attn_mask), seed=int(seed))
         # the output is its own copy of O: the caller may change it in place (as PyTorch's allows) without changing
-        # the O that the backward reads
+        # the O that the backward reads (the second output, kept in full precision)
         out = _to_torch(fwd.O, query).clone()
-        # the mask's shape, dtype and device only (its values are the copy in opts)
-        ctx.bias_like = None if bias is None else (bias.shape, bias.dtype, bias.device)
+        stats = tuple(torch.from_numpy(np.asarray(getattr(fwd, s))) for s in spec.stats)
+        return (out, torch.from_numpy(fwd.O), *stats)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        query, key, value, attn_mask, seed, algorithm, opts, E = inputs
+        out, O, *stats = output
+        ctx.mark_non_differentiable(O, *stats)  # saved for the backward, not results: no gradient flows into them
+        ctx.algorithm, ctx.opts, ctx.E = algorithm, opts, E
+        # Recorded under a torch.func transform (grad, vjp, jacrev: the vjp's function may be called after the
+        # transform has returned), the backward will run with grad mode on whether or not a second order is wanted
+        ctx.under_torch_func = _under_torch_func()
+        # the mask's shape (its gradient is summed to it), as the caller sees it: per element under vmap
+        ctx.mask_shape = None if attn_mask is None else tuple(attn_mask.shape)
         # Everything the backward reads goes through save_for_backward, not onto ctx: the numpy arrays share memory
         # with the inputs (fp32, fp64), so autograd's version counters must see an in-place change to any of them (it
         # raises, as for PyTorch's own kernels, where a changed array would give wrong gradients), and it frees them
-        # after the backward (a second backward raises). O is kept in full precision for the backward. (The options
-        # in ctx.opts, masks and slopes included, are the front's own copies: _mask_or_bias, _variant_options.)
-        stats = tuple(torch.from_numpy(np.asarray(getattr(fwd, s))) for s in spec.stats)
-        ctx.save_for_backward(query, key, value, torch.from_numpy(fwd.O), *stats)
-        return out
+        # after the backward (a second backward raises). The mask is the front's own copy (_mask), and the options in
+        # opts, slopes included, are the front's own copies (_variant_options): a caller may refill its buffers.
+        ctx.save_for_backward(query, key, value, attn_mask, seed, O, *stats)
 
     @staticmethod
-    def backward(ctx, grad_out):
-        if torch.is_grad_enabled():
-            # create_graph=True runs the backward with grad mode on: a gradient of this gradient is
-            # asked for, and the numpy backward has no graph to give one.
-            raise RuntimeError("flashref.functional.scaled_dot_product_attention: double backward "
-                               "(create_graph=True) is not supported; the reference backward runs in numpy")
+    def backward(ctx, grad_out, *unused):  # unused: the zero gradients of O and the statistics
+        if torch.is_grad_enabled() and not ctx.under_torch_func:
+            # create_graph=True runs the backward with grad mode on: a gradient of this gradient is asked for, and
+            # the numpy backward has no graph to give one. (torch.func's grad and vjp always run the backward with
+            # grad mode on, so that grad of grad can be asked for: there a second order raises only when it is
+            # asked for, in _AttentionGradients.backward.)
+            raise _higher_order_error("double backward (create_graph=True)", _DOUBLE_BACKWARD[1])
+        # raises if one was changed in place, or freed
+        query, key, value, attn_mask, seed, O, *stats = ctx.saved_tensors
+        mask_shape = ctx.mask_shape if ctx.needs_input_grad[3] else None  # a float mask's gradient: asked for?
+        # The numpy backward runs in a function of its own, so that torch.func hands it plain tensors too (here they
+        # may be a transform's wrappers), and so that its own backward, a second order, raises
+        grads = _AttentionGradients.apply(grad_out, query, key, value, attn_mask, seed, O, tuple(stats),
+                                          ctx.algorithm, ctx.opts, ctx.E, mask_shape)
+        dQ, dK, dV = (g if need else None for g, need in zip(grads[:3], ctx.needs_input_grad[:3]))
+        return dQ, dK, dV, (grads[3] if mask_shape is not None else None), None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise _higher_order_error(*_FORWARD_MODE)
+
+    @staticmethod
+    def vmap(info, in_dims, query, key, value, attn_mask, seed, algorithm, opts, E):
+        dims = in_dims[:5]  # those of query, key, value, attn_mask and seed; the others are not tensors
+        if _per_element(info, opts):
+            tensors = (query, key, value, attn_mask, seed)
+            return _stack([_Attention.apply(*(_element(t, d, b) for t, d in zip(tensors, dims)), algorithm, opts, E)
+                           for b in range(info.batch_size)])
+        # One call on a batch: vmap's axis in front of query, key and value (expanded where vmap did not batch one;
+        # the front broadcast the three to the same leading axes, so they keep them), the mask aligned to broadcast
+        B, rank = info.batch_size, query.dim() - (dims[0] is not None)  # rank: one element's
+        outputs = _Attention.apply(_leading(query, dims[0], B), _leading(key, dims[1], B), _leading(value, dims[2], B),
+                                   _mask_leading(attn_mask, dims[3], rank), seed, algorithm, opts, E)
+        return outputs, (0,) * len(outputs)
+
+
+class _AttentionGradients(torch.autograd.Function):
+    """The numpy backward as a function of its own: ``_Attention.backward`` calls it. Under torch.func it receives
+    plain tensors (in ``_Attention.backward`` they may be a transform's wrappers, which numpy cannot read), vmap can
+    batch it (``jacrev`` vmaps the backward over the rows of the Jacobian; ``vmap(grad(f))`` vmaps it too), and its
+    own backward, asked for only by a second order, raises. Inputs: the gradient of the output, the tensors
+    ``_Attention`` saved (``stats`` a tuple), its non-tensor inputs, and ``mask_shape``: None, or the shape to sum the
+    float mask's gradient to. Returns (dQ, dK, dV) and, with ``mask_shape``, the mask's gradient."""
+
+    @staticmethod
+    def forward(grad_out, query, key, value, attn_mask, seed, O, stats, algorithm, opts, E, mask_shape):
         if not torch.isfinite(grad_out).all():  # named here: the numpy backward would call it dO
             raise ValueError("grad_output: the gradient flowing into scaled_dot_product_attention's output "
                              "contains NaN or inf")
-        spec = _spec(ctx.algorithm)
-        query, key, value, O, *stats = ctx.saved_tensors  # raises if one was changed in place, or freed
+        spec = _spec(algorithm)
         Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
-        O = O.numpy()
+        O = O.detach().numpy()
         dO = _to_numpy(grad_out).astype(O.dtype)
-        args = (Q, K, V) + ((O,) if spec.backward_takes_O else ()) + (dO,) + tuple(t.numpy() for t in stats)
-        bias_grad = ctx.needs_input_grad[3]
-        bwd = spec.module.backward(*args, **ctx.opts, **({"bias_grad": True} if bias_grad else {}))
-        grads = []
-        for need, g, like in zip(ctx.needs_input_grad[:3], (bwd.dQ, bwd.dK, bwd.dV), (query, key, value)):
-            grads.append(_to_torch(g, like) if need else None)
-        dbias = None
+        args = (Q, K, V) + ((O,) if spec.backward_takes_O else ()) + (dO,) + tuple(t.detach().numpy() for t in stats)
+        bias_grad = mask_shape is not None
+        bwd = _run(spec.module.backward, E, *args, **opts, **_mask_arrays(attn_mask), seed=int(seed),
+                   **({"bias_grad": True} if bias_grad else {}))
+        grads = tuple(_to_torch(g, like) for g, like in zip((bwd.dQ, bwd.dK, bwd.dV), (query, key, value)))
         if bias_grad:  # dBias has the problem's leading axes: summed over those the mask was broadcast along
-            shape, dtype, device = ctx.bias_like
-            dbias = torch.from_numpy(bwd.dBias).sum_to_size(shape).to(dtype=dtype, device=device)
-        return (*grads, dbias, None, None)
+            dmask = torch.from_numpy(bwd.dBias).sum_to_size(mask_shape)
+            grads += (dmask.to(dtype=attn_mask.dtype, device=attn_mask.device),)
+        return grads
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass  # nothing to save: the backward only raises
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise _higher_order_error(*_DOUBLE_BACKWARD)
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        # forward mode over the backward (torch.func.jvp of a vjp's function): a derivative of the backward too
+        raise _higher_order_error(*_DOUBLE_BACKWARD)
+
+    @staticmethod
+    def vmap(info, in_dims, grad_out, query, key, value, attn_mask, seed, O, stats, algorithm, opts, E, mask_shape):
+        tensors, dims = (grad_out, query, key, value, attn_mask, seed, O), in_dims[:7]
+        stats_dims = in_dims[7]  # a tuple, as stats is
+        if _per_element(info, opts):
+            # each element's mask gradient has the mask's shape (mask_shape, one element's): stacked, (B,) + it
+            return _stack([_AttentionGradients.apply(*(_element(t, d, b) for t, d in zip(tensors, dims)),
+                                                     tuple(_element(s, d, b) for s, d in zip(stats, stats_dims)),
+                                                     algorithm, opts, E, mask_shape)
+                           for b in range(info.batch_size)])
+        B, rank = info.batch_size, query.dim() - (dims[1] is not None)
+        # Each element has its own gradient of the mask, batched or not (its cotangent is the element's): summed to
+        # the mask's shape padded to the problem's rank behind the batch axis, as _mask_leading lays the mask out,
+        # then given the shape of one element's mask behind the batch axis
+        padded = None if mask_shape is None else (B,) + (1,) * (rank - len(mask_shape)) + tuple(mask_shape)
+        grads = _AttentionGradients.apply(*(_leading(t, d, B) for t, d in zip(tensors[:4], dims[:4])),
+                                          _mask_leading(attn_mask, dims[4], rank), seed, _leading(O, dims[6], B),
+                                          tuple(_leading(s, d, B) for s, d in zip(stats, stats_dims)),
+                                          algorithm, opts, E, padded)
+        if mask_shape is not None:
+            grads = grads[:3] + (grads[3].reshape((B,) + tuple(mask_shape)),)
+        return grads, (0,) * len(grads)
 
 
 def _check_tensor(t, name: str) -> torch.Tensor:
@@ -249,7 +456,12 @@ def _variant_options(o: dict, spec: _Spec) -> dict:
                              "computed); pass alibi_slopes.detach()")
         if slopes.is_complex() or slopes.dtype == torch.bool:
             raise TypeError(f"alibi_slopes: expected real slopes, got dtype {slopes.dtype}")
-        given["alibi_slopes"] = slopes.detach().to("cpu", torch.float64).numpy().copy()
+        try:
+            given["alibi_slopes"] = slopes.detach().to("cpu", torch.float64).numpy().copy()
+        except RuntimeError:  # a torch.func wrapper (vmap's batch) has no storage for numpy to read
+            raise ValueError("alibi_slopes: a tensor batched by torch.func.vmap is not supported (the front reads the "
+                             "slopes into numpy); pass slopes shared by the batch, from outside the vmapped "
+                             "function") from None
     elif slopes is not None:
         try:
             given["alibi_slopes"] = np.array(slopes, copy=True)  # numbers checked by the algorithm (variants)
@@ -266,9 +478,23 @@ def _check_finite(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name}: contains NaN or inf")
 
 
-def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dtype, device) -> dict:
+def _check_values(query, key, value, attn_mask) -> None:
+    """The checks that read values rather than shapes, naming the front's arguments (the algorithms would say Q, K, V,
+    bias). Run where the values are plain tensors: in ``_Attention.forward``, and in the front's zero shortcut."""
+    for t, n in ((query, "query"), (key, "key"), (value, "value")):
+        _check_finite(t, n)
+    if attn_mask is not None and attn_mask.is_floating_point() and attn_mask.device.type != "meta" \
+            and (torch.isnan(attn_mask).any() or torch.isposinf(attn_mask).any()):
+        raise ValueError("attn_mask: a float mask must be finite or -inf (a masked entry), got NaN or +inf")
+
+
+def _mask(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dtype, device):
+    """The front's copy of ``attn_mask`` (or None), its shape, dtype and device checked: an input of the autograd
+    function, so that torch.func sees it (grad gives a float one its gradient, vmap may batch it); the function's
+    forward reads it into numpy. A copy, not the caller's tensor: the backward reads the mask again, and a caller may
+    refill its buffer before it runs. (A clone, so that a float mask's gradient still reaches the caller's.)"""
     if attn_mask is None:
-        return {}
+        return None
     if not isinstance(attn_mask, torch.Tensor):
         raise TypeError(f"attn_mask: expected a torch.Tensor (bool or float), got {type(attn_mask).__name__}")
     try:
@@ -280,20 +506,23 @@ def _mask_or_bias(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: 
                          f"{tuple(target)}")
     if attn_mask.device != device:
         raise ValueError(f"attn_mask: on {attn_mask.device}, but query is on {device}")
-    # Copies, not views: the backward reads the mask again, and a caller may refill its buffer before it runs
-    if attn_mask.dtype == torch.bool:
-        return {"mask": attn_mask.detach().to("cpu").numpy().copy()}
-    if not attn_mask.is_floating_point():
-        raise TypeError(f"attn_mask: expected a bool or float tensor, got dtype {attn_mask.dtype}")
-    if attn_mask.dtype not in (torch.float32, dtype):  # PyTorch's rule: bool, float32 or the query's dtype
-        raise TypeError(f"attn_mask: a float mask must be float32 or the query's dtype {dtype} (as PyTorch takes "
-                        f"it), got {attn_mask.dtype}")
-    if not spec.takes_bias:
-        raise ValueError(f"attn_mask: a float mask is an additive bias, read from HBM tile by tile; "
-                         f"algorithm={algorithm!r} has no bias (use 'flash2' or 'standard')")
-    if torch.isnan(attn_mask).any() or torch.isposinf(attn_mask).any():  # named here (the algorithms say bias)
-        raise ValueError("attn_mask: a float mask must be finite or -inf (a masked entry), got NaN or +inf")
-    return {"bias": _to_numpy(attn_mask).copy()}
+    if attn_mask.dtype != torch.bool:
+        if not attn_mask.is_floating_point():
+            raise TypeError(f"attn_mask: expected a bool or float tensor, got dtype {attn_mask.dtype}")
+        if attn_mask.dtype not in (torch.float32, dtype):  # PyTorch's rule: bool, float32 or the query's dtype
+            raise TypeError(f"attn_mask: a float mask must be float32 or the query's dtype {dtype} (as PyTorch takes "
+                            f"it), got {attn_mask.dtype}")
+        if not spec.takes_bias:
+            raise ValueError(f"attn_mask: a float mask is an additive bias, read from HBM tile by tile; "
+                             f"algorithm={algorithm!r} has no bias (use 'flash2' or 'standard')")
+    return attn_mask.clone()
+
+
+def _seed_tensor(seed: int) -> torch.Tensor:
+    """A dropout seed as a 0-d int64 tensor. The keyed mask takes the seed modulo 2**64 (flashref.dropout): its 64 bits,
+    read as a signed int64, are the same seed to it, however large or negative the integer given."""
+    seed = _seed(seed) % 2**64
+    return torch.tensor(seed - 2**64 if seed >= 2**63 else seed, dtype=torch.int64)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -329,8 +558,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             or not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p: expected a probability in [0, 1], got {dropout_p!r}")
     dropout_p = float(dropout_p)
-    for t, n in ((query, "query"), (key, "key"), (value, "value")):
-        _check_finite(t, n)
     if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() < 2 and query.dim() == key.dim() == value.dim() == 4:
         # PyTorch 2.13's fused CPU kernel, which takes 4-D inputs, reads the mask's axis -2 (an IndexError); its
         # math path (dropout_p > 0) broadcasts it. One rule here, whatever the path: refused, as PyTorch refuses it
@@ -345,19 +572,23 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     query, key, value = _broadcast(query, key, value, keep=3 if native else 2)
     if native:
         variant_opts["enable_gqa"] = True
-    mask_opts = _mask_or_bias(attn_mask, spec, o["algorithm"], query.shape[:-1] + key.shape[-2:-1], query.dtype,
-                              query.device)
+    mask = _mask(attn_mask, spec, o["algorithm"], query.shape[:-1] + key.shape[-2:-1], query.dtype, query.device)
     E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
     out_shape = query.shape[:-1] + (Ev,)
     if math.prod(out_shape) == 0 or S == 0 or dropout_p == 1.0 or query.device.type == "meta":
         # Nothing to attend with or to: an empty result, the zeros of fully masked rows (no keys), or every
         # weight dropped (PyTorch's dropout_p = 1); or meta tensors, shapes without values (PyTorch gives the
-        # output's shape). Zeros with a graph to the inputs, so zero gradients: the sums of empty slices, which
+        # output's shape). The autograd function is not called, so its checks of the values are made here; not
+        # under a torch.func transform, whose values may be vmap's batch, which Python cannot branch on (the zeros
+        # do not depend on the values).
+        if not _under_torch_func():
+            _check_values(query, key, value, mask)
+        # Zeros with a graph to the inputs, so zero gradients: the sums of empty slices, which
         # are 0 whatever the inputs hold (query.sum() * 0 is NaN once the sum overflows its dtype).
         # The result has the query's dtype, as PyTorch's: a float32 mask with an fp16/bf16 query (PyTorch takes it)
         # would otherwise promote the sum to float32. Its term is cast before the sum, so its zero gradient still
         # reaches it (the cast's backward returns it in float32).
-        learned = (attn_mask,) if "bias" in mask_opts and attn_mask.requires_grad else ()  # its zero gradient too
+        learned = (mask,) if mask is not None and mask.requires_grad else ()  # a float mask's zero gradient too
         zero = sum(t.reshape(-1)[:0].sum().to(query.dtype) for t in (query, key, value, *learned))
         return zero.expand(out_shape).clone()
     # E = 0 (and keys to attend to): every score is 0 whatever the scale; the padding below gives Q and K Ev
@@ -367,14 +598,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         value = torch.nn.functional.pad(value, (0, E - Ev))
     elif Ev > E:  # zero columns of Q and K add nothing to Q Kᵀ
         query, key = (torch.nn.functional.pad(t, (0, Ev - E)) for t in (query, key))
-    seed = o["seed"]
-    if seed is None and dropout_p > 0:
-        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))  # torch's default generator: fresh per call
-    opts = dict(scale=scale, causal=is_causal, dropout_p=dropout_p, seed=0 if seed is None else seed,
-                sram_size=o["sram_size"], block_sizes=o["block_sizes"], dtype_bytes=query.element_size(),
-                **mask_opts, **variant_opts)
-    # a float mask that requires grad goes in as an input too, for its gradient (the backward's bias_grad)
-    bias = attn_mask if "bias" in mask_opts and attn_mask.requires_grad else None
-    out = _Attention.apply(query, key, value, bias, o["algorithm"], opts)
+    # The seed goes in as a tensor, so that vmap may batch it: a fresh one from torch's default generator (on every
+    # call) follows vmap's randomness ('error' refuses, 'same' draws one for all the elements, 'different' one each)
+    if o["seed"] is not None:
+        seed = _seed_tensor(o["seed"])
+    elif dropout_p > 0:
+        seed = torch.randint(0, 2**62, (), dtype=torch.int64)
+    else:
+        seed = _seed_tensor(0)  # no dropout: not read
+    opts = dict(scale=scale, causal=is_causal, dropout_p=dropout_p, sram_size=o["sram_size"],
+                block_sizes=o["block_sizes"], dtype_bytes=query.element_size(), **variant_opts)
+    # the output only: the function's other outputs are what its backward reads (O, the statistics)
+    out = _Attention.apply(query, key, value, mask, seed, o["algorithm"], opts, E)[0]
     # contiguous, as PyTorch's result (a caller may .view() it), and without the padded columns' storage
     return out[..., :Ev].contiguous() if Ev < out.shape[-1] else out
