@@ -510,6 +510,78 @@ def test_student_copy_withholds_exercise_7s_answer(student_copy, tmp_path):
     assert r.returncode == 1 and "RuntimeError: instructor:" in r.stderr, r.stderr
 
 
+def _causal_tiles(Nq, Nk, Br, Bc) -> dict:
+    """FlashAttention-2's causal tiles, counted by the algorithm's own tests (flash2.block_visited, mask_needed)."""
+    from flashref import flash2
+
+    out = dict.fromkeys(("visited", "skipped", "masked", "full"), 0)
+    for r0 in range(0, Nq, Br):
+        for c0 in range(0, Nk, Bc):
+            rows, cols = (r0, min(r0 + Br, Nq)), (c0, min(c0 + Bc, Nk))
+            visited = flash2.block_visited(True, rows, cols)
+            out["visited" if visited else "skipped"] += 1
+            if visited:
+                out["masked" if flash2.mask_needed(True, rows, cols) else "full"] += 1
+    return out
+
+
+def _shows_the_case(text, n, b, counts, picture=False) -> bool:
+    """Whether ``text`` names the case N = n with b x b blocks and, near it, states one of ``counts`` (or, with
+    ``picture``, draws the case's causal tiles, which a student can count)."""
+    n_pat = re.compile(rf"\bN[qk]?\s*=\s*(?:N[qk]\s*=\s*)?{n}\b")
+    b_pat = re.compile(rf"\bB[rc]\s*=\s*(?:B[rc]\s*=\s*)?{b}\b|\b{b}\s*[×x]\s*{b}\b|\(\s*{b}\s*,\s*{b}\s*\)")
+    if picture:
+        return bool(n_pat.search(text) and b_pat.search(text)
+                    and re.search(r"causal|block_visited|mask_needed|skip", text))
+    for m in n_pat.finditer(text):
+        near = text[max(0, m.start() - 400):m.end() + 400]
+        if b_pat.search(near) and set(map(int, re.findall(r"(?<![\d.])\d+(?![\d.])", near))) & counts:
+            return True
+    return False
+
+
+def test_student_copy_does_not_show_exercise_5s_tile_counts(student_copy):
+    """A review: notebook 06's tile picture drew exercise 5's case (Nq = Nk = 16, Br = Bc = 4) and titled it "6 skipped,
+    4 masked, 6 full", the answer to the exercise's predict question, and the copy ships that notebook. The lesson now
+    draws other blocks; nothing the copy ships may state the case's counts near its parameters, or draw its tiles."""
+    from flashref import flash2
+
+    question = quiz.QUESTIONS["ex5-causal-kv"][0]
+    m = re.search(r"Nq = Nk = (\d+), Br = Bc = (\d+)", question)
+    assert m, f"update this test to the question's new parameters: {question!r}"
+    n, b = int(m.group(1)), int(m.group(2))
+    tiles = _causal_tiles(n, n, b, b)
+    # the quiz's answer is the algorithm's: the K_j tiles flash2.forward loads
+    rng = np.random.default_rng(0)
+    run = flash2.forward(*(rng.standard_normal((n, 2)) for _ in range(3)), causal=True, block_sizes=(b, b))
+    loads = sum(1 for e in run.events if e.tensor == "K" and e.direction == "read")
+    assert ANSWERS["ex5-causal-kv"] == loads == tiles["visited"]
+    counts = set(tiles.values()) - {n, b}  # a count equal to a parameter cannot be told from it
+    assert counts
+    # the checks catch what the review found: the picture's title, and the cell that draws it
+    assert _shows_the_case(f"N={n}, Br={b}, Bc={b}: {tiles['skipped']} skipped, {tiles['masked']} masked, "
+                           f"{tiles['full']} full", n, b, counts)
+    assert _shows_the_case(f"tile_picture({n}, Br, Bc) for (Br, Bc) in (({b}, {b}),), N={n}, flash2.block_visited",
+                           n, b, counts, picture=True)
+    shown = []
+    for path in sorted(student_copy.rglob("*")):
+        if path.suffix == ".md":
+            if _shows_the_case(path.read_text(), n, b, counts):
+                shown.append(str(path.relative_to(student_copy)))
+        elif path.suffix == ".ipynb":
+            for k, cell in enumerate(json.loads(path.read_text())["cells"]):
+                outputs = cell.get("outputs", [])
+                printed = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                                  for o in outputs)
+                source = "".join(cell["source"])
+                drawn = any("image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})
+                            for o in outputs)
+                if _shows_the_case(source + "\n" + printed, n, b, counts) or \
+                        (drawn and _shows_the_case(source, n, b, counts, picture=True)):
+                    shown.append(f"{path.relative_to(student_copy)} cell {k}")
+    assert not shown, f"exercise 5's case (N = {n}, {b}x{b} blocks) with its tile counts {sorted(counts)}: {shown}"
+
+
 def test_strip_solutions_regions():
     text = "x = 1\n    # BEGIN SOLUTION\n    y = f(x)\n    return y\n    # END SOLUTION\n"
     assert release.strip_solutions(text, 2) == 'x = 1\n    # FILL ME IN (~2 lines)\n    raise NotImplementedError(' \
