@@ -590,6 +590,55 @@ def test_strip_solutions_regions():
     assert release.strip_solutions(answer) == "answer = None  # your answer\nquiz.check('q', answer)\n"
 
 
+def test_the_recorded_gradescope_results_have_the_current_reports(tmp_path):
+    """A review: docs/course/results-*.json (written by ``python -m flashref.grading.recorded``) still showed exercise
+    7's old table after its feedback changed. Grading everything again takes about 15 s (``recorded --check`` does);
+    this checks the files' tests, scores and table columns against the grader's, and exercise 7 exactly."""
+    from flashref.grading import recorded
+    from flashref.grading.report import Report
+
+    def header(ex):  # the column names of the table the current report prints for ex
+        if ex.kind == "choice":
+            row = {"case": "c", "choice": [8, 8], "io": 1, "rank": 1, "distinct_ios": 1, "ok": True}
+        else:
+            row = {"tensor": "Q", "reads": 1, "writes": 0, "budget_reads": 1, "budget_writes": 0, "ok": True,
+                   "over": False}
+        return re.split(r"\s{2,}", str(Report(exercise=ex.name, title=ex.title, table=[row])).splitlines()[1])
+
+    parts = ("correctness", "io", "footprint")
+    for kind, path in recorded.RECORDED.items():
+        res = json.loads(Path(path).read_text())
+        full = kind == "reference"
+        assert set(res) == {"score", "tests", "visibility", "stdout_visibility"}, path
+        assert [(t["name"], t["max_score"]) for t in res["tests"]] == \
+            [(f"{ex.name} {p}", mx) for ex in grading.EXERCISES.values() for p, mx in zip(parts, ex.points) if mx]
+        assert [t["score"] for t in res["tests"]] == [t["max_score"] if full else 0 for t in res["tests"]], path
+        assert res["score"] == sum(t["score"] for t in res["tests"])
+        for ex in grading.EXERCISES.values():
+            lines = next(t["output"] for t in res["tests"] if t["name"] == f"{ex.name} correctness").splitlines()
+            assert lines[0] == f"exercise {ex.name}: {ex.title}", (path, ex.name)
+            assert all(f"  {p:<12} {mx if full else 0:g} / {mx}" in lines for p, mx in zip(parts, ex.points))
+            if full:
+                assert re.split(r"\s{2,}", lines[1]) == header(ex) and lines[-1] == "full marks", (path, ex.name)
+            else:
+                assert "FILL ME IN" in lines[-1], (path, ex.name)
+        # exercise 7's entry is what grading the same file gives now (its table is computed, not measured: cheap)
+        ex = grading.get("07")
+        sub = tmp_path / kind / ex.solution
+        sub.parent.mkdir()
+        sub.write_text((SOLUTIONS / ex.solution).read_text() if full else release.stub_source(ex))
+        got = next(t["output"] for t in res["tests"] if t["name"] == f"{ex.name} correctness")
+        assert got == str(grading.grade("07", sub)), f"{path} is stale: python -m flashref.grading.recorded"
+
+
+def test_student_copy_leaves_out_the_recorded_results(student_copy):
+    """The recorded results are the instructor's: the reference's exercise 7 table holds the best choices."""
+    from flashref.grading import recorded
+
+    names = {os.path.basename(p) for p in recorded.RECORDED.values()}
+    assert not [p for p in student_copy.rglob("*") if p.name in names or p.name == "course"]
+
+
 def test_autograder_bundle_on_reference_and_stub(tmp_path):
     bundle = tmp_path / "autograder.zip"
     subprocess.run([sys.executable, "-m", "flashref", "autograder", str(bundle)], check=True, cwd=ROOT)
@@ -601,6 +650,7 @@ def test_autograder_bundle_on_reference_and_stub(tmp_path):
         set(names)
     # the grader alone: no solution, no algorithm module or closed form, not even as bytecode
     assert not any("solutions" in n or n.endswith(".pyc") or "iomodel" in n for n in names), names
+    assert not any(n.startswith("docs/") or n.endswith(("results-reference.json", "results-stub.json")) for n in names)
     assert {n.split("/")[1] for n in names if n.count("/") == 1} == {
         "__init__.py", "__main__.py", "_numbers.py", "memory.py", "masks.py", "dropout.py"}
     # COURSE.md's list of what the bundle holds names every file of its flashref/ and the grading/ folder (it once
