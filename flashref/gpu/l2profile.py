@@ -945,12 +945,16 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
     both with d = 64 or 128, causal or not, 2^16 <= B·H·N <= 2^21 (check41's rule); and ``corners`` shapes by
     check52's rule: d from CORNER_D, B from 1, 2, 4, 8, H from CORNER_H, N log-uniform in 1000-200000 and not a
     multiple of 64 (flashref then runs kernel 2), one in three with Nq != Nk (drawn alike; never causal), B·H·N <=
-    2^21. A shape of another group (any set drawn or measured before) is drawn again."""
+    2^21. A shape of a group listed before ``prefix`` in GROUPS (of every group, for a set not yet listed) is drawn
+    again."""
     import numpy as np  # only drawing a set needs it
 
     rng = np.random.default_rng(seed)
-    # every group's shapes but the set's own (so that a set drawn and listed in GROUPS draws the same again)
-    seen = {(B, H, lengths(N), d, c) for _, _, B, H, N, d, c in shapes(tuple(g for g in GROUPS if g != prefix))}
+    # the shapes of every group before the set (all of them for a new set): a set drawn and listed in GROUPS draws the
+    # same again, whatever sets were listed after it (an aimed set may measure a drawn set's shape again)
+    order = list(GROUPS)
+    before = order[:order.index(prefix)] if prefix in GROUPS else order
+    seen = {(B, H, lengths(N), d, c) for _, _, B, H, N, d, c in shapes(tuple(before))}
     out = []
 
     def take(B, H, N, d, causal):
