@@ -9,14 +9,16 @@ USAGE = """usage: python -m flashref COMMAND [options]   (python -m flashref COM
 
 commands:
   figures   regenerate every figure (PNG + CSV) in figures/ on the CPU
-  site      build the course website (README, docs, every notebook) into OUT_DIR, offline
+  site      build the course website (README, COURSE.md, docs, every notebook, the GPU notes) into OUT_DIR,
+            offline
   bench     time flashref's Triton kernel against PyTorch SDPA backends (needs CUDA)
   profile   measure DRAM traffic with Nsight Compute (needs CUDA and ncu)
   profile-l2  per-kernel DRAM and L2 bytes on a grid of shapes, for iomodel.dram (needs CUDA and ncu)
   l2-score  every recorded L2 measurement against iomodel.dram, by kernel; --rules: what each rule buys
   train     train GPT-2 on each attention backend: tokens/s, MFU, memory, attention share, loss parity
-  grade EXERCISE FILE [--json OUT] [--timeout S] [--seed N]
-            grade an exercise file on correctness, counted IO and on-chip footprint
+  grade EXERCISE FILE [--json OUT] [--timeout S] [--seed N] [--instructor]
+            grade an exercise file on correctness, counted IO and on-chip footprint (--instructor: also
+            what the feedback withholds as the answer; the solution copy only)
   student-release OUT_DIR
             write the course for students: notebooks and exercises as stubs, no solutions
   autograder OUT.zip

@@ -579,7 +579,7 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
 
     Which kernel runs: without ``config``, kernel 3 (``kernel3.py``: Gluon, FlashAttention-3's warp
     specialization and pingpong; Hopper and Triton 3.6 only) wherever ``kernel3.choose`` takes the call
-    (fp16/bf16, d 64 or 128, Nq = Nk a multiple of its tiles, none of the options below), with its own
+    (fp16/bf16, d 64, 128 or 256, Nq = Nk a multiple of its tiles, none of the options below), with its own
     backward (``kernel3_bwd.py``, atomic-free: ``deterministic`` changes nothing there); kernel 2 everywhere
     else. ``config=kernels.Config(...)`` asks for kernel 1 or 2 by name, with its tiles and schedules.
     :func:`which_kernel` says which one a call gets, and why.
