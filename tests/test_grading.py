@@ -582,6 +582,33 @@ def test_student_copy_does_not_show_exercise_5s_tile_counts(student_copy):
     assert not shown, f"exercise 5's case (N = {n}, {b}x{b} blocks) with its tile counts {sorted(counts)}: {shown}"
 
 
+def test_exercise_1_and_3_ask_about_cases_their_lessons_do_not_print():
+    """A review: exercise 1's predict question was notebook 01's own example (N = 4, d = 2), whose outputs print the
+    writes, and exercise 3's was notebook 03's quiz nb03-q1 on the same example. Their cases are others now; each
+    answer is what the algorithm, run on the question's case, counts, and differs from the lesson example's."""
+    from flashref import flash1, standard
+
+    rng = np.random.default_rng(0)
+
+    def writes(Nq, Nk, d):  # every element Algorithm 0 writes to HBM
+        run = standard.forward(rng.standard_normal((Nq, d)), *(rng.standard_normal((Nk, d)) for _ in range(2)))
+        return sum(e.elements for e in run.events if e.direction == "write")
+
+    def q_reads(N, d, Br, Bc):  # how many times Algorithm 1 reads each row of Q
+        run = flash1.forward(*(rng.standard_normal((N, d)) for _ in range(3)), block_sizes=(Br, Bc))
+        return sum(e.elements for e in run.events if e.tensor == "Q" and e.direction == "read") / (N * d)
+
+    m = re.search(r"Nq = (\d+) queries, Nk = (\d+) keys, d = (\d+)", quiz.QUESTIONS["ex1-writes"][0])
+    assert m, "update this test to exercise 1's question"
+    Nq, Nk, d = map(int, m.groups())
+    assert ANSWERS["ex1-writes"] == writes(Nq, Nk, d) != writes(4, 4, 2)  # notebook 01's example: N = 4, d = 2
+    m = re.search(r"Nq = Nk = (\d+), d = (\d+), Br = (\d+), Bc = (\d+)", quiz.QUESTIONS["ex3-q-reads"][0])
+    assert m, "update this test to exercise 3's question"
+    N, d, Br, Bc = map(int, m.groups())
+    assert ANSWERS["ex3-q-reads"] == q_reads(N, d, Br, Bc) != q_reads(6, 2, 2, 3)  # notebook 03's nb03-q1 case
+    assert ANSWERS["nb03-q1"] == q_reads(6, 2, 2, 3)
+
+
 def test_strip_solutions_regions():
     text = "x = 1\n    # BEGIN SOLUTION\n    y = f(x)\n    return y\n    # END SOLUTION\n"
     assert release.strip_solutions(text, 2) == 'x = 1\n    # FILL ME IN (~2 lines)\n    raise NotImplementedError(' \
