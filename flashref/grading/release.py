@@ -323,7 +323,8 @@ The score has three parts: correctness against a float64 oracle, the HBM traffic
 against the reference solution's, and your peak on-chip footprint. The notebooks in
 `notebooks/exercises/` set out each exercise with its spec and hints, write your answer to a file and
 grade it in place. `COURSE.md` has the course plan and how grading works; `docs/reference.md` the
-package's API and `docs/counting-rules.md` the rules by which IO is counted.
+papers' algorithm boxes and theorems, with their line numbers, and `docs/counting-rules.md` the rules by which IO
+is counted.
 """
 
 
