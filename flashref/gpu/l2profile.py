@@ -882,6 +882,25 @@ CHECK66 = [
     ("check66_128_1x4x262144", 1, 4, 262144, 128, False),
 ]
 
+# check67: the validation grid and four corners once more, draw_validation(20261255, "check67"), with the model of
+# check66 (nothing refitted since check63), predicted for both GPUs before any GPU measured them
+CHECK67 = [
+    ('check67_128_1x8x16384', 1, 8, 16384, 128, False),
+    ('check67_128_2x32x8192_causal', 2, 32, 8192, 128, True),
+    ('check67_128_4x8x4096_causal', 4, 8, 4096, 128, True),
+    ('check67_64_4x8x6144_causal', 4, 8, 6144, 64, True),
+    ('check67_64_8x8x1024', 8, 8, 1024, 64, False),
+    ('check67_64_2x2x393216', 2, 2, 393216, 64, False),
+    ('check67_64_1x8x196608_causal', 1, 8, 196608, 64, True),
+    ('check67_128_1x4x393216', 1, 4, 393216, 128, False),
+    ('check67_64_8x1x262144', 8, 1, 262144, 64, False),
+    ('check67_128_4x2x65536', 4, 2, 65536, 128, False),
+    ('check67_80_1x2x8202x170744', 1, 2, (8202, 170744), 80, False),
+    ('check67_32_2x3x46603x93233', 2, 3, (46603, 93233), 32, False),
+    ('check67_256_8x1x180281_causal', 8, 1, 180281, 256, True),
+    ('check67_32_8x1x194683x168082', 8, 1, (194683, 168082), 32, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -913,7 +932,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
-          "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "k2writes": K2WRITES,
+          "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
+          "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
