@@ -510,6 +510,23 @@ def test_student_copy_withholds_exercise_7s_answer(student_copy, tmp_path):
     assert r.returncode == 1 and "RuntimeError: instructor:" in r.stderr, r.stderr
 
 
+def _copy_texts(copy):
+    """What a copy says: each .md file, and each notebook cell as its source, what it printed and whether it drew a
+    picture. Yields ``(where, source, printed, drawn)``; ``where`` is the file (and the cell) to name in a failure."""
+    for path in sorted(copy.rglob("*")):
+        where = str(path.relative_to(copy))
+        if path.suffix == ".md":
+            yield where, path.read_text(), "", False
+        elif path.suffix == ".ipynb":
+            for k, cell in enumerate(json.loads(path.read_text())["cells"]):
+                outputs = cell.get("outputs", [])
+                printed = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                                  for o in outputs)
+                drawn = any("image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})
+                            for o in outputs)
+                yield f"{where} cell {k}", "".join(cell["source"]), printed, drawn
+
+
 def _causal_tiles(Nq, Nk, Br, Bc) -> dict:
     """FlashAttention-2's causal tiles, counted by the algorithm's own tests (flash2.block_visited, mask_needed)."""
     from flashref import flash2
@@ -563,50 +580,101 @@ def test_student_copy_does_not_show_exercise_5s_tile_counts(student_copy):
                            f"{tiles['full']} full", n, b, counts)
     assert _shows_the_case(f"tile_picture({n}, Br, Bc) for (Br, Bc) in (({b}, {b}),), N={n}, flash2.block_visited",
                            n, b, counts, picture=True)
-    shown = []
-    for path in sorted(student_copy.rglob("*")):
-        if path.suffix == ".md":
-            if _shows_the_case(path.read_text(), n, b, counts):
-                shown.append(str(path.relative_to(student_copy)))
-        elif path.suffix == ".ipynb":
-            for k, cell in enumerate(json.loads(path.read_text())["cells"]):
-                outputs = cell.get("outputs", [])
-                printed = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
-                                  for o in outputs)
-                source = "".join(cell["source"])
-                drawn = any("image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})
-                            for o in outputs)
-                if _shows_the_case(source + "\n" + printed, n, b, counts) or \
-                        (drawn and _shows_the_case(source, n, b, counts, picture=True)):
-                    shown.append(f"{path.relative_to(student_copy)} cell {k}")
+    shown = [where for where, source, printed, drawn in _copy_texts(student_copy)
+             if _shows_the_case(source + "\n" + printed, n, b, counts)
+             or (drawn and _shows_the_case(source, n, b, counts, picture=True))]
     assert not shown, f"exercise 5's case (N = {n}, {b}x{b} blocks) with its tile counts {sorted(counts)}: {shown}"
 
 
-def test_exercise_1_and_3_ask_about_cases_their_lessons_do_not_print():
+def _is(name, value) -> str:
+    """A regex of ``name = value`` as the copy writes it: ``Nk = 3``, ``Nk=3``, ``$N_k = 3$``, ``N_{k} = 3``, and the
+    bare letter (``N = 3``, as a lesson with Nq = Nk writes it)."""
+    return rf"\b{name[0]}(?:_?\{{?{name[1:]}\}}?)?\s*=\s*{value}\b"
+
+
+def _case_leaks(copy, question, names, counts, window=400) -> list[str]:
+    """Where a copy states one of ``counts`` (numbers) in the context of a predict question's case. The case is
+    named where all of ``names`` (regexes of its parameters) occur within ``window`` characters of the first, outside
+    the question's own text. An .md file leaks a count it states near a naming; a notebook one that any of its cells
+    states, if any names the case: a lesson that works an example names it once and prints its counts cells later
+    (notebook 01 named N = 4, d = 2 in cell 2 and printed the writes in cells 7, 9 and 13)."""
+    def named(text):
+        return [m for m in re.finditer(names[0], text)
+                if all(re.search(p, text[max(0, m.start() - window):m.end() + window]) for p in names[1:])]
+
+    def stated(text):
+        return set(map(int, re.findall(r"(?<![\d.])\d+(?![\d.])", text))) & counts
+
+    leaks, by_notebook = [], {}
+    for where, source, printed, _ in _copy_texts(copy):
+        text = (source + "\n" + printed).replace(question, "")
+        if where.endswith(".md"):
+            if any(stated(text[max(0, m.start() - window):m.end() + window]) for m in named(text)):
+                leaks.append(where)
+        else:
+            by_notebook.setdefault(where.rsplit(" cell ", 1)[0], []).append((where, bool(named(text)), stated(text)))
+    for cells in by_notebook.values():
+        if any(names_it for _, names_it, _ in cells):
+            leaks += [f"{where} (states {sorted(says)})" for where, _, says in cells if says]
+    return leaks
+
+
+def test_exercise_1_and_3_ask_about_cases_their_lessons_do_not_print(student_copy):
     """A review: exercise 1's predict question was notebook 01's own example (N = 4, d = 2), whose outputs print the
-    writes, and exercise 3's was notebook 03's quiz nb03-q1 on the same example. Their cases are others now; each
-    answer is what the algorithm, run on the question's case, counts, and differs from the lesson example's."""
+    writes, and exercise 3's was notebook 03's quiz nb03-q1 on the same example. Their cases are others now: each
+    answer is what the algorithm, run on the question's case, counts; no graded case is the question's (the copy's
+    budgets.json would count it); no answer is one of its question's numbers (a student answering one would be
+    right by chance, and nothing could tell a statement of it from the case's name); and the copy states no answer in
+    the context of its case."""
     from flashref import flash1, standard
+    from flashref.grading.exercises import ex1_standard, ex3_flash1_forward
 
     rng = np.random.default_rng(0)
 
-    def writes(Nq, Nk, d):  # every element Algorithm 0 writes to HBM
+    def writes(Nq, Nk, d):  # what Algorithm 0 writes to HBM, per tensor
         run = standard.forward(rng.standard_normal((Nq, d)), *(rng.standard_normal((Nk, d)) for _ in range(2)))
-        return sum(e.elements for e in run.events if e.direction == "write")
+        out = {}
+        for e in run.events:
+            if e.direction == "write":
+                out[e.tensor] = out.get(e.tensor, 0) + e.elements
+        return out
 
-    def q_reads(N, d, Br, Bc):  # how many times Algorithm 1 reads each row of Q
-        run = flash1.forward(*(rng.standard_normal((N, d)) for _ in range(3)), block_sizes=(Br, Bc))
-        return sum(e.elements for e in run.events if e.tensor == "Q" and e.direction == "read") / (N * d)
+    def q_reads(Nq, Nk, d, Br, Bc):  # the elements of Q Algorithm 1 reads
+        run = flash1.forward(rng.standard_normal((Nq, d)), *(rng.standard_normal((Nk, d)) for _ in range(2)),
+                             block_sizes=(Br, Bc))
+        return sum(e.elements for e in run.events if e.tensor == "Q" and e.direction == "read")
 
-    m = re.search(r"Nq = (\d+) queries, Nk = (\d+) keys, d = (\d+)", quiz.QUESTIONS["ex1-writes"][0])
-    assert m, "update this test to exercise 1's question"
+    question = quiz.QUESTIONS["ex1-writes"][0]
+    m = re.search(r"Nq = (\d+) queries, Nk = (\d+) keys, d = (\d+)", question)
+    assert m, f"update this test to exercise 1's question: {question!r}"
     Nq, Nk, d = map(int, m.groups())
-    assert ANSWERS["ex1-writes"] == writes(Nq, Nk, d) != writes(4, 4, 2)  # notebook 01's example: N = 4, d = 2
-    m = re.search(r"Nq = Nk = (\d+), d = (\d+), Br = (\d+), Bc = (\d+)", quiz.QUESTIONS["ex3-q-reads"][0])
-    assert m, "update this test to exercise 3's question"
-    N, d, Br, Bc = map(int, m.groups())
-    assert ANSWERS["ex3-q-reads"] == q_reads(N, d, Br, Bc) != q_reads(6, 2, 2, 3)  # notebook 03's nb03-q1 case
-    assert ANSWERS["nb03-q1"] == q_reads(6, 2, 2, 3)
+    by_tensor = writes(Nq, Nk, d)
+    assert ANSWERS["ex1-writes"] == sum(by_tensor.values()) != sum(writes(4, 4, 2).values())  # notebook 01's case
+    assert ANSWERS["ex1-writes"] not in (Nq, Nk, d)
+    assert (Nq, Nk) not in {(c["Nq"], c["Nk"]) for c in ex1_standard.CASES}
+    shape = rf"|\b{Nq}\s*[×x]\s*{Nk}\b"  # S is 6 × 3
+    names = [_is("Nq", Nq) + shape, _is("Nk", Nk) + shape]
+    counts = ({ANSWERS["ex1-writes"]} | set(by_tensor.values())) - {Nq, Nk, d}
+    # the checks catch what the review found: notebook 01 working its own example, N = 4, d = 2
+    nb01 = writes(4, 4, 2)
+    assert any(w.startswith("notebooks/01-") for w in _case_leaks(
+        student_copy, question, [_is("Nq", 4), _is("Nk", 4)], ({sum(nb01.values())} | set(nb01.values())) - {4, 2}))
+    assert _case_leaks(student_copy, question, names, counts) == []
+
+    question = quiz.QUESTIONS["ex3-q-reads"][0]
+    m = re.search(r"Nq = (\d+) queries, Nk = (\d+) keys, d = (\d+), Br = (\d+), Bc = (\d+)", question)
+    assert m, f"update this test to exercise 3's question: {question!r}"
+    Nq, Nk, d, Br, Bc = map(int, m.groups())
+    reads = q_reads(Nq, Nk, d, Br, Bc)
+    assert ANSWERS["ex3-q-reads"] == reads / (Nq * d) != q_reads(6, 6, 2, 2, 3) / (6 * 2)  # nb03-q1's case
+    assert ANSWERS["nb03-q1"] == q_reads(6, 6, 2, 2, 3) / (6 * 2)
+    assert ANSWERS["ex3-q-reads"] not in (Nq, Nk, d, Br, Bc)
+    assert (Nk, Bc) not in {(c["Nk"], c["Bc"]) for c in ex3_flash1_forward.CASES}  # Q's reads depend on only these
+    names, counts = [_is("Nk", Nk), _is("Bc", Bc)], {ANSWERS["ex3-q-reads"], reads} - {Nq, Nk, d, Br, Bc}
+    # the names catch the case as notebook 03 writes its examples (nb03-q1's answer is its d: no count to look for)
+    assert all(re.search(p, f"$N = {Nk}$ queries and keys, $d = {d}$, blocks $B_r = {Br}$, $B_c = {Bc}$")
+               for p in names)
+    assert _case_leaks(student_copy, question, names, counts) == []
 
 
 def test_strip_solutions_regions():

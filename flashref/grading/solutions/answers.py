@@ -3,7 +3,7 @@
 ANSWERS = {
     "ex1-writes": 18 + 18 + 12,  # S (6x3), P (6x3), O (6x2)
     "ex2-identity": "yes",  # e^{-inf - m} · 0 = 0: the empty state is the identity of the merge
-    "ex3-q-reads": 3,  # once per column block: Tc = 12 / 4 (Br does not enter)
+    "ex3-q-reads": 6,  # once per column block (line 8 sits inside the loop over j): Tc = 18 / 3 (Nq, Br do not enter)
     "ex4-d-reads": 5,  # O_i is loaded with every (j, i): Tc times
     "ex5-causal-kv": 10,  # row block i sees i + 1 key blocks: 1 + 2 + 3 + 4
     "ex6-saved": 2 * 2 * 4 * 4,  # K_j and V_j, Bc·d each, per head, 2 heads
