@@ -1491,9 +1491,10 @@ def test_kernel3_predictions_are_the_model(gpu):
 GUESSED_FA2_TILES = {"fwd": {64: (128, 128), 128: (128, 64)}, "bwd": {64: (128, 128), 128: (64, 128)}}
 
 
+# The sets predicted with a rule are every run measured from the first one predicted with it on (l2fit.runs_from):
+# each later set was predicted with the model of its day, which keeps every rule before it.
 # the sets predicted with the launches check52 measured (the schedule's tables today)
-AFTER_CHECK52_LAUNCHES = ("check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61",
-                          "check62", "check63", "check64", "check65", "check66", "check67")
+AFTER_CHECK52_LAUNCHES = l2fit.runs_from("check54")
 # the sets predicted with the causal builds' own counts of kernel 2 (schedule.KERNEL2_CAUSAL_CTAS_PER_SM): none yet
 AFTER_CHECK65_LAUNCHES = ()
 
@@ -1914,16 +1915,13 @@ def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- out of sample: predicted before measured
 
 # predicted with dram.RDRIFT3_GPU
-AFTER_RDRIFT3_GPU = ("check51", "check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61",
-                     "check62", "check63", "check64", "check65", "check66", "check67")
+AFTER_RDRIFT3_GPU = ("check51",) + l2fit.runs_from("check54")
 # the sets predicted with the d = 256 walk's own miss_cap (dram.STAGGERED_D256)
-AFTER_D256 = ("check54", "check55", "check56", "check57", "check58", "check59", "check60", "check61", "check62",
-              "check63", "check64", "check65", "check66", "check67")
+AFTER_D256 = l2fit.runs_from("check54")
 # the sets predicted with the capacities scaled by the GPU's L2 (dram.L2_SCALED)
-AFTER_L2_SCALE = ("check56", "check57", "check58", "check59", "check60", "check61", "check62", "check63", "check64",
-                  "check65", "check66", "check67")
+AFTER_L2_SCALE = l2fit.runs_from("check56")
 # the sets predicted with the H200's one-CTA walk's own set (dram.STAGGERED_ONE_CTA)
-AFTER_ONE_CTA = ("check63", "check64", "check65", "check66", "check67")
+AFTER_ONE_CTA = l2fit.runs_from("check63")
 
 
 def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
