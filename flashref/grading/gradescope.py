@@ -71,6 +71,11 @@ def results(submission: str) -> dict:
     return {"score": total, "tests": tests, "visibility": "visible", "stdout_visibility": "visible"}
 
 
+def dumps(result: dict) -> str:
+    """A results.json's text, as :func:`main` writes it (and the recorded examples are kept, grading.recorded)."""
+    return json.dumps(result, indent=2)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 2:
@@ -78,7 +83,7 @@ def main(argv=None) -> int:
         return 2
     out = results(argv[0])
     with open(argv[1], "w") as f:
-        json.dump(out, f, indent=2)
+        f.write(dumps(out))
     print(f"score {out['score']:g} / {sum(t['max_score'] for t in out['tests'])}")
     return 0
 

@@ -12,7 +12,6 @@ says whether they are current. It needs the solution copy, and Triton for the la
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 import tempfile
@@ -48,11 +47,6 @@ def results() -> dict[str, dict]:
     return out
 
 
-def dumps(result: dict) -> str:
-    """A results.json's text, as :func:`flashref.grading.gradescope.main` writes it."""
-    return json.dumps(result, indent=2)
-
-
 def main(argv=None) -> int:
     import argparse
 
@@ -66,7 +60,7 @@ def main(argv=None) -> int:
         return 2
     stale = []
     for kind, result in graded.items():
-        path, text = RECORDED[kind], dumps(result)
+        path, text = RECORDED[kind], gradescope.dumps(result)
         current = False
         if os.path.exists(path):
             with open(path) as f:
