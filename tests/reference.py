@@ -121,3 +121,13 @@ def variant_grads(Q, K, V, dO, *, scale=None, causal=False, mask=None, window=No
     O = P @ v2
     O.backward(torch.tensor(np.asarray(dO, dtype=np.float64)))
     return q.grad.numpy(), k.grad.numpy(), v.grad.numpy()
+
+
+def gpu_inputs(B, Hq, Hkv, Nq, Nk, d, dtype, device, seed=0):
+    """Random q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d) and the gradient do flowing back into the output, drawn in
+    float32 on the CPU (the same numbers on every device) and then moved to ``device`` and ``dtype``: the GPU
+    kernels' tests' inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    q, do = (torch.randn(B, Hq, Nq, d, generator=gen) for _ in range(2))
+    k, v = (torch.randn(B, Hkv, Nk, d, generator=gen) for _ in range(2))
+    return [x.to(device=device, dtype=dtype) for x in (q, k, v, do)]

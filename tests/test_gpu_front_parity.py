@@ -30,6 +30,7 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 import torch.nn.functional as F  # noqa: E402, N812  (the usual name)
+from reference import gpu_inputs  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from flashref import gpu  # noqa: E402
@@ -46,10 +47,7 @@ GRAD_ATOL = {torch.float16: 1e-2, torch.bfloat16: 6e-2}
 
 def _inputs(B, Hq, Hkv, Nq, Nk, d, dtype, seed=0):
     """q (B, Hq, Nq, d), k and v (B, Hkv, Nk, d), and the gradient do flowing back into the output."""
-    g = torch.Generator().manual_seed(seed)
-    q, do = (torch.randn(B, Hq, Nq, d, generator=g) for _ in range(2))
-    k, v = (torch.randn(B, Hkv, Nk, d, generator=g) for _ in range(2))
-    return [x.to(device=DEVICE, dtype=dtype) for x in (q, k, v, do)]
+    return gpu_inputs(B, Hq, Hkv, Nq, Nk, d, dtype, DEVICE, seed)
 
 
 def _run(attend, q, k, v, do, dtype=None):

@@ -24,6 +24,7 @@ pytest.importorskip("triton")
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from reference import gpu_inputs  # noqa: E402
 
 from flashref import flash2, gpu  # noqa: E402
 from flashref.gpu import kernels  # noqa: E402
@@ -71,10 +72,7 @@ def _oracle(q, k, v, do, dtype, *, causal=False, scale=None, enable_gqa=False, w
 
 
 def _inputs(B, Hq, Hkv, Nq, Nk, d, dtype, seed=0, device=DEVICE):
-    gen = torch.Generator().manual_seed(seed)
-    q, do = (torch.randn(B, Hq, Nq, d, generator=gen) for _ in range(2))
-    k, v = (torch.randn(B, Hkv, Nk, d, generator=gen) for _ in range(2))
-    return [x.to(device=device, dtype=dtype) for x in (q, k, v, do)]
+    return gpu_inputs(B, Hq, Hkv, Nq, Nk, d, dtype, device, seed)
 
 
 def _err(x, ref):
