@@ -40,10 +40,14 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import functools
+import itertools
 import math
 import numbers
 import re
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .l2 import L2Cache
 from .parallelism import efficiency
@@ -108,7 +112,6 @@ class ScanKernel:
     def grid_arrays(self):
         """The launch order as two integer arrays (heads, blocks): heads fastest when ``heads_first``, else each
         head's blocks in ``launch`` order, head by head."""
-        import numpy as np
         T, H = self.ctas_per_head, self.heads
         block = np.asarray(self.launch, dtype=np.int64)
         if self.heads_first:
@@ -127,8 +130,10 @@ class ScanKernel:
         FlashAttention-2's causal forward, which walks its keys from the diagonal down and has a rule
         of its own, ``iomodel.dram.staggered_scan_bytes``). Those launched together never read one
         tile at once."""
-        starts = {(hi - 1 if self.descending else lo) for lo, hi in self.ranges}
-        return len(starts) > 1 and not self.stagger
+        if self.stagger or not self.ranges:
+            return False
+        starts = self.range_array()[:, 1] - 1 if self.descending else self.range_array()[:, 0]
+        return bool((starts != starts[0]).any())
 
     @property
     def rolling(self):
@@ -136,8 +141,22 @@ class ScanKernel:
         their own, launched longest first: kernel 3's causal forward and dQ kernels, kernel 2's causal forward.
         Its CTAs of one wave end one after another, so after the first wave a CTA starts whenever one ends: a
         head's later passes roll in one CTA at a time rather than start together (``iomodel.dram.scan_bytes``)."""
-        ends = {hi for _, hi in self.ranges}
-        return all(lo == 0 for lo, _ in self.ranges) and len(ends) > 1 and not (self.descending or self.stagger)
+        if self.descending or self.stagger or not self.ranges:
+            return False
+        r = self.range_array()
+        return bool((r[:, 0] == 0).all() and (r[:, 1] != r[0, 1]).any())
+
+    def range_array(self):
+        """``ranges`` as a (CTAs, 2) array of the bounds' own type (int64 for the builders'). numpy reads the flat
+        list of bounds several times faster than the list of pairs, and the L2 scorecard reads tens of thousands of
+        grids; ranges that are not all pairs (a grid edited by hand) are read as they are, for _checked to refuse."""
+        try:
+            pairs = set(map(len, self.ranges)) == {2}
+        except TypeError:  # an entry without a length
+            pairs = False
+        if pairs:
+            return np.array(list(itertools.chain.from_iterable(self.ranges))).reshape(-1, 2)
+        return np.asarray(self.ranges)
 
     def span(self, lo, hi):
         """Scanned tiles lo..hi-1 of one head, counted in full tiles (the ragged last one as its share)."""
@@ -165,7 +184,6 @@ def _checked(k) -> ScanKernel:
     """``k``, refused unless a ScanKernel with CTAs resident (``resident`` may be set by hand, as notebook 08 does:
     with none, :func:`simulate` would wait forever for a free slot and the closed forms divide by zero), and a grid
     that describes one: the builders' always do, a kernel built or edited by hand may not."""
-    import numpy as np
     if not isinstance(k, ScanKernel):
         raise TypeError(f"k: expected a schedule.ScanKernel, got {type(k).__name__}")
     positive_int(k.resident, "resident (CTAs resident at once)")
@@ -193,7 +211,7 @@ def _checked(k) -> ScanKernel:
     launch = np.asarray(k.launch)
     if launch.shape != (T,) or launch.dtype.kind not in "iu" or not np.array_equal(np.sort(launch), np.arange(T)):
         raise ValueError(f"launch: expected each of the {T} blocks 0..{T - 1} once, in launch order")
-    r = np.asarray(k.ranges)
+    r = k.range_array()
     if r.shape != (T, 2) or r.dtype.kind not in "iu" or ((r[:, 0] < 0) | (r[:, 0] > r[:, 1])
                                                           | (r[:, 1] > k.n_tiles)).any():
         raise ValueError(f"ranges: expected integer (lo, hi) with 0 <= lo <= hi <= n_tiles ({k.n_tiles}) per CTA")
@@ -288,7 +306,10 @@ def _row_ranges(Tr, Tc, BM, BN, causal, Nk):
     """Key-tile range [0, hi) of each row block (causal: up to the diagonal)."""
     if not causal:
         return [(0, Tc)] * Tr
-    return [(0, min(Tc, _cdiv(min(Nk, (i + 1) * BM), BN))) for i in range(Tr)]
+    # row block i sees keys up to min(Nk, (i + 1) * BM): numpy over the blocks (a causal grid at N = 10^6 has
+    # thousands, and the L2 scorecard builds this list for every row it predicts), back to Python ints
+    ends = np.minimum(Nk, np.arange(1, Tr + 1, dtype=np.int64) * BM)
+    return list(zip([0] * Tr, np.minimum(Tc, -(-ends // BN)).tolist()))
 
 
 def _col_ranges(Tc, Tr, BM, BN, causal, Nq):
@@ -508,6 +529,7 @@ def _k3_ctas_per_sm(smem_bytes: int, warps: int, regs: int = K3_REGS_PER_THREAD)
     return min(by_regs, by_smem)
 
 
+@functools.cache  # the scorecard reads each run's few reprs again for every row it predicts
 def recorded_tiles3(text: str):
     """The ``kernel3.Tiles3`` a recorded repr names (``"Tiles3(block_m=128, ..., persistent=True)"``), read field
     by field as literals (no eval); a field the repr lacks keeps its default, but for ``round_sync``: a repr
@@ -635,7 +657,6 @@ def launch_times(k: ScanKernel):
     takes the slot that frees first (a list schedule), so ``start`` never decreases along the grid."""
     import heapq
 
-    import numpy as np
     heads, blocks = _checked(k).grid_arrays()
     steps = np.array([hi - lo for lo, hi in k.ranges], dtype=float)[blocks]
     free = [0.0] * min(k.resident, len(blocks))  # when each slot frees (a heap: the earliest first)

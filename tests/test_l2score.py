@@ -22,8 +22,17 @@ def rows():
 
 
 @pytest.fixture(scope="module")
-def errs(rows):
-    return L.errors(rows)
+def reads(rows):
+    """Each row's whole-model error, resolved parameters and the names its prediction read (the ablation's pass)."""
+    return [L._reads(r) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def errs(rows, reads):
+    errs = np.array([e for e, _, _ in reads])
+    some = slice(None, None, 97)  # errors() is the scorecard's way in: the same numbers, bit for bit
+    np.testing.assert_array_equal(L.errors(rows[some]), errs[some])
+    return errs
 
 
 def test_every_recorded_run_and_row_is_scored(rows):
@@ -57,28 +66,80 @@ def test_scorecard_counts_add_up(rows, errs):
     assert L.scorecard(rows, moved)[-1]["within"] == card["all"]["within"] + (-1 if abs(errs[0]) <= L.BAND else 1)
 
 
+def _moved_by(rule, row, whole, read):
+    """Whether ``rule`` off changes a parameter ``row``'s prediction read: the ablation's test for predicting again."""
+    off = D.resolved_params(row.impl, d=row.kw["d"], causal=row.kw["causal"], gpu=row.gpu, params=rule.off)
+    return any(off.get(name, L._ABSENT) != whole.get(name, L._ABSENT) for name in read)
+
+
 @pytest.mark.parametrize("rule", L.RULES, ids=[r.name for r in L.RULES])
-def test_each_rule_changes_only_its_own_kernels(rule, rows, errs):
-    # the ablation predicts again only the rows of a rule's implementations; every other row must not move. Here:
-    # the rows of each other implementation at its five largest calls (where every rule of the model is live)
-    errs = np.asarray(errs)
-    for impl in set(D.IMPLS) - set(rule.impls):
-        mine = sorted((i for i, r in enumerate(rows) if r.impl == impl), key=lambda i: -rows[i].measured)[:5]
-        np.testing.assert_allclose(L.errors([rows[i] for i in mine], rule.off), errs[mine], rtol=1e-12)
-    # and the switch is live: some row of its own implementations moves
-    own = [i for i, r in enumerate(rows) if r.impl in rule.impls]
-    assert any(np.any(np.abs(L.errors([rows[i] for i in own[k:k + 100]], rule.off) - errs[own[k:k + 100]]) > 1e-9)
-               for k in range(0, len(own), 100))  # any() stops at the first hundred rows that move
+def test_each_rule_changes_only_its_own_kernels(rule, rows, errs, reads):
+    # the ablation predicts again only the rows of a rule's implementations: no row of another implementation read a
+    # parameter the rule off changes (so none can move: test_a_prediction_depends_on_the_names_it_read_alone)
+    moved = [i for i, (r, (_, whole, read)) in enumerate(zip(rows, reads)) if _moved_by(rule, r, whole, read)]
+    assert {rows[i].impl for i in moved} <= set(rule.impls)
+    # and the switch is live: predicted with it off, some row it can change moves
+    assert any(abs(L.errors([rows[i]], rule.off)[0] - errs[i]) > 1e-9 for i in moved)  # stops at the first
 
 
-def test_ablation_counts_what_a_switch_changes(rows, errs):
-    rule = next(r for r in L.RULES if r.off == dict(head_rule=0))
-    (a,) = L.ablation(rows, errs, rules=(rule,))
-    off = L.errors(rows, rule.off)  # every row, not only the rule's
-    assert a["within_off"] == int(np.sum(np.abs(off) <= L.BAND))
-    held = [i for i, r in enumerate(rows) if r.run in l2fit.runs_from("check22")]
-    assert a["held_rows"] == len(held) and a["held_within_off"] == int(np.sum(np.abs(off[held]) <= L.BAND))
-    assert a["within"] == int(np.sum(np.abs(errs) <= L.BAND))
+# Calls of every kernel the model knows, inside the L2 and past it: every branch of the closed forms is read by one
+CALLS = [dict(impl=impl, mode=mode, B=1, H=H, Nq=N, Nk=N, d=d, causal=causal, gpu=gpu)
+         for impl, ds in (("sdpa_flash", (64, 128, 192, 256)), ("flashref", (64, 128, 256)), ("flashref2", (32, 160)))
+         for d in ds for causal in (False, True) for mode in ("fwd", "fwd_bwd")
+         for H, N, gpu in ((2, 4096, "h100"), (8, 131072, "h200"), (16, 65536, "h100"))]
+CALLS += [dict(impl="eager", mode=mode, B=2, H=4, Nq=N, Nk=N, d=64, causal=causal, gpu=gpu)
+          for mode in ("fwd", "fwd_bwd") for causal in (False, True) for N, gpu in ((256, "h100"), (8192, "h200"))]
+CALLS += [dict(impl="sdpa_flash", mode="fwd", B=1, H=1, Nq=128, Nk=131072, d=128, gpu="h100")]  # split keys
+
+
+def _other(name, v):
+    """A value of parameter ``name`` unlike ``v`` that ``dram(params=...)`` takes (a switch flipped, a number moved)."""
+    for c in ((1 - v, v + 1) if isinstance(v, int) else (v * 1.5 + 1, v / 2)):
+        try:
+            D._check_params({name: c})
+            return c
+        except ValueError:
+            continue
+    raise AssertionError(f"no other value of {name} than {v!r}")
+
+
+def test_a_prediction_depends_on_the_names_it_read_alone():
+    # The ablation's shortcut: a prediction that never read a name gives the same bytes whatever its value. Every
+    # name a call did not read changed at once (the GPU's sets picked by the *_rule switches are read as the values
+    # they resolve to, so those switches are left to the resolved values): the same prediction, bit for bit.
+    for call in CALLS:
+        prediction, whole, read = D.dram_reads(**call)
+        others = {n: _other(n, v) for n, v in whole.items() if n not in read and n not in D.SET_SWITCHES}
+        assert others, call
+        again = D.dram(**call, params=others)
+        assert (again.total_bytes, again.by_kernel) == (prediction.total_bytes, prediction.by_kernel), call
+    # and a name the call read can move it: the same call with C_eff changed is another prediction
+    call = CALLS[-2]
+    assert D.dram(**call, params=dict(C_eff=D.PARAMS["C_eff"] / 8)).total_bytes != D.dram(**call).total_bytes
+
+
+def test_read_params_count_every_way_in():
+    p = D.ReadParams(a=1, b=2, c=3)
+    assert p["a"] == 1 and p.get("b") == 2 and p.read == {"a", "b"}
+    for every_name in (lambda q: {**q}, lambda q: list(q.items()), lambda q: dict(q), lambda q: q.copy()):
+        q = D.ReadParams(a=1, b=2, c=3)
+        assert every_name(q) == {"a": 1, "b": 2, "c": 3} or sorted(every_name(q)) == [("a", 1), ("b", 2), ("c", 3)]
+        assert q.read == {"a", "b", "c"}
+
+
+def test_ablation_is_every_row_predicted_again(rows, errs, reads):
+    # the ablation, which predicts again only the rows a rule can change, counts what predicting every row again
+    # with each rule off counts: on every 40th row and the first row each rule can change
+    some = sorted(set(range(0, len(rows), 40)) | {next(i for i, r in enumerate(rows) if r.impl in rule.impls
+                                                      and _moved_by(rule, r, *reads[i][1:])) for rule in L.RULES})
+    sub = [rows[i] for i in some]
+    for a, rule in zip(L.ablation(sub, errs[some]), L.RULES + (L.ALL_OFF,)):
+        off = L.errors(sub, rule.off)  # every row, not only the rule's
+        held = [i for i, r in enumerate(sub) if rule.held_from and r.run in l2fit.runs_from(rule.held_from)]
+        assert (a["within_off"], a["held_rows"], a["held_within_off"]) == (
+            int(np.sum(np.abs(off) <= L.BAND)), len(held), int(np.sum(np.abs(off[held]) <= L.BAND))), rule.name
+        assert a["mean_off"] == pytest.approx(float(np.mean(np.abs(off))), rel=1e-12)
+        assert a["within"] == int(np.sum(np.abs(errs[some]) <= L.BAND))
     assert L.ALL_OFF.off["head_rule"] == 0 and L.ALL_OFF.fitted == sum(r.fitted for r in L.RULES)
 
 
@@ -93,10 +154,8 @@ def test_errors_that_are_not_one_a_row_are_named(rows, errs):
             name_a_bad_folder(FOLDER / "nowhere")
 
 
-def test_cli_prints_the_scorecard_and_names_a_bad_folder(capsys, tmp_path):
-    assert cli(["l2-score"]) == 0
-    out = capsys.readouterr().out
-    assert "recorded runs" in out and "kernel 3, earlier launches" in out
+def test_cli_names_a_bad_folder(capsys, tmp_path):
+    # (what it prints for the recorded runs: test_out_of_reach_on_the_recorded_runs_bounds_the_scorecard)
     with pytest.raises(SystemExit):
         cli(["l2-score", "--folder", str(tmp_path / "nowhere")])
     assert "--folder" in capsys.readouterr().err
@@ -151,7 +210,10 @@ def test_out_of_reach_on_the_recorded_runs_bounds_the_scorecard(rows, errs, caps
         (predicted,) = L.predict([row])
         assert np.sum(np.abs(predicted / np.array(c["measured"]) - 1) > L.BAND) >= c["outside"]
     assert cli(["l2-score"]) == 0
-    assert f"{sum(c['outside'] for c in reach)} measurements of {len(reach)} calls" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{len({(r.gpu, r.run) for r in rows})} recorded runs, {len(rows)} rows" in out
+    assert "kernel 3, earlier launches" in out
+    assert f"{sum(c['outside'] for c in reach)} measurements of {len(reach)} calls" in out
 
 
 def test_the_readme_scorecard_is_the_commands(rows, errs):

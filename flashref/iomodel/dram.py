@@ -121,8 +121,8 @@ from .. import schedule as S  # noqa: N812
 from ..l2 import preset
 from ..problem import MAX_N, _bool, _causal, _nonnegative_int, check_options, positive_int
 
-__all__ = ["dram", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "STAGGERED_D64", "STAGGERED_ONE_CTA", "IMPLS", "MODES",
-           "scan_bytes", "staggered_scan_bytes", "kernels", "kernel3_tiles"]
+__all__ = ["dram", "dram_reads", "resolved_params", "DRAMPrediction", "PARAMS", "GPU_PARAMS", "STAGGERED_D64",
+           "STAGGERED_ONE_CTA", "IMPLS", "MODES", "scan_bytes", "staggered_scan_bytes", "kernels", "kernel3_tiles"]
 
 IMPLS = ("eager", "sdpa_flash", "flashref", "flashref2")
 MODES = ("fwd", "fwd_bwd")
@@ -367,7 +367,7 @@ def _residue(W, R, p):
     outgrows the L2 leaves. A kernel whose reads and writes fit in ``C_eff`` together evicts nothing, so all of its
     writes stay (an LRU's step, not softened: check8's smallest shape, where each kernel writes 4-13 MB and Nsight
     counts no DRAM write). ``small_writes=0``: the fitted part alone, the rule before this clause."""
-    if p.get("small_writes", 1) and R + W <= p["C_eff"]:
+    if R + W <= p["C_eff"] and p.get("small_writes", 1):  # (the switch read only where it decides: dram_reads)
         return W
     return min(p["alpha"] * W, p["rho"])
 
@@ -485,7 +485,8 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     own = k.private_total()  # per head, in full tiles
     reads += k.heads * own * k.private_read
     writes += k.heads * own * k.private_write
-    accesses = k.heads * sum(k.span(lo, hi) for lo, hi in k.ranges)
+    r = k.range_array()
+    accesses = k.heads * _sequential_sum(_span(k, r[:, 0], r[:, 1]))  # every CTA's tiles, summed in block order
     l2 = accesses * (k.tile_bytes + 2 * k.rmw_bytes) + k.heads * own * (k.private_read + k.private_write)
     return reads, writes, l2
 
@@ -507,7 +508,7 @@ def _passes(k: S.ScanKernel, unit):
     a prediction at B·H·N/BLOCK_M of millions of CTAs stays well under a second."""
     heads, blocks = k.grid_arrays()
     wave = np.arange(len(heads), dtype=np.int64) // k.resident
-    ranges = np.asarray(k.ranges, dtype=np.int64).reshape(-1, 2)
+    ranges = k.range_array().astype(np.int64, copy=False)
     key = wave * k.heads + heads  # one key per (wave, head) pair
     order = np.argsort(key, kind="stable")
     key = key[order]
@@ -849,6 +850,31 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     shape about a tenth of that). At 2^30 rows (B·H·max(Nq, Nk)), the most this model takes (MAX_ROWS), on this
     project's 2-core CPU FlashAttention-2's causal forward took 32 s and 6.3 GB, flashref's causal forward+backward
     34 s and 4.3 GB, FlashAttention-2's non-causal forward+backward 12 s, and one query against 2^30 keys 6 s."""
+    return _dram(impl, mode, B, H, Nq, Nk, d, causal, gpu, dtype_bytes, opts, Resolved)[0]
+
+
+def dram_reads(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2, **opts):
+    """:func:`dram`'s prediction, with the parameters it resolved for the call (PARAMS, the GPU's sets, ``params=``)
+    and the names of those the prediction read: ``(DRAMPrediction, resolved, read)``. Any other values of the names
+    it did not read give the same prediction (it never looked at them), so a what-if that changes only those needs
+    no prediction of its own: ``l2score.ablation`` predicts a row again with a rule off only where the rule's
+    resolved parameters differ in a name the row read."""
+    prediction, p = _dram(impl, mode, B, H, Nq, Nk, d, causal, gpu, dtype_bytes, opts, ReadParams)
+    read = frozenset(p.read)  # before the copy below, which reads every name
+    return prediction, Resolved(p), read
+
+
+def resolved_params(impl, *, d, causal=False, gpu="h100", params=None):
+    """The parameters :func:`dram` resolves for a call of ``impl`` at head dim ``d`` on ``gpu`` (what
+    :func:`dram_reads` returns as ``resolved``; they depend on the call through these alone)."""
+    _check_impl_mode(impl, MODES[0])
+    return Resolved(_params(gpu.lower(), positive_int(d, "d"), impl == "sdpa_flash" and bool(_causal(causal)),
+                            _check_params(params)))
+
+
+def _dram(impl, mode, B, H, Nq, Nk, d, causal, gpu, dtype_bytes, opts, kind):
+    """:func:`dram`, its parameters resolved into a ``kind`` (Resolved, or ReadParams to note the names read):
+    ``(DRAMPrediction, the parameters)``."""
     check_options(opts, {"B", "H", "Nq", "Nk", "d", "causal", "gpu", "dtype_bytes", "params"}, "iomodel.dram")
     params = opts.get("params")
     _check_impl_mode(impl, mode)
@@ -859,13 +885,16 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     _causal(causal)
     _check_call(impl, B, H, Nq, Nk, d, bool(causal), dtype_bytes)
     spec = preset(gpu)
-    p = _params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params))
+    p = kind(_params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params)))
     if empty:
-        return DRAMPrediction(0.0, 0.0, 0.0, [])
-    seq = _kernels(impl, mode, B, H, Nq, Nk, d, bool(causal), dtype_bytes, spec.sms, bool(p["fa2_split"]),
-                   bool(p["softmax_passes"]))
+        return DRAMPrediction(0.0, 0.0, 0.0, []), p
+    # each switch read only where it decides something (a name dram_reads reports read is one the call depends on):
+    # FlashAttention-2 splits the keys of a grid too small to fill the GPU only, and only eager runs a softmax
+    split = impl == "sdpa_flash" and S.fa2_num_splits(B * H, Nq, Nk, d, spec.sms) > 1 and bool(p["fa2_split"])
+    seq = _kernels(impl, mode, B, H, Nq, Nk, d, bool(causal), dtype_bytes, spec.sms, split,
+                   impl == "eager" and bool(p["softmax_passes"]))
     rows = predict_kernels(seq, Nq, Nk, p)
-    return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows)
+    return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows), p
 
 
 def _check_impl_mode(impl, mode):
@@ -882,8 +911,59 @@ def _sizes(B, H, Nq, Nk, d, e, e_name="e"):
 
 
 def _full_params(p):
-    """A closed form's ``p``: PARAMS, overridden by ``p``'s entries, each checked as ``dram(params=...)``'s."""
-    return p if p is PARAMS else {**PARAMS, **(_check_params(p) or {})}
+    """A closed form's ``p``: PARAMS, overridden by ``p``'s entries, each checked as ``dram(params=...)``'s (taken as
+    it is where :func:`dram` resolved and checked it already)."""
+    return p if p is PARAMS or isinstance(p, Resolved) else {**PARAMS, **(_check_params(p) or {})}
+
+
+class Resolved(dict):
+    """The parameters :func:`dram` resolved for one call: every name of PARAMS, each checked."""
+
+
+class ReadParams(Resolved):
+    """Resolved parameters that note the names read by name (``p[name]``, ``p.get(name)``) in ``read``. Any other
+    way in (iterating, ``keys``, ``items``, ``values``, a copy, ``**p``, which iterates a dict subclass that defines
+    ``__iter__``) counts as reading every name: ``read`` may hold names the prediction did not need, never miss one
+    it did."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read = set()
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        self.read.add(name)
+        return super().get(name, default)
+
+    def _every_name(self):
+        self.read.update(super().keys())
+
+    def __iter__(self):
+        self._every_name()
+        return super().__iter__()
+
+    def keys(self):
+        self._every_name()
+        return super().keys()
+
+    def items(self):
+        self._every_name()
+        return super().items()
+
+    def values(self):
+        self._every_name()
+        return super().values()
+
+    def copy(self):
+        self._every_name()
+        return Resolved(self)
+
+    def __reduce__(self):  # pickled (a worker process): every value leaves with it
+        self._every_name()
+        return Resolved, (dict(super().items()),)
 
 
 # the lengths' bound, problem.MAX_N: the kernels index a sequence with 32-bit integers (and so does this model's grid)
@@ -1000,6 +1080,11 @@ def _params(gpu, d, staggered, params=None):
     if rules["l2_scale_rule"] and ratio != 1:  # H100-fitted capacities on a GPU of another L2 (not params= values)
         out.update({k: out[k] * ratio for k in L2_SCALED})
     return {**out, **(params or {})}
+
+
+# The switches _params reads to pick a call's sets; the closed forms read none of them, only the values they pick
+SET_SWITCHES = ("spread_rule", "cap_rule", "overlap_rule", "lag_rule", "d256_rule", "one_cta_rule", "rdrift3_gpu_rule",
+                "l2_scale_rule")
 
 
 def _d256_tiles(d):

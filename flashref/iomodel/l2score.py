@@ -217,18 +217,42 @@ ALL_OFF = Rule("every rule above off", {k: v for rule in RULES for k, v in rule.
                sum(rule.fitted for rule in RULES), "", D.IMPLS)
 
 
+_ABSENT = object()  # a name the resolved parameters lack (dram reads "partitions" with a default)
+
+
+def _reads(r: Row):
+    """Row ``r``'s error with the model whole, the parameters its prediction resolved, and the names of those it
+    read (``dram.dram_reads``)."""
+    with S.kernel3_as_recorded(r.info):
+        prediction, whole, read = D.dram_reads(r.impl, r.mode, **r.kw, gpu=r.gpu)
+    return prediction.total_bytes / r.measured - 1, whole, read
+
+
 def ablation(rows, errs=None, rules=RULES + (ALL_OFF,)) -> list[dict]:
     """For each rule: the rows within the band with the model whole and with that rule off, over every row and
-    over the runs held out of the rule's fit. Only the rows of the rule's implementations are predicted again (a
-    rule changes no other kernel; tests/test_l2score.py checks it)."""
-    errs = errors(rows) if errs is None else _check_errs(rows, errs)
+    over the runs held out of the rule's fit. A row is predicted again only where the rule can change it: a row of
+    the rule's implementations (a rule changes no other kernel; tests/test_l2score.py checks it) whose prediction
+    read a parameter the rule off changes (``dram.dram_reads``: a prediction that never read a name is the same
+    whatever its value)."""
+    if errs is not None:
+        errs = _check_errs(rows, errs)
+    reads = [_reads(r) for r in rows]
+    errs = np.array([e for e, _, _ in reads]) if errs is None else errs
     within = np.abs(errs) <= BAND
     offs = [errs.copy() for _ in rules]
+    resolved = {}  # (rule, impl, d, causal, gpu): the parameters the call resolves with the rule off
     # Row by row, each rule off in turn (not rule by rule over every row): the staggered walk's schedule, which
     # dram keeps for the next call on the same kernel, is then laid out once a row instead of once a rule and row
-    for i, r in enumerate(rows):
-        for off, rule in zip(offs, rules):
-            if r.impl in rule.impls:
+    for i, (r, (_, whole, read)) in enumerate(zip(rows, reads)):
+        for n, (off, rule) in enumerate(zip(offs, rules)):
+            if r.impl not in rule.impls:
+                continue
+            key = (n, r.impl, r.kw["d"], r.kw["causal"], r.gpu)
+            if key not in resolved:
+                resolved[key] = D.resolved_params(r.impl, d=r.kw["d"], causal=r.kw["causal"], gpu=r.gpu,
+                                                  params=rule.off)
+            # a row whose prediction read no name the rule off changes is predicted as it was (dram_reads)
+            if any(resolved[key].get(name, _ABSENT) != whole.get(name, _ABSENT) for name in read):
                 off[i] = errors([r], rule.off)[0]
     out = []
     for rule, off in zip(rules, offs):
