@@ -135,10 +135,12 @@ def test_every_page_in_a_browser(site, browser, record_property):
         page.on("console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
         url = urljoin(base, rel)
-        resp = page.goto(url, wait_until="networkidle")
+        html = (out / rel).read_text(errors="replace")
+        # "load": every resource the page names (MathJax's typesetting and the images are awaited below); a page that
+        # sends the browser on (index.html, to the README) is followed until the network is idle
+        resp = page.goto(url, wait_until="networkidle" if 'http-equiv="refresh"' in html else "load")
         if resp is None or resp.status != 200:
             problems.append(f"{rel}: HTTP {resp and resp.status}")
-        html = (out / rel).read_text(errors="replace")
         if 'class="math' in html:  # MathJax: every math element typeset
             math_pages += 1
             page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30000)
