@@ -118,6 +118,15 @@ def test_a_prediction_depends_on_the_names_it_read_alone():
     assert D.dram(**call, params=dict(C_eff=D.PARAMS["C_eff"] / 8)).total_bytes != D.dram(**call).total_bytes
 
 
+def test_the_readme_example_of_the_names_a_call_reads():
+    text = " ".join((FOLDER.parents[1] / "README.md").read_text().split())
+    m = re.search(r"FlashAttention-2's causal forward at d = (\d+) reads (\d+): the staggered walk's", text)
+    assert m, "the README's dram_reads example was not found"
+    _, _, read = D.dram_reads("sdpa_flash", "fwd", B=2, H=4, Nq=65536, Nk=65536, d=int(m[1]), causal=True)
+    assert len(read) == int(m[2])
+    assert {"C_stag", "kappa_stag", "alpha", "rho"} <= read and not read & {"kappa", "C_roll", "C_sync"}
+
+
 def test_read_params_count_every_way_in():
     p = D.ReadParams(a=1, b=2, c=3)
     assert p["a"] == 1 and p.get("b") == 2 and p.read == {"a", "b"}
