@@ -961,10 +961,6 @@ class ReadParams(Resolved):
         self._every_name()
         return Resolved(self)
 
-    def __reduce__(self):  # pickled (a worker process): every value leaves with it
-        self._every_name()
-        return Resolved, (dict(super().items()),)
-
 
 # the lengths' bound, problem.MAX_N: the kernels index a sequence with 32-bit integers (and so does this model's grid)
 SEQ_BOUND = (MAX_N, f"at most {MAX_N} (32-bit sequence indices)")
