@@ -163,6 +163,18 @@ def test_errors_that_are_not_one_a_row_are_named(rows, errs):
             name_a_bad_folder(FOLDER / "nowhere")
 
 
+def test_cli_rules_prints_the_ablation(capsys, tmp_path):
+    # on one small recorded run (12 rows of the H200), what --rules prints is ablation()'s count for every rule
+    (tmp_path / "h200-l2-check37.json").write_text((FOLDER / "h200-l2-check37.json").read_text())
+    assert cli(["l2-score", "--folder", str(tmp_path), "--rules"]) == 0
+    out = capsys.readouterr().out
+    small = L.recorded_rows(tmp_path)
+    for a in L.ablation(small):
+        line = next(x for x in out.splitlines() if x.strip().startswith(a["rule"]))
+        assert line.split()[len(a["rule"].split()):][:2] == [str(a["fitted"]), str(a["within_off"])], line
+    assert f"whole model: {sum(abs(e) <= L.BAND for e in L.errors(small))} within" in out
+
+
 def test_cli_names_a_bad_folder(capsys, tmp_path):
     # (what it prints for the recorded runs: test_out_of_reach_on_the_recorded_runs_bounds_the_scorecard)
     with pytest.raises(SystemExit):

@@ -236,7 +236,11 @@ def ablation(rows, errs=None, rules=RULES + (ALL_OFF,)) -> list[dict]:
     whatever its value)."""
     if errs is not None:
         errs = _check_errs(rows, errs)
-    reads = [_reads(r) for r in rows]
+    return _ablation(rows, errs, rules, [_reads(r) for r in rows])
+
+
+def _ablation(rows, errs, rules, reads) -> list[dict]:
+    """:func:`ablation` with each row's :func:`_reads` at hand (``errs`` None: the whole model's errors, theirs)."""
     errs = np.array([e for e, _, _ in reads]) if errs is None else errs
     within = np.abs(errs) <= BAND
     offs = [errs.copy() for _ in rules]
@@ -280,7 +284,9 @@ def main(argv=None) -> int:
         ap.error(f"--{e}")
     if not rows:
         ap.error(f"--folder: no recorded profile-l2 runs in {args.folder}")
-    errs = errors(rows)
+    # with --rules, one pass over the rows gives both the errors and what each prediction read (the ablation's)
+    reads = [_reads(r) for r in rows] if args.rules else None
+    errs = np.array([e for e, _, _ in reads]) if args.rules else errors(rows)
     print(f"{len({(r.gpu, r.run) for r in rows})} recorded runs, {len(rows)} rows; within ±{BAND:.0%}:")
     for s in scorecard(rows, errs):
         print(f"  {s['kernel']:27} {s['within']:5d} of {s['rows']:5d}   mean |error| {s['mean']:6.1%}"
@@ -298,7 +304,7 @@ def main(argv=None) -> int:
         print(f"\nEach rule off in turn (whole model: {int(np.sum(np.abs(errs) <= BAND))} within,"
               f" mean |error| {np.mean(np.abs(errs)):.1%}):")
         print(f"  {'rule':40} {'fitted':>6} {'within':>7} {'mean':>6}   held out of its fit: within, off / whole")
-        for a in ablation(rows, errs):
+        for a in _ablation(rows, errs, RULES + (ALL_OFF,), reads):
             held = f"{a['held_within_off']:5d} / {a['held_within']} of {a['held_rows']}" if a["held_rows"] else ""
             print(f"  {a['rule']:40} {a['fitted']:6d} {a['within_off']:7d} {a['mean_off']:6.1%}   {held}")
     return 0
