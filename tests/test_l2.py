@@ -1853,14 +1853,15 @@ def test_profile_l2_splits_kernels_at_markers():
 
 
 def test_draw_validation_keeps_its_rule():
-    """check64, check65 and check67 are draw_validation's sets for their seeds, and any draw keeps check41's and
-    check52's rules: five shapes of many heads at short N, five of few at long N, 2^16 <= B·H·N <= 2^21, four corners of
-    other head dims and lengths no tile divides (Nq != Nk never causal), none drawn before, the same set for the same
-    seed."""
+    """check64, check65, check67 and check68 are draw_validation's sets for their seeds, and any draw keeps check41's
+    and check52's rules: five shapes of many heads at short N, five of few at long N, 2^16 <= B·H·N <= 2^21, four
+    corners of other head dims and lengths no tile divides (Nq != Nk never causal), none drawn before, the same set for
+    the same seed."""
     from flashref.gpu import l2profile as lp
     assert lp.draw_validation(20261253, "check64") == lp.CHECK64
     assert lp.draw_validation(20261254, "check65") == lp.CHECK65
     assert lp.draw_validation(20261255, "check67") == lp.CHECK67
+    assert lp.draw_validation(20261256, "check68") == lp.CHECK68
     seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
     for seed in (1, 2, 3):
         got = lp.draw_validation(seed, "x")
