@@ -1863,10 +1863,17 @@ def test_draw_validation_keeps_its_rule():
     assert lp.draw_validation(20261255, "check67") == lp.CHECK67
     assert lp.draw_validation(20261256, "check68") == lp.CHECK68
     seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
+    # check68 left one shape of the few-heads grid undrawn: a draw asks for no more than are left, or is refused
+    left = [(B, H, N, d, c) for B in (1, 2, 4, 8) for H in (1, 2, 4, 8) for N in lp.FEW_HEADS_N for d in (64, 128)
+            for c in (False, True) if B * H <= 8 and B * H * N <= 2 ** 21 and (B, H, (N, N), d, c) not in seen]
+    assert len(left) == 1
+    with pytest.raises(ValueError, match="few: 5 shapes asked, but the few-heads grid has only 1 not drawn yet"):
+        lp.draw_validation(1, "x")
     for seed in (1, 2, 3):
-        got = lp.draw_validation(seed, "x")
-        assert got == lp.draw_validation(seed, "x") and len({s[0] for s in got}) == len(got) == 14
-        many, few, corners = got[:5], got[5:10], got[10:]
+        got = lp.draw_validation(seed, "x", few=1)
+        assert got == lp.draw_validation(seed, "x", few=1) and len({s[0] for s in got}) == len(got) == 10
+        many, few, corners = got[:5], got[5:6], got[6:]
+        assert [(B, H, N, d, c) for _, B, H, N, d, c in few] == left
         for _, B, H, N, d, _causal in many + few:
             assert d in (64, 128) and 2 ** 16 <= B * H * N <= 2 ** 21
         assert all(H >= 8 and N <= 16384 for _, B, H, N, d, c in many)

@@ -1004,7 +1004,8 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
     check52's rule: d from CORNER_D, B from 1, 2, 4, 8, H from CORNER_H, N log-uniform in 1000-200000 and not a
     multiple of 64 (flashref then runs kernel 2), one in three with Nq != Nk (drawn alike; never causal), B·H·N <=
     2^21. A shape of a group listed before ``prefix`` in GROUPS (of every group, for a set not yet listed) is drawn
-    again."""
+    again. The two grids are finite and each set takes shapes out of them (check68 left one of the few-heads grid): a
+    count larger than the shapes left is refused with a ValueError naming ``many`` or ``few``."""
     import numpy as np  # only drawing a set needs it
 
     rng = np.random.default_rng(seed)
@@ -1024,15 +1025,22 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
         out.append((f"{prefix}_{d}_{B}x{H}x{n}{'_causal' if causal else ''}", B, H, N, d, causal))
         return True
 
-    for count, Bs, Hs, Ns in ((many, (1, 2, 4, 8), (8, 16, 32), MANY_HEADS_N),
-                              (few, (1, 2, 4, 8), (1, 2, 4, 8), FEW_HEADS_N)):
+    def allowed(B, H, N, few_heads):
+        return (B * H <= 8 or not few_heads) and 2 ** 16 <= B * H * N <= 2 ** 21
+
+    for name, count, Bs, Hs, Ns in (("many", many, (1, 2, 4, 8), (8, 16, 32), MANY_HEADS_N),
+                                    ("few", few, (1, 2, 4, 8), (1, 2, 4, 8), FEW_HEADS_N)):
+        # the grid is finite and every set takes shapes out of it: refuse a count the shapes left cannot meet (the
+        # draw below would loop for ever), naming what is left
+        left = sum(allowed(B, H, N, name == "few") and (B, H, (N, N), d, c) not in seen
+                   for B in Bs for H in Hs for N in Ns for d in (64, 128) for c in (False, True))
+        if count > left:
+            raise ValueError(f"{name}: {count} shapes asked, but the {name}-heads grid has only {left} not drawn yet")
         done = 0
         while done < count:
             B, H, N = int(rng.choice(Bs)), int(rng.choice(Hs)), int(rng.choice(Ns))
             d, causal = int(rng.choice((64, 128))), bool(rng.integers(2))
-            if Hs[0] == 1 and B * H > 8:  # the few-heads half: B·H <= 8
-                continue
-            if 2 ** 16 <= B * H * N <= 2 ** 21 and take(B, H, N, d, causal):
+            if allowed(B, H, N, name == "few") and take(B, H, N, d, causal):
                 done += 1
     done = 0
     while done < corners:
