@@ -57,6 +57,9 @@ algorithm as they are (``standard`` and ``flash2``): ``window=(left, right)`` (a
 -1 unbounded), ``alibi_slopes`` (one per head, a tensor or array broadcastable to the head axes),
 ``softcap`` (a float > 0) and ``gqa_packing``.
 
+Inside a ``torch.autocast`` region it casts as PyTorch's SDPA does (query, key, value and a float mask to the
+region's dtype, all but float64 ones) and returns that dtype.
+
 Differences from PyTorch, all deliberate:
 
 * ``attn_mask`` and ``is_causal`` may be given together (PyTorch refuses): both apply;
@@ -394,6 +397,19 @@ def _check_tensor(t, name: str) -> torch.Tensor:
     return t
 
 
+def _autocast(*tensors):
+    """Inside a ``torch.autocast`` region, its dtype: PyTorch's SDPA is on autocast's lower-precision list, so it
+    casts every floating-point tensor argument (query, key, value, a float mask) to the region's dtype, all but
+    float64 ones (autocast leaves those), and returns that dtype. Cast with ``.to``, so gradients flow back in the
+    inputs' own dtypes, as autocast's do."""
+    device = tensors[0].device.type
+    if not torch.is_autocast_enabled(device):
+        return tensors
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+                 else t for t in tensors)
+
+
 def _gqa(query, key, value, enable_gqa: bool, native: bool = False):
     """K, V heads repeated to Q's (PyTorch's convention: query head h uses K/V head h // (Hq // Hkv)),
     or, ``native``, only checked: the algorithm takes K, V with their Hkv heads. As in PyTorch, K and V may
@@ -541,6 +557,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     o = {**OPTIONS, **options}
     spec = _spec(o["algorithm"])  # a clear error before any work
     query, key, value = (_check_tensor(t, n) for t, n in ((query, "query"), (key, "key"), (value, "value")))
+    query, key, value, attn_mask = _autocast(query, key, value, attn_mask)
     for t, n in ((key, "key"), (value, "value")):
         if t.dtype != query.dtype:  # PyTorch refuses mixed dtypes too
             raise TypeError(f"{n}: dtype {t.dtype} does not match query's {query.dtype}")

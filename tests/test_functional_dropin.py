@@ -412,3 +412,37 @@ def test_a_mask_of_fewer_than_2_dims_with_4d_inputs_is_refused_as_torch_refuses_
                                F.scaled_dot_product_attention(q[0], k[0], v[0], attn_mask=mask))
     torch.testing.assert_close(sdpa(q, k, v, attn_mask=mask.reshape(1, -1)),
                                F.scaled_dot_product_attention(q, k, v, attn_mask=mask.reshape(1, -1)))
+
+
+@pytest.mark.parametrize("dtypes", [("float32", "bfloat16", "float32"), ("float32", "float32", "float32"),
+                                    ("float16", "float16", "float16"), ("float64", "float64", "float64")])
+@pytest.mark.parametrize("mask", [None, "bool", "float32"])
+def test_under_autocast_as_torch_runs_it(dtypes, mask):
+    """Inside torch.autocast PyTorch's SDPA casts query, key, value and a float mask to the region's dtype (all but
+    float64 ones) and returns that dtype: mixed dtypes, as a Linear under autocast gives next to an fp32 cache, are
+    taken; the output's dtype and values and the inputs' gradients (in their own dtypes) are PyTorch's."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=g).to(getattr(torch, dt)).requires_grad_()
+               for n, dt in zip((5, 7, 7), dtypes))
+    m = None if mask is None else (torch.rand(5, 7, generator=g) < 0.8 if mask == "bool" else torch.randn(5, 7))
+    if dtypes[0] == "float64" and mask == "float32":  # the mask cast to bf16, the float64 query not: both refuse
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with pytest.raises(RuntimeError, match="attn_mask"):
+                F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+            with pytest.raises(TypeError, match="attn_mask"):
+                sdpa(q, k, v, attn_mask=m)
+        return
+    out = {}
+    for name, f in (("torch", F.scaled_dot_product_attention), ("flashref", sdpa)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            o = f(q, k, v, attn_mask=m)
+        o.float().square().sum().backward()
+        out[name] = (o, *(t.grad for t in (q, k, v)))
+        for t in (q, k, v):
+            t.grad = None
+    want = torch.float64 if dtypes[0] == "float64" else torch.bfloat16
+    assert out["flashref"][0].dtype == out["torch"][0].dtype == want
+    for ours, theirs in zip(out["flashref"], out["torch"]):
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        tol = 1e-10 if want == torch.float64 else 0.1
+        torch.testing.assert_close(ours.float(), theirs.float(), atol=tol, rtol=tol)
