@@ -302,8 +302,7 @@ def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens):
         raise ValueError(f"V_pages: expected K_pages' shape {Kp.shape}, got {Vp.shape}")
     if Kp.shape[2] == 0:
         raise ValueError(f"K_pages: expected pages of at least one slot (page_size >= 1), got shape {Kp.shape}")
-    for a, name in ((Q, "Q"), (Kp, "K_pages"), (Vp, "V_pages")):
-        check_finite(a, name)
+    check_finite(Q, "Q")  # the pages are checked below, where a sequence reads them
     num_pages, page_size = Kp.shape[0], Kp.shape[2]
     want = f"integers of shape (B={B}, max_pages)"
     bt, L = _int_array(block_table, "block_table", want), check_cache_seqlens(cache_seqlens, B)
@@ -323,6 +322,14 @@ def _check_paged(Q, K_pages, V_pages, block_table, cache_seqlens):
             p = int(bad[0])
             raise ValueError(f"block_table: entry [{b}, {p}] = {int(used[p])} is out of range "
                              f"[0, num_pages={num_pages})")
+        # only the slots a sequence reads must be finite: a real cache's free pages and the slots past a
+        # sequence's length hold whatever memory held (NaN too), and forward_paged never loads them
+        for j, page in enumerate(used):
+            slots = min(page_size, int(L[b]) - j * page_size)
+            for a, name in ((Kp, "K_pages"), (Vp, "V_pages")):
+                if not np.isfinite(a[page, :, :slots]).all():
+                    raise ValueError(f"{name}: contains NaN or inf in page {int(page)}, slots 0-{slots - 1}, which "
+                                     f"sequence {b} reads (block_table[{b}, {j}])")
     dt = np.result_type(Q.dtype, Kp.dtype, Vp.dtype, np.float32)
     return Q.astype(dt), Kp.astype(dt), Vp.astype(dt), bt.astype(np.int64), L
 
@@ -382,7 +389,7 @@ def forward_paged(Q, K_pages, V_pages, block_table, cache_seqlens, **opts) -> Fo
     num_pages, ps = Kp.shape[0], Kp.shape[2]
     slopes_all = _slopes(opts.pop("alibi_slopes", None), (B, H), from_shapes=False)  # (B, H) or None
     # One problem for the batch: the options and Br do not depend on the sequence's length.
-    pb0, Br = paged_problem(Nq, 1, d, H, ps, alibi_slopes=slopes_all is not None, **opts)
+    pb0, Br = paged_problem(Nq, 1, d, H, ps, alibi_slopes=True if slopes_all is not None else None, **opts)
     # The cache as one HBM tensor per head: page p holds rows p·page_size … (p+1)·page_size − 1.
     K_cache = Kp.transpose(1, 0, 2, 3).reshape(H, num_pages * ps, d)  # (H, num_pages·ps, d)
     V_cache = Vp.transpose(1, 0, 2, 3).reshape(H, num_pages * ps, d)

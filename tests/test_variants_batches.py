@@ -212,6 +212,31 @@ def test_forward_paged_refuses_negative_lengths_and_empty_pages():
         decoding.forward_paged(Q, empty, empty, bt, np.zeros(3, int))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_forward_paged_checks_only_the_slots_it_reads(seed):
+    """NaN in a page no sequence reads, or in the slots past a sequence's length, changes nothing (a real cache holds
+    whatever memory held there); NaN or inf in a slot a sequence reads is refused, naming the page and the sequence."""
+    Q, Kp, Vp, bt, lens = _paged(seed)
+    want = decoding.forward_paged(Q, Kp, Vp, bt, lens)
+    ps = Kp.shape[2]
+    read = np.zeros(Kp.shape[0], int)  # slots of each page that some sequence reads
+    for b, n in enumerate(lens):
+        for j, page in enumerate(bt[b, : -(-int(n) // ps)]):
+            read[page] = max(read[page], min(ps, int(n) - j * ps))
+    Kn, Vn = Kp.copy(), Vp.copy()
+    for page, r in enumerate(read):
+        Kn[page, :, r:] = Vn[page, :, r:] = np.nan
+    got = decoding.forward_paged(Q, Kn, Vn, bt, lens)
+    assert np.array_equal(got.O, want.O) and got.io.reads == want.io.reads
+    for page in np.flatnonzero(read):
+        for X, name in ((Kn, "K_pages"), (Vn, "V_pages")):
+            bad = X.copy()
+            bad[page, 1, read[page] - 1, 0] = np.inf
+            with pytest.raises(ValueError, match=rf"{name}: contains NaN or inf in page {page}, .* which sequence"):
+                decoding.forward_paged(Q, bad if name == "K_pages" else Kn, bad if name == "V_pages" else Vn, bt,
+                                       lens)
+
+
 @pytest.mark.parametrize("slopes,exc,msg", [
     (np.array([np.nan, 0.5]), ValueError, "alibi_slopes: contains NaN or inf"),
     (np.array([np.inf, 0.5]), ValueError, "alibi_slopes: contains NaN or inf"),
