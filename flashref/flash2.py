@@ -579,7 +579,7 @@ def _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, where, extra):
     slopes = check_varlen_slopes(opts.get("alibi_slopes"), cq.size - 1, Hq)  # (B, Hq) or None
     # The option values, by the rules every entry point applies (only the slopes' presence is a field here).
     pb = Problem.from_shapes(where, extra, Nq=1, Nk=1, d=d, heads=Hq, kv_heads=Hkv,
-                             **dict(opts, alibi_slopes=slopes is not None))
+                             **dict(opts, alibi_slopes=True if slopes is not None else None))
     seq_opts = [opts if slopes is None else dict(opts, alibi_slopes=slopes[b]) for b in range(cq.size - 1)]
     return Q, K, V, cq, ck, pb, seq_opts
 

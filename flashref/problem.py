@@ -159,8 +159,10 @@ def _slopes(x, lead: tuple, from_shapes: bool):
     """ALiBi slopes broadcast to the leading (batch, head) axes ``lead`` (one slope per head)."""
     if x is None:
         return None
-    if from_shapes and (x is True or isinstance(x, (bool, np.bool_))):
-        return np.zeros(lead) if x else None
+    if from_shapes and isinstance(x, (bool, np.bool_)):
+        if not x:  # "no slopes" is None, as the simulator takes it; True is the shapes-only "there are slopes"
+            raise TypeError("alibi_slopes: expected None, True (there are slopes) or an array of slopes, got False")
+        return np.zeros(lead)
     a = np.asarray(x)
     if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)) or a.dtype == np.bool_:
         raise TypeError(f"alibi_slopes: expected a float array of per-head slopes, got dtype {a.dtype}")

@@ -94,6 +94,8 @@ PREDICT_FINDINGS = [
     (dict(dtype_bytes=0), ValueError, "dtype_bytes"),
     (dict(block_sizes=(0, 4)), ValueError, r"block_sizes\[0\]"),
     (dict(sram_size=-5), ValueError, "sram_size"),
+    # the second arc's: "no slopes" is None in both (predict had taken False as None, the simulator refused it)
+    (dict(alibi_slopes=False), TypeError, "alibi_slopes"),
 ]
 
 
