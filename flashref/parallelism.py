@@ -139,7 +139,10 @@ def resolve_num_splits(num_splits, heads: int, Tr: int, Tc: int, Nk: int, sms) -
     """Check ``num_splits`` (a positive int ≤ Nk) or pick one with :func:`choose_num_splits`."""
     sms = DEFAULT_SMS if sms is None else positive_int(sms, "sms")
     if num_splits is None:
-        return choose_num_splits(heads * Tr, Tc, Nk, sms)
+        items = heads * Tr  # work items without splitting
+        # a full wave already takes 1 split, however many items (choose_num_splits caps its items at 2**53, a count
+        # the caller never passed: its error would name "items", not heads or Nq)
+        return 1 if items >= sms else choose_num_splits(items, Tc, Nk, sms)
     return check_num_splits(num_splits, Nk)
 
 

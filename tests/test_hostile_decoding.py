@@ -217,3 +217,12 @@ def test_predict_varlen_names_a_length_given_as_an_option(name):
     """Before: _predict() got multiple values for keyword argument 'Nq'."""
     with pytest.raises(TypeError, match=rf"^iomodel.predict_varlen\('forward'\): {name} is each sequence's length"):
         iomodel.predict_varlen("forward", cu_seqlens_q=[0, 3], cu_seqlens_k=[0, 4], d=2, **{name: 3})
+
+
+@pytest.mark.parametrize("H,Nq,Nk,d", [(2 ** 40, 2 ** 20, 2 ** 20, 64), (2 ** 30, 2 ** 31 - 1, 2 ** 31 - 1, 256)])
+def test_more_work_items_than_2_53_is_one_split_and_counted_exactly(H, Nq, Nk, d):
+    """heads × query blocks past 2**53 had been refused by the split heuristic, naming "items", a count the caller
+    never passed. A full wave takes one split whatever its size: the count is the one head's, H times, exactly."""
+    many = iomodel.predict("decoding", "forward", Nq=Nq, Nk=Nk, d=d, heads=H)
+    one = iomodel.predict("decoding", "forward", Nq=Nq, Nk=Nk, d=d, heads=1, num_splits=1)
+    assert (many.reads, many.writes) == (H * one.reads, H * one.writes)
