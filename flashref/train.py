@@ -809,6 +809,9 @@ def _check_out(p, out: Path) -> None:
     if out.suffix.lower() == ".png":  # the JSON would be written there, then overwritten by the throughput plot
         p.error(f"--out: {out} names a PNG; name the JSON file to write (its figures go beside it: "
                 f"{out.stem}.png, {out.stem}-loss.png)")
+    blocker = next((a for a in reversed(out.parents) if a.exists() and not a.is_dir()), None)
+    if blocker is not None:  # mkdir would say "File exists", which hides the cause
+        p.error(f"--out: cannot write {out}: {blocker} is not a folder")
     try:  # the write that Recorder.flush does (a temporary file beside out), undone; out itself is untouched
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".json.tmp")

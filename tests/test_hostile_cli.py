@@ -46,7 +46,9 @@ def test_train_out_must_be_a_writable_file(tmp_path, no_run, capsys):
     assert "--out: " in _refused(base + ["--out", str(tmp_path)], capsys)  # a folder: was IsADirectoryError
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    assert "--out: cannot write" in _refused(base + ["--out", str(blocker / "run.json")], capsys)
+    # named: the file in the way (mkdir's own words were "File exists")
+    assert f"--out: cannot write {blocker / 'run.json'}: {blocker} is not a folder" in _refused(
+        base + ["--out", str(blocker / "run.json")], capsys)
     assert not no_run  # refused before the run
     assert not list(tmp_path.glob("*.tmp")) and not (tmp_path.parent / f"{tmp_path.name}.json.tmp").exists()
     good = tmp_path / "new" / "run.json"
