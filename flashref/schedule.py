@@ -335,6 +335,12 @@ KERNEL2_CTAS_PER_SM = {
 # for a causal call; every prediction written before check65's measurement had it empty (KERNEL2_CAUSAL_BEFORE_CHECK65).
 KERNEL2_CAUSAL_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
 KERNEL2_CAUSAL_BEFORE_CHECK65 = {"fwd": {}, "dkdv_atomic": {}}
+# Where the build for a call whose lengths fill every tile (the kernels' EVEN: no row masks on the loads) holds a
+# different count: kernel 2's non-causal dK/dV kernel at d = 32 took 159 registers a thread at N = 131072-393216 in
+# check69 (3 CTAs an SM) and 185 at every ragged length (2). _kernel2_ctas reads this table after the causal one; every
+# prediction written before check69's measurement had it empty (KERNEL2_EVEN_BEFORE_CHECK69).
+KERNEL2_EVEN_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
+KERNEL2_EVEN_BEFORE_CHECK69 = {"fwd": {}, "dkdv_atomic": {}}
 # Before check52 the counts were by head dim, measured at d = 64 and 128 only and the next larger's elsewhere: d = 32's
 # forward took 2 CTAs an SM where 3 run, and its dK/dV 1 where 2 run; d = 80 and 96's non-causal forward 1 where 2
 # run, d = 160's 1 where 2 run (figures/gpu/NOTES-l2.md, "Twenty-fifth round"). Kept for the predictions written with
@@ -385,10 +391,11 @@ def _ragged(k: ScanKernel, N_scan, B_scan, N_own, B_own) -> ScanKernel:
     return k
 
 
-def _kernel2_ctas(kind, d, tiles, causal=False):
+def _kernel2_ctas(kind, d, tiles, causal=False, even=False):
     """Kernel 2's CTAs per SM for a ``kind`` launch ("fwd", "dkdv_atomic") at head dim ``d`` with ``tiles``: the
     measured count of its key in KERNEL2_CTAS_PER_SM (KERNEL2_CAUSAL_CTAS_PER_SM first, for a ``causal`` call whose
-    build holds another count); a key not measured takes the count of the same tiles at the nearest padded head dim.
+    build holds another count, then KERNEL2_EVEN_CTAS_PER_SM for an ``even`` one: lengths that fill every tile); a key
+    not measured takes the count of the same tiles at the nearest padded head dim.
     KERNEL2_CTAS_PER_SM set to the table before check52 (keyed by head dim) gives that rule back."""
     from .gpu.config import pad_dim
 
@@ -398,6 +405,8 @@ def _kernel2_ctas(kind, d, tiles, causal=False):
     D, shape = pad_dim(d), (tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
     if causal and (D, *shape) in KERNEL2_CAUSAL_CTAS_PER_SM[kind]:
         return KERNEL2_CAUSAL_CTAS_PER_SM[kind][(D, *shape)]
+    if even and (D, *shape) in KERNEL2_EVEN_CTAS_PER_SM[kind]:
+        return KERNEL2_EVEN_CTAS_PER_SM[kind][(D, *shape)]
     if (D, *shape) in table:
         return table[(D, *shape)]
     same = [key for key in table if key[1:] == shape]
@@ -420,7 +429,8 @@ def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_f
     hf = cfg.heads_first if heads_first is None else heads_first
     launch = _launch(Tr, causal)
     return _ragged(ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                              sms * _kernel2_ctas("fwd", d, cfg.fwd, causal), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
+                              sms * _kernel2_ctas("fwd", d, cfg.fwd, causal, Nq % BM == 0 and Nk % BN == 0),
+                              _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                               launch, heads_first=hf, sms=sms), Nk, BN, Nq, BM)
 
 
@@ -429,8 +439,9 @@ def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagge
     cfg = _kernel2(d, causal)
     BM, BN = _blocks(blocks) or (cfg.dkdv.block_m, cfg.dkdv.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
+    even = Nq % BM == 0 and Nk % BN == 0  # the build without row masks (the kernels' EVEN)
     k = ScanKernel("flashref dK/dV (atomic dQ)", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d, 2 * BN * d * e,
-                   2 * BN * d * e, sms * _kernel2_ctas("dkdv_atomic", d, cfg.dkdv, causal),
+                   2 * BN * d * e, sms * _kernel2_ctas("dkdv_atomic", d, cfg.dkdv, causal, even),
                    _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
                    stagger=(BN // BM if BN >= BM else 1) if (stagger and not causal) else 0, sms=sms)
     return _ragged(k, Nq, BM, Nk, BN)
