@@ -403,7 +403,7 @@ def _autocast(*tensors):
     float64 ones (autocast leaves those), and returns that dtype. Cast with ``.to``, so gradients flow back in the
     inputs' own dtypes, as autocast's do."""
     device = tensors[0].device.type
-    if not torch.is_autocast_enabled(device):
+    if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):  # (no meta autocast)
         return tensors
     dtype = torch.get_autocast_dtype(device)
     return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
