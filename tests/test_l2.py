@@ -1203,10 +1203,11 @@ APART_HELD = _apart_rows(held_out=True)
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", APART_HELD,
                          ids=[f"{r[5]}-{r[1]}-{r[2]}" for r in APART_HELD])
 def test_apart_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, info):
-    """The rows held out of fit_apart (every call running FlashAttention-2's non-causal d = 64 backward, check22 on): 76
-    of 76 within 25%; with a lockstep backward 64 (check28's and check36's 4 x 262144, -25.7% and -30.3%, three of
-    check37's and two of check40's, drawn after the rule, -58% to -78%, check43's 1 x 8 x 196608, -37.1%, and check46's
-    4 x 2 x 196608 and 1 x 8 x 262144, -36.3% and -78.5%, and check48's 8 x 1 x 196608, -34.4%, out)."""
+    """The rows held out of fit_apart (every call running FlashAttention-2's non-causal d = 64 backward, check22 on).
+    Up to check48: 76 of 76 within 25%; with a lockstep backward 64 (check28's and check36's 4 x 262144, -25.7% and
+    -30.3%, three of check37's and two of check40's, drawn after the rule, -58% to -78%, check43's 1 x 8 x 196608,
+    -37.1%, and check46's 4 x 2 x 196608 and 1 x 8 x 262144, -36.3% and -78.5%, and check48's 8 x 1 x 196608, -34.4%,
+    out). The rows measured since that miss are APART_HELD_MISSES' (expected failures)."""
     err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
     _within_25_percent(err, (gpu, impl, shape, mode), APART_HELD_MISSES, 0.8)
 
@@ -1280,10 +1281,11 @@ HEAD_HELD = _head_rows(held_out=True)
                          ids=[f"{r[5]}-{r[1]}-{r[2]}" for r in HEAD_HELD])
 def test_head_reads_held_out_within_25_percent(impl, shape, mode, kw, measured, gpu, info):
     """The rows held out of fit_head_reads (every call running FlashAttention-2's non-causal d = 64 forward, check22
-    on): 152 of 152 within 25% (mean 6.1%); with a head's first pass read once 142 (mean 9.0%: check23's 1 x 8 x
-    163840, -28.5%, check37's 2 x 4 x 262144, -26.1%, four of check40's, drawn after the rule, -26% to -29%,
-    check43's 1 x 8 x 196608, -27.0%, check46's 8 x 1 x 131072 and 4 x 2 x 196608, -28.7% and -26.3%, and check48's
-    8 x 1 x 196608, -26.4%, out)."""
+    on). Up to check48: 152 of 152 within 25% (mean 6.1%); with a head's first pass read once 142 (mean 9.0%:
+    check23's 1 x 8 x 163840, -28.5%, check37's 2 x 4 x 262144, -26.1%, four of check40's, drawn after the rule, -26%
+    to -29%, check43's 1 x 8 x 196608, -27.0%, check46's 8 x 1 x 131072 and 4 x 2 x 196608, -28.7% and -26.3%, and
+    check48's 8 x 1 x 196608, -26.4%, out). The rows measured since that miss are APART_HELD_MISSES' (expected
+    failures: the H200's far past the knee, the d = 32 and 48 corners)."""
     err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
     _within_25_percent(err, (gpu, impl, shape, mode), APART_HELD_MISSES, 0.8)  # (the same call: its backward)
 
