@@ -391,6 +391,11 @@ def _ragged(k: ScanKernel, N_scan, B_scan, N_own, B_own) -> ScanKernel:
     return k
 
 
+def _even(Nq, Nk, BM, BN) -> bool:
+    """Whether the lengths fill every tile: kernel 2's build without row masks (the kernels' ``EVEN``)."""
+    return Nq % BM == 0 and Nk % BN == 0
+
+
 def _kernel2_ctas(kind, d, tiles, causal=False, even=False):
     """Kernel 2's CTAs per SM for a ``kind`` launch ("fwd", "dkdv_atomic") at head dim ``d`` with ``tiles``: the
     measured count of its key in KERNEL2_CTAS_PER_SM (KERNEL2_CAUSAL_CTAS_PER_SM first, for a ``causal`` call whose
@@ -429,7 +434,7 @@ def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_f
     hf = cfg.heads_first if heads_first is None else heads_first
     launch = _launch(Tr, causal)
     return _ragged(ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                              sms * _kernel2_ctas("fwd", d, cfg.fwd, causal, Nq % BM == 0 and Nk % BN == 0),
+                              sms * _kernel2_ctas("fwd", d, cfg.fwd, causal, _even(Nq, Nk, BM, BN)),
                               _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                               launch, heads_first=hf, sms=sms), Nk, BN, Nq, BM)
 
@@ -439,9 +444,8 @@ def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagge
     cfg = _kernel2(d, causal)
     BM, BN = _blocks(blocks) or (cfg.dkdv.block_m, cfg.dkdv.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
-    even = Nq % BM == 0 and Nk % BN == 0  # the build without row masks (the kernels' EVEN)
     k = ScanKernel("flashref dK/dV (atomic dQ)", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d, 2 * BN * d * e,
-                   2 * BN * d * e, sms * _kernel2_ctas("dkdv_atomic", d, cfg.dkdv, causal, even),
+                   2 * BN * d * e, sms * _kernel2_ctas("dkdv_atomic", d, cfg.dkdv, causal, _even(Nq, Nk, BM, BN)),
                    _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
                    stagger=(BN // BM if BN >= BM else 1) if (stagger and not causal) else 0, sms=sms)
     return _ragged(k, Nq, BM, Nk, BN)

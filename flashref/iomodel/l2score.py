@@ -217,6 +217,9 @@ ALL_OFF = Rule("every rule above off", {k: v for rule in RULES for k, v in rule.
                sum(rule.fitted for rule in RULES), "", D.IMPLS)
 
 
+ABLATED = RULES + (ALL_OFF,)  # what the ablation switches off: each rule in turn, then all of them
+
+
 _ABSENT = object()  # a name the resolved parameters lack (dram reads "partitions" with a default)
 
 
@@ -228,7 +231,7 @@ def _reads(r: Row):
     return prediction.total_bytes / r.measured - 1, whole, read
 
 
-def ablation(rows, errs=None, rules=RULES + (ALL_OFF,)) -> list[dict]:
+def ablation(rows, errs=None, rules=ABLATED) -> list[dict]:
     """For each rule: the rows within the band with the model whole and with that rule off, over every row and
     over the runs held out of the rule's fit. A row is predicted again only where the rule can change it: a row of
     the rule's implementations (a rule changes no other kernel; tests/test_l2score.py checks it) whose prediction
@@ -304,7 +307,7 @@ def main(argv=None) -> int:
         print(f"\nEach rule off in turn (whole model: {int(np.sum(np.abs(errs) <= BAND))} within,"
               f" mean |error| {np.mean(np.abs(errs)):.1%}):")
         print(f"  {'rule':40} {'fitted':>6} {'within':>7} {'mean':>6}   held out of its fit: within, off / whole")
-        for a in _ablation(rows, errs, RULES + (ALL_OFF,), reads):
+        for a in _ablation(rows, errs, ABLATED, reads):
             held = f"{a['held_within_off']:5d} / {a['held_within']} of {a['held_rows']}" if a["held_rows"] else ""
             print(f"  {a['rule']:40} {a['fitted']:6d} {a['within_off']:7d} {a['mean_off']:6.1%}   {held}")
     return 0
