@@ -69,7 +69,7 @@ def test_scorecard_counts_add_up(rows, errs):
 def _moved_by(rule, row, whole, read):
     """Whether ``rule`` off changes a parameter ``row``'s prediction read: the ablation's test for predicting again."""
     off = D.resolved_params(row.impl, d=row.kw["d"], causal=row.kw["causal"], gpu=row.gpu, params=rule.off)
-    return any(off.get(name, L._ABSENT) != whole.get(name, L._ABSENT) for name in read)
+    return L._moves(off, whole, read)
 
 
 @pytest.mark.parametrize("rule", L.RULES, ids=[r.name for r in L.RULES])

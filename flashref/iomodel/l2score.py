@@ -231,6 +231,12 @@ def _reads(r: Row):
     return prediction.total_bytes / r.measured - 1, whole, read
 
 
+def _moves(off, whole, read) -> bool:
+    """Whether the resolved parameters ``off`` differ from ``whole`` in a name of ``read``: where they do not, the
+    prediction that read those names is the same with ``off`` (``dram.dram_reads``)."""
+    return any(off.get(name, _ABSENT) != whole.get(name, _ABSENT) for name in read)
+
+
 def ablation(rows, errs=None, rules=ABLATED) -> list[dict]:
     """For each rule: the rows within the band with the model whole and with that rule off, over every row and
     over the runs held out of the rule's fit. A row is predicted again only where the rule can change it: a row of
@@ -259,7 +265,7 @@ def _ablation(rows, errs, rules, reads) -> list[dict]:
                 resolved[key] = D.resolved_params(r.impl, d=r.kw["d"], causal=r.kw["causal"], gpu=r.gpu,
                                                   params=rule.off)
             # a row whose prediction read no name the rule off changes is predicted as it was (dram_reads)
-            if any(resolved[key].get(name, _ABSENT) != whole.get(name, _ABSENT) for name in read):
+            if _moves(resolved[key], whole, read):
                 off[i] = errors([r], rule.off)[0]
     out = []
     for rule, off in zip(rules, offs):
