@@ -150,13 +150,26 @@ class ScanKernel:
         """``ranges`` as a (CTAs, 2) array of the bounds' own type (int64 for the builders'). numpy reads the flat
         list of bounds several times faster than the list of pairs, and the L2 scorecard reads tens of thousands of
         grids; ranges that are not all pairs (a grid edited by hand) are read as they are, for _checked to refuse."""
+        # Kept with the list it was read from: the checks, ``rolling``, ``diagonal_starts`` and the closed forms each
+        # ask for it, about five times a grid, and the scorecard's ablation lays out 140 thousand grids (a quarter of
+        # its time went here). A grid's ranges are a value, replaced and never edited in place (the builders, tests
+        # and notebooks all replace them); the array is read-only, so no caller can change what the next one reads.
+        kept = self.__dict__.get("_range_array")
+        if kept is not None and kept[0] is self.ranges and kept[1] == len(self.ranges):
+            return kept[2]
         try:
             pairs = set(map(len, self.ranges)) == {2}
         except TypeError:  # an entry without a length
             pairs = False
         if pairs:
-            return np.array(list(itertools.chain.from_iterable(self.ranges))).reshape(-1, 2)
-        return np.asarray(self.ranges)
+            r = np.array(list(itertools.chain.from_iterable(self.ranges))).reshape(-1, 2)
+        else:
+            r = np.asarray(self.ranges)
+        if r is self.ranges:  # an array given as ranges: read, not frozen
+            r = r.view()
+        r.flags.writeable = False
+        self.__dict__["_range_array"] = (self.ranges, len(self.ranges), r)
+        return r
 
     def span(self, lo, hi):
         """Scanned tiles lo..hi-1 of one head, counted in full tiles (the ragged last one as its share)."""

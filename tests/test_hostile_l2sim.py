@@ -154,6 +154,23 @@ def _kernel(**kw):
     return schedule.ScanKernel(**{**base, **kw})
 
 
+def test_range_array_follows_ranges_replaced_and_cannot_be_written():
+    """range_array is kept between calls (the closed forms ask for it about five times a grid): a grid whose ranges
+    are replaced reads the new ones, and the kept array refuses a write, so no caller can change what the next reads.
+    An array given as ranges is read, not frozen."""
+    k = _kernel()
+    first = k.range_array()
+    assert first.tolist() == [[0, 2], [0, 2]] and k.range_array() is first
+    with pytest.raises(ValueError, match="read-only"):
+        first[0, 0] = 1
+    k.ranges = [(0, 1), (1, 2)]
+    assert k.range_array().tolist() == [[0, 1], [1, 2]] and k.diagonal_starts
+    given = np.array([[0, 2], [0, 2]])
+    k.ranges = given
+    assert k.range_array().tolist() == [[0, 2], [0, 2]] and given.flags.writeable
+    assert D.scan_bytes(dataclasses.replace(k, ranges=[(0, 2), (0, 2)])) == D.scan_bytes(_kernel())
+
+
 def _list_schedule(steps, resident):
     """Start times by hand: the CTAs in grid order, each taking the slot that frees first."""
     free, start = [0] * resident, []
