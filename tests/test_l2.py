@@ -1872,31 +1872,34 @@ def test_profile_l2_splits_kernels_at_markers():
 
 
 def test_draw_validation_keeps_its_rule():
-    """check64, check65, check67 and check68 are draw_validation's sets for their seeds, and any draw keeps check41's
-    and check52's rules: five shapes of many heads at short N, five of few at long N, 2^16 <= B·H·N <= 2^21, four
-    corners of other head dims and lengths no tile divides (Nq != Nk never causal), none drawn before, the same set for
-    the same seed."""
+    """check64, check65, check67, check68 and check70 are draw_validation's sets for their seeds, and any draw keeps
+    check41's, check52's and check70's rules: five shapes of many heads at short N, few heads at long N (from the grid,
+    or by check70's rule at N a multiple of 1024 in LONG_N), 2^16 <= B·H·N <= 2^21, four corners of other head dims and
+    lengths no tile divides (Nq != Nk never causal), none drawn before, the same set for the same seed."""
     from flashref.gpu import l2profile as lp
     assert lp.draw_validation(20261253, "check64") == lp.CHECK64
     assert lp.draw_validation(20261254, "check65") == lp.CHECK65
     assert lp.draw_validation(20261255, "check67") == lp.CHECK67
     assert lp.draw_validation(20261256, "check68") == lp.CHECK68
+    assert lp.draw_validation(20261257, "check70", few=1, long=4) == lp.CHECK70
     seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
-    # check68 left one shape of the few-heads grid undrawn: a draw asks for no more than are left, or is refused
+    # check70 took the last shape of the few-heads grid: a draw asks for no more than are left, or is refused
     left = [(B, H, N, d, c) for B in (1, 2, 4, 8) for H in (1, 2, 4, 8) for N in lp.FEW_HEADS_N for d in (64, 128)
             for c in (False, True) if B * H <= 8 and B * H * N <= 2 ** 21 and (B, H, (N, N), d, c) not in seen]
-    assert len(left) == 1
-    with pytest.raises(ValueError, match="few: 5 shapes asked, but the few-heads grid has only 1 not drawn yet"):
-        lp.draw_validation(1, "x")
+    assert left == []
+    with pytest.raises(ValueError, match="few: 1 shapes asked, but the few-heads grid has only 0 not drawn yet"):
+        lp.draw_validation(1, "x", few=1)
     for seed in (1, 2, 3):
-        got = lp.draw_validation(seed, "x", few=1)
-        assert got == lp.draw_validation(seed, "x", few=1) and len({s[0] for s in got}) == len(got) == 10
-        many, few, corners = got[:5], got[5:6], got[6:]
-        assert [(B, H, N, d, c) for _, B, H, N, d, c in few] == left
+        got = lp.draw_validation(seed, "x", few=0, long=5)
+        assert got == lp.draw_validation(seed, "x", few=0, long=5) and len({s[0] for s in got}) == len(got) == 14
+        many, corners, few = got[:5], got[5:9], got[9:]  # check70's rule's few heads are drawn last
+        for _, B, H, N, d, _causal in few:
+            assert B in (1, 2, 4, 8) and 1 <= H <= 8 and B * H <= 8 and N % 1024 == 0
+            assert lp.LONG_N[0] <= N <= lp.LONG_N[1] and d in (64, 128) and 2 ** 16 <= B * H * N <= 2 ** 21
         for _, B, H, N, d, _causal in many + few:
             assert d in (64, 128) and 2 ** 16 <= B * H * N <= 2 ** 21
         assert all(H >= 8 and N <= 16384 for _, B, H, N, d, c in many)
-        assert all(B * H <= 8 and N >= 65536 for _, B, H, N, d, c in few)
+        assert all(B * H <= 8 and N >= lp.LONG_N[0] for _, B, H, N, d, c in few)
         for _, B, H, N, d, causal in corners:
             Nq, Nk = lp.lengths(N)
             assert d in lp.CORNER_D and Nq % 64 and Nk % 64 and B * H * max(Nq, Nk) <= 2 ** 21

@@ -938,6 +938,32 @@ CHECK69 = [
     ("check69_32_4x2x131072_causal", 4, 2, 131072, 32, True),
 ]
 
+# check70: the validation grid and four corners once more, draw_validation(20261257, "check70", few=1, long=4): the
+# few-heads grid's last shape, and four few-heads shapes by check70's rule, which widens that grid (LONG_N). Predicted
+# for both GPUs with the model of check69 (nothing refitted since check63) before any GPU measured them
+CHECK70 = [
+    ('check70_64_4x32x1024_causal', 4, 32, 1024, 64, True),
+    ('check70_128_8x16x8192', 8, 16, 8192, 128, False),
+    ('check70_128_1x16x4096', 1, 16, 4096, 128, False),
+    ('check70_64_8x32x2048_causal', 8, 32, 2048, 64, True),
+    ('check70_64_4x16x1024', 4, 16, 1024, 64, False),
+    ('check70_64_2x4x196608', 2, 4, 196608, 64, False),
+    ('check70_96_2x1x93479_causal', 2, 1, 93479, 96, True),
+    ('check70_160_1x7x9943x32661', 1, 7, (9943, 32661), 160, False),
+    ('check70_96_2x2x1956_causal', 2, 2, 1956, 96, True),
+    ('check70_96_4x6x1250', 4, 6, 1250, 96, False),
+    ('check70_128_8x1x86016', 8, 1, 86016, 128, False),
+    ('check70_128_1x7x144384', 1, 7, 144384, 128, False),
+    ('check70_128_1x2x80896_causal', 1, 2, 80896, 128, True),
+    ('check70_64_1x7x75776_causal', 1, 7, 75776, 64, True),
+]
+
+# Not a blind set, a sweep: check69 found the d = 32 knee sharper than the model's, on both sides (FlashAttention-2 and
+# kernel 2 read 24-68% less below it, kernel 2 twice as much past it). One head's K and V at d = 32 are 128 bytes a
+# key; at a fixed 2^21 tokens these five lengths put them at 4 to 64 MiB, across the H200's 60 MB. Predicted with the
+# model of check69 before measuring; what a later rule for d = 32 would be fitted on, or checked against.
+KNEE32 = [(f"knee32_{N}", 1, 2 ** 21 // N, N, 32, False) for N in (32768, 65536, 131072, 262144, 524288)]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -970,7 +996,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
           "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
-          "check68": CHECK68, "check69": CHECK69,
+          "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
@@ -992,9 +1018,12 @@ MANY_HEADS_N = (1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)  # one a
 FEW_HEADS_N = (65536, 98304, 131072, 196608, 262144, 393216)
 CORNER_D = (32, 80, 96, 160, 192, 256)
 CORNER_H = (1, 2, 3, 5, 6, 7, 12, 16, 24, 32)
+# check70's rule, for few heads at long N once the few-heads grid ran out (check68 left one shape of it): N a multiple
+# of 1024 (so flashref runs kernel 3), log-uniform in LONG_N; H from 1 to 8 (odd counts among them), B·H <= 8
+LONG_N = (32768, 524288)
 
 
-def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners: int = 4) -> list:
+def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners: int = 4, long: int = 0) -> list:
     """A blind set drawn with ``numpy.random.default_rng(seed)``, its shapes named ``<prefix>_<d>_<B>x<H>x<N>``:
 
     * ``many`` shapes of many heads at short N: B from 1, 2, 4, 8; H from 8, 16, 32; N from MANY_HEADS_N;
@@ -1003,9 +1032,12 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
     both with d = 64 or 128, causal or not, 2^16 <= B·H·N <= 2^21 (check41's rule); and ``corners`` shapes by
     check52's rule: d from CORNER_D, B from 1, 2, 4, 8, H from CORNER_H, N log-uniform in 1000-200000 and not a
     multiple of 64 (flashref then runs kernel 2), one in three with Nq != Nk (drawn alike; never causal), B·H·N <=
-    2^21. A shape of a group listed before ``prefix`` in GROUPS (of every group, for a set not yet listed) is drawn
-    again. The two grids are finite and each set takes shapes out of them (check68 left one of the few-heads grid): a
-    count larger than the shapes left is refused with a ValueError naming ``many`` or ``few``."""
+    2^21; then ``long`` shapes of few heads at long N by check70's rule: B from 1, 2, 4, 8, H from 1 to 8, B·H <= 8,
+    N a multiple of 1024 log-uniform in LONG_N, d = 64 or 128, causal or not, 2^16 <= B·H·N <= 2^21 (drawn last, so
+    that ``long=0``, the default, draws every earlier set as it was). A shape of a group listed before ``prefix`` in
+    GROUPS (of every group, for a set not yet listed) is drawn again. The two grids are finite and each set takes
+    shapes out of them (check68 left one of the few-heads grid): a count larger than the shapes left is refused with a
+    ValueError naming ``many`` or ``few``; ``long`` draws from about 400 lengths, which is what widens that grid."""
     import numpy as np  # only drawing a set needs it
 
     rng = np.random.default_rng(seed)
@@ -1052,6 +1084,13 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
         if Nk % 64 == 0 or Nq % 64 == 0 or B * H * max(Nq, Nk) > 2 ** 21:
             continue
         if take(B, H, (Nq, Nk) if pair else Nk, d, causal):
+            done += 1
+    done = 0
+    while done < long:
+        B, H = int(rng.choice((1, 2, 4, 8))), int(rng.integers(1, 9))
+        N = 1024 * round(math.exp(rng.uniform(math.log(LONG_N[0]), math.log(LONG_N[1]))) / 1024)
+        d, causal = int(rng.choice((64, 128))), bool(rng.integers(2))
+        if allowed(B, H, N, True) and take(B, H, N, d, causal):
             done += 1
     return out
 
