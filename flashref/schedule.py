@@ -384,6 +384,22 @@ FA2_CTAS_BEFORE_CHECK52 = {"fwd": {d: 2 for d in FA2_TILES_BEFORE_CHECK52["fwd"]
                            "bwd": {d: 1 for d in FA2_TILES_BEFORE_CHECK52["bwd"]}}
 
 
+# The head dims of FlashAttention-2's kernels that carry the two rules measured on its d = 64 kernel: its forward's heads
+# that roll in (``heads_roll_in``) and its backward's passes that come apart (``comes_apart``). FlashAttention-2 builds
+# one kernel per head dim of this table (``_pick``); its d = 32 kernel runs the d = 64 kernel's 128 x 128 tiles, and until
+# knee32 the rules followed the tiles (FA2_D64_RULES_BEFORE_KNEE32). knee32 measured the d = 32 kernel across its knee
+# (figures/gpu/NOTES-l2.md, "Thirty-sixth round"): its backward past the knee within 18% of the lockstep passes, where
+# the rule had it 2.6x and 27x over, and its forward 4-19 points closer to what it reads without its heads rolling in.
+# Those rules stand for a timing of the d = 64 kernel, not for its tiles.
+FA2_D64_RULES = (64,)
+FA2_D64_RULES_BEFORE_KNEE32 = (32, 64)
+
+
+def _fa2_kernel(d):
+    """The head dim of the FlashAttention-2 kernel that runs head dim ``d`` (the smallest of its table's at least d)."""
+    return min((k for k in FA2_TILES["fwd"] if k >= d), default=max(FA2_TILES["fwd"]))
+
+
 def _launch(Tr, causal):
     """The row block each program runs, in launch order: causal, the longest rows first (i = Tr - 1 - pid)."""
     return list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))
@@ -470,14 +486,15 @@ def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     d = 64 kernel (128 x 128 tiles) are half a scan apart from the second wave on, and those of the others (128 x 64
     at d = 96 and 128, 64 x 64 at d = 256) get there over the kernel's first waves (``drift_ramp``; why is open:
     figures/gpu/NOTES-l2.md, "Nineteenth round"). The d = 64 kernel's heads after the first read their K and V more
-    in their first pass than the lockstep pass says (``heads_roll_in``; "Twenty-first round")."""
+    in their first pass than the lockstep pass says (``heads_roll_in``; "Twenty-first round"; not the d = 32 kernel's,
+    which shares its tiles: FA2_D64_RULES)."""
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     BM, BN = _pick(FA2_TILES["fwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                    sms * _pick(FA2_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
                    descending=True, sms=sms, drift_ramp=(BM, BN) != FA2_TILES["fwd"][64],
-                   heads_roll_in=(BM, BN) == FA2_TILES["fwd"][64])
+                   heads_roll_in=_fa2_kernel(d) in FA2_D64_RULES)
     return _ragged(k, Nk, BN, Nq, BM)
 
 
@@ -509,14 +526,15 @@ def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     atomics. Past the knee the passes of its d = 64 kernel (128 x 128 tiles) come apart more the longer the kernel
     has run (``comes_apart``) where its CTAs scan the same query tiles (non-causal: ``ScanKernel.same_scans``);
     measured, the d = 128 kernel's do not, nor the causal d = 64 kernel's, whose columns end at their diagonals
-    (figures/gpu/NOTES-l2.md, "Twenty-first round")."""
+    (figures/gpu/NOTES-l2.md, "Twenty-first round"), nor the d = 32 kernel's on the same tiles ("Thirty-sixth
+    round": FA2_D64_RULES)."""
     BH, Nq, Nk, d, causal, e, sms = _shape(BH, Nq, Nk, d, causal, e, sms)
     BM, BN = _pick(FA2_TILES["bwd"], d)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
                    2 * BN * d * e, 2 * BN * d * e, sms * _pick(FA2_CTAS_PER_SM["bwd"], d),
                    _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms,
-                   comes_apart=(BM, BN) == FA2_TILES["bwd"][64])
+                   comes_apart=_fa2_kernel(d) in FA2_D64_RULES)
     return _ragged(k, Nq, BM, Nk, BN)
 
 

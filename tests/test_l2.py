@@ -1142,7 +1142,9 @@ SWAVES_HELD_MISSES = {
     # and check63's (drawn after the set, blind) at 4 x 4 x 98304 (-30%, forward+backward -28%): many heads at d = 160
     *(("h200", "sdpa_flash", "check63_160_4x4x98304_causal", mode) for mode in ("fwd", "fwd_bwd")),
     # and check64's causal d = 192 backward at 4 x 1 x 16094 (forward+backward +33%; its forward -8%)
-    ("h200", "sdpa_flash", "check64_192_4x1x16094_causal", "fwd_bwd")}
+    ("h200", "sdpa_flash", "check64_192_4x1x16094_causal", "fwd_bwd"),
+    # and check70's causal d = 96 walk at 2 x 1 x 93479 (+37%; forward+backward +20%)
+    ("h200", "sdpa_flash", "check70_96_2x1x93479_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1507,8 +1509,11 @@ AFTER_CHECK52_LAUNCHES = l2fit.runs_from("check54")
 # the sets predicted with the causal builds' own counts of kernel 2 (schedule.KERNEL2_CAUSAL_CTAS_PER_SM; check69's
 # causal d = 32 walk is the first such call predicted)
 AFTER_CHECK65_LAUNCHES = l2fit.runs_from("check66")
-# the sets predicted with the even build's own count of kernel 2 (schedule.KERNEL2_EVEN_CTAS_PER_SM): none yet
-AFTER_CHECK69_LAUNCHES = ()
+# the sets predicted with the even build's own count of kernel 2 (schedule.KERNEL2_EVEN_CTAS_PER_SM)
+AFTER_CHECK69_LAUNCHES = l2fit.runs_from("check70")
+# the sets predicted with FlashAttention-2's d = 64 kernel's rules on that kernel alone (schedule.FA2_D64_RULES): none
+# measured yet
+AFTER_KNEE32_RULES = ()
 
 
 def _as_predicted(pred, monkeypatch):
@@ -1530,6 +1535,8 @@ def _as_predicted(pred, monkeypatch):
         monkeypatch.setattr(schedule, "KERNEL2_CAUSAL_CTAS_PER_SM", schedule.KERNEL2_CAUSAL_BEFORE_CHECK65)
     if pred["shape"].split("_")[0] not in AFTER_CHECK69_LAUNCHES:  # before check69's even d = 32 dK/dV count
         monkeypatch.setattr(schedule, "KERNEL2_EVEN_CTAS_PER_SM", schedule.KERNEL2_EVEN_BEFORE_CHECK69)
+    if pred["shape"].split("_")[0] not in AFTER_KNEE32_RULES:  # the d = 64 kernel's rules on its tiles, d = 32's too
+        monkeypatch.setattr(schedule, "FA2_D64_RULES", schedule.FA2_D64_RULES_BEFORE_KNEE32)
     if pred["shape"].startswith("check5_") and pred["impl"] == "sdpa_flash":
         monkeypatch.setattr(schedule, "FA2_TILES", GUESSED_FA2_TILES)
     from flashref.gpu import kernel3
@@ -2183,7 +2190,12 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check68: the next seed's draw (today's model; the H200)
                  + _both_gpus("check68", rule={})
                  # check69: aimed at check67's d = 32 misses (today's model; the H200)
-                 + _both_gpus("check69", rule={}))
+                 + _both_gpus("check69", rule={})
+                 # check70: the next seed's draw, with check70's rule for few heads at long N (today's model; the H200)
+                 + _both_gpus("check70", rule={})
+                 # knee32: a d = 32 sweep across the knee at 2^21 tokens (today's model but the d = 64 kernel's rules on
+                 # FlashAttention-2's d = 32 kernel too, which it measured; the H200)
+                 + _both_gpus("knee32", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2562,6 +2574,18 @@ PREREGISTERED_MISSES = {
         ("flashref2", "32_4x2x196608", "fwd"), ("flashref2", "32_4x2x196608", "fwd_bwd"),
         ("flashref2", "32_2x1x393216", "fwd"), ("flashref2", "32_2x1x393216", "fwd_bwd"),
         ("flashref2", "32_2x2x150001x100001", "fwd"), ("flashref2", "48_2x4x131072", "fwd"))),
+    # check70's one miss: FlashAttention-2's causal d = 96 forward at 2 x 1 x 93479 (+37%; forward+backward +20%)
+    ("h200", "sdpa_flash", "check70_96_2x1x93479_causal", "fwd"),
+    # knee32 (predicted with the d = 64 kernel's rules on FlashAttention-2's d = 32 kernel): its backward past the knee
+    # did not come apart as the rule had it (+260%, +2683%); both forwards below the knee read less than the soft
+    # knee says (+30% to +67%); kernel 2's passes left lockstep past it (forward -41%, -53%; backward 16x and 50x
+    # the model: the chaotic class without a barrier)
+    *(("h200", impl, f"knee32_{N}", mode) for impl, N, mode in (
+        ("sdpa_flash", 65536, "fwd"), ("sdpa_flash", 131072, "fwd"), ("sdpa_flash", 262144, "fwd_bwd"),
+        ("sdpa_flash", 524288, "fwd"), ("sdpa_flash", 524288, "fwd_bwd"),
+        ("flashref2", 65536, "fwd_bwd"), ("flashref2", 131072, "fwd"), ("flashref2", 131072, "fwd_bwd"),
+        ("flashref2", 262144, "fwd"), ("flashref2", 262144, "fwd_bwd"), ("flashref2", 524288, "fwd"),
+        ("flashref2", 524288, "fwd_bwd"))),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
@@ -2599,7 +2623,12 @@ def test_kernel2_spills_are_gone():
                 assert (abs(err) > 0.25) == missed, (run, name, mode, err)
 
 
-FAR_MISSES = ("check26_128_1x1x65536_causal", "heads128_65536_h1", "heads128_81920_h1", "check47_128_1x1x49152_causal")
+# the listed misses further out than 2x, each with its bound: the staggered walk's lone heads at the knee (check26,
+# heads128: up to 6.1x; the H200's check47 before its refit: 3.8x), and knee32's FlashAttention-2 backward past the
+# knee with the d = 64 kernel's coming apart on the d = 32 kernel (3.6x and 27.8x; schedule.FA2_D64_RULES since)
+FAR_MISSES = {**dict.fromkeys(("check26_128_1x1x65536_causal", "heads128_65536_h1", "heads128_81920_h1",
+                               "check47_128_1x1x49152_causal"), 8.0),
+              "knee32_262144": 4.0, "knee32_524288": 30.0}
 
 
 @pytest.mark.parametrize("pred,measured,params,gpu", PREREGISTERED,
@@ -2613,9 +2642,8 @@ def test_preregistered_predictions(pred, measured, params, gpu, monkeypatch):
     assert iomodel.dram(pred["impl"], pred["mode"], **kw, params=params, gpu=gpu).total_bytes == pytest.approx(
         pred["predicted_bytes"])
     err = pred["predicted_bytes"] / measured - 1
-    # a listed miss stays within 2x of the measurement, but the staggered walk's lone heads at the knee (check26,
-    # heads128: up to 6.1x; the H200's check47 before its refit: 3.8x), bounded at 8x
-    bound = 8.0 if pred["shape"] in FAR_MISSES else 2.0
+    # a listed miss stays within 2x of the measurement, but those of FAR_MISSES within their own bounds
+    bound = FAR_MISSES.get(pred["shape"], 2.0)
     _within_25_percent(err, _miss_key(pred, gpu), PREREGISTERED_MISSES, bound, "pre-registered miss")
 
 
