@@ -384,13 +384,13 @@ FA2_CTAS_BEFORE_CHECK52 = {"fwd": {d: 2 for d in FA2_TILES_BEFORE_CHECK52["fwd"]
                            "bwd": {d: 1 for d in FA2_TILES_BEFORE_CHECK52["bwd"]}}
 
 
-# The head dims of FlashAttention-2's kernels that carry the two rules measured on its d = 64 kernel: its forward's heads
-# that roll in (``heads_roll_in``) and its backward's passes that come apart (``comes_apart``). FlashAttention-2 builds
-# one kernel per head dim of this table (``_pick``); its d = 32 kernel runs the d = 64 kernel's 128 x 128 tiles, and until
-# knee32 the rules followed the tiles (FA2_D64_RULES_BEFORE_KNEE32). knee32 measured the d = 32 kernel across its knee
-# (figures/gpu/NOTES-l2.md, "Thirty-sixth round"): its backward past the knee within 18% of the lockstep passes, where
-# the rule had it 2.6x and 27x over, and its forward 4-19 points closer to what it reads without its heads rolling in.
-# Those rules stand for a timing of the d = 64 kernel, not for its tiles.
+# The head dims of FlashAttention-2's kernels that carry the two rules measured on its d = 64 kernel: its forward's
+# heads that roll in (``heads_roll_in``) and its backward's passes that come apart (``comes_apart``). FlashAttention-2
+# builds one kernel per head dim of its table (``_fa2_kernel``); its d = 32 kernel runs the d = 64 kernel's 128 x 128
+# tiles, and until knee32 the rules followed the tiles (FA2_D64_RULES_BEFORE_KNEE32). knee32 measured the d = 32 kernel
+# across its knee (figures/gpu/NOTES-l2.md, "Thirty-sixth round"): its backward past the knee within 18% of the lockstep
+# passes, where the rule had it 3.6x and 27.8x over, and its forward 4-19 points closer to what it reads without its
+# heads rolling in. Those rules stand for a timing of the d = 64 kernel (d = 48 runs it too), not for its tiles.
 FA2_D64_RULES = (64,)
 FA2_D64_RULES_BEFORE_KNEE32 = (32, 64)
 
