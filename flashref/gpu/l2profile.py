@@ -964,6 +964,20 @@ CHECK70 = [
 # model of check69 before measuring; what a later rule for d = 32 would be fitted on, or checked against.
 KNEE32 = [(f"knee32_{N}", 1, 2 ** 21 // N, N, 32, False) for N in (32768, 65536, 131072, 262144, 524288)]
 
+# check71 (aimed, not drawn): knee32 found FlashAttention-2's d = 32 backward past the knee reading what the lockstep
+# passes say, where the d = 64 kernel's passes come apart; the rule now goes with that kernel (schedule.FA2_D64_RULES),
+# which d = 48 runs too. d = 32 past the knee at other heads, batches and lengths, one with fewer queries than keys;
+# d = 48 past it, where the rule stays. Predicted with that model before measuring.
+CHECK71 = [
+    ("check71_32_2x2x393216", 2, 2, 393216, 32, False),
+    ("check71_32_1x3x327680", 1, 3, 327680, 32, False),
+    ("check71_32_2x3x262144", 2, 3, 262144, 32, False),
+    ("check71_32_2x2x131072x393216", 2, 2, (131072, 393216), 32, False),
+    ("check71_32_1x1x786432", 1, 1, 786432, 32, False),
+    ("check71_48_1x4x262144", 1, 4, 262144, 48, False),
+    ("check71_48_2x1x393216", 2, 1, 393216, 48, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -996,7 +1010,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
           "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
-          "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32,
+          "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
