@@ -978,6 +978,26 @@ CHECK71 = [
     ("check71_48_2x1x393216", 2, 1, 393216, 48, False),
 ]
 
+# check72: the validation grid and four corners once more, draw_validation(20261258, "check72", few=0, long=5): the
+# few heads all by check70's rule. Predicted for both GPUs with the model of check71 (the d = 64 kernel's rules on that
+# kernel alone; nothing refitted since check63) before any GPU measured them
+CHECK72 = [
+    ('check72_64_8x32x1024_causal', 8, 32, 1024, 64, True),
+    ('check72_128_4x8x4096', 4, 8, 4096, 128, False),
+    ('check72_128_1x32x4096_causal', 1, 32, 4096, 128, True),
+    ('check72_128_4x16x6144', 4, 16, 6144, 128, False),
+    ('check72_64_1x32x3072_causal', 1, 32, 3072, 64, True),
+    ('check72_80_1x7x1247_causal', 1, 7, 1247, 80, True),
+    ('check72_32_8x32x5839', 8, 32, 5839, 32, False),
+    ('check72_160_2x2x1061_causal', 2, 2, 1061, 160, True),
+    ('check72_96_2x2x55567', 2, 2, 55567, 96, False),
+    ('check72_128_1x2x427008', 1, 2, 427008, 128, False),
+    ('check72_128_1x4x414720', 1, 4, 414720, 128, False),
+    ('check72_64_1x3x262144', 1, 3, 262144, 64, False),
+    ('check72_64_1x1x421888', 1, 1, 421888, 64, False),
+    ('check72_128_1x1x179200', 1, 1, 179200, 128, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1011,6 +1031,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
           "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
           "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
+          "check72": CHECK72,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
