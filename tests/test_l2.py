@@ -683,7 +683,9 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               # and check58's at 2 x 2 x 393216 (blind): the H100 read 42.2 GB, the H200 21.5, the model 19.0
               ("h100", "sdpa_flash", "check58_128_2x2x393216"),
               # and check59's at 4 x 1 x 393216 on the H200 (blind): 77.4 GB, the model 18.7 (-76%)
-              ("h200", "sdpa_flash", "check59_128_4x1x393216")}
+              ("h200", "sdpa_flash", "check59_128_4x1x393216"),
+              # and check72's at 1 x 4 x 414720 on the H200 (blind): 66.1 GB, the model 21.0 (-68%)
+              ("h200", "sdpa_flash", "check72_128_1x4x414720")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -709,7 +711,11 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and check59's on the H200: 4 x 1 x 393216 (CAME_APART: -76%, forward+backward -41%) and
                     # 1 x 8 x 262144 (-35%)
                     *(("h200", "sdpa_flash", "check59_128_4x1x393216", mode) for mode in ("fwd", "fwd_bwd")),
-                    ("h200", "sdpa_flash", "check59_128_1x8x262144", "fwd")}
+                    ("h200", "sdpa_flash", "check59_128_1x8x262144", "fwd"),
+                    # and check72's on the H200 (blind): 1 x 2 x 427008 (-38%) and 1 x 4 x 414720 (CAME_APART: -68%,
+                    # forward+backward -33%)
+                    ("h200", "sdpa_flash", "check72_128_1x2x427008", "fwd"),
+                    *(("h200", "sdpa_flash", "check72_128_1x4x414720", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -2209,7 +2215,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # FlashAttention-2's d = 32 kernel too, which it measured; the H200)
                  + _both_gpus("knee32", rule={})
                  # check71: aimed at those rules on the d = 64 kernel alone (today's model; the H200)
-                 + _both_gpus("check71", rule={}))
+                 + _both_gpus("check71", rule={})
+                 # check72: the next seed's draw, every few-heads shape by check70's rule (today's model; the H200)
+                 + _both_gpus("check72", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2611,6 +2619,10 @@ PREREGISTERED_MISSES = {
         "32_2x2x393216", "32_1x3x327680", "32_2x3x262144", "32_1x1x786432", "48_1x4x262144", "48_2x1x393216")
       for mode in ("fwd", "fwd_bwd")),
     ("h200", "flashref2", "check71_32_2x2x131072x393216", "fwd"),
+    # check72's three: FlashAttention-2's non-causal d = 128 forward far past the knee (-38%, -68%; forward+backward
+    # -33%), the class whose waves come apart by amounts that change from run to run (check66)
+    *(("h200", "sdpa_flash", f"check72_128_{shape}", mode) for shape, mode in (
+        ("1x2x427008", "fwd"), ("1x4x414720", "fwd"), ("1x4x414720", "fwd_bwd"))),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
