@@ -386,7 +386,7 @@ FA2_CTAS_BEFORE_CHECK52 = {"fwd": {d: 2 for d in FA2_TILES_BEFORE_CHECK52["fwd"]
 
 # The head dims of FlashAttention-2's kernels that carry the two rules measured on its d = 64 kernel: its forward's
 # heads that roll in (``heads_roll_in``) and its backward's passes that come apart (``comes_apart``). FlashAttention-2
-# builds one kernel per head dim of its table (``_fa2_kernel``); its d = 32 kernel runs the d = 64 kernel's 128 x 128
+# builds one kernel per head dim of its table (``_key``); its d = 32 kernel runs the d = 64 kernel's 128 x 128
 # tiles, and until knee32 the rules followed the tiles (FA2_D64_RULES_BEFORE_KNEE32). knee32 measured the d = 32 kernel
 # across its knee (figures/gpu/NOTES-l2.md, "Thirty-sixth round"): its backward past the knee within 18% of the lockstep
 # passes, where the rule had it 3.6x and 27.8x over, and its forward 4-19 points closer to what it reads without its
@@ -395,18 +395,19 @@ FA2_D64_RULES = (64,)
 FA2_D64_RULES_BEFORE_KNEE32 = (32, 64)
 
 
-def _fa2_kernel(d):
-    """The head dim of the FlashAttention-2 kernel that runs head dim ``d`` (the smallest of its table's at least d)."""
-    return min((k for k in FA2_TILES["fwd"] if k >= d), default=max(FA2_TILES["fwd"]))
-
-
 def _launch(Tr, causal):
     """The row block each program runs, in launch order: causal, the longest rows first (i = Tr - 1 - pid)."""
     return list(range(Tr - 1, -1, -1)) if causal else list(range(Tr))
 
 
+def _key(table, d):
+    """The head dim of ``table`` (a kernel's, keyed by head dim) whose build runs head dim ``d``: the smallest at least
+    d, else the largest."""
+    return min((k for k in table if k >= d), default=max(table))
+
+
 def _pick(table, d):
-    return table[min((k for k in table if k >= d), default=max(table))]
+    return table[_key(table, d)]
 
 
 def _share(N, B):
@@ -494,7 +495,7 @@ def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     k = ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                    sms * _pick(FA2_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
                    descending=True, sms=sms, drift_ramp=(BM, BN) != FA2_TILES["fwd"][64],
-                   heads_roll_in=_fa2_kernel(d) in FA2_D64_RULES)
+                   heads_roll_in=_key(FA2_TILES["fwd"], d) in FA2_D64_RULES)
     return _ragged(k, Nk, BN, Nq, BM)
 
 
@@ -534,7 +535,7 @@ def fa2_bwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     k = ScanKernel("FA2 flash_bwd_dq_dk_dv_loop_seqk_parallel", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d,
                    2 * BN * d * e, 2 * BN * d * e, sms * _pick(FA2_CTAS_PER_SM["bwd"], d),
                    _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)), descending=True, sms=sms,
-                   comes_apart=_fa2_kernel(d) in FA2_D64_RULES)
+                   comes_apart=_key(FA2_TILES["bwd"], d) in FA2_D64_RULES)
     return _ragged(k, Nq, BM, Nk, BN)
 
 

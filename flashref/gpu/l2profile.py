@@ -1072,7 +1072,7 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
     that ``long=0``, the default, draws every earlier set as it was). A shape of a group listed before ``prefix`` in
     GROUPS (of every group, for a set not yet listed) is drawn again. The two grids are finite and each set takes
     shapes out of them (check68 left one of the few-heads grid): a count larger than the shapes left is refused with a
-    ValueError naming ``many`` or ``few``; ``long`` draws from about 400 lengths, which is what widens that grid."""
+    ValueError naming ``many`` or ``few``; ``long`` draws from 481 lengths, which is what widens that grid."""
     import numpy as np  # only drawing a set needs it
 
     rng = np.random.default_rng(seed)
