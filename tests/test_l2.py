@@ -1932,6 +1932,20 @@ def test_draw_validation_keeps_its_rule():
         assert not {(B, H, lp.lengths(N), d, c) for _, B, H, N, d, c in got} & seen
 
 
+@pytest.mark.parametrize("kw,error,match", [
+    (dict(long=-1), ValueError, "long: expected a non-negative integer"),
+    (dict(long=1.5), TypeError, "long: expected a non-negative integer"),
+    (dict(many=True), TypeError, "many: expected a non-negative integer"),
+    (dict(corners="4"), TypeError, "corners: expected a non-negative integer"),
+    (dict(long=10 ** 6), ValueError, "long: 1000000 shapes asked, but the long-N rule's grid has only")])
+def test_draw_validation_names_a_bad_count(kw, error, match):
+    """A count that is not a non-negative integer, or more shapes than check70's rule has left (the draw would loop
+    for ever), is refused naming the count."""
+    from flashref.gpu import l2profile as lp
+    with pytest.raises(error, match=match):
+        lp.draw_validation(1, "x", **{"few": 0, **kw})
+
+
 @pytest.mark.parametrize("argv,name", [(["--impls", "flashref,cudnn"], "--impls"), (["--groups", "gird"], "--groups"),
                                        (["--gpu", "a100"], "--gpu"), (["--only", "nosuch"], "--only"),
                                        (["--repeat", "0"], "--repeat"), (["--budget", "-1"], "--budget"),

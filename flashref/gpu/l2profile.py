@@ -1075,6 +1075,10 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
     ValueError naming ``many`` or ``few``; ``long`` draws from 481 lengths, which is what widens that grid."""
     import numpy as np  # only drawing a set needs it
 
+    from .._numbers import _nonnegative_int
+
+    many, few, corners, long = (_nonnegative_int(n, name) for n, name in
+                                ((many, "many"), (few, "few"), (corners, "corners"), (long, "long")))
     rng = np.random.default_rng(seed)
     # the shapes of every group before the set (all of them for a new set): a set drawn and listed in GROUPS draws the
     # same again, whatever sets were listed after it (an aimed set may measure a drawn set's shape again)
@@ -1095,14 +1099,17 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
     def allowed(B, H, N, few_heads):
         return (B * H <= 8 or not few_heads) and 2 ** 16 <= B * H * N <= 2 ** 21
 
-    for name, count, Bs, Hs, Ns in (("many", many, (1, 2, 4, 8), (8, 16, 32), MANY_HEADS_N),
-                                    ("few", few, (1, 2, 4, 8), (1, 2, 4, 8), FEW_HEADS_N)):
-        # the grid is finite and every set takes shapes out of it: refuse a count the shapes left cannot meet (the
-        # draw below would loop for ever), naming what is left
-        left = sum(allowed(B, H, N, name == "few") and (B, H, (N, N), d, c) not in seen
+    def room(name, count, Bs, Hs, Ns, grid):
+        """The grids are finite and every set takes shapes out of them: refuse a count the shapes left cannot meet
+        (the draw would loop for ever), naming what is left."""
+        left = sum(allowed(B, H, N, name != "many") and (B, H, (N, N), d, c) not in seen
                    for B in Bs for H in Hs for N in Ns for d in (64, 128) for c in (False, True))
         if count > left:
-            raise ValueError(f"{name}: {count} shapes asked, but the {name}-heads grid has only {left} not drawn yet")
+            raise ValueError(f"{name}: {count} shapes asked, but the {grid} has only {left} not drawn yet")
+
+    for name, count, Bs, Hs, Ns in (("many", many, (1, 2, 4, 8), (8, 16, 32), MANY_HEADS_N),
+                                    ("few", few, (1, 2, 4, 8), (1, 2, 4, 8), FEW_HEADS_N)):
+        room(name, count, Bs, Hs, Ns, f"{name}-heads grid")
         done = 0
         while done < count:
             B, H, N = int(rng.choice(Bs)), int(rng.choice(Hs)), int(rng.choice(Ns))
@@ -1120,6 +1127,7 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
             continue
         if take(B, H, (Nq, Nk) if pair else Nk, d, causal):
             done += 1
+    room("long", long, (1, 2, 4, 8), range(1, 9), range(LONG_N[0], LONG_N[1] + 1, 1024), "long-N rule's grid")
     done = 0
     while done < long:
         B, H = int(rng.choice((1, 2, 4, 8))), int(rng.integers(1, 9))
