@@ -2698,6 +2698,27 @@ def test_preregistered_predictions(pred, measured, params, gpu, monkeypatch):
     _within_25_percent(err, _miss_key(pred, gpu), PREREGISTERED_MISSES, bound, "pre-registered miss")
 
 
+def test_knee_speed_record_is_the_scripts():
+    """figures/gpu/h200-knee-speed.json (examples/knee_speed.py on an H200): every shape, head dim and mode the script
+    times, each row's ratio and TFLOP/s its own times', and the kernel that ran the one the dispatcher picks by head
+    dim (kernel 2 at d = 32, kernel 3 at d = 64). The README's sentence on it quotes the d = 32 row past the knee."""
+    spec = importlib.util.spec_from_file_location("knee_speed", REPO / "examples" / "knee_speed.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rec = json.loads((REPO / "figures" / "gpu" / "h200-knee-speed.json").read_text())
+    assert rec["device"] == "NVIDIA H200" and rec["dtype"] == "float16" and rec["causal"] is False
+    got = [(r["B"], r["H"], r["N"], r["d"], r["mode"]) for r in rec["rows"]]
+    assert got == [(B, H, N, d, m) for d in mod.HEAD_DIMS for B, H, N in mod.SHAPES for m in ("fwd", "fwd_bwd")]
+    for r in rec["rows"]:
+        assert r["flashref_kernel"] == (2 if r["d"] < 64 else 3)
+        assert r["flashref_over_sdpa"] == pytest.approx(r["ms"]["flashref"] / r["ms"]["sdpa_flash"], rel=1e-12)
+        for name, ms in r["ms"].items():
+            assert r["tflops"][name] == pytest.approx(mod.flops(r["B"], r["H"], r["N"], r["d"], r["mode"]) / ms / 1e9)
+    past = next(r for r in rec["rows"] if (r["d"], r["N"], r["mode"]) == (32, 524288, "fwd_bwd"))
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert f"{past['ms']['flashref'] / 1000:.2f} s" in text and f"{past['flashref_over_sdpa']:.2f}x" in text
+
+
 def test_dram_speed_script_records_every_call(tmp_path):
     """examples/dram_speed.py (the timing recorded in figures/dram-speed-cpu.json) times one prediction of every
     implementation and mode at N = 131072; --quick runs each once at d = 64, causal and not, and records them all."""
