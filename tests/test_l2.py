@@ -2614,8 +2614,8 @@ PREREGISTERED_MISSES = {
     ("h200", "sdpa_flash", "check70_96_2x1x93479_causal", "fwd"),
     # knee32 (predicted with the d = 64 kernel's rules on FlashAttention-2's d = 32 kernel): its backward past the knee
     # did not come apart as the rule had it (+260%, +2683%); both forwards below the knee read less than the soft
-    # knee says (+30% to +67%); kernel 2's passes left lockstep past it (forward -41%, -53%; backward 16x and 50x
-    # the model: the chaotic class without a barrier)
+    # knee says (+30% to +67%); kernel 2's passes left lockstep past it (forward -41%, -53%; forward+backward 16x
+    # and 53x the model: the chaotic class without a barrier)
     *(("h200", impl, f"knee32_{N}", mode) for impl, N, mode in (
         ("sdpa_flash", 65536, "fwd"), ("sdpa_flash", 131072, "fwd"), ("sdpa_flash", 262144, "fwd_bwd"),
         ("sdpa_flash", 524288, "fwd"), ("sdpa_flash", 524288, "fwd_bwd"),
