@@ -998,6 +998,25 @@ CHECK72 = [
     ('check72_128_1x1x179200', 1, 1, 179200, 128, False),
 ]
 
+# check73: the validation grid and four corners once more, draw_validation(20261259, "check73", few=0, long=5), with
+# the model of check72 (nothing changed since), predicted for both GPUs before any GPU measured them
+CHECK73 = [
+    ('check73_64_8x8x8192_causal', 8, 8, 8192, 64, True),
+    ('check73_64_1x32x12288', 1, 32, 12288, 64, False),
+    ('check73_128_1x32x16384_causal', 1, 32, 16384, 128, True),
+    ('check73_128_8x8x1536', 8, 8, 1536, 128, False),
+    ('check73_64_1x16x12288_causal', 1, 16, 12288, 64, True),
+    ('check73_80_1x3x18082', 1, 3, 18082, 80, False),
+    ('check73_32_4x6x69283x10122', 4, 6, (69283, 10122), 32, False),
+    ('check73_80_8x24x1694_causal', 8, 24, 1694, 80, True),
+    ('check73_192_1x16x7835', 1, 16, 7835, 192, False),
+    ('check73_128_2x1x181248', 2, 1, 181248, 128, False),
+    ('check73_128_2x3x48128_causal', 2, 3, 48128, 128, True),
+    ('check73_128_1x7x299008', 1, 7, 299008, 128, False),
+    ('check73_64_8x1x55296_causal', 8, 1, 55296, 64, True),
+    ('check73_128_2x1x55296', 2, 1, 55296, 128, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1031,7 +1050,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
           "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
           "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
-          "check72": CHECK72,
+          "check72": CHECK72, "check73": CHECK73,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
