@@ -2232,7 +2232,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check71: aimed at those rules on the d = 64 kernel alone (today's model; the H200)
                  + _both_gpus("check71", rule={})
                  # check72: the next seed's draw, every few-heads shape by check70's rule (today's model; the H200)
-                 + _both_gpus("check72", rule={}))
+                 + _both_gpus("check72", rule={})
+                 # check73: the next seed's draw (today's model; the H200)
+                 + _both_gpus("check73", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
