@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as _dt
+import functools
 import io
 import json
 import math
@@ -1126,34 +1127,46 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
         if count > left:
             raise ValueError(f"{name}: {count} shapes asked, but the {grid} has only {left} not drawn yet")
 
+    def draw(count, candidate):
+        """Take ``count`` shapes not drawn before from ``candidate`` (one draw by a rule: a shape (B, H, N, d, causal),
+        or None where the rule refuses what it drew)."""
+        done = 0
+        while done < count:
+            shape = candidate()
+            if shape is not None and take(*shape):
+                done += 1
+
+    def log_uniform(lo, hi):
+        return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+    def grid_shape(Bs, Hs, Ns, few_heads):
+        B, H, N = int(rng.choice(Bs)), int(rng.choice(Hs)), int(rng.choice(Ns))
+        d, causal = int(rng.choice((64, 128))), bool(rng.integers(2))
+        return (B, H, N, d, causal) if allowed(B, H, N, few_heads) else None
+
+    def corner_shape():
+        B, H, d = int(rng.choice((1, 2, 4, 8))), int(rng.choice(CORNER_H)), int(rng.choice(CORNER_D))
+        Nk = int(round(log_uniform(1000, 200000)))
+        pair = rng.integers(3) == 0
+        Nq = int(round(log_uniform(1000, 200000))) if pair else Nk
+        causal = not pair and bool(rng.integers(2))
+        if Nk % 64 == 0 or Nq % 64 == 0 or B * H * max(Nq, Nk) > 2 ** 21:
+            return None
+        return B, H, (Nq, Nk) if pair else Nk, d, causal
+
+    def long_shape():
+        B, H = int(rng.choice((1, 2, 4, 8))), int(rng.integers(1, 9))
+        N = 1024 * round(log_uniform(*LONG_N) / 1024)
+        d, causal = int(rng.choice((64, 128))), bool(rng.integers(2))
+        return (B, H, N, d, causal) if allowed(B, H, N, True) else None
+
     for name, count, Bs, Hs, Ns in (("many", many, (1, 2, 4, 8), (8, 16, 32), MANY_HEADS_N),
                                     ("few", few, (1, 2, 4, 8), (1, 2, 4, 8), FEW_HEADS_N)):
         room(name, count, Bs, Hs, Ns, f"{name}-heads grid")
-        done = 0
-        while done < count:
-            B, H, N = int(rng.choice(Bs)), int(rng.choice(Hs)), int(rng.choice(Ns))
-            d, causal = int(rng.choice((64, 128))), bool(rng.integers(2))
-            if allowed(B, H, N, name == "few") and take(B, H, N, d, causal):
-                done += 1
-    done = 0
-    while done < corners:
-        B, H, d = int(rng.choice((1, 2, 4, 8))), int(rng.choice(CORNER_H)), int(rng.choice(CORNER_D))
-        Nk = int(round(math.exp(rng.uniform(math.log(1000), math.log(200000)))))
-        pair = rng.integers(3) == 0
-        Nq = int(round(math.exp(rng.uniform(math.log(1000), math.log(200000))))) if pair else Nk
-        causal = not pair and bool(rng.integers(2))
-        if Nk % 64 == 0 or Nq % 64 == 0 or B * H * max(Nq, Nk) > 2 ** 21:
-            continue
-        if take(B, H, (Nq, Nk) if pair else Nk, d, causal):
-            done += 1
+        draw(count, functools.partial(grid_shape, Bs, Hs, Ns, name == "few"))
+    draw(corners, corner_shape)
     room("long", long, (1, 2, 4, 8), range(1, 9), range(LONG_N[0], LONG_N[1] + 1, 1024), "long-N rule's grid")
-    done = 0
-    while done < long:
-        B, H = int(rng.choice((1, 2, 4, 8))), int(rng.integers(1, 9))
-        N = 1024 * round(math.exp(rng.uniform(math.log(LONG_N[0]), math.log(LONG_N[1]))) / 1024)
-        d, causal = int(rng.choice((64, 128))), bool(rng.integers(2))
-        if allowed(B, H, N, True) and take(B, H, N, d, causal):
-            done += 1
+    draw(long, long_shape)
     return out
 
 
