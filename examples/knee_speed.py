@@ -23,12 +23,6 @@ SHAPES = ((1, 16, 131072), (1, 4, 524288))
 HEAD_DIMS = (32, 64)
 
 
-def flops(B, H, N, d, mode):
-    """FlashAttention-2's convention: 4·B·H·N²·d for the forward, 2.5x that for the backward."""
-    fwd = 4 * B * H * N * N * d
-    return fwd if mode == "fwd" else 3.5 * fwd
-
-
 def _runner(fn, q, k, v, do, mode):
     """One timed call: the forward without autograd's graph, or the forward and its backward from ``do``."""
     import torch
@@ -57,6 +51,7 @@ def main(argv=None):
 
     from flashref import gpu
     from flashref.gpu import kernel3
+    from flashref.gpu.bench import flops  # FlashAttention-2's convention, as python -m flashref bench counts
 
     def sdpa(q, k, v):
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -82,7 +77,7 @@ def main(argv=None):
                         times[name].append(triton.testing.do_bench(fn, rep=args.rep, grad_to_none=[q, k, v]))
                 ms = {name: statistics.median(t) for name, t in times.items()}
                 row = dict(B=B, H=H, N=N, d=d, mode=mode, flashref_kernel=3 if ran else 2,
-                           ms=ms, tflops={n: flops(B, H, N, d, mode) / t / 1e9 for n, t in ms.items()},
+                           ms=ms, tflops={n: flops(mode, B, H, N, d, False) / t / 1e9 for n, t in ms.items()},
                            flashref_over_sdpa=ms["flashref"] / ms["sdpa_flash"])
                 rows.append(row)
                 print(f"d={d:3d} {B}x{H}x{N:<7d} {mode:8s} kernel {row['flashref_kernel']}  flashref "
