@@ -1018,6 +1018,43 @@ CHECK73 = [
     ('check73_128_2x1x55296', 2, 1, 55296, 128, False),
 ]
 
+# check74 and check75: the validation grid and four corners twice more, draw_validation(20261260, "check74", few=0,
+# long=5) and draw_validation(20261261, "check75", few=0, long=5), with the model of check72 and check73 (nothing
+# changed since), predicted for both GPUs before any GPU measured them
+CHECK74 = [
+    ('check74_128_2x16x12288', 2, 16, 12288, 128, False),
+    ('check74_64_8x32x8192', 8, 32, 8192, 64, False),
+    ('check74_64_2x8x12288_causal', 2, 8, 12288, 64, True),
+    ('check74_128_4x32x8192', 4, 32, 8192, 128, False),
+    ('check74_64_2x8x16384', 2, 8, 16384, 64, False),
+    ('check74_32_1x6x1435', 1, 6, 1435, 32, False),
+    ('check74_80_4x3x9634', 4, 3, 9634, 80, False),
+    ('check74_80_1x16x22979x72486', 1, 16, (22979, 72486), 80, False),
+    ('check74_256_1x6x12531', 1, 6, 12531, 256, False),
+    ('check74_128_4x2x101376_causal', 4, 2, 101376, 128, True),
+    ('check74_128_2x3x33792', 2, 3, 33792, 128, False),
+    ('check74_128_1x3x518144_causal', 1, 3, 518144, 128, True),
+    ('check74_64_2x3x39936_causal', 2, 3, 39936, 64, True),
+    ('check74_64_1x3x128000_causal', 1, 3, 128000, 64, True),
+]
+
+CHECK75 = [
+    ('check75_128_2x32x2048', 2, 32, 2048, 128, False),
+    ('check75_64_4x32x12288_causal', 4, 32, 12288, 64, True),
+    ('check75_64_1x32x2048', 1, 32, 2048, 64, False),
+    ('check75_128_8x8x1024_causal', 8, 8, 1024, 128, True),
+    ('check75_64_8x16x6144', 8, 16, 6144, 64, False),
+    ('check75_80_2x5x56338_causal', 2, 5, 56338, 80, True),
+    ('check75_256_2x3x95053x95562', 2, 3, (95053, 95562), 256, False),
+    ('check75_192_4x7x1599', 4, 7, 1599, 192, False),
+    ('check75_256_1x3x36269x1041', 1, 3, (36269, 1041), 256, False),
+    ('check75_64_1x4x198656', 1, 4, 198656, 64, False),
+    ('check75_64_4x2x39936_causal', 4, 2, 39936, 64, True),
+    ('check75_128_1x1x74752', 1, 1, 74752, 128, False),
+    ('check75_128_1x5x50176_causal', 1, 5, 50176, 128, True),
+    ('check75_64_2x3x161792', 2, 3, 161792, 64, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1051,7 +1088,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
           "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
           "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
-          "check72": CHECK72, "check73": CHECK73,
+          "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
