@@ -715,7 +715,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and check72's on the H200 (blind): 1 x 2 x 427008 (-38%) and 1 x 4 x 414720 (CAME_APART: -68%,
                     # forward+backward -33%)
                     ("h200", "sdpa_flash", "check72_128_1x2x427008", "fwd"),
-                    *(("h200", "sdpa_flash", "check72_128_1x4x414720", mode) for mode in ("fwd", "fwd_bwd"))}
+                    *(("h200", "sdpa_flash", "check72_128_1x4x414720", mode) for mode in ("fwd", "fwd_bwd")),
+                    # and check75's non-causal d = 256 forward at 2 x 3 x 95053 x 95562 (blind, +26%), as check52's
+                    ("h200", "sdpa_flash", "check75_256_2x3x95053x95562", "fwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1149,8 +1151,10 @@ SWAVES_HELD_MISSES = {
     *(("h200", "sdpa_flash", "check63_160_4x4x98304_causal", mode) for mode in ("fwd", "fwd_bwd")),
     # and check64's causal d = 192 backward at 4 x 1 x 16094 (forward+backward +33%; its forward -8%)
     ("h200", "sdpa_flash", "check64_192_4x1x16094_causal", "fwd_bwd"),
-    # and check70's causal d = 96 walk at 2 x 1 x 93479 (+37%; forward+backward +20%)
-    ("h200", "sdpa_flash", "check70_96_2x1x93479_causal", "fwd")}
+    # and check70's causal d = 96 walk at 2 x 1 x 93479 (+37%; forward+backward +20%), and check75's d = 80 (the same
+    # kernel) at 2 x 5 x 56338 (+37%; forward+backward -9%)
+    ("h200", "sdpa_flash", "check70_96_2x1x93479_causal", "fwd"),
+    ("h200", "sdpa_flash", "check75_80_2x5x56338_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -2236,7 +2240,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check72: the next seed's draw, every few-heads shape by check70's rule (today's model; the H200)
                  + _both_gpus("check72", rule={})
                  # check73: the next seed's draw (today's model; the H200)
-                 + _both_gpus("check73", rule={}))
+                 + _both_gpus("check73", rule={})
+                 # check74 and check75: the next two seeds' draws (today's model; the H200)
+                 + _both_gpus("check74", rule={}) + _both_gpus("check75", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2642,6 +2648,11 @@ PREREGISTERED_MISSES = {
     # -33%), the class whose waves come apart by amounts that change from run to run (check66)
     *(("h200", "sdpa_flash", f"check72_128_{shape}", mode) for shape, mode in (
         ("1x2x427008", "fwd"), ("1x4x414720", "fwd"), ("1x4x414720", "fwd_bwd"))),
+    # check74: 66 of 66. check75's two: FlashAttention-2's causal d = 80 forward at 2 x 5 x 56338 (+37%, as check70's
+    # d = 96 at 2 x 1 x 93479: the d = 96 kernel's causal walk near the knee reads less than the model) and its
+    # non-causal d = 256 forward at 2 x 3 x 95053 x 95562 (+26%, as check52's: the d = 256 walk past the knee)
+    ("h200", "sdpa_flash", "check75_80_2x5x56338_causal", "fwd"),
+    ("h200", "sdpa_flash", "check75_256_2x3x95053x95562", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
