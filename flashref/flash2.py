@@ -273,6 +273,14 @@ def forward(Q, K, V, **opts) -> ForwardResult:
                          block_sizes=(g.Br // G, g.Bc))
 
 
+def L_holds_log_l(L: np.ndarray) -> bool:
+    """Whether every finite ``L_i`` is small enough in magnitude to carry ``log ℓ_i`` (:func:`_check_L_holds_log_l`
+    says why it may not): a float's spacing at ``|L_i|`` at most 1/4."""
+    finite = np.abs(L[np.isfinite(L)])
+    with np.errstate(over="ignore"):  # the spacing at the dtype's largest finite value is inf: it does not hold
+        return not finite.size or bool(np.spacing(finite.max()) <= 0.25)
+
+
 def _check_L_holds_log_l(L: np.ndarray) -> None:
     """Refuse an ``L`` too large in magnitude to carry ``log ℓ``: the backward's ``P = exp(S − L)`` would be off.
 
@@ -281,13 +289,16 @@ def _check_L_holds_log_l(L: np.ndarray) -> None:
     swamps ``log ℓ_i ≤ log Nk``: L_i rounds to m_i and every recomputed P_ij comes out ℓ_i times too large
     (the forward is right: it divides by ℓ_i itself). FlashAttention-1 keeps m and ℓ apart and has no such
     limit. The threshold is a spacing of 1/4, where rounding log ℓ moves P by up to e^(1/8) − 1 = 13%."""
-    finite = np.abs(L[np.isfinite(L)])
-    if finite.size and np.spacing(finite.max()) > 0.25:
+    if not L_holds_log_l(L):
+        largest = np.abs(L[np.isfinite(L)]).max()
         raise FloatingPointError(
-            f"L: a row's log-sum-exp is {finite.max():.3g} in magnitude, too large for {L.dtype} to carry log ℓ "
+            f"L: a row's log-sum-exp is {largest:.3g} in magnitude, too large for {L.dtype} to carry log ℓ "
             "(its spacing exceeds 1/4), so P = exp(S − L) cannot be recomputed: every score of that row is huge. "
-            "Compute in float64 (Q.astype(np.float64), or query.double() at the torch front); where a mask was added "
-            "as finfo.min, mask with -inf (or a boolean mask); or use flash1 or standard, which keep m and ℓ apart")
+            # float64 is a cure only where its own spacing at |L_i| is fine (not for a float32 finfo.min mask)
+            + ("Compute in float64 (Q.astype(np.float64)); where" if np.spacing(np.float64(largest)) <= 0.25
+               and L.dtype != np.float64 else "Where")
+            + " a mask was added as finfo.min, mask with -inf (or a boolean mask); or use flash1 or standard, "
+            "which keep m and ℓ apart")
 
 
 @overflow_checked("dQ", "dK", "dV")

@@ -23,7 +23,11 @@ autograd function, so that autograd sums their gradients exactly as for PyTorch'
   ``SRAMOverflowError`` says that its head dim is value's ``Ev``, not one the caller passed for Q and K;
 * a boolean mask is the algorithms' ``mask``; a float mask is their ``bias`` (``standard`` and
   ``flash2`` only, which read it from HBM tile by tile). Either is an input of the autograd function
-  (the front's copy), read into numpy in its forward, so that torch.func sees it (below);
+  (the front's copy), read into numpy in its forward, so that torch.func sees it (below). A float mask
+  whose padded query rows are ``finfo.min`` throughout (as Hugging Face builds them) leaves flash2's one
+  statistic a row, ``L = m + log ℓ``, unable to carry ``log ℓ``; there the backward recomputes P with
+  ``standard``'s forward and runs ``standard``'s backward, and agrees with PyTorch (which reads such a row as
+  uniform weights);
 * the dropout seed is an input too, a 0-d int64 tensor, so that ``vmap`` may batch it (below).
 
 torch.func. The autograd function is written as PyTorch documents for functions that run numpy
@@ -338,9 +342,20 @@ class _AttentionGradients(torch.autograd.Function):
         Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
         O = O.detach().numpy()
         dO = _to_numpy(grad_out).astype(O.dtype)
-        args = (Q, K, V) + ((O,) if spec.backward_takes_O else ()) + (dO,) + tuple(t.detach().numpy() for t in stats)
+        stats = tuple(t.detach().numpy() for t in stats)
         bias_grad = mask_shape is not None
-        bwd = _run(spec.module.backward, E, *args, **opts, **_mask_arrays(attn_mask), seed=int(seed),
+        mask = _mask_arrays(attn_mask)
+        if spec.module is flash2 and not flash2.L_holds_log_l(stats[0]):
+            # flash2 keeps one statistic a row, L = m + log ℓ, and where a row's every score is huge (a float mask
+            # whose padded query rows are finfo.min throughout, as Hugging Face writes them) L cannot carry log ℓ:
+            # flash2.backward refuses it. PyTorch takes such a mask, so the front recomputes P with standard's forward
+            # and runs standard's backward, the same gradients by the same rule (its tiling options left out: they
+            # change the order of sums, not what is summed)
+            spec = ALGORITHMS["standard"]
+            opts = {k: v for k, v in opts.items() if k not in ("sram_size", "block_sizes", "gqa_packing")}
+            stats = (_run(standard.forward, E, Q, K, V, **opts, **mask, seed=int(seed)).P,)
+        args = (Q, K, V) + ((O,) if spec.backward_takes_O else ()) + (dO,) + stats
+        bwd = _run(spec.module.backward, E, *args, **opts, **mask, seed=int(seed),
                    **({"bias_grad": True} if bias_grad else {}))
         grads = tuple(_to_torch(g, like) for g, like in zip((bwd.dQ, bwd.dK, bwd.dV), (query, key, value)))
         if bias_grad:  # dBias has the problem's leading axes: summed over those the mask was broadcast along
