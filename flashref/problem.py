@@ -425,7 +425,10 @@ class Problem:
             for name in ("mask", "bias"):
                 v = opts.get(name)
                 if isinstance(v, np.ndarray) and v.ndim > 2:
-                    opts[name] = v.reshape((-1,) + v.shape[-2:])[:1]  # one head's worth: it fits any
+                    flat = v.reshape((-1,) + v.shape[-2:])
+                    # one head's worth: it fits any. An empty batch's has no head; a stand-in of its shape takes
+                    # its place (from shapes only a mask's or bias's presence changes the IO, not its values)
+                    opts[name] = flat[:1] if len(flat) else np.zeros((1,) + v.shape[-2:], v.dtype)
         heads = _nonnegative_int(heads, "heads")
         kv = opts.pop("kv_heads", None)
         # kv_heads = 0 only with heads = 0: in an empty batch K's leading axes multiply to 0 too

@@ -232,6 +232,24 @@ def test_empty_leading_axes_give_empty_results(lead):
     assert iomodel.predict("flash2", "forward", Nq=5, Nk=7, d=4, heads=heads).total == 0
 
 
+def test_a_grid_takes_an_empty_batchs_mask_as_the_forward_does():
+    """blocksparse.grid and iomodel.grid size block masks from shapes; a mask or bias of an empty batch, which every
+    forward takes, fits them too (it has no head to stand for the others), and gives the grid the forward runs on.
+    predict counts heads: at heads=1 such a mask does not fit, at heads=0 it does."""
+    mask, bias = np.ones((0, 2, 5, 7), bool), np.zeros((0, 5, 7))
+    x = np.zeros((0, 2, 5, 4))
+    xk = np.zeros((0, 2, 7, 4))
+    g = blocksparse.grid(5, 7, 4, mask=mask, block_sizes=(2, 3))
+    fwd = blocksparse.forward(x, xk, xk, np.ones((g.Tr, g.Tc), bool), mask=mask, block_sizes=(2, 3))
+    assert fwd.O.shape == x.shape and fwd.block_sizes == (g.Br, g.Bc) == (2, 3)
+    assert iomodel.grid("flash2", "forward", Nq=5, Nk=7, d=4, mask=mask, block_sizes=(2, 3)) == g
+    assert iomodel.grid("flash2", "forward", Nq=5, Nk=7, d=4, bias=bias) == \
+        iomodel.grid("flash2", "forward", Nq=5, Nk=7, d=4, bias=np.zeros((5, 7)))
+    assert iomodel.predict("flash2", "forward", Nq=5, Nk=7, d=4, heads=0, mask=mask).total == 0
+    with pytest.raises(ValueError, match="mask: shape .* heads=1"):
+        iomodel.predict("flash2", "forward", Nq=5, Nk=7, d=4, mask=mask)
+
+
 def test_every_backward_rejects_nan_and_inf():
     s, f1, f2 = standard.forward(Q, K, V), flash1.forward(Q, K, V), flash2.forward(Q, K, V)
     bad = dO.copy()

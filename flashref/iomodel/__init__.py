@@ -200,11 +200,14 @@ _GRIDS = {("flash1", "forward"): _flash1.grid, ("flash1", "backward"): _flash1_b
           ("decoding", "forward"): _decoding.grid}
 
 
-def grid(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int = 1, **opts) -> Grid:
+def grid(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int | None = None, **opts) -> Grid:
     """The tiling (Br, Bc, Tr, Tc) that ``algorithm``'s ``direction`` runs with, from shapes alone.
 
-    It takes :func:`predict`'s options; those that leave the grid as it is (``num_splits``, ``sms``,
-    ``block_mask``, ``bias_grad``) are still checked as ``predict`` checks them, so both refuse the same values."""
+    ``heads`` (the product of the leading axes) matters only where decoding picks its number of splits; left out,
+    it is one head, and a ``mask`` or ``bias`` may have any leading axes (an empty batch's included), as for
+    ``blocksparse.grid``. It takes :func:`predict`'s options; those that leave the grid as it is (``num_splits``,
+    ``sms``, ``block_mask``, ``bias_grad``) are still checked as ``predict`` checks them, so both refuse the same
+    values."""
     if (algorithm, direction) not in _GRIDS:
         raise ValueError(f"algorithm, direction: expected one of {sorted(_GRIDS)}, got {(algorithm, direction)!r}")
     where = f"iomodel.grid({algorithm!r}, {direction!r})"
