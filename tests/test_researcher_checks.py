@@ -6,6 +6,8 @@ reference sheet and notebooks 01-06 derive. No timing: counts only."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashref import blocks, blocksparse, decoding, flash1, flash1_bwd, flash2, iomodel, parallelism, standard
 from flashref.iomodel import blocksparse as io_bs
@@ -55,6 +57,37 @@ def test_flash1_docstring_totals(Nq, Nk, d, causal):
         for direction, r in (("forward", f), ("backward", b)):
             p = iomodel.predict("flash1", direction, Nq=Nq, Nk=Nk, d=d, causal=causal, block_sizes=bs)
             assert _pred(p) == _io(r) and p.by_line == r.io.by_line
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 300), st.integers(1, 40), st.integers(1, 40), st.booleans(),
+       st.integers(-1, 350), st.integers(-1, 350))
+def test_band_totals_sum_the_per_block_counts(Nq, Nk, Br, Bc, causal, L, R):
+    """iomodel.flash2.band_totals, the closed form predict uses, against the per-block lists it sums (written as a
+    loop over blocks), forward (rows of queries) and backward (rows of keys): columns loaded, rows × columns (a
+    bias's tiles), tiles, the blocks that load any and their rows. Reaches of -1 are unbounded (any ≥ Nq + Nk)."""
+    left, right = (Nq + Nk if x == -1 else x for x in (L, R))
+    right = min(right, 0) if causal else right
+    for n, B, m, C, lists, back, fwd in (
+            (Nq, Br, Nk, Bc, io_f2.kv_per_row_block(Nq, Nk, Br, Bc, causal, L, R), left, right),
+            (Nk, Bc, Nq, Br, io_f2.q_per_column_block(Nq, Nk, Br, Bc, causal, L, R), right, left)):
+        rows = [min(B, n - i * B) for i in range(len(lists))]
+        tiles = [cdiv(c, C) for c in lists]  # a block's columns start on a tile edge; only the last tile is ragged
+        assert io_f2.band_totals(n, B, m, C, back, fwd) == (
+            sum(lists), sum(r * c for r, c in zip(rows, lists)), sum(tiles), sum(c > 0 for c in lists),
+            sum(r for r, c in zip(rows, lists) if c > 0))
+
+
+def test_predict_at_the_longest_sequence():
+    """At N = 2^31 − 1 with 1 x 1 blocks (a row block a query, a column block a key) the causal forward loads
+    Σ_i (i + 1) = N(N + 1)/2 keys: predict sums its blocks in closed form (band_totals), not one by one."""
+    N, d = 2**31 - 1, 4
+    p = iomodel.predict("flash2", "forward", Nq=N, Nk=N, d=d, causal=True, block_sizes=(1, 1))
+    assert (p.reads, p.writes) == (N * d + 2 * d * N * (N + 1) // 2, N * d + N)
+    b = iomodel.predict("flash2", "backward", Nq=N, Nk=N, d=d, causal=True, block_sizes=(1, 1))
+    # key j is seen by queries j..N-1: Σ_j q_j = N(N + 1)/2 again, every key block visited
+    assert b.by_line["Alg.2 l.9"] == ((3 * d + 2) * N * (N + 1) // 2, 0)
+    assert b.by_line["Alg.2 l.6"] == (2 * d * N, 0)
 
 
 @pytest.mark.parametrize("Nq,Nk,d", RAGGED)

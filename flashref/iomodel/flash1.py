@@ -43,10 +43,10 @@ def visited_rows(Nq, Br, Tc, block_mask=None) -> int:
     """Σ over visited tiles (i, j) of r_i, the rows in row block i (``block_mask``: checked by the caller)."""
     # as predict checks them, and Python ints (numpy's small integers would wrap)
     Nq, Br, Tc = _nonnegative_int(Nq, "Nq", SEQ_LEN), positive_int(Br, "Br"), _nonnegative_int(Tc, "Tc")
+    if block_mask is None:  # every tile: each row once per column block
+        return Nq * Tc
     Tr = -(-Nq // Br)
-    r = np.array([min(Br, Nq - i * Br) for i in range(Tr)], dtype=np.int64)  # (Tr,)
-    if block_mask is None:
-        return int(r.sum()) * Tc
+    r = np.array([min(Br, Nq - i * Br) for i in range(Tr)], dtype=np.int64)  # (Tr,), as many as the mask's rows
     return int((r[:, None] * np.asarray(block_mask, dtype=bool)).sum())
 
 

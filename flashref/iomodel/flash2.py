@@ -54,6 +54,7 @@ but dK_j = dV_j = 0 are still written).
 from __future__ import annotations
 
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,7 +64,8 @@ from ..problem import SEQ_LEN, Problem
 from ..variants import band
 from . import Prediction, Tally
 
-__all__ = ["forward", "backward", "backward_without_queries", "kv_per_row_block", "q_per_column_block"]
+__all__ = ["forward", "backward", "backward_without_queries", "kv_per_row_block", "q_per_column_block",
+           "band_totals", "BandTotals"]
 
 _UNBOUNDED = 1 << 62
 
@@ -86,21 +88,26 @@ def _tiles(Nq, Nk, Br, Bc, causal, L, R):
     return Nq, Nk, Br, Bc, _bool(causal, "causal"), *reach
 
 
+def _block(a, b, m, C, back, fwd) -> tuple[int, int]:
+    """One block of rows [a, b] that sees the columns [a − back, b + fwd] of ``m``, loaded as whole tiles of ``C``
+    columns (the last ragged): ``(columns loaded, tiles loaded)``. The tiles run from ⌊max(0, a − back)/C⌋ to
+    ⌊min(m − 1, b + fwd)/C⌋; none where that range is empty."""
+    lo, hi = max(0, a - back), min(m - 1, b + fwd)
+    if hi < lo:
+        return 0, 0
+    return min(m, (hi // C + 1) * C) - (lo // C) * C, hi // C - lo // C + 1
+
+
 def kv_per_row_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> list[int]:
     """Keys loaded (K_j, V_j rows) for each row block i of the forward (``Br`` query positions).
 
     Row block i holds positions [a, b]; it sees keys [a − L, b + R] (R ≤ 0 if causal), so the
     tiles from ⌊max(0, a − L)/Bc⌋ to ⌊min(Nk − 1, b + R)/Bc⌋ are loaded, whole. ``L`` or ``R`` = -1 (or left
-    out) is unbounded, as in ``window=``; below -1 is refused.
+    out) is unbounded, as in ``window=``; below -1 is refused. (:func:`band_totals` sums these without a loop.)
     """
     Nq, Nk, Br, Bc, causal, L, R = _tiles(Nq, Nk, Br, Bc, causal, L, R)
     R = min(R, 0) if causal else R
-    out = []
-    for i in range(-(-Nq // Br)):
-        a, b = i * Br, min((i + 1) * Br, Nq) - 1
-        lo, hi = max(0, a - L), min(Nk - 1, b + R)
-        out.append(0 if hi < lo else min(Nk, (hi // Bc + 1) * Bc) - (lo // Bc) * Bc)
-    return out
+    return [_block(i * Br, min((i + 1) * Br, Nq) - 1, Nk, Bc, L, R)[0] for i in range(-(-Nq // Br))]
 
 
 def q_per_column_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> list[int]:
@@ -112,12 +119,64 @@ def q_per_column_block(Nq, Nk, Br, Bc, causal, L=_UNBOUNDED, R=_UNBOUNDED) -> li
     """
     Nq, Nk, Br, Bc, causal, L, R = _tiles(Nq, Nk, Br, Bc, causal, L, R)
     R = min(R, 0) if causal else R
-    out = []
-    for j in range(-(-Nk // Bc)):
-        c0, c1 = j * Bc, min((j + 1) * Bc, Nk)
-        lo, hi = max(0, c0 - R), min(Nq - 1, c1 - 1 + L)
-        out.append(0 if hi < lo else min(Nq, (hi // Br + 1) * Br) - (lo // Br) * Br)
-    return out
+    # the forward's rule with rows and columns swapped: key block j sees queries [c0 − R, c1 − 1 + L]
+    return [_block(j * Bc, min((j + 1) * Bc, Nk) - 1, Nq, Br, R, L)[0] for j in range(-(-Nk // Bc))]
+
+
+class BandTotals(NamedTuple):
+    """:func:`band_totals`: sums over the blocks of rows."""
+    loaded: int  # Σ columns loaded (Σ_i kv_i in the forward, Σ_j q_j in the backward)
+    weighted: int  # Σ rows × columns loaded (the bias's tiles)
+    tiles: int  # Σ tiles loaded
+    blocks: int  # blocks that load any column
+    rows: int  # Σ rows of those blocks
+
+
+def _floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """Σ_{t=0}^{n-1} ⌊(a·t + b)/m⌋ for integers n ≥ 0, m ≥ 1, a ≥ 0, b ≥ 0, in O(log m) steps.
+
+    The whole parts of a/m and b/m add ⌊a/m⌋·n(n−1)/2 + ⌊b/m⌋·n; what is left (a, b < m) counts the lattice points
+    under the line y = (a·t + b)/m, which counted along y instead is the same kind of sum with a and m swapped (the
+    Euclidean algorithm's step): n' = ⌊(a·n + b)/m⌋ terms, a' = m, m' = a, b' = (a·n + b) mod m."""
+    total = 0
+    while n > 0:
+        total += (a // m) * (n * (n - 1) // 2) + (b // m) * n
+        a, b = a % m, b % m
+        top = a * n + b
+        if top < m:  # every term left is 0
+            break
+        n, b, m, a = top // m, top % m, a, m
+    return total
+
+
+def band_totals(n: int, B: int, m: int, C: int, back: int, fwd: int) -> BandTotals:
+    """The per-block counts of :func:`kv_per_row_block` (rows n = Nq in blocks B = Br, columns m = Nk in tiles
+    C = Bc, back = L, fwd = R) or :func:`q_per_column_block` (n = Nk, B = Bc, m = Nq, C = Br, back = R, fwd = L),
+    summed in closed form: the predictions need only the sums, and a loop over row blocks takes minutes at
+    N = 2^31 with small blocks. Reaches are integers ≥ 0 (unbounded: any ≥ n + m).
+
+    Every block but the last holds B rows: block i sees columns from max(0, iB − back), whose tile index is 0 up to
+    i = ⌊back/B⌋ and ⌊(iB − back)/C⌋ after, to the tile of min(m − 1, iB + B − 1 + fwd), whose index plus one is
+    ⌊(iB + B − 1 + fwd)/C⌋ + 1 until it reaches Tc = ⌈m/C⌉, and Tc after. Blocks load columns while iB − back < m.
+    Each piece is a sum of ⌊(B·t + b)/C⌋ (:func:`_floor_sum`); the last block is added as :func:`_block` counts it.
+    """
+    T = -(-n // B)
+    if T == 0:
+        return BandTotals(0, 0, 0, 0, 0)
+    full, Tc = T - 1, -(-m // C)
+    E = min(full, (m - 1 + back) // B + 1) if m else 0  # blocks 0..E-1 of the full ones load columns
+    # first tile: 0 for blocks i < p1, ⌊(iB − back)/C⌋ from p1 on
+    p1 = min(E, back // B + 1)
+    first = _floor_sum(E - p1, C, B, p1 * B - back)
+    # one past the last tile: ⌊(iB + B − 1 + fwd)/C⌋ + 1 for blocks i < k, Tc (the ragged last tile) from k on
+    k = min(E, max(0, -(-(C * (Tc - 1) - (B - 1 + fwd)) // B)))
+    end = k + _floor_sum(k, C, B, B - 1 + fwd) + Tc * (E - k)
+    # columns: C per tile, but the last tile holds m − C·(Tc − 1) of them
+    loaded = C * (end - first) - (C * Tc - m) * (E - k)
+    last_rows = n - full * B
+    last, last_tiles = _block(full * B, n - 1, m, C, back, fwd)
+    return BandTotals(loaded=loaded + last, weighted=B * loaded + last_rows * last, tiles=end - first + last_tiles,
+                      blocks=E + (last > 0), rows=B * E + (last_rows if last > 0 else 0))
 
 
 def _loop(pb: Problem, g):
@@ -136,13 +195,12 @@ def forward(pb: Problem, **lowp_opts) -> Prediction:
     g = flash2.grid_forward(pb)
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
     heads, G, Br, L, R = _loop(pb, g)
-    kv = kv_per_row_block(Nq, Nk, Br, g.Bc, pb.causal, L, R)
+    kv = band_totals(Nq, Br, Nk, g.Bc, L, R)  # Σ_i kv_i, and Σ_i r_i·kv_i (r_i: block i's query positions)
     t = Tally(heads, pb.dtype_bytes)
     t.add("Alg.1 l.4", reads=G * Nq * d + (G * g.Tr if pb.alibi_slopes is not None else 0))
-    t.add("Alg.1 l.7", reads=2 * d * sum(kv))
-    if pb.bias is not None:
-        r = [G * (min((i + 1) * Br, Nq) - i * Br) for i in range(g.Tr)]  # loop rows of block i
-        t.add("Alg.1 l.8", reads=sum(r_i * kv_i for r_i, kv_i in zip(r, kv)))
+    t.add("Alg.1 l.7", reads=2 * d * kv.loaded)
+    if pb.bias is not None:  # G loop rows a query position
+        t.add("Alg.1 l.8", reads=G * kv.weighted)
     t.add("Alg.1 l.14", writes=G * Nq * d)
     t.add("Alg.1 l.15", writes=G * Nq)
     return t.prediction()
@@ -158,17 +216,16 @@ def backward(pb: Problem, bias_grad=False, **lowp_opts) -> Prediction:
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
     heads, G, Br, L, R = _loop(pb, g)
     t = Tally(heads, pb.dtype_bytes)
-    q = [G * qj for qj in q_per_column_block(Nq, Nk, Br, g.Bc, pb.causal, L, R)]  # loop rows
-    Bc_j = [g.cols(j)[1] - g.cols(j)[0] for j in range(g.Tc)]
-    visited = sum(1 for qj in q if qj > 0)
+    # the forward's sums with rows and columns swapped: Σ_j q_j (in query positions; G loop rows each), the column
+    # blocks visited and their keys, and Σ_j q_j·Bc_j (the bias's tiles)
+    q = band_totals(Nk, g.Bc, Nq, Br, R, L)
     t.add("Alg.2 l.3", writes=G * Nq * d)
     t.add("Alg.2 l.4", reads=2 * G * Nq * d, writes=G * Nq)
-    t.add("Alg.2 l.6", reads=2 * d * sum(b for b, qj in zip(Bc_j, q) if qj > 0)
-          + (G * visited if pb.alibi_slopes is not None else 0))
-    t.add("Alg.2 l.9", reads=(3 * d + 2) * sum(q))
+    t.add("Alg.2 l.6", reads=2 * d * q.rows + (G * q.blocks if pb.alibi_slopes is not None else 0))
+    t.add("Alg.2 l.9", reads=(3 * d + 2) * G * q.loaded)
     if pb.bias is not None:
-        t.add("Alg.2 l.10", reads=sum(qj * b for qj, b in zip(q, Bc_j)))
-    t.add("Alg.2 l.15", writes=d * sum(q))
+        t.add("Alg.2 l.10", reads=G * q.weighted)
+    t.add("Alg.2 l.15", writes=d * G * q.loaded)
     t.add("Alg.2 l.18", writes=2 * Nk * d)
     if bias_grad:  # [bias] dBias: every tile written once, dS_ij where visited and zeros where skipped
         t.add("dBias", writes=G * Nq * Nk)

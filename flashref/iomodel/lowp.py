@@ -25,7 +25,7 @@ from __future__ import annotations
 from .. import blocks, lowp
 from ..problem import Problem
 from . import Prediction, Tally
-from .flash2 import kv_per_row_block
+from .flash2 import band_totals
 
 __all__ = ["forward", "requested"]
 
@@ -38,8 +38,8 @@ def forward(pb: Problem, **opts) -> Prediction:
     Nq, Nk, d, causal = pb.Nq, pb.Nk, pb.d, pb.causal
     Br, Bc = blocks.resolve(pb, lambda r, c, dd: lowp.footprint(r, c, dd, scaled))
     Tr = -(-Nq // Br)
-    kv = kv_per_row_block(Nq, Nk, Br, Bc, causal)
-    nb = [-(-k // Bc) for k in kv]
+    # Σ_i kv_i and the K tiles they span (Nq + Nk: a reach without a bound; causal: none ahead)
+    kv = band_totals(Nq, Br, Nk, Bc, Nq + Nk, 0 if causal else Nq + Nk)
     fp8 = 1 if lp["qkv"] is not None else None
     t = Tally(pb.heads, pb.dtype_bytes)
     t.add("Alg.1 l.4", reads=Nq * d, dtype_bytes=fp8)
@@ -47,9 +47,9 @@ def forward(pb: Problem, **opts) -> Prediction:
         t.add("Alg.1 l.4 descales", reads=3 * Tr, dtype_bytes=lowp.SCALE_BYTES)
     elif lp["scaling"] == "block":
         t.add("Alg.1 l.4 descales", reads=Tr, dtype_bytes=lowp.SCALE_BYTES)
-    t.add("Alg.1 l.7", reads=2 * d * sum(kv), dtype_bytes=fp8)
+    t.add("Alg.1 l.7", reads=2 * d * kv.loaded, dtype_bytes=fp8)
     if lp["scaling"] == "block":
-        t.add("Alg.1 l.7 descales", reads=2 * sum(nb), dtype_bytes=lowp.SCALE_BYTES)
+        t.add("Alg.1 l.7 descales", reads=2 * kv.tiles, dtype_bytes=lowp.SCALE_BYTES)
     t.add("Alg.1 l.14", writes=Nq * d)
     t.add("Alg.1 l.15", writes=Nq)
     return t.prediction()

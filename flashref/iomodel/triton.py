@@ -12,9 +12,9 @@ Needs neither torch nor triton.
 
 from __future__ import annotations
 
-from .._numbers import at_most, positive_int
+from .._numbers import _bool, at_most, positive_int
 from ..problem import SEQ_LEN
-from .flash2 import kv_per_row_block, q_per_column_block
+from .flash2 import band_totals
 
 __all__ = ["kernel_model", "pad_dim", "dim_split", "padding_waste", "forward_padding_waste", "padding_table",
            "FA_TEST_HEAD_DIMS"]
@@ -88,10 +88,12 @@ def kernel_model(B, H, N, d, blocks, causal=False, e=2):
         raise ValueError(f"blocks: no {', '.join(missing)} tiles (expected {' and '.join(needed)})")
     blocks = {k: tuple(positive_int(x, f"blocks[{k!r}]") for x in blocks[k]) for k in needed}
     (fm, fn), (km, kn) = blocks["fwd"], blocks["dkdv_atomic" if atomic else "dkdv"]
-    pairs_dkdv = sum(q_per_column_block(N, N, km, kn, causal))  # (j, i) pairs, in rows of Q
+    reach = 2 * N  # a side without a bound (causal: none ahead)
+    ahead = 0 if _bool(causal, "causal") else reach
+    pairs_dkdv = band_totals(N, kn, N, km, ahead, reach).loaded  # (j, i) pairs, in rows of Q
     lines = {
         "fwd: Q_i": (N * d * e, 0),
-        "fwd: K_j, V_j per (i, j)": (2 * d * e * sum(kv_per_row_block(N, N, fm, fn, causal)), 0),
+        "fwd: K_j, V_j per (i, j)": (2 * d * e * band_totals(N, fm, N, fn, reach, ahead).loaded, 0),
         "fwd: O_i, L_i": (0, N * d * e + 4 * N),
         "D pre-pass": (2 * N * d * e, 4 * N + (4 * N * d if atomic else 0)),
         "dkdv: K_j, V_j": (2 * N * d * e, 0),
@@ -104,7 +106,7 @@ def kernel_model(B, H, N, d, blocks, causal=False, e=2):
     else:
         qm, qn = blocks["dq"]
         lines["dq: Q_i, dO_i, L_i, D_i"] = ((2 * d * e + 8) * N, 0)
-        lines["dq: K_j, V_j per (i, j)"] = (2 * d * e * sum(kv_per_row_block(N, N, qm, qn, causal)), 0)
+        lines["dq: K_j, V_j per (i, j)"] = (2 * d * e * band_totals(N, qm, N, qn, reach, ahead).loaded, 0)
         lines["dq: dQ_i"] = (0, N * d * e)
     heads = B * H
     reads = heads * sum(r for r, _ in lines.values())
