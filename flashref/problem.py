@@ -89,8 +89,9 @@ def check_options(opts: dict, allowed, where: str) -> None:
 
 #: The longest sequence (Nq, Nk) any entry point takes: GPU kernels index a sequence with 32-bit integers
 #: (``iomodel.dram.MAX_N``, the same bound). Checked by ``from_shapes`` and ``from_arrays`` alike, so ``predict``
-#: refuses what the simulator refuses, at once: its closed forms walk the row blocks, which for Nq = 10**12
-#: would take hours and gigabytes.
+#: refuses what the simulator refuses, at once. (FlashAttention-2's closed forms sum the row blocks without a loop,
+#: ``iomodel.flash2.band_totals``; the per-block lists, ``kv_per_row_block`` and the like, and a block mask have a
+#: term a block, which for Nq = 10**12 would take hours and gigabytes.)
 MAX_N = 2 ** 31 - 1
 
 

@@ -72,7 +72,7 @@ _UNBOUNDED = 1 << 62
 
 def _tiles(Nq, Nk, Br, Bc, causal, L, R):
     """The public tile counters' arguments checked as ``predict`` checks them, and made Python ints: numpy's small
-    integers would wrap (``np.uint8(255) * 3`` is 253), and a length past SEQ_LEN would loop for hours.
+    integers would wrap (``np.uint8(255) * 3`` is 253), and a list of a length past SEQ_LEN would take hours.
 
     A reach ``L``, ``R`` is an integer >= 0, or -1 for unbounded, as each side of ``window=`` is; a reach below -1
     is refused (it had counted no key at all, silently)."""
