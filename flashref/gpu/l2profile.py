@@ -1055,6 +1055,14 @@ CHECK75 = [
     ('check75_64_2x3x161792', 2, 3, 161792, 64, False),
 ]
 
+# knee96c (aimed, not drawn): three blind misses are FlashAttention-2's causal forward on its d = 96 kernel (which
+# d = 80 runs too), each +37%: check52's 4 x 7 x 27987 on the H100, check70's 2 x 1 x 93479 and check75's 2 x 5 x
+# 56338 on the H200, where check57's 4 x 4 x 32377 and check61's 2 x 2 x 131072 are within. A sweep of N across the
+# knee at 2^19 tokens (one head's K and V 6-96 MiB), d = 80 at two of its lengths, and the two H200 misses again.
+KNEE96C = ([(f"knee96c_96_{N}", 1, 2 ** 19 // N, N, 96, True) for N in (16384, 32768, 65536, 131072, 262144)]
+           + [(f"knee96c_80_{N}", 1, 2 ** 19 // N, N, 80, True) for N in (32768, 65536)]
+           + [("knee96c_96_2x1x93479", 2, 1, 93479, 96, True), ("knee96c_80_2x5x56338", 2, 5, 56338, 80, True)])
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1088,7 +1096,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
           "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
           "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
-          "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75,
+          "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75, "knee96c": KNEE96C,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
