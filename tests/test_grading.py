@@ -952,7 +952,8 @@ def test_the_lab_grades_only_what_a_kernel_stores(name, refused, says):
 
 @pytest.mark.parametrize("option, says", [
     (["--timeout", "-5"], "argument --timeout"), (["--timeout", "0"], "argument --timeout"),
-    (["--timeout", "nan"], "argument --timeout"), (["--seed", "-1"], "argument --seed"),
+    (["--timeout", "nan"], "argument --timeout"), (["--timeout", "1e10"], "argument --timeout"),
+    (["--seed", "-1"], "argument --seed"),
     (["--json", "{tmp}/no/such/dir/r.json"], "argument --json: no directory"),
     (["--json", "{tmp}"], "argument --json: {tmp} is a directory"),
     (["--exercise-instead"], "unrecognized arguments"),
@@ -966,7 +967,8 @@ def test_grade_options_are_checked(tmp_path, option, says):
 
 
 @pytest.mark.parametrize("kw, exc, says", [
-    ({"timeout": -1}, ValueError, "timeout: expected a positive, finite number of seconds"),
+    ({"timeout": -1}, ValueError, "timeout: expected a positive number of seconds up to 86400"),
+    ({"timeout": 1e10}, ValueError, "timeout: expected a positive number of seconds up to 86400"),
     ({"timeout": 0}, ValueError, "timeout: expected a positive"), ({"timeout": float("nan")}, ValueError, "timeout:"),
     ({"timeout": float("inf")}, ValueError, "timeout:"), ({"timeout": "abc"}, TypeError, "timeout:"),
     ({"timeout": True}, TypeError, "timeout:"), ({"seed": -1}, ValueError, "seed: expected a non-negative integer"),
@@ -995,6 +997,17 @@ def test_grade_takes_numpy_seed_and_integer_timeout():
     import numpy as np
     assert grading.check_seed(np.int64(3)) == 3 and grading.check_timeout(np.float32(2)) == 2.0
     assert grading.check_timeout(5) == 5.0 and grading.check_seed(None) is None
+    assert grading.check_timeout(grading.MAX_TIMEOUT) == 86400.0
+
+
+def test_a_timeout_left_out_is_the_exercises_own():
+    """No timeout: 30 s, and 120 s for the Triton lab (its kernel runs in the interpreter); one given is kept as given,
+    the lab's too (it was raised to 120 s without a word). The file here loops for ever: the limit is what stops it."""
+    assert grading.default_timeout(grading.get("02")) == 30.0
+    assert grading.default_timeout(grading.get("09")) == 120.0
+    pytest.importorskip("triton")
+    rep = grading.grade("09", FILES / "lab_loops_at_import.py", timeout=2)
+    assert rep.points == 0 and "ran past 2 s" in rep.message, rep.message
 
 
 def test_release_and_bundle_paths_are_checked(tmp_path):

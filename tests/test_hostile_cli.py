@@ -142,6 +142,31 @@ def test_bad_arguments_make_nothing(tmp_path, capsys):
     assert e.value.code == 2 and "argument --json: expected a file name" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["figures", "--only", "roofline", "--out", ""], "argument --out: expected a folder"),
+    (["profile-l2", "--predict", "--groups", "check74", "--out", ""], "argument --out: expected a folder"),
+    (["profile-l2", "--predict", "--groups", "check74", "--name", "a/b"], "argument --name: expected a file name"),
+    (["bench", "--rounds", "0"], "argument --rounds: expected a positive integer"),
+    (["bench", "--rep", "2", "--rounds", "3"], "argument --rounds: 3 rounds would leave less than 1 ms"),
+    (["bench", "--d", "0"], "argument --d: expected comma-separated positive integers"),
+    (["bench", "--d", ""], "argument --d: expected comma-separated positive integers"),
+    (["bench", "--d", "4096"], "argument --d: [4096] exceed the hidden size"),
+    (["bench", "--N", "99999999"], "argument --N: [99999999] do not divide"),
+    (["bench", "--modes", "xyz"], "argument --modes: expected some of fwd, fwd_bwd"),
+    (["bench", "--out", ""], "argument --out: expected a folder"),
+])
+def test_tools_refuse_a_bad_value_before_any_work(argv, says, tmp_path, capsys, monkeypatch):
+    """An empty --out wrote into the working folder without a word; bench ran its whole sweep before dividing by
+    --rounds 0 (and wrote empty results for --rounds -2, rows of batch 0 for an N past its tokens). Each is refused
+    by argparse, naming the flag, before any work (run from an empty folder: nothing may appear in it)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and says in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 # --------------------------------------------------------------------------- gpt
 
 @pytest.mark.parametrize("field,value,exc", [("n_head", 0, ValueError), ("n_embd", -4, ValueError),

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import _cli
+
 __all__ = ["Figure", "all_figures", "main"]
 
 
@@ -47,7 +49,7 @@ def main(argv=None) -> int:
     from ..plots import save
 
     ap = argparse.ArgumentParser(prog="python -m flashref figures", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=None, help="output folder (default: figures/)")
+    ap.add_argument("--out", type=_cli.folder, default=None, help="output folder (default: figures/)")
     ap.add_argument("--only", nargs="*", default=None, help="names of the figures to make")
     args = ap.parse_args(argv)
     out = args.out or default_dir()

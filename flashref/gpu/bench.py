@@ -44,6 +44,8 @@ import sys
 import time
 from pathlib import Path
 
+from .. import _cli
+
 # flashref: gpu.attention's own choice (kernel 3 where it takes the call, else 2); flashref2, flashref1: kernels 2, 1
 BACKENDS = ("flashref", "flashref2", "flashref1", "flash", "cudnn", "efficient", "math", "fa4", "flashref3")
 OPTIONAL = ("fa4", "flashref3")  # timed only where their package imports; not in the default --backends
@@ -543,29 +545,35 @@ def fa4_markdown(result, Ns=(4096, 8192, 16384)) -> str:
     return "\n".join(lines)
 
 
-def _ints(s):
-    return tuple(int(x) for x in s.split(",") if x)
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m flashref bench", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="figures/gpu")
-    p.add_argument("--d", type=_ints, default=(64, 96, 128, 256))
-    p.add_argument("--N", type=_ints, default=NS)
+    p.add_argument("--out", type=_cli.folder, default="figures/gpu")
+    p.add_argument("--d", type=_cli.positive_ints, default=(64, 96, 128, 256),
+                   help=f"head dims up to the hidden size {HIDDEN} (heads = {HIDDEN} // d: 21 at d = 96)")
+    p.add_argument("--N", type=_cli.positive_ints, default=NS,
+                   help=f"sequence lengths, each dividing the {TOKENS} tokens (batch = {TOKENS} / N)")
     p.add_argument("--causal", default="both", choices=("both", "true", "false"))
-    p.add_argument("--modes", type=lambda s: tuple(s.split(",")), default=("fwd", "fwd_bwd"))
-    p.add_argument("--backends", type=lambda s: tuple(s.split(",")),
-                   default=tuple(b for b in BACKENDS if b not in OPTIONAL))
-    p.add_argument("--mem-N", dest="mem_N", type=_ints, default=MEM_NS)
+    p.add_argument("--modes", type=_cli.choices("fwd", "fwd_bwd"), default=("fwd", "fwd_bwd"))
+    p.add_argument("--backends", type=_cli.choices(*BACKENDS), default=tuple(b for b in BACKENDS if b not in OPTIONAL))
+    p.add_argument("--mem-N", dest="mem_N", type=_cli.positive_ints, default=MEM_NS)
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
-    p.add_argument("--rep", type=int, default=120, help="do_bench repetition time per backend and shape, ms")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape (rep split among them)")
-    p.add_argument("--name", default=None, help="output stem (default: the device slug)")
+    p.add_argument("--rep", type=_cli.positive_int, default=120,
+                   help="do_bench repetition time per backend and shape, ms")
+    p.add_argument("--rounds", type=_cli.positive_int, default=3,
+                   help="interleaved timing rounds per shape (rep split among them, at least 1 ms each)")
+    p.add_argument("--name", type=_cli.stem, default=None, help="output stem (default: the device slug)")
     args = p.parse_args(argv)
-    for b in args.backends:
-        if b not in BACKENDS:
-            p.error(f"--backends: unknown backend {b!r}; choose from {BACKENDS}")
+    # the sweep holds the tokens fixed (batch = TOKENS / N: a length that does not divide them would change the work
+    # it compares, or leave no batch at all) and the hidden size as near as whole heads allow (one head at least)
+    bad = [N for N in args.N if TOKENS % N]
+    if bad:
+        p.error(f"argument --N: {bad} do not divide the {TOKENS} tokens")
+    bad = [d for d in args.d if d > HIDDEN]
+    if bad:
+        p.error(f"argument --d: {bad} exceed the hidden size {HIDDEN} (no whole head)")
+    if args.rep < args.rounds:
+        p.error(f"argument --rounds: {args.rounds} rounds would leave less than 1 ms of --rep {args.rep} each")
     return args
 
 

@@ -49,6 +49,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import _cli
+
 IMPLS = ("flashref", "sdpa_flash", "eager", "sdpa_cudnn", "flashref2")
 # (name, B, H, N, d, causal); N is Nq = Nk, or a pair (Nq, Nk) for queries and keys of different lengths
 GRID = [
@@ -1519,8 +1521,8 @@ def main(argv=None) -> int:
         _child(*argv[1:6])
         return 0
     p = argparse.ArgumentParser(prog="python -m flashref profile-l2", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="figures/gpu")
-    p.add_argument("--name", default=None, help="file stem (default: <device>-l2-grid)")
+    p.add_argument("--out", type=_cli.folder, default="figures/gpu")
+    p.add_argument("--name", type=_cli.stem, default=None, help="file stem (default: <device>-l2-grid)")
     p.add_argument("--impls", type=lambda s: tuple(s.split(",")), default=IMPLS)
     p.add_argument("--groups", type=lambda s: tuple(s.split(",")), default=("grid", "sweep"))
     p.add_argument("--only", type=lambda s: tuple(s.split(",")), default=None, help="shape names")

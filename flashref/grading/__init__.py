@@ -37,18 +37,32 @@ from . import harness, integrity, lab, oracle, report  # noqa: F401
 from .exercises import EXERCISES, Exercise, get
 from .report import Report
 
-__all__ = ["grade", "Report", "EXERCISES", "get", "check_path", "check_seed", "check_timeout"]
+__all__ = ["grade", "Report", "EXERCISES", "get", "check_path", "check_seed", "check_timeout", "default_timeout",
+           "MAX_TIMEOUT"]
 
 RTOL, ATOL = 1e-7, 1e-9
 
 
+#: The longest run a grade allows, in seconds (a day): past some 10^9 s the socket's timeout overflows the platform's
+#: time_t, and no exercise needs more than minutes.
+MAX_TIMEOUT = 86400.0
+
+
 def check_timeout(timeout, name: str = "timeout") -> float:
-    """Seconds a file may run: a positive, finite real number (the one rule of :func:`grade` and the CLI)."""
+    """Seconds a file may run: a positive real number, at most :data:`MAX_TIMEOUT` (the one rule of :func:`grade` and
+    the CLI)."""
     if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real):
-        raise TypeError(f"{name}: expected a positive, finite number of seconds, got {timeout!r}")
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"{name}: expected a positive, finite number of seconds, got {timeout!r}")
+        raise TypeError(f"{name}: expected a positive number of seconds up to {MAX_TIMEOUT:g}, got {timeout!r}")
+    if not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT:
+        raise ValueError(f"{name}: expected a positive number of seconds up to {MAX_TIMEOUT:g} (a day), got "
+                         f"{timeout!r}")
     return float(timeout)
+
+
+def default_timeout(ex: Exercise) -> float:
+    """The seconds a file of ``ex`` may run when no timeout is given: 30, and 120 for the Triton lab, whose kernel is
+    built and run in Triton's interpreter."""
+    return lab.DEFAULT_TIMEOUT if ex.kind == "triton" else harness.DEFAULT_TIMEOUT
 
 
 def check_seed(seed, name: str = "seed") -> int | None:
@@ -70,15 +84,17 @@ def check_path(path, name: str = "path") -> str:
     return fs
 
 
-def grade(exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT, instructor: bool = False) -> Report:
+def grade(exercise, path, *, seed=None, timeout: float | None = None, instructor: bool = False) -> Report:
     """Grade the file ``path`` on ``exercise`` (name or number). Never raises for a bad student file;
-    a bad ``path`` (not a str or os.PathLike), ``seed`` (not None or an integer >= 0) or ``timeout`` (not a
-    positive, finite number of seconds) raises a TypeError or ValueError naming it, before anything runs.
+    a bad ``path`` (not a str or os.PathLike), ``seed`` (not None or an integer >= 0) or ``timeout`` (not None or
+    a positive number of seconds up to a day) raises a TypeError or ValueError naming it, before anything runs.
+    ``timeout=None`` is the exercise's own (:func:`default_timeout`: 30 s, 120 s for the Triton lab).
 
     The report is the student's feedback. ``instructor=True`` adds what that feedback withholds because it is
     the answer (exercise 7: each case's least IO and the choices that reach it) in ``Report.instructor_notes``;
     only the solution copy grants it (the student copy raises a RuntimeError)."""
-    path, seed, timeout = check_path(path), check_seed(seed), check_timeout(timeout)
+    path, seed = check_path(path), check_seed(seed)
+    timeout = None if timeout is None else check_timeout(timeout)
     if instructor and not _budgets.have_solutions():
         raise RuntimeError("instructor: the instructor's view needs the solution copy (flashref/grading/solutions); "
                            "this is the student copy")
@@ -89,14 +105,16 @@ def grade(exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT
     return _grade(ex, path, seed=seed, timeout=timeout, instructor=instructor)
 
 
-def _grade(ex: Exercise, path, *, seed=None, timeout: float = harness.DEFAULT_TIMEOUT, baseline=None,
+def _grade(ex: Exercise, path, *, seed=None, timeout: float | None = None, baseline=None,
            instructor: bool = False) -> Report:
     """:func:`grade`, checking the grader's files against ``baseline`` (default: hashed now, before the run)."""
     budget = _budgets.budgets(ex.name)  # computed (or read) before the student's code starts
     if baseline is None:
         baseline = integrity.snapshot()
+    if timeout is None:
+        timeout = default_timeout(ex)
     if ex.kind == "triton":
-        rep = lab.grade(ex, path, timeout=max(timeout, 120.0), seed=seed)
+        rep = lab.grade(ex, path, timeout=timeout, seed=seed)
     else:
         rng = np.random.default_rng(seed)
         setups = [ex.setup(case, rng) for case in ex.cases]

@@ -81,7 +81,11 @@ def _wrong(name, got, want) -> str:
     return f"{name} wrong: {oracle.difference(got, want)}"
 
 
-def grade(ex, path, *, timeout=120.0, seed=None) -> Report:
+#: Seconds the lab's kernel may run when no timeout is given: Triton's interpreter builds and runs it on the CPU.
+DEFAULT_TIMEOUT = 120.0
+
+
+def grade(ex, path, *, timeout=DEFAULT_TIMEOUT, seed=None) -> Report:
     from .budgets import budgets
 
     budget = budgets(ex.name)
