@@ -1022,6 +1022,8 @@ def test_release_and_bundle_paths_are_checked(tmp_path):
              ("autograder", tmp_path / "afile" / "b.zip", "argument OUT.zip: ", "no directory"),
              # an existing file that is not a bundle this command wrote is left alone, not replaced by a zip
              ("autograder", tmp_path / "afile", "argument OUT.zip: ", "is not a Gradescope bundle"),
+             # a zip it writes, under the name it is given: a .tar name would hold a zip
+             ("autograder", tmp_path / "b.tar", "argument OUT.zip: ", "expected a .zip file name"),
              # inside a folder the copy is made from, it would copy itself into itself (until the path is too long)
              ("student-release", ROOT / "notebooks" / "release-here", "argument OUT_DIR: ", "copy itself into"),
              ("student-release", ROOT / "flashref" / "out", "argument OUT_DIR: ", "inside flashref/")]
@@ -1076,3 +1078,18 @@ def test_lab_says_which_output_is_wrong_and_how():
     assert _wrong("L", np.array([[0.75, -np.inf]]), L) == "L wrong: max error 0.25"  # -inf where -inf: no error
     assert _wrong("L", np.array([[0.5, 0.0]]), L) == "L wrong: max error inf"
     assert _wrong("O", np.zeros((2, 3)), np.zeros((3, 2))) == "O has shape (2, 3), expected (3, 2)"
+
+
+def test_the_json_report_is_standard_json_whatever_a_choice_returned():
+    """A choose_blocks that returns (nan, inf) put NaN and Infinity into grade --json's report, which strict parsers
+    (jq) refuse: every non-finite float is written as its name, a string."""
+    from flashref.grading.report import Report
+
+    rep = Report(exercise="07-choose-blocks", title="t",
+                 cases=[{"choice": (float("nan"), float("inf")), "io": None, "worst": -np.inf, "best": np.float64(2)}])
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    back = json.loads(rep.to_json(), parse_constant=refuse)
+    assert back["cases"] == [{"choice": ["nan", "inf"], "io": None, "worst": "-inf", "best": 2.0}]

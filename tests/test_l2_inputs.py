@@ -315,3 +315,14 @@ def test_l2_score_names_a_recorded_file_it_cannot_read(tmp_path, mutate, match):
     (tmp_path / "h100-l2-x.json").write_text(out if isinstance(out, str) else json.dumps(out))
     with pytest.raises(ValueError, match=f"folder: h100-l2-x.json .*{match}"):
         l2score.recorded_rows(tmp_path)
+
+
+@pytest.mark.parametrize("gpu, exc", [(None, TypeError), (3, TypeError), ("A100", ValueError)])
+def test_resolved_params_names_a_gpu_it_does_not_know(gpu, exc):
+    """resolved_params, public beside dram, checks gpu as dram does (it raised AttributeError on None and a bare
+    KeyError on 'a100')."""
+    with pytest.raises(exc, match="^gpu: expected"):
+        D.resolved_params("sdpa_flash", d=64, gpu=gpu)
+    with pytest.raises(exc, match="^gpu: expected"):
+        iomodel.dram("sdpa_flash", "fwd", B=1, H=1, Nq=128, Nk=128, d=64, gpu=gpu)
+    assert D.resolved_params("sdpa_flash", d=64, gpu="H200") == D.resolved_params("sdpa_flash", d=64, gpu="h200")

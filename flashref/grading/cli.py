@@ -100,6 +100,7 @@ def _write_main(argv, prog, description, metavar, check, write) -> int:
         write(out)
     except (OSError, RuntimeError, ValueError) as e:
         p.error(f"argument {metavar}: {e}")
+    print(f"wrote {out}")
     return 0
 
 

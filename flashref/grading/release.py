@@ -367,7 +367,7 @@ def check_release_dir(out_dir: str) -> None:
 
 
 def check_bundle_path(out_zip: str) -> None:
-    """Raise unless ``out_zip`` names a file that can be written in an existing directory."""
+    """Raise unless ``out_zip`` names a .zip file that can be written in an existing directory."""
     if os.path.isdir(out_zip):
         raise IsADirectoryError(f"{out_zip} is a directory: name the .zip file to write")
     folder = os.path.dirname(os.path.abspath(out_zip))
@@ -379,6 +379,8 @@ def check_bundle_path(out_zip: str) -> None:
     # overwrite a file of the user's (or the system's) with a zip.
     if os.path.exists(out_zip) and not _is_bundle(out_zip):
         raise FileExistsError(f"{out_zip} exists and is not a Gradescope bundle; remove it or name another file")
+    if not out_zip.lower().endswith(".zip") or os.path.basename(out_zip).lower() == ".zip":
+        raise ValueError(f"{out_zip}: expected a .zip file name (the bundle is a zip, as Gradescope takes it)")
 
 
 def _is_bundle(path: str) -> bool:

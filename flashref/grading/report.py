@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 
 #: How many of the last lines the student's code printed the report shows.
 PRINTED_LINES = 20
+
+
+def _finite(x):
+    """``x`` with every float that is not finite replaced by its name (``str(float)``: "nan", "inf", "-inf")."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 @dataclass
@@ -51,7 +63,9 @@ class Report:
         return d
 
     def to_json(self, path=None) -> str:
-        text = json.dumps(self.to_dict(), indent=2, default=str)
+        """The report as standard JSON (a NaN or infinity a student's code returned, say as a block size, is written
+        as the string "nan", "inf" or "-inf": JSON has no such number, and strict parsers refuse Python's NaN)."""
+        text = json.dumps(_finite(self.to_dict()), indent=2, default=str, allow_nan=False)
         if path is not None:
             with open(path, "w") as f:
                 f.write(text + "\n")

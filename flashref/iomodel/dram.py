@@ -868,6 +868,7 @@ def resolved_params(impl, *, d, causal=False, gpu="h100", params=None):
     """The parameters :func:`dram` resolves for a call of ``impl`` at head dim ``d`` on ``gpu`` (what
     :func:`dram_reads` returns as ``resolved``; they depend on the call through these alone)."""
     _check_impl_mode(impl, MODES[0])
+    preset(gpu)  # a GPU dram knows, or an error naming gpu (as dram gives)
     return Resolved(_params(gpu.lower(), positive_int(d, "d"), impl == "sdpa_flash" and bool(_causal(causal)),
                             _check_params(params)))
 
