@@ -1065,6 +1065,43 @@ KNEE96C = ([(f"knee96c_96_{N}", 1, 2 ** 19 // N, N, 96, True) for N in (16384, 3
            + [(f"knee96c_80_{N}", 1, 2 ** 19 // N, N, 80, True) for N in (32768, 65536)]
            + [("knee96c_96_2x1x93479", 2, 1, 93479, 96, True), ("knee96c_80_2x5x56338", 2, 5, 56338, 80, True)])
 
+# check76 and check77: the validation grid and four corners twice more, draw_validation(20261262, "check76", few=0,
+# long=5) and draw_validation(20261263, "check77", few=0, long=5), with the model of check75 (nothing changed
+# since: knee96c was recorded, not fitted), predicted for both GPUs before any GPU measured them
+CHECK76 = [
+    ('check76_128_2x32x16384_causal', 2, 32, 16384, 128, True),
+    ('check76_128_1x32x2048', 1, 32, 2048, 128, False),
+    ('check76_64_8x8x6144', 8, 8, 6144, 64, False),
+    ('check76_64_4x8x6144', 4, 8, 6144, 64, False),
+    ('check76_128_8x16x16384', 8, 16, 16384, 128, False),
+    ('check76_192_8x1x2886_causal', 8, 1, 2886, 192, True),
+    ('check76_80_2x6x73551', 2, 6, 73551, 80, False),
+    ('check76_160_1x32x20458_causal', 1, 32, 20458, 160, True),
+    ('check76_32_1x24x43631', 1, 24, 43631, 32, False),
+    ('check76_128_4x1x472064', 4, 1, 472064, 128, False),
+    ('check76_128_1x7x49152', 1, 7, 49152, 128, False),
+    ('check76_128_1x4x35840', 1, 4, 35840, 128, False),
+    ('check76_128_4x2x181248_causal', 4, 2, 181248, 128, True),
+    ('check76_128_2x2x102400', 2, 2, 102400, 128, False),
+]
+
+CHECK77 = [
+    ('check77_64_8x16x2048', 8, 16, 2048, 64, False),
+    ('check77_128_4x8x6144', 4, 8, 6144, 128, False),
+    ('check77_64_2x8x4096_causal', 2, 8, 4096, 64, True),
+    ('check77_128_1x32x3072_causal', 1, 32, 3072, 128, True),
+    ('check77_64_8x8x12288_causal', 8, 8, 12288, 64, True),
+    ('check77_32_4x3x78841_causal', 4, 3, 78841, 32, True),
+    ('check77_256_2x32x7308_causal', 2, 32, 7308, 256, True),
+    ('check77_80_1x5x30608x3581', 1, 5, (30608, 3581), 80, False),
+    ('check77_32_2x3x68956', 2, 3, 68956, 32, False),
+    ('check77_128_1x5x76800', 1, 5, 76800, 128, False),
+    ('check77_64_1x6x45056', 1, 6, 45056, 64, False),
+    ('check77_128_1x8x155648_causal', 1, 8, 155648, 128, True),
+    ('check77_64_1x3x101376_causal', 1, 3, 101376, 64, True),
+    ('check77_64_2x3x308224', 2, 3, 308224, 64, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1099,6 +1136,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
           "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
           "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75, "knee96c": KNEE96C,
+          "check76": CHECK76, "check77": CHECK77,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
