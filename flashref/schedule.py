@@ -342,16 +342,22 @@ KERNEL2_CTAS_PER_SM = {
             (128, 256, 64, 8, 3): 1, (256, 64, 64, 4, 2): 2, (256, 128, 64, 8, 2): 1},
     "dkdv_atomic": {(16, 64, 64, 4, 3): 3, (32, 64, 64, 4, 3): 2, (64, 128, 128, 8, 2): 1, (128, 64, 128, 8, 3): 1,
                     (256, 64, 128, 8, 2): 1, (256, 32, 128, 8, 2): 1, (256, 32, 64, 8, 2): 1}}
-# Where the causal build of a launch holds a different count: kernel 2's causal dK/dV kernel at d = 32 took 196
-# registers a thread in check52 (2 CTAs an SM, as the non-causal one) and 158 in check65 (3), after its row mask went
-# from the full row blocks and from the calls that cannot reach the ragged one. _kernel2_ctas reads this table first
-# for a causal call; every prediction written before check65's measurement had it empty (KERNEL2_CAUSAL_BEFORE_CHECK65).
+# Where Triton's build for lengths that are multiples of 16 holds a different count. Triton compiles a kernel once per
+# specialization of its integer arguments, and one divisible by 16 is a specialization of its own (loads and masks may
+# then assume it): kernel 2's d = 32 dK/dV kernel took 157-159 registers a thread where Nq and Nk are multiples of 16
+# (3 CTAs an SM: check65, check69, causal or not) and 180-206 where they are not (2: check52's and check77's causal
+# calls, every ragged non-causal one). _kernel2_ctas reads this table first (KERNEL2_BUILDS = "div16").
+KERNEL2_DIV16_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
+# Before check77 the two builds were told apart by other rules, each fitting the launches measured then
+# (KERNEL2_BUILDS = "causal, even", with which every prediction up to check77 was written): a causal call's count
+# first (KERNEL2_CAUSAL_CTAS_PER_SM: check65's causal d = 32 dK/dV at 158 registers, where check52's 196 were put down
+# to a change of its row mask), then that of lengths that fill every tile (KERNEL2_EVEN_CTAS_PER_SM: check69's
+# non-causal ones at 159). check77's causal call at N = 78841 took 180 registers and 2 CTAs; a multiple of 16 accounts
+# for all 35 launches at d = 32, check52's too. Each of those tables was empty before the run that measured it.
+KERNEL2_BUILDS = "div16"
+KERNEL2_BUILDS_BEFORE_CHECK77 = "causal, even"
 KERNEL2_CAUSAL_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
 KERNEL2_CAUSAL_BEFORE_CHECK65 = {"fwd": {}, "dkdv_atomic": {}}
-# Where the build for a call whose lengths fill every tile (the kernels' EVEN: no row masks on the loads) holds a
-# different count: kernel 2's non-causal dK/dV kernel at d = 32 took 159 registers a thread at N = 131072-393216 in
-# check69 (3 CTAs an SM) and 185 at every ragged length (2). _kernel2_ctas reads this table after the causal one; every
-# prediction written before check69's measurement had it empty (KERNEL2_EVEN_BEFORE_CHECK69).
 KERNEL2_EVEN_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
 KERNEL2_EVEN_BEFORE_CHECK69 = {"fwd": {}, "dkdv_atomic": {}}
 # Before check52 the counts were by head dim, measured at d = 64 and 128 only and the next larger's elsewhere: d = 32's
@@ -421,27 +427,28 @@ def _ragged(k: ScanKernel, N_scan, B_scan, N_own, B_own) -> ScanKernel:
     return k
 
 
-def _even(Nq, Nk, BM, BN) -> bool:
-    """Whether the lengths fill every tile: kernel 2's build without row masks (the kernels' ``EVEN``)."""
-    return Nq % BM == 0 and Nk % BN == 0
-
-
-def _kernel2_ctas(kind, d, tiles, causal=False, even=False):
-    """Kernel 2's CTAs per SM for a ``kind`` launch ("fwd", "dkdv_atomic") at head dim ``d`` with ``tiles``: the
-    measured count of its key in KERNEL2_CTAS_PER_SM (KERNEL2_CAUSAL_CTAS_PER_SM first, for a ``causal`` call whose
-    build holds another count, then KERNEL2_EVEN_CTAS_PER_SM for an ``even`` one: lengths that fill every tile); a key
-    not measured takes the count of the same tiles at the nearest padded head dim.
-    KERNEL2_CTAS_PER_SM set to the table before check52 (keyed by head dim) gives that rule back."""
+def _kernel2_ctas(kind, d, tiles, causal=False, lengths=None):
+    """Kernel 2's CTAs per SM for a ``kind`` launch ("fwd", "dkdv_atomic") at head dim ``d`` with ``tiles`` for a call
+    of ``lengths`` (Nq, Nk): the measured count of its key in KERNEL2_CTAS_PER_SM, but where the build for those
+    lengths holds another (KERNEL2_DIV16_CTAS_PER_SM, for lengths that are multiples of 16; with KERNEL2_BUILDS as
+    before check77, the causal and even tables); a key not measured takes the count of the same tiles at the nearest
+    padded head dim. KERNEL2_CTAS_PER_SM set to the table before check52 (keyed by head dim) gives that rule back."""
     from .gpu.config import pad_dim
 
     table = KERNEL2_CTAS_PER_SM[kind]
     if all(isinstance(key, int) for key in table):  # the rule before check52: by head dim
         return _pick(table, d)
     D, shape = pad_dim(d), (tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
-    if causal and (D, *shape) in KERNEL2_CAUSAL_CTAS_PER_SM[kind]:
-        return KERNEL2_CAUSAL_CTAS_PER_SM[kind][(D, *shape)]
-    if even and (D, *shape) in KERNEL2_EVEN_CTAS_PER_SM[kind]:
-        return KERNEL2_EVEN_CTAS_PER_SM[kind][(D, *shape)]
+    Nq, Nk = lengths if lengths is not None else (None, None)
+    if KERNEL2_BUILDS == "div16":
+        if lengths is not None and Nq % 16 == 0 and Nk % 16 == 0 and (D, *shape) in KERNEL2_DIV16_CTAS_PER_SM[kind]:
+            return KERNEL2_DIV16_CTAS_PER_SM[kind][(D, *shape)]
+    else:  # before check77: a causal call's build, then that of lengths that fill every tile (the kernels' EVEN)
+        if causal and (D, *shape) in KERNEL2_CAUSAL_CTAS_PER_SM[kind]:
+            return KERNEL2_CAUSAL_CTAS_PER_SM[kind][(D, *shape)]
+        even = lengths is not None and Nq % tiles.block_m == 0 and Nk % tiles.block_n == 0
+        if even and (D, *shape) in KERNEL2_EVEN_CTAS_PER_SM[kind]:
+            return KERNEL2_EVEN_CTAS_PER_SM[kind][(D, *shape)]
     if (D, *shape) in table:
         return table[(D, *shape)]
     same = [key for key in table if key[1:] == shape]
@@ -464,7 +471,7 @@ def flashref_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, heads_f
     hf = cfg.heads_first if heads_first is None else heads_first
     launch = _launch(Tr, causal)
     return _ragged(ScanKernel("flashref fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
-                              sms * _kernel2_ctas("fwd", d, cfg.fwd, causal, _even(Nq, Nk, BM, BN)),
+                              sms * _kernel2_ctas("fwd", d, cfg.fwd, causal, (Nq, Nk)),
                               _row_ranges(Tr, Tc, BM, BN, causal, Nk),
                               launch, heads_first=hf, sms=sms), Nk, BN, Nq, BM)
 
@@ -475,7 +482,7 @@ def flashref_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, blocks=None, stagge
     BM, BN = _blocks(blocks) or (cfg.dkdv.block_m, cfg.dkdv.block_n)
     Tr, Tc = _cdiv(Nq, BM), _cdiv(Nk, BN)
     k = ScanKernel("flashref dK/dV (atomic dQ)", BH, Tr, 2 * BM * d * e + 8 * BM, 4 * BM * d, 2 * BN * d * e,
-                   2 * BN * d * e, sms * _kernel2_ctas("dkdv_atomic", d, cfg.dkdv, causal, _even(Nq, Nk, BM, BN)),
+                   2 * BN * d * e, sms * _kernel2_ctas("dkdv_atomic", d, cfg.dkdv, causal, (Nq, Nk)),
                    _col_ranges(Tc, Tr, BM, BN, causal, Nq), list(range(Tc)),
                    stagger=(BN // BM if BN >= BM else 1) if (stagger and not causal) else 0, sms=sms)
     return _ragged(k, Nq, BM, Nk, BN)

@@ -692,7 +692,9 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               # and check59's at 4 x 1 x 393216 on the H200 (blind): 77.4 GB, the model 18.7 (-76%)
               ("h200", "sdpa_flash", "check59_128_4x1x393216"),
               # and check72's at 1 x 4 x 414720 on the H200 (blind): 66.1 GB, the model 21.0 (-68%)
-              ("h200", "sdpa_flash", "check72_128_1x4x414720")}
+              ("h200", "sdpa_flash", "check72_128_1x4x414720"),
+              # and check76's at 4 x 1 x 472064 on the H200 (blind): 80.2 GB, the model 26.9 (-66%)
+              ("h200", "sdpa_flash", "check76_128_4x1x472064")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -724,7 +726,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     ("h200", "sdpa_flash", "check72_128_1x2x427008", "fwd"),
                     *(("h200", "sdpa_flash", "check72_128_1x4x414720", mode) for mode in ("fwd", "fwd_bwd")),
                     # and check75's non-causal d = 256 forward at 2 x 3 x 95053 x 95562 (blind, +26%), as check52's
-                    ("h200", "sdpa_flash", "check75_256_2x3x95053x95562", "fwd")}
+                    ("h200", "sdpa_flash", "check75_256_2x3x95053x95562", "fwd"),
+                    # and check76's at 4 x 1 x 472064 (blind; CAME_APART: -66%, forward+backward -31%)
+                    *(("h200", "sdpa_flash", "check76_128_4x1x472064", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1252,7 +1256,9 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                      # (its d = 32 rows left these sets with schedule.FA2_D64_RULES: that kernel does not carry the
                      # rules), and check71's at 2 x 1 x 393216 (+27%)
                      ("h200", "sdpa_flash", "check69_48_2x4x131072", "fwd_bwd"),
-                     ("h200", "sdpa_flash", "check71_48_2x1x393216", "fwd_bwd")}
+                     ("h200", "sdpa_flash", "check71_48_2x1x393216", "fwd_bwd"),
+                     # check77 (blind): the H200's 2 x 3 x 308224, 546 GB (-67%), as check37's and check40's
+                     ("h200", "sdpa_flash", "check77_64_2x3x308224", "fwd_bwd")}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -1545,6 +1551,9 @@ AFTER_CHECK65_LAUNCHES = l2fit.runs_from("check66")
 AFTER_CHECK69_LAUNCHES = l2fit.runs_from("check70")
 # the sets predicted with FlashAttention-2's d = 64 kernel's rules on that kernel alone (schedule.FA2_D64_RULES)
 AFTER_KNEE32_RULES = l2fit.runs_from("check71")
+# the sets predicted with kernel 2's builds told apart by lengths that are multiples of 16 (schedule.KERNEL2_BUILDS):
+# none measured yet (add the first such set's runs_from here)
+AFTER_CHECK77_LAUNCHES = ()
 
 
 def _as_predicted(pred, monkeypatch):
@@ -1566,6 +1575,8 @@ def _as_predicted(pred, monkeypatch):
         monkeypatch.setattr(schedule, "KERNEL2_CAUSAL_CTAS_PER_SM", schedule.KERNEL2_CAUSAL_BEFORE_CHECK65)
     if pred["shape"].split("_")[0] not in AFTER_CHECK69_LAUNCHES:  # before check69's even d = 32 dK/dV count
         monkeypatch.setattr(schedule, "KERNEL2_EVEN_CTAS_PER_SM", schedule.KERNEL2_EVEN_BEFORE_CHECK69)
+    if pred["shape"].split("_")[0] not in AFTER_CHECK77_LAUNCHES:  # kernel 2's builds by causal and even lengths
+        monkeypatch.setattr(schedule, "KERNEL2_BUILDS", schedule.KERNEL2_BUILDS_BEFORE_CHECK77)
     if pred["shape"].split("_")[0] not in AFTER_KNEE32_RULES:  # the d = 64 kernel's rules on its tiles, d = 32's too
         monkeypatch.setattr(schedule, "FA2_D64_RULES", schedule.FA2_D64_RULES_BEFORE_KNEE32)
     if pred["shape"].startswith("check5_") and pred["impl"] == "sdpa_flash":
@@ -1639,19 +1650,17 @@ def test_fa2_tiles_are_what_nsight_launched():
 # Kernel 2's split-column forward before its register cap (config.FWD_MAXNREG): at a ragged N ptxas gave it 139-143
 # registers a thread at d = 96, one CTA an SM where the even launch (and the capped kernel) holds two
 BEFORE_REGCAP = ("check58",)
-# Kernel 2's causal dK/dV kernel before its row mask changed: 196 registers a thread at d = 32
-# (schedule.KERNEL2_CAUSAL_CTAS_PER_SM)
-BEFORE_CAUSAL_REBUILD = ("check52",)
 
 
 def test_kernel2_ctas_per_sm_are_what_nsight_launched():
     """Kernel 2's forward and dK/dV launches in every Nsight measurement (``flashref`` rows where it ran, and
-    ``flashref2``): the CTAs an SM Nsight reports are schedule._kernel2_ctas' for the call's head dim, causal flag and
-    the tiles its defaults choose; every entry of KERNEL2_CTAS_PER_SM and KERNEL2_CAUSAL_CTAS_PER_SM is one of them.
-    The runs before the forward's register cap held one CTA an SM at a ragged N where its tiles are capped, on more
-    than 128 registers a thread; check52's causal dK/dV build at d = 32 held the non-causal count. At d = 32 the
-    non-causal dK/dV kernel holds 2 at a ragged N and 3 where N fills every tile (check69; KERNEL2_EVEN_CTAS_PER_SM)."""
-    used, before_cap, before_rebuild = set(), 0, 0
+    ``flashref2``): the CTAs an SM Nsight reports are schedule._kernel2_ctas' for the call's head dim, lengths and the
+    tiles its defaults choose; every entry of KERNEL2_CTAS_PER_SM and KERNEL2_DIV16_CTAS_PER_SM is one of them. The
+    runs before the forward's register cap held one CTA an SM at a ragged N where its tiles are capped, on more than 128
+    registers a thread. At d = 32 the dK/dV kernel holds 3 where Nq and Nk are multiples of 16 and 2 elsewhere, causal
+    or not (check52's and check77's causal calls among the 2s); the rules before check77 (a causal call's count, then
+    lengths that fill every tile) missed check77's causal call at N = 78841."""
+    used, before_cap, d32 = set(), 0, {}
     for impl in ("flashref", "flashref2"):
         for name, r, k in _recorded_launches(impl):
             kind = {"_fwd_kernel": "fwd", "_bwd_dkdv_kernel": "dkdv_atomic"}.get(k["name"])
@@ -1659,30 +1668,31 @@ def test_kernel2_ctas_per_sm_are_what_nsight_launched():
                 continue
             cfg = schedule._kernel2(r["d"], r["causal"])
             tiles = cfg.fwd if kind == "fwd" else cfg.dkdv
-            even = r["N"] % tiles.block_m == 0 and r.get("Nk", r["N"]) % tiles.block_n == 0
+            lengths = (r["N"], r.get("Nk", r["N"]))
+            even = lengths[0] % tiles.block_m == 0 and lengths[1] % tiles.block_n == 0
             if (kind == "fwd" and name.split("-l2-")[1] in BEFORE_REGCAP and not even
                     and "maxnreg" in cfg.fwd_launch()):
                 assert _occupancy(k) == 1 and k["launch__registers_per_thread"] > 128, (name, k["shape"])
                 before_cap += 1
                 continue
             key = (pad_dim(r["d"]), tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
-            if (r["causal"] and key in schedule.KERNEL2_CAUSAL_CTAS_PER_SM[kind]
-                    and name.split("-l2-")[1] in BEFORE_CAUSAL_REBUILD):
-                # check52's build of the causal kernel: more registers a thread, the non-causal count
-                assert _occupancy(k) == schedule._kernel2_ctas(kind, r["d"], tiles) < \
-                    schedule._kernel2_ctas(kind, r["d"], tiles, True), (name, k["shape"])
-                before_rebuild += 1
-                continue
-            assert _occupancy(k) == schedule._kernel2_ctas(kind, r["d"], tiles, r["causal"], even), \
+            assert _occupancy(k) == schedule._kernel2_ctas(kind, r["d"], tiles, r["causal"], lengths), \
                 (name, k["shape"], kind)
-            table = ("causal" if r["causal"] and key in schedule.KERNEL2_CAUSAL_CTAS_PER_SM[kind] else
-                     "even" if even and key in schedule.KERNEL2_EVEN_CTAS_PER_SM[kind] else "")
-            used.add((kind, table, *key))
-    for which, tables in (("", schedule.KERNEL2_CTAS_PER_SM), ("causal", schedule.KERNEL2_CAUSAL_CTAS_PER_SM),
-                          ("even", schedule.KERNEL2_EVEN_CTAS_PER_SM)):
+            div16 = lengths[0] % 16 == 0 and lengths[1] % 16 == 0
+            used.add((kind, "div16" if div16 and key in schedule.KERNEL2_DIV16_CTAS_PER_SM[kind] else "", *key))
+            if kind == "dkdv_atomic" and r["d"] == 32:
+                d32[name, k["shape"]] = (r["causal"], div16, _occupancy(k))
+    for which, tables in (("", schedule.KERNEL2_CTAS_PER_SM), ("div16", schedule.KERNEL2_DIV16_CTAS_PER_SM)):
         assert {(kind, which, *key) for kind, table in tables.items() for key in table} <= used, which
     assert before_cap == 4  # check58's two ragged d = 96 shapes on each GPU
-    assert before_rebuild == 2  # check52's causal d = 32 shape on each GPU
+    # both builds seen causal and not; a causal call at lengths that are not multiples of 16 holds 2 (check52, check77)
+    assert {(c, v) for c, v, _ in d32.values()} == {(False, False), (False, True), (True, False), (True, True)}
+    assert all(n == (3 if v else 2) for _, v, n in d32.values())
+    with pytest.MonkeyPatch.context() as mp:  # the rules before check77 miss its causal call at N = 78841
+        mp.setattr(schedule, "KERNEL2_BUILDS", schedule.KERNEL2_BUILDS_BEFORE_CHECK77)
+        tiles = schedule._kernel2(32, True).dkdv
+        assert schedule._kernel2_ctas("dkdv_atomic", 32, tiles, True, (78841, 78841)) == 3
+        assert d32["h200-l2-check77", "check77_32_4x3x78841_causal"] == (True, False, 2)
 
 
 def test_forward_register_cap_as_measured():
@@ -2257,7 +2267,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check74 and check75: the next two seeds' draws (today's model; the H200)
                  + _both_gpus("check74", rule={}) + _both_gpus("check75", rule={})
                  # knee96c: aimed at FlashAttention-2's causal d = 96 kernel on its knee (today's model; the H200)
-                 + _both_gpus("knee96c", rule={}))
+                 + _both_gpus("knee96c", rule={})
+                 # check76 and check77: the next two seeds' draws (today's model; the H200)
+                 + _both_gpus("check76", rule={}) + _both_gpus("check77", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2674,6 +2686,14 @@ PREREGISTERED_MISSES = {
     *(("h200", "sdpa_flash", f"knee96c_{shape}", mode) for shape, mode in (
         ("96_65536", "fwd"), ("96_131072", "fwd"), ("96_262144", "fwd"), ("96_262144", "fwd_bwd"), ("80_65536", "fwd"),
         ("96_2x1x93479", "fwd"), ("96_2x1x93479", "fwd_bwd"))),
+    # check76's three and check77's two (blind): FlashAttention-2's non-causal d = 128 forward far past the knee at
+    # 4 x 1 x 472064 (-66%, forward+backward -31%; its waves came apart) and its d = 64 backward at 2 x 3 x 308224
+    # (-67%, as check37's and check40's); kernel 2's d = 32 forward+backward below the knee, +27% at 1 x 24 x 43631 and
+    # +58% at 2 x 3 x 68956 (the sharper d = 32 knee)
+    *(("h200", "sdpa_flash", "check76_128_4x1x472064", mode) for mode in ("fwd", "fwd_bwd")),
+    ("h200", "sdpa_flash", "check77_64_2x3x308224", "fwd_bwd"),
+    ("h200", "flashref2", "check76_32_1x24x43631", "fwd_bwd"),
+    ("h200", "flashref2", "check77_32_2x3x68956", "fwd_bwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
