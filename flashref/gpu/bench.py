@@ -563,6 +563,11 @@ def parse_args(argv):
     p.add_argument("--rounds", type=_cli.positive_int, default=3,
                    help="interleaved timing rounds per shape (rep split among them, at least 1 ms each)")
     p.add_argument("--name", type=_cli.stem, default=None, help="output stem (default: the device slug)")
+    # taken by main before these arguments are parsed: listed here so that --help names them
+    p.add_argument("--variants", action="store_true",
+                   help="time the GQA and sliding-window rows instead (their own options: --variants --help)")
+    p.add_argument("--ceilings", action="store_true",
+                   help="measure the roofline's ceilings instead (their own options: --ceilings --help)")
     args = p.parse_args(argv)
     # the sweep holds the tokens fixed (batch = TOKENS / N: a length that does not divide them would change the work
     # it compares, or leave no batch at all) and the hidden size as near as whole heads allow (one head at least)
