@@ -1102,6 +1102,13 @@ CHECK77 = [
     ('check77_64_2x3x308224', 2, 3, 308224, 64, False),
 ]
 
+# k2div16 (aimed, not drawn): schedule.KERNEL2_DIV16_CTAS_PER_SM says kernel 2's d = 32 dK/dV kernel holds 3 CTAs an SM
+# where Nq and Nk are multiples of 16 and 2 elsewhere, causal or not; every non-causal length measured before was a
+# multiple of 64 or of neither, which the rule before it (lengths that fill every tile) reads alike. Lengths that are
+# multiples of 16 and fill no tile, with neighbours that are neither, causal and not, predicted with the rule.
+K2DIV16 = [(f"k2div16_32_4x4x{N}" + ("_causal" if c else ""), 4, 4, N, 32, c)
+           for N in (23344, 23345, 69648, 69649) for c in (False, True)]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1136,7 +1143,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
           "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
           "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75, "knee96c": KNEE96C,
-          "check76": CHECK76, "check77": CHECK77,
+          "check76": CHECK76, "check77": CHECK77, "k2div16": K2DIV16,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
