@@ -346,7 +346,8 @@ KERNEL2_CTAS_PER_SM = {
 # specialization of its integer arguments, and one divisible by 16 is a specialization of its own (loads and masks may
 # then assume it): kernel 2's d = 32 dK/dV kernel took 157-159 registers a thread where Nq and Nk are multiples of 16
 # (3 CTAs an SM: check65, check69, causal or not) and 180-206 where they are not (2: check52's and check77's causal
-# calls, every ragged non-causal one). _kernel2_ctas reads this table first (KERNEL2_BUILDS = "div16").
+# calls, every ragged non-causal one); k2div16, aimed at the rule, found non-causal lengths that are multiples of 16
+# and fill no tile at 3 too. _kernel2_ctas reads this table first (KERNEL2_BUILDS = "div16").
 KERNEL2_DIV16_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
 # Before check77 the two builds were told apart by other rules, each fitting the launches measured then
 # (KERNEL2_BUILDS = "causal, even", with which every prediction up to check77 was written): a causal call's count
