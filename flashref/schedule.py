@@ -354,7 +354,8 @@ KERNEL2_DIV16_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
 # first (KERNEL2_CAUSAL_CTAS_PER_SM: check65's causal d = 32 dK/dV at 158 registers, where check52's 196 were put down
 # to a change of its row mask), then that of lengths that fill every tile (KERNEL2_EVEN_CTAS_PER_SM: check69's
 # non-causal ones at 159). check77's causal call at N = 78841 took 180 registers and 2 CTAs; a multiple of 16 accounts
-# for all 35 launches at d = 32, check52's too. Each of those tables was empty before the run that measured it.
+# for all 35 launches at d = 32 then, check52's too, and for k2div16's eight since. Each of those tables was empty
+# before the run that measured it.
 KERNEL2_BUILDS = "div16"
 KERNEL2_BUILDS_BEFORE_CHECK77 = "causal, even"
 KERNEL2_CAUSAL_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
