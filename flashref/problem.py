@@ -225,9 +225,14 @@ def _scores_array(x, name: str, kind: str, target: tuple, from_shapes: bool = Fa
         _fits_heads(name, a.shape, int(np.prod(a.shape[:-2], dtype=np.int64)), target[0])
         a = a.reshape((-1,) + a.shape[-2:])[:1]
     try:
-        return np.broadcast_to(a, target)
+        np.broadcast_shapes(a.shape, target)
     except ValueError:
         raise ValueError(f"{name}: shape {a.shape} does not broadcast to (..., Nq, Nk) = {target}") from None
+    try:
+        return np.broadcast_to(a, target)
+    except ValueError:  # the shapes fit, but numpy cannot index that many bytes even as a view (Nq·Nk near 2^62)
+        raise ValueError(f"{name}: a {a.dtype} array of shape {target} is more than numpy can address, even as a "
+                         f"broadcast view; a {name} needs Nq·Nk·{a.dtype.itemsize} bytes below 2^63") from None
 
 
 # --------------------------------------------------------------------------- arrays

@@ -495,3 +495,15 @@ def test_a_window_edge_past_any_sequence_is_unbounded_in_both():
         assert standard.forward(Q, K, K, window=w).io.total == standard.forward(Q, K, K, window=unbounded).io.total
     with pytest.raises(ValueError, match="dtype_bytes: the default on-chip memory of 100,000 bytes holds 0"):
         iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=2, dtype_bytes=100_001)
+
+
+def test_a_bias_too_large_to_address_says_so():
+    """From shapes a bias is a broadcast view of (heads, Nq, Nk): at the longest sequence a float64 one is past what
+    numpy can address, which used to read "does not broadcast" (its shape does); it says what it is. A mask (1 byte)
+    still fits, and a shape that does not broadcast still says so."""
+    N = 2**31 - 1
+    with pytest.raises(ValueError, match="bias: a float64 array of shape .* is more than numpy can address"):
+        iomodel.predict("flash2", "forward", Nq=N, Nk=N, d=4, bias=True)
+    assert iomodel.predict("flash2", "forward", Nq=N, Nk=N, d=4, mask=True).reads > 0
+    with pytest.raises(ValueError, match=r"bias: shape \(3, 8\) does not broadcast"):
+        iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, bias=np.zeros((3, 8)))
