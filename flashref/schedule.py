@@ -441,16 +441,15 @@ def _kernel2_ctas(kind, d, tiles, causal=False, lengths=None):
     if all(isinstance(key, int) for key in table):  # the rule before check52: by head dim
         return _pick(table, d)
     D, shape = pad_dim(d), (tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
-    Nq, Nk = lengths if lengths is not None else (None, None)
+    # the tables of the builds this call's lengths (and, before check77, its causal flag) select, in the order read
     if KERNEL2_BUILDS == "div16":
-        if lengths is not None and Nq % 16 == 0 and Nk % 16 == 0 and (D, *shape) in KERNEL2_DIV16_CTAS_PER_SM[kind]:
-            return KERNEL2_DIV16_CTAS_PER_SM[kind][(D, *shape)]
+        builds = [KERNEL2_DIV16_CTAS_PER_SM] if lengths is not None and all(n % 16 == 0 for n in lengths) else []
     else:  # before check77: a causal call's build, then that of lengths that fill every tile (the kernels' EVEN)
-        if causal and (D, *shape) in KERNEL2_CAUSAL_CTAS_PER_SM[kind]:
-            return KERNEL2_CAUSAL_CTAS_PER_SM[kind][(D, *shape)]
-        even = lengths is not None and Nq % tiles.block_m == 0 and Nk % tiles.block_n == 0
-        if even and (D, *shape) in KERNEL2_EVEN_CTAS_PER_SM[kind]:
-            return KERNEL2_EVEN_CTAS_PER_SM[kind][(D, *shape)]
+        even = lengths is not None and lengths[0] % tiles.block_m == 0 and lengths[1] % tiles.block_n == 0
+        builds = [t for t, use in ((KERNEL2_CAUSAL_CTAS_PER_SM, causal), (KERNEL2_EVEN_CTAS_PER_SM, even)) if use]
+    for build in builds:
+        if (D, *shape) in build[kind]:
+            return build[kind][(D, *shape)]
     if (D, *shape) in table:
         return table[(D, *shape)]
     same = [key for key in table if key[1:] == shape]
