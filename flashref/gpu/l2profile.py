@@ -1109,6 +1109,43 @@ CHECK77 = [
 K2DIV16 = [(f"k2div16_32_4x4x{N}" + ("_causal" if c else ""), 4, 4, N, 32, c)
            for N in (23344, 23345, 69648, 69649) for c in (False, True)]
 
+# check78 and check79: the validation grid and four corners twice more, draw_validation(20261264, "check78", few=0,
+# long=5) and draw_validation(20261265, "check79", few=0, long=5), with the model of k2div16 (kernel 2's d = 32 builds
+# by lengths that are multiples of 16), predicted for both GPUs before any GPU measured them
+CHECK78 = [
+    ('check78_128_4x32x1536', 4, 32, 1536, 128, False),
+    ('check78_64_1x32x2048_causal', 1, 32, 2048, 64, True),
+    ('check78_128_1x8x8192_causal', 1, 8, 8192, 128, True),
+    ('check78_64_1x8x16384_causal', 1, 8, 16384, 64, True),
+    ('check78_64_8x32x4096_causal', 8, 32, 4096, 64, True),
+    ('check78_160_2x3x2256x33269', 2, 3, (2256, 33269), 160, False),
+    ('check78_256_4x2x56763x1128', 4, 2, (56763, 1128), 256, False),
+    ('check78_96_2x6x1042x1770', 2, 6, (1042, 1770), 96, False),
+    ('check78_80_2x1x19803_causal', 2, 1, 19803, 80, True),
+    ('check78_128_1x2x68608', 1, 2, 68608, 128, False),
+    ('check78_64_4x1x36864_causal', 4, 1, 36864, 64, True),
+    ('check78_64_2x2x260096', 2, 2, 260096, 64, False),
+    ('check78_64_1x8x99328_causal', 1, 8, 99328, 64, True),
+    ('check78_64_4x1x468992_causal', 4, 1, 468992, 64, True),
+]
+
+CHECK79 = [
+    ('check79_64_4x8x12288', 4, 8, 12288, 64, False),
+    ('check79_64_4x8x3072_causal', 4, 8, 3072, 64, True),
+    ('check79_128_4x16x3072_causal', 4, 16, 3072, 128, True),
+    ('check79_64_8x8x16384_causal', 8, 8, 16384, 64, True),
+    ('check79_64_4x32x1536_causal', 4, 32, 1536, 64, True),
+    ('check79_160_2x12x21905_causal', 2, 12, 21905, 160, True),
+    ('check79_96_1x1x2098x12939', 1, 1, (2098, 12939), 96, False),
+    ('check79_96_8x5x12419_causal', 8, 5, 12419, 96, True),
+    ('check79_80_4x3x1099_causal', 4, 3, 1099, 80, True),
+    ('check79_128_8x1x219136', 8, 1, 219136, 128, False),
+    ('check79_128_1x8x61440_causal', 1, 8, 61440, 128, True),
+    ('check79_128_1x8x235520', 1, 8, 235520, 128, False),
+    ('check79_64_2x3x108544', 2, 3, 108544, 64, False),
+    ('check79_128_2x3x333824', 2, 3, 333824, 128, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1144,6 +1181,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
           "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75, "knee96c": KNEE96C,
           "check76": CHECK76, "check77": CHECK77, "k2div16": K2DIV16,
+          "check78": CHECK78, "check79": CHECK79,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
