@@ -694,7 +694,9 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               # and check72's at 1 x 4 x 414720 on the H200 (blind): 66.1 GB, the model 21.0 (-68%)
               ("h200", "sdpa_flash", "check72_128_1x4x414720"),
               # and check76's at 4 x 1 x 472064 on the H200 (blind): 80.2 GB, the model 26.9 (-66%)
-              ("h200", "sdpa_flash", "check76_128_4x1x472064")}
+              ("h200", "sdpa_flash", "check76_128_4x1x472064"),
+              # and check79's at 2 x 3 x 333824 on the H200 (blind): 41.6 GB, the model 20.4 (-51%)
+              ("h200", "sdpa_flash", "check79_128_2x3x333824")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -728,7 +730,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and check75's non-causal d = 256 forward at 2 x 3 x 95053 x 95562 (blind, +26%), as check52's
                     ("h200", "sdpa_flash", "check75_256_2x3x95053x95562", "fwd"),
                     # and check76's at 4 x 1 x 472064 (blind; CAME_APART: -66%, forward+backward -31%)
-                    *(("h200", "sdpa_flash", "check76_128_4x1x472064", mode) for mode in ("fwd", "fwd_bwd"))}
+                    *(("h200", "sdpa_flash", "check76_128_4x1x472064", mode) for mode in ("fwd", "fwd_bwd")),
+                    # and check79's at 2 x 3 x 333824 (blind; CAME_APART: -51%, forward+backward within)
+                    ("h200", "sdpa_flash", "check79_128_2x3x333824", "fwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -2276,7 +2280,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check76", rule={}) + _both_gpus("check77", rule={})
                  # k2div16: aimed at kernel 2's d = 32 builds by lengths that are multiples of 16 (today's model; the
                  # H200)
-                 + _both_gpus("k2div16", rule={}))
+                 + _both_gpus("k2div16", rule={})
+                 # check78 and check79: the next two seeds' draws (today's model; the H200)
+                 + _both_gpus("check78", rule={}) + _both_gpus("check79", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2704,6 +2710,9 @@ PREREGISTERED_MISSES = {
     # k2div16 (aimed at kernel 2's d = 32 builds; Nsight found every launch's CTAs an SM as the rule says): its
     # non-causal forward+backward at 4 x 4 x 69648 and 69649 +38% and +57%, the sharper d = 32 knee again
     *(("h200", "flashref2", f"k2div16_32_4x4x{N}", "fwd_bwd") for N in (69648, 69649)),
+    # check78: 74 of 74. check79's one: FlashAttention-2's non-causal d = 128 forward far past the knee at 2 x 3 x
+    # 333824 (-51%; its waves came apart, as check72's and check76's)
+    ("h200", "sdpa_flash", "check79_128_2x3x333824", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
