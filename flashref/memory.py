@@ -415,8 +415,7 @@ class Memory:
         A refused holding changes nothing: the chip keeps what it held (before, the overflowing value stayed
         held, so a caller that caught the error went on with a footprint past ``sram_size``).
         """
-        shape = np.shape(value)
-        n = int(np.prod(shape[len(self.lead_shape):], dtype=np.int64)) if len(shape) > len(self.lead_shape) else 1
+        n = self._per_head(np.shape(value))
         kept = {k: v for k, v in self._sram.items() if k != name and k != old}
         used = sum(kept.values()) + n
         if self.sram_size is not None and used > self.sram_size:
@@ -430,6 +429,17 @@ class Memory:
             self.peak_held = dict(kept)  # what was on chip at the peak (the grader names it)
         self.peak_sram = max(self.peak_sram, used)
         return value
+
+    def _per_head(self, shape) -> int:
+        """Elements per head of a value of ``shape``: its trailing axes, where its leading axes are the heads'
+        (each the head axis's size, or 1 for a value shared along it); else every element it has. A value without
+        the heads' axes is not divided among them: a 1-D array of 10^6 held beside (2,) heads is 10^6 on chip, not
+        a per-head scalar."""
+        k = len(self.lead_shape)
+        lead = shape[:k]
+        if len(shape) >= k and all(a in (b, 1) for a, b in zip(lead, self.lead_shape)):
+            return int(np.prod(shape[k:], dtype=np.int64))  # () for a per-head scalar: 1
+        return max(int(np.prod(shape, dtype=np.int64)), 1)
 
     def reuse(self, old: str, new: str, value):
         """``value`` takes the on-chip slot of ``old``, which is no longer needed (``old`` is freed).

@@ -85,6 +85,26 @@ def test_a_refused_hold_changes_nothing_and_says_what_is_held():
     assert m.sram_in_use == 10
 
 
+def test_a_value_without_the_heads_axes_counts_every_element():
+    """Before, a value with no more axes than the heads counted 1 element a head whatever its size: a student's
+    ``mem.hold("junk", np.zeros(100000))`` beside (2,) heads passed the grader's footprint check, where the same
+    array shaped (1, 100000) was refused. A value's leading axes are the heads' only where each is the head axis's
+    size or 1; otherwise every element it has is on chip."""
+    m = Memory(sram_size=100, lead_shape=(2,))
+    with pytest.raises(SRAMOverflowError, match=r"holding junk=100000 "):
+        m.hold("junk", np.zeros(100000))
+    with pytest.raises(SRAMOverflowError, match=r"holding junk=250 "):
+        m.hold("junk", np.zeros((5, 50)))  # 5 is not the head axis: not 50 a head
+    m.hold("m", np.zeros(2))  # one number a head
+    m.hold("m_shared", np.float64(0.0))  # a scalar
+    m.hold("Q_i", np.zeros((2, 3, 4)))  # a tile a head
+    m.hold("K_j", np.zeros((1, 3, 4)))  # one tile shared by both heads
+    assert m.sram_in_use == 1 + 1 + 12 + 12
+    empty = Memory(sram_size=10, lead_shape=(0, 3))
+    empty.hold("Q_i", np.zeros((0, 3, 2, 4)))  # an empty batch holds what one head would
+    assert empty.sram_in_use == 8
+
+
 def test_a_load_that_does_not_fit_counts_no_reads():
     """Before, a refused load had counted its reads (and an event) before the hold raised."""
     m = Memory(sram_size=8)
