@@ -195,6 +195,9 @@ BAD = [  # (file, words of the message)
     ("bad_loop.py", "time limit: your code ran past 3 s"),
     ("bad_junk.py", "wrong"),
     ("bad_exit.py", "ended the process"),
+    # an exception whose __str__ raises ended the student process with the grader's own traceback
+    ("bad_str.py", "your function raised: Unprintable: (its message could not be printed: its __str__ raised "
+                   "ZeroDivisionError)"),
 ]
 
 
@@ -205,6 +208,7 @@ def test_bad_files_get_a_message_and_zero(name, says):
     assert time.monotonic() - t < 15
     assert rep.points == 0 and says in rep.message, rep.message
     assert "Traceback (most recent call last)" not in rep.message or "File \"" + name in rep.message
+    assert "_student.py" not in rep.message  # the grader's frames say nothing to a student
 
 
 @pytest.mark.parametrize("number", ["03", "04", "05", "06", "08"])
@@ -413,6 +417,11 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(student_copy, tmp_pa
     named = [p for p in re.findall(r"`([\w./-]+\.(?:md|py|ipynb)|[\w-]+/)`", readme)]
     assert named and all((out / p).exists() for p in named), [p for p in named if not (out / p).exists()]
     assert "python -m flashref grade 03 exercises/ex3_flash1_forward.py" in readme and "tests/" not in readme
+    # its compiled modules load on the Python that wrote them only: the copy asks for that one (before, ">=3.10" let
+    # a student on 3.12 install it and fail at the first import with "bad magic number")
+    built = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f'requires-python = "=={built}.*"' in (out / "pyproject.toml").read_text()
+    assert f"needs Python {built}" in readme and f"python{built} -m venv" in readme
     # and a plain (not editable) install of it has the bytecode modules and the budgets (built from a copy of
     # it: setuptools leaves its build folder in the tree)
     shutil.copytree(out, tmp_path / "to-install")

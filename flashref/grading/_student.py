@@ -249,7 +249,7 @@ def main(fd):
     except Refused:
         return
     except BaseException as e:  # noqa: BLE001 - any failure to import is reported, not raised
-        _send(sock, {"op": "error", "stage": "import", "message": f"{type(e).__name__}: {e}",
+        _send(sock, {"op": "error", "stage": "import", "message": _said(e),
                      "traceback": _student_tb(job["path"])})
         return
     try:
@@ -287,11 +287,11 @@ def main(fd):
         except Refused:
             return
         except fm.SRAMOverflowError as e:
-            _send(sock, {"op": "refused", "message": f"SRAMOverflowError: {e}. Keep on chip only what the spec "
+            _send(sock, {"op": "refused", "message": f"{_said(e)}. Keep on chip only what the spec "
                                                       f"allows: free tiles you no longer need"})
             return
         except BaseException as e:  # noqa: BLE001
-            _send(sock, {"op": "error", "stage": "run", "message": f"{type(e).__name__}: {e}",
+            _send(sock, {"op": "error", "stage": "run", "message": _said(e),
                          "traceback": _student_tb(job["path"])})
             return
         change = guard.patched(watched)
@@ -317,8 +317,11 @@ def main(fd):
             try:
                 value = json.loads(json.dumps(returned, default=lambda o: o.tolist() if hasattr(o, "tolist")
                                               else str(o)))
-            except (TypeError, ValueError):
-                value = repr(returned)
+            except BaseException:  # noqa: BLE001 - a returned object's own tolist/__str__ is the student's code
+                try:
+                    value = repr(returned)
+                except BaseException:  # noqa: BLE001
+                    value = f"a {type(returned).__name__} that could not be printed"
             _send(sock, {"op": "done", "value": value})
 
 
@@ -342,13 +345,23 @@ class _Spec:
         return f"spec({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
+def _said(e: BaseException) -> str:
+    """``Type: message`` of an exception the student's code raised. Its ``__str__`` is the student's code too: one
+    that raises would otherwise end this process with the grader's own traceback."""
+    try:
+        message = str(e)
+    except BaseException as inner:  # noqa: BLE001 - whatever it raises, the report names it
+        message = f"(its message could not be printed: its __str__ raised {type(inner).__name__})"
+    return f"{type(e).__name__}: {message}"
+
+
 def _student_tb(path):
     """The traceback's frames in the student's file only (the grader's frames say nothing to them)."""
     etype, e, tb = sys.exc_info()
     frames = [f for f in traceback.extract_tb(tb) if os.path.abspath(f.filename) == os.path.abspath(path)]
     out = io.StringIO()
     out.write("".join(traceback.format_list(frames[-3:])).replace(os.path.dirname(os.path.abspath(path)) + os.sep, ""))
-    out.write(f"{etype.__name__}: {e}")
+    out.write(_said(e))
     return out.getvalue()[-1500:]
 
 

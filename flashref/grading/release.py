@@ -33,6 +33,7 @@ import py_compile
 import re
 import shutil
 import stat
+import sys
 import zipfile
 
 from . import budgets as _budgets
@@ -213,6 +214,22 @@ PACKAGE_DATA = """
 """
 
 
+def built_python() -> str:
+    """The Python the copy is built with, "3.11": bytecode loads on the minor version that wrote it only."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _pin_python(project: str) -> str:
+    """pyproject.toml with ``requires-python`` pinned to :func:`built_python`: the repository's ">=3.10" would let
+    pip install the copy on a Python whose first notebook import then fails on the compiled modules ("bad magic
+    number")."""
+    pin = f'requires-python = "=={built_python()}.*"'
+    pinned, n = re.subn(r'^requires-python\s*=.*$', pin, project, count=1, flags=re.M)
+    if n != 1:
+        raise RuntimeError("pyproject.toml: no requires-python line to pin")
+    return pinned
+
+
 def student_release(out_dir: str) -> str:
     """Write the student copy into ``out_dir`` (created; must not exist or be empty). If writing fails, what was
     written is removed again."""
@@ -244,7 +261,7 @@ def _write_release(out_dir: str) -> None:
             os.makedirs(os.path.dirname(os.path.join(out_dir, name)), exist_ok=True)
             shutil.copy(os.path.join(REPO, name), os.path.join(out_dir, name))
     with open(os.path.join(REPO, "pyproject.toml")) as f:
-        project = f.read()
+        project = _pin_python(f.read())
     with open(os.path.join(out_dir, "pyproject.toml"), "w") as f:
         f.write(project + PACKAGE_DATA)
     if os.path.isdir(os.path.join(REPO, "figures")):
@@ -296,8 +313,11 @@ instructor made it with `python -m flashref student-release`.
 
 ## Install (a CPU is enough)
 
+This copy needs Python {built_python()}: its algorithm modules are compiled, and Python loads compiled modules
+only on the version that wrote them.
+
 ```bash
-python3 -m venv .venv && . .venv/bin/activate
+python{built_python()} -m venv .venv && . .venv/bin/activate
 pip install -q torch --index-url https://download.pytorch.org/whl/cpu
 pip install -q -e . jupyter      # add triton for the Triton lab: pip install triton (Linux)
 ```
