@@ -242,6 +242,23 @@ class _PerDevice(list):
     def total(self) -> int:
         return sum(x.total for x in self if x is not None)
 
+    def __add__(self, other):
+        """Device by device, as reports add (``fwd.io + bwd.io``); a list's ``+`` would have concatenated them, and
+        ``(f.io + b.io)[r]`` been rank r's forward alone."""
+        if not isinstance(other, _PerDevice):
+            return NotImplemented
+        if len(other) != len(self):
+            raise ValueError(f"cannot add reports of {len(self)} and {len(other)} devices")
+        return _PerDevice(b if a is None else a if b is None else a + b for a, b in zip(self, other))
+
+    def __radd__(self, other):
+        if isinstance(other, int) and other == 0:  # sum() starts from 0
+            return _PerDevice(self)
+        return NotImplemented
+
+    def __iadd__(self, other):  # += adds too, never extends
+        return self.__add__(other)
+
 
 class _Ring:
     """P devices, each with its own Memory, and a link that counts what crosses it."""

@@ -38,6 +38,25 @@ def test_results_repr_sums_the_devices_reports():
         assert f"io.total={res.io.total:,}" in repr(res) and f"flops.total={res.flops.total:,}" in repr(res)
 
 
+def test_forward_and_backward_reports_add_device_by_device():
+    """``fwd.io + bwd.io`` concatenated the two lists (a list's +): eight reports for four devices, no ``.total``,
+    and ``(fwd.io + bwd.io)[r]`` rank r's forward alone. Reports add, here device by device."""
+    Q, K, V, dO = _qkv(np.random.default_rng(1), (2, 8, 3))
+    fwd = ring.forward(Q, K, V, world_size=4)
+    bwd = ring.backward(Q, K, V, fwd.O, dO, fwd.L, world_size=4)
+    for name in ("io", "flops"):
+        a, b = getattr(fwd, name), getattr(bwd, name)
+        both = a + b
+        assert len(both) == 4 and both.total == a.total + b.total > 0
+        assert all(both[r].total == a[r].total + b[r].total for r in range(4))
+        assert sum([a, b]).total == both.total
+    assert [io.reads for io in fwd.io + bwd.io] == [f.reads + g.reads for f, g in zip(fwd.io, bwd.io)]
+    with pytest.raises(ValueError, match="reports of 4 and 2 devices"):
+        fwd.io + ring.forward(Q, K, V, world_size=2).io
+    with pytest.raises(TypeError):
+        fwd.io + [None] * 4  # a plain list is not a device's reports
+
+
 def test_merge_of_large_outputs_does_not_overflow_on_the_way():
     """fp32 V = 2e38 (finite, as is the answer, V itself): each device's partial O is 2e38, and the merge summed
     e^{L1-m}·O1 + e^{L2-m}·O2 = 4e38 = inf before dividing by ℓ = 2, so ring.forward returned inf silently."""
@@ -260,6 +279,11 @@ def _hostile(rank, P):
     o = ra(e, e, e, causal=True)
     o.backward(torch.zeros_like(o))
     assert o.shape == e.shape and e.grad.shape == e.shape
+    # a head dim of 0 (SDPA takes it and returns (..., n, 0)): 1/sqrt(0) raised ZeroDivisionError
+    q0 = fd.shard(torch.zeros(1, N, 0, dtype=torch.float64), "zigzag", rank, P).requires_grad_()
+    o = ra(q0, q0, q0, causal=True)
+    o.backward(torch.zeros_like(o))
+    assert o.shape == q0.shape == (1, N // P, 0) and q0.grad.shape == q0.shape
 
 
 def test_ring_attention_refuses_nan_do_and_overflow_and_matches_sdpa(tmp_path):
