@@ -31,9 +31,10 @@ count what a real ring computes. An explicit boolean mask would not do: it is a 
 FlashAttention-2 visits every tile for one.
 
 Each device has its own counted :class:`~flashref.memory.Memory` (its HBM traffic is the sum of
-its FlashAttention-2 calls plus the merges), and the ring's link counts the bytes every device
-sends and receives at every step in ``.comm``; :mod:`flashref.iomodel.ring` predicts both the
-communication (exactly) and whether it hides behind the compute.
+its FlashAttention-2 calls plus the forward's merges and the backward's sums into dQ, dK and dV),
+and the ring's link counts the bytes every device sends and receives at every step in ``.comm``;
+:mod:`flashref.iomodel.ring` predicts both the communication (exactly) and whether it hides behind
+the compute.
 
 Example::
 
@@ -381,8 +382,9 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
 
     ``O`` and ``L`` are the forward's (whole sequence); same options as :func:`forward`, plus
     ``grad_bytes`` (default 4: the dK/dV accumulators travel in fp32, as real implementations
-    keep them). Returns ``.dQ``, ``.dK``, ``.dV`` (whole sequence), ``.comm``, ``.io``, ``.flops``
-    (lists per device), ``.work`` and ``.source`` as the forward's.
+    keep them; the accumulators' HBM bytes too). Returns ``.dQ``, ``.dK``, ``.dV`` (whole sequence), ``.comm``,
+    ``.io`` (each device's FlashAttention-2 calls, and the passes that add each pair's share into the accumulators),
+    ``.flops`` (lists per device), ``.work`` and ``.source`` as the forward's.
     """
     pb, P, pos, grad_bytes = _problem(Q, K, V, world_size, layout, opts)
     lead, d = pb.lead_shape, pb.d
@@ -400,6 +402,9 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
     work = np.zeros((P, P), dtype=np.int64)
     source = np.zeros((P, P), dtype=np.int64)
 
+    for r, mem in enumerate(ring.mems):
+        mem.input("dQ", dQ_r[r])  # dQ_r's accumulator, in device r's HBM (zeros, like the forward's O)
+
     for t in range(P):
         for r in range(P):
             s = (r - t) % P
@@ -407,6 +412,9 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
             K_s, V_s = kv[r]
             if dkv[r] is None:
                 dkv[r] = (np.zeros_like(K_s), np.zeros_like(V_s))
+            # the dK_s/dV_s accumulators that arrived (their bytes counted on the link) sit in this device's HBM
+            ring.mems[r].input("dK_s", dkv[r][0], dtype_bytes=grad_bytes)
+            ring.mems[r].input("dV_s", dkv[r][1], dtype_bytes=grad_bytes)
             m = pair_mask(pos[r], pos[s], pb.causal)
             if m is False:
                 continue
@@ -418,10 +426,16 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
                                       L[..., p], **{**fa_opts, "causal": c})
                 io[r] = blk.io if io[r] is None else io[r] + blk.io
                 flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
-                dQ_r[r][..., qs, :] += blk.dQ  # dQ stays home
-                # dK_s, dV_s travel with K_s, V_s: the piece's share goes to its key rows
-                dkv[r][0][..., ks, :] += blk.dK
-                dkv[r][1][..., ks, :] += blk.dV
+                # dQ_r += dQ_rs over the piece's query rows (dQ stays home), and dK_s += dK_rs, dV_s += dV_rs over
+                # its key rows (they travel with K_s, V_s): each one elementwise pass in HBM, as the forward's
+                # merge: read the accumulator's rows and the piece's share, write the rows
+                mem = ring.mems[r]
+                for acc, share, rows in (("dQ", blk.dQ, qs), ("dK_s", blk.dK, ks), ("dV_s", blk.dV, ks)):
+                    mem.input(f"{acc}_rs", share)
+                    total = mem.load(acc, (rows.start, rows.stop), as_=f"{acc}_acc") + mem.load(f"{acc}_rs")
+                    mem.store(acc, total, (rows.start, rows.stop))
+                    mem.free(f"{acc}_acc", f"{acc}_rs")
+            dkv[r] = (ring.mems[r].result("dK_s"), ring.mems[r].result("dV_s"))
         # Communication of step t: K_s, V_s on (not after the last step), dK_s, dV_s always, except on one
         # device: there is no link, and its dK, dV are home already (distributed.ring_attention sends nothing).
         if P == 1:
@@ -437,9 +451,11 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
                                  ring.send(t, r, "dV", s, dkv[r][1], grad_bytes))
         kv, dkv = arriving_kv, arriving_dkv
     # After P sends (none for P = 1) each accumulator is home: device r holds dK_r, dV_r.
+    for r in range(P):
+        io[r] = ring.mems[r].report() if io[r] is None else io[r] + ring.mems[r].report()
     dQ, dK, dV = np.zeros_like(pb.Q), np.zeros_like(pb.K), np.zeros_like(pb.V)
     for r, p in enumerate(pos):
-        dQ[..., p, :] = dQ_r[r]
+        dQ[..., p, :] = ring.mems[r].result("dQ")
         dK[..., p, :], dV[..., p, :] = dkv[r]
     return BackwardResult(dQ=dQ, dK=dK, dV=dV, comm=ring.comm(), io=_PerDevice(io), flops=_PerDevice(flops),
                           work=work, source=source, positions=pos, layout=layout, world_size=P)

@@ -86,7 +86,8 @@ def test_zigzag_balances_causal_work():
 def _pieces_by_hand(layout, fa, Q, K, V, dO, fwd, P, **opts):
     """Each rank's forward and backward FLOPs and HBM elements, from FlashAttention-2 run on each piece of each
     of its pairs (what distributed.ring_attention runs), plus the forward's merges: per piece, O_r and L_r's rows
-    read, the piece's O and L read, O_r and L_r's rows written."""
+    read, the piece's O and L read, O_r and L_r's rows written; and the backward's sums: per piece, dQ_r's rows and
+    the piece's dQ read, dQ_r's rows written, and the same for dK_s and dV_s over its key rows."""
     lead, d = Q.shape[:-2], Q.shape[-1]
     H = int(np.prod(lead)) if lead else 1
     pos, n = fwd.positions, len(fwd.positions[0])
@@ -102,7 +103,8 @@ def _pieces_by_hand(layout, fa, Q, K, V, dO, fwd, P, **opts):
                 want["fwd_flops"][r] += f.flops.total
                 want["fwd_io"][r] += f.io.total + merge
                 want["bwd_flops"][r] += b.flops.total
-                want["bwd_io"][r] += b.io.total
+                add = 3 * H * (len(q) + 2 * len(k)) * d  # dQ_r += dQ_rs; dK_s += dK_rs; dV_s += dV_rs
+                want["bwd_io"][r] += b.io.total + add
     return want
 
 
