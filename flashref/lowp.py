@@ -72,9 +72,30 @@ def fmax(dtype) -> float:
 
 
 def cast(X: np.ndarray, dtype) -> np.ndarray:
-    """Round X to ``dtype`` with saturation: clip to ±max first (ml_dtypes would give NaN or inf)."""
+    """Round X to ``dtype`` (to nearest, ties to even) with saturation: clip to ±max first (ml_dtypes would give
+    NaN or inf). float64 goes through float32 rounded to odd, so that it is rounded once, not twice."""
     m = fmax(dtype)
-    return np.clip(X, -m, m).astype(dtype)
+    X = np.clip(np.asarray(X), -m, m)
+    if X.dtype == np.float64:
+        X = _float32_round_to_odd(X)
+    return X.astype(dtype)
+
+
+def _float32_round_to_odd(X: np.ndarray) -> np.ndarray:
+    """X (float64) as float32, truncated toward zero and its last bit set where that lost anything.
+
+    Why: ml_dtypes casts float64 to FP8 through float32, rounding twice. 1.0625 + 2^-30 is above the midpoint of
+    E4M3's 1 and 1.125, so it rounds to 1.125; but float32 first rounds it to 1.0625, the midpoint itself, whose
+    tie then goes to the even 1. Rounding to odd (Boldo and Melquiond, 2008) keeps "above, below or on a midpoint"
+    intact for any later rounding to a format with at least two bits fewer, which FP8's 3-4 bits are next to
+    float32's 24: the second rounding is then the correct one."""
+    X32 = X.astype(np.float32)  # to nearest
+    back = X32.astype(np.float64)
+    inexact = (back != X) & ~np.isnan(X)
+    # rounded away from zero: one float32 step back toward it (truncation), then the sticky last bit
+    X32 = np.where(inexact & (np.abs(back) > np.abs(X)), np.nextafter(X32, np.float32(0)), X32)
+    bits = X32.view(np.uint32)
+    return np.where(inexact, bits | np.uint32(1), bits).view(np.float32)
 
 
 def decode(X: np.ndarray, dtype=np.float32) -> np.ndarray:
