@@ -77,7 +77,8 @@ Differences from PyTorch, all deliberate:
   tile's dS before the scale, summed over the axes the mask was broadcast along;
 * double backward (``create_graph=True``) raises a ``RuntimeError``: the backward is numpy; under torch.func
   (whose ``grad`` always builds a graph of the gradient) a second order raises when it is asked for, and forward
-  mode (``jvp``, ``jacfwd``) raises;
+  mode (``jvp``, ``jacfwd``) raises. Where nothing is attended (no keys, ``dropout_p=1``, an empty batch) the
+  output is the constant 0, built from torch's own ops: its gradients are zeros, and theirs too;
 * NaN or inf in ``query``, ``key`` or ``value`` raises a ``ValueError`` naming it (PyTorch returns NaN), and so
   does NaN or inf in the gradient flowing back into the output (``grad_output``), in the backward (PyTorch
   propagates it into the gradients). So ``torch.amp.GradScaler`` (``torch.cuda.amp.GradScaler``) does not work
@@ -88,10 +89,9 @@ Differences from PyTorch, all deliberate:
   NaN) and a bool (``scale=True``, which PyTorch takes as 1.0) are refused, naming ``scale``;
 * ``dropout_p`` must be a probability in [0, 1]: ``dropout_p=nan`` (which PyTorch's math path takes, applying no
   dropout, and its fused CPU kernel refuses) and a bool are refused, naming ``dropout_p``;
-* with 4-D ``query``, ``key`` and ``value``, an ``attn_mask`` of fewer than 2 dims (``(S,)`` or 0-d) is refused,
-  naming it: PyTorch 2.13 refuses it there (an ``IndexError`` from its fused CPU kernel; only its math path,
-  taken with ``dropout_p > 0``, broadcasts it). Give it as ``(1, S)``. With 2-, 3- or 5-D inputs it broadcasts, as
-  in PyTorch.
+* an ``attn_mask`` of fewer than 2 dims (``(S,)`` or 0-d) broadcasts, whatever the inputs' dims, as PyTorch's math
+  path broadcasts it (PyTorch 2.13's fused CPU kernel, which it takes for 4-D inputs without dropout or a mask that
+  requires grad, raises an ``IndexError`` there instead).
 
 Example::
 
@@ -528,6 +528,8 @@ def _mask(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dt
         return None
     if not isinstance(attn_mask, torch.Tensor):
         raise TypeError(f"attn_mask: expected a torch.Tensor (bool or float), got {type(attn_mask).__name__}")
+    if attn_mask.layout != torch.strided:  # as for query, key and value: the algorithms read dense tiles
+        raise TypeError(f"attn_mask: expected a dense (strided) tensor, got layout {attn_mask.layout}")
     try:
         fits = torch.broadcast_shapes(attn_mask.shape, target) == target
     except RuntimeError:
@@ -590,13 +592,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             or not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p: expected a probability in [0, 1], got {dropout_p!r}")
     dropout_p = float(dropout_p)
-    if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() < 2 and query.dim() == key.dim() == value.dim() == 4:
-        # PyTorch 2.13's fused CPU kernel, which takes 4-D inputs, reads the mask's axis -2 (an IndexError); its
-        # math path (dropout_p > 0) broadcasts it. One rule here, whatever the path: refused, as PyTorch refuses it
-        # in the common case, so that a model that runs here runs there too
-        raise ValueError(f"attn_mask: shape {tuple(attn_mask.shape)} has fewer than 2 dims, which PyTorch refuses "
-                         f"with 4-D query, key and value; give it as (1, S) = (1, {key.shape[-2]}) "
-                         f"(attn_mask.reshape(1, -1), or .expand(1, {key.shape[-2]}) for a 0-d one)")
     variant_opts = _variant_options(o, spec)
     native = (enable_gqa and spec.variants and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3
               and key.shape[-3] != query.shape[-3] and value.shape[-3] == key.shape[-3])

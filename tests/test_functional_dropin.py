@@ -261,6 +261,11 @@ def test_edges_torch_takes_agree_with_torch():
     (lambda q, k, v: sdpa(q, k, v, attn_mask=torch.ones(5, 7, dtype=torch.bool, device="meta")), ValueError,
      "attn_mask: on meta, but query is on cpu"),
     (lambda q, k, v: sdpa(q.to_sparse(), k, v), TypeError, "query: expected a dense"),
+    # a sparse mask (PyTorch refuses it too) failed deep in numpy's conversion, naming no argument
+    (lambda q, k, v: sdpa(q, k, v, attn_mask=(torch.ones(5, 7) > 0).to_sparse()), TypeError,
+     "attn_mask: expected a dense"),
+    (lambda q, k, v: sdpa(q, k, v, attn_mask=torch.ones(5, 7).to_sparse_csr()), TypeError,
+     "attn_mask: expected a dense"),
     (lambda q, k, v: sdpa(q, k, v, algorithm=["flash2"]), ValueError, "algorithm: expected one of"),
     (lambda q, k, v: sdpa(q, k, v, alibi_slopes=[[1.0], [1.0, 2.0]]), TypeError, "alibi_slopes: expected a tensor"),
     (lambda q, k, v: sdpa(q, k, v, alibi_slopes=torch.ones(3, dtype=torch.complex64)), TypeError,
@@ -426,21 +431,31 @@ def test_shortcut_with_a_learned_float32_mask_keeps_the_querys_dtype(dtype, case
         assert dmask.dtype == torch.float32 and dmask.shape == mask.shape and not dmask.any()
 
 
-@pytest.mark.parametrize("mask", [torch.ones(7, dtype=torch.bool), torch.zeros(7, dtype=torch.float64),
-                                  torch.zeros((), dtype=torch.float64)], ids=["bool (S,)", "float (S,)", "0-d"])
-def test_a_mask_of_fewer_than_2_dims_with_4d_inputs_is_refused_as_torch_refuses_it(mask):
-    """PyTorch 2.13 refuses an attn_mask of shape (S,) or () with 4-D query, key and value (an IndexError from its
-    fused CPU kernel); the front refuses it too, naming attn_mask and the shape to give. With 3-D inputs both
-    broadcast it, and agree."""
+@pytest.mark.parametrize("mask", ["bool (S,)", "float (S,)", "0-d"])
+def test_a_mask_of_fewer_than_2_dims_broadcasts_as_torch_math_path_does(mask):
+    """An attn_mask of shape (S,) or () broadcasts as PyTorch's math path broadcasts it, 4-D inputs too: the front
+    once refused it there, as PyTorch 2.13's fused CPU kernel does (an IndexError), though PyTorch takes it whenever
+    it runs its math path (dropout, or a float mask that requires grad). Output and every gradient, the mask's too,
+    agree with the math backend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    g = torch.Generator().manual_seed(4)
     q, k, v = _qkv64(lead=(2, 3))
-    with pytest.raises(IndexError):
-        F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    with pytest.raises(ValueError, match=r"attn_mask: shape \((7,)?\) has fewer than 2 dims.*\(1, S\) = \(1, 7\)"):
-        sdpa(q, k, v, attn_mask=mask)
-    torch.testing.assert_close(sdpa(q[0], k[0], v[0], attn_mask=mask),
-                               F.scaled_dot_product_attention(q[0], k[0], v[0], attn_mask=mask))
-    torch.testing.assert_close(sdpa(q, k, v, attn_mask=mask.reshape(1, -1)),
-                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask.reshape(1, -1)))
+    m = {"bool (S,)": torch.rand(7, generator=g) > 0.3, "float (S,)": torch.randn(7, generator=g, dtype=torch.float64),
+         "0-d": torch.tensor(0.7, dtype=torch.float64)}[mask]
+    for inputs in ((q, k, v), (q[0], k[0], v[0])):
+        mine = [t.detach().clone().requires_grad_() for t in inputs]
+        theirs = [t.detach().clone().requires_grad_() for t in inputs]
+        mm, tm = (m.detach().clone().requires_grad_(m.is_floating_point()) for _ in range(2))
+        out = sdpa(*mine, attn_mask=mm)
+        with sdpa_kernel(SDPBackend.MATH):
+            ref = F.scaled_dot_product_attention(*theirs, attn_mask=tm)
+        torch.testing.assert_close(out, ref)
+        dO = torch.randn(out.shape, generator=g, dtype=out.dtype)
+        want = [x for x in (*theirs, tm) if x.requires_grad]
+        got = [x for x in (*mine, mm) if x.requires_grad]
+        for a, b in zip(torch.autograd.grad(out, got, dO), torch.autograd.grad(ref, want, dO)):
+            torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("dtypes", [("float32", "bfloat16", "float32"), ("float32", "float32", "float32"),

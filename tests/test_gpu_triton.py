@@ -588,6 +588,10 @@ def test_double_backward_is_a_clear_error():
     o = gpu.attention(q, k, v)
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(o.sum(), q, create_graph=True)
+    # and where no kernel runs (no keys, every weight dropped), which returned zeros that carried no graph
+    for o in (gpu.attention(q, k[:, :, :0], v[:, :, :0]), gpu.attention(q, k, v, dropout_p=1.0)):
+        with pytest.raises(RuntimeError, match="double backward"):
+            torch.autograd.grad(o.sum(), q, create_graph=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -604,6 +608,7 @@ def _ok(n=8, d=16, dtype=None):
     (lambda q, k, v: (q, k, v[..., :7, :]), "v", ValueError),
     (lambda q, k, v: (q, k[..., :8], v), "k", ValueError),
     (lambda q, k, v: (q.numpy() if q.device.type == "cpu" else None, k, v), "q", TypeError),
+    (lambda q, k, v: (q, k.to_sparse(), v), "k must be a dense", TypeError),  # was a NotImplementedError from torch
 ])
 def test_bad_inputs_name_the_argument(change, arg, exc):
     q, k, v = change(*_ok())

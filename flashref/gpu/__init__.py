@@ -71,6 +71,8 @@ def _check(q, k, v, causal, scale, enable_gqa=False, launch=True, any_scale=Fals
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.layout != torch.strided:  # a sparse tensor has no strides for the kernels' pointers
+            raise TypeError(f"{name} must be a dense (strided) tensor, got layout {x.layout}")
         if x.dim() != 4:
             raise ValueError(f"{name} must have shape (B, H, N, d), got {tuple(x.shape)}")
     # Triton's interpreter computes bf16 wrongly (numpy has no bf16: off by 1e8, tests/test_gpu_triton.py), so on
@@ -523,6 +525,8 @@ def _zeros_function():
 
         @staticmethod
         def backward(ctx, do):
+            if torch.is_grad_enabled():  # create_graph=True: refused as on the kernels' path, whatever the shape
+                raise RuntimeError(DOUBLE_BACKWARD)
             # NaN or inf flowing back is refused as on the kernels' path (_Attention.backward), where it is checked
             _finite(("grad_output (the gradient flowing into attention's output)", do))
             return tuple(torch.zeros(shape, dtype=dtype, device=device) if need else None
