@@ -224,10 +224,12 @@ def _scores_array(x, name: str, kind: str, target: tuple, from_shapes: bool = Fa
     if from_shapes and a.ndim > 2:
         _fits_heads(name, a.shape, int(np.prod(a.shape[:-2], dtype=np.int64)), target[0])
         a = a.reshape((-1,) + a.shape[-2:])[:1]
-    try:
-        np.broadcast_shapes(a.shape, target)
+    try:  # broadcast *to* target: an array with more axes than it would grow the target instead
+        fits = np.broadcast_shapes(a.shape, target) == tuple(target)
     except ValueError:
-        raise ValueError(f"{name}: shape {a.shape} does not broadcast to (..., Nq, Nk) = {target}") from None
+        fits = False
+    if not fits:
+        raise ValueError(f"{name}: shape {a.shape} does not broadcast to (..., Nq, Nk) = {target}")
     try:
         return np.broadcast_to(a, target)
     except ValueError:  # the shapes fit, but numpy cannot index that many bytes even as a view (Nq·Nk near 2^62)
@@ -426,6 +428,10 @@ class Problem:
         """
         check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads", "kv_heads"}, where)
         Nq, Nk, d = positive_int(Nq, "Nq", SEQ_LEN), positive_int(Nk, "Nk", SEQ_LEN), positive_int(d, "d")
+        for name in ("mask", "bias"):  # a nested list is the array it spells, as the algorithms take it
+            v = opts.get(name)
+            if v is not None and not isinstance(v, (bool, np.bool_, np.ndarray)):
+                opts[name] = np.asarray(v)
         if heads is None:
             heads = 1
             for name in ("mask", "bias"):
@@ -446,8 +452,8 @@ class Problem:
             if v is not None and not isinstance(v, np.ndarray):
                 if isinstance(v, (bool, np.bool_)) and name == "mask":
                     opts[name] = np.asarray(bool(v))
-                elif v is True:
-                    opts[name] = np.zeros(())  # "a bias is present"
+                elif isinstance(v, (bool, np.bool_)) and v:
+                    opts[name] = np.zeros(())  # "a bias is present" (numpy's True too)
         return cls._checked(Nq, Nk, d, (heads,), opts, kv_lead=kv_lead, from_shapes=True)
 
     @classmethod

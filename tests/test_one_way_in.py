@@ -250,6 +250,25 @@ def test_a_grid_takes_an_empty_batchs_mask_as_the_forward_does():
         iomodel.predict("flash2", "forward", Nq=5, Nk=7, d=4, mask=mask)
 
 
+def test_a_grid_and_predict_take_a_mask_or_bias_given_as_lists():
+    """The forwards take a mask or bias as a nested list; from shapes only an ndarray's leading axes were dropped, so
+    a per-head list was refused with "heads=1", a value the caller never gave. numpy's True is "a bias is present"
+    as Python's True is (it was a TypeError)."""
+    mask = [[[True] * 4] * 4] * 2  # (2, 4, 4)
+    bias = np.zeros((2, 4, 4)).tolist()
+    g = blocksparse.grid(4, 4, 3, mask=mask)
+    assert g == blocksparse.grid(4, 4, 3, mask=np.asarray(mask))
+    assert blocksparse.forward(*[np.ones((2, 4, 3))] * 3, np.ones((g.Tr, g.Tc), bool), mask=mask).O.shape == (2, 4, 3)
+    for name, v in (("mask", mask), ("bias", bias)):
+        assert iomodel.grid("flash2", "forward", Nq=4, Nk=4, d=3, **{name: v}) == \
+            iomodel.grid("flash2", "forward", Nq=4, Nk=4, d=3, **{name: np.asarray(v)})
+        ran = flash2.forward(*[np.ones((2, 4, 3))] * 3, **{name: v})
+        want = iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=3, heads=2, **{name: v})
+        assert (want.reads, want.writes) == (ran.io.reads, ran.io.writes)
+    assert iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=3, bias=np.True_).total == \
+        iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=3, bias=True).total
+
+
 def test_every_backward_rejects_nan_and_inf():
     s, f1, f2 = standard.forward(Q, K, V), flash1.forward(Q, K, V), flash2.forward(Q, K, V)
     bad = dO.copy()
@@ -507,3 +526,11 @@ def test_a_bias_too_large_to_address_says_so():
     assert iomodel.predict("flash2", "forward", Nq=N, Nk=N, d=4, mask=True).reads > 0
     with pytest.raises(ValueError, match=r"bias: shape \(3, 8\) does not broadcast"):
         iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, bias=np.zeros((3, 8)))
+    # a mask or bias with more axes than (..., Nq, Nk): broadcasting would grow the target, which the later view
+    # refused, and the message blamed numpy's addressing
+    Q = np.ones((2, 4, 3))
+    for f in (flash2, standard):
+        for name, a in (("bias", np.zeros((1, 1, 4, 4))), ("mask", np.ones((1, 1, 4, 4), bool))):
+            msg = rf"{name}: shape \(1, 1, 4, 4\) does not broadcast to .* = \(2, 4, 4\)"
+            with pytest.raises(ValueError, match=msg):
+                f.forward(Q, Q, Q, **{name: a})

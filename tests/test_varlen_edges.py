@@ -186,6 +186,18 @@ def test_slopes_of_another_shape_are_refused_naming_alibi_slopes(shape):
         flash2.forward_varlen(Q, Q, Q, cu, cu, alibi_slopes=np.full((3, 2), np.nan))
 
 
+@pytest.mark.parametrize("bias_grad", [False, True])
+def test_bias_grad_is_unknown_to_a_packed_batch_in_both(bias_grad):
+    """A packed batch has no bias: backward_varlen refuses bias_grad as an unknown option, and predict_varlen took
+    it (reads for False, a ValueError about the missing bias for True). Both refuse it alike now."""
+    Q, cu = np.ones((2, 3, 4)), [0, 3]
+    msg = r"unknown option 'bias_grad'; valid options are"
+    with pytest.raises(TypeError, match="^flash2.backward_varlen: " + msg):
+        flash2.backward_varlen(Q, Q, Q, Q, Q, Q[..., 0], cu, cu, bias_grad=bias_grad)
+    with pytest.raises(TypeError, match=r"^iomodel.predict_varlen\('backward'\): " + msg):
+        iomodel.predict_varlen("backward", cu_seqlens_q=cu, cu_seqlens_k=cu, d=4, heads=2, bias_grad=bias_grad)
+
+
 def test_a_sequence_with_queries_but_no_keys_is_refused_naming_cu_seqlens_k():
     """Its rows would be a softmax over no score; flash2.forward refuses Nk = 0, and so does the batch."""
     Q, K = np.zeros((1, 5, 2)), np.zeros((1, 4, 2))

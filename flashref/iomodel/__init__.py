@@ -36,7 +36,7 @@ from ..blocks import Grid
 from ..memory import Traffic, merge_by_precision
 from ..parallelism import resolve_num_splits
 from ..patterns import check_block_mask
-from ..problem import VARIANT_OPTIONS, Problem
+from ..problem import SHARED_OPTIONS, VARIANT_OPTIONS, Problem, check_options
 
 __all__ = ["Prediction", "predict", "predict_varlen", "predict_paged", "grid", "block_sizes", "dram",
            "ALGORITHMS"]
@@ -169,9 +169,13 @@ def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads:
         opts["alibi_slopes"] = True  # only their presence changes the IO; the array is checked below, as (B, H)
     # The batch's options, checked once as the simulator checks them (each sequence's predict checks them
     # again): a batch whose sequences have no queries predicts no sequence, and must refuse alike.
+    # no bias_grad: a packed batch has no bias, and backward_varlen refuses it as unknown (checked before the
+    # closed form's own options are taken out, among which a backward's bias_grad is)
+    extra = tuple(name for name in _extra("flash2", direction) if name != "bias_grad")
+    check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"kv_heads"}, where)
     probe = dict(opts)
     own = _own_options("flash2", direction, probe)
-    pb = Problem.from_shapes(where, _extra("flash2", direction), Nq=1, Nk=1, d=d, heads=heads, **probe)
+    pb = Problem.from_shapes(where, extra, Nq=1, Nk=1, d=d, heads=heads, **probe)
     if _lowp.requested(own):
         _lowp.check_options(pb, **own)
     if given:
