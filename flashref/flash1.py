@@ -106,7 +106,7 @@ LINES_ALG1 = {"load": "Alg.1 l.8", "write O": "Alg.1 l.12", "write l, m": "Alg.1
 
 
 def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, rows, cols, lines=LINES_ALG1) -> None:
-    """Algorithm 1 l.8-13 (Algorithm 2 l.9-17 with τ, MASK, dropout) for tile (i, j): update O_i, ℓ_i, m_i in HBM."""
+    """Algorithm 1 l.8-13 (Algorithm 2 l.9-16 with τ, MASK, dropout) for tile (i, j): update O_i, ℓ_i, m_i in HBM."""
     # l.8: load Q_i, O_i, ℓ_i, m_i from HBM to on-chip SRAM (once per (j, i)).
     Q_i = mem.load("Q", rows=rows, as_="Q_i", line=lines["load"])  # (Br, d)
     O_i = mem.load("O", rows=rows, as_="O_i", line=lines["load"])  # (Br, d)

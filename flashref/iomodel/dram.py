@@ -684,9 +684,10 @@ def _misses_np(D, C, kappa):
 
 # ------------------------------------------------------------------------- kernel sequences
 
-def _stream(name, R, W, n=1):
-    """A kernel that streams R bytes in and W bytes out, launched ``n`` times (an elementwise op split in chunks)."""
-    return ("stream", name, float(R) * n, float(W) * n, n)
+def _stream(name, R, W, n=1, l2=None):
+    """A kernel that streams R bytes in and W bytes out, launched ``n`` times (an elementwise op split in chunks);
+    ``l2``: its traffic between L2 and the SMs over all launches, where its CTAs read more than R (default R + W)."""
+    return ("stream", name, float(R) * n, float(W) * n, n, float(R + W) * n if l2 is None else float(l2))
 
 
 def _elementwise_chunks(numel):
@@ -698,9 +699,9 @@ def _elementwise_chunks(numel):
 
 
 def kernels(impl, mode, *, B, H, Nq, Nk, d, causal=False, e=2, sms=S.SMS, fa2_split=True, softmax_passes=True):
-    """The kernels one call launches: ("scan", ScanKernel, staggered), ("stream", name, R, W, launches) (R and W
-    over all its launches), ("mask", name, R, W, chunks, heads) (one masked_fill chunk, launched ``chunks``
-    times) or ("rows", name, S bytes, bytes of the rows in flight) (:func:`_softmax`). ``fa2_split=False``:
+    """The kernels one call launches: ("scan", ScanKernel, staggered), ("stream", name, R, W, launches, L2) (R, W
+    and the L2 traffic over all its launches), ("mask", name, R, W, chunks, heads) (one masked_fill chunk, launched
+    ``chunks`` times) or ("rows", name, S bytes, bytes of the rows in flight) (:func:`_softmax`). ``fa2_split=False``:
     FlashAttention-2's forward never splits its keys (the model that predicted every set up to check9);
     ``softmax_passes=False``: the softmax streams S once at any row length (every set up to check13)."""
     _check_impl_mode(impl, mode)
@@ -774,7 +775,10 @@ def _kernels(impl, mode, B, H, Nq, Nk, d, causal, e, sms, fa2_split, softmax_pas
             # the keys and writes an fp32 partial O and its LSE; a second kernel merges them. Both grids fit in about
             # one wave, whose CTAs of one split read its K/V tiles together: Q, K and V cross DRAM once.
             part = splits * BH * Nq * (d * 4 + 4)  # fp32 partial O_i and LSE_i of every split
-            out += [_stream("FA2 flash_fwd_splitkv_kernel", Xq + 2 * Xk, part),
+            # through L2: each CTA reads its 64-row Q block and its split's K/V tiles, so every query block reads
+            # all of K and V once (Q once per split), and writes its partials
+            l2 = splits * Xq + -(-Nq // 64) * 2 * Xk + part
+            out += [_stream("FA2 flash_fwd_splitkv_kernel", Xq + 2 * Xk, part, l2=l2),
                     _stream("FA2 flash_fwd_splitkv_combine_kernel", part, Xq + 4 * BH * Nq)]
         if mode == "fwd_bwd":
             out += [_stream("copy (contiguous O)", Xq, Xq), _stream("copy (contiguous dO)", Xq, Xq),
@@ -823,8 +827,8 @@ def predict_kernels(seq, Nq, Nk, p=PARAMS):
             rows.append(_launches(name, ch, r * ch, ch * (w - _residue(w, r, p)), l2 * ch))
             continue
         else:
-            _, name, r, w, n = item
-            rows.append(_launches(name, n, r, n * (w / n - _residue(w / n, r / n, p)), r + w))
+            _, name, r, w, n, l2 = item
+            rows.append(_launches(name, n, r, n * (w / n - _residue(w / n, r / n, p)), l2))
             continue
         rows.append((name, r, w - _residue(w, r, p), l2))
     return rows

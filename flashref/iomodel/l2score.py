@@ -65,6 +65,7 @@ class Row:
     kw: dict
     measured: float
     info: object  # the run's kernel 3 tiles (schedule.kernel3_info), to predict it with them
+    measured_l2: float | None = None  # Nsight's lts__t_bytes.sum (the median of the repeats), where recorded
 
 
 def _kernel(impl, run):
@@ -90,9 +91,22 @@ def recorded_rows(folder=None, gpus=("h100", "h200")) -> list[Row]:
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             name = f"{gpu}-l2{'-' + run if run else ''}.json"
             raise ValueError(f"folder: {name} is not a profile-l2 run ({type(e).__name__}: {e})") from None
-        out += [Row(run, gpu, _kernel(impl, run), impl, shape, mode, kw, measured, info)
+        l2 = _measured_l2(result)
+        out += [Row(run, gpu, _kernel(impl, run), impl, shape, mode, kw, measured, info, l2.get((impl, shape, mode)))
                 for impl, shape, mode, kw, measured in rows]
     return out
+
+
+def _measured_l2(result) -> dict:
+    """{(impl, shape, mode): the median of its repeats' L2 bytes} for the rows that recorded them (runs before the
+    L2 metric, and the metric sets of the long shapes, did not)."""
+    seen = {}
+    for r in result["rows"]:
+        for mode in l2fit.MODES:
+            m = r.get(mode)
+            if not r.get("error") and isinstance(m, dict) and m.get("l2_bytes"):
+                seen.setdefault((l2fit.recorded_impl(r), r["shape"], mode), []).append(float(m["l2_bytes"]))
+    return {k: float(np.median(v)) for k, v in seen.items()}
 
 
 def predict(rows, params=None) -> np.ndarray:
@@ -107,6 +121,26 @@ def predict(rows, params=None) -> np.ndarray:
 def errors(rows, params=None) -> np.ndarray:
     """predicted / measured - 1 of each row."""
     return predict(rows, params) / np.array([r.measured for r in rows]) - 1
+
+
+def l2_ratios(rows) -> list[dict]:
+    """The model's ``l2_bytes`` (traffic between L2 and the SMs) over Nsight's ``lts__t_bytes.sum``, per kernel
+    class and mode, for the rows that recorded it: how many, the median, the 10th and 90th percentiles. No parameter
+    was fitted to these bytes: a scan kernel's are the tiles its CTAs load and store, a streaming kernel's what it
+    reads and writes (eager's matmuls: each operand once, as the two-level count has it)."""
+    rows = [r for r in rows if r.measured_l2]
+    model = np.empty(len(rows))
+    for i, r in enumerate(rows):
+        with S.kernel3_as_recorded(r.info):
+            model[i] = D.dram(r.impl, r.mode, **r.kw, gpu=r.gpu).l2_bytes
+    out = []
+    for kernel in CLASSES:
+        for mode in l2fit.MODES:
+            ratio = np.array([m / r.measured_l2 for m, r in zip(model, rows) if (r.kernel, r.mode) == (kernel, mode)])
+            if len(ratio):
+                out.append(dict(kernel=kernel, mode=mode, rows=len(ratio), median=float(np.median(ratio)),
+                                p10=float(np.percentile(ratio, 10)), p90=float(np.percentile(ratio, 90))))
+    return out
 
 
 def _check_errs(rows, errs):
@@ -300,6 +334,10 @@ def main(argv=None) -> int:
     for s in scorecard(rows, errs):
         print(f"  {s['kernel']:27} {s['within']:5d} of {s['rows']:5d}   mean |error| {s['mean']:6.1%}"
               f"   largest {s['worst']:7.1%}")
+    print("\nL2 bytes (traffic between L2 and the SMs, nothing fitted to it), model / Nsight's lts__t_bytes.sum:")
+    for s in l2_ratios(rows):
+        print(f"  {s['kernel']:27} {s['mode']:7} {s['rows']:5d} rows   median {s['median']:5.2f}"
+              f"   10th-90th percentile {s['p10']:.2f}-{s['p90']:.2f}")
     reach = out_of_reach(args.folder)
     print(f"\nOut of reach of any prediction: {sum(c['outside'] for c in reach)} measurements of {len(reach)} calls,"
           f" where one call measured values more than {(1 + BAND) / (1 - BAND):.3g}x apart:")
