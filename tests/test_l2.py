@@ -2017,6 +2017,27 @@ def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
     assert fwd["a"] != fwd["b"]
 
 
+def test_predict_records_the_parameters_each_prediction_used(tmp_path, capsys):
+    """The metadata's params are the base sets; the predictions resolve their own per kernel, head dim and causal
+    flag (the H200's capacities scaled by its L2, FlashAttention-2's walk sets), which the file did not record:
+    `resolved` is what each used. An impl the model has not (sdpa_cudnn) is said, not silently left out."""
+    from flashref.gpu import l2profile as lp
+    lp.main(["--predict", "--groups", "check78", "--gpu", "h200", "--impls", "sdpa_flash,sdpa_cudnn",
+             "--out", str(tmp_path), "--name", "r"])
+    assert "sdpa_cudnn: not modelled" in capsys.readouterr().out
+    got = json.loads((tmp_path / "r-predicted.json").read_text())
+    resolved = got["metadata"]["resolved"]
+    assert {r["impl"] for r in got["rows"]} == {"sdpa_flash"}
+    for r in got["rows"]:
+        key = f"sdpa_flash d={r['d']}{' causal' if r['causal'] else ''}"
+        want = dict(D.resolved_params("sdpa_flash", d=r["d"], causal=r["causal"], gpu="h200"))
+        assert resolved[key] == want
+        assert r["predicted_bytes"] == D.dram("sdpa_flash", r["mode"], B=r["B"], H=r["H"], Nq=r["N"], Nk=r["Nk"],
+                                              d=r["d"], causal=r["causal"], gpu="h200", params=want).total_bytes
+    # the base set is not what the H200 predicts with: its capacities are scaled by its 60 MB of L2
+    assert resolved["sdpa_flash d=128"]["C_eff"] > got["metadata"]["params"]["C_eff"]
+
+
 
 
 # ----------------------------------------------------------------------------- out of sample: predicted before measured

@@ -1732,7 +1732,7 @@ def predictions(shape_list, gpu="h100", impls=IMPLS):
 
 
 def _write_predictions(args):
-    from ..iomodel.dram import GPU_PARAMS, PARAMS, STAGGERED_D64
+    from ..iomodel.dram import GPU_PARAMS, IMPLS, PARAMS, STAGGERED_D64, resolved_params
 
     todo = shapes(args.groups)
     if args.only:
@@ -1740,11 +1740,20 @@ def _write_predictions(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.name or args.gpu + '-l2-' + '-'.join(args.groups)}-predicted.json"
+    for impl in args.impls:
+        if impl not in IMPLS:  # (sdpa_cudnn: measured by profile-l2, not modelled)
+            print(f"{impl}: not modelled by iomodel.dram, no predictions for it")
+    rows = predictions(todo, args.gpu, args.impls)
+    # what each prediction used: the base sets resolve per call into one set for each kernel, head dim and (for
+    # FlashAttention-2's staggered walk) causal flag, the L2 scaling of the GPU included
+    resolved = {f"{r['impl']} d={r['d']}{' causal' if r['causal'] else ''}":
+                dict(resolved_params(r["impl"], d=r["d"], causal=r["causal"], gpu=args.gpu)) for r in rows}
     meta = dict(date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 params={**PARAMS, **GPU_PARAMS[args.gpu]}, staggered_d64=STAGGERED_D64[args.gpu], gpu=args.gpu,
-                tiles3=args.tiles3,
-                note="iomodel.dram's predictions, written before these shapes were measured")
-    rows = predictions(todo, args.gpu, args.impls)
+                tiles3=args.tiles3, resolved=resolved,
+                note="iomodel.dram's predictions, written before these shapes were measured; params and "
+                     "staggered_d64 are the base sets, resolved the parameters each kernel, head dim and causal "
+                     "flag predicted with (iomodel.dram.resolved_params)")
     path.write_text(json.dumps(dict(metadata=meta, rows=rows), indent=0))
     print(f"{path}: {len(rows)} predictions")
     return 0
