@@ -121,7 +121,7 @@ class ScanKernel:
     @property
     def same_scans(self):
         """Whether every CTA of a head scans the same tiles (a non-causal grid)."""
-        return len(set(self.ranges)) == 1
+        return len(set(map(tuple, self.ranges))) == 1  # (pairs, or the rows of an array given as ranges)
 
     @property
     def diagonal_starts(self):
@@ -130,7 +130,7 @@ class ScanKernel:
         FlashAttention-2's causal forward, which walks its keys from the diagonal down and has a rule
         of its own, ``iomodel.dram.staggered_scan_bytes``). Those launched together never read one
         tile at once."""
-        if self.stagger or not self.ranges:
+        if self.stagger or len(self.ranges) == 0:  # (not ``not ranges``: an array given as ranges has no truth)
             return False
         starts = self.range_array()[:, 1] - 1 if self.descending else self.range_array()[:, 0]
         return bool((starts != starts[0]).any())
@@ -141,7 +141,7 @@ class ScanKernel:
         their own, launched longest first: kernel 3's causal forward and dQ kernels, kernel 2's causal forward.
         Its CTAs of one wave end one after another, so after the first wave a CTA starts whenever one ends: a
         head's later passes roll in one CTA at a time rather than start together (``iomodel.dram.scan_bytes``)."""
-        if self.descending or self.stagger or not self.ranges:
+        if self.descending or self.stagger or len(self.ranges) == 0:
             return False
         r = self.range_array()
         return bool((r[:, 0] == 0).all() and (r[:, 1] != r[0, 1]).any())
@@ -204,6 +204,7 @@ def _checked(k) -> ScanKernel:
     # tile_bytes negative DRAM bytes from scan_bytes (while simulate refused it).
     positive_int(k.heads, "heads")
     positive_int(k.n_tiles, "n_tiles")
+    positive_int(k.sms, "sms")  # unchecked, 0 divided by zero in the closed forms and -1 ran silently
     _nonnegative_int(k.stagger, "stagger")
     for name in ("tile_bytes", "rmw_bytes", "private_read", "private_write"):
         v = getattr(k, name)
@@ -281,9 +282,12 @@ def simulate(k: ScanKernel, cache: L2Cache) -> L2Cache:
 # ------------------------------------------------------------------------------------ builders
 
 def _shape(BH, Nq, Nk, d, causal, e, sms):
-    """A builder's arguments, checked by the rules of every entry point (flashref.problem)."""
-    return (*(positive_int(v, name) for v, name in ((BH, "BH"), (Nq, "Nq"), (Nk, "Nk"), (d, "d"))), _causal(causal),
-            positive_int(e, "e"), positive_int(sms, "sms"))
+    """A builder's arguments, checked by the rules of every entry point (flashref.problem); a head dim past the
+    largest tiles' (256, as iomodel.dram refuses it) would be read with the d = 256 tiles and its own bytes."""
+    BH, Nq, Nk, d = (positive_int(v, name) for v, name in ((BH, "BH"), (Nq, "Nq"), (Nk, "Nk"), (d, "d")))
+    if d > 256:
+        raise ValueError(f"d: the kernels modelled run head dims up to 256, got {d}")
+    return BH, Nq, Nk, d, _causal(causal), positive_int(e, "e"), positive_int(sms, "sms")
 
 
 def _blocks(blocks):

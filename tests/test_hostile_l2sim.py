@@ -335,6 +335,8 @@ def test_simulation_is_deterministic():
     (dict(rmw_bytes="4"), TypeError, "rmw_bytes"),
     (dict(last_scan=2.0), ValueError, "last_scan"),  # the last tile moved twice a full one's bytes
     (dict(last_cta=0.0), ValueError, "last_cta"),
+    (dict(sms=0), ValueError, "sms"),  # a ZeroDivisionError in scan_bytes
+    (dict(sms=-1), ValueError, "sms"),  # taken silently
 ])
 def test_a_kernel_that_describes_no_grid_is_refused(kw, exc, match):
     k = _kernel(**kw)
@@ -342,6 +344,21 @@ def test_a_kernel_that_describes_no_grid_is_refused(kw, exc, match):
               lambda: schedule.waves(k), lambda: D.scan_bytes(k)):
         with pytest.raises(exc, match=match):
             f()
+
+
+def test_ranges_given_as_an_array_and_builders_past_d_256():
+    """range_array takes an array given as ranges, but ``rolling`` and ``diagonal_starts`` asked ``not ranges``
+    (numpy's "truth value of an array is ambiguous"), and ``same_scans`` hashed its rows; FlashAttention-2's builders
+    took d = 300 and ran it with the d = 256 tiles, where flashref's and iomodel.dram refuse it."""
+    as_list = schedule.ScanKernel("r", 1, 3, 1, 0, 0, 0, 1, [(0, 3), (1, 2)], [1, 0])
+    as_array = dataclasses.replace(as_list, ranges=np.array([[0, 3], [1, 2]]))
+    assert D.scan_bytes(as_array) == D.scan_bytes(as_list)
+    assert (as_array.rolling, as_array.diagonal_starts, as_array.same_scans) == \
+        (as_list.rolling, as_list.diagonal_starts, as_list.same_scans)
+    for build in (schedule.fa2_fwd, schedule.fa2_bwd, schedule.flashref_fwd, schedule.flashref_dkdv):
+        with pytest.raises(ValueError, match="^d: "):
+            build(1, 128, 128, 300)
+        assert build(1, 128, 128, 256).heads == 1
 
 
 def test_every_builder_passes_the_check():
