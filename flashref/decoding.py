@@ -70,7 +70,7 @@ from .problem import (
 from .results import ForwardResult
 from .softmax import finite_or_zero
 
-__all__ = ["forward", "footprint", "merge_footprint", "grid", "split_bounds", "choose_num_splits",
+__all__ = ["forward", "footprint", "merge_footprint", "grid", "plan", "split_bounds", "choose_num_splits",
            "resolve_num_splits", "parallelism", "DEFAULT_SMS", "OPTIONS", "forward_paged", "footprint_paged",
            "paged_problem", "PAGED_OPTIONS", "check_cache_seqlens"]
 
@@ -103,6 +103,26 @@ def grid(pb: Problem) -> blocks.Grid:
     return blocks.grid_for(pb, footprint)
 
 
+def plan(pb: Problem, num_splits, sms) -> tuple[blocks.Grid, int]:
+    """The split pass's grid and its number of splits S, as :func:`forward` runs them.
+
+    S is chosen from the grid (how many query blocks there are to fill the GPU), and each split then holds at most
+    its own keys on chip: a ``Bc`` of explicit ``block_sizes`` larger than the longest split is never loaded whole.
+    So explicit block sizes are checked against ``sram_size`` with the key tile a split really holds (checked with
+    ``Bc`` clipped to Nk alone, a run that held 31 elements was refused as needing 85)."""
+    given = pb.block_sizes is not None and pb.sram_size is not None
+    g = grid(dataclasses.replace(pb, sram_size=None) if given else pb)
+    S = resolve_num_splits(num_splits, max(pb.heads, 1), g.Tr, g.Tc, pb.Nk, sms)
+    if given:
+        Bc = min(g.Bc, -(-pb.Nk // S))  # the longest split's first key tile
+        need = footprint(g.Br, Bc, pb.d)
+        if need > pb.sram_size:
+            raise blocks.SRAMOverflowError(
+                f"block_sizes=(Br={g.Br}, Bc={g.Bc}) with {S} splits (key tiles of at most {Bc}) need an on-chip "
+                f"footprint of {need} elements per head, more than sram_size={pb.sram_size}")
+    return g, S
+
+
 def split_bounds(Nk: int, num_splits: int) -> list[tuple[int, int]]:
     """The key ranges ``[k0, k1)`` of the splits: contiguous, as equal as possible, none empty."""
     Nk = positive_int(Nk, "Nk")
@@ -126,8 +146,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     pb = Problem.from_arrays(Q, K, V, "decoding.forward", OPTIONS, **opts)
     num_splits, sms = opts.get("num_splits"), opts.get("sms")
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
-    g = grid(pb)
-    S = resolve_num_splits(num_splits, max(pb.heads, 1), g.Tr, g.Tc, Nk, sms)
+    g, S = plan(pb, num_splits, sms)
     sms = DEFAULT_SMS if sms is None else int(sms)
 
     mem = Memory(pb.sram_size, pb.dtype_bytes, pb.lead_shape)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from reference import variant_grads, variant_ref
 
 from flashref import decoding, flash2, iomodel
+from flashref.memory import SRAMOverflowError
 
 PAGED_VALID = "valid options are alibi_slopes, causal, dtype_bytes, scale, softcap, sram_size, window$"
 
@@ -226,3 +227,24 @@ def test_more_work_items_than_2_53_is_one_split_and_counted_exactly(H, Nq, Nk, d
     many = iomodel.predict("decoding", "forward", Nq=Nq, Nk=Nk, d=d, heads=H)
     one = iomodel.predict("decoding", "forward", Nq=Nq, Nk=Nk, d=d, heads=1, num_splits=1)
     assert (many.reads, many.writes) == (H * one.reads, H * one.writes)
+
+
+@given(Nk=st.integers(2, 40), S=st.integers(1, 8), Bc=st.integers(1, 48), d=st.integers(1, 6))
+@settings(max_examples=60, deadline=None)
+def test_explicit_block_sizes_are_checked_with_the_key_tile_a_split_holds(Nk, S, Bc, d):
+    """A split holds at most its own keys: with Bc = 8 and 4 splits of 2 keys, a run holds 31 elements, and the
+    same call with sram_size=31 was refused as needing 85 (Bc clipped to Nk alone). Now the measured peak is
+    accepted and one element less refused, by the simulator, predict and grid alike."""
+    S = min(S, Nk)
+    Q, K = np.ones((1, 2, d)), np.ones((1, Nk, d))
+    opts = dict(block_sizes=(1, Bc), num_splits=S)
+    peak = decoding.forward(Q, K, K, **opts).io.peak_sram
+    assert peak == decoding.footprint(1, min(Bc, Nk, -(-Nk // S)), d)
+    ran = decoding.forward(Q, K, K, sram_size=peak, **opts)
+    assert iomodel.predict("decoding", "forward", Nq=2, Nk=Nk, d=d, sram_size=peak, **opts).total == ran.io.total
+    assert iomodel.grid("decoding", "forward", Nq=2, Nk=Nk, d=d, sram_size=peak, **opts).Bc == min(Bc, Nk)
+    for f in (lambda: decoding.forward(Q, K, K, sram_size=peak - 1, **opts),
+              lambda: iomodel.predict("decoding", "forward", Nq=2, Nk=Nk, d=d, sram_size=peak - 1, **opts),
+              lambda: iomodel.grid("decoding", "forward", Nq=2, Nk=Nk, d=d, sram_size=peak - 1, **opts)):
+        with pytest.raises(SRAMOverflowError, match=f"footprint of {peak} elements"):
+            f()

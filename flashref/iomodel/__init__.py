@@ -34,7 +34,6 @@ from .. import standard as _standard
 from .. import variants as _variants
 from ..blocks import Grid
 from ..memory import Traffic, merge_by_precision
-from ..parallelism import resolve_num_splits
 from ..patterns import check_block_mask
 from ..problem import SHARED_OPTIONS, VARIANT_OPTIONS, Problem, check_options
 
@@ -224,9 +223,10 @@ def grid(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int
         return _lowp.grid(pb, **lowp_opts)  # the FP8 loop holds three descales more: its own blocks
     if "bias_grad" in own:  # checked before the blocks are resolved, as by flash2's and standard's backward
         _variants.check_bias_grad(own["bias_grad"], pb.bias)
-    g = _GRIDS[algorithm, direction](pb)
-    if "num_splits" in own or "sms" in own:  # decoding: checked (or chosen) on the grid, as iomodel.decoding does
-        resolve_num_splits(own.get("num_splits"), max(pb.heads, 1), g.Tr, g.Tc, pb.Nk, own.get("sms"))
+    if algorithm == "decoding":  # the grid and the splits chosen on it, explicit block sizes checked per split
+        g, _ = _decoding.plan(pb, own.get("num_splits"), own.get("sms"))
+    else:
+        g = _GRIDS[algorithm, direction](pb)
     if "block_mask" in own:  # left out it is not needed here; given, it must fit this grid (None is refused)
         check_block_mask(own["block_mask"], g)
     # Packed GQA tiles g·Br loop rows; the simulator reports (and this gives) Br in query positions.

@@ -23,7 +23,6 @@ import dataclasses
 import numpy as np
 
 from .. import decoding
-from ..parallelism import resolve_num_splits
 from ..problem import Problem, _slopes
 from ..variants import band
 from . import Prediction, Tally
@@ -38,8 +37,8 @@ def resolve(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, **opts) -> tuple[i
 
 
 def _resolve(pb: Problem, num_splits, sms) -> tuple[int, int, int]:
-    g = decoding.grid(pb)
-    return g.Br, g.Bc, resolve_num_splits(num_splits, max(pb.heads, 1), g.Tr, g.Tc, pb.Nk, sms)
+    g, S = decoding.plan(pb, num_splits, sms)
+    return g.Br, g.Bc, S
 
 
 def forward(pb: Problem, *, num_splits=None, sms=None) -> Prediction:
