@@ -1146,6 +1146,43 @@ CHECK79 = [
     ('check79_128_2x3x333824', 2, 3, 333824, 128, False),
 ]
 
+# check80 and check81: the validation grid and four corners twice more, draw_validation(20261266, "check80", few=0,
+# long=5) and draw_validation(20261267, "check81", few=0, long=5), with the model of check79 (the split-KV forward's
+# L2 bytes aside, which no DRAM byte depends on), predicted for both GPUs before any GPU measured them
+CHECK80 = [
+    ('check80_128_1x16x12288', 1, 16, 12288, 128, False),
+    ('check80_128_1x8x16384_causal', 1, 8, 16384, 128, True),
+    ('check80_128_4x8x8192_causal', 4, 8, 8192, 128, True),
+    ('check80_128_1x16x8192', 1, 16, 8192, 128, False),
+    ('check80_64_4x8x2048_causal', 4, 8, 2048, 64, True),
+    ('check80_32_2x24x3089', 2, 24, 3089, 32, False),
+    ('check80_32_1x2x4200x21433', 1, 2, (4200, 21433), 32, False),
+    ('check80_32_8x12x2149', 8, 12, 2149, 32, False),
+    ('check80_160_4x6x19980x1612', 4, 6, (19980, 1612), 160, False),
+    ('check80_64_2x1x89088_causal', 2, 1, 89088, 64, True),
+    ('check80_128_1x2x215040', 1, 2, 215040, 128, False),
+    ('check80_128_2x2x108544', 2, 2, 108544, 128, False),
+    ('check80_64_1x2x179200', 1, 2, 179200, 64, False),
+    ('check80_128_1x6x37888', 1, 6, 37888, 128, False),
+]
+
+CHECK81 = [
+    ('check81_128_8x16x12288', 8, 16, 12288, 128, False),
+    ('check81_128_4x8x3072_causal', 4, 8, 3072, 128, True),
+    ('check81_128_1x32x2048_causal', 1, 32, 2048, 128, True),
+    ('check81_128_4x32x3072', 4, 32, 3072, 128, False),
+    ('check81_128_8x16x1536', 8, 16, 1536, 128, False),
+    ('check81_192_8x12x1086', 8, 12, 1086, 192, False),
+    ('check81_96_1x5x1458x82511', 1, 5, (1458, 82511), 96, False),
+    ('check81_256_8x1x2971_causal', 8, 1, 2971, 256, True),
+    ('check81_256_1x1x50562_causal', 1, 1, 50562, 256, True),
+    ('check81_128_4x1x37888_causal', 4, 1, 37888, 128, True),
+    ('check81_128_2x1x224256_causal', 2, 1, 224256, 128, True),
+    ('check81_64_1x7x199680', 1, 7, 199680, 64, False),
+    ('check81_128_2x3x71680_causal', 2, 3, 71680, 128, True),
+    ('check81_64_4x2x110592', 4, 2, 110592, 64, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1181,7 +1218,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
           "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75, "knee96c": KNEE96C,
           "check76": CHECK76, "check77": CHECK77, "k2div16": K2DIV16,
-          "check78": CHECK78, "check79": CHECK79,
+          "check78": CHECK78, "check79": CHECK79, "check80": CHECK80, "check81": CHECK81,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
