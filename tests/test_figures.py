@@ -122,3 +122,25 @@ def test_roofline_intensities():
             assert r["intensity_flop_per_byte"] <= 1.25                    # softmax 5 FLOPs per 4 bytes
     assert rows[("H100-SXM5-80GB", 16384, "S = QK^T")]["source"] == "iomodel"
     assert rows[("H100-SXM5-80GB", 1024, "S = QK^T")]["source"] == "simulated"
+
+
+@pytest.mark.parametrize("name", ["lowp_error_table", "lowp_error_vs_outliers", "lowp_p_underflow"])
+def test_a_figure_a_notebook_draws_from_its_csv_draws_numbers(name):
+    """Notebook 11 draws these from their CSVs (read_csv gives strings). underflow_plot drew the closed form's
+    dotted lines from the strings as they were, so matplotlib made both axes categorical: tick labels
+    "0.9999999999717519, 0.0, 1.0, ..." out of order, and the measured curves flat at the bottom. From the CSV the
+    figure must draw what it draws from its data: the same lines, at the same numbers."""
+    import matplotlib.pyplot as plt
+    from matplotlib.category import StrCategoryConverter
+
+    fig = next(f for f in all_figures() if f.name == name)
+    from_csv = fig.plot(read_csv(REPO / "figures" / f"{name}.csv"))
+    try:
+        for ax in from_csv.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                assert not isinstance(axis.get_converter(), StrCategoryConverter), (name, ax.get_title())
+            for line in ax.get_lines():
+                x, y = (np.asarray(v, dtype=float) for v in line.get_data())
+                assert np.isfinite(x).any() and np.isfinite(y).any()
+    finally:
+        plt.close(from_csv)

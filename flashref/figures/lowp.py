@@ -254,7 +254,7 @@ def underflow_plot(rows):
     for S, c in colors.items():
         pts = [(r["delta"], r["predicted_forward"]) for r in rows
                if r["key_order"] == "forward" and float(r["p_scale"]) == S]
-        axes[0].plot(*zip(*pts), ":", color=c, lw=1)
+        axes[0].plot(*(np.array(v, dtype=float) for v in zip(*pts)), ":", color=c, lw=1)  # (a CSV's are strings)
     axes[0].set_xlabel("sink score offset Δ")
     axes[0].set_ylabel("fraction of non-sink P entries → 0")
     axes[1].set_xlabel("sink score offset Δ")
