@@ -854,7 +854,12 @@ def main(argv=None) -> int:
     p.add_argument("--plot", default=None, metavar="JSON",
                    help="only redraw the figures (JSON.png, JSON-loss.png) of a recorded run and print its table")
     args = p.parse_args(argv)
-    if args.plot:
+    if args.plot:  # redraws the recorded run beside its JSON: the run's options would be silently ignored
+        given = [f"--{name.replace('_', '-')}" for name in ("suite", "out", "device", "backends", "N", "budget_s",
+                                                             "no_plots") if getattr(args, name) != p.get_default(name)]
+        if given:
+            p.error(f"argument --plot: redraws a recorded run's figures beside it; {', '.join(given)} "
+                    f"{'does' if len(given) == 1 else 'do'} not apply")
         out = Path(args.plot)
         result = _load_run(p, out)
         _save_plots(result, out)
@@ -875,4 +880,8 @@ def main(argv=None) -> int:
             print(f"plotting failed: {type(e).__name__}: {e}", file=sys.stderr)
     print(table(result))
     print(f"wrote {out}")
+    rows = result.get("throughput", [])
+    if rows and all(r["status"] == "error" for r in rows):  # nothing ran: a script's caller must see it failed
+        print("every throughput configuration failed (see the notes above)", file=sys.stderr)
+        return 1
     return 0

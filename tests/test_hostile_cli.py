@@ -154,6 +154,17 @@ def test_bad_arguments_make_nothing(tmp_path, capsys):
     (["bench", "--N", "99999999"], "argument --N: [99999999] do not divide"),
     (["bench", "--modes", "xyz"], "argument --modes: expected some of fwd, fwd_bwd"),
     (["bench", "--out", ""], "argument --out: expected a folder"),
+    # a prefix of --ceilings reached bench's own parser, which took it and ran the plain bench (its results written
+    # where the recorded ones are)
+    (["bench", "--ceil"], "unrecognized arguments: --ceil"),
+    # profile split its lists without a check: a KeyError on a GPU, or an empty result written over the recorded one
+    (["profile", "--shapes", "zzz"], "argument --shapes: expected some of fig2, long"),
+    (["profile", "--impls", "zzz"], "argument --impls: expected some of plain, math"),
+    (["profile", "--out", ""], "argument --out: expected a folder"),
+    (["profile", "--name", "a/b"], "argument --name: expected a file name"),
+    # train --plot redraws a recorded run beside its JSON; --out, --no-plots, --suite were taken and ignored
+    (["train", "--plot", "figures/e2e-cpu-tiny.json", "--out", "x.json", "--no-plots"],
+     "argument --plot: redraws a recorded run's figures beside it; --out, --no-plots do not apply"),
 ])
 def test_tools_refuse_a_bad_value_before_any_work(argv, says, tmp_path, capsys, monkeypatch):
     """An empty --out wrote into the working folder without a word; bench ran its whole sweep before dividing by

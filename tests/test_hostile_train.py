@@ -320,3 +320,17 @@ def test_a_float32_run_gets_no_mfu_against_the_bf16_peak():
     assert train.mfu_peak("NVIDIA H100 80GB HBM3", amp=True) == train.peak_flops("NVIDIA H100 80GB HBM3") > 0
     assert train.mfu_peak("NVIDIA H100 80GB HBM3", amp=False) is None
     assert not train.SUITES["test"]["amp"] and train.SUITES["h100"]["amp"]
+
+
+def test_a_run_whose_every_throughput_configuration_failed_exits_1(tmp_path, capsys):
+    """Every row an error (flashref's Triton backend on a CPU without the interpreter) wrote its JSON and exited 0,
+    so a script could not tell the run measured nothing."""
+    out = tmp_path / "run.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "environ", env)
+        code = train.main(["--suite", "test", "--device", "cpu", "--backends", "flashref", "--out", str(out),
+                           "--no-plots"])
+    rows = json.loads(out.read_text())["throughput"]
+    assert rows and all(r["status"] == "error" for r in rows)
+    assert code == 1 and "every throughput configuration failed" in capsys.readouterr().err

@@ -403,6 +403,7 @@ def run(args) -> dict:
         extra = dict(fa4_versions=_fa4_versions(), fa4_check=check_fa4(args.d, causals, dtype),
                      fa4_layout="q, k, v, dO copied to (B, N, H, d) before timing; only the attention call(s) timed")
     bar = _progress(len(shapes) * len(args.backends) * args.rounds)
+    skipped = set()  # (mode, N) where eager math's N x N scores would not fit: not timed, and said so
     t0 = time.time()
     for mode, d, causal, N in shapes:
         B, H = TOKENS // N, HIDDEN // d
@@ -414,10 +415,12 @@ def run(args) -> dict:
             for backend in args.backends:
                 bar.set_postfix_str(f"{mode} d={d} causal={causal} N={N} {backend}")
                 bar.update()
-                if (backend == "math" and _math_too_big(mode, B, H, N)) or None in times[backend]:
+                if backend == "math" and _math_too_big(mode, B, H, N):
+                    skipped.add((mode, N))
                     continue
-                times[backend].append(time_one(mode, backend, B, H, N, d, causal, dtype,
-                                               rep=max(10, args.rep // args.rounds)))
+                if None in times[backend]:
+                    continue
+                times[backend].append(time_one(mode, backend, B, H, N, d, causal, dtype, rep=_rep(args)))
         for backend, ms_list in times.items():
             if not ms_list or None in ms_list:
                 continue
@@ -429,6 +432,9 @@ def run(args) -> dict:
                 row["configs"] = _flashref_configs(backend, d, causal, mode, N, args.dtype)
             rows.append(row)
     bar.close()
+    for mode, N in sorted(skipped):
+        print(f"math not timed: {mode} at N = {N} (its B·H·N² scores in fp32 are past _math_too_big's bound)",
+              file=sys.stderr)
     add_ratios(rows)
     memory, breakdown = ([], {}) if args.no_memory else measure_memory(args.mem_N, dtype)
     props = torch.cuda.get_device_properties(0)
@@ -436,7 +442,7 @@ def run(args) -> dict:
                 torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
                 date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), dtype=args.dtype,
                 tokens=TOKENS, hidden=HIDDEN, timing=f"median of {args.rounds} interleaved rounds (backends of a "
-                f"shape in turn), each a triton.testing.do_bench median, warmup 25 ms, rep {args.rep // args.rounds} "
+                f"shape in turn), each a triton.testing.do_bench median, warmup 25 ms, rep {_rep(args)} "
                 "ms", flop_convention="fwd 4BHN^2d (/2 causal); fwd_bwd 3.5x fwd",
                 seconds=round(time.time() - t0, 1), **extra)
     return dict(metadata=meta, rows=rows, memory=memory, memory_breakdown=breakdown)
@@ -545,8 +551,16 @@ def fa4_markdown(result, Ns=(4096, 8192, 16384)) -> str:
     return "\n".join(lines)
 
 
+def _rep(args) -> int:
+    """The do_bench repetition time of one round, ms: --rep split among the rounds, 10 ms at least."""
+    return max(10, args.rep // args.rounds)
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m flashref bench", description=__doc__.split("\n")[0])
+    # allow_abbrev=False: main picks --variants and --ceilings out of argv by their whole names, so a prefix
+    # (--ceil) must not reach this parser, which would take it, set a flag nothing reads, and run the plain bench
+    p = argparse.ArgumentParser(prog="python -m flashref bench", description=__doc__.split("\n")[0],
+                                allow_abbrev=False)
     p.add_argument("--out", type=_cli.folder, default="figures/gpu")
     p.add_argument("--d", type=_cli.positive_ints, default=(64, 96, 128, 256),
                    help=f"head dims up to the hidden size {HIDDEN} (heads = {HIDDEN} // d: 21 at d = 96)")
@@ -561,7 +575,7 @@ def parse_args(argv):
     p.add_argument("--rep", type=_cli.positive_int, default=120,
                    help="do_bench repetition time per backend and shape, ms")
     p.add_argument("--rounds", type=_cli.positive_int, default=3,
-                   help="interleaved timing rounds per shape (rep split among them, at least 1 ms each)")
+                   help="interleaved timing rounds per shape (rep split among them, at least 10 ms each)")
     p.add_argument("--name", type=_cli.stem, default=None, help="output stem (default: the device slug)")
     # taken by main before these arguments are parsed: listed here so that --help names them
     p.add_argument("--variants", action="store_true",

@@ -28,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .. import _cli
 from ..iomodel.triton import kernel_model
 
 IMPLS = ("plain", "math", "flash", "flashref", "flashref_det")  # flashref_det: deterministic=True
@@ -208,15 +209,17 @@ PREDICTED_BY = {"plain": "standard", "math": "standard", "flash": "flash2", "fla
 
 
 def main(argv=None) -> int:
-    if argv and argv[0] == "--child":
+    if argv and argv[0] == "--child":  # measure()'s own call of this module under ncu, not a user's option
+        if len(argv) != 7:
+            raise SystemExit("profile --child is measure()'s call under ncu: IMPL B H N d OUT_JSON")
         impl, B, H, N, d, out_json = argv[1], *map(int, argv[2:6]), argv[6]
         _child(impl, B, H, N, d, out_json)
         return 0
     p = argparse.ArgumentParser(prog="python -m flashref profile", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="figures/gpu")
-    p.add_argument("--impls", type=lambda s: tuple(s.split(",")), default=IMPLS)
-    p.add_argument("--shapes", type=lambda s: tuple(s.split(",")), default=tuple(SHAPES))
-    p.add_argument("--name", default=None)
+    p.add_argument("--out", type=_cli.folder, default="figures/gpu")
+    p.add_argument("--impls", type=_cli.choices(*IMPLS), default=IMPLS)
+    p.add_argument("--shapes", type=_cli.choices(*SHAPES), default=tuple(SHAPES))
+    p.add_argument("--name", type=_cli.stem, default=None)
     args = p.parse_args(argv)
     ncu = shutil.which("ncu")
     import torch
