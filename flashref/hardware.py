@@ -85,6 +85,7 @@ class GPU:
 
     def peak(self, kind: str = "matmul", measured: bool = False) -> float:
         """Peak FLOP/s of ``kind`` ("matmul" or "nonmatmul"); ``measured`` uses the measured matmul rate."""
+        measured = _flag(measured, "measured")
         if kind == "matmul":
             if measured:
                 if self.measured_matmul_flops is None:
@@ -97,7 +98,7 @@ class GPU:
 
     def bandwidth(self, measured: bool = False) -> float:
         """HBM bandwidth in bytes/s (peak, or the measured copy rate)."""
-        if measured:
+        if _flag(measured, "measured"):
             if self.measured_hbm_bandwidth is None:
                 raise ValueError(f"measured: no measured bandwidth recorded for {self.name}")
             return self.measured_hbm_bandwidth
@@ -202,6 +203,13 @@ def ridge_point(gpu, kind: str = "matmul", measured: bool = False) -> float:
     return gpu.peak(kind, measured) / gpu.bandwidth(measured)
 
 
+def _flag(v, name: str) -> bool:
+    """A bool (numpy's too), else a TypeError naming ``name``: measured="no" is a truthy string, not False."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected True or False, got {v!r}")
+    return bool(v)
+
+
 def _number(v, name: str):
     """A real number (Python, numpy, a 0-d array), else a TypeError naming ``name``; the callers check its range."""
     if isinstance(v, (bool, str, np.bool_)) or (not isinstance(v, numbers.Real) and np.ndim(v) != 0):
@@ -226,10 +234,11 @@ def arithmetic_intensity(flops, bytes_moved) -> float:
 def attainable_flops(intensity, gpu, kind: str = "matmul", measured: bool = False):
     """The roofline: ``min(peak, intensity * bandwidth)`` FLOP/s (works on numpy arrays too)."""
     gpu = get(gpu, "gpu")
-    try:
-        intensity = np.asarray(intensity, dtype=float)
-    except (TypeError, ValueError):
-        raise TypeError(f"intensity: expected FLOP per byte (a number or an array), got {intensity!r}") from None
+    raw = np.asarray(intensity)
+    # numbers only: numpy reads "5" as 5.0 and True as 1.0, which a roofline would then take as FLOP per byte
+    if raw.dtype.kind not in "iuf":
+        raise TypeError(f"intensity: expected FLOP per byte (a number or an array), got {intensity!r}")
+    intensity = raw.astype(float)
     if not (intensity >= 0).all():  # a NaN fails >= too
         bad = intensity[~(intensity >= 0)].flat[0]
         raise ValueError(f"intensity: expected FLOP per byte >= 0 (not NaN), got {bad}")

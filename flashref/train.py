@@ -486,6 +486,19 @@ _OVERRIDES = ("backends", "Ns", "budget_s")  # what run() lets the CLI change in
 
 def run(suite_name: str, out: Path, device_name: str | None = None, overrides: dict | None = None,
         argv=None) -> dict:
+    """Run ``suite_name`` (see :data:`SUITES`), recording into ``out`` as it goes; returns the recorded result. On a
+    CPU it runs torch on one thread, and gives the caller's thread count back when it ends (a notebook that called
+    it stayed single-threaded)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _run(suite_name, out, device_name, overrides, argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(suite_name, out, device_name, overrides, argv) -> dict:
     import torch
 
     if not isinstance(suite_name, str) or suite_name not in SUITES:
@@ -761,8 +774,10 @@ def default_out(suite: str) -> Path:
 
 
 def _backends(p, text):
-    if not text:
+    if text is None:
         return None
+    if not text.strip():  # an empty list ran the suite's own, as if none were given
+        p.error("--backends: expected a comma list of backends, got an empty one")
     from .gpt import BACKENDS
     names = tuple(b.strip() for b in text.split(","))  # "eager, numpy" is eager and numpy
     unknown = [repr(b) for b in names if b not in BACKENDS]
@@ -772,8 +787,10 @@ def _backends(p, text):
 
 
 def _lengths(p, text, period: int):
-    if not text:
+    if text is None:
         return None
+    if not text.strip():
+        p.error("--N: expected a comma list of sequence lengths, got an empty one")
     try:
         Ns = tuple(int(x) for x in text.split(","))
     except ValueError:

@@ -122,3 +122,16 @@ def test_nan_is_refused_by_name():
         hardware.arithmetic_intensity(float("nan"), 1.0)
     with pytest.raises(ValueError, match="nonmatmul_flops"):
         hardware.time_estimate(1.0, float("nan"), 1.0, "H100")
+
+
+def test_flags_and_intensities_are_what_they_say():
+    """measured="no" is a truthy string (it gave the measured rate); numpy read intensity "5" as 5.0 and True as 1.0."""
+    with pytest.raises(TypeError, match="measured: expected True or False"):
+        hardware.H100.peak("matmul", measured="no")
+    with pytest.raises(TypeError, match="measured: expected True or False"):
+        hardware.H100.bandwidth(measured=1)
+    for bad in ("5", True, ["1", 2]):
+        with pytest.raises(TypeError, match="intensity: expected FLOP per byte"):
+            hardware.attainable_flops(bad, "H100")
+    assert hardware.attainable_flops(5, "H100") == 5 * hardware.H100.bandwidth()
+    assert hardware.H100.peak("matmul", measured=np.True_) == hardware.H100.measured_matmul_flops

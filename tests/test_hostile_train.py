@@ -334,3 +334,22 @@ def test_a_run_whose_every_throughput_configuration_failed_exits_1(tmp_path, cap
     rows = json.loads(out.read_text())["throughput"]
     assert rows and all(r["status"] == "error" for r in rows)
     assert code == 1 and "every throughput configuration failed" in capsys.readouterr().err
+
+
+def test_a_cpu_run_gives_the_callers_thread_count_back(tmp_path):
+    """run() set torch to one thread on a CPU and left it so: a notebook that called it stayed single-threaded."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        train.run("test", tmp_path / "run.json", "cpu", {"backends": ("eager",)})
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("flag", ["--N", "--backends"])
+def test_an_empty_list_is_refused_not_read_as_none_given(flag, capsys):
+    """--N '' and --backends '' ran the suite's own lists without a word."""
+    with pytest.raises(SystemExit):
+        train.main(["--suite", "test", "--device", "cpu", flag, "  "])
+    assert f"{flag}: expected a comma list" in capsys.readouterr().err
