@@ -44,3 +44,21 @@ def test_rows_with_other_keys_are_refused_before_any_file(tmp_path, rows):
 def test_the_same_keys_in_another_order_are_one_table(tmp_path):
     plots.write_csv(tmp_path / "x.csv", [{"a": 1, "b": 2}, {"b": 4, "a": 3}])
     assert plots.read_csv(tmp_path / "x.csv") == [{"a": "1", "b": "2"}, {"a": "3", "b": "4"}]
+
+
+def test_titles_and_legends_made_after_figure_take_the_house_style():
+    """figure()'s rc context closed before callers added titles and legends, which then took matplotlib's defaults:
+    12-pt subplot titles over a 9.5-pt suptitle, framed 10-pt legends (one covered a curve of the e2e figure)."""
+    import matplotlib.pyplot as plt
+
+    from flashref.plots import figure
+    fig, axes = figure("t", ncols=2)
+    try:
+        for ax in axes[0]:
+            ax.plot([0, 1], label="a")
+            assert ax.set_title("x").get_fontsize() == 9.0
+            legend = ax.legend()
+            assert not legend.get_frame_on() and legend.get_texts()[0].get_fontsize() == 8.0
+        assert axes[0][1].legend(frameon=True).get_frame_on()  # a caller's own choice still wins
+    finally:
+        plt.close(fig)
