@@ -20,6 +20,7 @@ rounded to that many significant digits before hashing (``f"{x:.{n}g}"``), and t
 from __future__ import annotations
 
 import hashlib
+import re
 
 __all__ = ["QUESTIONS", "ask", "check", "digest", "digits"]
 
@@ -206,7 +207,9 @@ def _norm(answer, sig: int | None = None) -> str:
     # a numpy bool's dtype prints "bool", a torch one's "torch.bool" (``(a == b).all()`` gives either)
     if isinstance(answer, bool) or str(getattr(answer, "dtype", "")) in ("bool", "torch.bool"):
         return "yes" if bool(answer) else "no"
-    if isinstance(answer, (int, float)) or (hasattr(answer, "item") and not isinstance(answer, str)):
+    if hasattr(answer, "item") and not isinstance(answer, (str, int, float)):
+        answer = answer.item()  # a one-element array or tensor, numpy's and torch's alike (several: an error)
+    if isinstance(answer, (int, float)):
         x = float(answer)
         if sig is not None and x == x and abs(x) != float("inf"):
             x = float(f"{x:.{sig}g}")  # round to the question's significant digits
@@ -214,8 +217,11 @@ def _norm(answer, sig: int | None = None) -> str:
             return repr(x)
         return str(int(x)) if x == int(x) else repr(x)
     s = str(answer).strip().lower()
+    # "11,520" is 11520: commas between groups of three digits only ("1,1520" is no number)
+    if "," in s and not re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?", s):
+        return s
     try:
-        return _norm(float(s.replace(",", "").replace("_", "")), sig)  # "11,520" is 11520
+        return _norm(float(s.replace(",", "").replace("_", "")), sig)
     except ValueError:
         return {"true": "yes", "false": "no"}.get(s, s)
 
@@ -260,7 +266,7 @@ def check(qid: str, answer) -> bool | None:
         return None
     try:
         ok = digest(qid, answer) == QUESTIONS[qid][2]
-    except (TypeError, ValueError, OverflowError):  # float() of an array of several numbers, of 10**400
+    except Exception:  # noqa: BLE001 - several numbers in an array or tensor (torch raises RuntimeError), 10**400
         ok = False
     # one hint for every question: not every one has an algorithm box, and a right number in another form is refused
     hint = "not right yet: look again at the cells above, and at the form and rounding the question asks for"

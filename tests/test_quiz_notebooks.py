@@ -159,3 +159,17 @@ def test_solution_cells_fold_on_the_site():
         for cell in _load(path).cells:
             if cell.cell_type == "code" and "# BEGIN SOLUTION" in cell.source:
                 assert "hide-input" in cell.metadata.get("tags", []), (path.name, cell.source[:60])
+
+
+def test_one_number_reads_the_same_in_any_container_and_commas_only_between_thousands():
+    """A one-element numpy array was marked wrong where the same torch tensor was right; commas were removed
+    anywhere, so "1,1520" was 11520. Several numbers are not one answer, in numpy or torch (torch's .item() raises a
+    RuntimeError, which must not reach the student)."""
+    import numpy as np
+    import torch
+    for same in (np.array([201.0]), torch.tensor([201.0]), np.float32(201.0), np.int64(201), 201, "201"):
+        assert quiz._norm(same) == "201", same
+    assert quiz._norm("11,520") == quiz._norm(11520) and quiz._norm("1,234,567.5") == quiz._norm(1234567.5)
+    assert quiz._norm("1,1520") != quiz._norm(11520)
+    qid = next(iter(quiz.QUESTIONS))
+    assert quiz.check(qid, torch.tensor([40.0, 1.0])) is False
