@@ -124,7 +124,10 @@ def save(fig, rows: list[dict], path_stem: Path) -> None:
 
 
 #: Where :func:`storyboard` writes: ``figures/storyboards/`` of the checkout.
-STORYBOARD_DIR = Path(__file__).resolve().parents[1] / "figures" / "storyboards"
+_REPO = Path(__file__).resolve().parents[1]
+# figures/storyboards of the checkout; outside one (an installed package), ./figures/storyboards, as the figures
+# command's default, rather than a folder beside the installed package
+STORYBOARD_DIR = (_REPO if (_REPO / "pyproject.toml").exists() else Path(".")) / "figures" / "storyboards"
 
 
 def storyboard(fig, draw, frames, name: str, ncols: int = 4, folder: Path | None = None) -> Path:

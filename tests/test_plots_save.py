@@ -62,3 +62,21 @@ def test_titles_and_legends_made_after_figure_take_the_house_style():
         assert axes[0][1].legend(frameon=True).get_frame_on()  # a caller's own choice still wins
     finally:
         plt.close(fig)
+
+
+def test_storyboards_go_to_the_working_folder_outside_a_checkout(tmp_path):
+    """Outside a checkout (an installed package) storyboards went to a figures/ folder beside the package, in
+    site-packages; they go to ./figures/storyboards, as the figures command's default does."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(plots.__file__).parent, site / "flashref", ignore=shutil.ignore_patterns("__pycache__"))
+    work = tmp_path / "work"
+    work.mkdir()
+    out = subprocess.run([sys.executable, "-c", "from flashref import plots; print(plots.STORYBOARD_DIR)"], cwd=work,
+                         env={"PYTHONPATH": str(site), "PATH": ""}, capture_output=True, text=True, check=True)
+    assert Path(out.stdout.strip()) == Path("figures/storyboards")
+    assert plots.STORYBOARD_DIR == Path(plots.__file__).resolve().parents[1] / "figures" / "storyboards"  # here
