@@ -165,8 +165,10 @@ def _percent(ex) -> str:
                  + stub_source(ex))
     if ex.kind != "triton":
         parts.append("\n# %% [markdown]\n# **Hints.**\n" + "".join(f"# - {h}\n" for h in TEXT[ex.number][3]))
-    parts.append(f"\n# %% [markdown]\n# **Grade it.** The table shows your counted IO per tensor beside the "
-                 f"budget. Or, from a shell: `python -m flashref grade {ex.number:02d} {stub_file}`.\n#\n"
+    shows = ("The table lists each case's choice (Br, Bc), its counted IO and its rank."
+             if ex.kind == "choice" else "The table shows your counted IO per tensor beside the budget.")
+    parts.append(f"\n# %% [markdown]\n# **Grade it.** {shows} "
+                 f"Or, from a shell: `python -m flashref grade {ex.number:02d} {stub_file}`.\n#\n"
                  f"# **Hand it in.** Upload `{stub_file}` (the file this notebook writes) to Gradescope as it is: "
                  f"the autograder grades `{stub_file}` or `{ex.solution}` (the name of the stub in the course "
                  f"copy's `exercises/` folder; with both, `{ex.solution}`).\n\n# %%\n"
