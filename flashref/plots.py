@@ -12,6 +12,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
+from .figures import default_dir
 from .problem import positive_int
 
 __all__ = ["COLORS", "figure", "save", "write_csv", "read_csv", "storyboard", "STORYBOARD_DIR"]
@@ -123,11 +124,9 @@ def save(fig, rows: list[dict], path_stem: Path) -> None:
     write_csv(path_stem.with_name(path_stem.name + ".csv"), rows)
 
 
-#: Where :func:`storyboard` writes: ``figures/storyboards/`` of the checkout.
-_REPO = Path(__file__).resolve().parents[1]
-# figures/storyboards of the checkout; outside one (an installed package), ./figures/storyboards, as the figures
-# command's default, rather than a folder beside the installed package
-STORYBOARD_DIR = (_REPO if (_REPO / "pyproject.toml").exists() else Path(".")) / "figures" / "storyboards"
+#: Where :func:`storyboard` writes: ``figures/storyboards/`` of the checkout; outside one (an installed package),
+#: ``./figures/storyboards``, under the figures command's own default folder, not beside the installed package.
+STORYBOARD_DIR = default_dir() / "storyboards"
 
 
 def storyboard(fig, draw, frames, name: str, ncols: int = 4, folder: Path | None = None) -> Path:
