@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._numbers import _bool
+
 __all__ = ["GPU", "GPUS", "get", "ridge_point", "attainable_flops", "arithmetic_intensity",
            "time_estimate", "A100_40GB", "A100_80GB", "H100", "H200"]
 
@@ -85,7 +87,7 @@ class GPU:
 
     def peak(self, kind: str = "matmul", measured: bool = False) -> float:
         """Peak FLOP/s of ``kind`` ("matmul" or "nonmatmul"); ``measured`` uses the measured matmul rate."""
-        measured = _flag(measured, "measured")
+        measured = _bool(measured, "measured")
         if kind == "matmul":
             if measured:
                 if self.measured_matmul_flops is None:
@@ -98,7 +100,7 @@ class GPU:
 
     def bandwidth(self, measured: bool = False) -> float:
         """HBM bandwidth in bytes/s (peak, or the measured copy rate)."""
-        if _flag(measured, "measured"):
+        if _bool(measured, "measured"):
             if self.measured_hbm_bandwidth is None:
                 raise ValueError(f"measured: no measured bandwidth recorded for {self.name}")
             return self.measured_hbm_bandwidth
@@ -201,13 +203,6 @@ def ridge_point(gpu, kind: str = "matmul", measured: bool = False) -> float:
     """``peak / bandwidth`` in FLOP/byte: below it a kernel is memory-bound, above it compute-bound."""
     gpu = get(gpu, "gpu")
     return gpu.peak(kind, measured) / gpu.bandwidth(measured)
-
-
-def _flag(v, name: str) -> bool:
-    """A bool (numpy's too), else a TypeError naming ``name``: measured="no" is a truthy string, not False."""
-    if not isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected True or False, got {v!r}")
-    return bool(v)
 
 
 def _number(v, name: str):
