@@ -109,13 +109,19 @@ def _measured_l2(result) -> dict:
     return {k: float(np.median(v)) for k, v in seen.items()}
 
 
-def predict(rows, params=None) -> np.ndarray:
-    """The model's DRAM bytes for each row (``params``: overrides of ``dram.PARAMS``, as ``dram(params=...)``)."""
-    out = np.empty(len(rows))
-    for i, r in enumerate(rows):
+def predictions(rows, params=None) -> list:
+    """The model's prediction (``dram``'s, DRAM and L2 bytes) of each row, with the tiles its run recorded
+    (``params``: overrides of ``dram.PARAMS``, as ``dram(params=...)``)."""
+    out = []
+    for r in rows:
         with S.kernel3_as_recorded(r.info):
-            out[i] = D.dram(r.impl, r.mode, **r.kw, gpu=r.gpu, params=params).total_bytes
+            out.append(D.dram(r.impl, r.mode, **r.kw, gpu=r.gpu, params=params))
     return out
+
+
+def predict(rows, params=None) -> np.ndarray:
+    """The model's DRAM bytes for each row (``params`` as :func:`predictions`')."""
+    return np.array([p.total_bytes for p in predictions(rows, params)], dtype=float)
 
 
 def errors(rows, params=None) -> np.ndarray:
@@ -123,16 +129,15 @@ def errors(rows, params=None) -> np.ndarray:
     return predict(rows, params) / np.array([r.measured for r in rows]) - 1
 
 
-def l2_ratios(rows) -> list[dict]:
+def l2_ratios(rows, predicted=None) -> list[dict]:
     """The model's ``l2_bytes`` (traffic between L2 and the SMs) over Nsight's ``lts__t_bytes.sum``, per kernel
     class and mode, for the rows that recorded it: how many, the median, the 10th and 90th percentiles. No parameter
     was fitted to these bytes: a scan kernel's are the tiles its CTAs load and store, a streaming kernel's what it
-    reads and writes (eager's matmuls: each operand once, as the two-level count has it)."""
-    rows = [r for r in rows if r.measured_l2]
-    model = np.empty(len(rows))
-    for i, r in enumerate(rows):
-        with S.kernel3_as_recorded(r.info):
-            model[i] = D.dram(r.impl, r.mode, **r.kw, gpu=r.gpu).l2_bytes
+    reads and writes (eager's matmuls: each operand once, as the two-level count has it). ``predicted``: the rows'
+    :func:`predictions`, where the caller has them already (one pass of the model, not two)."""
+    predicted = predictions(rows) if predicted is None else predicted
+    kept = [(p.l2_bytes, r) for p, r in zip(predicted, rows, strict=True) if r.measured_l2]
+    model, rows = [m for m, _ in kept], [r for _, r in kept]
     out = []
     for kernel in CLASSES:
         for mode in l2fit.MODES:
@@ -257,11 +262,17 @@ ABLATED = RULES + (ALL_OFF,)  # what the ablation switches off: each rule in tur
 _ABSENT = object()  # a name the resolved parameters lack (dram reads "partitions" with a default)
 
 
-def _reads(r: Row):
-    """Row ``r``'s error with the model whole, the parameters its prediction resolved, and the names of those it
-    read (``dram.dram_reads``)."""
+def _prediction_reads(r: Row):
+    """Row ``r``'s prediction with the model whole, the parameters it resolved, and the names of those it read
+    (``dram.dram_reads``)."""
     with S.kernel3_as_recorded(r.info):
-        prediction, whole, read = D.dram_reads(r.impl, r.mode, **r.kw, gpu=r.gpu)
+        return D.dram_reads(r.impl, r.mode, **r.kw, gpu=r.gpu)
+
+
+def _reads(r: Row, found=None):
+    """Row ``r``'s error with the model whole, the parameters its prediction resolved, and the names of those it
+    read (``found``: its :func:`_prediction_reads`, where the caller has them)."""
+    prediction, whole, read = _prediction_reads(r) if found is None else found
     return prediction.total_bytes / r.measured - 1, whole, read
 
 
@@ -327,15 +338,21 @@ def main(argv=None) -> int:
         ap.error(f"--{e}")
     if not rows:
         ap.error(f"--folder: no recorded profile-l2 runs in {args.folder}")
-    # with --rules, one pass over the rows gives both the errors and what each prediction read (the ablation's)
-    reads = [_reads(r) for r in rows] if args.rules else None
-    errs = np.array([e for e, _, _ in reads]) if args.rules else errors(rows)
+    # one pass of the model over the rows gives the errors, the L2 bytes and, with --rules, what each prediction read
+    # (the ablation's)
+    if args.rules:
+        found = [_prediction_reads(r) for r in rows]
+        predicted, reads = [p for p, _, _ in found], [_reads(r, f) for r, f in zip(rows, found)]
+        errs = np.array([e for e, _, _ in reads])
+    else:
+        predicted = predictions(rows)
+        errs = np.array([p.total_bytes for p in predicted]) / np.array([r.measured for r in rows]) - 1
     print(f"{len({(r.gpu, r.run) for r in rows})} recorded runs, {len(rows)} rows; within ±{BAND:.0%}:")
     for s in scorecard(rows, errs):
         print(f"  {s['kernel']:27} {s['within']:5d} of {s['rows']:5d}   mean |error| {s['mean']:6.1%}"
               f"   largest {s['worst']:7.1%}")
     print("\nL2 bytes (traffic between L2 and the SMs, nothing fitted to it), model / Nsight's lts__t_bytes.sum:")
-    for s in l2_ratios(rows):
+    for s in l2_ratios(rows, predicted):
         print(f"  {s['kernel']:27} {s['mode']:7} {s['rows']:5d} rows   median {s['median']:5.2f}"
               f"   10th-90th percentile {s['p10']:.2f}-{s['p90']:.2f}")
     reach = out_of_reach(args.folder)
