@@ -428,9 +428,16 @@ class Problem:
         """
         check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads", "kv_heads"}, where)
         Nq, Nk, d = positive_int(Nq, "Nq", SEQ_LEN), positive_int(Nk, "Nk", SEQ_LEN), positive_int(d, "d")
-        for name in ("mask", "bias"):  # a nested list is the array it spells, as the algorithms take it
+        # a mask or bias as an array: a nested list is the array it spells, as the algorithms take it; True (numpy's
+        # too) is "there is one" (only a mask's or bias's presence changes the IO)
+        for name in ("mask", "bias"):
             v = opts.get(name)
-            if v is not None and not isinstance(v, (bool, np.bool_, np.ndarray)):
+            if isinstance(v, (bool, np.bool_)):
+                if name == "mask":
+                    opts[name] = np.asarray(bool(v))
+                elif v:
+                    opts[name] = np.zeros(())  # "a bias is present"
+            elif v is not None and not isinstance(v, np.ndarray):
                 opts[name] = np.asarray(v)
         if heads is None:
             heads = 1
@@ -447,13 +454,6 @@ class Problem:
         kv_lead = (heads,) if kv is None else ((positive_int if heads else _nonnegative_int)(kv, "kv_heads"),)
         if kv_lead != (heads,):
             kv_lead = _kv_lead((heads,), kv_lead, _bool(opts.get("enable_gqa", False), "enable_gqa"), "kv_heads")
-        for name in ("mask", "bias"):
-            v = opts.get(name)
-            if v is not None and not isinstance(v, np.ndarray):
-                if isinstance(v, (bool, np.bool_)) and name == "mask":
-                    opts[name] = np.asarray(bool(v))
-                elif isinstance(v, (bool, np.bool_)) and v:
-                    opts[name] = np.zeros(())  # "a bias is present" (numpy's True too)
         return cls._checked(Nq, Nk, d, (heads,), opts, kv_lead=kv_lead, from_shapes=True)
 
     @classmethod
