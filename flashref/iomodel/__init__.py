@@ -35,7 +35,7 @@ from .. import variants as _variants
 from ..blocks import Grid
 from ..memory import Traffic, merge_by_precision
 from ..patterns import check_block_mask
-from ..problem import SHARED_OPTIONS, VARIANT_OPTIONS, Problem, check_options
+from ..problem import VARIANT_OPTIONS, Problem
 
 __all__ = ["Prediction", "predict", "predict_varlen", "predict_paged", "grid", "block_sizes", "dram",
            "ALGORITHMS"]
@@ -62,9 +62,11 @@ def _extra(algorithm: str, direction: str) -> tuple:
     return _EXTRA[algorithm]
 
 
-def _own_options(algorithm: str, direction: str, opts: dict) -> dict:
-    """Take out of ``opts`` the options that are arguments of the closed form, not fields of the Problem."""
-    return {k: opts.pop(k) for k in _extra(algorithm, direction) if k in opts and k not in _PROBLEM_FIELDS}
+def _own_options(algorithm: str, direction: str, opts: dict, extra=None) -> dict:
+    """Take out of ``opts`` the options that are arguments of the closed form, not fields of the Problem (of
+    ``extra``, where the caller takes fewer than ``algorithm``'s ``direction`` does)."""
+    extra = _extra(algorithm, direction) if extra is None else extra
+    return {k: opts.pop(k) for k in extra if k in opts and k not in _PROBLEM_FIELDS}
 
 
 @dataclass
@@ -168,12 +170,11 @@ def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads:
         opts["alibi_slopes"] = True  # only their presence changes the IO; the array is checked below, as (B, H)
     # The batch's options, checked once as the simulator checks them (each sequence's predict checks them
     # again): a batch whose sequences have no queries predicts no sequence, and must refuse alike.
-    # no bias_grad: a packed batch has no bias, and backward_varlen refuses it as unknown (checked before the
-    # closed form's own options are taken out, among which a backward's bias_grad is)
+    # no bias_grad: a packed batch has no bias, and backward_varlen refuses it as unknown (so it stays among the
+    # options the Problem checks, which refuse it)
     extra = tuple(name for name in _extra("flash2", direction) if name != "bias_grad")
-    check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"kv_heads"}, where)
     probe = dict(opts)
-    own = _own_options("flash2", direction, probe)
+    own = _own_options("flash2", direction, probe, extra)
     pb = Problem.from_shapes(where, extra, Nq=1, Nk=1, d=d, heads=heads, **probe)
     if _lowp.requested(own):
         _lowp.check_options(pb, **own)
