@@ -1183,6 +1183,51 @@ CHECK81 = [
     ('check81_64_4x2x110592', 4, 2, 110592, 64, False),
 ]
 
+# heads256 (aimed, not drawn): check81 found FlashAttention-2's causal d = 256 forward on one head of N = 50562 reading
+# 0.77 GB on the H200, the model 1.95 (+152%): one head's K and V (49 MiB) under the H200's 60 MB of L2, a class no
+# earlier set measured (every earlier causal d = 256 row on the H200 had three heads or more, or lay far past the knee,
+# or far below it). The d = 256 walk by heads across that knee (one head's K and V 32-96 MiB, 1, 2 and 4 heads), and
+# the d = 128 walk's lone head at 48-72 MiB beside it; SDPA flash only, predicted with the model of check81.
+HEADS256 = ([(f"heads256_256_{N}_h{H}", 1, H, N, 256, True) for N in (32768, 45056, 53248, 61440, 73728, 98304)
+             for H in (1, 2, 4)]
+            + [(f"heads256_128_{N}_h1", 1, 1, N, 128, True) for N in (98304, 122880, 147456)])
+
+# check82 and check83: the validation grid and four corners twice more, draw_validation(20261268, "check82", few=0,
+# long=5) and draw_validation(20261269, "check83", few=0, long=5), with the model of check81 (nothing changed since),
+# predicted for both GPUs before any GPU measured them
+CHECK82 = [
+    ('check82_64_8x16x3072_causal', 8, 16, 3072, 64, True),
+    ('check82_128_8x16x1536_causal', 8, 16, 1536, 128, True),
+    ('check82_128_4x8x2048', 4, 8, 2048, 128, False),
+    ('check82_128_2x16x3072', 2, 16, 3072, 128, False),
+    ('check82_64_8x16x2048_causal', 8, 16, 2048, 64, True),
+    ('check82_80_1x24x7993', 1, 24, 7993, 80, False),
+    ('check82_80_1x2x14328', 1, 2, 14328, 80, False),
+    ('check82_80_1x3x163367', 1, 3, 163367, 80, False),
+    ('check82_80_2x2x2504_causal', 2, 2, 2504, 80, True),
+    ('check82_64_4x2x71680_causal', 4, 2, 71680, 64, True),
+    ('check82_64_2x2x333824', 2, 2, 333824, 64, False),
+    ('check82_64_1x4x36864', 1, 4, 36864, 64, False),
+    ('check82_64_1x1x479232_causal', 1, 1, 479232, 64, True),
+    ('check82_64_4x2x91136', 4, 2, 91136, 64, False),
+]
+CHECK83 = [
+    ('check83_128_4x16x16384', 4, 16, 16384, 128, False),
+    ('check83_128_2x32x1536_causal', 2, 32, 1536, 128, True),
+    ('check83_128_8x8x12288_causal', 8, 8, 12288, 128, True),
+    ('check83_64_8x32x2048', 8, 32, 2048, 64, False),
+    ('check83_64_1x32x6144_causal', 1, 32, 6144, 64, True),
+    ('check83_256_8x7x19161', 8, 7, 19161, 256, False),
+    ('check83_32_4x12x2713', 4, 12, 2713, 32, False),
+    ('check83_96_2x2x139593_causal', 2, 2, 139593, 96, True),
+    ('check83_160_1x2x75810x1291', 1, 2, (75810, 1291), 160, False),
+    ('check83_128_2x4x41984_causal', 2, 4, 41984, 128, True),
+    ('check83_64_4x1x477184', 4, 1, 477184, 64, False),
+    ('check83_128_2x1x172032', 2, 1, 172032, 128, False),
+    ('check83_128_1x6x74752', 1, 6, 74752, 128, False),
+    ('check83_128_1x1x140288', 1, 1, 140288, 128, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1219,6 +1264,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75, "knee96c": KNEE96C,
           "check76": CHECK76, "check77": CHECK77, "k2div16": K2DIV16,
           "check78": CHECK78, "check79": CHECK79, "check80": CHECK80, "check81": CHECK81,
+          "heads256": HEADS256, "check82": CHECK82, "check83": CHECK83,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
