@@ -466,8 +466,9 @@ def test_d64_set_with_miss_cap_is_the_fit(gpu):
 # Sets aimed at a class the model misses, measured to see it whole: they sample that class and little else, so a
 # share of held-out rows within ±25% leaves them out (their rows are checked as PREREGISTERED_MISSES say). knee96c
 # sweeps FlashAttention-2's causal d = 96 kernel across its knee after three blind misses there (check52, check70,
-# check75, which stay in).
-AIMED_AT_A_MISS = {"knee96c"}
+# check75, which stay in); heads256 its d = 256 walk by heads across the H200's knee after check81's lone head (which
+# stays in).
+AIMED_AT_A_MISS = {"knee96c", "heads256"}
 
 
 def _held_out_gains(gpu, fit_on, which, off):
@@ -1176,7 +1177,16 @@ SWAVES_HELD_MISSES = {
         ("96_2x1x93479", "fwd"), ("96_2x1x93479", "fwd_bwd"))),
     # and check81's lone d = 256 head of 50562 (blind): 49 MiB of K and V under the H200's L2, 0.77 GB read where the
     # model says 1.95 (+152%, forward+backward +79%)
-    *(("h200", "sdpa_flash", "check81_256_1x1x50562_causal", mode) for mode in ("fwd", "fwd_bwd"))}
+    *(("h200", "sdpa_flash", "check81_256_1x1x50562_causal", mode) for mode in ("fwd", "fwd_bwd")),
+    # and heads256's, aimed at it: the d = 256 walk's one and two heads read up to 3.6x less than the model from 32 to
+    # 72 MiB of K and V a head, and the d = 128 walk's lone head at 48 MiB 43-76% less
+    *(("h200", "sdpa_flash", f"heads256_{shape}", mode) for shape, mode in (
+        ("256_32768_h1", "fwd"), ("256_32768_h2", "fwd"), ("256_32768_h2", "fwd_bwd"), ("256_32768_h4", "fwd"),
+        ("256_32768_h4", "fwd_bwd"), ("256_45056_h1", "fwd"), ("256_45056_h1", "fwd_bwd"), ("256_53248_h1", "fwd"),
+        ("256_53248_h1", "fwd_bwd"), ("256_61440_h1", "fwd"), ("256_61440_h1", "fwd_bwd"), ("256_73728_h1", "fwd"),
+        ("128_98304_h1", "fwd"), ("128_98304_h1", "fwd_bwd"))),
+    # and check83's causal d = 128 walk at 2 x 4 x 41984 (blind; -33%, forward+backward -13%): eight heads of 20.5 MiB
+    ("h200", "sdpa_flash", "check83_128_2x4x41984_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1264,8 +1274,10 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                      # rules), and check71's at 2 x 1 x 393216 (+27%)
                      ("h200", "sdpa_flash", "check69_48_2x4x131072", "fwd_bwd"),
                      ("h200", "sdpa_flash", "check71_48_2x1x393216", "fwd_bwd"),
-                     # check77 (blind): the H200's 2 x 3 x 308224, 546 GB (-67%), as check37's and check40's
-                     ("h200", "sdpa_flash", "check77_64_2x3x308224", "fwd_bwd")}
+                     # check77 (blind): the H200's 2 x 3 x 308224, 546 GB (-67%), as check37's and check40's; and
+                     # check82's 2 x 2 x 333824, 162 GB (-52%)
+                     ("h200", "sdpa_flash", "check77_64_2x3x308224", "fwd_bwd"),
+                     ("h200", "sdpa_flash", "check82_64_2x2x333824", "fwd_bwd")}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -2312,7 +2324,11 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check78 and check79: the next two seeds' draws (today's model; the H200)
                  + _both_gpus("check78", rule={}) + _both_gpus("check79", rule={})
                  # check80 and check81: the next two seeds' draws (today's model; the H200)
-                 + _both_gpus("check80", rule={}) + _both_gpus("check81", rule={}))
+                 + _both_gpus("check80", rule={}) + _both_gpus("check81", rule={})
+                 # heads256: aimed at check81's lone d = 256 head (today's model; the H200)
+                 + _both_gpus("heads256", rule={})
+                 # check82 and check83: the next two seeds' draws (today's model; the H200)
+                 + _both_gpus("check82", rule={}) + _both_gpus("check83", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2748,6 +2764,21 @@ PREREGISTERED_MISSES = {
     # near the knee that no set had measured; and its d = 96 forward at 1 x 5 x 1458 x 82511 (split-KV, -25.0%)
     *(("h200", "sdpa_flash", "check81_256_1x1x50562_causal", mode) for mode in ("fwd", "fwd_bwd")),
     ("h200", "sdpa_flash", "check81_96_1x5x1458x82511", "fwd"),
+    # heads256 (aimed at that lone head): FlashAttention-2's causal d = 256 walk by heads across the H200's knee, 28 of
+    # 42. One and two heads read up to 3.6x less than the model from 32 to 72 MiB of K and V a head (one head of 45056:
+    # 0.24 GB, the model 0.87); four heads within 11% but at 32 MiB, and every count within 13% at 96 MiB. The d = 128
+    # walk's lone head at 48 MiB +76%, at 60 and 72 MiB within 4%
+    *(("h200", "sdpa_flash", f"heads256_{shape}", mode) for shape, mode in (
+        ("256_32768_h1", "fwd"), ("256_32768_h2", "fwd"), ("256_32768_h2", "fwd_bwd"), ("256_32768_h4", "fwd"),
+        ("256_32768_h4", "fwd_bwd"), ("256_45056_h1", "fwd"), ("256_45056_h1", "fwd_bwd"), ("256_53248_h1", "fwd"),
+        ("256_53248_h1", "fwd_bwd"), ("256_61440_h1", "fwd"), ("256_61440_h1", "fwd_bwd"), ("256_73728_h1", "fwd"),
+        ("128_98304_h1", "fwd"), ("128_98304_h1", "fwd_bwd"))),
+    # check82's two (blind): FlashAttention-2's non-causal d = 64 forward+backward far past the knee at 2 x 2 x 333824
+    # (-52%; its backward's passes came apart, as check77's) and kernel 2's non-causal d = 80 forward at 1 x 3 x 163367
+    # (-27%). check83's one: FlashAttention-2's causal d = 128 forward at 2 x 4 x 41984 (-33%; forward+backward -13%)
+    ("h200", "sdpa_flash", "check82_64_2x2x333824", "fwd_bwd"),
+    ("h200", "flashref2", "check82_80_1x3x163367", "fwd"),
+    ("h200", "sdpa_flash", "check83_128_2x4x41984_causal", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
@@ -2786,10 +2817,12 @@ def test_kernel2_spills_are_gone():
 
 
 # the listed misses further out than 2x, each with its bound: the staggered walk's lone heads at the knee (check26,
-# heads128: up to 6.1x; the H200's check47 before its refit: 3.8x), and knee32's FlashAttention-2 backward past the
-# knee with the d = 64 kernel's coming apart on the d = 32 kernel (3.6x and 27.8x; schedule.FA2_D64_RULES since)
+# heads128: up to 6.1x; the H200's check47 before its refit: 3.8x; the H200's d = 256 walk, heads256: 3.6x), and
+# knee32's FlashAttention-2 backward past the knee with the d = 64 kernel's coming apart on the d = 32 kernel (3.6x and
+# 27.8x; schedule.FA2_D64_RULES since)
 FAR_MISSES = {**dict.fromkeys(("check26_128_1x1x65536_causal", "heads128_65536_h1", "heads128_81920_h1",
                                "check47_128_1x1x49152_causal"), 8.0),
+              "heads256_256_45056_h1": 4.0,
               "knee32_262144": 4.0, "knee32_524288": 30.0}
 
 
