@@ -494,7 +494,7 @@ def check_cu_seqlens(cu, name: str, total: int | None = None) -> np.ndarray:
     a = np.asarray(cu)
     # a bool inside a list becomes an integer in the array: refused as a bool array is
     bools = isinstance(cu, (list, tuple)) and any(isinstance(x, (bool, np.bool_)) for x in cu)
-    if a.ndim != 1 or a.size < 2 or not np.issubdtype(a.dtype, np.integer) or bools:
+    if a.ndim != 1 or a.size < 1 or not np.issubdtype(a.dtype, np.integer) or bools:
         raise TypeError(f"{name}: expected a 1-D integer array of B+1 offsets, got "
                         f"{'a bool among them' if bools else f'{a.dtype} of shape {a.shape}'}")
     a = a.astype(np.int64)  # before np.diff: unsigned differences wrap around instead of going negative

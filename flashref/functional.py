@@ -5,10 +5,11 @@ query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)`` with ``Ev`` f
 that broadcast against each other; a boolean ``attn_mask`` (True = take part in attention) or a
 float one (added to the scores); ``is_causal`` (top-left aligned); ``scale`` (default 1/√E);
 ``dropout_p`` (always applied, as PyTorch does); ``enable_gqa`` (K, V with fewer heads on axis -3);
-empty inputs. A fully masked row gives zeros, as PyTorch ≥ 2.5 does. The forward and the backward
-run the numpy reference algorithms on the CPU, so a model can train on FlashAttention's
-Algorithms 2 and 4 (or standard attention, or FlashAttention-2) and be checked against PyTorch's
-own kernels. It is slow; it is for teaching and testing.
+empty inputs (zeros with query's own leading axes, unbroadcast, as PyTorch gives them). A fully masked
+row gives zeros, as PyTorch ≥ 2.5 does. The forward and the backward run the numpy reference
+algorithms on the CPU, so a model can train on FlashAttention's Algorithms 2 and 4 (or standard
+attention, or FlashAttention-2) and be checked against PyTorch's own kernels. It is slow; it is for
+teaching and testing.
 
 How each PyTorch feature reaches the numpy algorithms (the first three in torch, before the
 autograd function, so that autograd sums their gradients exactly as for PyTorch's own ops):
@@ -91,7 +92,11 @@ Differences from PyTorch, all deliberate:
   dropout, and its fused CPU kernel refuses) and a bool are refused, naming ``dropout_p``;
 * an ``attn_mask`` of fewer than 2 dims (``(S,)`` or 0-d) broadcasts, whatever the inputs' dims, as PyTorch's math
   path broadcasts it (PyTorch 2.13's fused CPU kernel, which it takes for 4-D inputs without dropout or a mask that
-  requires grad, raises an ``IndexError`` there instead).
+  requires grad, raises an ``IndexError`` there instead);
+* a float ``attn_mask`` must be finite or ``-inf`` (a masked position): NaN or ``+inf`` is refused, naming
+  ``attn_mask`` (PyTorch returns NaN rows), as for ``query``, ``key`` and ``value`` above;
+* with ``enable_gqa=True``, ``key`` or ``value`` with no heads at all is refused, naming it: 0 divides no head count
+  (PyTorch returns zeros).
 
 Example::
 
@@ -153,7 +158,9 @@ def _spec(algorithm: str) -> _Spec:
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
     # float64 stays float64; every other float type (fp16, bf16, fp32) is computed in float32,
     # as the algorithms do (bf16 has no numpy dtype).
-    t = t.detach().to("cpu")
+    # resolve_neg: a view with torch's lazy negation bit (x.conj().imag of a complex x) holds its values negated,
+    # and .numpy() refuses it; resolving gives the values it stands for, as every torch op reads them
+    t = t.detach().to("cpu").resolve_neg()
     return (t if t.dtype == torch.float64 else t.to(torch.float32)).numpy()
 
 
@@ -595,6 +602,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     variant_opts = _variant_options(o, spec)
     native = (enable_gqa and spec.variants and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3
               and key.shape[-3] != query.shape[-3] and value.shape[-3] == key.shape[-3])
+    # PyTorch's answer where an input holds no element: zeros with query's own leading axes, not broadcast
+    empty_shape = query.shape[:-1] + value.shape[-1:] if min(t.numel() for t in (query, key, value)) == 0 else None
     key, value = _gqa(query, key, value, enable_gqa, native)
     query, key, value = _broadcast(query, key, value, keep=3 if native else 2)
     if native:
@@ -617,7 +626,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         # reaches it (the cast's backward returns it in float32).
         learned = (mask,) if mask is not None and mask.requires_grad else ()  # a float mask's zero gradient too
         zero = sum(t.reshape(-1)[:0].sum().to(query.dtype) for t in (query, key, value, *learned))
-        return zero.expand(out_shape).clone()
+        return zero.expand(out_shape if empty_shape is None else empty_shape).clone()
     # E = 0 (and keys to attend to): every score is 0 whatever the scale; the padding below gives Q and K Ev
     # zero columns, so each row averages V over the keys it sees, as PyTorch does.
     scale = (1.0 / math.sqrt(E) if E else 1.0) if scale is None else scale

@@ -319,6 +319,9 @@ class Memory:
     def init(self, name: str, shape: tuple, fill: float, dtype=np.float64, line: str = "") -> None:
         """Initialise a buffer in HBM (e.g. Alg.1 l.2 ``O = 0``): the initialisation counts as writes (rule 3)."""
         shape = _shape(shape, name)
+        # a real number (-inf for Alg.1 l.2's m): numpy would turn None into NaN and drop a complex part silently
+        if isinstance(fill, (bool, np.bool_)) or not isinstance(fill, numbers.Real):
+            raise TypeError(f"fill: expected a real number for {name!r}, got {type(fill).__name__} {fill!r}")
         self._hbm[name] = np.full(self.lead_shape + shape, fill, dtype=dtype)
         self._is_vector[name] = len(shape) == 1
         rows = (0, shape[0])

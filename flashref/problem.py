@@ -224,10 +224,9 @@ def _scores_array(x, name: str, kind: str, target: tuple, from_shapes: bool = Fa
     if from_shapes and a.ndim > 2:
         _fits_heads(name, a.shape, int(np.prod(a.shape[:-2], dtype=np.int64)), target[0])
         a = a.reshape((-1,) + a.shape[-2:])[:1]
-    try:  # broadcast *to* target: an array with more axes than it would grow the target instead
-        fits = np.broadcast_shapes(a.shape, target) == tuple(target)
-    except ValueError:
-        fits = False
+    # broadcast *to* target: an array with more axes than it would grow the target instead. Read off the axes, not
+    # np.broadcast_shapes, which refuses a target of more elements than numpy can count as if the shapes clashed
+    fits = a.ndim <= len(target) and all(x in (1, t) for x, t in zip(a.shape[::-1], tuple(target)[::-1]))
     if not fits:
         raise ValueError(f"{name}: shape {a.shape} does not broadcast to (..., Nq, Nk) = {target}")
     try:

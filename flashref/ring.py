@@ -285,11 +285,12 @@ class _Ring:
         return CommReport(self.sent, self.received, self.events)
 
 
-def _problem(Q, K, V, world_size, layout, opts):
-    # mask and dropout are not supported across the ring: they are not among the valid options.
-    check_options(opts, OPTIONS, "ring")
+def _problem(Q, K, V, world_size, layout, opts, where):
+    # mask and dropout are not supported across the ring: they are not among the valid options. ``where`` names the
+    # caller (ring.forward or ring.backward) in the errors
+    check_options(opts, OPTIONS, where)
     grad_bytes = positive_int(opts.get("grad_bytes", 4), "grad_bytes")
-    pb = Problem.from_arrays(Q, K, V, "ring", **{k: v for k, v in opts.items() if k != "grad_bytes"})
+    pb = Problem.from_arrays(Q, K, V, where, **{k: v for k, v in opts.items() if k != "grad_bytes"})
     P = positive_int(world_size, "world_size")
     if pb.Nq != pb.Nk:
         raise ValueError(f"K: ring attention shards one sequence, so Nk must equal Nq; got Nq={pb.Nq}, Nk={pb.Nk}")
@@ -307,7 +308,7 @@ def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResul
     ``.positions``, ``.comm`` (:class:`CommReport`), ``.io`` and ``.flops`` (lists, one per device),
     ``.work[r, t]`` (query-key pairs device r scores at step t), ``.source[r, t]`` (whose K/V it holds).
     """
-    pb, P, pos, _ = _problem(Q, K, V, world_size, layout, opts)
+    pb, P, pos, _ = _problem(Q, K, V, world_size, layout, opts, "ring.forward")
     lead, d = pb.lead_shape, pb.d
     ring = _Ring(P, P, pb.dtype_bytes, lead)
     fa_opts = {k: v for k, v in opts.items() if k != "grad_bytes"}
@@ -386,7 +387,7 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
     ``.io`` (each device's FlashAttention-2 calls, and the passes that add each pair's share into the accumulators),
     ``.flops`` (lists per device), ``.work`` and ``.source`` as the forward's.
     """
-    pb, P, pos, grad_bytes = _problem(Q, K, V, world_size, layout, opts)
+    pb, P, pos, grad_bytes = _problem(Q, K, V, world_size, layout, opts, "ring.backward")
     lead, d = pb.lead_shape, pb.d
     O = check_like(O, "O", pb.Q.shape, pb.dtype)
     dO = check_like(dO, "dO", pb.Q.shape, pb.dtype)

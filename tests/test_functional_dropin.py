@@ -490,3 +490,37 @@ def test_under_autocast_as_torch_runs_it(dtypes, mask):
         assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
         tol = 1e-10 if want == torch.float64 else 0.1
         torch.testing.assert_close(ours.float(), theirs.float(), atol=tol, rtol=tol)
+
+
+def test_tensors_with_torchs_negation_bit_read_as_their_values():
+    """``x.conj().imag`` of a complex tensor is a real view holding its values negated behind torch's lazy negation
+    bit; ``.numpy()`` refuses it. The front reads the values it stands for, as torch does, in the forward and in
+    the gradient flowing back."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 4, dtype=torch.cfloat).conj().imag
+    k, v = torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    assert q.is_neg()
+    ours, theirs = (k.clone().requires_grad_() for _ in range(2))
+    out = sdpa(q, ours, v)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+    grad = torch.randn(out.shape, dtype=torch.cfloat).conj().imag
+    out.backward(grad)
+    F.scaled_dot_product_attention(q, theirs, v).backward(grad)
+    torch.testing.assert_close(ours.grad, theirs.grad)
+
+
+def test_empty_inputs_keep_querys_leading_axes_as_torch_does():
+    """Where an input holds no element PyTorch returns zeros with query's own leading axes, not the broadcast of the
+    three (its meta tensors too); the front gives the same, with zero gradients of the inputs' shapes."""
+    for shapes in (((1, 4, 4), (2, 0, 4), (2, 0, 4)), ((4, 4), (2, 0, 4), (2, 0, 4)), ((1, 0, 4), (2, 3, 4), (2, 3, 4)),
+                   ((1, 3, 4), (2, 3, 4), (2, 3, 0)), ((1, 1, 4, 4), (1, 2, 0, 4), (1, 2, 0, 4))):
+        q, k, v = (torch.randn(s, dtype=torch.float64, requires_grad=True) for s in shapes)
+        ours, theirs = sdpa(q, k, v), F.scaled_dot_product_attention(q, k, v)
+        assert ours.shape == theirs.shape and torch.equal(ours, theirs), shapes
+        ours.sum().backward()
+        assert all(t.grad.shape == t.shape and not t.grad.any() for t in (q, k, v))
+    # the documented refusals: a NaN float mask, and no key/value heads under enable_gqa
+    with pytest.raises(ValueError, match="attn_mask"):
+        sdpa(torch.randn(1, 3, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 4), attn_mask=torch.full((3, 5), np.nan))
+    with pytest.raises(ValueError, match="key"):
+        sdpa(torch.randn(2, 4, 3, 4), torch.randn(2, 0, 5, 4), torch.randn(2, 0, 5, 3), enable_gqa=True)

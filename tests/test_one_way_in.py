@@ -534,3 +534,35 @@ def test_a_bias_too_large_to_address_says_so():
             msg = rf"{name}: shape \(1, 1, 4, 4\) does not broadcast to .* = \(2, 4, 4\)"
             with pytest.raises(ValueError, match=msg):
                 f.forward(Q, Q, Q, **{name: a})
+
+
+def test_memory_init_takes_a_real_fill_and_names_it_otherwise():
+    """``Memory.init``'s fill: a real number (-inf for Alg.1 l.2's m); numpy would turn None into NaN and drop a
+    complex part silently, and a string failed naming nothing."""
+    m = Memory(lead_shape=(1,))
+    m.init("m", (2,), -np.inf)
+    assert np.all(m.result("m") == -np.inf)
+    for bad in (None, 1j, "abc", True):
+        with pytest.raises(TypeError, match="fill"):
+            m.init("O", (2, 2), bad)
+
+
+def test_a_mask_from_shapes_past_numpys_count_is_refused_for_what_it_is():
+    """A 0-d mask broadcasts to any scores; at heads·Nq·Nk past what numpy can count the refusal says so, not that
+    the shapes do not broadcast."""
+    N = 2 ** 31 - 1
+    with pytest.raises(ValueError, match="more than numpy can address"):
+        iomodel.predict("flash2", "forward", Nq=N, Nk=N, d=64, heads=3, mask=True)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        iomodel.predict("flash2", "forward", Nq=4, Nk=4, d=8, mask=np.ones((3, 4), bool))
+
+
+def test_ring_names_the_entry_point_the_user_called():
+    from flashref import ring
+
+    Q = np.zeros((1, 8, 4))
+    with pytest.raises(TypeError, match=r"^ring\.forward: unknown option 'casual'"):
+        ring.forward(Q, Q, Q, world_size=2, casual=True)
+    fwd = ring.forward(Q, Q, Q, world_size=2)
+    with pytest.raises(TypeError, match=r"^ring\.backward: unknown option 'casual'"):
+        ring.backward(Q, Q, Q, fwd.O, Q, fwd.L, world_size=2, casual=True)

@@ -272,3 +272,19 @@ def test_a_batch_of_empty_sequences_still_refuses_what_a_sequence_would():
         iomodel.predict_varlen("backward", cu_seqlens_q=cq, cu_seqlens_k=ck, d=d, heads=H, **tight)
     with pytest.raises(ValueError, match="^direction: expected 'forward' or 'backward'"):
         iomodel.predict_varlen("sideways", cu_seqlens_q=cq, cu_seqlens_k=ck, d=d)
+
+
+def test_a_batch_of_no_sequences_is_an_empty_result():
+    """B = 0 is ``cu_seqlens = [0]`` (B + 1 offsets): an empty result, no IO, in the forward, the backward and the
+    closed form; an empty offset array is still refused by name."""
+    E = np.zeros((2, 0, 4))
+    cu = np.array([0])
+    fwd = flash2.forward_varlen(E, E, E, cu, cu)
+    assert fwd.O.shape == (2, 0, 4) and fwd.L.shape == (2, 0) and fwd.io.total == 0
+    bwd = flash2.backward_varlen(E, E, E, fwd.O, E, fwd.L, cu, cu)
+    assert bwd.dQ.shape == bwd.dK.shape == bwd.dV.shape == (2, 0, 4) and bwd.io.total == 0
+    for direction in ("forward", "backward"):
+        p = iomodel.predict_varlen(direction, cu_seqlens_q=[0], cu_seqlens_k=[0], d=4, heads=2)
+        assert (p.reads, p.writes) == (0, 0)
+    with pytest.raises(TypeError, match="cu_seqlens_q"):
+        flash2.forward_varlen(E, E, E, np.array([], dtype=np.int64), cu)
