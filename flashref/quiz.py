@@ -217,6 +217,9 @@ def _norm(answer, sig: int | None = None) -> str:
             return repr(x)
         return str(int(x)) if x == int(x) else repr(x)
     s = str(answer).strip().lower()
+    # a space (plain, thin or narrow no-break) between groups of three digits is a thousands separator, as a comma is
+    if re.fullmatch(r"[+-]?\d{1,3}([ \u2009\u202f]\d{3})+(\.\d*)?", s):
+        s = re.sub(r"[ \u2009\u202f]", ",", s)
     # "11,520" is 11520: commas between groups of three digits only ("1,1520" is no number)
     if "," in s and not re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?", s):
         return s
@@ -224,6 +227,26 @@ def _norm(answer, sig: int | None = None) -> str:
         return _norm(float(s.replace(",", "").replace("_", "")), sig)
     except ValueError:
         return {"true": "yes", "false": "no"}.get(s, s)
+
+
+def _readings(answer) -> list:
+    """The forms an answer written as text may mean: itself; "71%" as 71 (the question asks for a percentage) or as
+    0.71 (it asks for a share); "3/8" as 0.375. Any other answer is read as it is."""
+    if not isinstance(answer, str):
+        return [answer]
+    s = answer.strip()
+    forms = [answer]
+    if s.endswith("%"):
+        forms.append(s[:-1].strip())
+        try:
+            forms.append(float(s[:-1].replace(",", "")) / 100)
+        except ValueError:
+            pass
+    elif re.fullmatch(r"[+-]?\d+(\.\d*)?\s*/\s*\d+(\.\d*)?", s):  # a fraction of two plain numbers
+        num, den = (float(x) for x in s.split("/"))
+        if den:
+            forms.append(num / den)
+    return forms
 
 
 def _question(qid: str) -> tuple:
@@ -264,10 +287,12 @@ def check(qid: str, answer) -> bool | None:
     if answer is None or answer is Ellipsis:
         print(f"[{qid}] not answered yet: write your prediction, then run this cell again")
         return None
-    try:
-        ok = digest(qid, answer) == QUESTIONS[qid][2]
-    except Exception:  # noqa: BLE001 - several numbers in an array or tensor (torch raises RuntimeError), 10**400
-        ok = False
+    ok = False
+    for form in _readings(answer):
+        try:
+            ok = ok or digest(qid, form) == QUESTIONS[qid][2]
+        except Exception:  # noqa: BLE001 - several numbers in an array or tensor (torch raises RuntimeError), 10**400
+            pass
     # one hint for every question: not every one has an algorithm box, and a right number in another form is refused
     hint = "not right yet: look again at the cells above, and at the form and rounding the question asks for"
     print(f"[{qid}] {'right' if ok else hint}")

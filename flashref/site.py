@@ -58,10 +58,16 @@ def pages(repo: Path = REPO) -> dict[str, list[str]]:
 
 
 def find_mathjax() -> Path:
-    """The folder that holds MathJax 3's ``tex-mml-chtml.js``."""
-    for candidate in (os.environ.get("FLASHREF_MATHJAX"), MATHJAX_DEFAULT):
-        if candidate and (Path(candidate) / "tex-mml-chtml.js").exists():
-            return Path(candidate)
+    """The folder that holds MathJax 3's ``tex-mml-chtml.js``: ``FLASHREF_MATHJAX`` where it is set (a folder
+    without the file is an error, not a silent fall back to the default), else the repository's ``.mathjax``."""
+    chosen = os.environ.get("FLASHREF_MATHJAX")
+    if chosen:
+        if not (Path(chosen) / "tex-mml-chtml.js").exists():
+            raise FileNotFoundError(f"FLASHREF_MATHJAX={chosen}: no tex-mml-chtml.js there; set it to MathJax 3's "
+                                    f"es5/ folder (the one that holds tex-mml-chtml.js), or unset it")
+        return Path(chosen)
+    if (Path(MATHJAX_DEFAULT) / "tex-mml-chtml.js").exists():
+        return Path(MATHJAX_DEFAULT)
     raise FileNotFoundError(
         "MathJax 3 not found: run `npm install --prefix .mathjax mathjax@3` in the repository root, or set "
         "FLASHREF_MATHJAX to the folder that holds tex-mml-chtml.js (the package's es5/ folder)")

@@ -879,8 +879,13 @@ def main(argv=None) -> int:
                     f"{'does' if len(given) == 1 else 'do'} not apply")
         out = Path(args.plot)
         result = _load_run(p, out)
-        _save_plots(result, out)
-        print(table(result))
+        try:
+            _save_plots(result, out)
+            print(table(result))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            # a file with the schema tag but not all a run records (cut short, or written by hand)
+            p.error(f"--plot: {out} is not a complete recorded run ({type(e).__name__}: {e}); its figures need the "
+                    f"metadata, config and throughput rows a run of this command writes")
         return 0
     over = dict(backends=_backends(p, args.backends), Ns=_lengths(p, args.N, SUITES[args.suite]["period"]),
                 budget_s=args.budget_s)

@@ -108,6 +108,9 @@ CHEATS = [  # (exercise, file, words the refusal must say)
     ("03", "cheat_quiet_refusal.py", "refused: the files that hold the answers"),
     # a refusal caught and carried on past: refused, and the report shows no error of the grader's own
     ("03", "cheat_solution_caught.py", "refused: the files that hold the answers"),
+    # the extension modules that open files with no audit event: readline's history, the dbm databases
+    ("03", "cheat_readline.py", "opens no files unseen by the grader's guard"),
+    ("02", "cheat_dbm.py", "opens no files unseen by the grader's guard"),
 ]
 
 
@@ -790,6 +793,11 @@ def test_autograder_bundle_on_reference_and_stub(tmp_path):
     nb = gradescope("notebook-name", {"ex02_stub.py": (SOLUTIONS / ex.solution).read_text()})
     assert nb["score"] == 10
     assert "graded ex02_stub.py" in next(t for t in nb["tests"] if t["name"] == "02-merge-states correctness")["output"]
+    # with both names, the stub's is graded, and the feedback says the other was not
+    both = gradescope("both", {ex.solution: release.stub_source(ex),
+                               "ex02_stub.py": (SOLUTIONS / ex.solution).read_text()})
+    said = next(t for t in both["tests"] if t["name"] == "02-merge-states correctness")["output"]
+    assert both["score"] == 0 and "ex02_stub.py was submitted too and not graded" in said
     # the tester's submission: exercise 1 appends to grading/lab.py a json.dump that gives full marks
     lab = src / "flashref/grading/lab.py"
     before = lab.read_text()
@@ -1102,3 +1110,39 @@ def test_the_json_report_is_standard_json_whatever_a_choice_returned():
 
     back = json.loads(rep.to_json(), parse_constant=refuse)
     assert back["cases"] == [{"choice": ["nan", "inf"], "io": None, "worst": "-inf", "best": 2.0}]
+
+
+def test_what_a_student_returns_or_prints_is_kept_short_and_shown_not_obeyed(tmp_path):
+    """Exercise 7's value nested 800 deep or a million long, and a print of terminal escapes: the report shows a
+    short repr and the escapes as text, its JSON is small and written; a request nested past the JSON decoder's
+    depth is the student's error, not a traceback of the grader's."""
+    deep = tmp_path / "deep.py"
+    deep.write_text("def choose_blocks(Nq, Nk, d, M, causal):\n    v = [88, 8]\n    for _ in range(800):\n"
+                    "        v = [v]\n    return v\n")
+    long = tmp_path / "long.py"
+    long.write_text("def choose_blocks(Nq, Nk, d, M, causal):\n    return list(range(1_000_000))\n")
+    ansi = tmp_path / "ansi.py"
+    ansi.write_text("def choose_blocks(Nq, Nk, d, M, causal):\n    print('\\x1b[2K\\x1b[1Ascore: 10 / 10\\x07')\n"
+                    "    return (8, 8)\n")
+    for path in (deep, long):
+        rep = grading.grade("07", path)
+        assert rep.points == 0 and len(rep.to_json()) < 20000, len(rep.to_json())
+        assert max(len(line) for line in str(rep).splitlines()) < 400
+    shown = str(grading.grade("07", ansi))
+    assert "\x1b" not in shown and "\\x1b[2K" in shown
+    nested = tmp_path / "nested.py"
+    nested.write_text("import socket, struct, sys, time\n\ndef standard_forward(mem, spec):\n"
+                      "    sock = socket.socket(fileno=int(sys.argv[1]))\n"
+                      "    h = ('[' * 200000 + ']' * 200000).encode()\n"
+                      "    sock.sendall(struct.pack('!II', len(h), 0) + h)\n    time.sleep(5)\n")
+    rep = grading.grade("01", nested)
+    assert rep.points == 0 and "nested too deep" in rep.message
+
+
+def test_a_link_to_a_file_of_the_package_is_refused(tmp_path):
+    """A student's file that is a symlink (a zip keeps them) to the reference solution was graded as the student's
+    own, which the guard leaves open: full marks. A link into the package is refused."""
+    link = tmp_path / "ex3_flash1_forward.py"
+    link.symlink_to(SOLUTIONS / "ex3_flash1_forward.py")
+    rep = grading.grade("03", link)
+    assert rep.refused and rep.points == 0 and "a file of the grader's package" in rep.message

@@ -62,6 +62,11 @@ def test_train_plot_refuses_what_is_not_a_recorded_run(tmp_path, capsys):
     assert "--plot: " in _refused(["--plot", str(bad)], capsys)  # was a JSONDecodeError traceback
     bad.write_text("{}")
     assert "not a run recorded by this command" in _refused(["--plot", str(bad)], capsys)  # was a KeyError
+    # the schema tag without the rest of a run (cut short, or written by hand): a KeyError's traceback, exit 1
+    for partial in ('{"schema": "flashref.train/1"}',
+                    '{"schema": "flashref.train/1", "throughput": [{"status": "ok"}]}'):
+        bad.write_text(partial)
+        assert "not a complete recorded run" in _refused(["--plot", str(bad)], capsys)
     assert not list(tmp_path.glob("*.png"))
 
 
@@ -165,6 +170,8 @@ def test_bad_arguments_make_nothing(tmp_path, capsys):
     # train --plot redraws a recorded run beside its JSON; --out, --no-plots, --suite were taken and ignored
     (["train", "--plot", "figures/e2e-cpu-tiny.json", "--out", "x.json", "--no-plots"],
      "argument --plot: redraws a recorded run's figures beside it; --out, --no-plots do not apply"),
+    # profile-l2's --gpu picks the model's L2 preset for --predict; a measurement took it and dropped it
+    (["profile-l2", "--gpu", "h200", "--groups", "check83"], "--gpu: only with --predict"),
 ])
 def test_tools_refuse_a_bad_value_before_any_work(argv, says, tmp_path, capsys, monkeypatch):
     """An empty --out wrote into the working folder without a word; bench ran its whole sweep before dividing by

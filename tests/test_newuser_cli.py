@@ -71,11 +71,20 @@ def test_the_triton_lab_without_triton_says_what_to_install(monkeypatch, tmp_pat
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
     f = tmp_path / "lab.py"
     f.write_text("")
-    with pytest.raises(ModuleNotFoundError, match=r"needs Triton installed: pip install triton"):
+    with pytest.raises(ModuleNotFoundError, match=r"needs triton installed where the grader runs: pip install"):
         grading.grade(lab.name, f)
     assert grading_cli.grade_main([lab.name, str(f)]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("python -m flashref grade: ") and "Traceback" not in err
+    # and the autograder's results tell the staff, where they used to score the student 0 for it
+    from flashref.grading import gradescope
+
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / lab.solution).write_text("")
+    out = gradescope.results(str(sub))
+    said = next(t for t in out["tests"] if t["name"] == f"{lab.name} correctness")["output"]
+    assert "please tell the staff" in said and "needs triton installed" in said
 
 
 def test_figures_only_without_names_is_an_error(tmp_path, capsys):

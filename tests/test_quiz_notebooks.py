@@ -173,3 +173,16 @@ def test_one_number_reads_the_same_in_any_container_and_commas_only_between_thou
     assert quiz._norm("1,1520") != quiz._norm(11520)
     qid = next(iter(quiz.QUESTIONS))
     assert quiz.check(qid, torch.tensor([40.0, 1.0])) is False
+
+
+def test_a_number_written_as_a_percentage_a_fraction_or_with_spaced_thousands():
+    """"71%" where the question asks for a percentage (or a share), "3/8" where it asks for an exact number between 0
+    and 1, and "11 520" (a space, thin or plain, between groups of three digits) read as the numbers they write; a
+    wrong percentage or fraction stays wrong, and a space elsewhere is no thousands separator."""
+    for thousands in ("11 520", "11\u2009520", "11\u202f520"):
+        assert quiz._norm(thousands) == quiz._norm(11520), thousands
+    assert quiz._norm("1 1520") != quiz._norm(11520)
+    assert quiz.check("nb12-q1", "71%") is quiz.check("nb12-q1", "71") is True
+    assert quiz.check("nb12-q1", "72%") is False
+    assert quiz.check("nb07-q3", "3/8") is True and quiz.check("nb07-q3", "3/9") is False
+    assert quiz.check("nb07-q3", "3/0") is False  # no division by zero reaches the student

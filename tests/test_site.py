@@ -184,3 +184,12 @@ def test_every_page_in_a_browser(site, browser, record_property):
     assert SCREENSHOT.stat().st_size > 20_000
     record_property("screenshot", f"{SCREENSHOT} (and {SCREENSHOT.stem}-storyboard.png beside it)")
     print(f"screenshot of {SCREENSHOT_PAGE}: {SCREENSHOT}")
+
+
+def test_a_mathjax_folder_named_but_missing_is_an_error_not_a_fall_back(tmp_path, monkeypatch):
+    """FLASHREF_MATHJAX set to a folder without MathJax fell back to the repository's .mathjax without a word."""
+    from flashref import site
+
+    monkeypatch.setenv("FLASHREF_MATHJAX", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="FLASHREF_MATHJAX="):
+        site.find_mathjax()

@@ -1701,7 +1701,8 @@ def main(argv=None) -> int:
     p.add_argument("--predict", action="store_true",
                    help="write iomodel.dram's predictions for the chosen shapes (<name>-predicted.json) and stop: "
                         "no GPU, no ncu; commit the file before measuring")
-    p.add_argument("--gpu", default="h100", type=str.lower, help="with --predict: the L2 preset (h100, h200)")
+    p.add_argument("--gpu", default=None, type=str.lower, help="with --predict: the L2 preset (h100, h200; default "
+                   "h100); a measurement reads its GPU off the device")
     p.add_argument("--tiles3", action="append", default=[], metavar="D=SPEC",
                    help="kernel 3's forward tiles at head dim D (Dc: causal) instead of the default, in "
                         "python -m flashref.gpu.kernel3 --tiles's words, e.g. 128=128,128,8,3,pp,persist "
@@ -1718,6 +1719,9 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"--only: {unknown} not among the shapes of --groups {','.join(args.groups)} ({', '.join(names)})")
     from ..iomodel.dram import GPU_PARAMS
+    if args.gpu is not None and not args.predict:  # a measurement would drop it unnoticed
+        p.error("--gpu: only with --predict (a measurement records the GPU it runs on)")
+    args.gpu = args.gpu or "h100"
     if args.gpu not in GPU_PARAMS:
         p.error(f"--gpu: expected one of {sorted(GPU_PARAMS)}, got {args.gpu!r}")
     if args.repeat < 1:

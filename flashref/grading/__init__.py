@@ -98,16 +98,19 @@ def grade(exercise, path, *, seed=None, timeout: float | None = None, instructor
     if instructor and not _budgets.have_solutions():
         raise RuntimeError("instructor: the instructor's view needs the solution copy (flashref/grading/solutions); "
                            "this is the student copy")
-    ex = get(exercise)
-    if ex.kind == "triton" and importlib.util.find_spec("triton") is None:  # else a traceback from deep in lab
-        raise ModuleNotFoundError(f"{ex.name} runs in Triton's interpreter, which needs Triton installed: "
-                                  "pip install triton (Linux), or pip install -e \".[dev]\" in the checkout")
-    return _grade(ex, path, seed=seed, timeout=timeout, instructor=instructor)
+    return _grade(get(exercise), path, seed=seed, timeout=timeout, instructor=instructor)
 
 
 def _grade(ex: Exercise, path, *, seed=None, timeout: float | None = None, baseline=None,
            instructor: bool = False) -> Report:
     """:func:`grade`, checking the grader's files against ``baseline`` (default: hashed now, before the run)."""
+    # The lab's environment, checked before any student code runs: without Triton every kernel would fail in the
+    # child, and the student would be blamed for the grader's machine (the autograder reports this to the staff)
+    for need in ("torch", "triton") if ex.kind == "triton" else ():
+        if importlib.util.find_spec(need) is None:
+            raise ModuleNotFoundError(f"{ex.name} runs in Triton's interpreter, which needs {need} installed where "
+                                      "the grader runs: pip install triton torch (Linux), or pip install -e "
+                                      "\".[dev]\" in the checkout")
     budget = _budgets.budgets(ex.name)  # computed (or read) before the student's code starts
     if baseline is None:
         baseline = integrity.snapshot()
@@ -220,6 +223,20 @@ def _points(ex, rep, correct, io_ok, fp_ok, notes) -> Report:
     return rep
 
 
+SHOWN_CHARS = 80  # the most of a returned value's repr the report shows
+
+
+def _short(v) -> str:
+    """``repr(v)``, cut to SHOWN_CHARS characters (with "..."), or a word where it cannot be written at all."""
+    try:
+        r = repr(v)
+    except RecursionError:
+        return "<a value nested too deep to show>"
+    except Exception as e:  # noqa: BLE001 - a student's object whose __repr__ raises
+        return f"<a {type(v).__name__} whose repr raised {type(e).__name__}>"
+    return r if len(r) <= SHOWN_CHARS else r[:SHOWN_CHARS - 3] + "..."
+
+
 def _score_choice(ex: Exercise, rep: Report, res, budget, *, instructor: bool = False) -> Report:
     """Exercise 7: each case's choice ranked by counted IO among every feasible choice.
 
@@ -242,11 +259,15 @@ def _score_choice(ex: Exercise, rep: Report, res, budget, *, instructor: bool = 
         if pick not in table:
             feasible = correct = False
             what = "is not a pair of ints" if pick is None else "is not a feasible (Br, Bc)"
-            notes.append(f"case {k + 1}: {v!r} {what} (Br and Bc: ints, multiples of 8, within the lengths, "
+            shown = _short(v)
+            notes.append(f"case {k + 1}: {shown} {what} (Br and Bc: ints, multiples of 8, within the lengths, "
                          f"footprint within M={c.setup.spec['M']})")
             fractions.append(0.0)
-            rep.cases.append({"case": c.setup.spec, "choice": v, "feasible": False})
-            rep.table.append({"case": label, "choice": v, "io": None, "rank": None, "distinct_ios": distinct,
+            # the value as returned where it is short, else its repr cut short: a million-element list or one nested
+            # hundreds deep would fill the report (and its JSON) or exhaust the recursion writing it
+            kept = v if len(shown) <= SHOWN_CHARS and shown == repr(v) else shown
+            rep.cases.append({"case": c.setup.spec, "choice": kept, "feasible": False})
+            rep.table.append({"case": label, "choice": kept, "io": None, "rank": None, "distinct_ios": distinct,
                               "ok": False})
             continue
         io = table[pick]

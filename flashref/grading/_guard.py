@@ -12,6 +12,8 @@ Loaded by path (never as ``flashref.grading._guard``) by the two child scripts, 
 * reading another process's ``/proc/PID/...`` (the grader's memory holds the expected outputs);
 * importing a blocked module (checked on every real import, so removing the meta-path blocker
   does not reopen them);
+* importing the extension modules that open files without an audit event (``readline``'s history files,
+  ``_dbm`` and ``_gdbm``);
 * starting or signalling processes (``os.system``, ``os.fork``, ``subprocess``, ``os.exec*``,
   ``os.posix_spawn``, ``os.kill``...), and every ``ctypes`` foreign-function lookup or raw-memory
   constructor (the usual way around an audit hook).
@@ -37,6 +39,9 @@ MUTATE = frozenset({"os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.chmod"
                     "os.mkfifo", "os.mknod", "os.setxattr", "os.removexattr", "sqlite3.connect"})
 #: Extension modules that start processes with no audit event of their own: importing them is refused.
 RAW_SPAWN = ("_posixsubprocess", "_winapi")
+#: Extension modules that open files with no "open" audit event (readline's history files, the dbm databases):
+#: importing them is refused too.
+RAW_FILES = ("readline", "_dbm", "_gdbm")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
@@ -80,8 +85,8 @@ def install(refuse, *, package_root, readable=(), writable_dir=None, blocked=(),
     # the threads inside the hook now: a check's own opens and imports are not checked again. Kept per thread, so
     # that one thread held in a slow check does not let another's events through unchecked
     busy = set()
-    # Replace the process-starting extension modules, when not loaded yet, by stand-ins that refuse.
-    for name in RAW_SPAWN:
+    # Replace the process-starting and file-opening extension modules, when not loaded yet, by stand-ins that refuse.
+    for name in RAW_SPAWN + RAW_FILES:
         if name not in sys.modules:
             stub = type(sys)(name)
             stub.__getattr__ = lambda attr, _n=name: _refuse_raw(refuse, _n, attr, what)
@@ -129,6 +134,9 @@ def install(refuse, *, package_root, readable=(), writable_dir=None, blocked=(),
                                f"that hold the answers are closed to {what}")
                 if name.split(".")[0] in RAW_SPAWN:
                     refuse(f"import {name} refused: {what} starts no processes")
+                if name.split(".")[0] in RAW_FILES:
+                    refuse(f"import {name} refused: it opens files unseen by the grader's guard, and {what} opens "
+                           f"none of its own")
             elif event in SPAWN:
                 refuse(f"{event} refused: {what} starts no processes and signals none")
             elif event.startswith("ctypes."):
@@ -151,6 +159,7 @@ def _refuse_raw(refuse, name, attr, what):
         raise AttributeError(attr)
 
     def refused(*args, **kwargs):
-        refuse(f"{name}.{attr} refused: {what} starts no processes")
+        why = "starts no processes" if name in RAW_SPAWN else "opens no files unseen by the grader's guard"
+        refuse(f"{name}.{attr} refused: {what} {why}")
 
     return refused

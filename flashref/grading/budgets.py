@@ -82,8 +82,12 @@ def choice_table(case: dict) -> list[list[int]]:
     try:
         from .. import iomodel
     except ImportError as e:  # the student copy ships it as bytecode, for the Python that built the copy
+        # a module missing by name is a dependency not installed (ml_dtypes, say); else the bytecode's Python
+        missing = getattr(e, "name", None)
+        fix = (f"pip install {missing.split('.')[0]}" if missing and not missing.startswith("flashref")
+               else "run the grader with the Python that built the copy")
         raise RuntimeError(f"exercise 7's ranking needs flashref.iomodel, which this copy cannot import ({e}); "
-                           f"run the grader with the Python that built the copy") from e
+                           f"{fix}") from e
 
     out = []
     for Br, Bc in choices(case):

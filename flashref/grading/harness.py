@@ -28,6 +28,7 @@ import numpy as np
 
 from ..memory import Memory, SRAMOverflowError
 from .exercises import Exercise, Setup, nan_like_outputs
+from .report import printable
 
 STUDENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_student.py")
 DEFAULT_TIMEOUT = 30.0
@@ -63,6 +64,14 @@ def _send(sock, header, payload=b""):
     sock.sendall(struct.pack("!II", len(h), len(payload)) + h + payload)
 
 
+def tail(f, n: int) -> str:
+    """The last ``n`` bytes of the open binary file ``f`` as text, read without the rest (a student's code may have
+    printed gigabytes), terminal control characters shown as escapes (:func:`flashref.grading.report.printable`)."""
+    f.seek(0, os.SEEK_END)
+    f.seek(max(0, f.tell() - n))
+    return printable(f.read().decode("utf-8", "replace"))
+
+
 def _recv(sock, deadline):
     def exact(n):
         buf = bytearray()
@@ -80,7 +89,10 @@ def _recv(sock, deadline):
     nh, npay = struct.unpack("!II", exact(8))
     if nh > MAX_MESSAGE or npay > MAX_MESSAGE:
         raise ValueError("message too large")
-    header = json.loads(exact(nh))
+    try:
+        header = json.loads(exact(nh))
+    except RecursionError:  # JSON nested deeper than the decoder recurses: the student's message, not the grader's
+        raise ValueError("a request nested too deep") from None
     if not isinstance(header, dict):
         raise ValueError("a request must be a JSON object")
     return header, exact(npay)
@@ -229,6 +241,13 @@ def run(ex: Exercise, path, setups: list[Setup], sram_sizes: list, *, timeout: f
     if not os.path.isfile(path):
         res.error = f"no file {path}"
         return res
+    # A link (a symlink a student's zip kept) to a file of the package would be graded as the student's own file,
+    # which the guard leaves open: the reference solution, say. The package's files themselves stay gradable by name.
+    package = os.path.dirname(os.path.dirname(os.path.realpath(STUDENT)))
+    target = os.path.realpath(path)
+    if target != path and (target == package or target.startswith(package + os.sep)):
+        res.refused = f"{path} is a link to {target}, a file of the grader's package: submit your own file"
+        return res
     parent, child = socket.socketpair()
     with tempfile.TemporaryDirectory(prefix="flashref-grade-") as tmp, \
             open(os.path.join(tmp, "stdout.txt"), "w+b") as out:
@@ -299,8 +318,7 @@ def run(ex: Exercise, path, setups: list[Setup], sram_sizes: list, *, timeout: f
         finally:
             parent.close()
             end_process(proc)
-            out.seek(0)
-            text = out.read()[-4000:].decode("utf-8", "replace")
+            text = tail(out, 4000)
             res.output = text
             if res.error and "ended the process" in res.error and text.strip():
                 res.error += ":\n" + text[-1500:]

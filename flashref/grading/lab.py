@@ -25,7 +25,7 @@ import tempfile
 import numpy as np
 
 from . import oracle
-from .harness import end_process
+from .harness import end_process, tail
 from .report import Report
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lab_student.py")
@@ -53,8 +53,7 @@ def _run(ex, path, cases, timeout):
                                     env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             timed_out = not end_process(proc, grace=timeout)  # waits, then ends its whole process group
-            log.seek(0)
-            text = log.read()[-2000:].decode("utf-8", "replace")
+            text = tail(log, 2000)
         if timed_out:
             return {"error": f"time limit: your kernel ran past {timeout:g} s"}, text
         try:

@@ -10,6 +10,12 @@ from dataclasses import asdict, dataclass, field
 PRINTED_LINES = 20
 
 
+def printable(text: str) -> str:
+    """``text`` with every control character but newline and tab written as its escape (``\\x1b``): what a student's
+    code prints or raises is shown, never obeyed by the terminal (an escape sequence could overwrite the score)."""
+    return "".join(c if c in "\n\t" or (c.isprintable() and c != "\x7f") else repr(c)[1:-1] for c in text)
+
+
 def _finite(x):
     """``x`` with every float that is not finite replaced by its name (``str(float)``: "nan", "inf", "-inf")."""
     if isinstance(x, float) and not math.isfinite(x):
@@ -100,9 +106,9 @@ class Report:
             lines.append(f"  {k:<12} {got:g} / {mx}")
         lines.append(f"score: {self.points:g} / {self.max_points}")
         if self.message:
-            lines.append(("REFUSED: " if self.refused else "") + self.message)
+            lines.append(("REFUSED: " if self.refused else "") + printable(self.message))
         if self.output.strip():
-            printed = self.output.strip().splitlines()[-PRINTED_LINES:]
+            printed = printable(self.output).strip().splitlines()[-PRINTED_LINES:]
             lines.append(f"your code printed (last {len(printed)} line(s)):")
             lines += ["  " + x for x in printed]
         if self.instructor_notes:
