@@ -226,15 +226,16 @@ def _points(ex, rep, correct, io_ok, fp_ok, notes) -> Report:
 SHOWN_CHARS = 80  # the most of a returned value's repr the report shows
 
 
-def _short(v) -> str:
-    """``repr(v)``, cut to SHOWN_CHARS characters (with "..."), or a word where it cannot be written at all."""
+def _short(v) -> tuple[str, bool]:
+    """``repr(v)`` cut to SHOWN_CHARS characters (with "..."), or a word where it cannot be written at all; and
+    whether that is the whole repr."""
     try:
         r = repr(v)
     except RecursionError:
-        return "<a value nested too deep to show>"
+        return "<a value nested too deep to show>", False
     except Exception as e:  # noqa: BLE001 - a student's object whose __repr__ raises
-        return f"<a {type(v).__name__} whose repr raised {type(e).__name__}>"
-    return r if len(r) <= SHOWN_CHARS else r[:SHOWN_CHARS - 3] + "..."
+        return f"<a {type(v).__name__} whose repr raised {type(e).__name__}>", False
+    return (r, True) if len(r) <= SHOWN_CHARS else (r[:SHOWN_CHARS - 3] + "...", False)
 
 
 def _score_choice(ex: Exercise, rep: Report, res, budget, *, instructor: bool = False) -> Report:
@@ -259,13 +260,13 @@ def _score_choice(ex: Exercise, rep: Report, res, budget, *, instructor: bool = 
         if pick not in table:
             feasible = correct = False
             what = "is not a pair of ints" if pick is None else "is not a feasible (Br, Bc)"
-            shown = _short(v)
+            shown, whole = _short(v)
             notes.append(f"case {k + 1}: {shown} {what} (Br and Bc: ints, multiples of 8, within the lengths, "
                          f"footprint within M={c.setup.spec['M']})")
             fractions.append(0.0)
             # the value as returned where it is short, else its repr cut short: a million-element list or one nested
             # hundreds deep would fill the report (and its JSON) or exhaust the recursion writing it
-            kept = v if len(shown) <= SHOWN_CHARS and shown == repr(v) else shown
+            kept = v if whole else shown
             rep.cases.append({"case": c.setup.spec, "choice": kept, "feasible": False})
             rep.table.append({"case": label, "choice": kept, "io": None, "rank": None, "distinct_ios": distinct,
                               "ok": False})
