@@ -142,8 +142,11 @@ def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, rows, cols, l
     # l.12: O_i ← diag(ℓ_i^new)⁻¹ (diag(ℓ_i) e^{m_i − m_i^new} O_i + e^{m̃_ij − m_i^new} P̃_ij V_j),
     # written to HBM. A row with ℓ_i^new = 0 (nothing attended yet) keeps O_i = 0: divide by 1.
     inv_l_new = fc.ew(1.0 / np.where(l_new == 0, 1.0, l_new), "divide")  # (Br,), a register: used in this line only
-    O_i = mem.hold("O_i", fc.ew((l_i * alpha * inv_l_new)[..., None] * O_i
-                                + (beta * inv_l_new)[..., None] * fc.matmul(P_tilde_ij, V_j),
+    # the two row factors, registers too (3·Br multiplies, counted):
+    # diag(ℓ_i^new)⁻¹ diag(ℓ_i) e^{m_i − m_i^new} and diag(ℓ_i^new)⁻¹ e^{m̃_ij − m_i^new}
+    scale_O = fc.ew(l_i * alpha * inv_l_new, "multiply", "multiply")  # (Br,)
+    scale_PV = fc.ew(beta * inv_l_new, "multiply")  # (Br,)
+    O_i = mem.hold("O_i", fc.ew(scale_O[..., None] * O_i + scale_PV[..., None] * fc.matmul(P_tilde_ij, V_j),
                                 "rescale O_i", "scale P̃V", "add"))  # (Br, d)
     mem.store("O", O_i, rows=rows, line=lines["write O"])  # Br·d writes
     # l.13: write ℓ_i ← ℓ_i^new, m_i ← m_i^new to HBM.

@@ -236,3 +236,16 @@ def test_bounds_are_what_the_theorems_say():
     assert bounds.in_theorem_range(N, d, d) and not bounds.in_theorem_range(N, d, N * d + 1)
     with pytest.raises(ValueError, match="M"):
         bounds.flash1_theta(N, d, 0)
+
+
+def test_nonmatmul_flops_of_a_tile_count_every_row_vector_operation():
+    """Algorithm 1's tile, counted by flops.py's rule (one FLOP per element per elementwise operation or reduction
+    step): the scale, rowmax, subtract, exp and rowsum of S (5·Br·Bc); m_new's max, α's and β's subtract and exp,
+    ℓ_new's two multiplies and add, l.12's divide and its three row-factor multiplies (12·Br; the three had gone
+    uncounted); and O_i's rescale, P̃V's scale and their add (3·Br·d)."""
+    rng = np.random.default_rng(0)
+    Nq, Nk, d, Br, Bc = 6, 12, 4, 2, 3
+    Q, K, V = rng.standard_normal((Nq, d)), rng.standard_normal((Nk, d)), rng.standard_normal((Nk, d))
+    fwd = flash1.forward(Q, K, V, block_sizes=(Br, Bc))
+    tiles = (Nq // Br) * (Nk // Bc)
+    assert fwd.flops.nonmatmul == tiles * (5 * Br * Bc + 12 * Br + 3 * Br * d)
