@@ -446,7 +446,9 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     if reduce_groups:
         # [gqa] unpacked: dK = Σ over each group of the query heads' dK_h (and dV), one more pass.
         dK, dV, red = _sum_groups(pb0, g, dK, dV, fc)
-        io, events = io + red.report(), events + red.events
+        # the reduction's own Memory counts its steps from 0: they follow the backward's, for the animation's order
+        after = events[-1].step + 1 if events else 0
+        io, events = io + red.report(), events + [dataclasses.replace(e, step=e.step + after) for e in red.events]
     dK, dV = variants.kv_gradients(pb0, dK, dV)  # [gqa] no query heads: zero gradients, nothing moved
     extra = {"dBias": variants.bias_gradient(pb0, mem, G)} if bias_grad else {}
     # Alg.2 l.20: return dQ, dK, dV.

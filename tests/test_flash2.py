@@ -270,3 +270,15 @@ def test_backward_refuses_an_L_that_cannot_carry_log_l():
         q, k, v, g, standard.forward(q, k, v, bias=bias).P, bias=bias)
     for a, b in ((ours.dQ, ref.dQ), (ours.dK, ref.dK), (ours.dV, ref.dV)):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_an_unpacked_gqa_backwards_events_keep_counting_through_its_reduction():
+    """The reduction of the query heads' dK, dV runs on a Memory of its own, whose steps started again at 0: the
+    tile-schedule animation orders events by step. They now follow the backward's."""
+    rs = np.random.default_rng(0)
+    Q = rs.standard_normal((2, 2, 3))
+    K = V = rs.standard_normal((1, 2, 3))
+    fwd = flash2.forward(Q, K, V, enable_gqa=True)
+    events = flash2.backward(Q, K, V, fwd.O, Q, fwd.L, enable_gqa=True).events
+    steps = [e.step for e in events]
+    assert any(e.tensor == "dK_h" for e in events) and steps == sorted(steps)
