@@ -100,6 +100,8 @@ external_toc_exclude_missing = True
 exclude_patterns = ["_build", "build", "dist", ".*", "**/.*", "tests", "flashref", "*.egg-info"]
 nb_execution_mode = "off"
 myst_enable_extensions = ["dollarmath", "amsmath"]
+# a $$...$$ inside a paragraph or a list item is display math, as Jupyter renders it (notebook 04's derivation)
+myst_dmath_double_inline = True
 myst_heading_anchors = 3
 html_theme = "sphinx_book_theme"
 html_title = "flashref"

@@ -113,6 +113,10 @@ def test_site_has_every_page(site):
     # the quiz answers are folded (hide-input): the page holds them, behind a toggle
     page = (out / "notebooks" / "00-gpu-memory-and-roofline.html").read_text()
     assert "tag_hide-input" in page and "BEGIN SOLUTION" in page
+    # a $$...$$ inside a paragraph or list item (notebook 04's derivation) is display math, as Jupyter shows it; it
+    # was read as two $ around inline math, and the prose between typeset as math
+    page = (out / "notebooks" / "04-flashattention-backward.html").read_text()
+    assert page.count('<div class="math') >= 2 and '$<span class="math' not in page
 
 
 def test_every_page_in_a_browser(site, browser, record_property):
