@@ -60,6 +60,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error(f"--repeat: expected at least 1, got {args.repeat}")
+    blocker = next((a for a in reversed(args.out.parents) if a.exists() and not a.is_dir()), None)
+    if args.out.is_dir() or blocker is not None:  # before the predictions, not after them
+        ap.error(f"--out: cannot write {args.out}: {blocker or args.out} is {'a file' if blocker else 'a folder'}")
     rows = run(1, ((1, 16),), (64,)) if args.quick else run(args.repeat)
     worst = max(max(r["first_s"], r["median_s"]) for r in rows)
     out = dict(machine=dict(processor=platform.processor() or platform.machine(), cpus=os.cpu_count(),

@@ -49,6 +49,9 @@ def main(argv=None):
     import triton
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    if not torch.cuda.is_available():
+        ap.error("times kernels on a CUDA GPU, and none is here (the recorded run: figures/gpu/h200-knee-speed.json)")
+
     from flashref import gpu
     from flashref.gpu import kernel3
     from flashref.gpu.bench import flops  # FlashAttention-2's convention, as python -m flashref bench counts

@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--layout", default="zigzag", choices=fd.LAYOUTS)
     ap.add_argument("--seq", type=int, default=1024, help="full sequence length N")
     args = ap.parse_args()
+    if args.seq < 1:
+        ap.error(f"--seq: expected a positive sequence length, got {args.seq}")
     if args.cuda and not torch.cuda.is_available():
         ap.error("--cuda: no CUDA GPU here; without --cuda it runs on the CPU (gloo, float64)")
     if args.cuda:

@@ -354,6 +354,10 @@ def plot(res):
 
 # ---------------------------------------------------------------- main
 
+# the sections --sections may name, in the order a full run takes them
+SECTIONS = {"link": link, "correctness": correctness, "timing": timing, "memory": memory, "largest": largest}
+
+
 def main():
     global RANK, WORLD, DEV, DTYPE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -363,9 +367,16 @@ def main():
     ap.add_argument("--budget", type=float, default=200.0, help="seconds; later sections are skipped past it")
     ap.add_argument("--sections", default="link,correctness,timing,memory,largest")
     args = ap.parse_args()
+    sections = args.sections.split(",")
+    unknown = [name for name in sections if name not in SECTIONS]
+    if unknown:
+        ap.error(f"--sections: {unknown} are not among {', '.join(SECTIONS)}")
     if args.plot:
-        res = json.loads(args.plot.read_text())
-        fig = plot(res)
+        try:
+            res = json.loads(args.plot.read_text())
+            fig = plot(res)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--plot: {args.plot} is not a recorded run with a timing section ({type(e).__name__}: {e})")
         fig.tight_layout()
         fig.savefig(args.plot.with_suffix(".png"))
         print(f"wrote {args.plot.with_suffix('.png')}")
@@ -406,12 +417,12 @@ def main():
             res["env"]["triton"] = triton.__version__
         except ImportError:
             pass
-    for name in args.sections.split(","):
+    for name in sections:
         if left(args) < 10:
             log(f"{name}: budget spent, skipped")
             continue
         t = time.monotonic()
-        globals()[name](args, res)
+        SECTIONS[name](args, res)
         res.setdefault("section_seconds", {})[name] = time.monotonic() - t
         if "link" in res and cuda:
             from flashref.iomodel import ring as iom

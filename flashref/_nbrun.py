@@ -62,15 +62,20 @@ def main(argv=None) -> int:
     import nbformat
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) >= 2 and argv[0] == "build":
-        src, dst = Path(argv[1]), Path(argv[2])
-        nb = percent_to_notebook(src.read_text())
-    elif len(argv) >= 2 and argv[0] == "run":
-        dst = Path(argv[1])
-        nb = nbformat.read(dst, as_version=4)
-    else:
+    if argv[:1] in (["-h"], ["--help"]):
         print(__doc__)
+        return 0
+    if len(argv) == 3 and argv[0] == "build":
+        src, dst = Path(argv[1]), Path(argv[2])
+    elif len(argv) == 2 and argv[0] == "run":
+        src = dst = Path(argv[1])
+    else:
+        print(__doc__, file=sys.stderr)
         return 2
+    if not src.is_file():
+        print(f"python -m flashref._nbrun: no file {src}", file=sys.stderr)
+        return 2
+    nb = percent_to_notebook(src.read_text()) if argv[0] == "build" else nbformat.read(dst, as_version=4)
     t = time.perf_counter()
     execute(nb, dst.resolve().parent)
     nbformat.write(nb, dst)

@@ -141,6 +141,9 @@ def check_out(out: Path, repo: Path = REPO) -> Path:
             raise ValueError(f"out: {out} is {'the' if out == keep else 'a folder above the'} "
                              f"{'repository' if keep == Path(repo).resolve() else 'working folder'}; "
                              "give a new folder, e.g. _site")
+    blocker = next((a for a in reversed(out.parents) if a.exists() and not a.is_dir()), None)
+    if blocker is not None:  # found before the build, not by copytree's NotADirectoryError after it
+        raise ValueError(f"out: {out} lies under {blocker}, a file, not a folder")
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"out: {out} is a file, not a folder")

@@ -5,6 +5,7 @@ that only fails once it has started."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -286,3 +287,51 @@ def test_flops_by_hand_at_random_shapes():
         assert f1.flops.matmul == f2.flops.matmul == 4 * per
         assert flash1.backward(Q, K, V, f1.O, dO, f1.l, f1.m, block_sizes=(Br, Bc)).flops.matmul == 10 * per
         assert flash2.backward(Q, K, V, f2.O, dO, f2.L, block_sizes=(Br, Bc)).flops.matmul == 10 * per
+
+
+# --------------------------------------------------------------------------- maintainers' and example scripts
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_scripts_refuse_before_any_work_with_a_clear_message(tmp_path, capsys, monkeypatch):
+    """A new user's pass ran every script on a CPU: tracebacks where a line was due (a GPU-only sweep's CUDA
+    generator error, a config it could not parse, a missing argument, an output under a file found only after the
+    work, a mistyped submission folder graded as "not submitted")."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from flashref import _nbrun, site
+    from flashref.gpu import sweep
+    from flashref.grading import gradescope
+
+    def example(name):
+        spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def refused(call, says):
+        with pytest.raises(SystemExit) as e:
+            call()
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and says in err and "Traceback" not in err, err
+
+    refused(lambda: sweep.main(["--configs", "1,2,3"]), "--configs: tiles must be")
+    if not torch.cuda.is_available():
+        assert sweep.main(["--configs", "default"]) == 1 and "needs a CUDA GPU" in capsys.readouterr().err
+        refused(lambda: example("knee_speed").main(["--out", str(tmp_path / "k.json")]), "CUDA GPU")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    refused(lambda: example("dram_speed").main(["--out", str(a_file / "x.json")]), "is a file")
+    assert _nbrun.main(["build", "x.py"]) == 2 and _nbrun.main(["run", str(tmp_path / "no.ipynb")]) == 2
+    with pytest.raises(ValueError, match="a file, not a folder"):
+        site.check_out(a_file / "site")
+    assert gradescope.main([str(tmp_path / "nowhere"), str(tmp_path / "r.json")]) == 2
+    assert gradescope.main([str(tmp_path), str(a_file / "r.json")]) == 2
+    assert "SUB: no folder" in capsys.readouterr().err
+    bench = subprocess.run([sys.executable, str(EXAMPLES / "ring_benchmark.py"), "--smoke", "--sections", "main"],
+                           capture_output=True, text=True, timeout=120)
+    assert bench.returncode == 2 and "--sections: ['main'] are not among" in bench.stderr
+    assert not list(tmp_path.glob("*.json"))

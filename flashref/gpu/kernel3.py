@@ -1240,7 +1240,7 @@ def _sweep_fns(q, k, v, causal, configs, dtype_name):
 
 def _sweep(argv=None) -> int:
     """Time kernel 3 with each ``--tiles`` (``BM,BN,warps,stages``), kernel 2's forward (its defaults) and
-    SDPA cuDNN in turn per shape, ``--rounds`` times over (METHOD.md); each keeps its median. Shapes as
+    SDPA cuDNN in turn per shape, ``--rounds`` times over (interleaved rounds); each keeps its median. Shapes as
     ``bench``: 16384 tokens, hidden 2048. Before timing, each kernel 3 config's output is compared with
     kernel 2's on the first shape. Prints a table of TFLOP/s and ratios; ``--out`` writes the rows (JSON)."""
     import argparse

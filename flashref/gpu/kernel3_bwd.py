@@ -1292,7 +1292,7 @@ def _parse_tiles(text: str):
 
 
 def _bench(argv=None) -> int:
-    """Time, per shape and in turn (``--rounds`` interleaved rounds, each a ``do_bench`` median; METHOD.md):
+    """Time, per shape and in turn (``--rounds`` interleaved rounds, each a ``do_bench`` median):
     SDPA cuDNN, kernel 2 (``gpu.attention``), kernel 3's forward with kernel 2's backward (``k3f+k2b``), and
     kernel 3's forward with this backward (``k3``, and ``k3[tiles]`` for each extra ``--tiles``), for
     forward+backward (``fwd_bwd``) and the backward alone (``bwd``, one forward then ``retain_graph``

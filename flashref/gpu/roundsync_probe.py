@@ -5,7 +5,7 @@ persistent, on the main stream), side by side on one GPU.
 For each shape (B, H, N, d, non-causal) and each of the two kernels: the output with the barrier (O; dQ, dK, dV)
 must equal the output without it bit for bit (the barrier changes when a program starts its next tile, not what any
 program computes, nor in which order), and O is compared with SDPA's flash backend; then each variant is timed, in
-turn, ``--rounds`` times over (METHOD.md: interleaved rounds, the median kept): the forward alone, and the backward
+turn, ``--rounds`` times over (interleaved rounds, the median kept): the forward alone, and the backward
 alone (``kernel3_bwd.backward`` on the forward's O and L). DRAM bytes are ``profile-l2``'s to measure. Writes one
 JSON row per shape, pass and variant."""
 

@@ -1,4 +1,5 @@
-"""Time kernel variants against each other and the SDPA peers in one process (METHOD.md's sweep).
+"""Time kernel variants against each other and the SDPA peers in one process, in interleaved rounds, the
+median of each kept.
 
 ``python -m flashref.gpu.sweep --d 128 --N 4096,16384 --configs default 256,64,8,3:split 128,128,8,3:heads+ws``
 
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
 
     from . import bench
 
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(prog="python -m flashref.gpu.sweep")
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--N", default="4096,16384")
     p.add_argument("--mode", default="fwd", choices=("fwd", "fwd_bwd"))
@@ -77,7 +78,13 @@ def main(argv=None) -> int:
     shapes = [(N, c) for c in causals for N in (int(x) for x in a.N.split(","))]
     peers = [b for b in a.peers.split(",") if b]
     entries = [("peer", b) for b in peers] + [("cfg", c) for c in a.configs]
-    parsed = {c: parse_config(c, a.mode, a.kernel) for c in a.configs}
+    try:
+        parsed = {c: parse_config(c, a.mode, a.kernel) for c in a.configs}
+    except ValueError as e:
+        p.error(f"--configs: {e}")
+    if not torch.cuda.is_available():
+        print("python -m flashref.gpu.sweep times kernels and needs a CUDA GPU", file=sys.stderr)
+        return 1
     tf = {e: [] for e in entries}  # entry -> TFLOP/s per shape (median of rounds)
     for N, causal in shapes:
         B, H = bench.TOKENS // N, bench.HIDDEN // a.d

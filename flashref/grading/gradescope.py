@@ -81,8 +81,22 @@ def dumps(result: dict) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 2:
+    if argv[:1] in (["-h"], ["--help"]):
         print(__doc__)
+        return 0
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    # both checked before any grading: a mistyped folder scored every exercise "not submitted", and an OUT that
+    # cannot be written failed after the whole run
+    if not os.path.isdir(argv[0]):
+        print(f"python -m flashref.grading.gradescope: SUB: no folder {argv[0]}", file=sys.stderr)
+        return 2
+    try:
+        with open(argv[1], "a"):
+            pass
+    except OSError as e:
+        print(f"python -m flashref.grading.gradescope: OUT: cannot write {argv[1]} ({e.strerror})", file=sys.stderr)
         return 2
     out = results(argv[0])
     with open(argv[1], "w") as f:
