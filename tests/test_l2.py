@@ -1179,7 +1179,7 @@ SWAVES_HELD_MISSES = {
     # model says 1.95 (+152%, forward+backward +79%)
     *(("h200", "sdpa_flash", "check81_256_1x1x50562_causal", mode) for mode in ("fwd", "fwd_bwd")),
     # and heads256's, aimed at it: the d = 256 walk's one and two heads read up to 3.6x less than the model from 32 to
-    # 72 MiB of K and V a head, and the d = 128 walk's lone head at 48 MiB 43-76% less
+    # 72 MiB of K and V a head, and the d = 128 walk's lone head at 48 MiB 43% less (forward+backward 31%)
     *(("h200", "sdpa_flash", f"heads256_{shape}", mode) for shape, mode in (
         ("256_32768_h1", "fwd"), ("256_32768_h2", "fwd"), ("256_32768_h2", "fwd_bwd"), ("256_32768_h4", "fwd"),
         ("256_32768_h4", "fwd_bwd"), ("256_45056_h1", "fwd"), ("256_45056_h1", "fwd_bwd"), ("256_53248_h1", "fwd"),
