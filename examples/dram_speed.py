@@ -19,6 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
+from flashref._cli import file_in_the_way  # the check train and site make of an output path
+
 D = importlib.import_module("flashref.iomodel.dram")  # the module (flashref.iomodel.dram is the function)
 
 N = 131072
@@ -60,7 +62,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error(f"--repeat: expected at least 1, got {args.repeat}")
-    blocker = next((a for a in reversed(args.out.parents) if a.exists() and not a.is_dir()), None)
+    blocker = file_in_the_way(args.out)
     if args.out.is_dir() or blocker is not None:  # before the predictions, not after them
         ap.error(f"--out: cannot write {args.out}: {blocker or args.out} is {'a file' if blocker else 'a folder'}")
     rows = run(1, ((1, 16),), (64,)) if args.quick else run(args.repeat)

@@ -14,6 +14,12 @@ def folder(text: str) -> Path:
     return Path(text)
 
 
+def file_in_the_way(path: Path) -> Path | None:
+    """The first of ``path``'s parents that exists and is not a folder (a file where a folder must be), or None:
+    found before any work, where ``mkdir`` would say only "File exists" or "Not a directory", and only after it."""
+    return next((a for a in reversed(Path(path).parents) if a.exists() and not a.is_dir()), None)
+
+
 def stem(text: str) -> str:
     """A file name without a folder (``--name``: the tool adds ``.json`` and puts it in ``--out``)."""
     if not text.strip() or Path(text).name != text or text in (".", ".."):

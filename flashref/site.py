@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import _cli
+
 __all__ = ["REPO", "SITE_MODULES", "pages", "find_mathjax", "check_tools", "write_book_files", "build", "main"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -141,7 +143,7 @@ def check_out(out: Path, repo: Path = REPO) -> Path:
             raise ValueError(f"out: {out} is {'the' if out == keep else 'a folder above the'} "
                              f"{'repository' if keep == Path(repo).resolve() else 'working folder'}; "
                              "give a new folder, e.g. _site")
-    blocker = next((a for a in reversed(out.parents) if a.exists() and not a.is_dir()), None)
+    blocker = _cli.file_in_the_way(out)
     if blocker is not None:  # found before the build, not by copytree's NotADirectoryError after it
         raise ValueError(f"out: {out} lies under {blocker}, a file, not a folder")
     if out.exists():

@@ -60,6 +60,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import _cli
 from .gpt import BACKENDS, GPT, GPTConfig, copy_batch, loss_floor
 from .problem import _nonnegative_int, _seed, check_options, positive_int, positive_real
 
@@ -826,8 +827,8 @@ def _check_out(p, out: Path) -> None:
     if out.suffix.lower() == ".png":  # the JSON would be written there, then overwritten by the throughput plot
         p.error(f"--out: {out} names a PNG; name the JSON file to write (its figures go beside it: "
                 f"{out.stem}.png, {out.stem}-loss.png)")
-    blocker = next((a for a in reversed(out.parents) if a.exists() and not a.is_dir()), None)
-    if blocker is not None:  # mkdir would say "File exists", which hides the cause
+    blocker = _cli.file_in_the_way(out)
+    if blocker is not None:
         p.error(f"--out: cannot write {out}: {blocker} is not a folder")
     try:  # the write that Recorder.flush does (a temporary file beside out), undone; out itself is untouched
         out.parent.mkdir(parents=True, exist_ok=True)
