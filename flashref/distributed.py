@@ -594,8 +594,5 @@ def ring_attention(q, k, v, **options):
     world = group if group is not None else dist.group.WORLD
     cfg = _Config(group=group, rank=r, P=P, nxt=dist.get_global_rank(world, (r + 1) % P),
                   prv=dist.get_global_rank(world, (r - 1) % P), layout=layout, causal=causal,
-                  # d = 0: every score is 0 whatever the scale (1/sqrt(0) divided by zero)
-                  scale=(1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0) if scale is None else float(scale),
-                  triton=triton,
-                  comm=not _SKIP_COMM, device=device)
+                  scale=_scale(scale, q.shape[-1]), triton=triton, comm=not _SKIP_COMM, device=device)
     return _RingAttention.apply(q, k, v, cfg)

@@ -115,7 +115,7 @@ import torch
 
 from . import flash1, flash2, standard
 from .memory import SRAMOverflowError
-from .problem import _bool, _seed, check_options
+from .problem import _bool, _scale, _seed, check_options
 
 __all__ = ["scaled_dot_product_attention", "ALGORITHMS"]
 
@@ -629,7 +629,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         return zero.expand(out_shape if empty_shape is None else empty_shape).clone()
     # E = 0 (and keys to attend to): every score is 0 whatever the scale; the padding below gives Q and K Ev
     # zero columns, so each row averages V over the keys it sees, as PyTorch does.
-    scale = (1.0 / math.sqrt(E) if E else 1.0) if scale is None else scale
+    scale = _scale(scale, E)
     if Ev < E:  # zero columns of V give zero columns of O, sliced off below
         value = torch.nn.functional.pad(value, (0, E - Ev))
     elif Ev > E:  # zero columns of Q and K add nothing to Q Kᵀ

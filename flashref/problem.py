@@ -114,8 +114,8 @@ def check_block_sizes(block_sizes) -> tuple[int, int] | None:
 
 
 def _scale(scale, d: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(d)
+    if scale is None:  # 1/√d; at d = 0 (the torch fronts take it) every score is 0 whatever the scale
+        return 1.0 / math.sqrt(d) if d else 1.0
     if isinstance(scale, np.ndarray) and scale.ndim == 0:  # a 0-d array, as dropout_p takes one (dropout.check_p)
         scale = scale[()]
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
