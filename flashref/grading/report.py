@@ -108,7 +108,7 @@ class Report:
         if self.message:
             lines.append(("REFUSED: " if self.refused else "") + printable(self.message))
         if self.output.strip():
-            printed = printable(self.output).strip().splitlines()[-PRINTED_LINES:]
+            printed = self.output.strip().splitlines()[-PRINTED_LINES:]  # printable already (harness.tail)
             lines.append(f"your code printed (last {len(printed)} line(s)):")
             lines += ["  " + x for x in printed]
         if self.instructor_notes:
