@@ -1228,6 +1228,74 @@ CHECK83 = [
     ('check83_128_1x1x140288', 1, 1, 140288, 128, False),
 ]
 
+# check84-check87: the validation grid and four corners four times more, draw_validation(20261270-20261273,
+# "checkNN", few=0, long=5), with the model of check81 (nothing changed since), predicted for both GPUs before any
+# GPU measured them
+CHECK84 = [
+    ('check84_64_4x16x4096_causal', 4, 16, 4096, 64, True),
+    ('check84_128_4x32x4096_causal', 4, 32, 4096, 128, True),
+    ('check84_128_8x16x12288_causal', 8, 16, 12288, 128, True),
+    ('check84_128_2x32x16384', 2, 32, 16384, 128, False),
+    ('check84_64_1x16x4096_causal', 1, 16, 4096, 64, True),
+    ('check84_32_8x16x6332x6339', 8, 16, (6332, 6339), 32, False),
+    ('check84_192_1x5x9390x6572', 1, 5, (9390, 6572), 192, False),
+    ('check84_160_1x2x1556x7240', 1, 2, (1556, 7240), 160, False),
+    ('check84_80_1x24x17835_causal', 1, 24, 17835, 80, True),
+    ('check84_128_1x4x73728', 1, 4, 73728, 128, False),
+    ('check84_64_2x2x416768', 2, 2, 416768, 64, False),
+    ('check84_64_1x6x328704_causal', 1, 6, 328704, 64, True),
+    ('check84_64_1x5x140288_causal', 1, 5, 140288, 64, True),
+    ('check84_64_4x2x36864_causal', 4, 2, 36864, 64, True),
+]
+CHECK85 = [
+    ('check85_64_4x16x3072_causal', 4, 16, 3072, 64, True),
+    ('check85_128_2x16x2048', 2, 16, 2048, 128, False),
+    ('check85_64_4x32x8192_causal', 4, 32, 8192, 64, True),
+    ('check85_64_4x16x1536_causal', 4, 16, 1536, 64, True),
+    ('check85_128_8x32x1536_causal', 8, 32, 1536, 128, True),
+    ('check85_32_8x1x56423', 8, 1, 56423, 32, False),
+    ('check85_96_2x12x1348_causal', 2, 12, 1348, 96, True),
+    ('check85_160_2x24x38220x1973', 2, 24, (38220, 1973), 160, False),
+    ('check85_192_8x7x11418_causal', 8, 7, 11418, 192, True),
+    ('check85_128_1x4x450560_causal', 1, 4, 450560, 128, True),
+    ('check85_128_1x4x108544_causal', 1, 4, 108544, 128, True),
+    ('check85_64_1x4x280576_causal', 1, 4, 280576, 64, True),
+    ('check85_128_2x1x101376_causal', 2, 1, 101376, 128, True),
+    ('check85_64_1x8x139264_causal', 1, 8, 139264, 64, True),
+]
+CHECK86 = [
+    ('check86_128_2x16x16384', 2, 16, 16384, 128, False),
+    ('check86_128_4x32x16384_causal', 4, 32, 16384, 128, True),
+    ('check86_128_1x32x16384', 1, 32, 16384, 128, False),
+    ('check86_128_2x32x8192', 2, 32, 8192, 128, False),
+    ('check86_64_4x16x16384_causal', 4, 16, 16384, 64, True),
+    ('check86_160_1x6x55089x3122', 1, 6, (55089, 3122), 160, False),
+    ('check86_160_2x12x1771', 2, 12, 1771, 160, False),
+    ('check86_80_2x3x6454x3469', 2, 3, (6454, 3469), 80, False),
+    ('check86_32_8x1x2217_causal', 8, 1, 2217, 32, True),
+    ('check86_64_1x3x186368_causal', 1, 3, 186368, 64, True),
+    ('check86_128_4x1x51200_causal', 4, 1, 51200, 128, True),
+    ('check86_64_2x3x37888_causal', 2, 3, 37888, 64, True),
+    ('check86_128_1x8x191488_causal', 1, 8, 191488, 128, True),
+    ('check86_64_1x7x203776', 1, 7, 203776, 64, False),
+]
+CHECK87 = [
+    ('check87_128_4x16x1536_causal', 4, 16, 1536, 128, True),
+    ('check87_64_8x16x12288_causal', 8, 16, 12288, 64, True),
+    ('check87_128_2x32x4096', 2, 32, 4096, 128, False),
+    ('check87_64_8x8x3072_causal', 8, 8, 3072, 64, True),
+    ('check87_64_4x32x8192', 4, 32, 8192, 64, False),
+    ('check87_80_1x32x3491_causal', 1, 32, 3491, 80, True),
+    ('check87_96_1x24x11435x5007', 1, 24, (11435, 5007), 96, False),
+    ('check87_96_1x7x92938_causal', 1, 7, 92938, 96, True),
+    ('check87_96_4x3x1336x9757', 4, 3, (1336, 9757), 96, False),
+    ('check87_128_2x4x222208_causal', 2, 4, 222208, 128, True),
+    ('check87_128_1x7x274432', 1, 7, 274432, 128, False),
+    ('check87_64_2x1x321536_causal', 2, 1, 321536, 64, True),
+    ('check87_64_8x1x73728', 8, 1, 73728, 64, False),
+    ('check87_128_1x8x38912', 1, 8, 38912, 128, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1265,6 +1333,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check76": CHECK76, "check77": CHECK77, "k2div16": K2DIV16,
           "check78": CHECK78, "check79": CHECK79, "check80": CHECK80, "check81": CHECK81,
           "heads256": HEADS256, "check82": CHECK82, "check83": CHECK83,
+          "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
