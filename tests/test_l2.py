@@ -733,7 +733,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and check76's at 4 x 1 x 472064 (blind; CAME_APART: -66%, forward+backward -31%)
                     *(("h200", "sdpa_flash", "check76_128_4x1x472064", mode) for mode in ("fwd", "fwd_bwd")),
                     # and check79's at 2 x 3 x 333824 (blind; CAME_APART: -51%, forward+backward within)
-                    ("h200", "sdpa_flash", "check79_128_2x3x333824", "fwd")}
+                    ("h200", "sdpa_flash", "check79_128_2x3x333824", "fwd"),
+                    # and check87's at 1 x 7 x 274432 (blind; -47%, forward+backward -17%)
+                    ("h200", "sdpa_flash", "check87_128_1x7x274432", "fwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -879,7 +881,11 @@ ROLL_HELD_MISSES = {("h200", "flashref", "check37_64_4x1x163840_causal", "fwd"),
                     # 4 x 2 x 196608 in check64 (+29%; today's model +12%)
                     ("h200", "flashref", "check64_64_4x2x196608_causal", "fwd"),
                     # and check67's at 1 x 8 x 196608 (+29%; today's model +12%)
-                    ("h200", "flashref", "check67_64_1x8x196608_causal", "fwd")}
+                    ("h200", "flashref", "check67_64_1x8x196608_causal", "fwd"),
+                    # and check85's at 1 x 8 x 139264 (+33%; today's model +14%) and check86's at 1 x 3 x 186368
+                    # (+31%; today's model +11%)
+                    ("h200", "flashref", "check85_64_1x8x139264_causal", "fwd"),
+                    ("h200", "flashref", "check86_64_1x3x186368_causal", "fwd")}
 
 
 # The SM drift's own capacity in a rolling grid (C_rdrift): fitted on every rolling row recorded before check22 (the
@@ -1186,7 +1192,9 @@ SWAVES_HELD_MISSES = {
         ("256_53248_h1", "fwd_bwd"), ("256_61440_h1", "fwd"), ("256_61440_h1", "fwd_bwd"), ("256_73728_h1", "fwd"),
         ("128_98304_h1", "fwd"), ("128_98304_h1", "fwd_bwd"))),
     # and check83's causal d = 128 walk at 2 x 4 x 41984 (blind; -33%, forward+backward -13%): eight heads of 20.5 MiB
-    ("h200", "sdpa_flash", "check83_128_2x4x41984_causal", "fwd")}
+    ("h200", "sdpa_flash", "check83_128_2x4x41984_causal", "fwd"),
+    # and check87's causal d = 96 walk at 1 x 7 x 92938 (blind; +28%, forward+backward +11%)
+    ("h200", "sdpa_flash", "check87_96_1x7x92938_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1275,9 +1283,10 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                      ("h200", "sdpa_flash", "check69_48_2x4x131072", "fwd_bwd"),
                      ("h200", "sdpa_flash", "check71_48_2x1x393216", "fwd_bwd"),
                      # check77 (blind): the H200's 2 x 3 x 308224, 546 GB (-67%), as check37's and check40's; and
-                     # check82's 2 x 2 x 333824, 162 GB (-52%)
+                     # check82's 2 x 2 x 333824, 162 GB (-52%); and check84's 2 x 2 x 416768, 781 GB (-44%)
                      ("h200", "sdpa_flash", "check77_64_2x3x308224", "fwd_bwd"),
-                     ("h200", "sdpa_flash", "check82_64_2x2x333824", "fwd_bwd")}
+                     ("h200", "sdpa_flash", "check82_64_2x2x333824", "fwd_bwd"),
+                     ("h200", "sdpa_flash", "check84_64_2x2x416768", "fwd_bwd")}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -2332,7 +2341,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # heads256: aimed at check81's lone d = 256 head (today's model; the H200)
                  + _both_gpus("heads256", rule={})
                  # check82 and check83: the next two seeds' draws (today's model; the H200)
-                 + _both_gpus("check82", rule={}) + _both_gpus("check83", rule={}))
+                 + _both_gpus("check82", rule={}) + _both_gpus("check83", rule={})
+                 # check84-check87: the next four seeds' draws (today's model; the H200)
+                 + _both_gpus("check84", rule={}) + _both_gpus("check85", rule={})
+                 + _both_gpus("check86", rule={}) + _both_gpus("check87", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2783,6 +2795,17 @@ PREREGISTERED_MISSES = {
     ("h200", "sdpa_flash", "check82_64_2x2x333824", "fwd_bwd"),
     ("h200", "flashref2", "check82_80_1x3x163367", "fwd"),
     ("h200", "sdpa_flash", "check83_128_2x4x41984_causal", "fwd"),
+    # check84-check87 (blind), 262 of 268. FlashAttention-2's non-causal d = 64 forward+backward far past the knee at
+    # 2 x 2 x 416768 (-44%; its backward's passes came apart, as check77's and check82's) and its non-causal d = 128
+    # forward at 1 x 7 x 274432 (-47%; its waves came apart, as check79's); its causal d = 96 forward at 1 x 7 x 92938
+    # (+28%); the non-causal d = 32 forward+backward at 8 x 1 x 56423 (eight heads of 6.9 MiB: FlashAttention-2 +54%,
+    # kernel 2 +42%); kernel 2's non-causal d = 192 forward+backward at 1 x 5 x 9390 x 6572 (-30%)
+    ("h200", "sdpa_flash", "check84_64_2x2x416768", "fwd_bwd"),
+    ("h200", "flashref2", "check84_192_1x5x9390x6572", "fwd_bwd"),
+    ("h200", "sdpa_flash", "check85_32_8x1x56423", "fwd_bwd"),
+    ("h200", "flashref2", "check85_32_8x1x56423", "fwd_bwd"),
+    ("h200", "sdpa_flash", "check87_96_1x7x92938_causal", "fwd"),
+    ("h200", "sdpa_flash", "check87_128_1x7x274432", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
