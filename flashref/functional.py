@@ -67,7 +67,8 @@ region's dtype, all but float64 ones) and returns that dtype.
 
 Differences from PyTorch, all deliberate:
 
-* ``attn_mask`` and ``is_causal`` may be given together (PyTorch refuses): both apply;
+* ``attn_mask`` and ``is_causal`` may be given together: both apply, as PyTorch 2.13's fused CPU kernel applies
+  them (its math path, which it takes with dropout or a mask that requires grad, refuses the pair);
 * dropout draws a fresh mask on every call from torch's default generator (so
   ``torch.manual_seed`` makes runs reproducible), but the random numbers are flashref's keyed hash
   of (seed, head, row, column), not Philox: pass ``seed=`` to ask for the reference's keyed mask;
@@ -85,7 +86,10 @@ Differences from PyTorch, all deliberate:
   propagates it into the gradients). So ``torch.amp.GradScaler`` (``torch.cuda.amp.GradScaler``) does not work
   through this function: its overflow skip needs the inf gradient to reach the parameters, and here the first
   overflowed step raises instead of being skipped. Train it without loss scaling (float32 or float64). Scores
-  that overflow the compute dtype raise a ``FloatingPointError`` (PyTorch returns NaN);
+  that overflow the compute dtype raise a ``FloatingPointError`` (PyTorch returns NaN), and so does a step whose
+  result would fit but whose running sum does not: the unnormalised output (up to Nk·max|value|) or a gradient's sum
+  past float32's 3.4e38, with fp16, bf16 or fp32 inputs (PyTorch's softmax, normalised first, returns it). Pass
+  float64 tensors for values that large;
 * ``scale`` must be a finite real number or ``None``: ``scale=nan`` and ``scale=inf`` (PyTorch returns zeros or
   NaN) and a bool (``scale=True``, which PyTorch takes as 1.0) are refused, naming ``scale``;
 * ``dropout_p`` must be a probability in [0, 1]: ``dropout_p=nan`` (which PyTorch's math path takes, applying no
@@ -96,7 +100,11 @@ Differences from PyTorch, all deliberate:
 * a float ``attn_mask`` must be finite or ``-inf`` (a masked position): NaN or ``+inf`` is refused, naming
   ``attn_mask`` (PyTorch returns NaN rows), as for ``query``, ``key`` and ``value`` above;
 * with ``enable_gqa=True``, ``key`` or ``value`` with no heads at all is refused, naming it: 0 divides no head count
-  (PyTorch returns zeros).
+  (PyTorch returns zeros);
+* with no queries (``L = 0``) or an empty ``value``, PyTorch returns zeros of query's leading axes without checking
+  the other arguments; flashref returns the same zeros but checks them first: leading axes that do not broadcast, a
+  GQA head count that does not divide, a mismatched head dim or length, a mask of the wrong shape or dtype and an
+  option out of range are refused as they are with data.
 
 Example::
 
@@ -565,14 +573,14 @@ def _seed_tensor(seed: int) -> torch.Tensor:
     return torch.tensor(seed - 2**64 if seed >= 2**63 else seed, dtype=torch.int64)
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                                  scale=None, enable_gqa=False, **options) -> torch.Tensor:
     """``softmax(scale · query keyᵀ + mask) value`` with dropout, by a flashref reference algorithm.
 
-    Parameters follow :func:`torch.nn.functional.scaled_dot_product_attention`; the keyword-only
-    options are flashref's: ``algorithm`` (``"standard"``, ``"flash1"``, or ``"flash2"``, the
-    default: it takes every option, float masks included), the simulated on-chip size
-    ``sram_size`` (elements per head), ``block_sizes=(Br, Bc)`` and the dropout ``seed``
+    Parameters follow :func:`torch.nn.functional.scaled_dot_product_attention` (``scale`` and ``enable_gqa``
+    keyword-only, as there); the keyword-only options are flashref's: ``algorithm`` (``"standard"``,
+    ``"flash1"``, or ``"flash2"``, the default: it takes every option, float masks included), the simulated
+    on-chip size ``sram_size`` (elements per head), ``block_sizes=(Br, Bc)`` and the dropout ``seed``
     (``None``: a fresh one from torch's default generator on every call). Returns a tensor of
     query's dtype and device; gradients flow to the inputs that require them.
     """
@@ -602,13 +610,18 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     variant_opts = _variant_options(o, spec)
     native = (enable_gqa and spec.variants and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3
               and key.shape[-3] != query.shape[-3] and value.shape[-3] == key.shape[-3])
-    # PyTorch's answer where an input holds no element: zeros with query's own leading axes, not broadcast
-    empty_shape = query.shape[:-1] + value.shape[-1:] if min(t.numel() for t in (query, key, value)) == 0 else None
+    # PyTorch's answer with no queries or an empty value: zeros with query's own leading axes, not broadcast. (Any
+    # other empty input, a leading axis of 0 in query or key, or E = 0, broadcasts as with data.)
+    empty_shape = query.shape[:-1] + value.shape[-1:] if query.shape[-2] == 0 or value.numel() == 0 else None
     key, value = _gqa(query, key, value, enable_gqa, native)
+    # the scores' leading axes, before value's join them: a mask must broadcast to these and (L, S), as PyTorch
+    # adds it to the scores in place (native GQA's key keeps its Hkv heads; the scores have query's Hq)
+    leads = (query.shape[:-2], key.shape[:-3] + query.shape[-3:-2] if native else key.shape[:-2])
     query, key, value = _broadcast(query, key, value, keep=3 if native else 2)
     if native:
         variant_opts["enable_gqa"] = True
-    mask = _mask(attn_mask, spec, o["algorithm"], query.shape[:-1] + key.shape[-2:-1], query.dtype, query.device)
+    scores = torch.broadcast_shapes(*leads) + query.shape[-2:-1] + key.shape[-2:-1]
+    mask = _mask(attn_mask, spec, o["algorithm"], scores, query.dtype, query.device)
     E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
     out_shape = query.shape[:-1] + (Ev,)
     if math.prod(out_shape) == 0 or S == 0 or dropout_p == 1.0 or query.device.type == "meta":

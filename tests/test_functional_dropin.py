@@ -510,10 +510,15 @@ def test_tensors_with_torchs_negation_bit_read_as_their_values():
 
 
 def test_empty_inputs_keep_querys_leading_axes_as_torch_does():
-    """Where an input holds no element PyTorch returns zeros with query's own leading axes, not the broadcast of the
-    three (its meta tensors too); the front gives the same, with zero gradients of the inputs' shapes."""
+    """With no queries or an empty value PyTorch returns zeros with query's own leading axes, not the broadcast of the
+    three (its meta tensors too); any other empty input (a leading axis of 0 in query or key) broadcasts as with
+    data. The front gives the same shapes, with zero gradients of the inputs' shapes. (It once gave query's own
+    leading axes whenever any input was empty: (0, 1, 5, 4) against keys of (1, 3, 7, 4) gave (0, 1, 5, 4), PyTorch
+    (0, 3, 5, 4).)"""
     for shapes in (((1, 4, 4), (2, 0, 4), (2, 0, 4)), ((4, 4), (2, 0, 4), (2, 0, 4)), ((1, 0, 4), (2, 3, 4), (2, 3, 4)),
-                   ((1, 3, 4), (2, 3, 4), (2, 3, 0)), ((1, 1, 4, 4), (1, 2, 0, 4), (1, 2, 0, 4))):
+                   ((1, 3, 4), (2, 3, 4), (2, 3, 0)), ((1, 1, 4, 4), (1, 2, 0, 4), (1, 2, 0, 4)),
+                   ((0, 1, 5, 4), (1, 3, 7, 4), (1, 3, 7, 4)), ((5, 4), (0, 2, 7, 4), (7, 4)),
+                   ((2, 1, 5, 4), (1, 0, 7, 4), (1, 1, 7, 4)), ((0, 1, 5, 4), (1, 3, 7, 4), (1, 3, 7, 0))):
         q, k, v = (torch.randn(s, dtype=torch.float64, requires_grad=True) for s in shapes)
         ours, theirs = sdpa(q, k, v), F.scaled_dot_product_attention(q, k, v)
         assert ours.shape == theirs.shape and torch.equal(ours, theirs), shapes
@@ -524,3 +529,43 @@ def test_empty_inputs_keep_querys_leading_axes_as_torch_does():
         sdpa(torch.randn(1, 3, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 4), attn_mask=torch.full((3, 5), np.nan))
     with pytest.raises(ValueError, match="key"):
         sdpa(torch.randn(2, 4, 3, 4), torch.randn(2, 0, 5, 4), torch.randn(2, 0, 5, 3), enable_gqa=True)
+
+
+def test_a_mask_broadcasts_to_the_scores_not_to_values_axes():
+    """PyTorch adds the mask to the scores in place, so it must broadcast to query's and key's leading axes and (L, S);
+    value's leading axes join only the output. The front once checked it against all three, and took a (2, 4, 2)
+    mask for scores of (4, 2) that PyTorch refuses."""
+    q, k, v = torch.randn(4, 3), torch.randn(2, 3), torch.randn(2, 2, 3)
+    wide = torch.ones(2, 4, 2, dtype=torch.bool)
+    with pytest.raises(RuntimeError):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=wide)
+    with pytest.raises(ValueError, match=r"attn_mask: shape \(2, 4, 2\) does not broadcast to .* = \(4, 2\)"):
+        sdpa(q, k, v, attn_mask=wide)
+    fits = torch.rand(4, 2) > 0.3
+    torch.testing.assert_close(sdpa(q, k, v, attn_mask=fits), F.scaled_dot_product_attention(q, k, v, attn_mask=fits))
+    # with native GQA the scores have query's heads, key's two heads repeated: a mask of query's four heads fits
+    q, k, v = (torch.randn(s, dtype=torch.float64) for s in ((1, 4, 5, 8), (1, 2, 7, 8), (1, 2, 7, 8)))
+    bias = torch.randn(1, 4, 5, 7, dtype=torch.float64)
+    torch.testing.assert_close(sdpa(q, k, v, attn_mask=bias, enable_gqa=True),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True))
+
+
+def test_scale_and_enable_gqa_are_keyword_only_as_in_torch():
+    q = k = v = torch.randn(3, 4)
+    for f in (F.scaled_dot_product_attention, sdpa):
+        with pytest.raises(TypeError):
+            f(q, k, v, None, 0.0, False, 1.0)
+
+
+def test_a_running_sum_past_float32_raises_and_float64_computes_it():
+    """The documented difference: values whose attention fits float32 but whose unnormalised sum (up to Nk·max|V|)
+    does not raise a FloatingPointError in a float32 call (PyTorch, normalising first, returns them); the same call in
+    float64 gives PyTorch's answer."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 4, 4, generator=g), torch.randn(1, 7, 4, generator=g)
+    v = torch.full((1, 7, 4), 1e38)
+    assert torch.isfinite(F.scaled_dot_product_attention(q, k, v)).all()
+    with pytest.raises(FloatingPointError, match="overflowed"):
+        sdpa(q, k, v)
+    out = sdpa(q.double(), k.double(), v.double())
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q.double(), k.double(), v.double()))
