@@ -302,8 +302,11 @@ def plot(res):
     gpu = res["env"]["device"]
     tm = res["timing"]
     t0 = tm[0]
-    fig, ax = figure(f"Ring attention on {P}x {gpu} (NCCL) against one GPU: B={t0['B']}, H={t0['H']}, "
-                     f"d={t0['d']}, bf16, forward+backward", ncols=2, nrows=2, width=11, height=7.5)
+    # the backend and dtype the run recorded (a CPU smoke run is gloo and float32, not NCCL and bf16)
+    backend = res["env"].get("backend", "?").upper()
+    dtype = res["env"].get("dtype", "?").removeprefix("torch.").replace("bfloat16", "bf16")
+    fig, ax = figure(f"Ring attention on {P}x {gpu} ({backend}) against one GPU: B={t0['B']}, H={t0['H']}, "
+                     f"d={t0['d']}, {dtype}, forward+backward", ncols=2, nrows=2, width=11, height=7.5)
     Ns = [r["N"] for r in tm]
     a = ax[0, 0]
     for key, label, style in (("one_gpu_causal", "one GPU, whole N", dict(color=COLORS["triton"], marker="o")),

@@ -186,3 +186,20 @@ def test_launch_in_pieces_costs_nothing_as_recorded():
     for key, t in run["ms"].items():
         assert len(t["new"]) == len(t["old"]) == 3
         assert abs(min(t["new"]) / min(t["old"]) - 1) <= 0.04, key
+
+
+def test_occupancy_takes_help_without_building(monkeypatch, capsys):
+    """``python -m flashref.gpu.occupancy --help`` prints its usage and exits 0; it used to start the builds (which
+    need Triton 3.6.0) whatever the arguments. An unknown argument is refused by name."""
+    from flashref.gpu import occupancy
+
+    def must_not_build():
+        raise AssertionError("--help started the builds")
+
+    monkeypatch.setattr(occupancy, "builds", must_not_build)
+    with pytest.raises(SystemExit) as e:
+        occupancy.main(["--help"])
+    assert e.value.code == 0 and "usage: python -m flashref.gpu.occupancy" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        occupancy.main(["--bogus"])
+    assert e.value.code == 2 and "--bogus" in capsys.readouterr().err

@@ -335,3 +335,19 @@ def test_scripts_refuse_before_any_work_with_a_clear_message(tmp_path, capsys, m
                            capture_output=True, text=True, timeout=120)
     assert bench.returncode == 2 and "--sections: ['main'] are not among" in bench.stderr
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_ring_benchmark_plot_titles_the_backend_and_dtype_its_run_recorded():
+    """The plot's title said NCCL and bf16 whatever the run: a CPU smoke run (gloo, float32) was titled as the GPUs'.
+    It now reads both from the run's env, and the recorded two-H200 run still says NCCL, bf16."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("ring_benchmark", EXAMPLES / "ring_benchmark.py")
+    ring = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ring)
+    res = json.loads((Path(__file__).resolve().parents[1] / "figures" / "gpu" / "ring-2xh200.json").read_text())
+    assert "(NCCL)" in ring.plot(res)._suptitle.get_text() and "bf16" in ring.plot(res)._suptitle.get_text()
+    res["env"].update(backend="gloo", dtype="torch.float32")
+    title = ring.plot(res)._suptitle.get_text()
+    assert "(GLOO)" in title and "float32" in title and "NCCL" not in title and "bf16" not in title

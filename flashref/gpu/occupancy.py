@@ -137,6 +137,11 @@ def builds() -> list[dict]:
 
 
 def main(argv=None) -> int:
+    import argparse
+
+    # no options: the parser gives --help (which used to start the builds) and refuses anything else by name
+    argparse.ArgumentParser(prog="python -m flashref.gpu.occupancy", description=__doc__.split("\n")[0]).parse_args(
+        argv)
     try:
         rows = builds()
     except (RuntimeError, ImportError) as e:
