@@ -79,8 +79,16 @@ def _yaml_list(items, indent):
     return "".join(f"{' ' * indent}- \"{item}\"\n" for item in items)
 
 
+# The site's own style, beside the theme's: inline code (file paths, commands, long identifiers; Sphinx keeps each
+# word of it in a span that must not wrap) may break anywhere, so that on a phone's 390-pixel screen a long one wraps
+# instead of widening the whole page (the theme already scrolls code blocks and tables inside their own box)
+CSS = """code.literal, code.literal span.pre { overflow-wrap: anywhere; white-space: pre-wrap; }
+"""
+
+
 def write_book_files(folder: Path, static: Path, repo: Path = REPO) -> tuple[Path, Path]:
-    """Write the Sphinx ``conf.py`` and the table of contents ``_toc.yml`` into ``folder``; return their paths.
+    """Write the Sphinx ``conf.py`` and the table of contents ``_toc.yml`` into ``folder``, and the site's
+    stylesheet (:data:`CSS`) into ``static``; return the first two's paths.
 
     The configuration is Jupyter Book 1's (MyST-NB, the external table of contents, the book theme)
     written out for Sphinx directly, without the Thebe extension, which loads from a CDN.
@@ -108,6 +116,7 @@ myst_heading_anchors = 3
 html_theme = "sphinx_book_theme"
 html_title = "flashref"
 html_static_path = [{str(static)!r}]
+html_css_files = ["flashref.css"]
 mathjax_path = "mathjax/tex-mml-chtml.js"
 html_show_sourcelink = False
 html_context = {{"default_mode": "light"}}
@@ -115,6 +124,8 @@ html_theme_options = {{"home_page_in_toc": True, "use_download_button": False, "
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
 """
     (folder / "conf.py").write_text(conf)
+    static.mkdir(parents=True, exist_ok=True)
+    (static / "flashref.css").write_text(CSS)
     return folder / "conf.py", folder / "_toc.yml"
 
 
