@@ -1295,6 +1295,40 @@ CHECK87 = [
     ('check87_64_8x1x73728', 8, 1, 73728, 64, False),
     ('check87_128_1x8x38912', 1, 8, 38912, 128, False),
 ]
+# check88 and check89: draw_validation(20261274 / 20261275, "checkNN", few=0, long=5), as check84-check87, predicted
+# for both GPUs before any GPU measured them
+CHECK88 = [
+    ('check88_64_4x32x3072_causal', 4, 32, 3072, 64, True),
+    ('check88_64_2x8x8192_causal', 2, 8, 8192, 64, True),
+    ('check88_128_4x8x6144_causal', 4, 8, 6144, 128, True),
+    ('check88_128_8x8x1024', 8, 8, 1024, 128, False),
+    ('check88_64_4x32x12288', 4, 32, 12288, 64, False),
+    ('check88_80_4x16x1528', 4, 16, 1528, 80, False),
+    ('check88_256_2x24x20199_causal', 2, 24, 20199, 256, True),
+    ('check88_192_8x3x10002_causal', 8, 3, 10002, 192, True),
+    ('check88_256_1x12x1942', 1, 12, 1942, 256, False),
+    ('check88_128_1x7x169984_causal', 1, 7, 169984, 128, True),
+    ('check88_64_2x2x514048', 2, 2, 514048, 64, False),
+    ('check88_128_1x4x477184_causal', 1, 4, 477184, 128, True),
+    ('check88_128_1x3x35840', 1, 3, 35840, 128, False),
+    ('check88_64_2x1x115712_causal', 2, 1, 115712, 64, True),
+]
+CHECK89 = [
+    ('check89_64_2x8x6144_causal', 2, 8, 6144, 64, True),
+    ('check89_128_1x32x4096', 1, 32, 4096, 128, False),
+    ('check89_64_1x32x16384_causal', 1, 32, 16384, 64, True),
+    ('check89_64_8x32x6144_causal', 8, 32, 6144, 64, True),
+    ('check89_128_8x32x8192_causal', 8, 32, 8192, 128, True),
+    ('check89_192_1x3x46073', 1, 3, 46073, 192, False),
+    ('check89_160_8x5x2864x6930', 8, 5, (2864, 6930), 160, False),
+    ('check89_96_1x24x3087', 1, 24, 3087, 96, False),
+    ('check89_192_8x1x40247x18577', 8, 1, (40247, 18577), 192, False),
+    ('check89_64_4x1x331776_causal', 4, 1, 331776, 64, True),
+    ('check89_64_8x1x175104_causal', 8, 1, 175104, 64, True),
+    ('check89_128_4x1x489472', 4, 1, 489472, 128, False),
+    ('check89_64_1x5x409600', 1, 5, 409600, 64, False),
+    ('check89_128_1x1x133120', 1, 1, 133120, 128, False),
+]
 
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
@@ -1334,6 +1368,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check78": CHECK78, "check79": CHECK79, "check80": CHECK80, "check81": CHECK81,
           "heads256": HEADS256, "check82": CHECK82, "check83": CHECK83,
           "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
+          "check88": CHECK88, "check89": CHECK89,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
