@@ -558,7 +558,7 @@ def _agree(q, k, v, causal, layout, scale, group, device):
 RING_OPTIONS = ("group", "causal", "layout", "scale")
 
 
-def ring_attention(q, k, v, **options):
+def ring_attention(q, k, v, *, group=None, causal=False, layout="zigzag", scale=None, **unknown):
     """Attention of this rank's query shard against the whole sequence, by ring attention, with autograd.
 
     Options (keyword only): ``group=None``, ``causal=False``, ``layout="zigzag"``, ``scale=None``.
@@ -570,10 +570,9 @@ def ring_attention(q, k, v, **options):
     ``scale`` defaults to 1/√d. Returns this rank's shard of the output; ``.backward`` gives this rank's
     shards of dq, dk, dv.
     """
-    # Options enter one way (flashref.problem): an unknown name is a TypeError listing the valid ones.
-    check_options(options, RING_OPTIONS, "ring_attention")
-    group, causal = options.get("group"), options.get("causal", False)
-    layout, scale = options.get("layout", "zigzag"), options.get("scale")
+    # Options enter one way (flashref.problem): an unknown name is a TypeError listing the valid ones (the
+    # signature names the valid ones, so that it reads as the contract writes it)
+    check_options(unknown, RING_OPTIONS, "ring_attention")
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("ring_attention: torch.distributed is not initialised (call "
                            "torch.distributed.init_process_group, or launch with torchrun)")

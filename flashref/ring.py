@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import flash2, softmax
+from .blocks import default_sram_size
 from .memory import Memory
 from .problem import Problem, check_finite, check_like, check_options, overflow_checked, positive_int
 from .results import BackwardResult, ForwardResult
@@ -236,12 +237,27 @@ class CommReport:
 
 
 class _PerDevice(list):
-    """One report per device (``.io``, ``.flops``); ``.total`` is all devices' together, as a result's repr
-    shows for a single device's report."""
+    """One report per device (``.io``, ``.flops``), indexed by rank. Read as a report (``.total``, ``.reads``,
+    ``.writes``, ``.bytes``, ``.by_tensor``, ``.peak_sram``; ``.matmul``, ``.exp``), it is all devices' together: the
+    sum of their reports, whose ``peak_sram`` is the largest device's (reports add so), as one machine's result
+    reads."""
 
     @property
     def total(self) -> int:
         return sum(x.total for x in self if x is not None)
+
+    @property
+    def combined(self):
+        """The devices' reports added (``None`` if no device has one)."""
+        reports = [x for x in self if x is not None]
+        return sum(reports[1:], reports[0]) if reports else None
+
+    def __getattr__(self, name):
+        # only for names a list lacks (reads, writes, by_tensor, peak_sram, matmul, ...): the combined report's,
+        # so that ring's .io reads as every other algorithm's; a name no report has is an AttributeError as usual
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.combined, name)
 
     def __add__(self, other):
         """Device by device, as reports add (``fwd.io + bwd.io``); a list's ``+`` would have concatenated them, and
@@ -264,10 +280,12 @@ class _PerDevice(list):
 class _Ring:
     """P devices, each with its own Memory, and a link that counts what crosses it."""
 
-    def __init__(self, P, steps, dtype_bytes, lead):
+    def __init__(self, P, steps, dtype_bytes, lead, sram_size=None):
         self.P, self.lead = P, lead
         self.heads = int(np.prod(lead, dtype=np.int64)) if lead else 1
-        self.mems = [Memory(None, dtype_bytes, lead) for _ in range(P)]
+        # each device's memory holds its own passes (the forward's merges, the backward's sums) to sram_size, as
+        # its FlashAttention-2 calls do
+        self.mems = [Memory(sram_size, dtype_bytes, lead) for _ in range(P)]
         self.sent = np.zeros((P, steps), dtype=np.int64)
         self.received = np.zeros((P, steps), dtype=np.int64)
         self.events: list[CommEvent] = []
@@ -283,6 +301,15 @@ class _Ring:
 
     def comm(self) -> CommReport:
         return CommReport(self.sent, self.received, self.events)
+
+
+def _row_chunks(rows: slice, width: int, pb) -> list[tuple[int, int]]:
+    """``rows`` cut into runs of as many rows as fit on chip at ``width`` elements a row (at least one): an
+    elementwise pass over them (the forward's merge, the backward's sums) reads and writes each element once
+    whatever the cut, and so holds no more than ``sram_size`` (the default M where none is given)."""
+    M = pb.sram_size if pb.sram_size is not None else default_sram_size(pb.dtype_bytes)
+    step = max(1, M // width)
+    return [(a, min(a + step, rows.stop)) for a in range(rows.start, rows.stop, step)]
 
 
 def _problem(Q, K, V, world_size, layout, opts, where):
@@ -310,7 +337,7 @@ def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResul
     """
     pb, P, pos, _ = _problem(Q, K, V, world_size, layout, opts, "ring.forward")
     lead, d = pb.lead_shape, pb.d
-    ring = _Ring(P, P, pb.dtype_bytes, lead)
+    ring = _Ring(P, P, pb.dtype_bytes, lead, pb.sram_size)
     fa_opts = {k: v for k, v in opts.items() if k != "grad_bytes"}
     O_r = [np.zeros(lead + (len(p), d), dtype=pb.dtype) for p in pos]  # (..., n_r, d)
     L_r = [np.full(lead + (len(p),), -np.inf, dtype=pb.dtype) for p in pos]  # (..., n_r)
@@ -342,17 +369,19 @@ def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResul
                 io[r] = blk.io if io[r] is None else io[r] + blk.io
                 flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
                 # (O_r, L_r) = merge((O_r, L_r), (O_rs, L_rs)) over the piece's query rows (one elementwise
-                # pass in HBM): read O_r, L_r and the piece's O_rs, L_rs; write O_r, L_r.
-                rows = (qs.start, qs.stop)
+                # pass in HBM, as many rows at a time as fit on chip): read O_r, L_r and the piece's O_rs, L_rs;
+                # write O_r, L_r.
                 mem = ring.mems[r]
                 mem.input("O_rs", blk.O)
                 mem.input("L_rs", blk.L)
-                O_old, L_old = mem.load("O", rows, as_="O_r"), mem.load("L", rows, as_="L_r")
-                O_b, L_b = mem.load("O_rs"), mem.load("L_rs")
-                O_new, L_new = merge_lse(O_old, L_old, O_b, L_b)
-                mem.store("O", O_new, rows)
-                mem.store("L", L_new, rows)
-                mem.free("O_r", "L_r", "O_rs", "L_rs")
+                for a, b in _row_chunks(qs, 2 * d + 2, pb):
+                    O_old, L_old = mem.load("O", (a, b), as_="O_r"), mem.load("L", (a, b), as_="L_r")
+                    piece = (a - qs.start, b - qs.start)
+                    O_b, L_b = mem.load("O_rs", piece), mem.load("L_rs", piece)
+                    O_new, L_new = merge_lse(O_old, L_old, O_b, L_b)
+                    mem.store("O", O_new, (a, b))
+                    mem.store("L", L_new, (a, b))
+                    mem.free("O_r", "L_r", "O_rs", "L_rs")
         if t < P - 1:
             # Communication of step t (overlapped with its compute on a real machine): K_s, V_s on to r + 1.
             arriving = [None] * P
@@ -394,7 +423,7 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
     L = check_like(L, "L", lead + (pb.Nq,), pb.dtype)
     check_finite(O, "O")
     check_finite(dO, "dO")
-    ring = _Ring(P, P, pb.dtype_bytes, lead)
+    ring = _Ring(P, P, pb.dtype_bytes, lead, pb.sram_size)
     fa_opts = {k: v for k, v in opts.items() if k != "grad_bytes"}
     dQ_r = [np.zeros(lead + (len(p), d), dtype=pb.dtype) for p in pos]
     kv = [(pb.K[..., p, :], pb.V[..., p, :]) for p in pos]
@@ -429,13 +458,16 @@ def backward(Q, K, V, O, dO, L, *, world_size, layout="contiguous", **opts) -> B
                 flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops
                 # dQ_r += dQ_rs over the piece's query rows (dQ stays home), and dK_s += dK_rs, dV_s += dV_rs over
                 # its key rows (they travel with K_s, V_s): each one elementwise pass in HBM, as the forward's
-                # merge: read the accumulator's rows and the piece's share, write the rows
+                # merge: read the accumulator's rows and the piece's share, write the rows (as many at a time as
+                # fit on chip)
                 mem = ring.mems[r]
                 for acc, share, rows in (("dQ", blk.dQ, qs), ("dK_s", blk.dK, ks), ("dV_s", blk.dV, ks)):
                     mem.input(f"{acc}_rs", share)
-                    total = mem.load(acc, (rows.start, rows.stop), as_=f"{acc}_acc") + mem.load(f"{acc}_rs")
-                    mem.store(acc, total, (rows.start, rows.stop))
-                    mem.free(f"{acc}_acc", f"{acc}_rs")
+                    for a, b in _row_chunks(rows, 2 * d, pb):
+                        total = (mem.load(acc, (a, b), as_=f"{acc}_acc")
+                                 + mem.load(f"{acc}_rs", (a - rows.start, b - rows.start)))
+                        mem.store(acc, total, (a, b))
+                        mem.free(f"{acc}_acc", f"{acc}_rs")
             dkv[r] = (ring.mems[r].result("dK_s"), ring.mems[r].result("dV_s"))
         # Communication of step t: K_s, V_s on (not after the last step), dK_s, dV_s always, except on one
         # device: there is no link, and its dK, dV are home already (distributed.ring_attention sends nothing).

@@ -303,3 +303,15 @@ def test_ring_attention_names_an_unknown_option():
     q = torch.zeros(1, 1, 4, 2)
     with pytest.raises(TypeError, match=r"ring_attention: unknown option 'casual'; valid options are causal, group"):
         fd.ring_attention(q, q, q, casual=True)
+
+
+def test_ring_attention_signature_is_the_contracts():
+    """q, k, v, then group, causal, layout and scale, keyword only, with the contract's defaults (it was
+    ``(q, k, v, **options)``, which inspect could not read)."""
+    import inspect
+
+    params = inspect.signature(fd.ring_attention).parameters
+    want = {"group": None, "causal": False, "layout": "zigzag", "scale": None}
+    assert list(params)[:3] == ["q", "k", "v"]
+    assert {n: params[n].default for n in want} == want
+    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in want)

@@ -241,3 +241,38 @@ def test_closed_forms_refuse_what_their_formula_does_not_describe():
         iom.ring_bytes_per_rank(10, 4, 4)
     assert len(set(iom.comm("forward", N=10, d=4, world_size=4).per_rank.tolist())) > 1  # ranks send unequal bytes
     assert iom.ring_bytes_per_rank(12, 4, 4) == 2 * 3 / 4 * 12 * 4 * 2
+
+
+def test_each_device_holds_its_merges_to_sram_size():
+    """The forward's merges and the backward's sums run as many rows at a time as fit in sram_size, as the device's
+    FlashAttention-2 calls do: the peak on chip stays within it (the merge once loaded a piece's whole O_r, L_r,
+    O_rs and L_rs: 1152 elements a head at sram_size=600), and the HBM traffic is what the unbounded pass moves, each
+    element read and written once whatever the cut."""
+    rng = np.random.default_rng(3)
+    Q, K, V, dO = _qkv(rng, (2,), 128, 8)
+    runs = {}
+    for M in (600, 10**6):
+        opts = dict(world_size=2, layout="contiguous", causal=True, sram_size=M, block_sizes=(4, 8))
+        fwd = ring.forward(Q, K, V, **opts)
+        bwd = ring.backward(Q, K, V, fwd.O, dO, fwd.L, **opts)
+        runs[M] = (fwd, bwd)
+    for res in runs[600]:
+        assert all(io.peak_sram <= 600 for io in res.io), [io.peak_sram for io in res.io]
+    for small, big in zip(runs[600], runs[10**6]):
+        assert [io.total for io in small.io] == [io.total for io in big.io]
+        assert small.io.by_tensor == big.io.by_tensor
+
+
+def test_per_device_reports_read_as_one_report():
+    """ring's .io and .flops are lists, one report per rank; read as a report they are the ranks' together (their
+    sum, the largest peak), as every other algorithm's .io reads: .reads used to be an AttributeError."""
+    rng = np.random.default_rng(4)
+    Q, K, V, _ = _qkv(rng, (1,), 24, 4)
+    fwd = ring.forward(Q, K, V, world_size=3)
+    assert fwd.io.reads == sum(io.reads for io in fwd.io) > 0
+    assert fwd.io.writes == sum(io.writes for io in fwd.io)
+    assert fwd.io.total == fwd.io.reads + fwd.io.writes
+    assert fwd.io.peak_sram == max(io.peak_sram for io in fwd.io)
+    assert fwd.flops.matmul == sum(f.matmul for f in fwd.flops)
+    with pytest.raises(AttributeError):
+        fwd.io.no_such_field  # noqa: B018
