@@ -332,7 +332,8 @@ def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResul
     Options: ``scale``, ``causal``, ``sram_size``, ``block_sizes``, ``dtype_bytes`` (as
     :func:`flashref.flash2.forward`) and ``grad_bytes`` (unused here). Returns ``.O`` and ``.L``
     for the whole sequence (equal to a single device's), ``.O_shards``/``.L_shards`` per device,
-    ``.positions``, ``.comm`` (:class:`CommReport`), ``.io`` and ``.flops`` (lists, one per device),
+    ``.positions``, ``.comm`` (:class:`CommReport`), ``.io`` and ``.flops`` (lists, one per device; read as a
+    report, the devices' together),
     ``.work[r, t]`` (query-key pairs device r scores at step t), ``.source[r, t]`` (whose K/V it holds).
     """
     pb, P, pos, _ = _problem(Q, K, V, world_size, layout, opts, "ring.forward")

@@ -350,4 +350,5 @@ def test_ring_benchmark_plot_titles_the_backend_and_dtype_its_run_recorded():
     assert "(NCCL)" in ring.plot(res)._suptitle.get_text() and "bf16" in ring.plot(res)._suptitle.get_text()
     res["env"].update(backend="gloo", dtype="torch.float32")
     title = ring.plot(res)._suptitle.get_text()
+    matplotlib.pyplot.close("all")
     assert "(GLOO)" in title and "float32" in title and "NCCL" not in title and "bf16" not in title
