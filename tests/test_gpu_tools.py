@@ -203,3 +203,28 @@ def test_occupancy_takes_help_without_building(monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         occupancy.main(["--bogus"])
     assert e.value.code == 2 and "--bogus" in capsys.readouterr().err
+
+
+def test_fp16_backward_range_record_is_what_the_docstring_says():
+    """figures/gpu/h200-fp16-backward-range.json (examples/fp16_backward_range.py on an H200): every float64 gradient
+    fits fp16, yet with 1000 flowing back flashref's kernels leave exactly as many dq and dk entries non-finite as SDPA's
+    flash backend (FlashAttention-2's order: dS rounded before the scale), and cuDNN and the efficient backend none;
+    with 300, no backend leaves any. gpu.attention's docstring quotes the counts."""
+    import json
+    from pathlib import Path
+
+    from flashref import gpu
+
+    rec = json.loads((Path(__file__).resolve().parents[1] / "figures" / "gpu" /
+                      "h200-fp16-backward-range.json").read_text())
+    assert rec["device"].startswith("NVIDIA H200") and len(rec["rows"]) == 4
+    for row in rec["rows"]:
+        assert max(row["reference_max"].values()) < 65504
+        bad = row["nonfinite"]
+        assert all(c["dv"] == 0 for c in bad.values())
+        assert bad["sdpa_cudnn"] == bad["sdpa_efficient"] == {"dq": 0, "dk": 0, "dv": 0}
+        if row["grad"] == 300:
+            assert all(c == {"dq": 0, "dk": 0, "dv": 0} for c in bad.values())
+        else:
+            assert bad["flashref"] == bad["flashref2"] == bad["sdpa_flash"] and bad["flashref"]["dq"] > 0
+            assert f"{bad['flashref']['dq']}" in " ".join(gpu.attention.__doc__.split())

@@ -548,10 +548,13 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
     ``|scale|`` on ``-q``, or 1 on ``0·q``). The backward rebuilds the weights from the fp32 log-sum-exp (FA2
     §3.1.1), so past logits of a few hundred its gradients lose accuracy that SDPA's fp32 math keeps (at
     logits near 5·10^5 dV was off by 7% of its largest entry against SDPA's, 1% near 5·10^4); the forward is not.
-    Kernel 2's backward rounds dS = P∘(dP − D) to the inputs' dtype before the scale, in FlashAttention-2's order:
-    in fp16, where |dS| passes 65504 (gradients flowing back of order 10^4 and more, which an unscaled loss does not
-    give) dq and dk come out inf or NaN where the float64 reference and kernel 1, which scales first, are finite.
-    In fp16 too, dropout with p above 1 − 1/65504 overflows the kept weights' 1/(1 − p).
+    Kernels 2 and 3 round dS = P∘(dP − D) to the inputs' dtype before the scale, in FlashAttention-2's order: in
+    fp16, where |dS| passes 65504, dq and dk come out inf or NaN although the gradients fit (kernel 1, which scales
+    first, and the float64 reference are finite). On an H200, with 1000 flowing back into every output entry and
+    every float64 gradient under 65504, kernel 3 left 2624 entries of dq non-finite at d = 64 and all 65536 at
+    d = 128, the same as SDPA's flash backend, where its cuDNN and efficient backends left none
+    (``examples/fp16_backward_range.py``, ``figures/gpu/h200-fp16-backward-range.json``). An unscaled loss does not
+    send gradients that large. In fp16 too, dropout with p above 1 − 1/65504 overflows the kept weights' 1/(1 − p).
     causal masks key j for query i when j > i (top-left).
     NaN or inf in q, k, v (or in the gradient flowing back) raises a ValueError on the CPU (the interpreter);
     on a GPU only under ``torch.autograd.detect_anomaly()``, since the check reads every input again and waits
