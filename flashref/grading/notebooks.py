@@ -18,9 +18,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "notebooks", "exercises")
 
 MEMORY_SPEC = """**What you get.** `mem`, the grader's counted memory, with only its verbs:
-`mem.load(name, rows=None, cols=None, as_=None)` (HBM → SRAM, counted reads, held on chip until freed),
+`mem.load(name, rows=None, cols=None, *, as_=None)` (HBM → SRAM, counted reads, held on chip until freed),
 `mem.store(name, value, rows=None, cols=None)` (SRAM → HBM, counted writes; storing a whole value to a new
-name creates that HBM tensor), `mem.init(name, shape, fill)` (an initialised HBM buffer: counted writes),
+name creates that HBM tensor), `mem.init(name, shape, fill)` (an initialised HBM buffer: counted writes;
+`shape` is one head's, `(rows,)` or `(rows, cols)`, without the head axes),
 `mem.hold(name, value)` / `mem.reuse(old, new, value)` (what you keep on chip) and `mem.free(*names)`.
 Each output the spec names is already allocated in HBM, uninitialised and free (except those it says to
 create as new tensors): store tiles into it, and `mem.init` only what the algorithm initialises (counted).
@@ -95,7 +96,10 @@ TEXT = {
         "causal mask hides wholly (§3.1.1): 7: load K_j, V_j. 8: S_ij (MASK). 9: m_new = max(m_i, "
         "rowmax S_ij), P̃_ij = exp(S_ij − m_new), ℓ_i = e^{m_i−m_new}ℓ_i + rowsum P̃_ij. 10: O_i = "
         "diag(e^{m_i−m_new})O_i + P̃_ijV_j. 12: O_i /= ℓ_i. 13: L_i = m_i + log ℓ_i. 14-15: write O_i, L_i.",
-        "Outputs `O` and `L` (−inf for a fully masked row). Nothing is initialised in HBM. With "
+        "Outputs `O` and `L` (−inf for a fully masked row). Nothing is initialised in HBM. Causal is top-left: "
+        "query row r sees keys ≤ r, also when Nq ≠ Nk. Skip a block only where the causal mask alone hides it "
+        "wholly, never because `spec.mask` does: the budget is the causal skip's, and a mask drawn at random "
+        "may hide a whole tile in one grading and not the next. With "
         "`spec.dropout_p` > 0, line 10 uses P̃_ij ∘ Z_ij (`spec.dropout_Z`) while line 9's ℓ_i sums P̃_ij "
         "before dropout, as in exercise 3.",
         # the hint points at the skip test (which indices to compare, what to reread); it does not state it
@@ -119,7 +123,8 @@ TEXT = {
          "Without the causal mask, does Bc appear in the count at all? (With it, the diagonal's ragged tiles do.)"]),
     8: ("Split-KV decoding (Flash-Decoding): cut the keys into S chunks, one work item each, then merge:",
         "split s (keys [s·Nk//S, (s+1)·Nk//S)): for each query block: load Q_i, stream K_j, V_j with the "
-        "online softmax, write the normalised partial O⁽ˢ⁾ and m⁽ˢ⁾, ℓ⁽ˢ⁾ to rows s·Nq + i of `O_partial`, "
+        "online softmax, write the normalised partial O⁽ˢ⁾ and m⁽ˢ⁾, ℓ⁽ˢ⁾ to rows s·Nq + r (r each query row "
+        "of the block) of `O_partial`, "
         "`m_partial`, `l_partial`. Merge: for each query block, load the S partials and combine them by "
         "log-sum-exp (exercise 2), write `O, m, l`.",
         "`spec.num_splits` = S. `O_partial` (S·Nq × d), `m_partial` and `l_partial` (S·Nq) are allocated "
@@ -127,20 +132,24 @@ TEXT = {
         "pass. With S = 1 write `O, m, l` directly (nothing to merge). The tile step masks with "
         "`spec.tile_mask` but skips no tile (causal is top-left: row r sees keys ≤ r, so a split may hold no "
         "key of a row: its partial is m⁽ˢ⁾ = −inf, ℓ⁽ˢ⁾ = 0, O⁽ˢ⁾ = 0), and with `spec.dropout_p` > 0 multiplies "
-        "P̃_ij ∘ Z_ij (`spec.dropout_Z`) by V_j while ℓ sums P̃_ij before dropout.",
+        "P̃_ij ∘ Z_ij (`spec.dropout_Z`) by V_j while ℓ sums P̃_ij before dropout. The tile step is "
+        "exercise 5's, FlashAttention-2's: m_new = max(m_i, rowmax S_ij) directly, three row vectors on chip "
+        "(m_i, ℓ_i, m_new) and O_i unnormalised until the split's end; the footprint budget is that step's.",
         ["Partial s of query row r lives at row s·Nq + r.", "The merge is exercise 2, S times."]),
 }
 
 LAB = """**The kernel.** One program per (query block, head): `grid = (⌈Nq/BLOCK_M⌉, B·H)`. Tensors are
 `(B·H, N, d)` float32, contiguous; `L` is `(B·H, Nq)`. Complete `flash2_kernel`: FlashAttention-2's forward
 (Algorithm 1 of FA2), with `CAUSAL` skipping the key blocks the causal mask hides wholly from the program's
-query rows, as exercise 5 does. `L` is each row's log-sum-exp, m + log ℓ (natural log). `V` has `K`'s strides.
+query rows, as exercise 5 does; causal is top-left (query row r sees keys ≤ r, also when Nq ≠ Nk). `L` is each
+row's log-sum-exp, m + log ℓ (natural log). `V` has `K`'s strides.
 Loads and stores of rows past `Nq`/`Nk` must be masked.
 
 **Graded** on the CPU under `TRITON_INTERPRET=1` (small shapes: the interpreter is slow): correctness
-against the float64 oracle at a ragged and a causal shape, and the elements your `tl.load`/`tl.store`
-move (mask-true elements, counted per tensor in the interpreter) against FlashAttention-2's counted IO
-for these block sizes. On a GPU, time it with `triton.testing.do_bench`, launching it on CUDA tensors over the
+against the float64 oracle at four shapes (ragged lengths, causal, two sequences with more keys than
+queries, and causal with more queries than keys), where your own `tl.store` must write every element of
+`O` and `L`; and the elements your `tl.load`/`tl.store` move (mask-true elements, counted per tensor in the
+interpreter), no more than FlashAttention-2's counted IO for these block sizes, tensor by tensor. On a GPU, time it with `triton.testing.do_bench`, launching it on CUDA tensors over the
 grid above; `python -m flashref bench` times flashref's own kernels beside PyTorch's, the numbers to set it against."""
 
 
