@@ -73,8 +73,8 @@ def main(argv=None):
             for name, fn in backends.items():
                 xs = [t.clone().requires_grad_() for t in (q, k, v)]
                 fn(*xs).backward(do)
-                row["nonfinite"][name] = {n: int((~torch.isfinite(t.grad)).sum()) for n, t in zip(("dq", "dk", "dv"),
-                                                                                                     xs)}
+                grads = dict(zip(("dq", "dk", "dv"), (t.grad for t in xs)))
+                row["nonfinite"][name] = {n: int((~torch.isfinite(g)).sum()) for n, g in grads.items()}
             rows.append(row)
             print(f"d={d:3d} dO={grad:6.0f} largest |dq| {row['reference_max']['dq']:8.0f}  non-finite dq: "
                   + "  ".join(f"{n} {c['dq']}" for n, c in row["nonfinite"].items()), flush=True)
