@@ -701,7 +701,7 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               # and check89's at 4 x 1 x 489472 on the H200 (blind): 126.9 GB, the model 28.9 (-77%)
               ("h200", "sdpa_flash", "check89_128_4x1x489472"),
               # and the d = 64 forward's at 2 x 2 x 514048 on the H200 (check88, blind): 87.0 GB, the model 15.8 (-82%;
-              # forward+backward -16%), held out of head_reads, whose bound it widens as this one's
+              # forward+backward -16%); a row of head_reads' held-out test, whose bound this set widens too
               ("h200", "sdpa_flash", "check88_64_2x2x514048")}
 
 
