@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import flash2, softmax
-from .blocks import default_sram_size
+from .blocks import DEFAULT_SRAM_BYTES
 from .memory import Memory
 from .problem import Problem, check_finite, check_like, check_options, overflow_checked, positive_int
 from .results import BackwardResult, ForwardResult
@@ -249,15 +249,18 @@ class _PerDevice(list):
     @property
     def combined(self):
         """The devices' reports added (``None`` if no device has one)."""
-        reports = [x for x in self if x is not None]
-        return sum(reports[1:], reports[0]) if reports else None
+        return _combine(self)
 
     def __getattr__(self, name):
         # only for names a list lacks (reads, writes, by_tensor, peak_sram, matmul, ...): the combined report's,
-        # so that ring's .io reads as every other algorithm's; a name no report has is an AttributeError as usual
-        if name.startswith("_"):
+        # so that ring's .io reads as every other algorithm's; a name no report has is an AttributeError as usual.
+        # _combine is a function, not the property: an AttributeError inside the property would come back here
+        if name.startswith("_") or name == "combined":
             raise AttributeError(name)
-        return getattr(self.combined, name)
+        report = _combine(self)
+        if report is None:
+            raise AttributeError(f"{name}: no device has a report to read it from")
+        return getattr(report, name)
 
     def __add__(self, other):
         """Device by device, as reports add (``fwd.io + bwd.io``); a list's ``+`` would have concatenated them, and
@@ -275,6 +278,12 @@ class _PerDevice(list):
 
     def __iadd__(self, other):  # += adds too, never extends
         return self.__add__(other)
+
+
+def _combine(reports):
+    """The reports that are not None, added (None if there are none)."""
+    reports = [x for x in reports if x is not None]
+    return sum(reports[1:], reports[0]) if reports else None
 
 
 class _Ring:
@@ -307,7 +316,9 @@ def _row_chunks(rows: slice, width: int, pb) -> list[tuple[int, int]]:
     """``rows`` cut into runs of as many rows as fit on chip at ``width`` elements a row (at least one): an
     elementwise pass over them (the forward's merge, the backward's sums) reads and writes each element once
     whatever the cut, and so holds no more than ``sram_size`` (the default M where none is given)."""
-    M = pb.sram_size if pb.sram_size is not None else default_sram_size(pb.dtype_bytes)
+    # (the default M from its bytes alone: default_sram_size refuses a dtype_bytes past half of them, which
+    # explicit block sizes may still run)
+    M = pb.sram_size if pb.sram_size is not None else DEFAULT_SRAM_BYTES // pb.dtype_bytes
     step = max(1, M // width)
     return [(a, min(a + step, rows.stop)) for a in range(rows.start, rows.stop, step)]
 

@@ -276,3 +276,22 @@ def test_per_device_reports_read_as_one_report():
     assert fwd.flops.matmul == sum(f.matmul for f in fwd.flops)
     with pytest.raises(AttributeError):
         fwd.io.no_such_field  # noqa: B018
+
+
+def test_per_device_reports_pass_on_their_own_errors():
+    """The combined view raises the error of what went wrong, not a RecursionError (an AttributeError inside the
+    combining once sent __getattr__ round again), and says so where no device has a report."""
+    from flashref.ring import _PerDevice
+
+    class Broken:
+        def __add__(self, other):
+            return self.missing
+
+    with pytest.raises(AttributeError, match="missing"):
+        _PerDevice([Broken(), Broken()]).reads  # noqa: B018
+    with pytest.raises(AttributeError, match="no device has a report"):
+        _PerDevice([None]).reads  # noqa: B018
+    # and a dtype_bytes past the default M's half runs with explicit blocks, as flash2 does (the merges' row cut
+    # once asked default_sram_size, which refuses it)
+    Q = np.random.default_rng(0).standard_normal((8, 4))
+    assert ring.forward(Q, Q, Q, world_size=2, block_sizes=(2, 2), dtype_bytes=50001).O.shape == (8, 4)
