@@ -207,9 +207,9 @@ def test_occupancy_takes_help_without_building(monkeypatch, capsys):
 
 def test_fp16_backward_range_record_is_what_the_docstring_says():
     """figures/gpu/h200-fp16-backward-range.json (examples/fp16_backward_range.py on an H200): every float64 gradient
-    fits fp16, yet with 1000 flowing back flashref's kernels leave exactly as many dq and dk entries non-finite as SDPA's
-    flash backend (FlashAttention-2's order: dS rounded before the scale), and cuDNN and the efficient backend none;
-    with 300, no backend leaves any. gpu.attention's docstring quotes the counts."""
+    fits fp16, yet with 1000 flowing back flashref's kernels leave exactly as many dq and dk entries non-finite as
+    SDPA's flash backend (FlashAttention-2's order: dS rounded before the scale), and cuDNN and the efficient backend
+    none; with 300, no backend leaves any. gpu.attention's docstring quotes the counts."""
     import json
     from pathlib import Path
 

@@ -149,7 +149,8 @@ Loads and stores of rows past `Nq`/`Nk` must be masked.
 against the float64 oracle at four shapes (ragged lengths, causal, two sequences with more keys than
 queries, and causal with more queries than keys), where your own `tl.store` must write every element of
 `O` and `L`; and the elements your `tl.load`/`tl.store` move (mask-true elements, counted per tensor in the
-interpreter), no more than FlashAttention-2's counted IO for these block sizes, tensor by tensor. On a GPU, time it with `triton.testing.do_bench`, launching it on CUDA tensors over the
+interpreter), no more than FlashAttention-2's counted IO for these block sizes, tensor by tensor.
+On a GPU, time it with `triton.testing.do_bench`, launching it on CUDA tensors over the
 grid above; `python -m flashref bench` times flashref's own kernels beside PyTorch's, the numbers to set it against."""
 
 
