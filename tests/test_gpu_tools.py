@@ -209,7 +209,7 @@ def test_fp16_backward_range_record_is_what_the_docstring_says():
     """figures/gpu/h200-fp16-backward-range.json (examples/fp16_backward_range.py on an H200): every float64 gradient
     fits fp16, yet with 1000 flowing back flashref's kernels leave exactly as many dq and dk entries non-finite as
     SDPA's flash backend (FlashAttention-2's order: dS rounded before the scale), and cuDNN and the efficient backend
-    none; with 300, no backend leaves any. gpu.attention's docstring quotes the counts."""
+    none; with 300, no backend leaves any. gpu.attention's docstring and the README quote the counts."""
     import json
     from pathlib import Path
 
@@ -217,6 +217,7 @@ def test_fp16_backward_range_record_is_what_the_docstring_says():
 
     rec = json.loads((Path(__file__).resolve().parents[1] / "figures" / "gpu" /
                       "h200-fp16-backward-range.json").read_text())
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
     assert rec["device"].startswith("NVIDIA H200") and len(rec["rows"]) == 4
     for row in rec["rows"]:
         assert max(row["reference_max"].values()) < 65504
@@ -228,3 +229,4 @@ def test_fp16_backward_range_record_is_what_the_docstring_says():
         else:
             assert bad["flashref"] == bad["flashref2"] == bad["sdpa_flash"] and bad["flashref"]["dq"] > 0
             assert f"{bad['flashref']['dq']}" in " ".join(gpu.attention.__doc__.split())
+            assert f"{bad['flashref']['dq']}" in readme
