@@ -246,16 +246,11 @@ class _PerDevice(list):
     def total(self) -> int:
         return sum(x.total for x in self if x is not None)
 
-    @property
-    def combined(self):
-        """The devices' reports added (``None`` if no device has one)."""
-        return _combine(self)
-
     def __getattr__(self, name):
         # only for names a list lacks (reads, writes, by_tensor, peak_sram, matmul, ...): the combined report's,
         # so that ring's .io reads as every other algorithm's; a name no report has is an AttributeError as usual.
-        # _combine is a function, not the property: an AttributeError inside the property would come back here
-        if name.startswith("_") or name == "combined":
+        # _combine is a function, not a property: an AttributeError inside a property would come back here
+        if name.startswith("_"):
             raise AttributeError(name)
         report = _combine(self)
         if report is None:
