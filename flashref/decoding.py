@@ -31,9 +31,16 @@ order (Q in row blocks of Br, an unnormalised O_i divided once) but writes O, �
 where FlashAttention-2 writes L, Nq) and holds five row vectors, rescaling by FlashAttention's two factors.
 
 Semantics are those of every flashref algorithm (``scale``, ``causal``, ``mask``, ``dropout_p``,
-``seed``, ``sram_size``, ``block_sizes``, ``dtype_bytes``), so the result equals standard attention
-whatever ``num_splits`` is. Causal is top-left aligned as everywhere in flashref (a decoding
+``seed``, ``sram_size``, ``block_sizes``, ``dtype_bytes``) and of the variants a decoding kernel
+carries (``enable_gqa``, ``window``, ``alibi_slopes``, ``softcap``; the lines marked ``[gqa]``,
+``[alibi]``, ``[softcap]``), so the result equals standard attention whatever ``num_splits`` is.
+Causal, the window and ALiBi's distances are top-left aligned as everywhere in flashref (a decoding
 query usually sees the whole cache: leave ``causal`` off or pass a ``mask``).
+
+No key block is skipped: every split streams its whole chunk, and causal ∧ window, like ``mask``, is
+the MASK function of the coordinates (no IO). A sliding-window model keeps only its window in the cache
+(Mistral's rolling buffer), so the cache is what a step streams. ``forward_paged``, FlashAttention-2's
+loop over pages, does skip the pages outside causal ∧ window.
 
 How many splits to use is a scheduling question (fill the SMs in whole waves), answered in
 :mod:`flashref.parallelism` (:func:`~flashref.parallelism.choose_num_splits`,
@@ -74,20 +81,21 @@ __all__ = ["forward", "footprint", "merge_footprint", "grid", "plan", "split_bou
            "resolve_num_splits", "parallelism", "DEFAULT_SMS", "OPTIONS", "forward_paged", "footprint_paged",
            "paged_problem", "PAGED_OPTIONS", "check_cache_seqlens"]
 
-#: Options beyond the shared ones: the number of splits, and the SM count that picks a default.
-OPTIONS = ("num_splits", "sms")
+#: Options beyond the shared ones: the number of splits, the SM count that picks a default, and the variants.
+OPTIONS = ("num_splits", "sms", "enable_gqa", "window", "alibi_slopes", "softcap")
 
 
-def footprint(Br: int, Bc: int, d: int) -> int:
+def footprint(Br: int, Bc: int, d: int, slopes: int = 0) -> int:
     """Peak on-chip elements per head of the split pass with full (Br, Bc) tiles.
 
     Q_i and the accumulator O_i (2·Br·d), K_j and V_j (2·Bc·d), the statistics m_i, ℓ_i, m̃_ij,
     ℓ̃_ij, m_i^new (5·Br; the factors e^{m_i − m_i^new} and e^{m̃_ij − m_i^new} take the slots of
     m_i and m̃_ij, as in Algorithm 1) and P̃_ij (Br·Bc). With dropout the same: P̃_ij ∘ Z_ij takes P̃_ij's
     slot and Z_ij, used by that one statement, is not held (as in FlashAttention's and FlashAttention-2's
-    forwards). The merge pass holds less (:func:`merge_footprint`).
+    forwards). With ALiBi, the head's slope stays on chip (``slopes`` = 1). The merge pass holds less
+    (:func:`merge_footprint`).
     """
-    return 2 * Br * d + 2 * Bc * d + 5 * Br + Br * Bc
+    return 2 * Br * d + 2 * Bc * d + 5 * Br + Br * Bc + slopes
 
 
 def merge_footprint(Br: int, d: int) -> int:
@@ -100,7 +108,12 @@ def grid(pb: Problem) -> blocks.Grid:
 
     The merge pass holds less than the split pass (merge_footprint ≤ footprint), so the split decides.
     """
-    return blocks.grid_for(pb, footprint)
+    return blocks.grid_for(pb, lambda Br, Bc, d: footprint(Br, Bc, d, _slopes_held(pb)))
+
+
+def _slopes_held(pb: Problem) -> int:
+    """[alibi] Slopes a work item holds on chip: its head's one, or none."""
+    return 0 if pb.alibi_slopes is None else 1
 
 
 def plan(pb: Problem, num_splits, sms) -> tuple[blocks.Grid, int]:
@@ -115,7 +128,7 @@ def plan(pb: Problem, num_splits, sms) -> tuple[blocks.Grid, int]:
     S = resolve_num_splits(num_splits, max(pb.heads, 1), g.Tr, g.Tc, pb.Nk, sms)
     if given:
         Bc = min(g.Bc, -(-pb.Nk // S))  # the longest split's first key tile
-        need = footprint(g.Br, Bc, pb.d)
+        need = footprint(g.Br, Bc, pb.d, _slopes_held(pb))
         if need > pb.sram_size:
             raise blocks.SRAMOverflowError(
                 f"block_sizes=(Br={g.Br}, Bc={g.Bc}) with {S} splits (key tiles of at most {Bc}) need an on-chip "
@@ -135,7 +148,9 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     """Split-KV decoding: ``O = dropout(softmax(MASK(scale · Q Kᵀ))) V`` computed in ``num_splits`` chunks.
 
     ``num_splits``: positive int ≤ Nk, or ``None`` for :func:`choose_num_splits` on ``sms`` SMs
-    (default :data:`DEFAULT_SMS`, an H100). Other options as every algorithm.
+    (default :data:`DEFAULT_SMS`, an H100). Other options as every algorithm, and the variants:
+    ``enable_gqa`` (K and V with fewer heads, PyTorch's convention), ``window``, ``alibi_slopes``
+    (broadcastable to the leading axes) and ``softcap``, as :func:`flashref.flash2.forward` takes them.
 
     Returns ``.O``, ``.l``, ``.m`` (merged row statistics, as FlashAttention's), ``.io``,
     ``.flops``, ``.events``, the partials ``.O_partial`` (..., S, Nq, d), ``.m_partial`` and
@@ -143,16 +158,21 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     splits of the split pass) and ``.parallelism`` (:func:`parallelism` of those items).
     """
     # num_splits and sms are decoding's own options: checked by name here, by value below
-    pb = Problem.from_arrays(Q, K, V, "decoding.forward", OPTIONS, **opts)
+    pb0 = Problem.from_arrays(Q, K, V, "decoding.forward", OPTIONS, **opts)
     num_splits, sms = opts.get("num_splits"), opts.get("sms")
-    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
-    g, S = plan(pb, num_splits, sms)
+    g, S = plan(pb0, num_splits, sms)
     sms = DEFAULT_SMS if sms is None else int(sms)
+    # [gqa] query head h reads K/V head h // g: each query head's work items load their group's K, V (unpacked, as
+    # flash2's default); the slopes become one per loop head, (..., 1).
+    pb = variants.loop_problem(pb0, packed=False)
+    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
 
     mem = Memory(pb.sram_size, pb.dtype_bytes, pb.lead_shape)
     fc = FlopCounter()
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V)):
         mem.input(name, X)  # inputs start in HBM at no cost (rule 1)
+    if pb.alibi_slopes is not None:
+        mem.input("alibi_slopes", pb.alibi_slopes)  # (..., 1): one slope per head
     # Output buffers are allocated, not initialised (torch.empty): every element is written once
     # by a store below, so no initialisation writes are counted (rule 3 counts only initialised ones).
     # Partial s of query row r lives at row s·Nq + r of the (S·Nq)-row partial buffers.
@@ -194,6 +214,9 @@ def _split_item(mem: Memory, fc: FlopCounter, pb: Problem, rows, keys, Bc: int, 
     tau = pb.scale
     # Load Q_i from HBM to on-chip SRAM (every split loads the queries: S·Nq·d reads).
     Q_i = mem.load("Q", rows=rows, as_="Q_i", line="split: load Q_i")  # (Br, d)
+    # [alibi] load the head's slope, as every split loads Q_i (S·Tr reads per head).
+    slopes_i = (None if pb.alibi_slopes is None
+                else mem.load("alibi_slopes", rows=(0, 1), as_="slopes_i", line="split: load Q_i"))
     # Initialise on chip the accumulator O_i = 0 and the statistics m_i = -inf, ℓ_i = 0.
     O_i = mem.hold("O_i", np.zeros(Q_i.shape, dtype=pb.dtype))  # (Br, d), unnormalised
     m_i = mem.hold("m_i", np.full(Q_i.shape[:-1] + (1,), -np.inf, dtype=pb.dtype))  # (Br, 1)
@@ -204,9 +227,13 @@ def _split_item(mem: Memory, fc: FlopCounter, pb: Problem, rows, keys, Bc: int, 
         # Load K_j, V_j from HBM to on-chip SRAM (each key of the cache once per query block).
         K_j = mem.load("K", rows=cols, as_="K_j", line="split: load K_j, V_j")  # (Bc, d)
         V_j = mem.load("V", rows=cols, as_="V_j", line="split: load K_j, V_j")  # (Bc, d)
-        # On chip, S_ij = τ Q_i K_jᵀ, then MASK (a function of the coordinates: no IO).
+        # On chip, S_ij = τ Q_i K_jᵀ.
         S_ij = mem.hold("S_ij", fc.scores(Q_i, K_j, tau))  # (Br, Bc)
-        attend = masks.tile_mask(pb.mask, pb.causal, rows, cols)
+        if pb.softcap is not None or slopes_i is not None:
+            # [softcap] S_ij = c·tanh(S_ij/c); [alibi] S_ij −= slope·|i − j|: on chip, no IO.
+            S_ij = mem.hold("S_ij", variants.modify_scores(fc, pb, S_ij, rows, cols, slopes_i)[0])
+        # MASK: causal ∧ window ∧ mask, a function of the coordinates (no IO).
+        attend = variants.tile_attend(pb, rows, cols)
         if attend is not None:
             S_ij = mem.hold("S_ij", fc.ew(masks.apply(S_ij, attend), "mask"))
         # On chip, m̃_ij = rowmax(S_ij), P̃_ij = exp(S_ij − m̃_ij), ℓ̃_ij = rowsum(P̃_ij)   (Alg.1 l.10)
@@ -241,7 +268,7 @@ def _split_item(mem: Memory, fc: FlopCounter, pb: Problem, rows, keys, Bc: int, 
     mem.store("O" + suffix, O_i, rows=out_rows, line=line)  # Br·d writes
     mem.store("m" + suffix, m_i[..., 0], rows=out_rows, line=line)  # Br writes
     mem.store("l" + suffix, l_i[..., 0], rows=out_rows, line=line)  # Br writes
-    mem.free("Q_i", "O_i", "m_i", "l_i")
+    mem.free("Q_i", "O_i", "m_i", "l_i", "slopes_i")
 
 
 def _merge_pass(mem: Memory, fc: FlopCounter, pb: Problem, S: int, g: blocks.Grid) -> None:

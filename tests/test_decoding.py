@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import attention_ref
+from reference import attention_ref, variant_ref
 from strategies import problems
 
 from flashref import decoding, iomodel
+from flashref.memory import SRAMOverflowError
 
 
 def _heads(lead):
@@ -126,3 +127,92 @@ def test_bad_sms_and_inputs_named(rng):
         decoding.forward(Q, K, V, sms=0)
     with pytest.raises(ValueError, match="V"):
         decoding.forward(Q, K, V[:9], num_splits=2)
+
+
+# ----------------------------------------------------------------- the variants a decoding kernel carries
+
+
+@st.composite
+def variant_decodes(draw):
+    """A few queries against a cache, with GQA, causal, a window, a softcap and ALiBi drawn independently."""
+    B, Hkv, g = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    Nq, Nk, d = draw(st.integers(1, 4)), draw(st.integers(1, 24)), draw(st.integers(1, 4))
+    r = np.random.default_rng(draw(st.integers(0, 2**16)))
+    o = {"enable_gqa": True} if g > 1 or draw(st.booleans()) else {}
+    if draw(st.booleans()):
+        o["causal"] = True
+    if draw(st.booleans()):
+        o["window"] = (draw(st.integers(-1, 5)), draw(st.integers(-1, 3)))
+    if draw(st.booleans()):
+        o["softcap"] = draw(st.sampled_from([0.5, 2.0]))
+    if draw(st.booleans()):
+        o["alibi_slopes"] = r.random((B, Hkv * g)) if draw(st.booleans()) else r.random(Hkv * g)
+    if draw(st.booleans()):
+        o["block_sizes"] = (draw(st.integers(1, 4)), draw(st.integers(1, 6)))
+    QKV = (r.standard_normal((B, Hkv * g, Nq, d)), r.standard_normal((B, Hkv, Nk, d)),
+           r.standard_normal((B, Hkv, Nk, d)))
+    return QKV, o, draw(st.integers(1, Nk))
+
+
+@given(variant_decodes())
+def test_variants_equal_the_oracle_and_their_closed_form_for_any_split(case):
+    """Every split of a window, a softcap, ALiBi and GQA gives the float64 oracle's output and statistics, and
+    the counted IO is the closed form's, line by line (the slopes read once per work item, as Q_i is)."""
+    (Q, K, V), o, S = case
+    with np.errstate(all="raise"):  # rows the window leaves without a key: no NaN, no warning
+        res = decoding.forward(Q, K, V, num_splits=S, **o)
+    O_ref, _, lse_ref = variant_ref(Q, K, V, **o)
+    assert res.O.shape == Q.shape and np.allclose(res.O, O_ref, rtol=0, atol=1e-12)
+    seen = res.l > 0
+    assert np.array_equal(seen, np.isfinite(lse_ref))
+    assert np.allclose((res.m + np.log(np.where(seen, res.l, 1.0)))[seen], lse_ref[seen], rtol=0, atol=1e-12)
+    shapes = {k: (True if k == "alibi_slopes" else v) for k, v in o.items()}
+    pred = iomodel.predict("decoding", "forward", Nq=Q.shape[-2], Nk=K.shape[-2], d=Q.shape[-1],
+                           heads=Q.shape[0] * Q.shape[1], num_splits=S, **shapes)
+    assert pred.by_line == res.io.by_line and (pred.reads, pred.writes) == (res.io.reads, res.io.writes)
+    Tr = -(-Q.shape[-2] // res.block_sizes[0])
+    slope_reads = Q.shape[0] * Q.shape[1] * S * Tr if "alibi_slopes" in o else 0
+    plain = iomodel.predict("decoding", "forward", Nq=Q.shape[-2], Nk=K.shape[-2], d=Q.shape[-1],
+                            heads=Q.shape[0] * Q.shape[1], num_splits=S, block_sizes=res.block_sizes)
+    assert res.io.reads == plain.reads + slope_reads  # no key block skipped: the variants cost only the slopes
+
+
+def test_alibi_slope_is_held_on_chip_and_counted_in_the_footprint(rng):
+    Q, K = rng.standard_normal((4, 6)), rng.standard_normal((40, 6))
+    res = decoding.forward(Q, K, K, num_splits=3, block_sizes=(4, 5), alibi_slopes=np.array(0.5))
+    assert res.io.peak_sram == decoding.footprint(4, 5, 6, slopes=1) == decoding.footprint(4, 5, 6) + 1
+    tight = decoding.footprint(4, 5, 6)  # enough without the slope, one element short with it
+    with pytest.raises(SRAMOverflowError, match="more than sram_size"):
+        decoding.forward(Q, K, K, num_splits=3, block_sizes=(4, 5), alibi_slopes=np.array(0.5), sram_size=tight)
+    with pytest.raises(SRAMOverflowError, match="more than sram_size"):
+        iomodel.predict("decoding", "forward", Nq=4, Nk=40, d=6, num_splits=3, block_sizes=(4, 5),
+                        alibi_slopes=True, sram_size=tight)
+
+
+@pytest.mark.parametrize("o", [{"window": (6, 0)}, {"softcap": 1.0}, {"alibi_slopes": np.array([0.25, 0.5])},
+                               {"causal": True, "window": (3, 2), "softcap": 3.0,
+                                "alibi_slopes": np.array([1.0, 0.1])}])
+def test_paged_decoding_equals_decoding_on_the_gathered_cache_with_each_variant(o, rng):
+    """The contract: forward_paged equals decoding.forward on the gathered cache, for every option it takes."""
+    H, ps, lens = 2, 4, np.array([13, 7])
+    Kp, Vp = rng.standard_normal((6, H, ps, 3)), rng.standard_normal((6, H, ps, 3))
+    table = np.array([[5, 0, 3, 1], [2, 4, 0, 0]])
+    Q = rng.standard_normal((2, H, 2, 3))
+    res = decoding.forward_paged(Q, Kp, Vp, table, lens, **o)
+    for b, n in enumerate(lens):
+        K, V = (X[table[b, : -(-n // ps)]].transpose(1, 0, 2, 3).reshape(H, -1, 3)[:, :n] for X in (Kp, Vp))
+        ours = decoding.forward(Q[b], K, V, num_splits=2, **o)
+        assert np.allclose(res.O[b], ours.O, rtol=0, atol=1e-12)
+        assert np.allclose(res.L[b], ours.m + np.log(ours.l), rtol=0, atol=1e-12)
+
+
+def test_decoding_refuses_what_it_does_not_take_naming_the_variants(rng):
+    Q, K = rng.standard_normal((1, 4)), rng.standard_normal((10, 4))
+    with pytest.raises(TypeError, match=r"unknown option 'bias'; valid options are alibi_slopes, block_sizes, causal, "
+                                        r"dropout_p, dtype_bytes, enable_gqa, mask, num_splits, scale, seed, sms, "
+                                        r"softcap, sram_size, window$"):
+        decoding.forward(Q, K, K, bias=np.zeros((1, 10)))
+    with pytest.raises(ValueError, match="softcap"):
+        decoding.forward(Q, K, K, softcap=0.0)
+    with pytest.raises(TypeError, match="window"):
+        iomodel.predict("decoding", "forward", Nq=1, Nk=10, d=4, window=(1, 2, 3))

@@ -3,7 +3,7 @@
 Per head, with Nq queries in Tr = ⌈Nq/Br⌉ blocks, Nk keys and S = ``num_splits`` splits:
 
 split pass (S·Tr work items)                   reads              writes
-  load Q_i (every split)                       S·Nq·d
+  load Q_i (every split)                       S·Nq·d (+ S·Tr slopes with ALiBi)
   load K_j, V_j (each key once per Q block)    Tr·2·Nk·d
   write partial O, m, ℓ   (S > 1)                                 S·(Nq·d + 2·Nq)
   write O, ℓ, m           (S = 1)                                 Nq·d + 2·Nq
@@ -13,7 +13,8 @@ merge pass (S > 1 only; Tr work items)
 
 Streaming the cache (2·Nk·d) dominates; splitting adds ``(S−1)·Nq·d`` Q reads and
 ``2·S·(Nq·d + 2·Nq)`` partial traffic, which for one query is tiny next to the cache.
-``causal``, ``mask``, ``dropout_p`` and ``scale`` change no IO (no block is skipped).
+``causal``, ``window``, ``mask``, ``dropout_p``, ``softcap`` and ``scale`` change no IO (no block is
+skipped); with ``enable_gqa`` each query head reads its group's K/V, so the count is per query head.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def forward(pb: Problem, *, num_splits=None, sms=None) -> Prediction:
     Br, _Bc, S = _resolve(pb, num_splits, sms)
     Tr = -(-Nq // Br)
     t = Tally(pb.heads, pb.dtype_bytes)
-    t.add("split: load Q_i", reads=S * Nq * d)
+    # [alibi] every work item loads its head's slope beside Q_i
+    t.add("split: load Q_i", reads=S * Nq * d + (S * Tr if pb.alibi_slopes is not None else 0))
     t.add("split: load K_j, V_j", reads=Tr * 2 * Nk * d)
     if S == 1:
         t.add("split: write O, l, m", writes=Nq * d + 2 * Nq)
