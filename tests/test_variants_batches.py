@@ -144,8 +144,7 @@ def test_paged_equals_decoding_on_the_gathered_cache_and_is_counted(seed, o):
             continue
         Kb, Vb = _gather(Kp, bt, b, n), _gather(Vp, bt, b, n)
         close(res.O[b], variant_ref(Q[b], Kb, Vb, **o)[0])
-        if not o:
-            close(res.O[b], decoding.forward(Q[b], Kb, Vb, num_splits=1).O, 1e-12)
+        close(res.O[b], decoding.forward(Q[b], Kb, Vb, num_splits=1, **o).O, 1e-12)  # every option it takes
     pred = iomodel.predict_paged(Nq=2, d=4, heads=2, page_size=4, cache_seqlens=lens,
                                  **{k: (True if k == "alibi_slopes" else v) for k, v in o.items()})
     assert (res.io.reads, res.io.writes) == (pred.reads, pred.writes) and res.io.by_line == pred.by_line
