@@ -1330,6 +1330,41 @@ CHECK89 = [
     ('check89_128_1x1x133120', 1, 1, 133120, 128, False),
 ]
 
+# check90 and check91: draw_validation(20261276 / 20261277, "checkNN", few=0, long=5), as check84-check89, predicted
+# for both GPUs before any GPU measured them
+CHECK90 = [
+    ('check90_128_4x16x2048', 4, 16, 2048, 128, False),
+    ('check90_64_4x16x1536', 4, 16, 1536, 64, False),
+    ('check90_64_8x16x12288', 8, 16, 12288, 64, False),
+    ('check90_64_8x32x3072', 8, 32, 3072, 64, False),
+    ('check90_64_8x16x4096', 8, 16, 4096, 64, False),
+    ('check90_32_2x16x5170x2024', 2, 16, (5170, 2024), 32, False),
+    ('check90_32_1x6x1407', 1, 6, 1407, 32, False),
+    ('check90_160_8x2x1411x106925', 8, 2, (1411, 106925), 160, False),
+    ('check90_256_8x7x17358', 8, 7, 17358, 256, False),
+    ('check90_64_2x2x80896_causal', 2, 2, 80896, 64, True),
+    ('check90_64_4x2x45056_causal', 4, 2, 45056, 64, True),
+    ('check90_64_1x6x84992_causal', 1, 6, 84992, 64, True),
+    ('check90_128_1x2x133120', 1, 2, 133120, 128, False),
+    ('check90_128_2x4x55296', 2, 4, 55296, 128, False),
+]
+CHECK91 = [
+    ('check91_64_2x32x3072_causal', 2, 32, 3072, 64, True),
+    ('check91_128_4x32x12288_causal', 4, 32, 12288, 128, True),
+    ('check91_128_1x16x16384_causal', 1, 16, 16384, 128, True),
+    ('check91_128_8x8x8192_causal', 8, 8, 8192, 128, True),
+    ('check91_64_4x16x1024_causal', 4, 16, 1024, 64, True),
+    ('check91_32_4x5x32100x1082', 4, 5, (32100, 1082), 32, False),
+    ('check91_256_1x12x4805x36390', 1, 12, (4805, 36390), 256, False),
+    ('check91_80_8x2x127054_causal', 8, 2, 127054, 80, True),
+    ('check91_160_4x12x5722', 4, 12, 5722, 160, False),
+    ('check91_64_2x3x67584', 2, 3, 67584, 64, False),
+    ('check91_64_1x3x47104_causal', 1, 3, 47104, 64, True),
+    ('check91_64_2x3x65536', 2, 3, 65536, 64, False),
+    ('check91_64_1x6x111616', 1, 6, 111616, 64, False),
+    ('check91_64_8x1x48128', 8, 1, 48128, 64, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1369,6 +1404,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "heads256": HEADS256, "check82": CHECK82, "check83": CHECK83,
           "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
           "check88": CHECK88, "check89": CHECK89,
+          "check90": CHECK90, "check91": CHECK91,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
