@@ -38,9 +38,11 @@ Causal, the window and ALiBi's distances are top-left aligned as everywhere in f
 query usually sees the whole cache: leave ``causal`` off or pass a ``mask``).
 
 No key block is skipped: every split streams its whole chunk, and causal ∧ window, like ``mask``, is
-the MASK function of the coordinates (no IO). A sliding-window model keeps only its window in the cache
-(Mistral's rolling buffer), so the cache is what a step streams. ``forward_paged``, FlashAttention-2's
-loop over pages, does skip the pages outside causal ∧ window.
+the MASK function of the coordinates (no IO). So every score is computed, and one that overflows the
+dtype raises even where causal ∧ window hides it, as in :func:`flashref.standard.forward`. A
+sliding-window model keeps only its window in the cache (Mistral's rolling buffer), so the cache is
+what a step streams. ``forward_paged``, FlashAttention-2's loop over pages, does skip the pages
+outside causal ∧ window.
 
 How many splits to use is a scheduling question (fill the SMs in whole waves), answered in
 :mod:`flashref.parallelism` (:func:`~flashref.parallelism.choose_num_splits`,

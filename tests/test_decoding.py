@@ -216,3 +216,16 @@ def test_decoding_refuses_what_it_does_not_take_naming_the_variants(rng):
         decoding.forward(Q, K, K, softcap=0.0)
     with pytest.raises(TypeError, match="window"):
         iomodel.predict("decoding", "forward", Nq=1, Nk=10, d=4, window=(1, 2, 3))
+
+
+def test_resolve_and_work_items_take_the_variants_and_see_the_slope_in_the_footprint():
+    """Before: iomodel.decoding.resolve and work_items refused every variant as unknown, and left without the slope
+    they gave the blocks of a footprint one element too small: (2, 2) where decoding.forward runs (1, 1)."""
+    from flashref.iomodel import decoding as closed
+    Q, K = np.ones((4, 2, 2)), np.ones((4, 64, 2))
+    res = decoding.forward(Q, K, K, num_splits=1, sram_size=30, alibi_slopes=np.ones(4))
+    shapes = dict(Nq=2, Nk=64, d=2, heads=4, num_splits=1, sram_size=30)
+    assert closed.resolve(**shapes, alibi_slopes=True)[:2] == res.block_sizes == (1, 1)
+    assert closed.resolve(**shapes)[:2] != res.block_sizes  # the slope is what changes them
+    assert closed.work_items(**shapes, alibi_slopes=np.ones(4)) == res.work_items == 8
+    assert closed.work_items(**shapes, window=(1, 0), softcap=2.0, enable_gqa=True) == 4 * 1 * 1

@@ -33,7 +33,8 @@ __all__ = ["forward", "forward_paged", "resolve", "work_items"]
 
 def resolve(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, **opts) -> tuple[int, int, int]:
     """``(Br, Bc, num_splits)`` exactly as ``decoding.forward`` resolves them, from shapes and options."""
-    pb = Problem.from_shapes("iomodel.decoding.resolve", Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
+    # decoding.forward's options (its variants too: ALiBi's slope changes the footprint, so the blocks)
+    pb = Problem.from_shapes("iomodel.decoding.resolve", decoding.OPTIONS, Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
     return _resolve(pb, num_splits, sms)
 
 
