@@ -84,7 +84,7 @@ __all__ = ["forward", "footprint", "merge_footprint", "grid", "plan", "split_bou
            "paged_problem", "PAGED_OPTIONS", "check_cache_seqlens"]
 
 #: Options beyond the shared ones: the number of splits, the SM count that picks a default, and the variants.
-OPTIONS = ("num_splits", "sms", "enable_gqa", "window", "alibi_slopes", "softcap")
+OPTIONS = ("num_splits", "sms", "enable_gqa", "gqa_packing", "window", "alibi_slopes", "softcap")
 
 
 def footprint(Br: int, Bc: int, d: int, slopes: int = 0) -> int:
@@ -109,13 +109,22 @@ def grid(pb: Problem) -> blocks.Grid:
     """The tiling of the split pass: the paper's rule fitted to :func:`footprint` and M.
 
     The merge pass holds less than the split pass (merge_footprint ≤ footprint), so the split decides.
+    [gqa] Packed, a work item holds the g query heads of its group: ``Br`` is g·Br loop rows (as in
+    :func:`flashref.flash2.grid_forward`), and the grid runs over g·Nq rows.
     """
-    return blocks.grid_for(pb, lambda Br, Bc, d: footprint(Br, Bc, d, _slopes_held(pb)))
+    G = variants.packed_group(pb, pb.gqa_packing)
+    Br, Bc = blocks.resolve(pb, lambda Br, Bc, d: footprint(G * Br, Bc, d, _slopes_held(pb)))
+    return blocks.Grid.of(G * Br, Bc, G * pb.Nq, pb.Nk)
 
 
 def _slopes_held(pb: Problem) -> int:
-    """[alibi] Slopes a work item holds on chip: its head's one, or none."""
-    return 0 if pb.alibi_slopes is None else 1
+    """[alibi] Slopes a work item holds on chip: its head's one (g packed), or none."""
+    return 0 if pb.alibi_slopes is None else variants.packed_group(pb, pb.gqa_packing)
+
+
+def loop_heads(pb: Problem) -> int:
+    """The heads the split pass loops over: Q's (batch, head) pairs, or K/V's with packed GQA."""
+    return pb.kv_heads if variants.packed_group(pb, pb.gqa_packing) > 1 else pb.heads
 
 
 def plan(pb: Problem, num_splits, sms) -> tuple[blocks.Grid, int]:
@@ -127,14 +136,16 @@ def plan(pb: Problem, num_splits, sms) -> tuple[blocks.Grid, int]:
     ``Bc`` clipped to Nk alone, a run that held 31 elements was refused as needing 85)."""
     given = pb.block_sizes is not None and pb.sram_size is not None
     g = grid(dataclasses.replace(pb, sram_size=None) if given else pb)
-    S = resolve_num_splits(num_splits, max(pb.heads, 1), g.Tr, g.Tc, pb.Nk, sms)
+    S = resolve_num_splits(num_splits, max(loop_heads(pb), 1), g.Tr, g.Tc, pb.Nk, sms)
     if given:
         Bc = min(g.Bc, -(-pb.Nk // S))  # the longest split's first key tile
         need = footprint(g.Br, Bc, pb.d, _slopes_held(pb))
         if need > pb.sram_size:
+            G = variants.packed_group(pb, pb.gqa_packing)
+            rows = "" if G == 1 else f", {g.Br} rows with the group's {G} heads packed"
             raise blocks.SRAMOverflowError(
-                f"block_sizes=(Br={g.Br}, Bc={g.Bc}) with {S} splits (key tiles of at most {Bc}) need an on-chip "
-                f"footprint of {need} elements per head, more than sram_size={pb.sram_size}")
+                f"block_sizes=(Br={g.Br // G}, Bc={g.Bc}){rows} with {S} splits (key tiles of at most {Bc}) need an "
+                f"on-chip footprint of {need} elements per head, more than sram_size={pb.sram_size}")
     return g, S
 
 
@@ -151,8 +162,12 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
     ``num_splits``: positive int ≤ Nk, or ``None`` for :func:`choose_num_splits` on ``sms`` SMs
     (default :data:`DEFAULT_SMS`, an H100). Other options as every algorithm, and the variants:
-    ``enable_gqa`` (K and V with fewer heads, PyTorch's convention), ``window``, ``alibi_slopes``
-    (broadcastable to the leading axes) and ``softcap``, as :func:`flashref.flash2.forward` takes them.
+    ``enable_gqa`` (K and V with fewer heads, PyTorch's convention), ``gqa_packing``, ``window``,
+    ``alibi_slopes`` (broadcastable to the leading axes) and ``softcap``, as :func:`flashref.flash2.forward`
+    takes them. With ``gqa_packing=True`` a work item holds the g query heads of a K/V head's group as
+    g·Nq rows (FlashAttention-3's PackGQA; the grouped-query decoding kernels of flash-attn and vLLM):
+    the cache is streamed once per K/V head instead of once per query head, g times less, which is
+    most of a decoding step's traffic.
 
     Returns ``.O``, ``.l``, ``.m`` (merged row statistics, as FlashAttention's), ``.io``,
     ``.flops``, ``.events``, the partials ``.O_partial`` (..., S, Nq, d), ``.m_partial`` and
@@ -164,9 +179,11 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     num_splits, sms = opts.get("num_splits"), opts.get("sms")
     g, S = plan(pb0, num_splits, sms)
     sms = DEFAULT_SMS if sms is None else int(sms)
-    # [gqa] query head h reads K/V head h // g: each query head's work items load their group's K, V (unpacked, as
-    # flash2's default); the slopes become one per loop head, (..., 1).
-    pb = variants.loop_problem(pb0, packed=False)
+    # [gqa] Unpacked (flash2's default), query head h reads K/V head h // g: each query head's work items load their
+    # group's K, V. Packed, a work item holds the g query heads of one K/V head as g·Nq rows (row p is position
+    # p // g of head p mod g) and loads its K, V once. The slopes become (..., 1), or the group's (..., g).
+    pb = variants.loop_problem(pb0, pb0.gqa_packing)
+    G = pb.q_group  # loop rows a query position: g packed, else 1
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
 
     mem = Memory(pb.sram_size, pb.dtype_bytes, pb.lead_shape)
@@ -174,7 +191,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V)):
         mem.input(name, X)  # inputs start in HBM at no cost (rule 1)
     if pb.alibi_slopes is not None:
-        mem.input("alibi_slopes", pb.alibi_slopes)  # (..., 1): one slope per head
+        mem.input("alibi_slopes", pb.alibi_slopes)  # (..., G): one slope per query head of the loop head
     # Output buffers are allocated, not initialised (torch.empty): every element is written once
     # by a store below, so no initialisation writes are counted (rule 3 counts only initialised ones).
     # Partial s of query row r lives at row s·Nq + r of the (S·Nq)-row partial buffers.
@@ -184,24 +201,28 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         mem.output(stat if S == 1 else stat + "_partial", (rows_out,), dtype=pb.dtype)
 
     # ---------------------------------------------------------------- split pass
-    # Each (split s, query block i) is an independent work item: heads × Tr × S thread blocks.
+    # Each (split s, query block i) is an independent work item: loop heads × Tr × S thread blocks.
     for s, (k0, k1) in enumerate(split_bounds(Nk, S)):
         for i in range(g.Tr):
             _split_item(mem, fc, pb, g.rows(i), (k0, k1), g.Bc, s, S)
 
     if S > 1:
-        O_part = mem.result("O_partial").reshape(pb.lead_shape + (S, Nq, d))  # (..., S, Nq, d)
-        partials = {"O_partial": O_part,
-                    "m_partial": mem.result("m_partial").reshape(pb.lead_shape + (S, Nq)),
-                    "l_partial": mem.result("l_partial").reshape(pb.lead_shape + (S, Nq))}
+        partials = {"O_partial": mem.result("O_partial").reshape(pb.lead_shape + (S, Nq, d)),  # (..., S, Nq, d)
+                    "m_partial": mem.result("m_partial").reshape(pb.lead_shape + (S, Nq, 1)),
+                    "l_partial": mem.result("l_partial").reshape(pb.lead_shape + (S, Nq, 1))}
         _merge_pass(mem, fc, pb, S, g)
     else:
         partials = {"O_partial": mem.result("O")[..., None, :, :],
-                    "m_partial": mem.result("m")[..., None, :], "l_partial": mem.result("l")[..., None, :]}
-    items = pb.heads * g.Tr * S  # an empty batch (a zero leading axis) launches no thread block
-    return ForwardResult(O=mem.result("O"), l=mem.result("l"), m=mem.result("m"), io=mem.report(),
-                         flops=fc.report(), events=mem.events, num_splits=S, block_sizes=(g.Br, g.Bc),
-                         work_items=items, parallelism=_parallelism(items, sms), **partials)
+                    "m_partial": mem.result("m")[..., None, :, None], "l_partial": mem.result("l")[..., None, :, None]}
+    # [gqa] back to Q's heads: the packed rows of each split unpacked (the split axis moved out of the way)
+    partials = {k: np.moveaxis(variants.unpack_rows(np.moveaxis(X, -3, 0), G), 0, -3) for k, X in partials.items()}
+    partials = {k: X if k == "O_partial" else X[..., 0] for k, X in partials.items()}  # (..., S, Nq) statistics
+    O, l, m = (variants.unpack_rows(X, G) for X in (mem.result("O"), mem.result("l")[..., None],
+                                                    mem.result("m")[..., None]))
+    items = pb.heads * g.Tr * S  # loop heads; an empty batch (a zero leading axis) launches no thread block
+    return ForwardResult(O=O, l=l[..., 0], m=m[..., 0], io=mem.report(), flops=fc.report(), events=mem.events,
+                         num_splits=S, block_sizes=(g.Br // G, g.Bc), work_items=items,
+                         parallelism=_parallelism(items, sms), **partials)
 
 
 def _parallelism(items: int, sms: int) -> dict:
@@ -216,9 +237,9 @@ def _split_item(mem: Memory, fc: FlopCounter, pb: Problem, rows, keys, Bc: int, 
     tau = pb.scale
     # Load Q_i from HBM to on-chip SRAM (every split loads the queries: S·Nq·d reads).
     Q_i = mem.load("Q", rows=rows, as_="Q_i", line="split: load Q_i")  # (Br, d)
-    # [alibi] load the head's slope, as every split loads Q_i (S·Tr reads per head).
+    # [alibi] load the head's slope (the group's g, packed), as every split loads Q_i (S·Tr·g reads per loop head).
     slopes_i = (None if pb.alibi_slopes is None
-                else mem.load("alibi_slopes", rows=(0, 1), as_="slopes_i", line="split: load Q_i"))
+                else mem.load("alibi_slopes", rows=(0, pb.q_group), as_="slopes_i", line="split: load Q_i"))
     # Initialise on chip the accumulator O_i = 0 and the statistics m_i = -inf, ℓ_i = 0.
     O_i = mem.hold("O_i", np.zeros(Q_i.shape, dtype=pb.dtype))  # (Br, d), unnormalised
     m_i = mem.hold("m_i", np.full(Q_i.shape[:-1] + (1,), -np.inf, dtype=pb.dtype))  # (Br, 1)

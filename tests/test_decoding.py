@@ -139,6 +139,8 @@ def variant_decodes(draw):
     Nq, Nk, d = draw(st.integers(1, 4)), draw(st.integers(1, 24)), draw(st.integers(1, 4))
     r = np.random.default_rng(draw(st.integers(0, 2**16)))
     o = {"enable_gqa": True} if g > 1 or draw(st.booleans()) else {}
+    if o and draw(st.booleans()):
+        o["gqa_packing"] = True  # a work item holds the group's g query heads as g·Nq rows
     if draw(st.booleans()):
         o["causal"] = True
     if draw(st.booleans()):
@@ -167,9 +169,14 @@ def test_variants_equal_the_oracle_and_their_closed_form_for_any_split(case):
     assert np.array_equal(seen, np.isfinite(lse_ref))
     assert np.allclose((res.m + np.log(np.where(seen, res.l, 1.0)))[seen], lse_ref[seen], rtol=0, atol=1e-12)
     shapes = {k: (True if k == "alibi_slopes" else v) for k, v in o.items()}
-    pred = iomodel.predict("decoding", "forward", Nq=Q.shape[-2], Nk=K.shape[-2], d=Q.shape[-1],
-                           heads=Q.shape[0] * Q.shape[1], num_splits=S, **shapes)
+    heads = dict(heads=Q.shape[0] * Q.shape[1], kv_heads=K.shape[0] * K.shape[1])
+    pred = iomodel.predict("decoding", "forward", Nq=Q.shape[-2], Nk=K.shape[-2], d=Q.shape[-1], num_splits=S,
+                           **heads, **shapes)
     assert pred.by_line == res.io.by_line and (pred.reads, pred.writes) == (res.io.reads, res.io.writes)
+    assert iomodel.block_sizes("decoding", "forward", Nq=Q.shape[-2], Nk=K.shape[-2], d=Q.shape[-1], num_splits=S,
+                               **heads, **shapes) == res.block_sizes
+    if o.get("gqa_packing"):
+        return  # the packed loop's count: test_packed_gqa_reads_the_cache_once_per_kv_head
     Tr = -(-Q.shape[-2] // res.block_sizes[0])
     slope_reads = Q.shape[0] * Q.shape[1] * S * Tr if "alibi_slopes" in o else 0
     plain = iomodel.predict("decoding", "forward", Nq=Q.shape[-2], Nk=K.shape[-2], d=Q.shape[-1],
@@ -209,8 +216,8 @@ def test_paged_decoding_equals_decoding_on_the_gathered_cache_with_each_variant(
 def test_decoding_refuses_what_it_does_not_take_naming_the_variants(rng):
     Q, K = rng.standard_normal((1, 4)), rng.standard_normal((10, 4))
     with pytest.raises(TypeError, match=r"unknown option 'bias'; valid options are alibi_slopes, block_sizes, causal, "
-                                        r"dropout_p, dtype_bytes, enable_gqa, mask, num_splits, scale, seed, sms, "
-                                        r"softcap, sram_size, window$"):
+                                        r"dropout_p, dtype_bytes, enable_gqa, gqa_packing, mask, num_splits, scale, "
+                                        r"seed, sms, softcap, sram_size, window$"):
         decoding.forward(Q, K, K, bias=np.zeros((1, 10)))
     with pytest.raises(ValueError, match="softcap"):
         decoding.forward(Q, K, K, softcap=0.0)
@@ -229,3 +236,31 @@ def test_resolve_and_work_items_take_the_variants_and_see_the_slope_in_the_footp
     assert closed.resolve(**shapes)[:2] != res.block_sizes  # the slope is what changes them
     assert closed.work_items(**shapes, alibi_slopes=np.ones(4)) == res.work_items == 8
     assert closed.work_items(**shapes, window=(1, 0), softcap=2.0, enable_gqa=True) == 4 * 1 * 1
+
+
+@pytest.mark.parametrize("g, Nq", [(4, 1), (2, 3), (8, 2)])
+def test_packed_gqa_reads_the_cache_once_per_kv_head(g, Nq):
+    """Packed, a work item holds its group's g query heads as g·Nq rows: the same output and statistics as the
+    unpacked loop, K and V read once per K/V head (g times less, when the packed rows fit one row block as the
+    unpacked ones do), one work item where there were g, and the footprint of g·Br rows measured on chip."""
+    rng = np.random.default_rng(g)
+    Q = rng.standard_normal((2, 2 * g, Nq, 8))
+    K, V = rng.standard_normal((2, 2, 96, 8)), rng.standard_normal((2, 2, 96, 8))
+    o = dict(enable_gqa=True, num_splits=3, block_sizes=(Nq, 16), alibi_slopes=rng.random(2 * g), softcap=5.0)
+    unpacked = decoding.forward(Q, K, V, **o)
+    packed = decoding.forward(Q, K, V, gqa_packing=True, **o)
+    for name in ("O", "l", "m", "O_partial", "m_partial", "l_partial"):
+        assert np.allclose(getattr(packed, name), getattr(unpacked, name), rtol=0, atol=1e-12), name
+    cache = "split: load K_j, V_j"
+    assert unpacked.io.by_line[cache][0] == g * packed.io.by_line[cache][0] == 2 * 2 * g * 2 * 96 * 8
+    assert unpacked.io.by_line["split: load Q_i"] == packed.io.by_line["split: load Q_i"]  # Q, slopes: once each
+    assert unpacked.work_items == g * packed.work_items == 2 * 2 * g * 3
+    assert packed.block_sizes == unpacked.block_sizes == (Nq, 16)
+    assert packed.io.peak_sram == decoding.footprint(g * Nq, 16, 8, slopes=g)
+
+
+def test_packing_without_gqa_is_the_plain_loop(rng):
+    Q, K = rng.standard_normal((3, 2, 4)), rng.standard_normal((3, 20, 4))
+    plain = decoding.forward(Q, K, K, num_splits=2)
+    packed = decoding.forward(Q, K, K, num_splits=2, gqa_packing=True)
+    assert np.array_equal(plain.O, packed.O) and plain.io.by_line == packed.io.by_line

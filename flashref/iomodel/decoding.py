@@ -14,7 +14,8 @@ merge pass (S > 1 only; Tr work items)
 Streaming the cache (2·Nk·d) dominates; splitting adds ``(S−1)·Nq·d`` Q reads and
 ``2·S·(Nq·d + 2·Nq)`` partial traffic, which for one query is tiny next to the cache.
 ``causal``, ``window``, ``mask``, ``dropout_p``, ``softcap`` and ``scale`` change no IO (no block is
-skipped); with ``enable_gqa`` each query head reads its group's K/V, so the count is per query head.
+skipped); with ``enable_gqa`` each query head reads its group's K/V, so the count is per query head, and with
+``gqa_packing`` per K/V head with g·Nq rows: the cache is read g times less.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from .. import decoding
+from .. import decoding, variants
 from ..problem import Problem, _slopes
 from ..variants import band
 from . import Prediction, Tally
@@ -40,16 +41,17 @@ def resolve(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, **opts) -> tuple[i
 
 def _resolve(pb: Problem, num_splits, sms) -> tuple[int, int, int]:
     g, S = decoding.plan(pb, num_splits, sms)
-    return g.Br, g.Bc, S
+    return g.Br // variants.packed_group(pb, pb.gqa_packing), g.Bc, S  # Br in query positions, as the simulator's
 
 
 def forward(pb: Problem, *, num_splits=None, sms=None) -> Prediction:
-    Nq, Nk, d = pb.Nq, pb.Nk, pb.d
-    Br, _Bc, S = _resolve(pb, num_splits, sms)
-    Tr = -(-Nq // Br)
-    t = Tally(pb.heads, pb.dtype_bytes)
-    # [alibi] every work item loads its head's slope beside Q_i
-    t.add("split: load Q_i", reads=S * Nq * d + (S * Tr if pb.alibi_slopes is not None else 0))
+    # [gqa] packed, a loop head is a K/V head with g·Nq rows (and g slopes): the table above with Nq → g·Nq
+    G = variants.packed_group(pb, pb.gqa_packing)
+    g, S = decoding.plan(pb, num_splits, sms)
+    Nq, Nk, d, Tr = G * pb.Nq, pb.Nk, pb.d, g.Tr
+    t = Tally(decoding.loop_heads(pb), pb.dtype_bytes)
+    # [alibi] every work item loads its head's slope (the group's g, packed) beside Q_i
+    t.add("split: load Q_i", reads=S * Nq * d + (S * Tr * G if pb.alibi_slopes is not None else 0))
     t.add("split: load K_j, V_j", reads=Tr * 2 * Nk * d)
     if S == 1:
         t.add("split: write O, l, m", writes=Nq * d + 2 * Nq)
@@ -60,11 +62,12 @@ def forward(pb: Problem, *, num_splits=None, sms=None) -> Prediction:
     return t.prediction()
 
 
-def work_items(*, Nq, Nk, d, heads=1, **opts) -> int:
-    """Independent thread blocks of the split pass: heads × Tr × num_splits."""
-    Br, _Bc, S = resolve(Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
-    heads = 1 if heads is None else int(heads)  # checked by resolve (None: one head, as from_shapes reads it)
-    return heads * -(-int(Nq) // Br) * S  # an empty batch (heads = 0) launches no thread block
+def work_items(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, **opts) -> int:
+    """Independent thread blocks of the split pass: loop heads × Tr × num_splits (loop heads: K/V's with packed
+    GQA, whose Tr counts g·Nq rows)."""
+    pb = Problem.from_shapes("iomodel.decoding.work_items", decoding.OPTIONS, Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
+    g, S = decoding.plan(pb, num_splits, sms)
+    return decoding.loop_heads(pb) * g.Tr * S  # an empty batch (heads = 0) launches no thread block
 
 
 def forward_paged(*, Nq, d, heads, page_size, cache_seqlens, alibi_slopes=None, **opts) -> Prediction:
