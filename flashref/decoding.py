@@ -32,8 +32,9 @@ where FlashAttention-2 writes L, Nq) and holds five row vectors, rescaling by Fl
 
 Semantics are those of every flashref algorithm (``scale``, ``causal``, ``mask``, ``dropout_p``,
 ``seed``, ``sram_size``, ``block_sizes``, ``dtype_bytes``) and of the variants a decoding kernel
-carries (``enable_gqa``, ``window``, ``alibi_slopes``, ``softcap``; the lines marked ``[gqa]``,
-``[alibi]``, ``[softcap]``), so the result equals standard attention whatever ``num_splits`` is.
+carries (``enable_gqa`` with or without ``gqa_packing``, ``window``, ``alibi_slopes``, ``softcap``; the
+lines marked ``[gqa]``, ``[alibi]``, ``[softcap]``), so the result equals standard attention whatever
+``num_splits`` is.
 Causal, the window and ALiBi's distances are top-left aligned as everywhere in flashref (a decoding
 query usually sees the whole cache: leave ``causal`` off or pass a ``mask``).
 
