@@ -114,15 +114,18 @@ class Grid:
         return 4
 
 
-def resolve(pb, footprint: Callable[[int, int, int], int]) -> tuple[int, int]:
-    """Block sizes ``(Br, Bc)`` for problem ``pb`` given ``footprint(Br, Bc, d)`` in elements per head."""
+def resolve(pb, footprint: Callable[[int, int, int], int], packed: int = 1) -> tuple[int, int]:
+    """Block sizes ``(Br, Bc)`` for problem ``pb`` given ``footprint(Br, Bc, d)`` in elements per head.
+
+    ``packed``: loop rows a query position (g with packed GQA, whose footprint counts g·Br rows), for the errors."""
     d, Nq, Nk = pb.d, pb.Nq, pb.Nk
+    rows = "" if packed == 1 else f" ({packed}·Br rows with the group's {packed} query heads packed)"
     if pb.block_sizes is not None:
         Br, Bc = min(pb.block_sizes[0], Nq), min(pb.block_sizes[1], Nk)
         need = footprint(Br, Bc, d)
         if pb.sram_size is not None and need > pb.sram_size:
             raise SRAMOverflowError(
-                f"block_sizes=(Br={Br}, Bc={Bc}) need an on-chip footprint of {need} elements per head, "
+                f"block_sizes=(Br={Br}, Bc={Bc}){rows} need an on-chip footprint of {need} elements per head, "
                 f"more than sram_size={pb.sram_size}")
         return Br, Bc
     M = pb.sram_size if pb.sram_size is not None else default_sram_size(pb.dtype_bytes)
@@ -135,7 +138,7 @@ def resolve(pb, footprint: Callable[[int, int, int], int]) -> tuple[int, int]:
             return Br_c, Bc_c
     default = "" if pb.sram_size is not None else f" (the default, {DEFAULT_SRAM_BYTES} bytes of the dtype)"
     raise SRAMOverflowError(
-        f"even 1x1 blocks need an on-chip footprint of {footprint(1, 1, d)} elements per head "
+        f"even 1x1 blocks{rows} need an on-chip footprint of {footprint(1, 1, d)} elements per head "
         f"with d={d}, more than sram_size={M}{default}; pass a larger sram_size= (M, in elements)")
 
 

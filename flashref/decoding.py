@@ -114,7 +114,7 @@ def grid(pb: Problem) -> blocks.Grid:
     :func:`flashref.flash2.grid_forward`), and the grid runs over g·Nq rows.
     """
     G = variants.packed_group(pb, pb.gqa_packing)
-    Br, Bc = blocks.resolve(pb, lambda Br, Bc, d: footprint(G * Br, Bc, d, _slopes_held(pb)))
+    Br, Bc = blocks.resolve(pb, lambda Br, Bc, d: footprint(G * Br, Bc, d, _slopes_held(pb)), packed=G)
     return blocks.Grid.of(G * Br, Bc, G * pb.Nq, pb.Nk)
 
 
@@ -143,9 +143,10 @@ def plan(pb: Problem, num_splits, sms) -> tuple[blocks.Grid, int]:
         need = footprint(g.Br, Bc, pb.d, _slopes_held(pb))
         if need > pb.sram_size:
             G = variants.packed_group(pb, pb.gqa_packing)
-            rows = "" if G == 1 else f", {g.Br} rows with the group's {G} heads packed"
+            rows = "" if G == 1 else f" ({g.Br} rows with the group's {G} query heads packed)"
+            splits = f"{S} split{'s' if S != 1 else ''}"
             raise blocks.SRAMOverflowError(
-                f"block_sizes=(Br={g.Br // G}, Bc={g.Bc}){rows} with {S} splits (key tiles of at most {Bc}) need an "
+                f"block_sizes=(Br={g.Br // G}, Bc={g.Bc}){rows} with {splits} (key tiles of at most {Bc}) need an "
                 f"on-chip footprint of {need} elements per head, more than sram_size={pb.sram_size}")
     return g, S
 
@@ -172,8 +173,9 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
     Returns ``.O``, ``.l``, ``.m`` (merged row statistics, as FlashAttention's), ``.io``,
     ``.flops``, ``.events``, the partials ``.O_partial`` (..., S, Nq, d), ``.m_partial`` and
-    ``.l_partial`` (..., S, Nq), ``.num_splits``, ``.block_sizes``, ``.work_items`` (heads × Tr ×
-    splits of the split pass) and ``.parallelism`` (:func:`parallelism` of those items).
+    ``.l_partial`` (..., S, Nq), ``.num_splits``, ``.block_sizes``, ``.work_items`` (loop heads × Tr ×
+    splits of the split pass: K/V's heads and g·Nq rows with packed GQA) and ``.parallelism``
+    (:func:`parallelism` of those items).
     """
     # num_splits and sms are decoding's own options: checked by name here, by value below
     pb0 = Problem.from_arrays(Q, K, V, "decoding.forward", OPTIONS, **opts)

@@ -127,7 +127,7 @@ def footprint_backward(Br: int, Bc: int, d: int, softcap: bool = False, slopes: 
 def _loop_grid(pb: Problem, footprint) -> blocks.Grid:
     """The tiling of the loop: blocks resolved for the query positions, rows ×g when GQA is packed."""
     G = variants.packed_group(pb, pb.gqa_packing)
-    Br, Bc = blocks.resolve(pb, lambda Br, Bc, d: footprint(G * Br, Bc, d))
+    Br, Bc = blocks.resolve(pb, lambda Br, Bc, d: footprint(G * Br, Bc, d), packed=G)
     # Nq = 0 (a varlen sequence with keys but no queries: backward_varlen) resolves Br = 0; its Tr = 0 row
     # blocks may have any height, and a Grid's blocks are positive.
     return blocks.Grid.of(G * max(Br, 1), Bc, G * pb.Nq, pb.Nk)

@@ -37,7 +37,10 @@ The attention variants (taken by the modules that list them in their
 =================  ===========================================================================
 
 From shapes, ``kv_heads`` (the product of K's leading axes, with ``enable_gqa``) says the group
-size, and ``alibi_slopes=True`` says "there are slopes" (only their presence changes the IO).
+size, and ``alibi_slopes=True`` says "there are slopes" (only their presence changes the IO). An
+empty batch's products (``heads=0, kv_heads=0``) cannot say the group, so from shapes it is 1; the
+simulator reads it from the head axes. With ``gqa_packing`` the two can then resolve different
+block sizes (and refuse different ``sram_size`` values) for a call that moves nothing.
 
 Algorithm-specific options (``num_splits`` and ``sms`` of ``decoding``) are declared by the
 module that uses them and checked by it; this module only knows which names are allowed.
@@ -201,7 +204,8 @@ def _kv_lead(q_lead: tuple, kv_lead: tuple, enable_gqa: bool, what: str) -> tupl
                          f"axis (-3)")
     Hq, Hkv = q_lead[-1], kv_lead[-1]
     if Hkv == 0 or Hq % Hkv:
-        raise ValueError(f"enable_gqa: query heads Hq={Hq} must be a multiple of key/value heads Hkv={Hkv}")
+        raise ValueError(f"enable_gqa: query heads Hq={Hq} must be a multiple of key/value heads Hkv={Hkv} "
+                         f"(Hkv from {what})")
     return kv_lead
 
 

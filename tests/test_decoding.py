@@ -264,3 +264,19 @@ def test_packing_without_gqa_is_the_plain_loop(rng):
     plain = decoding.forward(Q, K, K, num_splits=2)
     packed = decoding.forward(Q, K, K, num_splits=2, gqa_packing=True)
     assert np.array_equal(plain.O, packed.O) and plain.io.by_line == packed.io.by_line
+
+
+def test_packed_errors_say_the_rows_are_packed_and_name_kv_heads():
+    """Before: a packed loop too big for sram_size was refused as "even 1x1 blocks need 184 elements", where an
+    unpacked 1x1 block needs 70 and runs; and a kv_heads that does not divide heads was not named."""
+    Q, K = np.zeros((1, 8, 1, 16)), np.zeros((1, 2, 64, 16))
+    packed = dict(enable_gqa=True, gqa_packing=True, sram_size=100)
+    with pytest.raises(SRAMOverflowError, match=r"even 1x1 blocks \(4·Br rows with the group's 4 query heads packed\)"):
+        decoding.forward(Q, K, K, **packed)
+    decoding.forward(Q, K, K, enable_gqa=True, sram_size=100)  # unpacked, the same memory holds a 1x1 block
+    with pytest.raises(SRAMOverflowError, match=r"\(4 rows with the group's 4 query heads packed\) with 1 split "):
+        decoding.forward(Q, K, K, **packed, block_sizes=(1, 2), num_splits=1)
+    with pytest.raises(ValueError, match=r"Hkv=3 \(Hkv from kv_heads\)"):
+        iomodel.predict("decoding", "forward", Nq=1, Nk=16, d=8, heads=8, kv_heads=3, enable_gqa=True)
+    with pytest.raises(ValueError, match=r"Hkv=3 \(Hkv from K\)"):
+        decoding.forward(np.zeros((8, 1, 4)), np.zeros((3, 9, 4)), np.zeros((3, 9, 4)), enable_gqa=True)
