@@ -230,3 +230,36 @@ def test_fp16_backward_range_record_is_what_the_docstring_says():
             assert bad["flashref"] == bad["flashref2"] == bad["sdpa_flash"] and bad["flashref"]["dq"] > 0
             assert f"{bad['flashref']['dq']}" in " ".join(gpu.attention.__doc__.split())
             assert f"{bad['flashref']['dq']}" in readme
+
+
+def test_gqa_decode_record_is_the_closed_form_and_reads_each_cache_once():
+    """figures/gpu/h200-gqa-decode.json (examples/gqa_decode.py on an H200): the bytes it recorded are today's closed
+    form for both schedules; every output agrees with the expanded call's; SDPA's flash and cuDNN backends with
+    enable_gqa moved the packed bytes within the H200's HBM bandwidth, where the unpacked bytes in their time would
+    need more than 1.5 times it at every cache but the smallest (so they read each K/V head's cache about once, not
+    once per query head); the expanded call, whose query heads each have their own copy, stays under it with the
+    unpacked bytes. The README, NOTES.md and notebook 09 say so."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from flashref.hardware import H200
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("gqa_decode", repo / "examples" / "gqa_decode.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    closed_form_bytes = script.closed_form_bytes
+    rec = json.loads((repo / "figures" / "gpu" / "h200-gqa-decode.json").read_text())
+    assert rec["metadata"]["device"].startswith("NVIDIA H200") and len(rec["rows"]) == 6
+    peak = H200.hbm_bandwidth  # bytes a second
+    for row in rec["rows"]:
+        b = row["bytes"]
+        assert b == closed_form_bytes(row["B"], row["N"]) and b["unpacked"] > 3.9 * b["packed"]
+        assert all(diff < 1e-3 for diff in row["max_abs_diff"].values())
+        for name in ("sdpa_gqa/flash", "sdpa_gqa/cudnn"):
+            seconds = row["ms"][name] / 1e3
+            assert b["packed"] / seconds < peak
+            if (row["B"], row["N"]) != (1, 8192):  # the smallest cache: too quick a call to tell
+                assert b["unpacked"] / seconds > 1.5 * peak
+        assert b["unpacked"] / (row["ms"]["expanded"] / 1e3) < peak

@@ -323,6 +323,7 @@ def test_scripts_refuse_before_any_work_with_a_clear_message(tmp_path, capsys, m
         assert sweep.main(["--configs", "default"]) == 1 and "needs a CUDA GPU" in capsys.readouterr().err
         refused(lambda: example("knee_speed").main(["--out", str(tmp_path / "k.json")]), "CUDA GPU")
         refused(lambda: example("fp16_backward_range").main(["--out", str(tmp_path / "f.json")]), "CUDA GPU")
+        refused(lambda: example("gqa_decode").main(["--out", str(tmp_path / "g.json")]), "CUDA GPU")
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     refused(lambda: example("dram_speed").main(["--out", str(a_file / "x.json")]), "is a file")
