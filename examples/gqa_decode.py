@@ -12,10 +12,13 @@ query heads that share it. This times, with ``triton.testing.do_bench`` (which f
 * ``sdpa_gqa/<backend>``: SDPA with ``enable_gqa=True`` on each backend that takes it;
 * ``flashref``: ``flashref.gpu.attention`` with ``enable_gqa=True``, one program per query head and row block (the
   unpacked schedule; the g programs of a group read the same K/V tiles, which the L2 can serve), without splitting
-  the keys.
+  the keys;
+* ``flashref_decode``: ``flashref.gpu.decode``, split-KV decoding with packed GQA (``flashref/gpu/splitkv.py``), its
+  number of splits chosen for the GPU's SMs.
 
 Beside each time it records the closed form's bytes for both schedules (``iomodel.predict("decoding", ...)``, one
-split), so that a time reads as a bandwidth, and each output's largest difference from the expanded call's. Needs a
+split), so that a time reads as a bandwidth, and each output's largest difference from the expanded call's. Each call is
+timed twice: as a user makes it (``ms``), and its kernels alone, replayed from a CUDA graph (``ms_graph``). Needs a
 CUDA GPU and Triton.
 """
 
@@ -49,6 +52,23 @@ def time_step(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
 
 
+def time_graph(fn) -> float:
+    """Median milliseconds of ``fn``'s kernels alone: ``fn`` captured in a CUDA graph, whose replay has no host work
+    (Python's checks, the launches), timed as :func:`time_step` times a call. A decoding step's kernels take tens of
+    microseconds, as long as the host takes to launch them, so a call's time can hide what its kernels take."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the default stream, as graph capture asks
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_step(graph.replay)
+
+
 def calls(q, k, v, k_rep, v_rep, backends) -> dict:
     """name -> (SDPA backend or None, the call), each bound to this shape's tensors."""
     import torch
@@ -60,6 +80,7 @@ def calls(q, k, v, k_rep, v_rep, backends) -> dict:
     for name, backend in backends.items():
         out[f"sdpa_gqa/{name}"] = (backend, lambda: sdpa(q, k, v, enable_gqa=True))
     out["flashref"] = (None, lambda: gpu.attention(q, k, v, enable_gqa=True))
+    out["flashref_decode"] = (None, lambda: gpu.decode(q, k, v))
     return out
 
 
@@ -85,26 +106,27 @@ def main(argv=None) -> int:
             with sdpa_kernel(backends["flash"]):
                 ref = torch.nn.functional.scaled_dot_product_attention(q, k_rep, v_rep)
             row = {"B": B, "Hq": HQ, "Hkv": HKV, "N": N, "d": D, "bytes": closed_form_bytes(B, N), "ms": {},
-                   "max_abs_diff": {}, "errors": {}}
+                   "ms_graph": {}, "max_abs_diff": {}, "errors": {}}
             for name, (backend, fn) in calls(q, k, v, k_rep, v_rep, backends).items():
                 try:
                     if backend is None:
-                        out, ms = fn(), time_step(fn)
+                        out, ms, ms_graph = fn(), time_step(fn), time_graph(fn)
                     else:
                         with sdpa_kernel(backend):
-                            out, ms = fn(), time_step(fn)
+                            out, ms, ms_graph = fn(), time_step(fn), time_graph(fn)
                 except RuntimeError as e:  # a backend that does not take this call says so; recorded, not fatal
                     row["errors"][name] = str(e).splitlines()[0][:200]
                     continue
-                row["ms"][name] = ms
+                row["ms"][name], row["ms_graph"][name] = ms, ms_graph
                 row["max_abs_diff"][name] = float((out.float() - ref.float()).abs().max())
             rows.append(row)
-            times = "  ".join(f"{n} {t:.3f} ms" for n, t in row["ms"].items())
+            times = "  ".join(f"{n} {t:.3f} ms ({row['ms_graph'][n]:.3f})" for n, t in row["ms"].items())
             print(f"B={B} N={N}: {times}", flush=True)
             del k_rep, v_rep
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "dtype": "float16",
-            "timing": "triton.testing.do_bench, median, L2 flushed before each call"}
+            "timing": "triton.testing.do_bench, median, L2 flushed before each call; ms: the call as a user makes "
+                      "it, ms_graph: its kernels alone, replayed from a CUDA graph"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"metadata": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -10,7 +10,8 @@ whose every step is tagged with the line of FlashAttention-2's Algorithm 1 or 2 
 ``flashref/flash2.py``) it implements. By default kernel 3 runs wherever it takes the call and
 kernel 2 everywhere else (:func:`which_kernel` says which, and why); ``config=kernels.Config(...)``
 picks kernel 1 or 2, its tiles and its schedules; nothing is read from the environment.
-``forward`` and ``backward`` (the pieces ring attention composes) run kernel 2.
+``forward`` and ``backward`` (the pieces ring attention composes) run kernel 2. ``decode(q, k, v, *, scale=None,
+num_splits=None)`` is split-KV decoding with packed GQA (``splitkv.py``), forward only.
 
 torch and triton are imported only when this module is used: ``import flashref`` needs neither.
 Under ``TRITON_INTERPRET=1`` (set before triton is imported) the kernels run on the CPU in
@@ -22,6 +23,7 @@ Triton's interpreter, and CPU tensors (float32 too) are accepted; this is how CI
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
@@ -31,7 +33,7 @@ import numpy as np
 from ..dropout import check_p
 from ..problem import _bool, _causal, _nonnegative_int, _scale, _seed, _softcap, _window, check_options
 
-__all__ = ["attention", "forward", "backward", "dropout_mask", "which_kernel", "MAX_HEAD_DIM", "OPTIONS"]
+__all__ = ["attention", "forward", "backward", "decode", "dropout_mask", "which_kernel", "MAX_HEAD_DIM", "OPTIONS"]
 
 MAX_HEAD_DIM = 256  # kernels.MAX_HEAD_DIM (kept here so that checking needs no triton import)
 # CUDA launches at most 65535 programs along a grid's y and z (2^31 - 1 along x). The kernels put (batch, head) on
@@ -661,3 +663,60 @@ def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str
         return f"kernel 2: kernel 3 does not take this call ({why})"
     tiles, why = kernel3.backward_tiles(q, k, v, causal, deterministic)  # the backward kernel3.run pairs
     return "kernel 3 (backward: " + ("kernel 3)" if tiles is not None else f"kernel 2, {why})")
+
+
+def decode(q, k, v, *, scale=None, num_splits=None):
+    """Split-KV decoding with packed GQA (``splitkv.py``, written beside ``flashref/decoding.py``): ``softmax(scale ·
+    q kᵀ) v`` for a few queries against a long cache, forward only, as ``decoding.forward(q, k, v,
+    enable_gqa=True, gqa_packing=True, num_splits=...)`` computes it.
+
+    q ``(B, Hq, Nq, d)``, k and v ``(B, Hkv, Nk, d)`` with Hq a multiple of Hkv (Hkv = Hq is plain attention); fp16 or
+    bf16 on a GPU (fp16 and fp32 in Triton's interpreter). A program holds the g = Hq/Hkv query heads of a K/V head
+    at every position, g·Nq rows, and streams that head's keys of one split once for all of them; a second kernel
+    merges the splits by log-sum-exp. ``num_splits``: a positive int ≤ Nk, or ``None`` for
+    ``parallelism.choose_num_splits`` on the GPU's SMs. No mask, causal or other option: a decoding query sees its
+    whole cache. An empty batch (B, Hq or Hkv = 0) returns the empty output. Inputs that require a gradient are
+    refused (use :func:`attention`, which has a backward)."""
+    import torch
+
+    from ..parallelism import DEFAULT_SMS, check_num_splits
+
+    scale = _check(q, k, v, False, scale, enable_gqa=True, any_scale=True)
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+        raise RuntimeError("gpu.decode is forward only (it has no backward); call it under torch.no_grad(), or use "
+                           "gpu.attention, which has one")
+    B, Hq, Nq, _ = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    if B * Hq * Hkv == 0:  # no program to launch (a grid with no program along an axis may fail on a GPU)
+        return q.new_empty(q.shape)
+    if B * Hkv > MAX_GRID_Y:
+        raise ValueError(f"q, k: B·Hkv = {B * Hkv} (batch × K/V heads) programs along the grid's z axis, more than "
+                         f"CUDA's {MAX_GRID_Y}")
+    _finite(("q", q), ("k", k), ("v", v))
+    _scores_fit(q, k, scale)
+    from . import splitkv
+
+    rows = (Hq // Hkv) * Nq  # the packed rows of one K/V head
+    if num_splits is None:
+        sms = _sm_count(q.device.index) if q.is_cuda else DEFAULT_SMS
+        Tr = -(-rows // splitkv.block_rows(rows))
+        num_splits = _choose_num_splits(B * Hkv * Tr, -(-Nk // splitkv.BLOCK_KEYS), Nk, sms)
+    else:
+        num_splits = check_num_splits(num_splits, Nk)
+    return splitkv.forward(q.contiguous(), k.contiguous(), v.contiguous(), scale, num_splits)
+
+
+# A decoding step is short (tens of microseconds on a GPU), so the host's work per call is kept small: the SM count
+# and the choice of splits (a Python search over up to 128 candidates, about a millisecond) are remembered.
+@functools.cache
+def _sm_count(index) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose_num_splits(items: int, Tc: int, Nk: int, sms: int) -> int:
+    from ..parallelism import choose_num_splits
+
+    return choose_num_splits(items, Tc, Nk, sms)
