@@ -90,3 +90,26 @@ def test_decode_reads_each_kv_heads_cache_once_per_split():
                               enable_gqa=True, gqa_packing=True, num_splits=2, block_sizes=(Nq, splitkv.BLOCK_KEYS))
     assert packed.work_items == B * Hkv * 1 * 2  # what splitkv launches: (num_splits, Tr, B·Hkv)
     assert packed.io.by_line["split: load K_j, V_j"][0] == B * Hkv * 2 * 64 * 8
+
+
+@pytest.mark.parametrize("score", [1e5, 1e7, 1e9])
+def test_splits_merge_exactly_at_large_scores(score):
+    """Before: each split kept one log-sum-exp m + log2 ℓ in fp32, which at scores of 10^5 and more cannot hold
+    log2 ℓ beside m: three equal keys of weight 1/3 merged from two splits to 1.00475 (10^5), 0.75 (10^7) and 2.0
+    (10^9) for 1. The partials now keep m and ℓ apart, as decoding.forward's do. (The scores come from the scale,
+    so that fp16 inputs reach them too.)"""
+    q, k, v = (torch.ones(1, 1, n, 1, device=DEVICE, dtype=DTYPES[0]) for n in (1, 3, 3))
+    assert [float(gpu.decode(q, k, v, scale=score, num_splits=S)) for S in (1, 2, 3)] == [1.0, 1.0, 1.0]
+
+
+def test_every_argument_is_checked_before_an_empty_batch_or_a_grid_too_tall():
+    """Before: an empty batch returned before num_splits was looked at (0 and "bad" were taken), and a grid of more
+    than 65535 row tiles reached CUDA's own launch error."""
+    empty = [torch.zeros(0, h, n, 8, device=DEVICE, dtype=DTYPES[0]) for h, n in ((4, 1), (2, 9), (2, 9))]
+    with pytest.raises(ValueError, match="num_splits: expected a positive integer"):
+        gpu.decode(*empty, num_splits=0)
+    with pytest.raises(TypeError, match="num_splits"):
+        gpu.decode(*empty, num_splits="bad")
+    tall = [torch.zeros(1, h, n, 1, device=DEVICE, dtype=DTYPES[0]) for h, n in ((64, 65536), (1, 4), (1, 4))]
+    with pytest.raises(ValueError, match="the row tiles of .* = 65536 programs along one axis"):
+        gpu.decode(*tall)

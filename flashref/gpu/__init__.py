@@ -687,22 +687,22 @@ def decode(q, k, v, *, scale=None, num_splits=None):
                            "gpu.attention, which has one")
     B, Hq, Nq, _ = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
+    if num_splits is not None:  # checked first, so that an empty batch refuses what a full one refuses
+        num_splits = check_num_splits(num_splits, Nk)
     if B * Hq * Hkv == 0:  # no program to launch (a grid with no program along an axis may fail on a GPU)
         return q.new_empty(q.shape)
-    if B * Hkv > MAX_GRID_Y:
-        raise ValueError(f"q, k: B·Hkv = {B * Hkv} (batch × K/V heads) programs along the grid's z axis, more than "
-                         f"CUDA's {MAX_GRID_Y}")
-    _finite(("q", q), ("k", k), ("v", v))
-    _scores_fit(q, k, scale)
     from . import splitkv
 
     rows = (Hq // Hkv) * Nq  # the packed rows of one K/V head
+    Tr = -(-rows // splitkv.block_rows(rows))
+    for n, what in ((B * Hkv, "B·Hkv (batch × K/V heads)"), (Tr, "the row tiles of (Hq/Hkv)·Nq packed rows")):
+        if n > MAX_GRID_Y:  # the split kernel's grid is (num_splits, Tr, B·Hkv)
+            raise ValueError(f"q, k: {what} = {n} programs along one axis of the grid, more than CUDA's {MAX_GRID_Y}")
+    _finite(("q", q), ("k", k), ("v", v))
+    _scores_fit(q, k, scale)
     if num_splits is None:
         sms = _sm_count(q.device.index) if q.is_cuda else DEFAULT_SMS
-        Tr = -(-rows // splitkv.block_rows(rows))
         num_splits = _choose_num_splits(B * Hkv * Tr, -(-Nk // splitkv.BLOCK_KEYS), Nk, sms)
-    else:
-        num_splits = check_num_splits(num_splits, Nk)
     return splitkv.forward(q.contiguous(), k.contiguous(), v.contiguous(), scale, num_splits)
 
 

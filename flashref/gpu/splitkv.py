@@ -7,9 +7,11 @@ The two passes of ``decoding.forward`` with ``enable_gqa=True, gqa_packing=True`
   ``variants.pack_rows`` lays them out), so the program streams its K/V head's keys ``[k0, k1)`` once for all g
   heads: the packed schedule, which reads the cache g times less than one program per query head. It runs
   ``_split_item``'s online softmax (in base 2, as kernel 1: S in units of log2, P̃ = exp2(S − m)) and writes the
-  partial ``O^(s)`` (normalised, fp32) and its log2-sum-exp ``m^(s) + log2 ℓ^(s)``; with one split, O itself.
+  partial ``O^(s)`` (normalised, fp32) and its statistics ``m^(s)``, ``ℓ^(s)``; with one split, O itself.
 * ``_merge``: one program per (row block, K/V head), ``_merge_pass``: reads the S partials of its rows and combines
-  them by log-sum-exp, ``O = Σ_s 2^(L^(s) − L) O^(s)`` with ``L = log2 Σ_s 2^(L^(s))``.
+  them as ``decoding._merge_pass`` does, rescaling by ``2^(m^(s) − m)``. The statistics stay apart, not summed into
+  one log-sum-exp ``m + log2 ℓ``: at scores of 10^5 and more, fp32 cannot hold ``log2 ℓ`` beside ``m``, and the
+  merged weights would no longer sum to 1 (two splits of equal scores 10^7 gave 0.75 for 1).
 
 What the simulator does with ``mem.load``/``mem.store`` is a masked ``tl.load``/``tl.store`` here, as in kernel 1.
 No mask, causal, window, dropout, ALiBi or softcap: a decoding query sees its whole cache. ``gpu.decode`` checks the
@@ -28,12 +30,12 @@ from .kernels import LOG2E, _load_rows, _store_rows, pad_dim
 def _packed_rows(base, rows, M, group, Nq, offs_d, HEAD_D: tl.constexpr):
     # The addresses of packed rows p = (position p // g, query head p mod g) of one K/V head's group, whose query
     # heads are consecutive from ``base``: row p lives at ((p mod g)·Nq + p // g)·d.
-    src = (rows % group) * Nq + rows // group
+    src = ((rows % group) * Nq + rows // group).to(tl.int64)  # int64: g·Nq·d may pass 2^31 elements
     return base + src[:, None] * HEAD_D + offs_d[None, :], (rows[:, None] < M) & (offs_d[None, :] < HEAD_D)
 
 
 @triton.jit
-def _split(Q, K, V, O, Opart, Lpart, Nq, Nk, group, num_splits, qk_scale, HEAD_D: tl.constexpr,
+def _split(Q, K, V, O, Opart, Mpart, Lpart, Nq, Nk, group, num_splits, qk_scale, HEAD_D: tl.constexpr,
            D_PAD: tl.constexpr, SINGLE: tl.constexpr, Br: tl.constexpr, Bc: tl.constexpr):
     # The work item (split s, query block i) of decoding.forward's split pass, for K/V head kv.
     s = tl.program_id(0).to(tl.int64)
@@ -68,39 +70,48 @@ def _split(Q, K, V, O, Opart, Lpart, Nq, Nk, group, num_splits, qk_scale, HEAD_D
         # O_i ← e^{m_i − m_new} O_i + P̃_ij V_j (unnormalised: divided by ℓ once, at the end of the chunk).
         O_i = alpha[:, None] * O_i + tl.dot(P_tilde.to(V_j.dtype), V_j)
         m_i = m_new
-    # On chip, O^(s)_i = diag(ℓ_i)⁻¹ O_i, and its log2-sum-exp m_i + log2 ℓ_i.
+    # On chip, O^(s)_i = diag(ℓ_i)⁻¹ O_i.
     O_i = O_i / l_i[:, None]
-    L_i = m_i + tl.math.log2(l_i)
     if SINGLE:
         # Nothing to merge: write O_i, in Q's layout, as the result.
         o_ptrs, o_ok = _packed_rows(O + kv * group * Nq * HEAD_D, rows, M, group, Nq, offs_d, HEAD_D)
         tl.store(o_ptrs, O_i.to(O.dtype.element_ty), mask=o_ok)
     else:
-        # Write the partial (O^(s)_i, L^(s)_i) to HBM: partial s of row p at row s·M + p of this K/V head's buffer.
+        # Write the partial (O^(s)_i, m^(s)_i, ℓ^(s)_i) to HBM: partial s of row p at row s·M + p of this K/V head's
+        # buffers.
         part = (kv * num_splits + s) * M
         _store_rows(Opart + part * HEAD_D, rows, M, offs_d, O_i, HEAD_D, D_PAD)
-        tl.store(Lpart + part + rows, L_i, mask=rows < M)
+        tl.store(Mpart + part + rows, m_i, mask=rows < M)
+        tl.store(Lpart + part + rows, l_i, mask=rows < M)
 
 
 @triton.jit
-def _merge(O, Opart, Lpart, Nq, group, num_splits, HEAD_D: tl.constexpr, D_PAD: tl.constexpr, Br: tl.constexpr):
+def _merge(O, Opart, Mpart, Lpart, Nq, group, num_splits, HEAD_D: tl.constexpr, D_PAD: tl.constexpr,
+           Br: tl.constexpr):
     # The merge pass's work item: query block i of K/V head kv, streaming its S partials.
     i = tl.program_id(0)
     kv = tl.program_id(1).to(tl.int64)
     M = group * Nq
     rows = i * Br + tl.arange(0, Br)
     offs_d = tl.arange(0, D_PAD)
-    L = tl.zeros([Br], dtype=tl.float32) - float("inf")  # the merged log2-sum-exp so far
+    m = tl.zeros([Br], dtype=tl.float32) - float("inf")  # the merged statistics so far
+    l = tl.zeros([Br], dtype=tl.float32)
     O_acc = tl.zeros([Br, D_PAD], dtype=tl.float32)
     for s in range(0, num_splits):
         part = (kv * num_splits + s) * M
-        # Load the partial (O^(s)_i, L^(s)_i) from HBM.
+        # Load the partial (O^(s)_i, m^(s)_i, ℓ^(s)_i) from HBM (padding rows past M: m = 0, ℓ = 1, never stored).
         O_s = _load_rows(Opart + part * HEAD_D, rows, M, offs_d, HEAD_D, D_PAD, True)
-        L_s = tl.load(Lpart + part + rows, mask=rows < M, other=0.0)
-        # L^new = log2(2^L + 2^{L^(s)}); O ← 2^{L − L^new} O + 2^{L^(s) − L^new} O^(s)   (softmax.merge, Alg.1 l.11-12)
-        L_new = tl.maximum(L, L_s) + tl.math.log2(1.0 + tl.math.exp2(-tl.abs(L - L_s)))
-        O_acc = tl.math.exp2(L - L_new)[:, None] * O_acc + tl.math.exp2(L_s - L_new)[:, None] * O_s
-        L = L_new
+        m_s = tl.load(Mpart + part + rows, mask=rows < M, other=0.0)
+        l_s = tl.load(Lpart + part + rows, mask=rows < M, other=1.0)
+        # On chip, m^new = max(m, m^(s)), ℓ^new = 2^{m − m^new} ℓ + 2^{m^(s) − m^new} ℓ^(s)   (Alg.1 l.11), the two
+        # weights kept; every split saw a key, so m^(s) and m^new are finite.
+        m_new = tl.maximum(m, m_s)
+        a = tl.math.exp2(m - m_new) * l  # what is merged so far (0 before the first partial)
+        b = tl.math.exp2(m_s - m_new) * l_s  # partial s
+        l_new = a + b
+        # On chip, O ← diag(ℓ^new)⁻¹ (a O + b O^(s))   (Alg.1 l.12 with normalised partials)
+        O_acc = (a[:, None] * O_acc + b[:, None] * O_s) / l_new[:, None]
+        m, l = m_new, l_new
     # Write O_i, in Q's layout.
     o_ptrs, o_ok = _packed_rows(O + kv * group * Nq * HEAD_D, rows, M, group, Nq, offs_d, HEAD_D)
     tl.store(o_ptrs, O_acc.to(O.dtype.element_ty), mask=o_ok)
@@ -127,11 +138,11 @@ def forward(q, k, v, scale: float, num_splits: int, Bc: int = BLOCK_KEYS):
     single = num_splits == 1
     # the partials in fp32 (nothing to write with one split: a one-element placeholder the kernel never touches)
     shape = (B * Hkv, num_splits, M) if not single else (1,)
-    Lpart = torch.empty(shape, dtype=torch.float32, device=q.device)
+    Mpart, Lpart = (torch.empty(shape, dtype=torch.float32, device=q.device) for _ in range(2))
     Opart = torch.empty(shape + ((d,) if not single else ()), dtype=torch.float32, device=q.device)
     Tr = triton.cdiv(M, Br)
-    _split[(num_splits, Tr, B * Hkv)](q, k, v, o, Opart, Lpart, Nq, Nk, group, num_splits, scale * LOG2E,
+    _split[(num_splits, Tr, B * Hkv)](q, k, v, o, Opart, Mpart, Lpart, Nq, Nk, group, num_splits, scale * LOG2E,
                                       HEAD_D=d, D_PAD=pad_dim(d), SINGLE=single, Br=Br, Bc=Bc)
     if not single:
-        _merge[(Tr, B * Hkv)](o, Opart, Lpart, Nq, group, num_splits, HEAD_D=d, D_PAD=pad_dim(d), Br=Br)
+        _merge[(Tr, B * Hkv)](o, Opart, Mpart, Lpart, Nq, group, num_splits, HEAD_D=d, D_PAD=pad_dim(d), Br=Br)
     return o
