@@ -168,8 +168,9 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     ``alibi_slopes`` (broadcastable to the leading axes) and ``softcap``, as :func:`flashref.flash2.forward`
     takes them. With ``gqa_packing=True`` a work item holds the g query heads of a K/V head's group as
     g·Nq rows (FlashAttention-3's PackGQA; the grouped-query decoding kernels of flash-attn and vLLM):
-    the cache is streamed once per K/V head instead of once per query head, g times less, which is
-    most of a decoding step's traffic.
+    the cache is streamed once per K/V head instead of once per query head: g times less while the
+    g·Nq rows fit as few row blocks as the Nq did (decoding's few queries), and that is most of a
+    decoding step's traffic. With many queries the packed row blocks hold g times fewer positions.
 
     Returns ``.O``, ``.l``, ``.m`` (merged row statistics, as FlashAttention's), ``.io``,
     ``.flops``, ``.events``, the partials ``.O_partial`` (..., S, Nq, d), ``.m_partial`` and

@@ -15,7 +15,8 @@ Streaming the cache (2·Nk·d) dominates; splitting adds ``(S−1)·Nq·d`` Q re
 ``2·S·(Nq·d + 2·Nq)`` partial traffic, which for one query is tiny next to the cache.
 ``causal``, ``window``, ``mask``, ``dropout_p``, ``softcap`` and ``scale`` change no IO (no block is
 skipped); with ``enable_gqa`` each query head reads its group's K/V, so the count is per query head, and with
-``gqa_packing`` per K/V head with g·Nq rows: the cache is read g times less.
+``gqa_packing`` per K/V head with g·Nq rows: the cache is read g times less while those rows fit as
+few row blocks as Nq did (decoding's few queries).
 """
 
 from __future__ import annotations
