@@ -33,15 +33,16 @@ from . import Prediction, Tally
 __all__ = ["forward", "forward_paged", "resolve", "work_items"]
 
 
+def _planned(where: str, Nq, Nk, d, heads, num_splits, sms, opts: dict):
+    """``(pb, grid, S)``: the problem ``decoding.forward`` would check, from shapes, and its split pass's plan."""
+    # decoding.forward's options (its variants too: ALiBi's slope changes the footprint, so the blocks)
+    pb = Problem.from_shapes(where, decoding.OPTIONS, Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
+    return (pb, *decoding.plan(pb, num_splits, sms))
+
+
 def resolve(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, **opts) -> tuple[int, int, int]:
     """``(Br, Bc, num_splits)`` exactly as ``decoding.forward`` resolves them, from shapes and options."""
-    # decoding.forward's options (its variants too: ALiBi's slope changes the footprint, so the blocks)
-    pb = Problem.from_shapes("iomodel.decoding.resolve", decoding.OPTIONS, Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
-    return _resolve(pb, num_splits, sms)
-
-
-def _resolve(pb: Problem, num_splits, sms) -> tuple[int, int, int]:
-    g, S = decoding.plan(pb, num_splits, sms)
+    pb, g, S = _planned("iomodel.decoding.resolve", Nq, Nk, d, heads, num_splits, sms, opts)
     return g.Br // variants.packed_group(pb, pb.gqa_packing), g.Bc, S  # Br in query positions, as the simulator's
 
 
@@ -66,8 +67,7 @@ def forward(pb: Problem, *, num_splits=None, sms=None) -> Prediction:
 def work_items(*, Nq, Nk, d, heads=1, num_splits=None, sms=None, **opts) -> int:
     """Independent thread blocks of the split pass: loop heads × Tr × num_splits (loop heads: K/V's with packed
     GQA, whose Tr counts g·Nq rows)."""
-    pb = Problem.from_shapes("iomodel.decoding.work_items", decoding.OPTIONS, Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
-    g, S = decoding.plan(pb, num_splits, sms)
+    pb, g, S = _planned("iomodel.decoding.work_items", Nq, Nk, d, heads, num_splits, sms, opts)
     return decoding.loop_heads(pb) * g.Tr * S  # an empty batch (heads = 0) launches no thread block
 
 
