@@ -211,20 +211,22 @@ def forward(Q, K, V, **opts) -> ForwardResult:
             _split_item(mem, fc, pb, g.rows(i), (k0, k1), g.Bc, s, S)
 
     if S > 1:
-        partials = {"O_partial": mem.result("O_partial").reshape(pb.lead_shape + (S, Nq, d)),  # (..., S, Nq, d)
-                    "m_partial": mem.result("m_partial").reshape(pb.lead_shape + (S, Nq, 1)),
-                    "l_partial": mem.result("l_partial").reshape(pb.lead_shape + (S, Nq, 1))}
+        O_part = mem.result("O_partial").reshape(pb.lead_shape + (S, Nq, d))  # (..., S, Nq, d)
+        m_part = mem.result("m_partial").reshape(pb.lead_shape + (S, Nq))  # (..., S, Nq)
+        l_part = mem.result("l_partial").reshape(pb.lead_shape + (S, Nq))
         _merge_pass(mem, fc, pb, S, g)
     else:
-        partials = {"O_partial": mem.result("O")[..., None, :, :],
-                    "m_partial": mem.result("m")[..., None, :, None], "l_partial": mem.result("l")[..., None, :, None]}
-    # [gqa] back to Q's heads: the packed rows of each split unpacked (the split axis moved out of the way)
-    partials = {k: np.moveaxis(variants.unpack_rows(np.moveaxis(X, -3, 0), G), 0, -3) for k, X in partials.items()}
-    partials = {k: X if k == "O_partial" else X[..., 0] for k, X in partials.items()}  # (..., S, Nq) statistics
-    O, l, m = (variants.unpack_rows(X, G) for X in (mem.result("O"), mem.result("l")[..., None],
-                                                    mem.result("m")[..., None]))
+        # one split: O, m, l are its partial, with a split axis of 1
+        O_part = mem.result("O")[..., None, :, :]
+        m_part, l_part = mem.result("m")[..., None, :], mem.result("l")[..., None, :]
+    # [gqa] back to Q's heads (the packed rows of each split unpacked, its split axis moved out of the way)
+    partials = {"O_partial": np.moveaxis(variants.unpack_rows(np.moveaxis(O_part, -3, 0), G), 0, -3),
+                **{name: np.moveaxis(variants.unpack_vec(np.moveaxis(X, -2, 0), G), 0, -2)
+                   for name, X in (("m_partial", m_part), ("l_partial", l_part))}}
+    O = variants.unpack_rows(mem.result("O"), G)
+    l, m = variants.unpack_vec(mem.result("l"), G), variants.unpack_vec(mem.result("m"), G)
     items = pb.heads * g.Tr * S  # loop heads; an empty batch (a zero leading axis) launches no thread block
-    return ForwardResult(O=O, l=l[..., 0], m=m[..., 0], io=mem.report(), flops=fc.report(), events=mem.events,
+    return ForwardResult(O=O, l=l, m=m, io=mem.report(), flops=fc.report(), events=mem.events,
                          num_splits=S, block_sizes=(g.Br // G, g.Bc), work_items=items,
                          parallelism=_parallelism(items, sms), **partials)
 

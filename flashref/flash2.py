@@ -268,7 +268,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         mem.store("L", L_i, rows=rows, line="Alg.1 l.15")  # Br writes
         mem.free("Q_i", "O_i", "l_i", "L_i", "slopes_i")
     # Alg.1 l.17: return O and L (in Q's head layout).
-    O, L = variants.unpack_rows(mem.result("O"), G), variants.unpack_rows(mem.result("L")[..., None], G)[..., 0]
+    O, L = variants.unpack_rows(mem.result("O"), G), variants.unpack_vec(mem.result("L"), G)
     return ForwardResult(O=O, L=L, io=mem.report(), flops=fc.report(), events=mem.events,
                          block_sizes=(g.Br // G, g.Bc))
 
@@ -330,7 +330,7 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     # [gqa] the loop's layout, as in the forward; O, dO, L follow Q.
     pb = variants.loop_problem(pb0, pb0.gqa_packing)
     G = pb.q_group
-    O, dO, L = (variants.pack_rows(O, G), variants.pack_rows(dO, G), variants.pack_rows(L[..., None], G)[..., 0])
+    O, dO, L = variants.pack_rows(O, G), variants.pack_rows(dO, G), variants.pack_vec(L, G)
     Nq, Nk, d, lead = pb.Nq, pb.Nk, pb.d, pb.lead_shape
     # [gqa] unpacked: each query head writes its own dK_h, dV_h; a last pass sums each group.
     reduce_groups = pb0.group > 1 and not pb0.gqa_packing

@@ -52,9 +52,9 @@ import numpy as np
 from ._numbers import _bool
 from .problem import require_finite
 
-__all__ = ["pack_rows", "unpack_rows", "packed_group", "loop_problem", "kv_gradients", "band", "tile_visited",
-           "tile_inside", "tile_attend", "modify_scores", "softcap", "alibi", "slopes_of_rows", "sum_groups",
-           "check_bias_grad", "bias_gradient"]
+__all__ = ["pack_rows", "unpack_rows", "pack_vec", "unpack_vec", "packed_group", "loop_problem", "kv_gradients",
+           "band", "tile_visited", "tile_inside", "tile_attend", "modify_scores", "softcap", "alibi", "slopes_of_rows",
+           "sum_groups", "check_bias_grad", "bias_gradient"]
 
 
 # --------------------------------------------------------------------------- GQA layouts
@@ -78,8 +78,14 @@ def unpack_rows(X: np.ndarray, G: int) -> np.ndarray:
     return np.ascontiguousarray(Y).reshape(tuple(lead) + (Hkv * G, nG // G, c))
 
 
-def _pack_vec(x: np.ndarray, G: int) -> np.ndarray:
+def pack_vec(x: np.ndarray, G: int) -> np.ndarray:
+    """:func:`pack_rows` of a per-row vector (L, ℓ, m): ``(..., Hq, n) → (..., Hq/G, n·G)``."""
     return pack_rows(x[..., None], G)[..., 0]
+
+
+def unpack_vec(x: np.ndarray, G: int) -> np.ndarray:
+    """Inverse of :func:`pack_vec`: ``(..., Hkv, n·G) → (..., Hkv·G, n)``."""
+    return unpack_rows(x[..., None], G)[..., 0]
 
 
 def packed_group(pb, packed: bool) -> int:
