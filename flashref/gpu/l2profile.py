@@ -1365,6 +1365,42 @@ CHECK91 = [
     ('check91_64_8x1x48128', 8, 1, 48128, 64, False),
 ]
 
+# check92 and check93: draw_validation(20261278 / 20261279, "checkNN", few=0, long=5), as check84-check91, predicted
+# for both GPUs before any GPU measured them
+CHECK92 = [
+    ('check92_64_4x32x6144_causal', 4, 32, 6144, 64, True),
+    ('check92_128_2x32x1024_causal', 2, 32, 1024, 128, True),
+    ('check92_64_4x16x8192_causal', 4, 16, 8192, 64, True),
+    ('check92_64_4x8x8192_causal', 4, 8, 8192, 64, True),
+    ('check92_64_2x32x2048_causal', 2, 32, 2048, 64, True),
+    ('check92_160_8x2x20237x55991', 8, 2, (20237, 55991), 160, False),
+    ('check92_96_8x2x59269', 8, 2, 59269, 96, False),
+    ('check92_192_4x2x99002_causal', 4, 2, 99002, 192, True),
+    ('check92_256_4x1x17915_causal', 4, 1, 17915, 256, True),
+    ('check92_64_2x4x129024_causal', 2, 4, 129024, 64, True),
+    ('check92_128_1x5x282624', 1, 5, 282624, 128, False),
+    ('check92_128_4x2x175104', 4, 2, 175104, 128, False),
+    ('check92_64_2x1x53248_causal', 2, 1, 53248, 64, True),
+    ('check92_128_1x7x72704_causal', 1, 7, 72704, 128, True),
+]
+
+CHECK93 = [
+    ('check93_128_2x8x6144', 2, 8, 6144, 128, False),
+    ('check93_64_8x16x4096_causal', 8, 16, 4096, 64, True),
+    ('check93_64_4x8x4096_causal', 4, 8, 4096, 64, True),
+    ('check93_128_1x8x12288_causal', 1, 8, 12288, 128, True),
+    ('check93_64_8x16x16384', 8, 16, 16384, 64, False),
+    ('check93_80_2x12x46614x69753', 2, 12, (46614, 69753), 80, False),
+    ('check93_192_2x2x1043', 2, 2, 1043, 192, False),
+    ('check93_80_1x24x73380', 1, 24, 73380, 80, False),
+    ('check93_160_2x5x8858_causal', 2, 5, 8858, 160, True),
+    ('check93_64_1x6x99328_causal', 1, 6, 99328, 64, True),
+    ('check93_64_2x2x138240_causal', 2, 2, 138240, 64, True),
+    ('check93_64_8x1x159744', 8, 1, 159744, 64, False),
+    ('check93_64_1x2x43008_causal', 1, 2, 43008, 64, True),
+    ('check93_128_1x7x248832_causal', 1, 7, 248832, 128, True),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1404,7 +1440,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "heads256": HEADS256, "check82": CHECK82, "check83": CHECK83,
           "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
           "check88": CHECK88, "check89": CHECK89,
-          "check90": CHECK90, "check91": CHECK91,
+          "check90": CHECK90, "check91": CHECK91, "check92": CHECK92, "check93": CHECK93,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
