@@ -742,7 +742,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and check87's at 1 x 7 x 274432 (blind; -47%, forward+backward -17%)
                     ("h200", "sdpa_flash", "check87_128_1x7x274432", "fwd"),
                     # and check89's at 4 x 1 x 489472 (blind; CAME_APART: -77%, forward+backward -43%)
-                    *(("h200", "sdpa_flash", "check89_128_4x1x489472", mode) for mode in ("fwd", "fwd_bwd"))}
+                    *(("h200", "sdpa_flash", "check89_128_4x1x489472", mode) for mode in ("fwd", "fwd_bwd")),
+                    # and check92's at 1 x 5 x 282624 (blind; -29%, forward+backward -9%)
+                    ("h200", "sdpa_flash", "check92_128_1x5x282624", "fwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1209,7 +1211,13 @@ SWAVES_HELD_MISSES = {
     # and check88's (blind): the d = 256 walk at 2 x 24 x 20199, forty-eight heads of 20 MiB (+28%, forward+backward
     # +16%), and the d = 64 walk at 2 x 1 x 115712, two heads of 28 MiB (-31%, forward+backward -2%)
     ("h200", "sdpa_flash", "check88_256_2x24x20199_causal", "fwd"),
-    ("h200", "sdpa_flash", "check88_64_2x1x115712_causal", "fwd")}
+    ("h200", "sdpa_flash", "check88_64_2x1x115712_causal", "fwd"),
+    # and check92's (blind): the d = 192 walk at 4 x 2 x 99002, eight heads of 72.5 MiB (+26%, forward+backward +23%),
+    # the d = 256 backward at 4 x 1 x 17915, four heads of 17.5 MiB (forward+backward +26%, forward +23%), and the
+    # d = 64 walk at 2 x 4 x 129024, eight heads of 31.5 MiB (+33%, forward+backward +13%)
+    ("h200", "sdpa_flash", "check92_192_4x2x99002_causal", "fwd"),
+    ("h200", "sdpa_flash", "check92_256_4x1x17915_causal", "fwd_bwd"),
+    ("h200", "sdpa_flash", "check92_64_2x4x129024_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -2374,7 +2382,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # check88 and check89: the next two seeds' draws (today's model; the H200)
                  + _both_gpus("check88", rule={}) + _both_gpus("check89", rule={})
                  # check90 and check91: the next two seeds' draws (today's model; the H200)
-                 + _both_gpus("check90", rule={}) + _both_gpus("check91", rule={}))
+                 + _both_gpus("check90", rule={}) + _both_gpus("check91", rule={})
+                 # check92 and check93: the next two seeds' draws (today's model; the H200)
+                 + _both_gpus("check92", rule={}) + _both_gpus("check93", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2848,6 +2858,12 @@ PREREGISTERED_MISSES = {
     # check90: 70 of 70. check91's two (blind): kernel 3's non-causal d = 64 at 8 x 1 x 48128, forward +25.6% and
     # forward+backward +26.5%: eight lone heads of 12 MiB of K and V each read less than the model says
     *(("h200", "flashref", "check91_64_8x1x48128", mode) for mode in ("fwd", "fwd_bwd")),
+    # check92 and check93 (blind), 132 of 136. FlashAttention-2's forwards: the non-causal d = 128 at 1 x 5 x 282624
+    # (-29%; far past the knee, as check87's), the causal d = 192 at 4 x 2 x 99002 (+26%) and d = 64 at 2 x 4 x 129024
+    # (+33%); its causal d = 256 forward+backward at 4 x 1 x 17915 (+26%)
+    *(("h200", "sdpa_flash", shape, mode) for shape, mode in (
+        ("check92_128_1x5x282624", "fwd"), ("check92_192_4x2x99002_causal", "fwd"),
+        ("check92_64_2x4x129024_causal", "fwd"), ("check92_256_4x1x17915_causal", "fwd_bwd"))),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
