@@ -2,14 +2,11 @@ import os
 
 import numpy as np
 import pytest
-import torch
-from hypothesis import HealthCheck, settings
 
 # Without a CUDA GPU the Triton kernels run in Triton's CPU interpreter, which TRITON_INTERPRET=1 turns on only if it
-# is set before triton is first imported: here, whichever test module imports triton first (test_gpu_triton.py and
-# test_gpu_kernel3.py set it too, for a run of either alone).
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
+# is set before triton is first imported: triton_env sets it, here, before any test module is imported.
+import triton_env  # noqa: F401
+from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -6,23 +6,16 @@ test_gpu_triton.py), in float32 and float16; with a GPU the same tests run in fl
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
-
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (flashref.gpu imports it lazily)
+from triton_env import DEVICE, DTYPES
 
 pytest.importorskip("triton")
 
 from flashref import decoding, gpu  # noqa: E402
 from flashref.gpu import splitkv  # noqa: E402
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = "cpu" if INTERPRET else "cuda"
-DTYPES = (torch.float32, torch.float16) if INTERPRET else (torch.float16, torch.bfloat16)
 # the largest |O − float64| allowed per input dtype (O of unit-normal values is of order 0.1-1)
 TOL = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 

@@ -18,14 +18,10 @@ wrongly); on a GPU the same tests run natively in float16 and bfloat16. Shapes a
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
-
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (flashref.gpu imports it lazily)
+from triton_env import DEVICE, INTERPRET
 
 pytest.importorskip("triton")
 
@@ -36,8 +32,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from flashref import gpu  # noqa: E402
 from flashref.functional import scaled_dot_product_attention as front  # noqa: E402
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = "cpu" if INTERPRET else "cuda"
 DTYPES = (torch.float16,) if INTERPRET else (torch.float16, torch.bfloat16)
 # Tolerances against float32 references: an fp16 or bf16 result is off by its rounding, a few units of its eps
 # at values of order 1 (outputs) and a few (gradients)

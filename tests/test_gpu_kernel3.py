@@ -10,15 +10,12 @@ three times, plus a small atol), and its base-2 log-sum-exp to kernel 2's.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # as test_gpu_triton.py: before triton is imported
+from triton_env import DEVICE, INTERPRET
 
 pytest.importorskip("triton")
 
@@ -161,7 +158,7 @@ def test_unavailable_says_why_on_this_machine():
     import triton
     if triton.__version__ != kernel3.TRITON_VERSION:
         assert kernel3.TRITON_VERSION in why and triton.__version__ in why
-    elif os.environ.get("TRITON_INTERPRET") == "1":
+    elif INTERPRET:
         assert "interpreter" in why
     elif not torch.cuda.is_available():
         assert why == "no CUDA GPU"
@@ -171,7 +168,7 @@ def test_unavailable_says_why_on_this_machine():
 def test_choose_and_fallback_to_kernel2():
     """Where kernel 3 cannot run (here: any CPU tensor; on a GPU also d = 96), kernel3.attention is
     gpu.attention: same output, bit for bit, and the reason is given."""
-    device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    device = DEVICE
     dtype = torch.float16 if device == "cuda" else torch.float32
     d = 96 if device == "cuda" else 16
     q, k, v, _ = _inputs(1, 2, 40, 40, d, dtype, seed=3, device=device)
@@ -186,7 +183,7 @@ def test_which_kernel_names_the_kernel_and_why():
     """gpu.which_kernel: kernel 3 where it takes the call (a Hopper GPU), else kernel 2 and kernel 3's
     refusal; an explicit Config names its kernel; options are checked as attention checks them."""
     from flashref.gpu.kernels import Config
-    device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+    device = DEVICE
     q, k, v, _ = _inputs(1, 2, 256, 256, 64, torch.float16, seed=0, device=device)
     said = gpu.which_kernel(q, k, v, causal=True)
     ok, why = kernel3.choose(q, k, v, causal=True)

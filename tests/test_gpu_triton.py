@@ -1,7 +1,7 @@
 """flashref.gpu's Triton kernels (kernel 1, readable, and kernel 2, fast) against the float64 oracle.
 
 Without a CUDA GPU (CI) the kernels run in Triton's CPU interpreter: ``TRITON_INTERPRET=1`` is set
-here before triton is imported, and the inputs are CPU tensors in float32 and float16 (the
+(tests/triton_env.py) before triton is imported, and the inputs are CPU tensors in float32 and float16 (the
 interpreter computes bfloat16 wrongly: numpy has no bfloat16, so bfloat16 is tested on CUDA only).
 With a GPU the same small-shape tests run natively in float16 and bfloat16, and the ``cuda`` tests
 add the FlashAttention repository's full test grid and large shapes (N up to 16384).
@@ -14,14 +14,11 @@ gradients), plus a small atol.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
-
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (flashref.gpu imports it lazily)
+from triton_env import DEVICE, DTYPES, INTERPRET, needs_cuda
 
 pytest.importorskip("triton")
 
@@ -30,14 +27,10 @@ from reference import attention_ref  # noqa: E402
 from flashref import dropout, gpu  # noqa: E402
 from flashref.gpu.kernels import Config, Tiles  # noqa: E402
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = "cpu" if INTERPRET else "cuda"
-DTYPES = (torch.float32, torch.float16) if INTERPRET else (torch.float16, torch.bfloat16)
 # atol per input dtype, added to the two-oracle bound (covers results whose plain error is ~0)
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 KERNELS = {"kernel1": Config(version=1), "kernel2": Config()}
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRET, reason="needs a CUDA GPU")
 
 
 def _inputs(B, H, Nq, Nk, d, dtype, seed, device=DEVICE):

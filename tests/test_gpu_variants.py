@@ -11,14 +11,11 @@ larger shapes in float16 and bfloat16 on a GPU.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
-
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (flashref.gpu imports it lazily)
+from triton_env import DEVICE, INTERPRET, needs_cuda
 
 pytest.importorskip("triton")
 
@@ -30,11 +27,8 @@ from flashref import flash2, gpu  # noqa: E402
 from flashref.gpu import kernels  # noqa: E402
 from flashref.gpu.kernels import Config  # noqa: E402
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = "cpu" if INTERPRET else "cuda"
 DTYPE = torch.float32 if INTERPRET else torch.float16
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRET, reason="needs a CUDA GPU")
 
 
 def _oracle(q, k, v, do, dtype, *, causal=False, scale=None, enable_gqa=False, window=None, alibi_slopes=None,

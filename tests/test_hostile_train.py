@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from triton_env import INTERPRET
 
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (flashref.gpu imports it lazily)
 os.environ.setdefault("FLASHREF_AUTOTUNE", "0")
 
 from flashref import train  # noqa: E402
@@ -107,7 +106,7 @@ def _fwd_bwd(m, x, y):
 
 def _cpu_backends(dtype):
     out = [b for b in BACKENDS if b not in ("eager", "sdpa_cudnn")]  # cuDNN: GPU only (tested above)
-    if "flashref" in out and (dtype == torch.float64 or os.environ.get("TRITON_INTERPRET") != "1"):
+    if "flashref" in out and (dtype == torch.float64 or not INTERPRET):
         out.remove("flashref")  # Triton's interpreter runs float32/float16 only; on a GPU: another test
     return out
 

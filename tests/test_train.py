@@ -15,17 +15,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton_env
 
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (flashref.gpu imports it lazily)
 os.environ.setdefault("FLASHREF_AUTOTUNE", "0")
 
 from flashref import train  # noqa: E402
 from flashref.gpt import GPT, GPTConfig, attend, copy_batch, loss_floor  # noqa: E402
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, vocab_size=64)  # head dim 16: the kernel's smallest
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-DEVICE = torch.device("cpu" if INTERPRET or not torch.cuda.is_available() else "cuda")
+DEVICE = torch.device(triton_env.DEVICE)
 
 
 @pytest.fixture(autouse=True)
