@@ -1365,8 +1365,8 @@ CHECK91 = [
     ('check91_64_8x1x48128', 8, 1, 48128, 64, False),
 ]
 
-# check92 and check93: draw_validation(20261278 / 20261279, "checkNN", few=0, long=5), as check84-check91, predicted
-# for both GPUs before any GPU measured them
+# check92-check95: draw_validation(20261278-20261281, "checkNN", few=0, long=5), as check84-check91, predicted for
+# both GPUs before any GPU measured them
 CHECK92 = [
     ('check92_64_4x32x6144_causal', 4, 32, 6144, 64, True),
     ('check92_128_2x32x1024_causal', 2, 32, 1024, 128, True),
@@ -1399,6 +1399,40 @@ CHECK93 = [
     ('check93_64_8x1x159744', 8, 1, 159744, 64, False),
     ('check93_64_1x2x43008_causal', 1, 2, 43008, 64, True),
     ('check93_128_1x7x248832_causal', 1, 7, 248832, 128, True),
+]
+
+CHECK94 = [
+    ('check94_128_4x32x3072_causal', 4, 32, 3072, 128, True),
+    ('check94_64_4x32x16384', 4, 32, 16384, 64, False),
+    ('check94_64_2x32x1536_causal', 2, 32, 1536, 64, True),
+    ('check94_128_2x8x6144_causal', 2, 8, 6144, 128, True),
+    ('check94_128_2x32x1536', 2, 32, 1536, 128, False),
+    ('check94_160_4x12x3275x23745', 4, 12, (3275, 23745), 160, False),
+    ('check94_32_4x1x12755_causal', 4, 1, 12755, 32, True),
+    ('check94_192_2x6x3091x16390', 2, 6, (3091, 16390), 192, False),
+    ('check94_80_8x2x3177', 8, 2, 3177, 80, False),
+    ('check94_128_1x6x239616_causal', 1, 6, 239616, 128, True),
+    ('check94_128_1x5x126976', 1, 5, 126976, 128, False),
+    ('check94_64_8x1x61440', 8, 1, 61440, 64, False),
+    ('check94_64_1x3x68608', 1, 3, 68608, 64, False),
+    ('check94_128_1x2x74752_causal', 1, 2, 74752, 128, True),
+]
+
+CHECK95 = [
+    ('check95_128_2x32x1024', 2, 32, 1024, 128, False),
+    ('check95_128_8x32x3072_causal', 8, 32, 3072, 128, True),
+    ('check95_128_2x8x12288_causal', 2, 8, 12288, 128, True),
+    ('check95_64_4x8x16384_causal', 4, 8, 16384, 64, True),
+    ('check95_64_8x32x6144', 8, 32, 6144, 64, False),
+    ('check95_96_1x3x4997', 1, 3, 4997, 96, False),
+    ('check95_192_4x16x9516', 4, 16, 9516, 192, False),
+    ('check95_192_8x6x4786x3189', 8, 6, (4786, 3189), 192, False),
+    ('check95_192_1x16x2545x19358', 1, 16, (2545, 19358), 192, False),
+    ('check95_128_1x3x46080', 1, 3, 46080, 128, False),
+    ('check95_128_1x4x53248_causal', 1, 4, 53248, 128, True),
+    ('check95_128_1x6x244736_causal', 1, 6, 244736, 128, True),
+    ('check95_128_1x2x87040_causal', 1, 2, 87040, 128, True),
+    ('check95_64_1x7x253952_causal', 1, 7, 253952, 64, True),
 ]
 
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
@@ -1441,6 +1475,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
           "check88": CHECK88, "check89": CHECK89,
           "check90": CHECK90, "check91": CHECK91, "check92": CHECK92, "check93": CHECK93,
+          "check94": CHECK94, "check95": CHECK95,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
