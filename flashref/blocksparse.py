@@ -118,7 +118,7 @@ def forward(Q, K, V, block_mask, **opts) -> ForwardResult:
                          density=density(M))
 
 
-@overflow_checked("dQ", "dK", "dV")
+@overflow_checked("dQ", "dK", "dV", note=flash1_bwd.OVERFLOW_NOTE)
 def backward(Q, K, V, O, dO, l, m, block_mask, **opts) -> BackwardResult:
     """Algorithm 4 with Algorithm 5's skip: a zero block of ``M`` is neither loaded nor computed.
 

@@ -41,7 +41,7 @@ import numpy as np
 from . import blocks, masks
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import Problem, check_finite, check_like, overflow_checked
+from .problem import Problem, check_finite, check_like, check_masked_rows, overflow_checked
 from .results import BackwardResult
 from .softmax import finite_or_zero
 
@@ -78,10 +78,26 @@ def check_stats(pb: Problem, O, dO, l, m):
         raise ValueError("m: expected finite row maxima (or -inf for fully masked rows)")
     if (l < 0).any():
         raise ValueError("l: expected non-negative row sums")
+    # A fully masked row is (m_i, ℓ_i) = (-inf, 0), and only it: a finite m_i has ℓ_i >= 1 (its own e^0).
+    if (np.isneginf(m) & (l > 0)).any():
+        raise ValueError("m: m_i = -inf (a fully masked row) where ℓ_i > 0; a row's saved statistics are (-inf, 0) "
+                         "for a fully masked row, else a finite m_i and ℓ_i >= 1 (pass the forward's .l and .m)")
+    if (np.isfinite(m) & (l == 0)).any():
+        raise ValueError("l: ℓ_i = 0 (a fully masked row) where m_i is finite; a row's saved statistics are (-inf, 0) "
+                         "for a fully masked row, else a finite m_i and ℓ_i >= 1 (pass the forward's .l and .m)")
     return O, dO, l, m
 
 
-@overflow_checked("dQ", "dK", "dV")
+#: The overflow error's other cause: P = exp(S − m)/ℓ overflows where an m_i is below its row's scores.
+OVERFLOW_NOTE = "or l, m are not the forward's: an m_i below its row's largest score makes P = exp(S − m)/ℓ overflow"
+
+#: The error for an m_i = -inf on a row with a key to attend to (:func:`flashref.problem.check_masked_rows`).
+_M_MASKED = ("m: m_i = -inf marks a row as fully masked, but causal and mask (and blocksparse's block mask) leave it "
+             "a key to attend to; the forward's m is -inf only on a row whose every key they hide (pass the forward's "
+             ".l and .m)")
+
+
+@overflow_checked("dQ", "dK", "dV", note=OVERFLOW_NOTE)
 def backward(Q, K, V, O, dO, l, m, **opts) -> BackwardResult:
     """Algorithm 4: gradients of ``O = dropout(softmax(MASK(τ QKᵀ))) V`` from ``O``, ``ℓ`` and ``m``.
 
@@ -147,6 +163,9 @@ def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, dK_tilde_j, d
     attend = masks.tile_mask(pb.mask, pb.causal, rows, cols)
     if attend is not None:
         S_ij = mem.hold("S_ij", fc.ew(masks.apply(S_ij, attend), "mask"))
+    # m_i = -inf only on a fully masked row, whose S_ij is -inf throughout: refuse one that sees a key (on chip,
+    # no IO), whose P_ij below would be exp(S_ij), unnormalised.
+    check_masked_rows(np.isneginf(m_i[..., 0]), S_ij, _M_MASKED)
 
     # Alg.4 l.13: on chip, P_ij = diag(ℓ_i)⁻¹ exp(S_ij^masked − m_i), in S_ij's slot.
     # A fully masked row has m_i = -inf and ℓ_i = 0: subtract 0 and divide by 1, so

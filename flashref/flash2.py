@@ -70,6 +70,7 @@ from .problem import (
     check_finite,
     check_heads_and_values,
     check_like,
+    check_masked_rows,
     check_options,
     overflow_checked,
 )
@@ -301,7 +302,15 @@ def _check_L_holds_log_l(L: np.ndarray) -> None:
             "which keep m and ℓ apart")
 
 
-@overflow_checked("dQ", "dK", "dV")
+#: The overflow error's other cause, in the backward: P = exp(S − L) overflows where an L_i is below its row's scores.
+_L_NOTE = "or L is not the forward's: an L_i below its row's largest score makes P = exp(S − L) overflow"
+
+#: The error for an L_i = -inf on a row with a key to attend to (:func:`flashref.problem.check_masked_rows`).
+_L_MASKED = ("L: L_i = -inf marks a row as fully masked, but causal, window, mask and bias leave it a key to "
+             "attend to; the forward's L is -inf only on a row whose every key they hide (pass the forward's .L)")
+
+
+@overflow_checked("dQ", "dK", "dV", note=_L_NOTE)
 def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     """Algorithm 2 of FlashAttention-2 without its redundant loads, with τ, mask, bias, dropout, causal.
 
@@ -315,7 +324,8 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     head more (FlashAttention's Triton kernel with a bias did the same; FlashAttention-2 has no bias).
     """
     bias_grad = opts.pop("bias_grad", False)
-    pb0 = Problem.from_arrays(Q, K, V, "flash2.backward", OPTIONS, **opts)
+    # extra names bias_grad too (taken above): an unknown option's error lists every one backward takes
+    pb0 = Problem.from_arrays(Q, K, V, "flash2.backward", OPTIONS + ("bias_grad",), **opts)
     bias_grad = variants.check_bias_grad(bias_grad, pb0.bias)
     O = check_like(O, "O", pb0.Q.shape, pb0.dtype)
     dO = check_like(dO, "dO", pb0.Q.shape, pb0.dtype)
@@ -402,6 +412,9 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
             # Alg.2 l.10: S_ij = τ Q_i K_jᵀ (+ bias), masked where needed.
             S_ij, dtanh_ij = _scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.2 l.10", slopes_j,
                                      keep_dtanh=pb.softcap is not None)  # (Br, Bc)
+            # L_i = -inf only on a fully masked row, whose S_ij is -inf throughout: refuse one that sees a key
+            # (on chip, no IO), whose P_ij below would be exp(S_ij), unnormalised.
+            check_masked_rows(np.isneginf(L_i), S_ij, _L_MASKED)
             # Alg.2 l.11: P_ij = exp(S_ij − L_i), in S_ij's slot. A fully masked row has L_i = -inf
             # and S_ij = -inf: subtract 0 there, so P_ij = 0 without NaN.
             P_ij = mem.reuse("S_ij", "P_ij",
@@ -556,9 +569,19 @@ def check_varlen_slopes(alibi_slopes, B: int, H: int) -> np.ndarray | None:
     return _slopes(alibi_slopes, (B, H), from_shapes=False)
 
 
+#: The score options a varlen batch refuses (:func:`refuse_varlen_scores`): its (Nq, Nk) differs per sequence.
+VARLEN_REFUSED = ("mask", "bias")
+
+
+def varlen_options(extra) -> set:
+    """The options a varlen entry point takes, for its unknown-option error: the shared ones and ``extra``, less
+    ``mask`` and ``bias`` (taken only as None, refused otherwise by :func:`refuse_varlen_scores`)."""
+    return (set(SHARED_OPTIONS) | set(extra)) - set(VARLEN_REFUSED)
+
+
 def refuse_varlen_scores(opts: dict, where: str) -> None:
     """A ``mask`` or ``bias`` is refused in a varlen batch (the simulator's and the closed form's one rule)."""
-    for name in ("mask", "bias"):
+    for name in VARLEN_REFUSED:
         if opts.get(name) is not None:
             raise ValueError(f"{where}: {name} is not supported with variable-length batches "
                              f"(its (Nq, Nk) shape differs per sequence); use causal, window, alibi_slopes")
@@ -575,8 +598,9 @@ def _varlen_args(Q, K, V, cu_seqlens_q, cu_seqlens_k, opts, where, extra):
     here: V longer than K, and all of a sequence with no queries, which runs no call (its K, V rows
     too), so that a batch of only such sequences still refuses a bad option, head dimension or value.
     """
-    check_options(opts, set(SHARED_OPTIONS) | set(extra), where)
+    # mask and bias are refused by name (a ValueError saying why); an unknown option's error lists the others
     refuse_varlen_scores(opts, where)
+    check_options({k: v for k, v in opts.items() if k not in VARLEN_REFUSED}, varlen_options(extra), where)
     Q, K, V = _array(Q, "Q"), _array(K, "K"), _array(V, "V")
     if Q.ndim != 3 or K.ndim != 3 or V.ndim != 3:
         raise ValueError(f"{where}: expected Q (H, total_q, d) and K, V (H, total_k, d), got Q {Q.shape}, "

@@ -67,7 +67,8 @@ from .dropout import check_p, scale_mask
 from .softmax import finite_or_masked
 
 __all__ = ["Problem", "SHARED_OPTIONS", "VARIANT_OPTIONS", "MAX_N", "check_options", "positive_int", "check_like",
-           "check_finite", "check_block_sizes", "require_finite", "overflow_checked"]
+           "check_finite", "check_block_sizes", "require_finite", "overflow_checked", "cast_checked",
+           "check_masked_rows"]
 
 #: The options every algorithm takes, with their defaults.
 SHARED_OPTIONS = {"scale": None, "causal": False, "mask": None, "dropout_p": 0.0, "seed": 0,
@@ -258,35 +259,61 @@ def check_finite(a: np.ndarray, name: str) -> None:
         raise ValueError(f"{name}: contains NaN or inf")
 
 
-def require_finite(X: np.ndarray, what: str, cure: str | None = None, masked: bool = False) -> np.ndarray:
+def require_finite(X: np.ndarray, what: str, cure: str | None = None, masked: bool = False,
+                   note: str | None = None) -> np.ndarray:
     """Raise ``FloatingPointError`` if a computed array overflowed (finite inputs, infinite result), naming the
     cure: float64 where the computation follows the inputs' dtype, else ``cure`` (e.g. the FP8 path, whose
-    accumulators are fp32 whatever the inputs). ``masked``: scores after MASK, where -inf is on purpose."""
+    accumulators are fp32 whatever the inputs). ``masked``: scores after MASK, where -inf is on purpose.
+    ``note``: another cause to name after the cure (a backward's saved statistics that are not the forward's)."""
     # Called on τ·QKᵀ before MASK and bias (which may add -inf on purpose) and on results.
     if not (finite_or_masked(X) if masked else np.isfinite(X).all()):
         cure = cure or ("scale the inputs down" if X.dtype == np.float64 else
                         "compute in float64 (float64 inputs: Q.astype(np.float64), or query.double() at the torch "
                         "front) or scale the inputs down")
         raise FloatingPointError(
-            f"{what} overflowed {X.dtype}: the inputs are finite but too large for this precision; {cure}")
+            f"{what} overflowed {X.dtype}: the inputs are finite but too large for this precision; {cure}"
+            + (f"; {note}" if note else ""))
     return X
 
 
-def overflow_checked(*outputs: str):
+def cast_checked(a: np.ndarray, dtype, name: str, copy: bool = False) -> np.ndarray:
+    """``a`` cast to the compute ``dtype`` (``a`` itself where it has it, unless ``copy``), raising
+    ``FloatingPointError`` (:func:`require_finite`'s, naming ``name`` and the cure) where a finite value is past its
+    range: a float64 bias of -1e300 becomes -inf in float32, which would pass for a masked entry, and a saved
+    statistic or gradient would turn infinite on the way in."""
+    out = a.astype(dtype, copy=copy)
+    if out.dtype != a.dtype and np.issubdtype(a.dtype, np.floating):
+        overflow = np.isinf(out) & np.isfinite(a)
+        if overflow.any():
+            require_finite(np.where(overflow, out, 0), f"{name}, cast to the compute dtype,")
+    return out
+
+
+def check_masked_rows(masked_i: np.ndarray, S_ij: np.ndarray, error: str) -> None:
+    """Refuse a saved row statistic that marks a row of the tile fully masked (``masked_i``, ``(..., Br)``: L_i = -inf,
+    or m_i = -inf) where the recomputed scores ``S_ij`` (``(..., Br, Bc)``, after MASK and bias) still show a key:
+    the backward subtracts 0 for such a row, so P_ij = exp(S_ij) would be unnormalised weights, not zeros. Raises
+    ``ValueError(error)``. Both are on chip in the backward's inner loop: no IO."""
+    if (masked_i & (S_ij > -np.inf).any(axis=-1)).any():
+        raise ValueError(error)
+
+
+def overflow_checked(*outputs: str, note: str | None = None):
     """A decorator: the algorithm runs with numpy's overflow warnings off, then its ``outputs`` (``"O"`` of a
     forward; ``"dQ", "dK", "dV"`` of a backward) are checked. Its inputs were checked finite, and a fully masked
     row gives zeros, so an inf or NaN there is an overflow on the way (an accumulator O_i past the dtype, the
     merge of partials, dP_ij = dO_i V_jᵀ): raised as ``FloatingPointError`` with the cure, never returned with
     warnings. An inf never leaves an accumulator once in it (it stays inf, or becomes NaN), so checking the
     outputs catches every step's overflow; the scores are checked where they are made (:meth:`FlopCounter.scores`),
-    before a mask's -inf is added on purpose."""
+    before a mask's -inf is added on purpose. ``note``: another cause the error names (a backward's: its saved
+    statistics may not be the forward's, and too small a one overflows the recomputed P)."""
     def decorate(algorithm):
         @functools.wraps(algorithm)
         def checked(*args, **opts):
             with np.errstate(over="ignore", invalid="ignore"):
                 result = algorithm(*args, **opts)
             for name in outputs:
-                require_finite(getattr(result, name), name if name == "O" else f"the gradient {name}")
+                require_finite(getattr(result, name), name if name == "O" else f"the gradient {name}", note=note)
             return result
         return checked
     return decorate
@@ -294,11 +321,11 @@ def overflow_checked(*outputs: str):
 
 def check_like(x, name: str, shape: tuple, dtype=None) -> np.ndarray:
     """A saved tensor or upstream gradient (``dO``, ``O``, ``P``, ``l``, ``m``, ``L``) of ``shape``, cast to
-    ``dtype`` (``None``: its own)."""
+    ``dtype`` (``None``: its own); a finite value past ``dtype``'s range raises (:func:`cast_checked`)."""
     a = _array(x, name)
     if a.shape != tuple(shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
-    return a if dtype is None else a.astype(dtype)
+    return a if dtype is None else cast_checked(a, dtype, name, copy=True)
 
 
 # --------------------------------------------------------------------------- the problem
@@ -415,7 +442,8 @@ class Problem:
         if pb.bias is not None:
             # Cast the caller's array, then broadcast: casting the broadcast view would materialise it
             # (an (Nq, Nk) bias shared by all heads became heads × Nq × Nk). A read-only view, as the mask is.
-            pb.bias = np.broadcast_to(np.asarray(opts["bias"], dtype=dt), pb.bias.shape)
+            # A finite value past dt's range raises (cast_checked): as -inf it would silently mask its entry.
+            pb.bias = np.broadcast_to(cast_checked(np.asarray(opts["bias"]), dt, "bias"), pb.bias.shape)
         return pb
 
     @classmethod

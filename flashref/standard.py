@@ -151,7 +151,8 @@ def backward(Q, K, V, dO, P, **opts) -> BackwardResult:
     leading axes: the dS that Alg.3 l.3 (and the mask pass) leave in HBM, before softcap's pass (the bias is added
     after it), so no IO more."""
     bias_grad = opts.pop("bias_grad", False)
-    pb0 = Problem.from_arrays(Q, K, V, "standard.backward", OPTIONS, **opts)
+    # extra names bias_grad too (taken above): an unknown option's error lists every one backward takes
+    pb0 = Problem.from_arrays(Q, K, V, "standard.backward", OPTIONS + ("bias_grad",), **opts)
     bias_grad = variants.check_bias_grad(bias_grad, pb0.bias)
     dO = check_like(dO, "dO", pb0.Q.shape, pb0.dtype)
     P = check_like(P, "P", pb0.lead_shape + (pb0.Nq, pb0.Nk), pb0.dtype)

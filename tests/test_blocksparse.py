@@ -116,6 +116,22 @@ def test_fully_masked_block_rows_give_zeros_and_zero_gradients(rng):
     assert fz.io.total == 8 * 3 + 2 * 8 + 2 * 8 * 3  # Alg.5 l.2 writes + l.6 reads
 
 
+def test_backward_refuses_an_m_of_minus_inf_on_a_block_row_that_sees_keys(rng):
+    """It runs Algorithm 4's tile step, which refuses (m_i, ℓ_i) = (-inf, 0) on a row that a nonzero block lets see
+    keys (it subtracted 0 there: P = exp(S), unnormalised); the rows of an empty block row keep theirs."""
+    Q, K, V, dO = (rng.standard_normal((8, 3)) for _ in range(4))
+    M = np.array([[True, False], [False, False]])
+    fwd = blocksparse.forward(Q, K, V, M, block_sizes=(4, 4))
+    l, m = fwd.l.copy(), fwd.m.copy()
+    l[1], m[1] = 0.0, -np.inf  # query 1 sees keys 0..3 through block (0, 0)
+    with pytest.raises(ValueError, match=r"^m: m_i = -inf marks a row as fully masked"):
+        blocksparse.backward(Q, K, V, fwd.O, dO, l, m, M, block_sizes=(4, 4))
+    m[1] = fwd.m[1] - 1e5
+    l[1] = fwd.l[1]
+    with pytest.raises(FloatingPointError, match="or l, m are not the forward's"):
+        blocksparse.backward(Q, K, V, fwd.O, dO, l, m, M, block_sizes=(4, 4))
+
+
 def test_causal_block_mask_with_causal_equals_causal_flash_and_skips_blocks(rng):
     Q, K, V = (rng.standard_normal((64, 8)) for _ in range(3))
     M = blocksparse.causal_blocks(64, 64, 8, 8)

@@ -223,6 +223,36 @@ def test_bad_saved_tensors_get_clear_errors(rng):
         flash1.backward(Q, K, V, O, dO, l, m, block_sizes=(6, 6), sram_size=50)
 
 
+def test_row_statistics_that_mark_a_row_fully_masked_wrongly_are_refused(rng):
+    """(m_i, ℓ_i) = (-inf, 0) marks a fully masked row, and the backward subtracts 0 and divides by 1 there. Given for
+    a row that sees keys (or half of it: m_i = -inf with ℓ_i > 0, ℓ_i = 0 with a finite m_i), the row's P was exp(S)
+    or exp(S − m), unnormalised, and its gradients wrong with no error. Now a ValueError naming l or m; a row the mask
+    hides whole keeps its (-inf, 0). Too small an m_i overflows P: the error names l, m beside the cure."""
+    Q, K, V, dO = (rng.standard_normal((6, 4)) for _ in range(4))
+    O, l, m = saved({"Q": Q, "K": K, "V": V}, {})
+    m_bad, l_bad = m.copy(), l.copy()
+    m_bad[0], l_bad[0] = -np.inf, 0.0
+    with pytest.raises(ValueError, match=r"^m: m_i = -inf \(a fully masked row\) where ℓ_i > 0"):
+        flash1.backward(Q, K, V, O, dO, l, m_bad)
+    with pytest.raises(ValueError, match=r"^l: ℓ_i = 0 \(a fully masked row\) where m_i is finite"):
+        flash1.backward(Q, K, V, O, dO, l_bad, m)
+    with pytest.raises(ValueError, match=r"^m: m_i = -inf marks a row as fully masked"):
+        flash1.backward(Q, K, V, O, dO, l_bad, m_bad, block_sizes=(2, 3))
+    m_small = m.copy()
+    m_small[0] = -1e5
+    with pytest.raises(FloatingPointError, match="or l, m are not the forward's"):
+        flash1.backward(Q, K, V, O, dO, l, m_small)
+    mask = np.ones((6, 6), bool)
+    mask[0] = False
+    Om, lm, mm = saved({"Q": Q, "K": K, "V": V}, {"mask": mask})
+    assert lm[0] == 0 and np.isneginf(mm[0])
+    bwd = flash1.backward(Q, K, V, Om, dO, lm, mm, mask=mask, block_sizes=(2, 3))
+    ref = standard.backward(Q, K, V, dO, standard.forward(Q, K, V, mask=mask).P, mask=mask)
+    np.testing.assert_allclose(bwd.dQ, ref.dQ, rtol=1e-10, atol=1e-12)
+    pred = iomodel.predict("flash1", "backward", Nq=6, Nk=6, d=4, mask=True, block_sizes=(2, 3))
+    assert (bwd.io.reads, bwd.io.writes) == (pred.reads, pred.writes)
+
+
 def test_figure2_table_comes_from_counts():
     from flashref.figures.backward import FIG2, figure2_data
 

@@ -135,6 +135,37 @@ def test_bad_saved_tensors_are_named(rng):
         flash2.backward(Q, Q, Q, fwd.O, Q, np.full(6, np.nan))
 
 
+def test_backward_refuses_an_L_of_minus_inf_on_a_row_that_sees_a_key(rng):
+    """L_i = -inf says "every key of row i is hidden"; the backward subtracted 0 there, so a row that sees keys got
+    P = exp(S), unnormalised, and wrong gradients with no error. Now a ValueError naming L (backward_varlen too).
+    Rows that a bias, mask or window hides whole keep their -inf, and the counted IO is still predict's."""
+    Q, K, V = (rng.standard_normal((1, n, 4)) for n in (3, 4, 4))
+    dO = rng.standard_normal((1, 3, 4))
+    fwd = flash2.forward(Q, K, V)
+    L = fwd.L.copy()
+    L[0, 0] = -np.inf  # row 0 sees all 4 keys
+    msg = r"^L: L_i = -inf marks a row as fully masked"
+    with pytest.raises(ValueError, match=msg):
+        flash2.backward(Q, K, V, fwd.O, dO, L)
+    with pytest.raises(ValueError, match=msg):
+        flash2.backward_varlen(Q, K, V, fwd.O, dO, L, np.array([0, 3]), np.array([0, 4]))
+    # a too small finite L_i overflows P = exp(S − L): the error names L as a cause, beside the cure
+    L[0, 0] = -1e5
+    with pytest.raises(FloatingPointError, match="or L is not the forward's"):
+        flash2.backward(Q, K, V, fwd.O, dO, L)
+    bias = np.zeros((3, 4))
+    bias[2] = -np.inf
+    for opts in ({"bias": bias}, {"mask": np.isfinite(bias)}, {"window": (0, 0)}):
+        K2, V2 = (K, V) if "window" not in opts else (K[:, :2], V[:, :2])  # window: row 2 has no key j = 2
+        f = flash2.forward(Q, K2, V2, block_sizes=(2, 2), **opts)
+        assert np.isneginf(f.L[0, 2]) and np.isfinite(f.L[0, :2]).all()
+        bwd = flash2.backward(Q, K2, V2, f.O, dO, f.L, block_sizes=(2, 2), **opts)
+        ref = standard.backward(Q, K2, V2, dO, standard.forward(Q, K2, V2, **opts).P, **opts)
+        np.testing.assert_allclose(bwd.dQ, ref.dQ, rtol=1e-10, atol=1e-12)
+        pred = iomodel.predict("flash2", "backward", Nq=3, Nk=K2.shape[-2], d=4, heads=1, block_sizes=(2, 2), **opts)
+        assert (bwd.io.reads, bwd.io.writes) == (pred.reads, pred.writes)
+
+
 def test_causal_skips_blocks_above_the_diagonal_and_masks_only_the_diagonal():
     # N = 16, 4x4 blocks: the blocks the forward loads K_j for are exactly those with j <= i.
     rng = np.random.default_rng(4)

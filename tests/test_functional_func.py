@@ -197,6 +197,25 @@ def test_a_second_order_and_forward_mode_raise():
         jvp(vjp_fn, (torch.ones_like(out),), (torch.ones_like(out),))
 
 
+@pytest.mark.parametrize("algorithm", ALGOS)
+def test_torchs_older_batched_gradients_raise_naming_torch_func(algorithm):
+    """is_grads_batched and jacobian(vectorize=True) batch with torch._vmap_internals, which skips the Function's vmap
+    and which _under_torch_func does not see: the backward failed inside torch ("Batching rule not implemented for
+    aten::is_nonzero"). Now a RuntimeError saying what is not supported and what to use; the latter gives the rows."""
+    q, k, v = (_randn(2, 3, 4, 6, seed=s).requires_grad_() for s in (1, 2, 3))
+    o = sdpa(q, k, v, algorithm=algorithm)
+    cts = _randn(3, *o.shape, seed=4)
+    msg = r"a batch of gradients in one backward .*is_grads_batched.* is not supported; .*torch\.func\.vmap"
+    with pytest.raises(RuntimeError, match=msg):
+        torch.autograd.grad(o, q, cts, is_grads_batched=True, retain_graph=True)
+    with pytest.raises(RuntimeError, match=msg):
+        torch.autograd.functional.jacobian(lambda q: sdpa(q, k, v, algorithm=algorithm), q[0, 0], vectorize=True)
+    _, vjp_fn = vjp(lambda q: sdpa(q, k, v, algorithm=algorithm), q)
+    rows = vmap(vjp_fn)(cts)[0]
+    for ct, row in zip(cts, rows, strict=True):
+        torch.testing.assert_close(row, torch.autograd.grad(o, q, ct, retain_graph=True)[0], **TOL)
+
+
 def test_value_checks_name_the_argument_under_transforms():
     """The checks that read values run in the autograd functions, where vmap's batch is plain: a NaN in one element,
     or in the cotangent, is named as without a transform."""

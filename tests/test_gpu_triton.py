@@ -587,6 +587,17 @@ def test_double_backward_is_a_clear_error():
             torch.autograd.grad(o.sum(), q, create_graph=True)
 
 
+def test_torchs_older_batched_gradients_are_a_clear_error():
+    """is_grads_batched (torch._vmap_internals) hands the backward a batched tensor: the NaN check failed inside torch
+    ("Batching rule not implemented for aten::is_nonzero"), and the kernels cannot read it. Now a RuntimeError that
+    says so, also where no kernel runs (as double backward is refused there)."""
+    q, k, v, _ = (x.requires_grad_() for x in _inputs(1, 1, 8, 8, 16, DTYPES[0], seed=2))
+    for o in (gpu.attention(q, k, v), gpu.attention(q, k[:, :, :0], v[:, :, :0])):
+        with pytest.raises(RuntimeError, match="does not support a batch of gradients in one backward"):
+            torch.autograd.grad(o, q, torch.ones((3, *o.shape), dtype=o.dtype, device=o.device),
+                                is_grads_batched=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # bad inputs
 # ---------------------------------------------------------------------------------------------

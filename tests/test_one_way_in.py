@@ -64,20 +64,35 @@ def _listed(call) -> set:
 
 def test_the_valid_options_listed_are_every_option_taken():
     """Each algorithm's error lists exactly what it takes: flash2.forward its FP8 options too (which it takes
-    and runs through flashref.lowp), flash2.backward not them (it refuses them); each listed one is taken."""
+    and runs through flashref.lowp), flash2.backward not them (it refuses them); each listed one is taken.
+    The backwards of standard and flash2 take bias_grad, which their lists left out; the varlen entry points
+    listed mask and bias, which they refuse (a ValueError saying why): their lists leave those out now."""
     from flashref import lowp
     from flashref.problem import SHARED_OPTIONS
 
     shared = set(SHARED_OPTIONS)
-    want = {"standard.forward": shared | set(standard.OPTIONS), "standard.backward": shared | set(standard.OPTIONS),
+    want = {"standard.forward": shared | set(standard.OPTIONS),
+            "standard.backward": shared | set(standard.OPTIONS) | {"bias_grad"},
             "flash1.forward": shared, "flash1.backward": shared, "blocksparse.forward": shared,
             "flash2.forward": shared | set(flash2.OPTIONS) | set(lowp.OPTIONS),
-            "flash2.backward": shared | set(flash2.OPTIONS), "decoding.forward": shared | set(decoding.OPTIONS)}
+            "flash2.backward": shared | set(flash2.OPTIONS) | {"bias_grad"},
+            "decoding.forward": shared | set(decoding.OPTIONS)}
     for entry, names in want.items():
         assert _listed(ENTRY_POINTS[entry]) == names, entry
     cu = np.array([0, 2, 6])
-    assert _listed(lambda **o: flash2.forward_varlen(Q, Q, Q, cu, cu, **o)) == want["flash2.forward"]
-    assert _listed(lambda **o: flash2.backward_varlen(Q, Q, Q, Q, Q, Q[..., 0], cu, cu, **o)) == want["flash2.backward"]
+    refused = {"mask", "bias"}  # refused by name (a ValueError saying why) unless None
+    varlen = {"flash2.forward": lambda **o: flash2.forward_varlen(Q, Q, Q, cu, cu, **o),
+              "flash2.backward": lambda **o: flash2.backward_varlen(Q, Q, Q, Q, Q, Q[..., 0], cu, cu, **o)}
+    for entry, call in varlen.items():
+        assert _listed(call) == want[entry] - refused - {"bias_grad"}, entry
+        call(mask=None, bias=None)
+        with pytest.raises(ValueError, match="mask is not supported with variable-length batches"):
+            call(mask=np.ones((2, 2), bool))
+        # predict_varlen lists the same, and the shapes' heads and kv_heads
+        direction = entry.split(".")[1]
+        assert _listed(lambda direction=direction, **o: iomodel.predict_varlen(
+            direction, cu_seqlens_q=cu, cu_seqlens_k=cu, d=4, **o)) \
+            == want[entry] - refused - {"bias_grad"} | {"heads", "kv_heads"}, entry
     # the FP8 options listed are taken (at their defaults: the plain loop, the same result)
     assert np.array_equal(flash2.forward(Q, K, V, **lowp.OPTIONS).O, flash2.forward(Q, K, V).O)
     with pytest.raises(TypeError, match="^flash2.backward: unknown option 'fp8'"):
@@ -329,6 +344,31 @@ def test_a_bias_that_overflows_the_scores_to_minus_inf_raises(module):
             module.forward(Q, K, V, bias=bias, scale=1.0)
     O = module.forward(Q.astype(np.float64), K.astype(np.float64), V.astype(np.float64), bias=bias, scale=1.0).O
     np.testing.assert_allclose(O, 1.0)  # equal scores: the mean of V
+
+
+@pytest.mark.parametrize("module", [standard, flash2])
+def test_a_float64_bias_past_the_compute_dtype_raises_instead_of_masking(module):
+    """float32 inputs compute in float32; a float64 bias of -1e300 became -inf on the cast, which passes for a masked
+    entry: O = 0 for a row that sees keys, no error. Now the FloatingPointError every overflow of the compute dtype
+    raises, naming the bias and float64 (which holds it: there the bias is what masks the row)."""
+    Q = np.ones((1, 1, 2), np.float32)
+    K, V = np.array([[[1, 0], [0, 1], [1, 1]]], np.float32), np.arange(6, dtype=np.float32).reshape(1, 3, 2)
+    bias = np.full((1, 3), -1e300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FloatingPointError, match=r"^bias, cast to the compute dtype, overflowed float32.*float64"):
+            module.forward(Q, K, V, bias=bias)
+        bias[0, 1] = -np.inf  # a -inf (a masked entry) casts to itself: no error
+        with pytest.raises(FloatingPointError, match="^bias, cast"):
+            module.forward(Q, K, V, bias=bias)
+        O = module.forward(Q.astype(np.float64), K.astype(np.float64), V.astype(np.float64), bias=bias).O
+    np.testing.assert_allclose(O, [[[2.0, 3.0]]], rtol=1e-12)  # keys 0, 2 tie at -1e300: the mean of their values
+    # a saved tensor is cast to the compute dtype by the same rule
+    with pytest.raises(FloatingPointError, match=r"^(L|P), cast to the compute dtype, overflowed float32"):
+        if module is flash2:
+            flash2.backward(Q, K, V, Q, Q, np.full((1, 1), -1e300))  # O, dO, L
+        else:
+            standard.backward(Q, K, V, Q, np.full((1, 1, 3), 1e300))  # dO, P
 
 
 OUTPUT_OVERFLOWS = {

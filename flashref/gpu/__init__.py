@@ -51,6 +51,22 @@ DOUBLE_BACKWARD = ("flashref.gpu.attention does not support double backward (cre
                    "penalty): its backward is a Triton kernel with no derivative of its own; use torch's "
                    "scaled_dot_product_attention with the math backend")
 
+BATCHED_GRADS = ("flashref.gpu.attention does not support a batch of gradients in one backward "
+                 "(torch.autograd.grad(..., is_grads_batched=True), torch.autograd.functional.jacobian(..., "
+                 "vectorize=True)): torch's older batching hands the backward a batched tensor, which its kernels "
+                 "cannot run on; loop over the gradients instead (one torch.autograd.grad call each, or "
+                 "vectorize=False)")
+
+
+def _refuse_batched(do) -> None:
+    """Refuse the gradient flowing back when torch's older vmap (``torch._vmap_internals``: ``is_grads_batched``,
+    ``jacobian(vectorize=True)``) batched it: the NaN check would fail inside torch (no batching rule for
+    ``is_nonzero``), and the kernels would read a batch they cannot see. A flag of the tensor: no sync."""
+    from ..functional import _legacy_batched  # the torch front's test (it imports torch: here, lazily)
+
+    if _legacy_batched(do):
+        raise RuntimeError(BATCHED_GRADS)
+
 
 def _interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -484,6 +500,7 @@ def _function():
         def backward(ctx, do):
             if torch.is_grad_enabled():  # backward(create_graph=True): the kernels have no derivative
                 raise RuntimeError(DOUBLE_BACKWARD)
+            _refuse_batched(do)
             _finite(("grad_output (the gradient flowing into attention's output)", do))
             q, k, v, o, L2 = ctx.saved_tensors
             dq, dk, dv = _backward(q, k, v, o, L2, do, *ctx.args)
@@ -529,6 +546,7 @@ def _zeros_function():
         def backward(ctx, do):
             if torch.is_grad_enabled():  # create_graph=True: refused as on the kernels' path, whatever the shape
                 raise RuntimeError(DOUBLE_BACKWARD)
+            _refuse_batched(do)  # as on the kernels' path: the same calls refused, whatever the shape
             # NaN or inf flowing back is refused as on the kernels' path (_Attention.backward), where it is checked
             _finite(("grad_output (the gradient flowing into attention's output)", do))
             return tuple(torch.zeros(shape, dtype=dtype, device=device) if need else None

@@ -1096,7 +1096,7 @@ def choose_backward(q, k, v, causal: bool, deterministic: bool, **options):
 def _function():
     import torch
 
-    from . import DOUBLE_BACKWARD, _backward
+    from . import DOUBLE_BACKWARD, _backward, _refuse_batched
 
     class _Attention3(torch.autograd.Function):
         @staticmethod
@@ -1111,6 +1111,7 @@ def _function():
         def backward(ctx, do):
             if torch.is_grad_enabled():  # backward(create_graph=True): the kernels have no derivative
                 raise RuntimeError(DOUBLE_BACKWARD)
+            _refuse_batched(do)  # is_grads_batched, jacobian(vectorize=True): as gpu's _Attention refuses them
             q, k, v, o, L2 = ctx.saved_tensors
             causal, scale, deterministic, cfg, bwd3 = ctx.args
             if bwd3 is not None:  # kernel 3's backward (kernel3_bwd.py) with these TilesB

@@ -35,7 +35,7 @@ from .. import variants as _variants
 from ..blocks import Grid
 from ..memory import Traffic, merge_by_precision
 from ..patterns import check_block_mask
-from ..problem import VARIANT_OPTIONS, Problem
+from ..problem import VARIANT_OPTIONS, Problem, check_options
 
 __all__ = ["Prediction", "predict", "predict_varlen", "predict_paged", "grid", "block_sizes", "dram",
            "ALGORITHMS"]
@@ -173,6 +173,10 @@ def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads:
     # no bias_grad: a packed batch has no bias, and backward_varlen refuses it as unknown (so it stays among the
     # options the Problem checks, which refuse it)
     extra = tuple(name for name in _extra("flash2", direction) if name != "bias_grad")
+    # an unknown option's error lists what the simulator's varlen entry points take (less mask and bias, refused
+    # above unless None), and the shapes' heads and kv_heads
+    check_options({k: v for k, v in opts.items() if k not in _flash2.VARLEN_REFUSED},
+                  _flash2.varlen_options(extra) | {"heads", "kv_heads"}, where)
     probe = dict(opts)
     own = _own_options("flash2", direction, probe, extra)
     pb = Problem.from_shapes(where, extra, Nq=1, Nk=1, d=d, heads=heads, **probe)
