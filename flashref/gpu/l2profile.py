@@ -1435,6 +1435,49 @@ CHECK95 = [
     ('check95_64_1x7x253952_causal', 1, 7, 253952, 64, True),
 ]
 
+# Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
+# 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 read 17-32% less than the model
+# (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
+# nothing was recorded between 8 and 16 MiB a head). Predicted for both GPUs before any GPU measured them
+K3FEW = [
+    ('k3few_64_1x1x36864', 1, 1, 36864, 64, False),
+    ('k3few_64_1x2x36864', 1, 2, 36864, 64, False),
+    ('k3few_64_1x4x36864', 1, 4, 36864, 64, False),
+    ('k3few_64_1x8x36864', 1, 8, 36864, 64, False),
+    ('k3few_64_1x16x36864', 1, 16, 36864, 64, False),
+    ('k3few_64_1x32x36864', 1, 32, 36864, 64, False),
+    ('k3few_64_1x1x49152', 1, 1, 49152, 64, False),
+    ('k3few_64_1x2x49152', 1, 2, 49152, 64, False),
+    ('k3few_64_1x4x49152', 1, 4, 49152, 64, False),
+    ('k3few_64_1x8x49152', 1, 8, 49152, 64, False),
+    ('k3few_64_1x16x49152', 1, 16, 49152, 64, False),
+    ('k3few_64_1x32x49152', 1, 32, 49152, 64, False),
+    ('k3few_64_1x1x61440', 1, 1, 61440, 64, False),
+    ('k3few_64_1x2x61440', 1, 2, 61440, 64, False),
+    ('k3few_64_1x4x61440', 1, 4, 61440, 64, False),
+    ('k3few_64_1x8x61440', 1, 8, 61440, 64, False),
+    ('k3few_64_1x16x61440', 1, 16, 61440, 64, False),
+    ('k3few_64_1x32x61440', 1, 32, 61440, 64, False),
+    ('k3few_128_1x1x18432', 1, 1, 18432, 128, False),
+    ('k3few_128_1x2x18432', 1, 2, 18432, 128, False),
+    ('k3few_128_1x4x18432', 1, 4, 18432, 128, False),
+    ('k3few_128_1x8x18432', 1, 8, 18432, 128, False),
+    ('k3few_128_1x16x18432', 1, 16, 18432, 128, False),
+    ('k3few_128_1x32x18432', 1, 32, 18432, 128, False),
+    ('k3few_128_1x1x24576', 1, 1, 24576, 128, False),
+    ('k3few_128_1x2x24576', 1, 2, 24576, 128, False),
+    ('k3few_128_1x4x24576', 1, 4, 24576, 128, False),
+    ('k3few_128_1x8x24576', 1, 8, 24576, 128, False),
+    ('k3few_128_1x16x24576', 1, 16, 24576, 128, False),
+    ('k3few_128_1x32x24576', 1, 32, 24576, 128, False),
+    ('k3few_128_1x1x30720', 1, 1, 30720, 128, False),
+    ('k3few_128_1x2x30720', 1, 2, 30720, 128, False),
+    ('k3few_128_1x4x30720', 1, 4, 30720, 128, False),
+    ('k3few_128_1x8x30720', 1, 8, 30720, 128, False),
+    ('k3few_128_1x16x30720', 1, 16, 30720, 128, False),
+    ('k3few_128_1x32x30720', 1, 32, 30720, 128, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1475,7 +1518,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
           "check88": CHECK88, "check89": CHECK89,
           "check90": CHECK90, "check91": CHECK91, "check92": CHECK92, "check93": CHECK93,
-          "check94": CHECK94, "check95": CHECK95,
+          "check94": CHECK94, "check95": CHECK95, "k3few": K3FEW,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
