@@ -69,6 +69,8 @@ class ScanKernel:
     launched runs (causal: longest first). ``heads_first``: the grid's fastest axis is the head. ``synced``: a
     barrier starts each round of CTAs together (kernel 3's persistent launches past its knee), so every CTA of a
     pass reads a tile at one reuse distance (the L2 model gives such a pass a sharper knee of its own).
+    ``rounds_together``: kernel 3's non-causal forward and dQ kernel short of that barrier's threshold, whose rounds
+    of equal tiles start together without it (they came apart without one only past it).
     ``drift_ramp``: the CTAs sharing an SM drift apart over the kernel's first waves (FlashAttention-2's forward
     kernels but the d = 64 one), not from the second wave on. ``comes_apart``: a pass's CTAs, one an SM, drift apart
     more the longer the kernel has run, where they scan the same tiles (FlashAttention-2's backward on its 128 x 128
@@ -91,6 +93,7 @@ class ScanKernel:
     stagger: int = 0
     sms: int = SMS
     synced: bool = False  # a barrier between rounds of tiles: every CTA of a round starts its scan together
+    rounds_together: bool = False  # no barrier, and its rounds start together all the same (short of the knee)
     drift_ramp: bool = False  # the CTAs sharing an SM drift apart over the kernel's first waves, not at once
     comes_apart: bool = False  # a pass's CTAs drift apart more the longer the kernel has run
     heads_roll_in: bool = False  # a head's first pass after the first wave reads its tiles more than once
@@ -669,8 +672,17 @@ def flashref3_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     k = ScanKernel("flashref kernel 3 fwd", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                    sms * _k3_ctas_per_sm(t.smem_bytes(d, e), _k3_launch_warps(t)),
                    _row_ranges(Tr, Tc, BM, BN, causal, Nk), launch, heads_first=heads_first, sms=sms,
-                   synced=bool(t.persistent and not causal and round_sync(t, Nk, d, e)))
+                   synced=bool(t.persistent and not causal and round_sync(t, Nk, d, e)),
+                   rounds_together=_k3_rounds_together(Nk, d, causal, e))
     return _ragged(k, Nk, BN, Nq, BM)
+
+
+def _k3_rounds_together(Nk, d, causal, e) -> bool:
+    """Kernel 3's non-causal forward and dQ kernel short of the barrier's threshold (one head's K and V, 2·Nk·d·e
+    bytes, below ``kernel3.ROUND_SYNC_KV_BYTES``): every tile is as long, so each round of CTAs starts its scan
+    together, barrier or not (``ScanKernel.rounds_together``). Past it, rounds without a barrier came apart."""
+    from .gpu.kernel3 import ROUND_SYNC_KV_BYTES
+    return not causal and 2 * Nk * d * e < ROUND_SYNC_KV_BYTES
 
 
 def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
@@ -706,7 +718,8 @@ def flashref3_dq(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):
     launch = _launch(Tr, causal)
     k = ScanKernel("flashref kernel 3 dQ", BH, Tc, 2 * BN * d * e, 0, 2 * BM * d * e + 8 * BM, BM * d * e,
                    sms * _k3_ctas_per_sm(tq.smem_bytes(d, e), K3_WS_WARPS), _row_ranges(Tr, Tc, BM, BN, causal, Nk),
-                   launch, sms=sms, synced=dq_round_sync(tq, Nk, d, causal, e))
+                   launch, sms=sms, synced=dq_round_sync(tq, Nk, d, causal, e),
+                   rounds_together=_k3_rounds_together(Nk, d, causal, e))
     return _ragged(k, Nk, BN, Nq, BM)
 
 

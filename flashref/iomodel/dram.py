@@ -206,6 +206,9 @@ PARAMS = dict(C_eff=45 * MB, kappa=2.0, alpha=0.6, rho=24 * MB,
               # the capacities of L2_SCALED scaled by the GPU's L2 against the H100's (0: the H100's on every GPU, as
               # every prediction up to check55)
               l2_scale_rule=1,
+              # kernel 3's non-causal rounds short of its barrier's threshold with the synced pair, C_sync and
+              # kappa_sync (ScanKernel.rounds_together; 0: C_eff and kappa, as every prediction up to k3few)
+              k3_rounds_rule=1,
               head_rule=1)  # not fitted: that rule (0: a head's first pass reads its tiles once, as every prediction to
               # check39)
 # The staggered walk depends on timing, not on the L2 alone: the H200 (the H100's SMs, faster HBM and 60 MB of L2
@@ -396,7 +399,13 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     # measured, one head of N = 65536 at d = 64 re-reads none of its 16 MiB of K and V, where kappa = 2 had 40% of
     # them (48% with today's 192-row tile: notebook 08), and past 30 MiB a head every synced round re-reads them all
     # (figures/gpu/NOTES-l2.md, "Nineteenth round")
-    if k.synced and p["sync_rule"]:
+    # Kernel 3's non-causal rounds short of that knee (ScanKernel.rounds_together) start together without the
+    # barrier: equal tiles, one CTA an SM. So they take the synced pair too: no number fitted. Measured, the lockstep
+    # pair had the forward 17-45% over, at one to 32 heads of 12-15 MiB of K and V at d = 64 (check91, check94 and
+    # k3few, which was aimed at them), where the reads run smoothly on across the barrier's threshold; with the synced
+    # pair k3few, measured after the rule was written down, is within 22% (figures/gpu/NOTES-l2.md, "Forty-second
+    # round"). k3_rounds_rule=0: the lockstep pair, as every prediction up to k3few
+    if (k.synced or (k.rounds_together and p["k3_rounds_rule"])) and p["sync_rule"]:
         C, kappa = p["C_sync"], p["kappa_sync"]
     C_lag, kappa_lag = (C, kappa) if rolling and not p["rolling_drift"] else (p["C_eff"], p["kappa"])
     per_sm = max(1, k.resident // k.sms)
@@ -1028,11 +1037,11 @@ def _check_params(params):
              "apart_steps": (0, True), "apart_tau": (0, False), "apart_rule": (0, True), "apart_causal": (0, True),
              "head_reads": (0, True), "head_rule": (0, True), "lag_other": (0, True),
              "lag_rule": (0, True), "d256_rule": (0, True), "one_cta_rule": (0, True),
-             "l2_scale_rule": (0, True)}  # (bound, included)
+             "l2_scale_rule": (0, True), "k3_rounds_rule": (0, True)}  # (bound, included)
     switches = ("small_writes", "fa2_split", "overlap_rule", "softmax_passes", "rolling_rule", "rolling_drift",
                 "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule", "apart_causal", "head_rule",
                 "rdrift3_rule", "rdrift3_gpu_rule", "cap_rule", "lag_other", "lag_rule", "d256_rule", "one_cta_rule",
-                "l2_scale_rule")
+                "l2_scale_rule", "k3_rounds_rule")
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))

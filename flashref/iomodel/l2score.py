@@ -249,6 +249,7 @@ RULES = (
     Rule("capacities scaled by the GPU's L2 (the H200's 60 MB)", dict(l2_scale_rule=0), 0, "", D.IMPLS, "check56"),
     Rule("the H200's one-CTA walk's own set", dict(one_cta_rule=0), 2, "STAGGERED_ONE_CTA['h200'] kappa_stag miss_cap",
          FA2, "check63"),
+    Rule("kernel 3's rounds together short of its knee", dict(k3_rounds_rule=0), 0, "", OURS, "k3few"),
 )
 # All of them off at once: the lockstep passes (C_eff, kappa), the write residue (alpha, rho) and the staggered walk
 # as first fitted, a shared set and a d = 64 set of three a GPU (C_stag, kappa_stag, lag; the switches pick them)
