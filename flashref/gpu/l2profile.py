@@ -1478,6 +1478,48 @@ K3FEW = [
     ('k3few_128_1x32x30720', 1, 32, 30720, 128, False),
 ]
 
+# Not a blind set: kernel 3's non-causal walk short of its barrier again, at lengths, head counts and batches k3few did
+# not measure (3-48 heads, B = 1-4, 7-15.75 MiB of K and V a head), predicted for both GPUs with k3_rounds_rule
+# (written from check91, check94 and k3few) before any GPU measured them
+K3FEW2 = [
+    ('k3few2_64_1x3x28672', 1, 3, 28672, 64, False),
+    ('k3few2_64_2x3x28672', 2, 3, 28672, 64, False),
+    ('k3few2_64_4x3x28672', 4, 3, 28672, 64, False),
+    ('k3few2_64_2x12x28672', 2, 12, 28672, 64, False),
+    ('k3few2_64_4x12x28672', 4, 12, 28672, 64, False),
+    ('k3few2_64_1x3x43008', 1, 3, 43008, 64, False),
+    ('k3few2_64_2x3x43008', 2, 3, 43008, 64, False),
+    ('k3few2_64_4x3x43008', 4, 3, 43008, 64, False),
+    ('k3few2_64_2x12x43008', 2, 12, 43008, 64, False),
+    ('k3few2_64_4x12x43008', 4, 12, 43008, 64, False),
+    ('k3few2_64_1x3x55296', 1, 3, 55296, 64, False),
+    ('k3few2_64_2x3x55296', 2, 3, 55296, 64, False),
+    ('k3few2_64_4x3x55296', 4, 3, 55296, 64, False),
+    ('k3few2_64_2x12x55296', 2, 12, 55296, 64, False),
+    ('k3few2_64_4x12x55296', 4, 12, 55296, 64, False),
+    ('k3few2_64_1x3x64512', 1, 3, 64512, 64, False),
+    ('k3few2_64_2x3x64512', 2, 3, 64512, 64, False),
+    ('k3few2_64_4x3x64512', 4, 3, 64512, 64, False),
+    ('k3few2_64_2x12x64512', 2, 12, 64512, 64, False),
+    ('k3few2_64_4x12x64512', 4, 12, 64512, 64, False),
+    ('k3few2_128_1x3x14336', 1, 3, 14336, 128, False),
+    ('k3few2_128_2x3x14336', 2, 3, 14336, 128, False),
+    ('k3few2_128_4x3x14336', 4, 3, 14336, 128, False),
+    ('k3few2_128_2x12x14336', 2, 12, 14336, 128, False),
+    ('k3few2_128_1x3x21504', 1, 3, 21504, 128, False),
+    ('k3few2_128_2x3x21504', 2, 3, 21504, 128, False),
+    ('k3few2_128_4x3x21504', 4, 3, 21504, 128, False),
+    ('k3few2_128_2x12x21504', 2, 12, 21504, 128, False),
+    ('k3few2_128_1x3x27648', 1, 3, 27648, 128, False),
+    ('k3few2_128_2x3x27648', 2, 3, 27648, 128, False),
+    ('k3few2_128_4x3x27648', 4, 3, 27648, 128, False),
+    ('k3few2_128_2x12x27648', 2, 12, 27648, 128, False),
+    ('k3few2_128_1x3x32256', 1, 3, 32256, 128, False),
+    ('k3few2_128_2x3x32256', 2, 3, 32256, 128, False),
+    ('k3few2_128_4x3x32256', 4, 3, 32256, 128, False),
+    ('k3few2_128_2x12x32256', 2, 12, 32256, 128, False),
+]
+
 # Not a blind set: kernel 2's dK/dV kernel wrote 74-84 MB to DRAM at three small non-causal shapes (check53,
 # check54), more than all it writes, and 0 at others. These shapes pair each of those with its neighbours in one
 # thing at a time: the head dim (48 and 160 are padded; 64 and 128 are not), N (1792 and 8064 fill every tile),
@@ -1518,7 +1560,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
           "check88": CHECK88, "check89": CHECK89,
           "check90": CHECK90, "check91": CHECK91, "check92": CHECK92, "check93": CHECK93,
-          "check94": CHECK94, "check95": CHECK95, "k3few": K3FEW,
+          "check94": CHECK94, "check95": CHECK95, "k3few": K3FEW, "k3few2": K3FEW2,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
