@@ -403,8 +403,9 @@ def scan_bytes(k: S.ScanKernel, p=PARAMS):
     # barrier: equal tiles, one CTA an SM. So they take the synced pair too: no number fitted. Measured, the lockstep
     # pair had the forward 17-45% over, at one to 32 heads of 12-15 MiB of K and V at d = 64 (check91, check94 and
     # k3few, which was aimed at them), where the reads run smoothly on across the barrier's threshold; with the synced
-    # pair k3few, measured after the rule was written down, is within 22% (figures/gpu/NOTES-l2.md, "Forty-second
-    # round"). k3_rounds_rule=0: the lockstep pair, as every prediction up to k3few
+    # pair k3few, measured after the rule was written down, is within 22%, and k3few2, predicted with it, within 23%
+    # (figures/gpu/NOTES-l2.md, "Forty-second round"). k3_rounds_rule=0: the lockstep pair, as every prediction up to
+    # k3few
     if (k.synced or (k.rounds_together and p["k3_rounds_rule"])) and p["sync_rule"]:
         C, kappa = p["C_sync"], p["kappa_sync"]
     C_lag, kappa_lag = (C, kappa) if rolling and not p["rolling_drift"] else (p["C_eff"], p["kappa"])
