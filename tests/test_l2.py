@@ -625,13 +625,14 @@ def test_kernel3_rounds_together_short_of_its_knee():
             assert not k.rounds_together
     k = schedule.flashref3_fwd(1, 49152, 49152, 64)
     assert D.scan_bytes(k, dict(k3_rounds_rule=0)) == D.scan_bytes(dataclasses.replace(k, rounds_together=False))
-    rows = [r for r in l2score.recorded_rows(gpus=("h200",)) if r.run == "k3few"]
+    h200 = l2score.recorded_rows(gpus=("h200",))
+    rows = [r for r in h200 if r.run == "k3few"]
     assert len(rows) == 72
     on, off = l2score.errors(rows), l2score.errors(rows, params=dict(k3_rounds_rule=0))
     assert int(np.sum(np.abs(on) <= 0.25)) == 72 and int(np.sum(np.abs(off) <= 0.25)) == 72 - 19
     # k3few2, predicted with the rule before it was measured (its preregistered rows are tested too): 72 of 72, where
     # the lockstep pair would have had 53
-    rows = [r for r in l2score.recorded_rows(gpus=("h200",)) if r.run == "k3few2"]
+    rows = [r for r in h200 if r.run == "k3few2"]
     on, off = l2score.errors(rows), l2score.errors(rows, params=dict(k3_rounds_rule=0))
     assert len(rows) == 72 and int(np.sum(np.abs(on) <= 0.25)) == 72 and int(np.sum(np.abs(off) <= 0.25)) == 53
 
