@@ -1435,6 +1435,76 @@ CHECK95 = [
     ('check95_64_1x7x253952_causal', 1, 7, 253952, 64, True),
 ]
 
+# check96-check99: draw_validation(20261282-20261285, "checkNN", few=0, long=5), as check84-check95, predicted for
+# both GPUs before any GPU measured them (drawn after k3few and k3few2, so that no shape of theirs is drawn again)
+CHECK96 = [
+    ('check96_128_8x32x6144_causal', 8, 32, 6144, 128, True),
+    ('check96_64_4x16x6144_causal', 4, 16, 6144, 64, True),
+    ('check96_128_8x32x2048_causal', 8, 32, 2048, 128, True),
+    ('check96_64_1x8x8192', 1, 8, 8192, 64, False),
+    ('check96_128_1x32x12288', 1, 32, 12288, 128, False),
+    ('check96_192_1x5x29855', 1, 5, 29855, 192, False),
+    ('check96_160_4x3x73084_causal', 4, 3, 73084, 160, True),
+    ('check96_32_1x6x17282x1093', 1, 6, (17282, 1093), 32, False),
+    ('check96_80_2x2x17017', 2, 2, 17017, 80, False),
+    ('check96_128_2x2x33792', 2, 2, 33792, 128, False),
+    ('check96_64_8x1x146432_causal', 8, 1, 146432, 64, True),
+    ('check96_64_1x5x78848_causal', 1, 5, 78848, 64, True),
+    ('check96_64_2x1x273408_causal', 2, 1, 273408, 64, True),
+    ('check96_64_8x1x250880', 8, 1, 250880, 64, False),
+]
+
+CHECK97 = [
+    ('check97_64_8x16x16384_causal', 8, 16, 16384, 64, True),
+    ('check97_64_1x32x4096_causal', 1, 32, 4096, 64, True),
+    ('check97_64_4x16x6144', 4, 16, 6144, 64, False),
+    ('check97_64_8x32x1024', 8, 32, 1024, 64, False),
+    ('check97_128_4x16x4096_causal', 4, 16, 4096, 128, True),
+    ('check97_96_8x1x8873x40641', 8, 1, (8873, 40641), 96, False),
+    ('check97_32_2x16x1696x26653', 2, 16, (1696, 26653), 32, False),
+    ('check97_96_1x32x20115', 1, 32, 20115, 96, False),
+    ('check97_192_1x2x50427', 1, 2, 50427, 192, False),
+    ('check97_128_8x1x59392_causal', 8, 1, 59392, 128, True),
+    ('check97_64_1x7x246784', 1, 7, 246784, 64, False),
+    ('check97_64_1x6x40960_causal', 1, 6, 40960, 64, True),
+    ('check97_64_1x6x304128_causal', 1, 6, 304128, 64, True),
+    ('check97_128_1x3x61440', 1, 3, 61440, 128, False),
+]
+
+CHECK98 = [
+    ('check98_128_4x32x12288', 4, 32, 12288, 128, False),
+    ('check98_64_8x16x1536_causal', 8, 16, 1536, 64, True),
+    ('check98_64_4x8x16384', 4, 8, 16384, 64, False),
+    ('check98_128_2x32x2048_causal', 2, 32, 2048, 128, True),
+    ('check98_128_4x8x12288_causal', 4, 8, 12288, 128, True),
+    ('check98_96_4x12x29332_causal', 4, 12, 29332, 96, True),
+    ('check98_160_4x24x2281', 4, 24, 2281, 160, False),
+    ('check98_160_2x12x9100', 2, 12, 9100, 160, False),
+    ('check98_80_1x5x18503', 1, 5, 18503, 80, False),
+    ('check98_64_2x2x38912', 2, 2, 38912, 64, False),
+    ('check98_64_1x7x56320_causal', 1, 7, 56320, 64, True),
+    ('check98_128_4x1x52224', 4, 1, 52224, 128, False),
+    ('check98_64_1x3x124928_causal', 1, 3, 124928, 64, True),
+    ('check98_128_1x6x67584_causal', 1, 6, 67584, 128, True),
+]
+
+CHECK99 = [
+    ('check99_128_4x32x16384', 4, 32, 16384, 128, False),
+    ('check99_64_2x8x6144', 2, 8, 6144, 64, False),
+    ('check99_64_1x16x16384_causal', 1, 16, 16384, 64, True),
+    ('check99_128_8x32x8192', 8, 32, 8192, 128, False),
+    ('check99_128_8x8x4096_causal', 8, 8, 4096, 128, True),
+    ('check99_160_4x24x20296', 4, 24, 20296, 160, False),
+    ('check99_80_4x24x11799_causal', 4, 24, 11799, 80, True),
+    ('check99_256_4x12x1534x7500', 4, 12, (1534, 7500), 256, False),
+    ('check99_256_1x24x1945_causal', 1, 24, 1945, 256, True),
+    ('check99_128_8x1x81920_causal', 8, 1, 81920, 128, True),
+    ('check99_128_1x5x59392_causal', 1, 5, 59392, 128, True),
+    ('check99_128_1x6x34816', 1, 6, 34816, 128, False),
+    ('check99_128_1x2x67584', 1, 2, 67584, 128, False),
+    ('check99_64_1x2x66560', 1, 2, 66560, 64, False),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1491,7 +1561,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
           "check88": CHECK88, "check89": CHECK89,
           "check90": CHECK90, "check91": CHECK91, "check92": CHECK92, "check93": CHECK93,
-          "check94": CHECK94, "check95": CHECK95, "k3few": K3FEW, "k3few2": K3FEW2,
+          "check94": CHECK94, "check95": CHECK95, "check96": CHECK96, "check97": CHECK97,
+          "check98": CHECK98, "check99": CHECK99, "k3few": K3FEW, "k3few2": K3FEW2,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
