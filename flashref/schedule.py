@@ -354,7 +354,15 @@ KERNEL2_CTAS_PER_SM = {
 # then assume it): kernel 2's d = 32 dK/dV kernel took 157-159 registers a thread where Nq and Nk are multiples of 16
 # (3 CTAs an SM: check65, check69, causal or not) and 180-206 where they are not (2: check52's and check77's causal
 # calls, every ragged non-causal one); k2div16, aimed at the rule, found non-causal lengths that are multiples of 16
-# and fill no tile at 3 too. _kernel2_ctas reads this table first (KERNEL2_BUILDS = "div16").
+# and fill no tile at 3 too. _kernel2_ctas reads this table first (KERNEL2_BUILDS = "div16 loop").
+#
+# Which length? Until check97 every call measured at d = 32 had both or neither a multiple of 16. check97's
+# 2 x 16 x 1696 x 26653 (Nq a multiple, Nk not) held 3 CTAs an SM at 159 registers. The dK/dV kernel walks the query
+# blocks in its inner loop: Q, dO, L and D are read there at row offsets bh·Nq·d (and masked by Nq), so a known
+# multiple of 16 in Nq lets every load of the loop assume aligned rows; Nk is read once, for K_j and V_j. The build
+# is therefore chosen by the length of the launch's inner loop: Nq for the dK/dV kernel, Nk for the forward (which
+# walks the keys; its table has no entry yet). "div16" is the rule before check97 (both lengths), with which k2div16 to
+# check99 were predicted; it and today's differ at check97's one shape of all those drawn.
 KERNEL2_DIV16_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
 # Before check77 the two builds were told apart by other rules, each fitting the launches measured then
 # (KERNEL2_BUILDS = "causal, even", with which every prediction up to check77 was written): a causal call's count
@@ -363,7 +371,8 @@ KERNEL2_DIV16_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
 # non-causal ones at 159). check77's causal call at N = 78841 took 180 registers and 2 CTAs; a multiple of 16 accounts
 # for all 35 launches at d = 32 then, check52's too, and for k2div16's eight since. Each of those tables was empty
 # before the run that measured it.
-KERNEL2_BUILDS = "div16"
+KERNEL2_BUILDS = "div16 loop"
+KERNEL2_BUILDS_BEFORE_CHECK97 = "div16"
 KERNEL2_BUILDS_BEFORE_CHECK77 = "causal, even"
 KERNEL2_CAUSAL_CTAS_PER_SM = {"fwd": {}, "dkdv_atomic": {(32, 64, 64, 4, 3): 3}}
 KERNEL2_CAUSAL_BEFORE_CHECK65 = {"fwd": {}, "dkdv_atomic": {}}
@@ -439,8 +448,9 @@ def _ragged(k: ScanKernel, N_scan, B_scan, N_own, B_own) -> ScanKernel:
 def _kernel2_ctas(kind, d, tiles, causal=False, lengths=None):
     """Kernel 2's CTAs per SM for a ``kind`` launch ("fwd", "dkdv_atomic") at head dim ``d`` with ``tiles`` for a call
     of ``lengths`` (Nq, Nk): the measured count of its key in KERNEL2_CTAS_PER_SM, but where the build for those
-    lengths holds another (KERNEL2_DIV16_CTAS_PER_SM, for lengths that are multiples of 16; with KERNEL2_BUILDS as
-    before check77, the causal and even tables); a key not measured takes the count of the same tiles at the nearest
+    lengths holds another (KERNEL2_DIV16_CTAS_PER_SM, where the launch's inner loop runs over a multiple of 16: Nq for
+    the dK/dV kernel, Nk for the forward; with KERNEL2_BUILDS as before check97, both lengths; as before check77, the
+    causal and even tables); a key not measured takes the count of the same tiles at the nearest
     padded head dim. KERNEL2_CTAS_PER_SM set to the table before check52 (keyed by head dim) gives that rule back."""
     from .gpu.config import pad_dim
 
@@ -449,7 +459,10 @@ def _kernel2_ctas(kind, d, tiles, causal=False, lengths=None):
         return _pick(table, d)
     D, shape = pad_dim(d), (tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
     # the tables of the builds this call's lengths (and, before check77, its causal flag) select, in the order read
-    if KERNEL2_BUILDS == "div16":
+    if KERNEL2_BUILDS == "div16 loop":  # the inner loop's length: the dK/dV kernel walks the queries, the forward keys
+        loop = None if lengths is None else lengths[0] if kind == "dkdv_atomic" else lengths[1]
+        builds = [KERNEL2_DIV16_CTAS_PER_SM] if loop is not None and loop % 16 == 0 else []
+    elif KERNEL2_BUILDS == "div16":  # before check97: both lengths
         builds = [KERNEL2_DIV16_CTAS_PER_SM] if lengths is not None and all(n % 16 == 0 for n in lengths) else []
     else:  # before check77: a causal call's build, then that of lengths that fill every tile (the kernels' EVEN)
         even = lengths is not None and lengths[0] % tiles.block_m == 0 and lengths[1] % tiles.block_n == 0
