@@ -244,6 +244,14 @@ def _index(x, axis: str, name: str, r) -> int:
     return int(x)
 
 
+def _fill(fill, name: str):
+    """An init's fill: a real number (-inf for Alg.1 l.2's m). numpy would turn None into NaN and drop a complex part
+    silently, and a bool is not a fill anyone means."""
+    if isinstance(fill, (bool, np.bool_)) or not isinstance(fill, numbers.Real):
+        raise TypeError(f"fill: expected a real number for {name!r}, got {type(fill).__name__} {fill!r}")
+    return fill
+
+
 def _shape(shape, name: str) -> tuple:
     """The per-head shape of an HBM buffer: ``(rows,)`` for a vector or ``(rows, cols)`` for a matrix."""
     if not isinstance(shape, (tuple, list)):
@@ -265,6 +273,10 @@ class Memory:
     lead_shape : tuple
         The leading (batch, head) axes shared by every tensor placed in this memory.
     """
+
+    #: The verbs that create an HBM tensor before tiles are stored into it, as an error names them (the exercises'
+    #: memory, which has no ``output``, names its own)
+    CREATE_VERBS = ("output", "init")
 
     def __init__(self, sram_size: int | None = None, dtype_bytes: int = 2, lead_shape: tuple = ()):
         # Checked here, once, so that the verbs below can trust them (a negative dtype_bytes would make
@@ -318,10 +330,7 @@ class Memory:
 
     def init(self, name: str, shape: tuple, fill: float, dtype=np.float64, line: str = "") -> None:
         """Initialise a buffer in HBM (e.g. Alg.1 l.2 ``O = 0``): the initialisation counts as writes (rule 3)."""
-        shape = _shape(shape, name)
-        # a real number (-inf for Alg.1 l.2's m): numpy would turn None into NaN and drop a complex part silently
-        if isinstance(fill, (bool, np.bool_)) or not isinstance(fill, numbers.Real):
-            raise TypeError(f"fill: expected a real number for {name!r}, got {type(fill).__name__} {fill!r}")
+        shape, fill = _shape(shape, name), _fill(fill, name)
         self._hbm[name] = np.full(self.lead_shape + shape, fill, dtype=dtype)
         self._is_vector[name] = len(shape) == 1
         rows = (0, shape[0])
@@ -361,7 +370,8 @@ class Memory:
         if name not in self._hbm:
             if rows is not None or cols is not None:
                 raise KeyError(f"HBM has no tensor {name!r} to store a tile into (it holds "
-                               f"{', '.join(self._hbm) or 'nothing'}); store it whole first, or use output or init")
+                               f"{', '.join(self._hbm) or 'nothing'}); store it whole first, or create it with "
+                               f"{' or '.join(self.CREATE_VERBS)}")
             self._check_lead(name, value)
             self._hbm[name] = value.copy()
             self._is_vector[name] = value.ndim == len(self.lead_shape) + 1

@@ -177,19 +177,23 @@ def main(fd):
 
         def load(self, name, rows=None, cols=None, *, as_=None, line=""):
             """HBM → SRAM: returns the tile (counted as reads, held on chip as ``as_`` until freed)."""
-            reply, data = request({"op": "load", "name": str(name), "rows": _pair(rows), "cols": _pair(cols),
+            reply, data = request({"op": "load", "name": str(name), "rows": _pair(rows, "rows", name),
+                                   "cols": _pair(cols, "cols", name),
                                    "as": None if as_ is None else str(as_), "line": str(line)})
             return np.frombuffer(data, dtype=np.float64).reshape(reply["shape"]).copy()
 
         def store(self, name, value, rows=None, cols=None, *, line=""):
             """SRAM → HBM: writes ``value`` into a tile of ``name`` (counted as writes)."""
             a = np.ascontiguousarray(np.asarray(value, dtype=np.float64))
-            request({"op": "store", "name": str(name), "rows": _pair(rows), "cols": _pair(cols),
+            request({"op": "store", "name": str(name), "rows": _pair(rows, "rows", name),
+                     "cols": _pair(cols, "cols", name),
                      "shape": list(a.shape), "line": str(line)}, a.tobytes())
 
         def init(self, name, shape, fill, line=""):
             """Initialise an HBM buffer to ``fill`` (counted as writes, rule 3)."""
-            request({"op": "init", "name": str(name), "shape": [int(s) for s in shape], "fill": float(fill),
+            # checked as the notebooks' Memory.init checks them: int() and float() would take 2.5 and True
+            request({"op": "init", "name": str(name), "shape": list(fm._shape(shape, str(name))),
+                     "fill": float(fm._fill(fill, str(name))),
                      "line": str(line)})
 
         def hold(self, name, value):
@@ -219,10 +223,13 @@ def main(fd):
         def __repr__(self):
             return f"<exercise memory: verbs {', '.join(VERBS)}>"
 
-    def _pair(r):
+    def _pair(r, axis, name):
+        """A (start, stop) checked here, in the student's call, as the notebooks' Memory checks it (two integers,
+        numpy's too, 0 <= start <= stop: memory._range), not truncated by int(). No length to clip to here: the
+        grader clips a ragged tile."""
         if r is None:
             return None
-        return [int(r[0]), int(r[1])]
+        return list(fm._range(r, sys.maxsize, axis, str(name)))
 
     # The classes whose methods count: remembered now, compared after the student's call.
     watched = guard.snapshot((fm.Memory, fm.IOReport, fm.TensorIO, StudentMemory))

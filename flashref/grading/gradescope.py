@@ -51,7 +51,8 @@ def results(submission: str) -> dict:
                 msg = str(rep) if name == ex.solution else f"graded {name}\n{rep}"
                 other = f"ex{ex.number:02d}_stub.py"
                 if name == ex.solution and os.path.isfile(os.path.join(submission, other)):
-                    msg = f"graded {name}; {other} was submitted too and not graded (the stub's name wins)\n{msg}"
+                    msg = (f"graded {name}; {other} was submitted too and not graded ({name}, the exercise's own "
+                           f"file name, wins)\n{msg}")
         else:
             msg = f"not submitted: expected a file named {ex.solution} (or ex{ex.number:02d}_stub.py)"
         changed = integrity.changes(baseline)

@@ -145,11 +145,18 @@ def end_process(proc, grace: float = 2.0) -> bool:
     return exited
 
 
+class _ExerciseMemory(Memory):
+    """The grader's counted memory; its errors name the verbs a student's code has (``_student.VERBS``: ``init``
+    creates a tensor, there is no ``output``)."""
+
+    CREATE_VERBS = ("init",)
+
+
 class _Served:
     """One case's memory, and the rules the student's requests must follow."""
 
     def __init__(self, setup: Setup, sram_size):
-        self.mem = Memory(sram_size, 2, setup.lead_shape)
+        self.mem = _ExerciseMemory(sram_size, 2, setup.lead_shape)
         self.inputs = set(setup.inputs)
         for name, X in setup.inputs.items():
             self.mem.input(name, np.asarray(X, dtype=np.float64))

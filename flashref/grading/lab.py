@@ -73,11 +73,15 @@ def measure_budgets(ex, solution_path):
     return [{"by_tensor": c["counts"], "peak_sram": 0, "sram_size": None} for c in res["cases"]]
 
 
+#: The lab's tolerance, relative and absolute, on O and L against the float64 oracle: the kernel runs in float32
+TOL = 1e-4
+
+
 def _wrong(name, got, want) -> str:
     """What is wrong with output ``name``: its shape, else :func:`oracle.difference`."""
     if got.shape != want.shape:
         return f"{name} has shape {got.shape}, expected {want.shape}"
-    return f"{name} wrong: {oracle.difference(got, want)}"
+    return f"{name} wrong: {oracle.difference(got, want, TOL, TOL)}"
 
 
 #: Seconds the lab's kernel may run when no timeout is given: Triton's interpreter builds and runs it on the CPU.
@@ -118,11 +122,11 @@ def grade(ex, path, *, timeout=DEFAULT_TIMEOUT, seed=None) -> Report:
             return rep
         bt = b["by_tensor"]
         ok = O.shape == want["O"].shape and L.shape == want["L"].shape and \
-            np.allclose(O, want["O"], rtol=1e-4, atol=1e-4) and np.allclose(L, want["L"], rtol=1e-4, atol=1e-4)
+            np.allclose(O, want["O"], rtol=TOL, atol=TOL) and np.allclose(L, want["L"], rtol=TOL, atol=TOL)
         if not ok:  # which output, and how: a student fixes O and L apart
             notes.append(f"case {k + 1}: " + "; ".join(_wrong(n, g, want[n]) for n, g in (("O", O), ("L", L))
                                                        if g.shape != want[n].shape
-                                                       or not np.allclose(g, want[n], rtol=1e-4, atol=1e-4)))
+                                                       or not np.allclose(g, want[n], rtol=TOL, atol=TOL)))
         # O and L must come from the kernel's tl.store: every element written once, as in the budget
         short = [f"{n} {st.get(n, [0, 0])[1]:,} < {bt[n][1]:,}" for n in ("O", "L")
                  if n in bt and st.get(n, [0, 0])[1] < bt[n][1]]

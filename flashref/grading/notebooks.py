@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from . import budgets
 from .exercises import EXERCISES
 from .release import stub_source
 
@@ -59,8 +60,9 @@ TEXT = {
         "PyTorch's attention does. Outputs: store `O`; store `S` and `P` as new HBM tensors (those names). "
         "Graded on the IO of each "
         "line: exactly what Algorithm 0 moves, no more and no less: each line reads each of its inputs once "
-        "and writes its output once (`spec.Br`, `spec.Bc` are None here: any blocks that read nothing twice, "
-        "the whole tensor included).",
+        "and writes its output once (`spec.Br`, `spec.Bc` are None here: load in any blocks that read nothing "
+        "twice, the whole tensor included). Store `S` and `P` whole, one `mem.store` each: a tile can only be "
+        "stored into a tensor HBM already holds, and `mem.init`'s fill would count as writes.",
         ["Free what you loaded before the next line: each line starts from HBM.",
          "`S.max(axis=-1, keepdims=True)` keeps the softmax safe."]),
     2: ("Two parts of a row, each summarised by its state (m, ℓ, O) with O normalised by its own ℓ, "
@@ -219,6 +221,9 @@ def main(argv=None) -> int:
     bad = [n for n in args.numbers if n not in known]
     if bad:
         ap.error(f"argument NN: no exercise {bad[0]}; choose from {known}")
+    if not budgets.have_solutions():  # the notebooks' solution cells are read from there
+        ap.error("rebuilding the exercise notebooks needs the solution copy (flashref/grading/solutions); "
+                 "the student copy has its notebooks built")
     for p in build(args.numbers or None):
         print(p)
     return 0

@@ -58,13 +58,14 @@ def _Z(Q, K, p, seed):
     return scale_mask(seed, p, Q.shape[:-2], (0, Q.shape[-2]), (0, K.shape[-2]))
 
 
-def difference(got, want) -> str:
+def difference(got, want, rtol, atol) -> str:
     """What is wrong with an output against the oracle's ``want`` (the same shape), in words a student acts on:
     how many elements are NaN (never stored, or NaN stored), else the largest error (-inf against -inf, a row
-    with no key, is none; an infinity against anything else is an infinite error)."""
+    with no key, is none; an infinity against anything else is an infinite error) and the tolerance it is held to
+    (``rtol``, ``atol`` as numpy's ``allclose``: a float32 answer is off by ~1e-7 and reads as right without it)."""
     nan = int(np.isnan(got).sum())
     if nan:
         return f"{nan} element(s) NaN: never stored, or NaN stored"
     with np.errstate(invalid="ignore"):
         err = np.abs(np.where(np.isfinite(got) & np.isfinite(want), got - want, np.where(got == want, 0, np.inf)))
-    return f"max error {float(err.max()):.3g}"
+    return f"max error {float(err.max()):.3g}, where {atol:g} + {rtol:g}·|expected| is allowed"

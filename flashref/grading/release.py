@@ -367,6 +367,8 @@ PYTHONPATH=/autograder/source python3 -m flashref.grading.gradescope /autograder
 
 def check_release_dir(out_dir: str) -> None:
     """Raise (``NotADirectoryError``, ``FileExistsError``, ``PermissionError``) unless ``out_dir`` can take a copy."""
+    if not out_dir.strip():  # "" would be the working directory: no folder named, not an OS error
+        raise ValueError("expected a folder to write into, got an empty name")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise NotADirectoryError(f"{out_dir} exists and is not a directory")
     if os.path.isdir(out_dir) and os.listdir(out_dir):
