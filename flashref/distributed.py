@@ -183,15 +183,19 @@ def _acc_dtype(x):
 def block_forward(q, k, v, causal: bool, scale: float):
     """CPU pair attention: ``(o, lse)`` of ``softmax(scale q kᵀ) v`` (top-left causal), accumulation dtype.
 
-    A row that sees no key has ``lse = -inf`` and ``o = 0``.
+    A row that sees no key has ``lse = -inf`` and ``o = 0``. ``o`` is divided by its own ℓ (FA2 Alg.1 l.12), not
+    weighted by ``exp(S − lse)``: one float ``lse = m + log ℓ`` drops log ℓ where |m| is huge, and P would not sum
+    to one.
     """
     acc = _acc_dtype(q)
     S = (q.to(acc) @ k.to(acc).transpose(-1, -2)) * scale  # (..., nq, nk)
     if causal:
         S = S.masked_fill(~torch.ones(S.shape[-2:], dtype=torch.bool, device=S.device).tril(), float("-inf"))
-    lse = torch.logsumexp(S, dim=-1)  # (..., nq)
-    P = torch.exp(S - lse.masked_fill(torch.isinf(lse), 0.0)[..., None])
-    return P @ v.to(acc), lse
+    m = S.amax(dim=-1, keepdim=True)  # (..., nq, 1)
+    P = torch.exp(S - m.masked_fill(torch.isinf(m), 0.0))  # a row with no key: m = -inf, P = 0
+    l = P.sum(dim=-1, keepdim=True)  # noqa: E741 - the paper's ℓ
+    o = (P @ v.to(acc)) / l.masked_fill(l == 0, 1.0)
+    return o, (m + torch.log(l)).squeeze(-1)  # log 0 = -inf where no key
 
 
 def block_backward(q, k, v, do, lse, delta, causal: bool, scale: float):
@@ -222,11 +226,17 @@ def _triton_backward(q, k, v, o, do, lse, causal, scale):
 
 
 def _merge(o_acc, lse_acc, o_blk, lse_blk):
-    """In place: fold a partial (o_blk, lse_blk) of the same rows into (o_acc, lse_acc), §3.1's rule."""
-    lse_new = torch.logaddexp(lse_acc, lse_blk)
-    safe = lse_new.masked_fill(torch.isinf(lse_new), 0.0)  # both -inf: weights e^{-inf} = 0, never NaN
-    o_acc.mul_(torch.exp(lse_acc - safe)[..., None]).add_(torch.exp(lse_blk - safe)[..., None] * o_blk.to(o_acc.dtype))
-    lse_acc.copy_(lse_new)
+    """In place: fold a partial (o_blk, lse_blk) of the same rows into (o_acc, lse_acc), §3.1's rule.
+
+    The two weights are divided by their own sum, not by e^{logaddexp}: o stays a convex combination of the parts
+    even where the log-sum-exps have lost log ℓ to rounding (:func:`_require_lse_holds_log_l` refuses those)."""
+    M = torch.maximum(lse_acc, lse_blk)
+    M = M.masked_fill(torch.isinf(M), 0.0)  # both -inf (no key yet): weights e^{-inf} = 0, never NaN
+    w_acc, w_blk = torch.exp(lse_acc - M), torch.exp(lse_blk - M)
+    w = w_acc + w_blk
+    o_acc.mul_((w_acc / w.masked_fill(w == 0, 1.0))[..., None])
+    o_acc.add_((w_blk / w.masked_fill(w == 0, 1.0))[..., None] * o_blk.to(o_acc.dtype))
+    lse_acc.copy_(M + torch.log(w))
 
 
 # ---------------------------------------------------------------- the ring
@@ -361,6 +371,7 @@ class _RingAttention(torch.autograd.Function):
                                                    cfg)
         _require_finite(lse, "the scores", cfg)  # lse in the accumulation dtype: fp32, or fp64 for fp64
         _require_finite(o, "the output", cfg)
+        _require_lse_holds_log_l(lse, cfg)
         ctx.save_for_backward(q, k, v, o, lse)  # the shard's output and LSE, as FlashAttention-2 saves
         ctx.cfg = cfg
         return o
@@ -499,6 +510,24 @@ def _require_finite(x: torch.Tensor, what: str, cfg: _Config) -> None:
                 "compute in float64 (q.double(), k.double(), v.double() on the CPU) or scale the inputs down")
         raise FloatingPointError(f"ring_attention: on rank {cfg.rank}: {what} overflowed {x.dtype}: the inputs "
                                  f"are finite but too large for this precision; {cure}")
+
+
+def _require_lse_holds_log_l(lse: torch.Tensor, cfg: _Config) -> None:
+    """After the ring: a log-sum-exp too large in magnitude to carry log ℓ is a ``FloatingPointError``, as
+    :func:`flashref.flash2._check_L_holds_log_l` says why (spacing past 1/4). The merges weighed the pairs by it, and
+    the backward recomputes P = exp(S − lse) from it. Where its rows are; on a GPU only under
+    ``torch.autograd.detect_anomaly()`` (as :func:`_require_finite`)."""
+    from . import flash2, gpu
+
+    if gpu._unchecked(lse) or not lse.numel():
+        return
+    L = lse.detach().cpu().numpy()
+    if not flash2.L_holds_log_l(L):
+        raise FloatingPointError(f"ring_attention: on rank {cfg.rank}: a row's log-sum-exp is "
+                                 f"{abs(L[np.isfinite(L)]).max():.3g} in magnitude, too large for {lse.dtype} to carry "
+                                 "log ℓ (its spacing exceeds 1/4), so the ring cannot weigh its pairs' outputs by it "
+                                 "nor its backward recompute P: every score of that row is huge. Scale the inputs "
+                                 "down, or compute in float64 on the CPU")
 
 
 def _agree(q, k, v, causal, layout, scale, group, device):

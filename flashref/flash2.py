@@ -282,8 +282,9 @@ def L_holds_log_l(L: np.ndarray) -> bool:
         return not finite.size or bool(np.spacing(finite.max()) <= 0.25)
 
 
-def _check_L_holds_log_l(L: np.ndarray) -> None:
-    """Refuse an ``L`` too large in magnitude to carry ``log ℓ``: the backward's ``P = exp(S − L)`` would be off.
+def _check_L_holds_log_l(L: np.ndarray, use: str = "P = exp(S − L) cannot be recomputed") -> None:
+    """Refuse an ``L`` too large in magnitude to carry ``log ℓ``: the backward's ``P = exp(S − L)`` would be off
+    (``use``: what cannot be done with it, for another caller: ring attention weighs its shards' outputs by L).
 
     ``L_i = m_i + log ℓ_i`` is one float. A row whose every score is a huge finite number (a key-padding
     mask written as ``finfo.min`` instead of -inf, fully masking a row) has ``|m_i|`` so large that its spacing
@@ -294,7 +295,7 @@ def _check_L_holds_log_l(L: np.ndarray) -> None:
         largest = np.abs(L[np.isfinite(L)]).max()
         raise FloatingPointError(
             f"L: a row's log-sum-exp is {largest:.3g} in magnitude, too large for {L.dtype} to carry log ℓ "
-            "(its spacing exceeds 1/4), so P = exp(S − L) cannot be recomputed: every score of that row is huge. "
+            f"(its spacing exceeds 1/4), so {use}: every score of that row is huge. "
             # float64 is a cure only where its own spacing at |L_i| is fine (not for a float32 finfo.min mask)
             + ("Compute in float64 (Q.astype(np.float64)); where" if np.spacing(np.float64(largest)) <= 0.25
                and L.dtype != np.float64 else "Where")

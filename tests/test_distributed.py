@@ -315,3 +315,29 @@ def test_ring_attention_signature_is_the_contracts():
     assert list(params)[:3] == ["q", "k", "v"]
     assert {n: params[n].default for n in want} == want
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in want)
+
+
+def test_pair_outputs_and_merges_stay_normalised_at_huge_scores():
+    # Two keys of equal score 7e7 in float32: lse rounds to m (its log 2 lost). P = exp(S − lse) summed to 2 (o twice
+    # the mean of v), and two equal halves merged by e^{lse − logaddexp} weighed 1 each; ℓ kept apart, both are exact.
+    q = torch.zeros(1, 2, 2)
+    q[..., 0] = 1e4
+    v = torch.arange(4.0).reshape(1, 2, 2)
+    mean = torch.tensor([[[1.0, 2.0], [1.0, 2.0]]])
+    o, lse = fd.block_forward(q, q.clone(), v, False, 0.5 ** 0.5)
+    assert torch.equal(o, mean)
+    o1, l1 = fd.block_forward(q, q[:, :1], v[:, :1], False, 0.5 ** 0.5)
+    o2, l2 = fd.block_forward(q, q[:, 1:], v[:, 1:], False, 0.5 ** 0.5)
+    fd._merge(o1, l1, o2, l2)
+    assert torch.equal(o1, mean)
+    # at ordinary scores, the pieces merged are the whole, lse included; a row with no key yet weighs nothing
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(2, n, 3, generator=g, dtype=torch.float64) for n in (5, 7, 7))
+    S = a @ b.transpose(-1, -2) * 0.5
+    o1, l1 = fd.block_forward(a, b[:, :3], c[:, :3], False, 0.5)
+    o2, l2 = fd.block_forward(a, b[:, 3:], c[:, 3:], False, 0.5)
+    fd._merge(o1, l1, o2, l2)
+    assert torch.allclose(o1, torch.softmax(S, -1) @ c, atol=1e-14) and torch.allclose(l1, torch.logsumexp(S, -1))
+    o0, l0 = torch.zeros_like(o2), torch.full_like(l2, float("-inf"))
+    fd._merge(o0, l0, o2, l2)
+    assert torch.equal(o0, o2) and torch.equal(l0, l2)

@@ -247,6 +247,18 @@ def _hostile(rank, P):
     _raises(lambda: ra(big.double() ** 8, big.double() ** 8, big.double()), FloatingPointError,
             "overflowed torch.float64")
 
+    # Huge finite scores (|q·k| = 1e8): an fp32 log-sum-exp drops log ℓ, and the pairs were weighed alike (up to
+    # 25% off, and outside V's range). fp32 refuses; fp64 is exact.
+    N = 4 * P
+    huge = torch.zeros(1, N, 2)
+    huge[..., 0] = 1e4
+    vals = torch.arange(2.0 * N).reshape(1, N, 2)
+    mine = [fd.shard(t, "zigzag", rank, P) for t in (huge, huge, vals)]
+    _raises(lambda: ra(*mine), FloatingPointError, "too large for torch.float32 to carry log ℓ")
+    o = ra(*(t.double() for t in mine))
+    want = fd.shard(vals.double().mean(dim=1, keepdim=True).expand(1, N, 2), "zigzag", rank, P)  # equal scores
+    assert (o - want).abs().max().item() < 1e-6  # float64 keeps log ℓ to its spacing at 1e8 (1.5e-8)
+
     # A gradient past fp32: every query attends key 0 alone, dv_0 = Σ_i do_i (rank 0 holds key 0).
     N = 4 * P
     q = torch.zeros(1, N, 2)

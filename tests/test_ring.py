@@ -295,3 +295,17 @@ def test_per_device_reports_pass_on_their_own_errors():
     # once asked default_sram_size, which refuses it)
     Q = np.random.default_rng(0).standard_normal((8, 4))
     assert ring.forward(Q, Q, Q, world_size=2, block_sizes=(2, 2), dtype_bytes=50001).O.shape == (8, 4)
+
+
+def test_forward_refuses_an_L_too_large_to_weigh_the_shards():
+    # Every score 7e7 in float32: each shard's L rounds to m (spacing 8), its log ℓ lost, and the merge weighed shards
+    # of 3 and 2 keys alike (26% off, silently). float32 refuses, as the backward refuses such an L; float64 is exact.
+    N, d = 9, 2
+    Q = np.zeros((1, N, d), np.float32)
+    Q[..., 0] = 1e4
+    V = np.arange(N * d, dtype=np.float32).reshape(1, N, d)
+    with pytest.raises(FloatingPointError, match="too large for float32 to carry log ℓ.*weigh its shards"):
+        ring.forward(Q, Q, V, world_size=4)
+    O = ring.forward(Q.astype(np.float64), Q.astype(np.float64), V.astype(np.float64), world_size=4).O
+    # float64 keeps log ℓ to its spacing at 7e7 (1.5e-8): the weights are off by that much, no more
+    np.testing.assert_allclose(O, np.broadcast_to(V.mean(axis=1, keepdims=True), O.shape), rtol=1e-8)
