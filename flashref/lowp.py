@@ -155,7 +155,8 @@ def quantize(X: np.ndarray, dtype, rows_per_block: int | None = None, *, name: s
     X = X.astype(np.result_type(X, np.float32), copy=False)
     m = fmax(dtype)
     N = X.shape[-2]
-    B = N if rows_per_block is None else positive_int(rows_per_block, "rows_per_block")
+    # one tile of every row (at least one row: an empty X has no tile, as with any rows_per_block)
+    B = max(N, 1) if rows_per_block is None else positive_int(rows_per_block, "rows_per_block")
     big = float(np.abs(X).max(initial=0.0))
     if big / m > _F32_MAX:  # the descale would be inf, and X/inf gave zeros silently
         raise FloatingPointError(f"{name}: max |{name}| = {big:.3g} needs a descale max/{m:g} past float32's "

@@ -199,6 +199,11 @@ def _device(device):
     return device
 
 
+def _batch_seed(seed: int) -> int:
+    """The batches' generator seed: the model's plus one, modulo 2**64 (2**64 - 1 + 1 overflowed torch's seed)."""
+    return (_seed(seed) + 1) % 2**64
+
+
 def _build(model_cfg: dict, N: int, backend: str, device, seed: int, lr: float, data_vocab: int):
     """Model (initialised from ``seed`` directly on ``device``) and its AdamW optimizer."""
     import torch
@@ -206,7 +211,7 @@ def _build(model_cfg: dict, N: int, backend: str, device, seed: int, lr: float, 
     cfg = _model_cfg(model_cfg, N, data_vocab)
     seed = _seed(seed)
     lr = positive_real(lr, "lr", "a finite learning rate > 0")  # AdamW's own message does not name the argument
-    torch.manual_seed(seed)
+    torch.manual_seed(seed % 2**64)  # torch's generators hold 64 bits: any integer is a seed, modulo 2**64
     with torch.device(device):
         model = GPT(cfg, attention=backend)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1,
@@ -307,7 +312,7 @@ def measure(suite: dict, N: int, backend: str, device, seed: int = 0) -> dict:
     device = _device(device)
     B = max(1, suite["tokens_per_step"] // N)
     cfg, model, opt = _build(suite["model"], N, backend, device, seed, suite["lr"], suite["data_vocab"])
-    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    gen = torch.Generator(device=device).manual_seed(_batch_seed(seed))
     n = suite["warmup"] + suite["steps"] + suite["profile_steps"]
     batches = [copy_batch(B, N, suite["data_vocab"], gen, suite["period"]) for _ in range(n)]
     amp, losses, times = suite["amp"], [], []
@@ -375,7 +380,7 @@ def train_curve(model_cfg: dict, N: int, batch: int, steps: int, backend: str, d
     if not isinstance(amp, bool):
         raise TypeError(f"amp: expected True or False, got {amp!r}")
     _, model, opt = _build(model_cfg, N, backend, device, seed, lr, data_vocab)
-    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    gen = torch.Generator(device=device).manual_seed(_batch_seed(seed))
     losses = []
     for s in range(steps):
         x, y = copy_batch(batch, N, data_vocab, gen, period)

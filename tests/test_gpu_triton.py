@@ -154,6 +154,11 @@ def test_dim_split_narrows_the_forward_tiles():
         a, b = dim_split(d)
         assert (b == 0 and a == pad_dim(d)) or (16 <= b <= a and d <= a + b < pad_dim(d)), d
     assert forward_padding_waste(96) == 0 and forward_padding_waste(40) == 1 - 40 / 48
+    # numpy's integers, as the rest of the package takes them (were refused with "expected an integer")
+    assert pad_dim(np.int64(80)) == 128 and dim_split(np.int32(96)) == (64, 32)
+    for bad in (np.True_, 64.0, 0, 257):
+        with pytest.raises(ValueError, match="d: expected an integer in 1..256"):
+            pad_dim(bad)
     with pytest.raises(ValueError, match="split.*dsplit"):
         Config(split=True, dsplit=True).resolve(96, False, False)
 

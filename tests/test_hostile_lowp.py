@@ -299,6 +299,13 @@ def test_an_empty_head_axis_gives_empty_results(lead):
     assert r.io.bytes == 0
 
 
+@pytest.mark.parametrize("rows_per_block", [None, 2])
+def test_quantize_of_no_rows_is_empty(rows_per_block):
+    # rows_per_block=None (one tile of every row) divided by N = 0: ZeroDivisionError
+    X8, s = lowp.quantize(np.ones((3, 0, 4)), lowp.FORMATS["e4m3"], rows_per_block)
+    assert X8.shape == (3, 0, 4) and s.shape == (3, 0)
+
+
 def test_all_zero_and_negative_zero_blocks_have_descale_one(rng):
     Q, K, V = _qkv(rng, (), 12, 12, 4)
     V[4:8] = -0.0  # one all-(-0) block of V

@@ -47,6 +47,15 @@ def test_loss_falls_cpu(backend):
     assert c[-1] < c[0] - 0.5
 
 
+def test_any_integer_seed_is_a_seed_modulo_2_64():
+    # the batches' seed + 1 overflowed torch's 64-bit generator at 2**64 - 1 ("Overflow when unpacking long long")
+    kw = dict(N=8, batch=2, steps=2, backend="eager", device=torch.device("cpu"), lr=1e-2, warmup=0, amp=False,
+              data_vocab=8, period=2)
+    cfg = dict(n_layer=1, n_head=2, n_embd=8, vocab_size=16)
+    assert train.train_curve(cfg, seed=2**64 + 5, **kw) == train.train_curve(cfg, seed=5, **kw)
+    assert len(train.train_curve(cfg, seed=2**64 - 1, **kw)) == 2 and len(train.train_curve(cfg, seed=-2**70, **kw))
+
+
 def test_loss_falls_triton_kernel():
     pytest.importorskip("triton")
     c = _curve("flashref", steps=4, device=DEVICE)

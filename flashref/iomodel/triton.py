@@ -12,6 +12,10 @@ Needs neither torch nor triton.
 
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
+
 from .._numbers import _bool, at_most, positive_int
 from ..problem import SEQ_LEN
 from .flash2 import band_totals
@@ -26,9 +30,15 @@ FA_TEST_HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 256)
 def pad_dim(d: int) -> int:
     """The tile width the kernels use for head dimension d: the next power of two, at least 16
     (``tl.arange`` needs a power of two, ``tl.dot`` at least 16). Same rule as ``kernels.pad_dim``."""
-    if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= 256:
-        raise ValueError(f"d: expected an integer in 1..256, got {d!r}")
+    d = _head_dim(d)
     return max(16, 1 << (d - 1).bit_length())
+
+
+def _head_dim(d) -> int:
+    """``d`` as a Python int in 1..256 (numpy's integers too, as the rest of the package takes them)."""
+    if isinstance(d, (bool, np.bool_)) or not isinstance(d, numbers.Integral) or not 1 <= d <= 256:
+        raise ValueError(f"d: expected an integer in 1..256, got {d!r}")
+    return int(d)
 
 
 def padding_waste(d: int) -> float:
@@ -46,6 +56,7 @@ def dim_split(d: int) -> tuple[int, int]:
     pad_dim(d) tile (96 = 64 + 32, 80 = 64 + 16, 160 = 128 + 32, 192 = 128 + 64, 40 -> 32 + 16).
     Otherwise ``(pad_dim(d), 0)``: one tile (d a power of two, or 111 -> 64 + 64, no narrower).
     ``tl.arange`` needs powers of two, so this is as narrow as two tiles get."""
+    d = _head_dim(d)
     D = pad_dim(d)
     a = max(16, 1 << (d.bit_length() - 1))  # the largest power of two <= d, at least 16
     if d <= a:
