@@ -63,7 +63,8 @@ def tile(i: int, B: int, N: int) -> tuple[int, int]:
 
 
 def default_sram_size(dtype_bytes: int = 2) -> int:
-    """The default M in elements: 100 KB of on-chip memory at ``dtype_bytes`` per element."""
+    """The default M in elements: 100 KB (100,000 bytes, the paper's "around 100KB") of on-chip memory at
+    ``dtype_bytes`` per element."""
     M = DEFAULT_SRAM_BYTES // positive_int(dtype_bytes, "dtype_bytes")
     if M < 2:  # not one element of Q and one of K: no tile fits, whatever the shape
         raise ValueError(f"dtype_bytes: the default on-chip memory of {DEFAULT_SRAM_BYTES:,} bytes holds {M} "

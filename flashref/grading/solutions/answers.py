@@ -23,7 +23,8 @@ ANSWERS = {
     "nb02-q3": 1.10,  # 1 + 2·e^(1-4) = 1.0996
     "nb03-q1": 2,  # once per column block j (line 8 sits inside the loop over j): Tc = 6 / 3
     "nb03-q2": "no",  # Tc = 1024/16 = 64 passes over Q and O (3Nd each): about 3N²d/Bc = 12N² against standard's 4N²
-    "nb03-q3": 2,  # Theorem 2: Θ(N²d²/M); the cell prints 1.85, since the O(Nd) terms do not fall
+    "nb03-q3": 2,  # Theorem 2: Θ(N²d²/M); the cell prints 1.85: the blocks that fit grow 28 -> 52, not 56 (S_ij's
+    # Br·Bc share of the footprint grows with both sides), so Tc falls 147 -> 79, 1.86x
     "nb04-q1": 120,  # once per (j, i): Tc·(4·Nq·d + 2·Nq) = 2·(48 + 12)
     "nb04-q2": 1.17,  # forward 4N²d for both; backward 10N²d (5 matmuls: S is recomputed) against 8N²d: 14/12
     "nb04-q3": "yes",  # Br is capped at d, so all the extra SRAM goes to columns: Bc 87 -> 217, Tc 95 -> 38
