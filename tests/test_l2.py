@@ -2037,7 +2037,7 @@ def test_profile_l2_splits_kernels_at_markers():
 
 
 def test_draw_validation_keeps_its_rule():
-    """check64, check65, check67, check68, check70 and check72-check99 are draw_validation's sets for their seeds,
+    """check64, check65, check67, check68, check70 and check72-check102 are draw_validation's sets for their seeds,
     and any draw keeps check41's, check52's and check70's rules: five shapes of many heads at short N, few heads at
     long N (from the grid, or by check70's rule at N a multiple of 1024 in LONG_N), 2^16 <= B·H·N <= 2^21, four
     corners of other head dims and lengths no tile divides (Nq != Nk never causal), none drawn before, the same set for
@@ -2076,6 +2076,9 @@ def test_draw_validation_keeps_its_rule():
     assert lp.draw_validation(20261283, "check97", few=0, long=5) == lp.CHECK97
     assert lp.draw_validation(20261284, "check98", few=0, long=5) == lp.CHECK98
     assert lp.draw_validation(20261285, "check99", few=0, long=5) == lp.CHECK99
+    assert lp.draw_validation(20261286, "check100", few=0, long=5) == lp.CHECK100
+    assert lp.draw_validation(20261287, "check101", few=0, long=5) == lp.CHECK101
+    assert lp.draw_validation(20261288, "check102", few=0, long=5) == lp.CHECK102
     seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
     # check70 took the last shape of the few-heads grid: a draw asks for no more than are left, or is refused
     left = [(B, H, N, d, c) for B in (1, 2, 4, 8) for H in (1, 2, 4, 8) for N in lp.FEW_HEADS_N for d in (64, 128)

@@ -1505,6 +1505,60 @@ CHECK99 = [
     ('check99_64_1x2x66560', 1, 2, 66560, 64, False),
 ]
 
+# check100-check102: draw_validation(20261286-20261288, "checkNN", few=0, long=5), as check96-check99, predicted for
+# both GPUs before any GPU measured them. They leave three shapes of the many-heads grid (MANY_HEADS_N): a fourth
+# set of five would be refused
+CHECK100 = [
+    ('check100_128_2x8x8192_causal', 2, 8, 8192, 128, True),
+    ('check100_64_1x32x4096', 1, 32, 4096, 64, False),
+    ('check100_64_2x16x3072_causal', 2, 16, 3072, 64, True),
+    ('check100_128_4x32x1024', 4, 32, 1024, 128, False),
+    ('check100_64_8x8x8192', 8, 8, 8192, 64, False),
+    ('check100_32_1x3x31801x3487', 1, 3, (31801, 3487), 32, False),
+    ('check100_160_8x16x9908x14567', 8, 16, (9908, 14567), 160, False),
+    ('check100_32_8x6x14069_causal', 8, 6, 14069, 32, True),
+    ('check100_256_4x6x82871', 4, 6, 82871, 256, False),
+    ('check100_128_4x1x96256_causal', 4, 1, 96256, 128, True),
+    ('check100_64_4x2x38912_causal', 4, 2, 38912, 64, True),
+    ('check100_128_1x8x121856_causal', 1, 8, 121856, 128, True),
+    ('check100_64_1x5x267264_causal', 1, 5, 267264, 64, True),
+    ('check100_64_8x1x106496', 8, 1, 106496, 64, False),
+]
+
+CHECK101 = [
+    ('check101_64_8x32x8192_causal', 8, 32, 8192, 64, True),
+    ('check101_64_2x16x8192_causal', 2, 16, 8192, 64, True),
+    ('check101_128_4x16x4096', 4, 16, 4096, 128, False),
+    ('check101_64_4x32x4096_causal', 4, 32, 4096, 64, True),
+    ('check101_128_1x16x6144', 1, 16, 6144, 128, False),
+    ('check101_80_4x32x5057', 4, 32, 5057, 80, False),
+    ('check101_256_2x2x4146', 2, 2, 4146, 256, False),
+    ('check101_256_8x2x3650x1389', 8, 2, (3650, 1389), 256, False),
+    ('check101_96_1x7x3309_causal', 1, 7, 3309, 96, True),
+    ('check101_64_2x3x292864', 2, 3, 292864, 64, False),
+    ('check101_128_2x2x90112', 2, 2, 90112, 128, False),
+    ('check101_128_2x2x159744', 2, 2, 159744, 128, False),
+    ('check101_128_1x3x114688', 1, 3, 114688, 128, False),
+    ('check101_64_2x2x447488', 2, 2, 447488, 64, False),
+]
+
+CHECK102 = [
+    ('check102_128_8x8x4096', 8, 8, 4096, 128, False),
+    ('check102_64_4x32x16384_causal', 4, 32, 16384, 64, True),
+    ('check102_64_1x8x12288_causal', 1, 8, 12288, 64, True),
+    ('check102_64_8x32x3072_causal', 8, 32, 3072, 64, True),
+    ('check102_128_8x32x6144', 8, 32, 6144, 128, False),
+    ('check102_256_4x12x2352', 4, 12, 2352, 256, False),
+    ('check102_96_2x2x115308_causal', 2, 2, 115308, 96, True),
+    ('check102_192_1x16x1635_causal', 1, 16, 1635, 192, True),
+    ('check102_32_2x12x14472_causal', 2, 12, 14472, 32, True),
+    ('check102_128_1x2x64512_causal', 1, 2, 64512, 128, True),
+    ('check102_64_1x4x48128_causal', 1, 4, 48128, 64, True),
+    ('check102_128_4x1x84992', 4, 1, 84992, 128, False),
+    ('check102_128_1x2x269312_causal', 1, 2, 269312, 128, True),
+    ('check102_128_1x8x159744', 1, 8, 159744, 128, False),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1562,7 +1616,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check88": CHECK88, "check89": CHECK89,
           "check90": CHECK90, "check91": CHECK91, "check92": CHECK92, "check93": CHECK93,
           "check94": CHECK94, "check95": CHECK95, "check96": CHECK96, "check97": CHECK97,
-          "check98": CHECK98, "check99": CHECK99, "k3few": K3FEW, "k3few2": K3FEW2,
+          "check98": CHECK98, "check99": CHECK99, "check100": CHECK100, "check101": CHECK101,
+          "check102": CHECK102, "k3few": K3FEW, "k3few2": K3FEW2,
           "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
