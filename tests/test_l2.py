@@ -2085,11 +2085,15 @@ def test_draw_validation_keeps_its_rule():
             for c in (False, True) if B * H <= 8 and B * H * N <= 2 ** 21 and (B, H, (N, N), d, c) not in seen]
     assert left == []
     with pytest.raises(ValueError, match="few: 1 shapes asked, but the few-heads grid has only 0 not drawn yet"):
-        lp.draw_validation(1, "x", few=1)
+        lp.draw_validation(1, "x", many=0, few=1)
+    # check100-check102 left three of the many-heads grid
+    with pytest.raises(ValueError, match="many: 4 shapes asked, but the many-heads grid has only 3 not drawn yet"):
+        lp.draw_validation(1, "x", many=4, few=0)
     for seed in (1, 2, 3):
-        got = lp.draw_validation(seed, "x", few=0, long=5)
-        assert got == lp.draw_validation(seed, "x", few=0, long=5) and len({s[0] for s in got}) == len(got) == 14
-        many, corners, few = got[:5], got[5:9], got[9:]  # check70's rule's few heads are drawn last
+        got = lp.draw_validation(seed, "x", many=3, few=0, long=5)
+        assert got == lp.draw_validation(seed, "x", many=3, few=0, long=5)
+        assert len({s[0] for s in got}) == len(got) == 12
+        many, corners, few = got[:3], got[3:7], got[7:]  # check70's rule's few heads are drawn last
         for _, B, H, N, d, _causal in few:
             assert B in (1, 2, 4, 8) and 1 <= H <= 8 and B * H <= 8 and N % 1024 == 0
             assert lp.LONG_N[0] <= N <= lp.LONG_N[1] and d in (64, 128) and 2 ** 16 <= B * H * N <= 2 ** 21
@@ -2115,7 +2119,7 @@ def test_draw_validation_names_a_bad_count(kw, error, match):
     for ever), is refused naming the count."""
     from flashref.gpu import l2profile as lp
     with pytest.raises(error, match=match):
-        lp.draw_validation(1, "x", **{"few": 0, **kw})
+        lp.draw_validation(1, "x", **{"many": 0, "few": 0, **kw})
 
 
 @pytest.mark.parametrize("argv,name", [(["--impls", "flashref,cudnn"], "--impls"), (["--groups", "gird"], "--groups"),
