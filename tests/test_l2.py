@@ -735,7 +735,10 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               ("h200", "sdpa_flash", "check89_128_4x1x489472"),
               # and the d = 64 forward's at 2 x 2 x 514048 on the H200 (check88, blind): 87.0 GB, the model 15.8 (-82%;
               # forward+backward -16%); a row of head_reads' held-out test, whose bound this set widens too
-              ("h200", "sdpa_flash", "check88_64_2x2x514048")}
+              ("h200", "sdpa_flash", "check88_64_2x2x514048"),
+              # and the d = 256 forward's at 4 x 6 x 82871 on the H200 (check100, blind): 47.9 GB, the model 19.7 (-59%;
+              # forward+backward -65%), where every d = 256 walk measured before read less than the model
+              ("h200", "sdpa_flash", "check100_256_4x6x82871")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -777,7 +780,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and check89's at 4 x 1 x 489472 (blind; CAME_APART: -77%, forward+backward -43%)
                     *(("h200", "sdpa_flash", "check89_128_4x1x489472", mode) for mode in ("fwd", "fwd_bwd")),
                     # and check92's at 1 x 5 x 282624 (blind; -29%, forward+backward -9%)
-                    ("h200", "sdpa_flash", "check92_128_1x5x282624", "fwd")}
+                    ("h200", "sdpa_flash", "check92_128_1x5x282624", "fwd"),
+                    # and check100's d = 256 wave at 4 x 6 x 82871 (blind; CAME_APART: -59%, forward+backward -65%)
+                    *(("h200", "sdpa_flash", "check100_256_4x6x82871", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1259,7 +1264,9 @@ SWAVES_HELD_MISSES = {
     # forward+backward -33%), as check62's and check63's, and the d = 128 walk at 4 x 8 x 12288 (-26%,
     # forward+backward -3%)
     *(("h200", "sdpa_flash", "check96_160_4x3x73084_causal", mode) for mode in ("fwd", "fwd_bwd")),
-    ("h200", "sdpa_flash", "check98_128_4x8x12288_causal", "fwd")}
+    ("h200", "sdpa_flash", "check98_128_4x8x12288_causal", "fwd"),
+    # and check102's (blind): the d = 128 walk at 1 x 2 x 64512, two heads of 31.5 MiB (+31%, forward+backward +17%)
+    ("h200", "sdpa_flash", "check102_128_1x2x64512_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1359,7 +1366,10 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                      # and check96's 8 x 1 x 250880, 298 GB (-62%; its forward -49%) and check97's 1 x 7 x 246784,
                      # 195 GB (-65%; its forward -18%): the backward's passes came apart, as check77's and check84's
                      *(("h200", "sdpa_flash", "check96_64_8x1x250880", mode) for mode in ("fwd", "fwd_bwd")),
-                     ("h200", "sdpa_flash", "check97_64_1x7x246784", "fwd_bwd")}
+                     ("h200", "sdpa_flash", "check97_64_1x7x246784", "fwd_bwd"),
+                     # and check101's 2 x 3 x 292864, 322 GB (-63%), and 2 x 2 x 447488, 1525 GB (-44%)
+                     *(("h200", "sdpa_flash", shape, "fwd_bwd") for shape in ("check101_64_2x3x292864",
+                                                                              "check101_64_2x2x447488"))}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -2468,7 +2478,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("k3few2", rule={})
                  # check96-check99: the next four seeds' draws (today's model; the H200)
                  + _both_gpus("check96", rule={}) + _both_gpus("check97", rule={})
-                 + _both_gpus("check98", rule={}) + _both_gpus("check99", rule={}))
+                 + _both_gpus("check98", rule={}) + _both_gpus("check99", rule={})
+                 # check100-check102: the next three seeds' draws (today's model; the H200)
+                 + _both_gpus("check100", rule={}) + _both_gpus("check101", rule={})
+                 + _both_gpus("check102", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -2970,6 +2983,13 @@ PREREGISTERED_MISSES = {
     ("h200", "sdpa_flash", "check97_64_1x7x246784", "fwd_bwd"),
     ("h200", "sdpa_flash", "check98_128_4x8x12288_causal", "fwd"),
     ("h200", "flashref2", "check99_160_4x24x20296", "fwd"),
+    # check100-check102 (blind), 197 of 202. FlashAttention-2's non-causal d = 256 far past the knee at 4 x 6 x 82871
+    # (twenty-four heads of 81 MiB: forward -59%, forward+backward -65%), its d = 64 backward far past the knee at
+    # 2 x 3 x 292864 (-63%) and 2 x 2 x 447488 (-44%), as check77's and check84's, and its causal d = 128 forward at
+    # 1 x 2 x 64512 (+31%)
+    *(("h200", "sdpa_flash", "check100_256_4x6x82871", mode) for mode in ("fwd", "fwd_bwd")),
+    *(("h200", "sdpa_flash", shape, "fwd_bwd") for shape in ("check101_64_2x3x292864", "check101_64_2x2x447488")),
+    ("h200", "sdpa_flash", "check102_128_1x2x64512_causal", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
