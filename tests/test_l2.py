@@ -2145,6 +2145,32 @@ def test_profile_l2_names_a_bad_argument(argv, name, capsys):
     assert name in capsys.readouterr().err
 
 
+def test_profile_l2_predict_never_writes_over_a_prediction(tmp_path, capsys, monkeypatch):
+    """A prediction committed before its measurement is the record: --predict with the name of an existing file (the
+    default --out is figures/gpu/) is refused unless --force; --out a file, --force with a measurement, and tiles
+    kernel 3 runs but the model has no schedule for are each refused naming the flag, not a traceback."""
+    from flashref.gpu import kernel3
+    from flashref.gpu import l2profile as lp
+    args = ["--predict", "--groups", "check", "--only", "check64_524288", "--impls", "eager", "--out", str(tmp_path),
+            "--name", "p"]
+    lp.main(args)
+    first = (tmp_path / "p-predicted.json").read_text()
+    with pytest.raises(SystemExit):
+        lp.main(args)
+    assert "p-predicted.json exists" in capsys.readouterr().err
+    assert (tmp_path / "p-predicted.json").read_text() == first
+    lp.main([*args, "--force"])  # a set not measured yet may be predicted again
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setattr(kernel3, "TILES", dict(kernel3.TILES))
+    for argv, says in ((["--predict", "--groups", "check74", "--out", str(tmp_path / "afile")], "--out: "),
+                       (["--groups", "check74", "--force"], "--force: only with --predict"),
+                       (["--predict", "--groups", "check2", "--out", str(tmp_path), "--impls", "flashref",
+                         "--tiles3", "128c=128,128,8,3,pp,persist"], "--tiles3: ")):
+        with pytest.raises(SystemExit):
+            lp.main(argv)
+        assert says in capsys.readouterr().err, argv
+
+
 def test_profile_l2_tiles3_reaches_the_model(tmp_path, monkeypatch):
     """--tiles3 reads kernel 3's tiles in kernel3 --tiles's words (Dc: causal); --predict runs the model with them
     (in its own process, as the measuring child does: the test puts kernel3.TILES back) and records them."""

@@ -303,6 +303,15 @@ def test_tiles3_overrides_refuse_what_kernel3_would_not_run(spec, match):
     (lambda text, run: dict(run, rows=[dict(r, B=1.5) for r in run["rows"]]), "B: expected a positive integer"),
     (lambda text, run: dict(run, rows=[dict(r, fwd=dict(r["fwd"], total_bytes=0)) if isinstance(r.get("fwd"), dict)
                                        else r for r in run["rows"]]), "a measured total of 0.0 bytes"),
+    # a shape the model refuses: named here, not as a traceback from its prediction
+    (lambda text, run: dict(run, rows=[dict(r, d=300) for r in run["rows"]]), "takes head dimensions up to 256"),
+    # causal must be JSON's true or false: bool("yes") read as True
+    (lambda text, run: dict(run, rows=[dict(r, causal="yes") for r in run["rows"]]), "causal: expected True or"),
+    # an L2 total that is not a positive number ("abc" gave "--could not convert string to float")
+    (lambda text, run: dict(run, rows=[dict(r, fwd=dict(r["fwd"], l2_bytes=-5.0)) if isinstance(r.get("fwd"), dict)
+                                       else r for r in run["rows"]]), "a measured L2 total of -5.0 bytes"),
+    (lambda text, run: dict(run, rows=[dict(r, fwd=dict(r["fwd"], l2_bytes="abc")) if isinstance(r.get("fwd"), dict)
+                                       else r for r in run["rows"]]), "ValueError: could not convert"),
 ])
 def test_l2_score_names_a_recorded_file_it_cannot_read(tmp_path, mutate, match):
     import json

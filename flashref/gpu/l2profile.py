@@ -2060,6 +2060,8 @@ def main(argv=None) -> int:
                    help="kernel 3's forward tiles at head dim D (Dc: causal) instead of the default, in "
                         "python -m flashref.gpu.kernel3 --tiles's words, e.g. 128=128,128,8,3,pp,persist "
                         "(repeatable); the JSON's info records the tiles that ran, and --predict uses them")
+    p.add_argument("--force", action="store_true", help="with --predict: write over an existing predictions file "
+                   "(a prediction committed before its measurement is the record: never replaced without it)")
     args = p.parse_args(argv)
     unknown = sorted(set(args.impls) - set(IMPLS))
     if unknown:
@@ -2085,10 +2087,24 @@ def main(argv=None) -> int:
         overrides = tiles3_overrides(args.tiles3)
     except ValueError as err:
         p.error(str(err))
+    blocked = _cli.file_in_the_way(Path(args.out) / "x")  # --out itself, or a folder above it, is a file
+    if blocked is not None:
+        p.error(f"--out: {blocked} is a file, not a folder")
+    if args.force and not args.predict:
+        p.error("--force: only with --predict (a measurement writes a new file of its own name)")
     if args.predict:
         from . import kernel3
+        path = _predictions_path(args)
+        if path.exists() and not args.force:
+            p.error(f"--name: {path} exists; predictions written before a measurement are its record and are not "
+                    "written over: name another file, or pass --force (a set not measured yet)")
         kernel3.TILES.update(overrides)  # the model builds kernel 3's schedules from kernel3.TILES
-        return _write_predictions(args)
+        try:
+            return _write_predictions(args, path)
+        except NotImplementedError as err:  # tiles kernel 3 runs but the model has no schedule for
+            if not args.tiles3:
+                raise
+            p.error(f"--tiles3: {err}")
     t0 = time.time()
     ncu = args.ncu or shutil.which("ncu")
     if ncu is None:
@@ -2171,15 +2187,18 @@ def predictions(shape_list, gpu="h100", impls=IMPLS):
     return rows
 
 
-def _write_predictions(args):
+def _predictions_path(args) -> Path:
+    """Where ``--predict`` writes: ``<out>/<name>-predicted.json`` (name: ``<gpu>-l2-<groups>`` by default)."""
+    return Path(args.out) / f"{args.name or args.gpu + '-l2-' + '-'.join(args.groups)}-predicted.json"
+
+
+def _write_predictions(args, path):
     from ..iomodel.dram import GPU_PARAMS, IMPLS, PARAMS, STAGGERED_D64, resolved_params
 
     todo = shapes(args.groups)
     if args.only:
         todo = [s for s in todo if s[1] in args.only]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{args.name or args.gpu + '-l2-' + '-'.join(args.groups)}-predicted.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     for impl in args.impls:
         if impl not in IMPLS:  # (sdpa_cudnn: measured by profile-l2, not modelled)
             print(f"{impl}: not modelled by iomodel.dram, no predictions for it")

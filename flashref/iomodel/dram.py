@@ -100,11 +100,13 @@ checked against Nsight's launch statistics (:mod:`flashref.schedule`).
 
 The closed forms are checked against the cache simulation (:func:`flashref.schedule.simulate` on an
 :class:`flashref.l2.L2Cache`, LRU, every CTA at one speed) with ``kappa`` infinite and the rules the simulation does not
-run switched off (``tests/test_l2.py``): equal where every CTA of a pass walks the same tiles in the same order (the
-non-causal forwards), within 10% at the staggered and causal shapes tested. They are not that simulation in closed
-form: at other small-machine shapes a review found the backward kernels 0.5-1.5x it, and the staggered walk with its
-``overlap`` term 0.5-1.6x. The closed forms are a model of the GPU, fitted to what Nsight measures; the simulation is
-what shows the mechanisms they stand for.
+run switched off (``tests/test_l2.py``): equal where every CTA of a pass walks the same tiles in the same order and
+one CTA runs an SM (the non-causal forwards at one CTA an SM), within 10% at the staggered and causal shapes tested.
+They are not that simulation in closed form: where two or three CTAs share an SM the closed form has them drift apart
+after the first wave (the simulation runs every CTA at one speed, and has no drift), and a review found non-causal
+forwards there 0.75-2.7x the simulation at small-machine shapes; at others the backward kernels 0.5-1.5x it, and the
+staggered walk with its ``overlap`` term 0.5-1.6x. The closed forms are a model of the GPU, fitted to what Nsight
+measures; the simulation is what shows the mechanisms they stand for.
 
 The L2 presets' ``partitions`` and ``sector_bytes`` describe the GPUs; the closed forms do not read them
 (``PARTITIONS`` is the two partitions of both GPUs modelled).
@@ -874,7 +876,10 @@ def dram_reads(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_b
     and the names of those the prediction read: ``(DRAMPrediction, resolved, read)``. Any other values of the names
     it did not read give the same prediction (it never looked at them), so a what-if that changes only those needs
     no prediction of its own: ``l2score.ablation`` predicts a row again with a rule off only where the rule's
-    resolved parameters differ in a name the row read."""
+    resolved parameters differ in a name the row read. The switches that pick a GPU's or a walk's parameter set
+    (``overlap_rule``, ``spread_rule``, ``cap_rule``, ...) are the exception: they are resolved into the values they
+    pick before the prediction reads anything, so flipping one changes ``resolved``, and the names read are compared
+    there, not the switch."""
     prediction, p = _dram(impl, mode, B, H, Nq, Nk, d, causal, gpu, dtype_bytes, opts, ReadParams)
     read = frozenset(p.read)  # before the copy below, which reads every name
     return prediction, Resolved(p), read

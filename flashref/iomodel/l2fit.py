@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import schedule as S  # noqa: N812
+from .._numbers import _bool
 from ..l2 import preset
 from .dram import (
     GPU_PARAMS,
@@ -66,7 +67,8 @@ def repeats(result, impls=FIT_IMPLS):
         if impl not in impls or r.get("error"):
             continue
         # N is the query length; Nk, where a row records it, the key length (rows before it had Nq = Nk)
-        kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r.get("Nk", r["N"]), d=r["d"], causal=bool(r["causal"]))
+        # causal as recorded (JSON's true or false): bool() would read "yes" or "false" as True
+        kw = dict(B=r["B"], H=r["H"], Nq=r["N"], Nk=r.get("Nk", r["N"]), d=r["d"], causal=_bool(r["causal"], "causal"))
         for mode in MODES:
             out.setdefault((impl, r["shape"], mode), (kw, []))[1].append(r[mode]["total_bytes"])
     return out

@@ -83,15 +83,19 @@ def recorded_rows(folder=None, gpus=("h100", "h200")) -> list[Row]:
         try:  # a file that is not a profile-l2 run: one error naming it, not a KeyError from deep inside
             info = S.kernel3_info(result)
             rows = l2fit.measured_rows(result)
-            for _, _, _, kw, measured in rows:
+            for impl, _, _, kw, measured in rows:
                 for name in ("B", "H", "Nq", "Nk", "d"):
                     positive_int(kw[name], name)
+                D._check_shape(impl, **kw)  # a shape the model refuses (d = 300), named here and not at its prediction
                 if not (math.isfinite(measured) and measured > 0):
                     raise ValueError(f"a measured total of {measured!r} bytes")
+            l2 = _measured_l2(result)
+            bad = [v for v in l2.values() if not (math.isfinite(v) and v > 0)]
+            if bad:
+                raise ValueError(f"a measured L2 total of {bad[0]!r} bytes")
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             name = f"{gpu}-l2{'-' + run if run else ''}.json"
             raise ValueError(f"folder: {name} is not a profile-l2 run ({type(e).__name__}: {e})") from None
-        l2 = _measured_l2(result)
         out += [Row(run, gpu, _kernel(impl, run), impl, shape, mode, kw, measured, info, l2.get((impl, shape, mode)))
                 for impl, shape, mode, kw, measured in rows]
     return out
