@@ -53,8 +53,14 @@ def execute(nb, folder: Path, timeout: int = 300):
     # replied ("Address already in use")
     with tempfile.TemporaryDirectory(prefix="flashref-kernel-") as sockets:
         km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
-        NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(folder)}}).execute()
+        try:
+            NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": str(folder)}}).execute()
+        finally:
+            # nbclient shuts down only a kernel it started itself: this one, ours, would live on until the process
+            # exits (one per notebook in a test worker that runs many)
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
     return nb
 
 

@@ -24,3 +24,14 @@ def test_notebook_executes(path):
     assert not any(o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
     # and it still runs today (nbclient raises CellExecutionError on the first failing cell)
     execute(nb, path.parent)
+
+
+def test_execute_shuts_its_kernel_down(tmp_path):
+    # nbclient shuts down only a kernel it started; ours lived on until the test worker exited, one per notebook
+    psutil = pytest.importorskip("psutil")  # (ipykernel's own dependency)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(6 * 7)")]
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    execute(nb, tmp_path)
+    assert nb.cells[0].outputs[0]["text"] == "42\n"
+    assert {p.pid for p in psutil.Process().children(recursive=True) if p.is_running()} <= before
