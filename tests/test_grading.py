@@ -254,6 +254,27 @@ def test_student_memory_checks_ranges_and_inits_as_the_notebooks_memory(tmp_path
         assert rep.points == 0 and f"your function raised: {says}" in rep.message, (call, rep.message)
 
 
+def test_exercise_1_grades_s_and_p_not_only_o(tmp_path):
+    # zeros stored as S and 7s as P, O computed from Python copies: 10/10 before, when only O was compared
+    p = tmp_path / "ex1.py"
+    p.write_text("import numpy as np\n\n"
+                 "def standard_forward(mem, spec):\n"
+                 "    Q, K = mem.load('Q'), mem.load('K')\n"
+                 "    Sr = spec.scale * Q @ K.swapaxes(-1, -2)\n"
+                 "    mem.store('S', mem.hold('S', np.zeros_like(Sr)))\n"
+                 "    mem.free('Q', 'K', 'S')\n"
+                 "    S = mem.load('S')\n"
+                 "    mem.store('P', mem.hold('P', np.full(S.shape, 7.0)))\n"
+                 "    mem.free('S', 'P')\n"
+                 "    P, V = mem.load('P'), mem.load('V')\n"
+                 "    e = np.exp(Sr - Sr.max(-1, keepdims=True))\n"
+                 "    mem.store('O', mem.hold('O', e / e.sum(-1, keepdims=True) @ V))\n"
+                 "    mem.free('P', 'V', 'O')\n")
+    rep = grading.grade("01", p, seed=1)
+    assert not rep.correct and rep.points == 0 and "S, P wrong (S: max error" in rep.message, rep.message
+    assert "O wrong" not in rep.message and "O, S" not in rep.message
+
+
 def test_a_tile_store_into_a_new_tensor_names_the_exercise_memorys_verb(tmp_path):
     # the notebooks' Memory names output and init; the exercise memory has no output (mem.output is refused)
     p = tmp_path / "ex1.py"

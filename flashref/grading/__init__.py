@@ -161,7 +161,9 @@ def _score_memory(ex: Exercise, rep: Report, res, budget) -> Report:
         wrong = [n for n in c.setup.expected if not _close(c.outputs[n], c.setup.expected[n])]
         if wrong:
             n = wrong[0]
-            why = oracle.difference(c.outputs[n], c.setup.expected[n], RTOL, ATOL)
+            got, want = c.outputs[n], c.setup.expected[n]
+            why = (f"shape {got.shape}, expected {want.shape}" if got.shape != want.shape else
+                   oracle.difference(got, want, RTOL, ATOL))
             notes.append(f"case {k + 1} ({_shape(ex, k)}): {', '.join(wrong)} wrong ({n}: {why})")
         bt = b["by_tensor"]
         st = {name: [t.reads, t.writes] for name, t in c.io.by_tensor.items()}

@@ -155,6 +155,17 @@ class _ExerciseMemory(Memory):
 class _Served:
     """One case's memory, and the rules the student's requests must follow."""
 
+    def created(self, setup: Setup) -> dict:
+        """The tensors the case grades that the student's code creates (``setup.created``), read back from HBM;
+        one never stored is NaN of its expected shape (reported as never stored)."""
+        out = {}
+        for k in setup.created:
+            try:
+                out[k] = self.mem.result(k)
+            except KeyError:
+                out[k] = np.full(np.shape(setup.expected[k]), np.nan)
+        return out
+
     def __init__(self, setup: Setup, sram_size):
         self.mem = _ExerciseMemory(sram_size, 2, setup.lead_shape)
         self.inputs = set(setup.inputs)
@@ -286,6 +297,7 @@ def run(ex: Exercise, path, setups: list[Setup], sram_sizes: list, *, timeout: f
                             run_case.io = served.mem.report()
                             run_case.peak_held = dict(served.mem.peak_held)
                             run_case.outputs = {k: served.mem.result(k) for k in setup.outputs}
+                            run_case.outputs.update(served.created(setup))
                         run_case.value = h.get("value")
                         res.cases.append(run_case)
                         break

@@ -57,7 +57,8 @@ TEXT = {
         "3. Load **P** and **V** by blocks from HBM, compute **O** = **PV**, write **O** to HBM.\n"
         "4. Return **O**.",
         "The paper's Algorithm 0 has no 1/√d; flashref's scales **S** by τ = `spec.scale` in line 1, as "
-        "PyTorch's attention does. Outputs: store `O`; store `S` and `P` as new HBM tensors (those names). "
+        "PyTorch's attention does. Outputs: store `O`; store `S` and `P` as new HBM tensors (those names); all "
+        "three are checked against the oracle. "
         "Graded on the IO of each "
         "line: exactly what Algorithm 0 moves, no more and no less: each line reads each of its inputs once "
         "and writes its output once (`spec.Br`, `spec.Bc` are None here: load in any blocks that read nothing "

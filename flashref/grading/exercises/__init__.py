@@ -29,6 +29,9 @@ class Setup:
     inputs: dict = field(default_factory=dict)  # name -> array in HBM (lead + shape)
     outputs: dict = field(default_factory=dict)  # name -> shape (without lead), NaN until stored
     expected: dict = field(default_factory=dict)  # name -> array the stored output must match
+    # names of tensors the student's code creates in HBM (exercise 1's S and P), checked as outputs are: in expected
+    # too, read back after the run (NaN where never stored)
+    created: tuple = ()
     lead_shape: tuple = ()
     args: list | None = None  # for exercises that return a value instead of using memory
 
@@ -117,6 +120,18 @@ def attention_setup(case: dict, rng, outputs: tuple, *, backward=False, element_
     shapes = {"O": (Nq, d), "l": (Nq,), "m": (Nq,), "L": (Nq,), "dQ": (Nq, d), "dK": (Nk, d), "dV": (Nk, d)}
     return Setup(spec=spec, inputs=inputs, outputs={k: shapes[k] for k in outputs},
                  expected={k: expected[k] for k in outputs}, lead_shape=lead)
+
+
+def standard_setup(case: dict, rng) -> Setup:
+    """Exercise 1's case: O, and S = τ QKᵀ and P = softmax(S), the tensors Algorithm 0 writes to HBM, all graded (an O
+    computed from Python copies beside wrong S and P is not Algorithm 0). Its cases have no mask or dropout."""
+    assert not (case.get("causal") or case.get("masked_row") or case.get("dropout_p")), case
+    setup = attention_setup(case, rng, ("O",))
+    Q, K = setup.inputs["Q"], setup.inputs["K"]
+    S = setup.spec["scale"] * Q @ K.swapaxes(-1, -2)
+    setup.expected.update(S=S, P=oracle.forward(Q, K, setup.inputs["V"], scale=setup.spec["scale"])["P"])
+    setup.created = ("S", "P")
+    return setup
 
 
 def nan_like_outputs(setup: Setup) -> dict:

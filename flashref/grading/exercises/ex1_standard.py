@@ -1,6 +1,6 @@
 """Exercise 1: standard attention (Algorithm 0), graded on the IO of each of its three lines."""
 
-from . import Exercise, attention_setup
+from . import Exercise, standard_setup
 
 CASES = [
     {"Nq": 7, "Nk": 5, "d": 3, "heads": 2},
@@ -10,7 +10,7 @@ CASES = [
 EXERCISE = Exercise(
     number=1, name="01-standard", title="Standard attention (Algorithm 0)",
     function="standard_forward", signature="(mem, spec)", kind="memory", cases=CASES,
-    setup=lambda case, rng: attention_setup(case, rng, ("O",)),
+    setup=standard_setup,
     solution="ex1_standard.py", io_rule="equal",
     io_note="Algorithm 0 moves exactly the budget, line by line",
 )
