@@ -53,6 +53,23 @@ def test_triton_lab_reference_and_stub(tmp_path):
     assert grading.grade("09", stub(tmp_path, ex)).points == 0
 
 
+@pytest.mark.parametrize("unmask, says", [
+    # K and V loaded without their mask: correctness 5/5 before (the overrun billed as V's reads), now wrong
+    (lambda s: s.replace(", mask=kv_mask, other=0.0)", ")"), "your kernel loaded"),
+    # O stored without its mask: the runner's heap was corrupted ("munmap_chunk(): invalid pointer")
+    (lambda s: s.replace(", acc, mask=offs_m[:, None] < Nq)", ", acc)"), "your kernel stored")])
+def test_triton_lab_names_an_access_past_a_tensors_end(tmp_path, unmask, says):
+    pytest.importorskip("triton")
+    ex = grading.get("09")
+    source = (SOLUTIONS / ex.solution).read_text()
+    p = tmp_path / ex.solution
+    p.write_text(unmask(source))
+    assert p.read_text() != source
+    rep = grading.grade("09", p)
+    assert not rep.correct and rep.points == 0, rep
+    assert says in rep.message and "past the end of a tensor" in rep.message, rep.message
+
+
 @pytest.mark.parametrize("number, algorithm, direction", [
     ("01", "standard", "forward"), ("03", "flash1", "forward"), ("04", "flash1", "backward"),
     ("05", "flash2", "forward"), ("08", "decoding", "forward")])

@@ -32,7 +32,8 @@ def main(cases_path, student_path, out_path):
     from triton.runtime import interpreter
     from triton.runtime.jit import JITFunction
 
-    dumps, tolist = json.dumps, torch.Tensor.tolist
+    # taken before the student's file loads: a file that patches torch's factories or tolist reaches none of these
+    dumps, tolist, as_tensor, full = json.dumps, torch.Tensor.tolist, torch.as_tensor, torch.full
     with open(cases_path) as f:
         cases = json.load(f)
     out = open(out_path, "w")
@@ -51,6 +52,8 @@ def main(cases_path, student_path, out_path):
 
     counts = {}
     regions = []
+    guards = []  # the padding around each tensor: an access there ran past a tensor's end (or before its start)
+    outside = [0, 0]  # elements loaded, stored in the guards
 
     def tally(ptrs, mask, kind):
         p = np.asarray(ptrs).ravel()
@@ -59,6 +62,21 @@ def main(cases_path, student_path, out_path):
             n = int(((p >= lo) & (p < hi) & m).sum())
             if n:
                 counts.setdefault(name, [0, 0])[kind] += n
+        for lo, hi in guards:
+            outside[kind] += int(((p >= lo) & (p < hi) & m).sum())
+
+    def guarded(values, pad):
+        """A float32 tensor of ``values`` with ``pad`` NaN elements before and after it, in one buffer: an unmasked
+        load or store of a tile that runs past the tensor's end lands there (counted in ``outside``), not in
+        another tensor or the heap."""
+        t = as_tensor(values, dtype=torch.float32)
+        buf = full((t.numel() + 2 * pad,), float("nan"))
+        view = buf[pad:pad + t.numel()].view(t.shape)
+        view.copy_(t)
+        size = buf.element_size()
+        guards.extend([(buf.data_ptr(), view.data_ptr()),
+                       (view.data_ptr() + t.numel() * size, buf.data_ptr() + buf.numel() * size)])
+        return view
 
     builder = interpreter.InterpreterBuilder
     orig_load, orig_store = builder.create_masked_load, builder.create_masked_store
@@ -110,10 +128,14 @@ def main(cases_path, student_path, out_path):
                f"@triton.jit (the lab counts what its tl.load and tl.store move)")
     for case in cases:
         counts.clear()
+        guards.clear()
+        outside[:] = [0, 0]
         BH, Nq, Nk, d = case["B"] * case["H"], case["Nq"], case["Nk"], case["d"]
-        q, k, v = (torch.tensor(np.array(case[n]), dtype=torch.float32) for n in ("Q", "K", "V"))
-        o = torch.full((BH, Nq, d), float("nan"))
-        lse = torch.full((BH, Nq), float("nan"))
+        # a tile's rows past N land in the padding: a block of rows of the widest row (d), twice over
+        pad = 2 * max(case["BLOCK_M"], case["BLOCK_N"]) * max(d, 1)
+        q, k, v = (guarded(np.array(case[n]), pad) for n in ("Q", "K", "V"))
+        o = guarded(np.full((BH, Nq, d), np.nan), pad)
+        lse = guarded(np.full((BH, Nq), np.nan), pad)
         regions[:] = [(n, t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
                       for n, t in (("Q", q), ("K", k), ("V", v), ("O", o), ("L", lse))]
         grid = ((Nq + case["BLOCK_M"] - 1) // case["BLOCK_M"], BH)
@@ -129,7 +151,8 @@ def main(cases_path, student_path, out_path):
             result["error"] = f"your kernel raised: {type(e).__name__}: {str(e)[:500]}\n{tb}"
             break
         check_intact("while your kernel ran")
-        result["cases"].append({"O": tolist(o), "L": tolist(lse), "counts": {n: list(c) for n, c in counts.items()}})
+        result["cases"].append({"O": tolist(o), "L": tolist(lse), "counts": {n: list(c) for n, c in counts.items()},
+                                "outside": list(outside)})
     write(result)
     out.close()
 
