@@ -271,6 +271,23 @@ def test_student_memory_checks_ranges_and_inits_as_the_notebooks_memory(tmp_path
         assert rep.points == 0 and f"your function raised: {says}" in rep.message, (call, rep.message)
 
 
+def test_exercise_8_grades_the_partials_as_the_spec_defines_them(tmp_path):
+    # unnormalised partials with a merge that expects them: O right, the spec's "normalised partial O" not; 10/10
+    # before, when only O, m, l were compared
+    ex = grading.get("08")
+    source = (SOLUTIONS / ex.solution).read_text()
+    normalise = 'O_i = mem.hold("O_i", O_i / np.where(l_i == 0, 1.0, l_i)[..., None])'
+    merge = "(a[..., None] * O + b[..., None] * O_s)"
+    assert normalise in source and merge in source
+    p = tmp_path / ex.solution
+    p.write_text(source.replace(normalise, normalise + " if S == 1 else O_i")
+                 .replace(merge, "(a[..., None] * O + np.exp(m_s - m_safe)[..., None] * O_s)"))
+    rep = grading.grade("08", p, seed=3)
+    assert not rep.correct and "O_partial wrong" in rep.message and "O wrong" not in rep.message, rep.message
+    for seed in (1, 2, 3):  # the reference's partials are the spec's, at every case (causal, mask, dropout, blind)
+        assert grading.grade("08", SOLUTIONS / ex.solution, seed=seed).correct
+
+
 def test_exercise_1_grades_s_and_p_not_only_o(tmp_path):
     # zeros stored as S and 7s as P, O computed from Python copies: 10/10 before, when only O was compared
     p = tmp_path / "ex1.py"

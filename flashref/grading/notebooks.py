@@ -128,8 +128,8 @@ TEXT = {
         "split s (keys [s·Nk//S, (s+1)·Nk//S)): for each query block: load Q_i, stream K_j, V_j with the "
         "online softmax, write the normalised partial O⁽ˢ⁾ and m⁽ˢ⁾, ℓ⁽ˢ⁾ to rows s·Nq + r (r each query row "
         "of the block) of `O_partial`, "
-        "`m_partial`, `l_partial`. Merge: for each query block, load the S partials and combine them by "
-        "log-sum-exp (exercise 2), write `O, m, l`.",
+        "`m_partial`, `l_partial` (graded, as `O, m, l` are). Merge: for each query block, load the S partials "
+        "and combine them by log-sum-exp (exercise 2), write `O, m, l`.",
         "`spec.num_splits` = S. `O_partial` (S·Nq × d), `m_partial` and `l_partial` (S·Nq) are allocated "
         "for you, uninitialised and free (do not `mem.init` them): each row is written once by the split "
         "pass. With S = 1 write `O, m, l` directly (nothing to merge). The tile step masks with "

@@ -1,5 +1,8 @@
 """Exercise 8: split-KV decoding (Flash-Decoding): the split pass, then the log-sum-exp merge."""
 
+import numpy as np
+
+from .. import oracle
 from . import Exercise, attention_setup
 
 CASES = [
@@ -25,12 +28,40 @@ CASES = [
 ]
 
 
+def partials(st, S: int) -> dict:
+    """The split pass's ``O_partial``, ``m_partial``, ``l_partial`` as the spec defines them: split s holds keys
+    [s·Nk//S, (s+1)·Nk//S) and writes, at rows s·Nq + r, its normalised O⁽ˢ⁾ (dropout's Z_ij by each key's own
+    column), m⁽ˢ⁾ and ℓ⁽ˢ⁾ (before dropout); a split that holds no key of a row gives (0, −inf, 0)."""
+    spec, (Q, K, V) = st.spec, (st.inputs[n] for n in ("Q", "K", "V"))
+    Nq, Nk = spec["Nq"], spec["Nk"]
+    attend = oracle.attend_mask(Nq, Nk, spec["causal"], spec["mask"])
+    Z = oracle._Z(Q, K, spec["dropout_p"], spec["seed"])  # every key's own column, as the split pass draws it
+    O, m, l = [], [], []
+    for s in range(S):
+        k0, k1 = s * Nk // S, (s + 1) * Nk // S
+        S_s = spec["scale"] * Q @ K[..., k0:k1, :].swapaxes(-1, -2)
+        if attend is not None:
+            S_s = np.where(attend[..., k0:k1], S_s, -np.inf)
+        m_s = S_s.max(axis=-1) if k1 > k0 else np.full(S_s.shape[:-1], -np.inf)
+        P_t = np.exp(S_s - np.where(np.isneginf(m_s), 0.0, m_s)[..., None])
+        l_s = P_t.sum(axis=-1)
+        if Z is not None:
+            P_t = P_t * Z[..., k0:k1]
+        O.append(P_t @ V[..., k0:k1, :] / np.where(l_s == 0, 1.0, l_s)[..., None])
+        m.append(m_s)
+        l.append(l_s)
+    return {"O_partial": np.concatenate(O, axis=-2), "m_partial": np.concatenate(m, axis=-1),
+            "l_partial": np.concatenate(l, axis=-1)}
+
+
 def setup(case, rng):
     S = case["num_splits"]
     st = attention_setup(case, rng, ("O", "l", "m"), extra_spec={"num_splits": S})
     # Scratch buffers for the partials: allocated (free), each row written once by the split pass.
     st.outputs.update(O_partial=(S * case["Nq"], case["d"]), m_partial=(S * case["Nq"],),
                       l_partial=(S * case["Nq"],))
+    if S > 1:  # graded as the spec defines them (with S = 1 the split pass writes O, m, l and no partial)
+        st.expected.update(partials(st, S))
     return st
 
 
