@@ -199,6 +199,14 @@ def test_a_replayed_schedule_with_python_copies_is_not_caught():
     assert "replays the reference's loads and stores one for one" in (ROOT / "COURSE.md").read_text()
 
 
+def test_what_a_process_printed_before_it_ended_is_shown_once(tmp_path):
+    # the report printed it twice: in the error ("ended the process ...:") and again as "your code printed"
+    p = tmp_path / "ex2.py"
+    p.write_text("import os\n\ndef merge_states(mem, spec):\n    print('hello from the student')\n    os._exit(3)\n")
+    rep = grading.grade("02", p)
+    assert "ended the process" in rep.message and str(rep).count("hello from the student") == 1, str(rep)
+
+
 def test_output_without_a_store_is_never_stored(tmp_path):
     # The output is read only from HBM, NaN until stored: loading and computing is not enough,
     # and moving less than the budget earns no IO points when the answer is wrong.

@@ -341,4 +341,5 @@ def run(ex: Exercise, path, setups: list[Setup], sram_sizes: list, *, timeout: f
             res.output = text
             if res.error and "ended the process" in res.error and text.strip():
                 res.error += ":\n" + text[-1500:]
+                res.output = ""  # its tail is in the error: the report would print it a second time
     return res
