@@ -155,17 +155,6 @@ class _ExerciseMemory(Memory):
 class _Served:
     """One case's memory, and the rules the student's requests must follow."""
 
-    def created(self, setup: Setup) -> dict:
-        """The tensors the case grades that the student's code creates (``setup.created``), read back from HBM;
-        one never stored is NaN of its expected shape (reported as never stored)."""
-        out = {}
-        for k in setup.created:
-            try:
-                out[k] = self.mem.result(k)
-            except KeyError:
-                out[k] = np.full(np.shape(setup.expected[k]), np.nan)
-        return out
-
     def __init__(self, setup: Setup, sram_size):
         self.mem = _ExerciseMemory(sram_size, 2, setup.lead_shape)
         self.inputs = set(setup.inputs)
@@ -179,6 +168,17 @@ class _Served:
         trailing = [a.shape[lead:] for a in self.mem._hbm.values()]
         longest = max([max(t, default=1) for t in trailing] + [1])
         self.max_new = MAX_NEW_TENSOR * max([math.prod(t) for t in trailing] + [longest * longest])
+
+    def created(self, setup: Setup) -> dict:
+        """The tensors the case grades that the student's code creates (``setup.created``), read back from HBM;
+        one never stored is NaN of its expected shape (reported as never stored)."""
+        out = {}
+        for k in setup.created:
+            try:
+                out[k] = self.mem.result(k)
+            except KeyError:
+                out[k] = np.full(np.shape(setup.expected[k]), np.nan)
+        return out
 
     def _check_new(self, verb, name, shape):
         n = math.prod(shape)
