@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from .problem import positive_int
+from .problem import _bool, positive_int
 
 __all__ = ["GPTConfig", "GPT", "BACKENDS", "attend", "copy_batch", "loss_floor", "GPT2_SMALL"]
 
@@ -241,8 +241,7 @@ class GPT(nn.Module):
             b.attn.attention = attention
 
     def set_profiling(self, on: bool):
-        if not isinstance(on, bool):
-            raise TypeError(f"on: expected True or False, got {on!r}")
+        on = _bool(on, "on")  # numpy's bool too, as everywhere else
         for b in self.blocks:
             b.attn.profiling = on
 
@@ -312,6 +311,8 @@ def loss_floor(N: int, vocab: int, period: int | None = None) -> float:
 
 def _period(N: int, period: int | None) -> int:
     """The copy task's period for sequences of N tokens (None: N // 2): a sequence must hold two of them."""
+    if N < 2:  # the default period N // 2 would be 0: N is what is wrong, not a period nobody passed
+        raise ValueError(f"N: the copy task needs a sequence of at least 2 tokens (two periods), got {N}")
     h = N // 2 if period is None else positive_int(period, "period")
     if not 1 <= h <= N // 2:
         raise ValueError(f"period must be in 1..N//2 = {N // 2}, got {h}")

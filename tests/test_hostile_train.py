@@ -64,6 +64,9 @@ def test_gpt_names_a_bad_config_and_backend():
         m.set_attention("flash")
     with pytest.raises(TypeError, match="on: expected True or False"):
         m.set_profiling("yes")  # was accepted: a truthy string switched the profiler marks on
+    m.set_profiling(np.True_)  # numpy's bool, as everywhere else (was refused)
+    assert all(b.attn.profiling is True for b in m.blocks)
+    m.set_profiling(False)
 
 
 def test_cudnn_backend_on_a_cpu_says_so():

@@ -82,6 +82,10 @@ def test_copy_batch_and_floor():
     assert loss_floor(16, 10, 4) == pytest.approx(3 / 16 * math.log(10))
     with pytest.raises(ValueError, match="period"):
         copy_batch(1, 8, 10, torch.Generator(), period=5)
+    # one token holds no two periods: N is named, not the period nobody passed ("period must be in 1..0, got 0")
+    for call in (lambda: copy_batch(2, 1, 4, torch.Generator()), lambda: loss_floor(1, 4)):
+        with pytest.raises(ValueError, match="N: the copy task needs a sequence of at least 2 tokens"):
+            call()
 
 
 def test_gpt2_small_size_and_flops():
