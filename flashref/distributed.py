@@ -607,6 +607,10 @@ def ring_attention(q, k, v, *, group=None, causal=False, layout="zigzag", scale=
                            "torch.distributed.init_process_group, or launch with torchrun)")
     if isinstance(causal, np.bool_):
         causal = bool(causal)  # as every entry point takes it (flashref.problem)
+    if (isinstance(scale, torch.Tensor) and scale.dim() == 0 and scale.dtype.is_floating_point
+            and not scale.requires_grad):
+        scale = scale.item()  # a 0-d float tensor, as the torch front and gpu.attention take it; any other tensor
+        # goes on to the shared check, refused alike on every rank
     backend = dist.get_backend(group)
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     P = _agree(q, k, v, causal, layout, scale, group, device)

@@ -158,7 +158,8 @@ def _nan_scale_and_double_backward(rank, P):
     import numpy as np
     N = 4 * P
     q, k, v, do = (torch.randn(1, 2, N, 8, generator=g, dtype=torch.float64) for _ in range(4))
-    for scale in (0.0, -0.7, np.float32(0.5)):  # (torch's own SDPA gives NaN for causal with scale 0: not the oracle)
+    # (torch's own SDPA gives NaN for causal with scale 0: not the oracle); a 0-d float tensor as the torch front takes
+    for scale in (0.0, -0.7, np.float32(0.5), torch.tensor(0.25)):
         want = _full_attention(q, k, v, do, True, float(scale))
         mine = [fd.shard(t, "zigzag", rank, P).requires_grad_(i < 3) for i, t in enumerate((q, k, v, do))]
         got = ra(*mine[:3], causal=True, scale=scale)
@@ -166,6 +167,7 @@ def _nan_scale_and_double_backward(rank, P):
         for a, b in zip((got, *(t.grad for t in mine[:3])), want):
             assert (a - fd.shard(b, "zigzag", rank, P)).abs().max().item() < 1e-12, scale
     _expect(lambda: ra(x, x, x, scale=float("nan")), ValueError, "scale: expected a finite real number")
+    _expect(lambda: ra(x, x, x, scale=torch.tensor([0.5])), ValueError, "scale: expected a finite real number")
     # ... and on the CUDA path's Triton pair kernels (interpreted), which take |scale| on -q (gpu.forward/backward)
     fd._FORCE_TRITON = True
     try:
