@@ -67,7 +67,9 @@ def test_triton_lab_names_an_access_past_a_tensors_end(tmp_path, unmask, says):
     assert p.read_text() != source
     rep = grading.grade("09", p)
     assert not rep.correct and rep.points == 0, rep
-    assert says in rep.message and "past the end of a tensor" in rep.message, rep.message
+    tensor = "O" if "stored" in says else "K"  # named, and the first of K and V in the list
+    assert f"{says} " in rep.message and f"element(s) past the end of {tensor}" in rep.message, rep.message
+    assert "your code printed" not in str(rep)  # the padding is zeros: no NaN warning from the interpreter
 
 
 @pytest.mark.parametrize("number, algorithm, direction", [
@@ -294,6 +296,25 @@ def test_exercise_8_grades_the_partials_as_the_spec_defines_them(tmp_path):
     assert not rep.correct and "O_partial wrong" in rep.message and "O wrong" not in rep.message, rep.message
     for seed in (1, 2, 3):  # the reference's partials are the spec's, at every case (causal, mask, dropout, blind)
         assert grading.grade("08", SOLUTIONS / ex.solution, seed=seed).correct
+
+
+def test_a_store_broadcasts_to_its_tile_as_the_notebooks_memory(tmp_path):
+    # Memory.store writes a scalar or a row across the tile; the exercise memory refused it (and named shape (1,))
+    ex = grading.get("08")
+    source = (SOLUTIONS / ex.solution).read_text()
+    store = '            mem.store("O" + suffix, O_i, rows=out)\n'
+    assert store in source
+    p = tmp_path / ex.solution
+    p.write_text(source.replace(store, '            if S > 1 and np.all(np.isneginf(m_i)):\n'
+                                       '                mem.store("O" + suffix, 0.0, rows=out)  # a split of no key\n'
+                                       '            else:\n    ' + store))
+    assert grading.grade("08", p, seed=1).points == ex.max_points
+    # and the "-inf expected" message says what -inf is (it was "max error inf, where ... ·|expected|")
+    ms = '            mem.store("m" + suffix, m_i, rows=out)\n'
+    p.write_text(source.replace(ms, '            mem.store("m" + suffix, np.maximum(m_i, -1e30), rows=out)\n'))
+    rep = grading.grade("08", p, seed=1)
+    assert "m_partial wrong (m_partial: " in rep.message, rep.message
+    assert "should be -inf and are not (the first is -1e+30" in rep.message, rep.message
 
 
 def test_exercise_1_grades_s_and_p_not_only_o(tmp_path):
@@ -1210,7 +1231,9 @@ def test_lab_says_which_output_is_wrong_and_how():
     # -inf where -inf: no error; the tolerance is said (a float32 answer is off by ~1e-7 and would read as right)
     assert _wrong("L", np.array([[0.75, -np.inf]]), L) == \
         "L wrong: max error 0.25, where 0.0001 + 0.0001·|expected| is allowed"
-    assert _wrong("L", np.array([[0.5, 0.0]]), L).startswith("L wrong: max error inf, where")
+    # an infinity expected and not stored: said as such ("max error inf" against a tolerance of |-inf| said nothing)
+    assert _wrong("L", np.array([[0.5, 0.0]]), L).startswith("L wrong: 1 element(s) should be -inf and are not (the "
+                                                              "first is 0; a row, or a split, that sees no key")
     assert _wrong("O", np.zeros((2, 3)), np.zeros((3, 2))) == "O has shape (2, 3), expected (3, 2)"
 
 

@@ -52,8 +52,8 @@ def main(cases_path, student_path, out_path):
 
     counts = {}
     regions = []
-    guards = []  # the padding around each tensor: an access there ran past a tensor's end (or before its start)
-    outside = [0, 0]  # elements loaded, stored in the guards
+    guards = []  # (tensor, "before its start" or "past its end", lo, hi): the padding around each tensor
+    outside = {}  # "loaded past the end of Q" -> elements: the accesses that landed in the padding
 
     def tally(ptrs, mask, kind):
         p = np.asarray(ptrs).ravel()
@@ -62,20 +62,24 @@ def main(cases_path, student_path, out_path):
             n = int(((p >= lo) & (p < hi) & m).sum())
             if n:
                 counts.setdefault(name, [0, 0])[kind] += n
-        for lo, hi in guards:
-            outside[kind] += int(((p >= lo) & (p < hi) & m).sum())
+        for name, where, lo, hi in guards:
+            n = int(((p >= lo) & (p < hi) & m).sum())
+            if n:
+                what = f"{('loaded', 'stored')[kind]} {where} {name}"
+                outside[what] = outside.get(what, 0) + n
 
-    def guarded(values, pad):
-        """A float32 tensor of ``values`` with ``pad`` NaN elements before and after it, in one buffer: an unmasked
-        load or store of a tile that runs past the tensor's end lands there (counted in ``outside``), not in
-        another tensor or the heap."""
+    def guarded(name, values, pad):
+        """Tensor ``name``: float32 ``values`` with ``pad`` zeros before and after it, in one buffer. An unmasked load
+        or store of a tile that runs off the tensor lands there (counted in ``outside`` by the pointer, whatever it
+        reads: zeros, so nothing the student's code computes turns NaN), not in another tensor or the heap."""
         t = as_tensor(values, dtype=torch.float32)
-        buf = full((t.numel() + 2 * pad,), float("nan"))
+        buf = full((t.numel() + 2 * pad,), 0.0)
         view = buf[pad:pad + t.numel()].view(t.shape)
         view.copy_(t)
         size = buf.element_size()
-        guards.extend([(buf.data_ptr(), view.data_ptr()),
-                       (view.data_ptr() + t.numel() * size, buf.data_ptr() + buf.numel() * size)])
+        guards.extend([(name, "before the start of", buf.data_ptr(), view.data_ptr()),
+                       (name, "past the end of", view.data_ptr() + t.numel() * size,
+                        buf.data_ptr() + buf.numel() * size)])
         return view
 
     builder = interpreter.InterpreterBuilder
@@ -129,13 +133,13 @@ def main(cases_path, student_path, out_path):
     for case in cases:
         counts.clear()
         guards.clear()
-        outside[:] = [0, 0]
+        outside.clear()
         BH, Nq, Nk, d = case["B"] * case["H"], case["Nq"], case["Nk"], case["d"]
         # a tile's rows past N land in the padding: a block of rows of the widest row (d), twice over
         pad = 2 * max(case["BLOCK_M"], case["BLOCK_N"]) * max(d, 1)
-        q, k, v = (guarded(np.array(case[n]), pad) for n in ("Q", "K", "V"))
-        o = guarded(np.full((BH, Nq, d), np.nan), pad)
-        lse = guarded(np.full((BH, Nq), np.nan), pad)
+        q, k, v = (guarded(n, np.array(case[n]), pad) for n in ("Q", "K", "V"))
+        o = guarded("O", np.full((BH, Nq, d), np.nan), pad)
+        lse = guarded("L", np.full((BH, Nq), np.nan), pad)
         regions[:] = [(n, t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
                       for n, t in (("Q", q), ("K", k), ("V", v), ("O", o), ("L", lse))]
         grid = ((Nq + case["BLOCK_M"] - 1) // case["BLOCK_M"], BH)
@@ -152,7 +156,7 @@ def main(cases_path, student_path, out_path):
             break
         check_intact("while your kernel ran")
         result["cases"].append({"O": tolist(o), "L": tolist(lse), "counts": {n: list(c) for n, c in counts.items()},
-                                "outside": list(outside)})
+                                "outside": dict(outside)})
     write(result)
     out.close()
 

@@ -184,7 +184,8 @@ def main(fd):
 
         def store(self, name, value, rows=None, cols=None, *, line=""):
             """SRAM → HBM: writes ``value`` into a tile of ``name`` (counted as writes)."""
-            a = np.ascontiguousarray(np.asarray(value, dtype=np.float64))
+            a = np.asarray(value, dtype=np.float64)
+            a = np.ascontiguousarray(a) if a.ndim else a  # (ascontiguousarray makes a scalar's shape (1,), not ())
             request({"op": "store", "name": str(name), "rows": _pair(rows, "rows", name),
                      "cols": _pair(cols, "cols", name),
                      "shape": list(a.shape), "line": str(line)}, a.tobytes())

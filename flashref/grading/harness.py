@@ -217,7 +217,11 @@ class _Served:
                     n_c = dst.shape[-1]
                     c = (0, n_c) if cols is None else (max(0, min(cols[0], n_c)), max(0, min(cols[1], n_c)))
                     want += (c[1] - c[0],)
-                if shape != want:
+                try:  # a value that broadcasts to the tile (a scalar, a row) writes it whole, as Memory.store does
+                    fits = np.broadcast_shapes(shape, want) == want
+                except ValueError:
+                    fits = False
+                if not fits:
                     raise ValueError(f"store {name}: a value of shape {shape} does not fit the tile rows={r}"
                                      f"{'' if vec else f', cols={c}'} of shape {want}")
             elif shape[: len(mem.lead_shape)] != mem.lead_shape or len(shape) not in (len(mem.lead_shape) + 1,

@@ -121,21 +121,21 @@ def grade(ex, path, *, timeout=DEFAULT_TIMEOUT, seed=None) -> Report:
             rep.message = f"case {k + 1}: the kernel's runner reported no outputs or counts"
             return rep
         bt = b["by_tensor"]
-        # loads and stores that ran past a tensor's end (into the padding the runner puts around each)
-        out_r, out_w = (int(x) for x in got.get("outside", [0, 0]))
+        # loads and stores that ran off a tensor (into the padding the runner puts around each), by tensor
+        off = {str(what): int(n) for what, n in dict(got.get("outside", {})).items()}
         ok = O.shape == want["O"].shape and L.shape == want["L"].shape and \
             np.allclose(O, want["O"], rtol=TOL, atol=TOL) and np.allclose(L, want["L"], rtol=TOL, atol=TOL)
         if not ok:  # which output, and how: a student fixes O and L apart
             notes.append(f"case {k + 1}: " + "; ".join(_wrong(n, g, want[n]) for n, g in (("O", O), ("L", L))
                                                        if g.shape != want[n].shape
                                                        or not np.allclose(g, want[n], rtol=TOL, atol=TOL)))
-        if out_r or out_w:
+        if off:
             ok = False
-            moved = " and ".join(f"{verb} {n:,} element(s)" for verb, n in (("loaded", out_r), ("stored", out_w)) if n)
-            notes.append(f"case {k + 1}: your kernel {moved} past the end of a tensor: "
-                         "a tile that runs past Nq or Nk must be masked (tl.load(..., mask=..., other=0.0), "
-                         "tl.store(..., mask=...)); on a GPU those reads are another head's rows or another "
-                         "tensor, and the stores overwrite them")
+            said = "; ".join(f"{what.split(' ', 1)[0]} {n:,} element(s) {what.split(' ', 1)[1]}"
+                             for what, n in sorted(off.items()))
+            notes.append(f"case {k + 1}: your kernel {said}: a tile that runs past Nq or Nk must be masked "
+                         "(tl.load(..., mask=..., other=0.0), tl.store(..., mask=...)); on a GPU those reads are "
+                         "another head's rows or another tensor, and the stores overwrite them")
         # O and L must come from the kernel's tl.store: every element written once, as in the budget
         short = [f"{n} {st.get(n, [0, 0])[1]:,} < {bt[n][1]:,}" for n in ("O", "L")
                  if n in bt and st.get(n, [0, 0])[1] < bt[n][1]]

@@ -66,6 +66,13 @@ def difference(got, want, rtol, atol) -> str:
     nan = int(np.isnan(got).sum())
     if nan:
         return f"{nan} element(s) NaN: never stored, or NaN stored"
+    # an infinity expected and not stored (m or L of a row, or a split, that sees no key): "max error inf" against a
+    # tolerance of |−inf| would say nothing
+    inf = np.isinf(want) & (got != want)
+    if inf.any():
+        i = np.flatnonzero(inf.ravel())[0]
+        return (f"{int(inf.sum())} element(s) should be {want.ravel()[i]:g} and are not (the first is "
+                f"{got.ravel()[i]:g}; a row, or a split, that sees no key has m = L = -inf and ℓ = 0)")
     with np.errstate(invalid="ignore"):
         err = np.abs(np.where(np.isfinite(got) & np.isfinite(want), got - want, np.where(got == want, 0, np.inf)))
     return f"max error {float(err.max()):.3g}, where {atol:g} + {rtol:g}·|expected| is allowed"
