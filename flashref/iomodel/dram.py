@@ -654,33 +654,47 @@ def _compute_other_heads_prefix(k, his):
     at = np.arange(len(heads)) % T
     steps = end - start
     shared = np.where(at > 0, np.minimum(steps, np.roll(steps, 1)), 0.0)  # what block i - 1 of the head also read
-    # a CTA walks down from its diagonal: its fresh tiles first, then the shared ones, at one tile a step
     frac = (np.arange(OVERLAP_SAMPLES) + 0.5) / OVERLAP_SAMPLES
-    t = (start + steps - shared)[:, None] + shared[:, None] * frac
-    g = np.searchsorted(start, t, side="right") - 1  # the CTA launched last by then ...
-    launching = heads[g]  # ... and its head, the one being launched
-    # every head before it has launched all its CTAs; those whose last CTA has not ended are running. A head's
-    # longest block is launched last and every head's is as long, so the heads end in grid order (the running
-    # maximum only guards the order)
+    # every head before the one being launched has launched all its CTAs; those whose last CTA has not ended are
+    # running. A head's longest block is launched last and every head's is as long, so the heads end in grid order
+    # (the running maximum only guards the order)
     last_end = np.maximum.accumulate(np.maximum.reduceat(end, np.arange(k.heads) * T))
-    running_before = np.maximum(launching - np.searchsorted(last_end, t, side="right"), 0)
-    full, current = his.max(), his[at[g]]
-    total = running_before * full + current  # every running head's prefix, the CTA's own among them
-    own = np.where(heads[:, None] < launching, full, current)
+    full = his.max()
     head_time = float(np.sum(steps[:T])) / k.resident
-    # the share of the CTAs running at t that belong to other heads: every CTA started by t less every one ended by
-    # t, over all heads and over the CTA's own. The grid runs head by head and starts never decrease along it, so a
-    # head's starts are its own slice of ``start``; its ends are sorted within their own band, head h's shifted by h
-    # spans, so that one sorted array answers every head
-    own_head = heads[:, None]
-    started = np.searchsorted(start, t, side="right")
-    ended = np.searchsorted(np.sort(end), t, side="right")
+    # the CTAs ended by a moment, over all heads; and each head's ends in a band of its own (head h's shifted by h
+    # spans), so that one sorted array answers every head: the grid runs head by head and starts never decrease along
+    # it, so a head's starts are its own slice of ``start``
     span = float(end.max()) + 1.0
-    own_started = np.clip(started - own_head * T, 0, T)
-    own_ended = np.searchsorted(np.sort(end + heads * span), t + own_head * span, side="right") - own_head * T
-    running = np.maximum(started - ended, 1)
-    other_share = 1.0 - (own_started - own_ended) / running
-    return total - own, t / head_time, launching - running_before, other_share
+    ends, banded = np.sort(end), np.sort(end + heads * span)
+    out = tuple(np.empty((len(heads), OVERLAP_SAMPLES)) for _ in range(4))
+    # CTA by CTA in chunks: the same arithmetic, element for element, with each temporary small enough to stay in the
+    # CPU's cache (at 256 heads of 2048 CTAs, whole-grid temporaries made the first prediction 2x slower)
+    for a in range(0, len(heads), _PREFIX_CHUNK):
+        c = slice(a, a + _PREFIX_CHUNK)
+        # a CTA walks down from its diagonal: its fresh tiles first, then the shared ones, at one tile a step
+        t = (start[c] + steps[c] - shared[c])[:, None] + shared[c, None] * frac
+        started = np.searchsorted(start, t, side="right")  # the CTAs started by then, over all heads
+        g = started - 1  # the CTA launched last by then ...
+        launching = heads[g]  # ... and its head, the one being launched
+        running_before = np.maximum(launching - np.searchsorted(last_end, t, side="right"), 0)
+        current = his[at[g]]
+        total = running_before * full + current  # every running head's prefix, the CTA's own among them
+        own_head = heads[c, None]
+        own = np.where(own_head < launching, full, current)
+        # the share of the CTAs running at t that belong to other heads: every CTA started by t less every one
+        # ended by t, over all heads and over the CTA's own
+        ended = np.searchsorted(ends, t, side="right")
+        own_started = np.clip(started - own_head * T, 0, T)
+        own_ended = np.searchsorted(banded, t + own_head * span, side="right") - own_head * T
+        running = np.maximum(started - ended, 1)
+        for dst, value in zip(out, (total - own, t / head_time, launching - running_before,
+                                    1.0 - (own_started - own_ended) / running)):
+            dst[c] = value
+    return out
+
+
+#: CTAs a chunk of :func:`_compute_other_heads_prefix` (its temporaries, OVERLAP_SAMPLES floats a CTA, stay in cache)
+_PREFIX_CHUNK = 1 << 15
 
 
 def _misses_np(D, C, kappa):
@@ -862,7 +876,8 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
 
     Time: under a second at N = 131072 for up to 256 heads (B·H; ``examples/dram_speed.py`` times them at d = 64 and
     128); a head dim past 128 runs 64-row tiles, twice the CTAs, and a first causal FlashAttention-2 forward there took
-    0.7-1.2 s at 256 heads on this project's 2-core CPU. For the tiled
+    0.6-1.0 s at 256 heads on this project's 2-core CPU (1.15 s before its other-heads pass ran in cache-sized chunks).
+    For the tiled
     kernels (``flashref``, ``sdpa_flash``) the schedule lays out every CTA of the grid, so time and memory grow with
     B·H·N: at N = 131072 a first call takes about 3 s at 1024 heads and 15 s at 4096 (a second call on the same
     shape about a tenth of that). At 2^30 rows (B·H·max(Nq, Nk)), the most this model takes (MAX_ROWS), on this
