@@ -2,10 +2,11 @@
 
     python examples/dram_speed.py --out figures/dram-speed-cpu.json
 
-Times every implementation and mode, d = 64 and 128, causal and not, at N = 131072 for one sequence of 16 heads and
-for a grid of 8 x 32 heads (the largest B·H any recorded run has at that length), each the median of ``--repeat``
-calls after one warm-up call (the staggered walk keeps its launch schedule for the next call on the same kernel, so
-the first call of a shape is timed on its own too: ``first_s``). Writes the rows and the machine to ``--out``.
+Times every implementation and mode, d = 64, 128, 192 and 256, causal and not, at N = 131072 for one sequence of 16
+heads and for a grid of 8 x 32 heads (the largest B·H any recorded run has at that length), each the median of
+``--repeat`` calls after one warm-up call (the staggered walk keeps its launch schedule for the next call on the same
+kernel, so the first call of a shape is timed on its own too: ``first_s``). Writes the rows and the machine to
+``--out``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def time_one(impl, mode, B, H, d, causal, repeat):
     return first, statistics.median(times)
 
 
-def run(repeat=5, shapes=SHAPES, dims=(64, 128)):
+def run(repeat=5, shapes=SHAPES, dims=(64, 128, 192, 256)):
     rows = []
     for B, H in shapes:
         for impl in D.IMPLS:

@@ -3117,4 +3117,4 @@ def test_dram_speed_script_records_every_call(tmp_path):
     assert all(r["N"] == 131072 and r["first_s"] > 0 and r["median_s"] > 0 for r in saved["rows"])
     assert saved["worst_s"] == max(max(r["first_s"], r["median_s"]) for r in saved["rows"])
     recorded = json.loads((REPO / "figures" / "dram-speed-cpu.json").read_text())
-    assert len(recorded["rows"]) == len(D.IMPLS) * len(D.MODES) * 2 * 2 * 2  # two shapes, d = 64 and 128
+    assert len(recorded["rows"]) == len(D.IMPLS) * len(D.MODES) * 2 * 4 * 2  # two shapes, d = 64, 128, 192 and 256

@@ -874,10 +874,10 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     ``sdpa_flash`` is FlashAttention-2 at the head dim given: PyTorch pads a head dim that is not a multiple of 8 to
     one before the flash kernels (and copies Q, K, V to do it); the model has neither, and no run measured such a d.
 
-    Time: under a second at N = 131072 for up to 256 heads (B·H; ``examples/dram_speed.py`` times them at d = 64 and
-    128); a head dim past 128 runs 64-row tiles, twice the CTAs, and a first causal FlashAttention-2 forward there took
-    0.6-1.0 s at 256 heads on this project's 2-core CPU (1.15 s before its other-heads pass ran in cache-sized chunks).
-    For the tiled
+    Time: under a second at N = 131072 for up to 256 heads (B·H; ``examples/dram_speed.py`` times them at d = 64, 128,
+    192 and 256); a head dim past 128 runs 64-row tiles, twice the CTAs, and a first causal FlashAttention-2 forward
+    there took 0.6-1.0 s at 256 heads on this project's 2-core CPU (1.15 s before its other-heads pass ran in
+    cache-sized chunks). For the tiled
     kernels (``flashref``, ``sdpa_flash``) the schedule lays out every CTA of the grid, so time and memory grow with
     B·H·N: at N = 131072 a first call takes about 3 s at 1024 heads and 15 s at 4096 (a second call on the same
     shape about a tenth of that). At 2^30 rows (B·H·max(Nq, Nk)), the most this model takes (MAX_ROWS), on this
