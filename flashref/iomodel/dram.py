@@ -666,7 +666,7 @@ def _compute_other_heads_prefix(k, his):
     # it, so a head's starts are its own slice of ``start``
     span = float(end.max()) + 1.0
     ends, banded = np.sort(end), np.sort(end + heads * span)
-    out = tuple(np.empty((len(heads), OVERLAP_SAMPLES)) for _ in range(4))
+    out = [None] * 4  # each the dtype its first chunk computes (the heads count in integers)
     # CTA by CTA in chunks: the same arithmetic, element for element, with each temporary small enough to stay in the
     # CPU's cache (at 256 heads of 2048 CTAs, whole-grid temporaries made the first prediction 2x slower)
     for a in range(0, len(heads), _PREFIX_CHUNK):
@@ -687,10 +687,12 @@ def _compute_other_heads_prefix(k, his):
         own_started = np.clip(started - own_head * T, 0, T)
         own_ended = np.searchsorted(banded, t + own_head * span, side="right") - own_head * T
         running = np.maximum(started - ended, 1)
-        for dst, value in zip(out, (total - own, t / head_time, launching - running_before,
-                                    1.0 - (own_started - own_ended) / running)):
-            dst[c] = value
-    return out
+        for i, value in enumerate((total - own, t / head_time, launching - running_before,
+                                   1.0 - (own_started - own_ended) / running)):
+            if out[i] is None:
+                out[i] = np.empty((len(heads), OVERLAP_SAMPLES), dtype=value.dtype)
+            out[i][c] = value
+    return tuple(out)
 
 
 #: CTAs a chunk of :func:`_compute_other_heads_prefix` (its temporaries, OVERLAP_SAMPLES floats a CTA, stay in cache)
