@@ -22,21 +22,23 @@ def attend_mask(Nq, Nk, causal=False, mask=None, element_mask=None):
     return attend
 
 
-def forward(Q, K, V, *, scale, attend=None, dropout_p=0.0, seed=0):
-    """``O``, row max ``m``, row sum ``l`` (of exp(S − m), before dropout), ``L = m + log l`` and ``P``."""
+def forward(Q, K, V, *, scale, attend=None, dropout_p=0.0, seed=0, first_key=0):
+    """``O``, row max ``m``, row sum ``l`` (of exp(S − m), before dropout), ``L = m + log l``, ``P`` and the scores
+    ``S`` (after ``attend``). ``first_key``: K and V are the keys from that column on (a split of the keys, as
+    exercise 8's split pass sees them): dropout's mask is drawn at their own columns."""
     S = scale * Q @ K.swapaxes(-1, -2)  # (..., Nq, Nk)
     if attend is not None:
         S = np.where(attend, S, -np.inf)
-    m = S.max(axis=-1)  # (..., Nq); -inf for a fully masked row
+    m = S.max(axis=-1, initial=-np.inf)  # (..., Nq); -inf for a fully masked row (and for no keys at all)
     m_safe = np.where(np.isneginf(m), 0.0, m)
     P_tilde = np.exp(S - m_safe[..., None])
     l = P_tilde.sum(axis=-1)
     P = P_tilde / np.where(l == 0, 1.0, l)[..., None]
-    Z = _Z(Q, K, dropout_p, seed)
+    Z = _Z(Q, K, dropout_p, seed, first_key)
     O = (P * Z if Z is not None else P) @ V
     with np.errstate(divide="ignore"):
         L = np.where(l == 0, -np.inf, m + np.log(np.where(l == 0, 1.0, l)))
-    return {"O": O, "m": m, "l": l, "L": L, "P": P}
+    return {"O": O, "m": m, "l": l, "L": L, "P": P, "S": S}
 
 
 def backward(Q, K, V, dO, *, scale, attend=None, dropout_p=0.0, seed=0):
@@ -52,10 +54,10 @@ def backward(Q, K, V, dO, *, scale, attend=None, dropout_p=0.0, seed=0):
     return {"dQ": scale * dS @ K, "dK": scale * dS.swapaxes(-1, -2) @ Q, "dV": dV}
 
 
-def _Z(Q, K, p, seed):
+def _Z(Q, K, p, seed, first_key=0):
     if p == 0:
         return None
-    return scale_mask(seed, p, Q.shape[:-2], (0, Q.shape[-2]), (0, K.shape[-2]))
+    return scale_mask(seed, p, Q.shape[:-2], (0, Q.shape[-2]), (first_key, first_key + K.shape[-2]))
 
 
 def difference(got, want, rtol, atol) -> str:

@@ -88,8 +88,10 @@ def get(name) -> Exercise:
     raise ValueError(f"exercise: expected one of {', '.join(EXERCISES)} (or its number), got {name!r}")
 
 
-def attention_setup(case: dict, rng, outputs: tuple, *, backward=False, element_mask=None, extra_spec=None):
-    """Q, K, V (and for a backward O, dO, l, m from the oracle) for an attention case.
+def attention_setup(case: dict, rng, outputs: tuple, *, backward=False, element_mask=None, extra_spec=None,
+                    created: tuple = ()):
+    """Q, K, V (and for a backward O, dO, l, m from the oracle) for an attention case. ``created``: tensors of the
+    oracle's forward the student's code writes as new HBM tensors (exercise 1's S and P), graded too.
 
     ``case`` keys: Nq, Nk, d, heads, and optionally causal, masked_row (a query row that sees no
     key), blind_keys (``(row, k)``: that row sees no key before k), dropout_p, Br, Bc, scale.
@@ -119,19 +121,8 @@ def attention_setup(case: dict, rng, outputs: tuple, *, backward=False, element_
         expected = {k: fwd[k] for k in outputs}
     shapes = {"O": (Nq, d), "l": (Nq,), "m": (Nq,), "L": (Nq,), "dQ": (Nq, d), "dK": (Nk, d), "dV": (Nk, d)}
     return Setup(spec=spec, inputs=inputs, outputs={k: shapes[k] for k in outputs},
-                 expected={k: expected[k] for k in outputs}, lead_shape=lead)
-
-
-def standard_setup(case: dict, rng) -> Setup:
-    """Exercise 1's case: O, and S = τ QKᵀ and P = softmax(S), the tensors Algorithm 0 writes to HBM, all graded (an O
-    computed from Python copies beside wrong S and P is not Algorithm 0). Its cases have no mask or dropout."""
-    assert not (case.get("causal") or case.get("masked_row") or case.get("dropout_p")), case
-    setup = attention_setup(case, rng, ("O",))
-    Q, K = setup.inputs["Q"], setup.inputs["K"]
-    S = setup.spec["scale"] * Q @ K.swapaxes(-1, -2)
-    setup.expected.update(S=S, P=oracle.forward(Q, K, setup.inputs["V"], scale=setup.spec["scale"])["P"])
-    setup.created = ("S", "P")
-    return setup
+                 expected={k: expected[k] for k in outputs} | {k: fwd[k] for k in created}, created=tuple(created),
+                 lead_shape=lead)
 
 
 def nan_like_outputs(setup: Setup) -> dict:

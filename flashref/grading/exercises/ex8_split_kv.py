@@ -35,23 +35,13 @@ def partials(st, S: int) -> dict:
     spec, (Q, K, V) = st.spec, (st.inputs[n] for n in ("Q", "K", "V"))
     Nq, Nk = spec["Nq"], spec["Nk"]
     attend = oracle.attend_mask(Nq, Nk, spec["causal"], spec["mask"])
-    Z = oracle._Z(Q, K, spec["dropout_p"], spec["seed"])  # every key's own column, as the split pass draws it
-    O, m, l = [], [], []
-    for s in range(S):
+    parts = []
+    for s in range(S):  # the oracle's forward on the split's keys, its dropout drawn at their own columns
         k0, k1 = s * Nk // S, (s + 1) * Nk // S
-        S_s = spec["scale"] * Q @ K[..., k0:k1, :].swapaxes(-1, -2)
-        if attend is not None:
-            S_s = np.where(attend[..., k0:k1], S_s, -np.inf)
-        m_s = S_s.max(axis=-1) if k1 > k0 else np.full(S_s.shape[:-1], -np.inf)
-        P_t = np.exp(S_s - np.where(np.isneginf(m_s), 0.0, m_s)[..., None])
-        l_s = P_t.sum(axis=-1)
-        if Z is not None:
-            P_t = P_t * Z[..., k0:k1]
-        O.append(P_t @ V[..., k0:k1, :] / np.where(l_s == 0, 1.0, l_s)[..., None])
-        m.append(m_s)
-        l.append(l_s)
-    return {"O_partial": np.concatenate(O, axis=-2), "m_partial": np.concatenate(m, axis=-1),
-            "l_partial": np.concatenate(l, axis=-1)}
+        parts.append(oracle.forward(Q, K[..., k0:k1, :], V[..., k0:k1, :], scale=spec["scale"],
+                                    attend=None if attend is None else attend[..., k0:k1],
+                                    dropout_p=spec["dropout_p"], seed=spec["seed"], first_key=k0))
+    return {f"{n}_partial": np.concatenate([f[n] for f in parts], axis=-2 if n == "O" else -1) for n in "Oml"}
 
 
 def setup(case, rng):
