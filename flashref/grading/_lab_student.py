@@ -53,7 +53,7 @@ def main(cases_path, student_path, out_path):
     counts = {}
     regions = []
     guards = []  # (tensor, "before its start" or "past its end", lo, hi): the padding around each tensor
-    outside = {}  # "loaded past the end of Q" -> elements: the accesses that landed in the padding
+    outside = {}  # ("loaded", "past the end of Q") -> elements: the accesses that landed in the padding
 
     def tally(ptrs, mask, kind):
         p = np.asarray(ptrs).ravel()
@@ -65,7 +65,7 @@ def main(cases_path, student_path, out_path):
         for name, where, lo, hi in guards:
             n = int(((p >= lo) & (p < hi) & m).sum())
             if n:
-                what = f"{('loaded', 'stored')[kind]} {where} {name}"
+                what = (("loaded", "stored")[kind], f"{where} {name}")
                 outside[what] = outside.get(what, 0) + n
 
     def guarded(name, values, pad):
@@ -156,7 +156,7 @@ def main(cases_path, student_path, out_path):
             break
         check_intact("while your kernel ran")
         result["cases"].append({"O": tolist(o), "L": tolist(lse), "counts": {n: list(c) for n, c in counts.items()},
-                                "outside": dict(outside)})
+                                "outside": [[verb, place, n] for (verb, place), n in outside.items()]})
     write(result)
     out.close()
 

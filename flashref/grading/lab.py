@@ -117,12 +117,12 @@ def grade(ex, path, *, timeout=DEFAULT_TIMEOUT, seed=None) -> Report:
         try:
             O, L = np.array(got["O"], dtype=np.float64), np.array(got["L"], dtype=np.float64)
             st = {str(n): [int(rw[0]), int(rw[1])] for n, rw in dict(got["counts"]).items()}
+            # loads and stores that ran off a tensor (into the padding the runner puts around each): verb, where, n
+            off = sorted((str(verb), str(place), int(n)) for verb, place, n in got.get("outside", []))
         except (KeyError, TypeError, ValueError, IndexError):
             rep.message = f"case {k + 1}: the kernel's runner reported no outputs or counts"
             return rep
         bt = b["by_tensor"]
-        # loads and stores that ran off a tensor (into the padding the runner puts around each), by tensor
-        off = {str(what): int(n) for what, n in dict(got.get("outside", {})).items()}
         ok = O.shape == want["O"].shape and L.shape == want["L"].shape and \
             np.allclose(O, want["O"], rtol=TOL, atol=TOL) and np.allclose(L, want["L"], rtol=TOL, atol=TOL)
         if not ok:  # which output, and how: a student fixes O and L apart
@@ -131,8 +131,7 @@ def grade(ex, path, *, timeout=DEFAULT_TIMEOUT, seed=None) -> Report:
                                                        or not np.allclose(g, want[n], rtol=TOL, atol=TOL)))
         if off:
             ok = False
-            said = "; ".join(f"{what.split(' ', 1)[0]} {n:,} element(s) {what.split(' ', 1)[1]}"
-                             for what, n in sorted(off.items()))
+            said = "; ".join(f"{verb} {n:,} element(s) {place}" for verb, place, n in off)
             notes.append(f"case {k + 1}: your kernel {said}: a tile that runs past Nq or Nk must be masked "
                          "(tl.load(..., mask=..., other=0.0), tl.store(..., mask=...)); on a GPU those reads are "
                          "another head's rows or another tensor, and the stores overwrite them")
