@@ -29,6 +29,20 @@ def stub(tmp_path, ex):
     return p
 
 
+def edited_reference(tmp_path, number, *edits):
+    """Exercise ``number``'s reference solution with each ``(old, new)`` of ``edits`` made, written under its own
+    file name in ``tmp_path``. Every ``old`` must be in it: an edit that no longer applies fails its test, rather
+    than grade the reference unchanged."""
+    ex = grading.get(number)
+    source = (SOLUTIONS / ex.solution).read_text()
+    for old, new in edits:
+        assert old in source, old
+        source = source.replace(old, new)
+    p = tmp_path / ex.solution
+    p.write_text(source)
+    return p
+
+
 @pytest.mark.parametrize("ex", NUMPY_EXERCISES, ids=lambda e: e.name)
 def test_reference_full_marks_stub_zero(ex, tmp_path):
     rep = grading.grade(ex.name, SOLUTIONS / ex.solution)
@@ -55,17 +69,12 @@ def test_triton_lab_reference_and_stub(tmp_path):
 
 @pytest.mark.parametrize("unmask, says", [
     # K and V loaded without their mask: correctness 5/5 before (the overrun billed as V's reads), now wrong
-    (lambda s: s.replace(", mask=kv_mask, other=0.0)", ")"), "your kernel loaded"),
+    ((", mask=kv_mask, other=0.0)", ")"), "your kernel loaded"),
     # O stored without its mask: the runner's heap was corrupted ("munmap_chunk(): invalid pointer")
-    (lambda s: s.replace(", acc, mask=offs_m[:, None] < Nq)", ", acc)"), "your kernel stored")])
+    ((", acc, mask=offs_m[:, None] < Nq)", ", acc)"), "your kernel stored")])
 def test_triton_lab_names_an_access_past_a_tensors_end(tmp_path, unmask, says):
     pytest.importorskip("triton")
-    ex = grading.get("09")
-    source = (SOLUTIONS / ex.solution).read_text()
-    p = tmp_path / ex.solution
-    p.write_text(unmask(source))
-    assert p.read_text() != source
-    rep = grading.grade("09", p)
+    rep = grading.grade("09", edited_reference(tmp_path, "09", unmask))
     assert not rep.correct and rep.points == 0, rep
     tensor = "O" if "stored" in says else "K"  # named, and the first of K and V in the list
     assert f"{says} " in rep.message and f"element(s) past the end of {tensor}" in rep.message, rep.message
@@ -258,12 +267,7 @@ def test_untiled_attention_is_correct_but_loses_the_io_points(number):
 def test_a_tile_loop_one_short_is_wrong(number, loop, tmp_path):
     # range(0, N - 1, B) loses the last block only where it is one row (one key) long: each exercise has a case
     # whose last row block and last column block are (the reference with one loop stopped short)
-    ex = grading.get(number)
-    source = (SOLUTIONS / ex.solution).read_text()
-    assert loop in source
-    p = tmp_path / ex.solution
-    p.write_text(source.replace(loop, loop.replace(", B", " - 1, B"), 1))
-    rep = grading.grade(number, p, seed=1)
+    rep = grading.grade(number, edited_reference(tmp_path, number, (loop, loop.replace(", B", " - 1, B"))), seed=1)
     assert not rep.correct and rep.points == 0, rep
 
 
@@ -285,13 +289,10 @@ def test_exercise_8_grades_the_partials_as_the_spec_defines_them(tmp_path):
     # unnormalised partials with a merge that expects them: O right, the spec's "normalised partial O" not; 10/10
     # before, when only O, m, l were compared
     ex = grading.get("08")
-    source = (SOLUTIONS / ex.solution).read_text()
     normalise = 'O_i = mem.hold("O_i", O_i / np.where(l_i == 0, 1.0, l_i)[..., None])'
-    merge = "(a[..., None] * O + b[..., None] * O_s)"
-    assert normalise in source and merge in source
-    p = tmp_path / ex.solution
-    p.write_text(source.replace(normalise, normalise + " if S == 1 else O_i")
-                 .replace(merge, "(a[..., None] * O + np.exp(m_s - m_safe)[..., None] * O_s)"))
+    p = edited_reference(tmp_path, "08", (normalise, normalise + " if S == 1 else O_i"),
+                         ("(a[..., None] * O + b[..., None] * O_s)",
+                          "(a[..., None] * O + np.exp(m_s - m_safe)[..., None] * O_s)"))
     rep = grading.grade("08", p, seed=3)
     assert not rep.correct and "O_partial wrong" in rep.message and "O wrong" not in rep.message, rep.message
     for seed in (1, 2, 3):  # the reference's partials are the spec's, at every case (causal, mask, dropout, blind)
@@ -300,18 +301,15 @@ def test_exercise_8_grades_the_partials_as_the_spec_defines_them(tmp_path):
 
 def test_a_store_broadcasts_to_its_tile_as_the_notebooks_memory(tmp_path):
     # Memory.store writes a scalar or a row across the tile; the exercise memory refused it (and named shape (1,))
-    ex = grading.get("08")
-    source = (SOLUTIONS / ex.solution).read_text()
     store = '            mem.store("O" + suffix, O_i, rows=out)\n'
-    assert store in source
-    p = tmp_path / ex.solution
-    p.write_text(source.replace(store, '            if S > 1 and np.all(np.isneginf(m_i)):\n'
-                                       '                mem.store("O" + suffix, 0.0, rows=out)  # a split of no key\n'
-                                       '            else:\n    ' + store))
-    assert grading.grade("08", p, seed=1).points == ex.max_points
+    zero = ('            if S > 1 and np.all(np.isneginf(m_i)):\n'
+            '                mem.store("O" + suffix, 0.0, rows=out)  # a split of no key\n'
+            '            else:\n    ' + store)
+    assert grading.grade("08", edited_reference(tmp_path, "08", (store, zero)), seed=1).points == \
+        grading.get("08").max_points
     # and the "-inf expected" message says what -inf is (it was "max error inf, where ... ·|expected|")
-    ms = '            mem.store("m" + suffix, m_i, rows=out)\n'
-    p.write_text(source.replace(ms, '            mem.store("m" + suffix, np.maximum(m_i, -1e30), rows=out)\n'))
+    ms = 'mem.store("m" + suffix, m_i, rows=out)'
+    p = edited_reference(tmp_path, "08", (ms, 'mem.store("m" + suffix, np.maximum(m_i, -1e30), rows=out)'))
     rep = grading.grade("08", p, seed=1)
     assert "m_partial wrong (m_partial: " in rep.message, rep.message
     assert "should be -inf and are not (the first is -1e+30" in rep.message, rep.message
