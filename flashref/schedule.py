@@ -694,8 +694,8 @@ def _k3_rounds_together(Nk, d, causal, e) -> bool:
     """Kernel 3's non-causal forward and dQ kernel short of the barrier's threshold (one head's K and V, 2·Nk·d·e
     bytes, below ``kernel3.ROUND_SYNC_KV_BYTES``): every tile is as long, so each round of CTAs starts its scan
     together, barrier or not (``ScanKernel.rounds_together``). Past it, rounds without a barrier came apart."""
-    from .gpu.kernel3 import ROUND_SYNC_KV_BYTES
-    return not causal and 2 * Nk * d * e < ROUND_SYNC_KV_BYTES
+    from .gpu.kernel3 import kv_past_round_sync
+    return not causal and not kv_past_round_sync(Nk, d, e)
 
 
 def flashref3_dkdv(BH, Nq, Nk, d, causal=False, e=2, sms=SMS, tiles=None):

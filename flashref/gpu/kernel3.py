@@ -166,6 +166,14 @@ HEADS_FIRST_CAUSAL = (128,)  # causal, where a Tiles3 leaves heads_first at None
 # barrier is taken where one head's K and V are at least this many bytes (a third of the H100's 50 MB L2): below
 # it even a wave that has come apart finds its head's K and V in L2, and a barrier would cost time for nothing.
 ROUND_SYNC_KV_BYTES = 16 * 2 ** 20
+
+
+def kv_past_round_sync(N: int, d: int, elem: int = 2) -> bool:
+    """Whether one head's K and V (2·N·d·elem bytes) reach ``ROUND_SYNC_KV_BYTES``: where the forward and the dQ
+    kernel put their barrier between rounds (:func:`round_sync`, ``kernel3_bwd.dq_round_sync``), and short of which
+    the L2 model has their rounds start together without one (``schedule._k3_rounds_together``)."""
+    return 2 * N * d * elem >= ROUND_SYNC_KV_BYTES
+
 SMEM_LIMIT = 227 * 1024  # an sm_90 thread block's shared memory
 # registers a thread of a worker consumer warpgroup (setmaxnreg) by the number of consumers; the producer warp gets
 # 24 and the default partition (consumer 0) the rest. Three consumers and the producer's (padded) warpgroup share
@@ -322,7 +330,7 @@ def round_sync(t: Tiles3, N: int, d: int, elem: int = 2) -> bool:
     persistent and static and one head's K and V (2·N·d·elem bytes) reach ``ROUND_SYNC_KV_BYTES``."""
     if t.round_sync is not None:
         return t.round_sync
-    return t.pingpong and t.persistent and not t.dynamic and 2 * N * d * elem >= ROUND_SYNC_KV_BYTES
+    return t.pingpong and t.persistent and not t.dynamic and kv_past_round_sync(N, d, elem)
 
 
 # --------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .kernel3 import _MODS, DTYPES, LOG2E, ROUND_SYNC_KV_BYTES, SMEM_LIMIT, positive_fields, refusal
+from .kernel3 import _MODS, DTYPES, LOG2E, SMEM_LIMIT, kv_past_round_sync, positive_fields, refusal
 
 BWD_REGS = 240  # registers a consumer thread gets (setmaxnreg); the producer warp 24
 
@@ -228,7 +228,7 @@ def dq_round_sync(tq: TilesQ, N: int, d: int, causal: bool, elem: int = 2) -> bo
     K and V from different places. Causal grids run longest rows first, and were measured within the model."""
     if causal:
         return False
-    return tq.round_sync if tq.round_sync is not None else 2 * N * d * elem >= ROUND_SYNC_KV_BYTES
+    return tq.round_sync if tq.round_sync is not None else kv_past_round_sync(N, d, elem)
 
 
 # --------------------------------------------------------------------------------------------
