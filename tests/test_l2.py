@@ -2047,11 +2047,11 @@ def test_profile_l2_splits_kernels_at_markers():
 
 
 def test_draw_validation_keeps_its_rule():
-    """check64, check65, check67, check68, check70 and check72-check102 are draw_validation's sets for their seeds,
-    and any draw keeps check41's, check52's and check70's rules: five shapes of many heads at short N, few heads at
-    long N (from the grid, or by check70's rule at N a multiple of 1024 in LONG_N), 2^16 <= B·H·N <= 2^21, four
-    corners of other head dims and lengths no tile divides (Nq != Nk never causal), none drawn before, the same set for
-    the same seed."""
+    """check64, check65, check67, check68, check70 and check72-check105 are draw_validation's sets for their seeds,
+    and any draw keeps check41's, check52's and check70's rules: shapes of many heads at short N (until check103
+    took the last), few heads at long N (from the grid, or by check70's rule at N a multiple of 1024 in LONG_N),
+    2^16 <= B·H·N <= 2^21, four corners of other head dims and lengths no tile divides (Nq != Nk never causal), none
+    drawn before, the same set for the same seed."""
     from flashref.gpu import l2profile as lp
     assert lp.draw_validation(20261253, "check64") == lp.CHECK64
     assert lp.draw_validation(20261254, "check65") == lp.CHECK65
@@ -2089,6 +2089,9 @@ def test_draw_validation_keeps_its_rule():
     assert lp.draw_validation(20261286, "check100", few=0, long=5) == lp.CHECK100
     assert lp.draw_validation(20261287, "check101", few=0, long=5) == lp.CHECK101
     assert lp.draw_validation(20261288, "check102", few=0, long=5) == lp.CHECK102
+    assert lp.draw_validation(20261289, "check103", many=3, few=0, long=5) == lp.CHECK103
+    assert lp.draw_validation(20261290, "check104", many=0, few=0, long=8) == lp.CHECK104
+    assert lp.draw_validation(20261291, "check105", many=0, few=0, long=8) == lp.CHECK105
     seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
     # check70 took the last shape of the few-heads grid: a draw asks for no more than are left, or is refused
     left = [(B, H, N, d, c) for B in (1, 2, 4, 8) for H in (1, 2, 4, 8) for N in lp.FEW_HEADS_N for d in (64, 128)
@@ -2096,14 +2099,14 @@ def test_draw_validation_keeps_its_rule():
     assert left == []
     with pytest.raises(ValueError, match="few: 1 shapes asked, but the few-heads grid has only 0 not drawn yet"):
         lp.draw_validation(1, "x", many=0, few=1)
-    # check100-check102 left three of the many-heads grid
-    with pytest.raises(ValueError, match="many: 4 shapes asked, but the many-heads grid has only 3 not drawn yet"):
-        lp.draw_validation(1, "x", many=4, few=0)
+    # check103 took the last three shapes of the many-heads grid
+    with pytest.raises(ValueError, match="many: 1 shapes asked, but the many-heads grid has only 0 not drawn yet"):
+        lp.draw_validation(1, "x", many=1, few=0)
     for seed in (1, 2, 3):
-        got = lp.draw_validation(seed, "x", many=3, few=0, long=5)
-        assert got == lp.draw_validation(seed, "x", many=3, few=0, long=5)
+        got = lp.draw_validation(seed, "x", many=0, few=0, long=8)
+        assert got == lp.draw_validation(seed, "x", many=0, few=0, long=8)
         assert len({s[0] for s in got}) == len(got) == 12
-        many, corners, few = got[:3], got[3:7], got[7:]  # check70's rule's few heads are drawn last
+        many, corners, few = got[:0], got[:4], got[4:]  # check70's rule's few heads are drawn last
         for _, B, H, N, d, _causal in few:
             assert B in (1, 2, 4, 8) and 1 <= H <= 8 and B * H <= 8 and N % 1024 == 0
             assert lp.LONG_N[0] <= N <= lp.LONG_N[1] and d in (64, 128) and 2 ** 16 <= B * H * N <= 2 ** 21
@@ -2116,6 +2119,9 @@ def test_draw_validation_keeps_its_rule():
             assert d in lp.CORNER_D and Nq % 64 and Nk % 64 and B * H * max(Nq, Nk) <= 2 ** 21
             assert not (causal and Nq != Nk)
         assert not {(B, H, lp.lengths(N), d, c) for _, B, H, N, d, c in got} & seen
+    # the many-heads rule, on the last set that drew from that grid
+    for _, B, H, N, d, _causal in lp.CHECK103[:3]:
+        assert H >= 8 and N <= 16384 and d in (64, 128) and 2 ** 16 <= B * H * N <= 2 ** 21
 
 
 @pytest.mark.parametrize("kw,error,match", [

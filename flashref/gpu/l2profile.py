@@ -1559,6 +1559,51 @@ CHECK102 = [
     ('check102_128_1x8x159744', 1, 8, 159744, 128, False),
 ]
 
+CHECK103 = [
+    ('check103_64_2x32x16384', 2, 32, 16384, 64, False),
+    ('check103_128_1x32x8192_causal', 1, 32, 8192, 128, True),
+    ('check103_128_4x8x12288', 4, 8, 12288, 128, False),
+    ('check103_96_1x3x25324x62060', 1, 3, (25324, 62060), 96, False),
+    ('check103_96_8x3x7595', 8, 3, 7595, 96, False),
+    ('check103_80_1x24x19626x49870', 1, 24, (19626, 49870), 80, False),
+    ('check103_256_8x12x10987_causal', 8, 12, 10987, 256, True),
+    ('check103_64_2x1x67584_causal', 2, 1, 67584, 64, True),
+    ('check103_64_1x3x33792_causal', 1, 3, 33792, 64, True),
+    ('check103_64_4x2x214016_causal', 4, 2, 214016, 64, True),
+    ('check103_128_2x3x91136', 2, 3, 91136, 128, False),
+    ('check103_128_8x1x109568_causal', 8, 1, 109568, 128, True),
+]
+
+CHECK104 = [
+    ('check104_32_4x2x1480', 4, 2, 1480, 32, False),
+    ('check104_192_8x6x3356_causal', 8, 6, 3356, 192, True),
+    ('check104_32_1x3x1865', 1, 3, 1865, 32, False),
+    ('check104_96_4x3x21355', 4, 3, 21355, 96, False),
+    ('check104_64_1x3x41984', 1, 3, 41984, 64, False),
+    ('check104_128_1x3x34816', 1, 3, 34816, 128, False),
+    ('check104_128_8x1x181248', 8, 1, 181248, 128, False),
+    ('check104_128_1x2x93184', 1, 2, 93184, 128, False),
+    ('check104_128_1x4x45056', 1, 4, 45056, 128, False),
+    ('check104_64_2x4x48128', 2, 4, 48128, 64, False),
+    ('check104_128_1x8x36864', 1, 8, 36864, 128, False),
+    ('check104_64_2x2x208896_causal', 2, 2, 208896, 64, True),
+]
+
+CHECK105 = [
+    ('check105_80_2x32x3344_causal', 2, 32, 3344, 80, True),
+    ('check105_96_1x6x62441_causal', 1, 6, 62441, 96, True),
+    ('check105_80_2x2x35868x1796', 2, 2, (35868, 1796), 80, False),
+    ('check105_80_8x5x23805', 8, 5, 23805, 80, False),
+    ('check105_64_2x2x283648_causal', 2, 2, 283648, 64, True),
+    ('check105_64_1x3x74752_causal', 1, 3, 74752, 64, True),
+    ('check105_128_4x1x253952_causal', 4, 1, 253952, 128, True),
+    ('check105_64_1x3x35840_causal', 1, 3, 35840, 64, True),
+    ('check105_64_2x1x52224', 2, 1, 52224, 64, False),
+    ('check105_128_2x1x90112', 2, 1, 90112, 128, False),
+    ('check105_128_1x7x38912_causal', 1, 7, 38912, 128, True),
+    ('check105_128_2x2x50176_causal', 2, 2, 50176, 128, True),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1617,8 +1662,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check90": CHECK90, "check91": CHECK91, "check92": CHECK92, "check93": CHECK93,
           "check94": CHECK94, "check95": CHECK95, "check96": CHECK96, "check97": CHECK97,
           "check98": CHECK98, "check99": CHECK99, "check100": CHECK100, "check101": CHECK101,
-          "check102": CHECK102, "k3few": K3FEW, "k3few2": K3FEW2,
-          "k2writes": K2WRITES,
+          "check102": CHECK102, "check103": CHECK103, "check104": CHECK104, "check105": CHECK105,
+          "k3few": K3FEW, "k3few2": K3FEW2, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
 
