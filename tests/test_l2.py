@@ -1266,7 +1266,11 @@ SWAVES_HELD_MISSES = {
     *(("h200", "sdpa_flash", "check96_160_4x3x73084_causal", mode) for mode in ("fwd", "fwd_bwd")),
     ("h200", "sdpa_flash", "check98_128_4x8x12288_causal", "fwd"),
     # and check102's (blind): the d = 128 walk at 1 x 2 x 64512, two heads of 31.5 MiB (+31%, forward+backward +17%)
-    ("h200", "sdpa_flash", "check102_128_1x2x64512_causal", "fwd")}
+    ("h200", "sdpa_flash", "check102_128_1x2x64512_causal", "fwd"),
+    # and check103's and check105's (blind): the d = 256 walk at 8 x 12 x 10987, ninety-six heads of 10.7 MiB (+44%,
+    # forward+backward +12%), and the d = 96 walk at 1 x 6 x 62441, six heads of 22.9 MiB (+84%, forward+backward +19%)
+    ("h200", "sdpa_flash", "check103_256_8x12x10987_causal", "fwd"),
+    ("h200", "sdpa_flash", "check105_96_1x6x62441_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -2513,7 +2517,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check98", rule={}) + _both_gpus("check99", rule={})
                  # check100-check102: the next three seeds' draws (today's model; the H200)
                  + _both_gpus("check100", rule={}) + _both_gpus("check101", rule={})
-                 + _both_gpus("check102", rule={}))
+                 + _both_gpus("check102", rule={})
+                 # check103-check105: the next three seeds' draws (today's model; the H200)
+                 + _both_gpus("check103", rule={}) + _both_gpus("check104", rule={})
+                 + _both_gpus("check105", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3022,6 +3029,12 @@ PREREGISTERED_MISSES = {
     *(("h200", "sdpa_flash", "check100_256_4x6x82871", mode) for mode in ("fwd", "fwd_bwd")),
     *(("h200", "sdpa_flash", shape, "fwd_bwd") for shape in ("check101_64_2x3x292864", "check101_64_2x2x447488")),
     ("h200", "sdpa_flash", "check102_128_1x2x64512_causal", "fwd"),
+    # check103-check105 (blind), 161 of 164. FlashAttention-2's causal forwards at d = 256, 8 x 12 x 10987 (+44%), and
+    # d = 96, 1 x 6 x 62441 (+84%), as check88's and check87's walks; kernel 2's non-causal d = 96 forward+backward at
+    # 1 x 3 x 25324 queries over 62060 keys (+30%; forward +11%)
+    ("h200", "sdpa_flash", "check103_256_8x12x10987_causal", "fwd"),
+    ("h200", "sdpa_flash", "check105_96_1x6x62441_causal", "fwd"),
+    ("h200", "flashref2", "check103_96_1x3x25324x62060", "fwd_bwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

@@ -282,7 +282,8 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "k2div16", "check78", "check79", "check80", "check81", "heads256", "check82", "check83",
                       "check84", "check85", "check86", "check87", "check88", "check89", "check90",
                       "check91", "check92", "check93", "check94", "check95", "k3few", "k3few2",
-                      "check96", "check97", "check98", "check99", "check100", "check101", "check102")
+                      "check96", "check97", "check98", "check99", "check100", "check101", "check102",
+                      "check103", "check104", "check105")
 
 
 def runs_from(first: str) -> tuple:
