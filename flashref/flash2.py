@@ -274,12 +274,18 @@ def forward(Q, K, V, **opts) -> ForwardResult:
                          block_sizes=(g.Br // G, g.Bc))
 
 
+#: The largest spacing of a float at ``|L_i|`` that still carries ``log ℓ_i``: rounding L to it moves every recomputed
+#: ``P_ij = exp(S_ij − L_i)`` by at most e^(2^-11) − 1, about 0.05%. float32 holds it for ``|L_i| < 16384``, float64
+#: for ``|L_i| < 2^43``; only a row whose every score is huge (a mask written as a huge finite number) goes past it.
+L_SPACING = 2.0 ** -10
+
+
 def L_holds_log_l(L: np.ndarray) -> bool:
     """Whether every finite ``L_i`` is small enough in magnitude to carry ``log ℓ_i`` (:func:`_check_L_holds_log_l`
-    says why it may not): a float's spacing at ``|L_i|`` at most 1/4."""
+    says why it may not): a float's spacing at ``|L_i|`` at most ``L_SPACING``."""
     finite = np.abs(L[np.isfinite(L)])
     with np.errstate(over="ignore"):  # the spacing at the dtype's largest finite value is inf: it does not hold
-        return not finite.size or bool(np.spacing(finite.max()) <= 0.25)
+        return not finite.size or bool(np.spacing(finite.max()) <= L_SPACING)
 
 
 def _check_L_holds_log_l(L: np.ndarray, use: str = "P = exp(S − L) cannot be recomputed") -> None:
@@ -290,14 +296,15 @@ def _check_L_holds_log_l(L: np.ndarray, use: str = "P = exp(S − L) cannot be r
     mask written as ``finfo.min`` instead of -inf, fully masking a row) has ``|m_i|`` so large that its spacing
     swamps ``log ℓ_i ≤ log Nk``: L_i rounds to m_i and every recomputed P_ij comes out ℓ_i times too large
     (the forward is right: it divides by ℓ_i itself). FlashAttention-1 keeps m and ℓ apart and has no such
-    limit. The threshold is a spacing of 1/4, where rounding log ℓ moves P by up to e^(1/8) − 1 = 13%."""
+    limit. The threshold is a spacing of ``L_SPACING`` (2^-10), where rounding log ℓ moves P by up to 0.05%; at a
+    spacing of 1/4 it would already move P by up to e^(1/8) − 1 = 13%, silently."""
     if not L_holds_log_l(L):
         largest = np.abs(L[np.isfinite(L)]).max()
         raise FloatingPointError(
             f"L: a row's log-sum-exp is {largest:.3g} in magnitude, too large for {L.dtype} to carry log ℓ "
-            f"(its spacing exceeds 1/4), so {use}: every score of that row is huge. "
+            f"(its spacing exceeds 2^-10), so {use}: every score of that row is huge. "
             # float64 is a cure only where its own spacing at |L_i| is fine (not for a float32 finfo.min mask)
-            + ("Compute in float64 (Q.astype(np.float64)); where" if np.spacing(np.float64(largest)) <= 0.25
+            + ("Compute in float64 (Q.astype(np.float64)); where" if np.spacing(np.float64(largest)) <= L_SPACING
                and L.dtype != np.float64 else "Where")
             + " a mask was added as finfo.min, mask with -inf (or a boolean mask); or use flash1 or standard, "
             "which keep m and ℓ apart")

@@ -374,7 +374,8 @@ def forward(Q, K, V, *, world_size, layout="contiguous", **opts) -> ForwardResul
                 blk = flash2.forward(pb.Q[..., pos[r][qs], :], K_s[..., ks, :], V_s[..., ks, :],
                                      **{**fa_opts, "causal": c})
                 # The merge below weighs each shard by e^{L_rs}: an L_rs too large to carry log ℓ (its spacing
-                # past 1/4) would weigh shards of different sizes alike, silently (the backward refuses that L too)
+                # past flash2.L_SPACING) would weigh shards of different sizes alike, silently (the backward refuses
+                # that L too)
                 flash2._check_L_holds_log_l(blk.L, "ring attention cannot weigh its shards' outputs by it")
                 io[r] = blk.io if io[r] is None else io[r] + blk.io
                 flops[r] = blk.flops if flops[r] is None else flops[r] + blk.flops

@@ -303,6 +303,27 @@ def test_backward_refuses_an_L_that_cannot_carry_log_l():
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+def test_L_carries_log_l_to_a_spacing_of_2_to_the_minus_10():
+    """The threshold past which flash2 refuses an L (L_SPACING): where its docstring says float32 and float64 stop
+    holding it, and why it is not 1/4. At a spacing of 1/4 (float32 at |L| = 3e6) rounding L moves a recomputed P by
+    up to 13%; the backward refuses that L now, where it returned such gradients before."""
+    assert flash2.L_holds_log_l(np.array([-16383.0, 5.0], np.float32))
+    assert not flash2.L_holds_log_l(np.array([-16384.0, 5.0], np.float32))
+    assert flash2.L_holds_log_l(np.array([2.0 ** 43 - 1, -np.inf]))
+    assert not flash2.L_holds_log_l(np.array([2.0 ** 43]))
+    assert np.exp(flash2.L_SPACING / 2) - 1 < 5e-4 < np.exp(0.25 / 2) - 1
+    # a row whose every score is -3e6 (a zero query under a mask of -3e6): its L's float32 spacing is 1/4
+    r = np.random.default_rng(7)
+    q, k, v, g = (r.standard_normal((n, 8)).astype(np.float32) for n in (4, 64, 64, 4))
+    q[1] = 0
+    bias = np.zeros((4, 64), np.float32)
+    bias[1] = -3e6
+    fwd = flash2.forward(q, k, v, bias=bias)
+    assert np.spacing(np.abs(fwd.L[1])) == 0.25
+    with pytest.raises(FloatingPointError, match=r"spacing exceeds 2\^-10"):
+        flash2.backward(q, k, v, fwd.O, g, fwd.L, bias=bias)
+
+
 def test_an_unpacked_gqa_backwards_events_keep_counting_through_its_reduction():
     """The reduction of the query heads' dK, dV runs on a Memory of its own, whose steps started again at 0: the
     tile-schedule animation orders events by step. They now follow the backward's."""

@@ -95,6 +95,28 @@ def test_padded_rows_of_finfo_min(dtype, kw):
                                rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("bias", [-1e4, -1e6, -3e6])
+def test_a_row_masked_by_a_large_finite_bias_keeps_its_gradients(bias):
+    """A padded query (zeros) whose row is masked by a large finite number short of finfo.min: every score of the row
+    is the bias, and softmax of it is uniform, exactly. In float32 flash2's L = m + log ℓ carries log ℓ only to its
+    spacing (1/4 at 3e6): the front's gradients were 1.5% off at 1e6 and 5% at 3e6 (as PyTorch's own float32 backward
+    is). Past flash2.L_SPACING (2^-10, float32 at 16384) the front recomputes P with standard; short of it (1e4)
+    rounding L moves P by at most e^(2^-11) − 1 (5e-4), and the gradients by no more."""
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 1, n, 8, generator=gen) for n in (4, 64, 64))
+    q[0, 0, 1] = 0
+    mask = torch.zeros(4, 64)
+    mask[1] = bias
+    g = torch.randn(1, 1, 4, 8, generator=gen)
+    grads = []
+    for dtype in (torch.float32, torch.float64):
+        inputs = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
+        out = sdpa(*inputs, attn_mask=mask.to(dtype))
+        grads.append(torch.autograd.grad(out, inputs, g.to(dtype)))
+    for ours, exact in zip(*grads):
+        assert ((ours.double() - exact).norm() / exact.norm()).item() < 1e-3
+
+
 @pytest.mark.parametrize("L,S", [(0, 5), (4, 0), (0, 0)])
 def test_empty_inputs_as_torch(L, S):
     q, k, v = torch.randn(2, 3, L, 4), torch.randn(2, 3, S, 4), torch.randn(2, 3, S, 6)
