@@ -25,10 +25,10 @@ autograd function, so that autograd sums their gradients exactly as for PyTorch'
 * a boolean mask is the algorithms' ``mask``; a float mask is their ``bias`` (``standard`` and
   ``flash2`` only, which read it from HBM tile by tile). Either is an input of the autograd function
   (the front's copy), read into numpy in its forward, so that torch.func sees it (below). A float mask
-  whose padded query rows are ``finfo.min`` throughout (as Hugging Face builds them) leaves flash2's one
-  statistic a row, ``L = m + log ℓ``, unable to carry ``log ℓ``; there the backward recomputes P with
-  ``standard``'s forward and runs ``standard``'s backward, and agrees with PyTorch (which reads such a row as
-  uniform weights);
+  whose padded query rows are ``finfo.min`` throughout (as Hugging Face builds them), or any huge finite number
+  (past 16384 in float32), leaves flash2's one statistic a row, ``L = m + log ℓ``, unable to carry ``log ℓ``
+  to ``flash2.L_SPACING``; there the backward recomputes P with ``standard``'s forward and runs ``standard``'s
+  backward, and agrees with PyTorch (which reads such a row as uniform weights);
 * the dropout seed is an input too, a 0-d int64 tensor, so that ``vmap`` may batch it (below).
 
 torch.func. The autograd function is written as PyTorch documents for functions that run numpy
@@ -56,8 +56,9 @@ and a backward that is an autograd function of its own, for the same reason. So:
   backward a batched tensor: it raises a ``RuntimeError`` naming torch.func's ``vmap`` over ``vjp`` or ``grad``
   (or ``jacrev``), which batch it;
 * the checks that read values (NaN, inf) run in the autograd functions, on plain tensors. In the zero shortcut
-  (``dropout_p=1``, no queries or no keys), which does not call them, the front checks them itself, except under
-  a transform (vmap's values cannot be branched on in Python; the zeros do not depend on them);
+  (``dropout_p=1``, no queries or no keys), which does not call them, the front checks them itself (and the
+  gradient flowing back into its zeros, ``grad_output``), except under a transform (vmap's values cannot be
+  branched on in Python; the zeros do not depend on them);
 * ``scale``, ``dropout_p``, ``softcap`` and ``alibi_slopes`` are read as numbers in the front: vmap cannot batch
   them (batched slopes are refused by name; a batched 0-d ``scale`` gets vmap's ``.item()`` error).
 
@@ -66,11 +67,17 @@ algorithm as they are (``standard`` and ``flash2``): ``window=(left, right)`` (a
 -1 unbounded), ``alibi_slopes`` (one per head, a tensor or array broadcastable to the head axes),
 ``softcap`` (a float > 0) and ``gqa_packing``.
 
+Under ``torch.compile`` the front runs outside the compiled graph (``torch.compiler.disable``: a graph break), as
+it is: Dynamo would otherwise trace the numpy algorithms line by line.
+
 Inside a ``torch.autocast`` region it casts as PyTorch's SDPA does (query, key, value and a float mask to the
 region's dtype, all but float64 ones) and returns that dtype.
 
 Differences from PyTorch, all deliberate:
 
+* float16, bfloat16, float32 and float64 inputs, as PyTorch's SDPA takes (float8 is refused, naming the argument;
+  ``flashref.lowp`` has FlashAttention-3's FP8 numerics); nested (jagged) tensors are refused by name: the
+  algorithms take dense arrays (``flash2.forward_varlen`` takes packed sequences);
 * ``attn_mask`` and ``is_causal`` may be given together: both apply, as PyTorch 2.13's fused CPU kernel applies
   them (its math path, which it takes with dropout or a mask that requires grad, refuses the pair);
 * dropout draws a fresh mask on every call from torch's default generator (so
@@ -128,7 +135,7 @@ import torch
 
 from . import flash1, flash2, standard
 from .memory import SRAMOverflowError
-from .problem import _bool, _scale, _seed, check_options
+from .problem import Problem, _bool, _scale, _seed, check_options
 
 __all__ = ["scaled_dot_product_attention", "ALGORITHMS"]
 
@@ -375,9 +382,7 @@ class _AttentionGradients(torch.autograd.Function):
 
     @staticmethod
     def forward(grad_out, query, key, value, attn_mask, seed, O, stats, algorithm, opts, E, mask_shape):
-        if not torch.isfinite(grad_out).all():  # named here: the numpy backward would call it dO
-            raise ValueError("grad_output: the gradient flowing into scaled_dot_product_attention's output "
-                             "contains NaN or inf")
+        _check_grad_output(grad_out)
         spec = _spec(algorithm)
         Q, K, V = _to_numpy(query), _to_numpy(key), _to_numpy(value)
         O = O.detach().numpy()
@@ -440,6 +445,10 @@ class _AttentionGradients(torch.autograd.Function):
         return grads, (0,) * len(grads)
 
 
+#: The dtypes PyTorch's SDPA takes (float8 it refuses; flashref.lowp has FA3's FP8 numerics)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def _check_tensor(t, name: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
@@ -447,6 +456,9 @@ def _check_tensor(t, name: str) -> torch.Tensor:
         raise TypeError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
     if not t.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
+    if t.dtype not in DTYPES:
+        raise TypeError(f"{name}: expected float16, bfloat16, float32 or float64, as PyTorch's SDPA takes, got "
+                        f"{t.dtype} (FlashAttention-3's FP8 numerics are in flashref.lowp)")
     if t.dim() < 2:
         raise ValueError(f"{name}: expected shape (..., N, E) with at least 2 dims, got {tuple(t.shape)}")
     return t
@@ -591,6 +603,25 @@ def _mask(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dt
     return attn_mask.clone()
 
 
+def _check_options_on_stand_ins(spec: _Spec, query, key, opts: dict) -> None:
+    """On the zero shortcut no algorithm runs, so the checks it makes of the options (scale, seed, sram_size,
+    block_sizes, window, softcap, alibi_slopes against the heads) are made here, by the same
+    ``Problem.from_arrays``, on one-row stand-ins of query's and key's shapes: the same errors as with data.
+    (Broadcast views of one zero: nothing is allocated, however many heads.)"""
+    def stand_in(t):
+        return np.broadcast_to(np.zeros((), np.float32), t.shape[:-2] + (1, max(t.shape[-1], 1)))
+
+    K = stand_in(key)
+    Problem.from_arrays(stand_in(query), K, K, "flashref.functional.scaled_dot_product_attention",
+                        getattr(spec.module, "OPTIONS", ()), **opts)
+
+
+def _check_grad_output(grad_out: torch.Tensor) -> None:
+    if not torch.isfinite(grad_out).all():  # named here: the numpy backward would call it dO
+        raise ValueError("grad_output: the gradient flowing into scaled_dot_product_attention's output "
+                         "contains NaN or inf")
+
+
 def _seed_tensor(seed: int) -> torch.Tensor:
     """A dropout seed as a 0-d int64 tensor. The keyed mask takes the seed modulo 2**64 (flashref.dropout): its 64 bits,
     read as a signed int64, are the same seed to it, however large or negative the integer given."""
@@ -598,6 +629,9 @@ def _seed_tensor(seed: int) -> torch.Tensor:
     return torch.tensor(seed - 2**64 if seed >= 2**63 else seed, dtype=torch.int64)
 
 
+# Under torch.compile the front runs as it is, outside the graph (a graph break): it is numpy, which Dynamo would trace
+# line by line (and fail on, at the dropout mask's uint64 hashing)
+@torch.compiler.disable
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                                  scale=None, enable_gqa=False, **options) -> torch.Tensor:
     """``softmax(scale · query keyᵀ + mask) value`` with dropout, by a flashref reference algorithm.
@@ -655,6 +689,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         # output's shape). The autograd function is not called, so its checks of the values are made here; not
         # under a torch.func transform, whose values may be vmap's batch, which Python cannot branch on (the zeros
         # do not depend on the values).
+        # (dropout_p is checked above: the algorithms take p < 1, the front p = 1 too, answered here)
+        _check_options_on_stand_ins(spec, query, key, dict(
+            scale=scale, causal=is_causal, seed=0 if o["seed"] is None else o["seed"], sram_size=o["sram_size"],
+            block_sizes=o["block_sizes"], dtype_bytes=query.element_size(), **variant_opts))
         if not _under_torch_func():
             _check_values(query, key, value, mask)
         # Zeros with a graph to the inputs, so zero gradients: the sums of empty slices, which
@@ -664,7 +702,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         # reaches it (the cast's backward returns it in float32).
         learned = (mask,) if mask is not None and mask.requires_grad else ()  # a float mask's zero gradient too
         zero = sum(t.reshape(-1)[:0].sum().to(query.dtype) for t in (query, key, value, *learned))
-        return zero.expand(out_shape if empty_shape is None else empty_shape).clone()
+        out = zero.expand(out_shape if empty_shape is None else empty_shape).clone()
+        if out.requires_grad and not _under_torch_func():
+            out.register_hook(_check_grad_output)  # as the backward with data checks it (returns it unchanged)
+        return out
     # E = 0 (and keys to attend to): every score is 0 whatever the scale; the padding below gives Q and K Ev
     # zero columns, so each row averages V over the keys it sees, as PyTorch does.
     scale = _scale(scale, E)
@@ -684,5 +725,5 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 block_sizes=o["block_sizes"], dtype_bytes=query.element_size(), **variant_opts)
     # the output only: the function's other outputs are what its backward reads (O, the statistics)
     out = _Attention.apply(query, key, value, mask, seed, o["algorithm"], opts, E)[0]
-    # contiguous, as PyTorch's result (a caller may .view() it), and without the padded columns' storage
+    # contiguous, so that a caller may .view() it, and without the padded columns' storage
     return out[..., :Ev].contiguous() if Ev < out.shape[-1] else out

@@ -124,6 +124,65 @@ def test_empty_inputs_as_torch(L, S):
     assert ours.shape == ref.shape and torch.equal(ours, ref)
 
 
+ZERO_SHORTCUTS = {"dropout_p=1": (4, 6, dict(dropout_p=1.0)), "no keys": (4, 0, {}), "no queries": (0, 6, {})}
+
+
+@pytest.mark.parametrize("case", ZERO_SHORTCUTS)
+@pytest.mark.parametrize("option", [
+    dict(scale=float("nan")), dict(seed=1.5), dict(window=(-3, 1)), dict(softcap=-1.0), dict(block_sizes=(0, 1)),
+    dict(sram_size=0), dict(alibi_slopes=torch.ones(3)), dict(alibi_slopes=torch.tensor([float("nan")]))])
+def test_the_zero_shortcut_refuses_an_option_as_with_data(case, option):
+    """Where nothing is attended (no keys, no queries, every weight dropped) the front answers with zeros and runs
+    no algorithm: the algorithm's checks of the options are made on stand-ins of the shapes, so that an option out
+    of range is refused with the same error as with data (these were accepted there)."""
+    L, S, zero_opts = ZERO_SHORTCUTS[case]
+    q = torch.randn(1, 1, L, 8)
+    k, v = torch.randn(1, 1, S, 8), torch.randn(1, 1, S, 8)
+    data = (torch.randn(1, 1, 4, 8), torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8))
+    with pytest.raises((ValueError, TypeError)) as with_data:
+        sdpa(*data, dropout_p=0.5, **option)
+    with pytest.raises(type(with_data.value)) as zero:
+        sdpa(q, k, v, **zero_opts, **option)
+    assert str(zero.value) == str(with_data.value)
+
+
+@pytest.mark.parametrize("case", ["dropout_p=1", "no keys"])  # (no queries: an empty output, no gradient to hold NaN)
+def test_the_zero_shortcut_checks_grad_output(case):
+    """A NaN gradient flowing back into the zeros is refused, naming grad_output, as the backward with data does; a
+    finite one gives zero gradients."""
+    L, S, zero_opts = ZERO_SHORTCUTS[case]
+    q = torch.randn(1, 1, L, 8, requires_grad=True)
+    k, v = torch.randn(1, 1, S, 8), torch.randn(1, 1, S, 8)
+    out = sdpa(q, k, v, **zero_opts)
+    with pytest.raises(ValueError, match="^grad_output: .* contains NaN or inf"):
+        torch.autograd.grad(out, q, torch.full_like(out, float("nan")), retain_graph=True)
+    (dq,) = torch.autograd.grad(out, q, torch.ones_like(out))
+    assert dq.shape == q.shape and not dq.any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_float8_is_refused_by_name(dtype):
+    """PyTorch's SDPA refuses float8; the front did not (e4m3 failed inside isfinite, e5m2 computed)."""
+    q = torch.randn(1, 1, 4, 8).to(dtype)
+    with pytest.raises(TypeError, match=r"^query: expected float16, bfloat16, float32 or float64.*flashref\.lowp"):
+        sdpa(q, q, q)
+
+
+def test_torch_compile_runs_the_front_outside_its_graph():
+    """Dynamo traced the numpy algorithms and failed on the dropout mask's hashing; the front is a graph break now,
+    and the compiled function gives the eager result and gradients (backend "eager": Dynamo without a compiler)."""
+    q = torch.randn(1, 2, 6, 8, requires_grad=True)
+    k, v = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+
+    def step(q):
+        return (sdpa(q, k, v, dropout_p=0.25, seed=3) * 2).sum()
+
+    compiled = torch.compile(step, backend="eager")
+    want, got = torch.autograd.grad(step(q), q)[0], torch.autograd.grad(compiled(q), q)[0]
+    torch.testing.assert_close(compiled(q), step(q), rtol=0, atol=0)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_empty_batch():
     q = torch.randn(0, 2, 5, 4, dtype=torch.float64, requires_grad=True)
     out = sdpa(q, q, q, is_causal=True)

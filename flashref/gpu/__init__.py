@@ -605,8 +605,7 @@ def attention(q, k, v, *, causal=False, scale=None, deterministic=None, **option
 
     There the output has q's dtype and device, and the gradients are zeros of q's, k's and v's shapes
     (k's Hkv heads with GQA). Every argument is checked first, so such a call is refused exactly where a
-    call with work would be: wrong slopes, a bad window or seed raise here too. The torch front returns
-    its zeros before it looks at the variants, so it takes (and ignores) a wrong ``alibi_slopes`` there.
+    call with work would be: wrong slopes, a bad window or seed raise here too, as in the torch front.
 
     Which kernel runs: without ``config``, kernel 3 (``kernel3.py``: Gluon, FlashAttention-3's warp
     specialization and pingpong; Hopper and Triton 3.6 only) wherever ``kernel3.choose`` takes the call
