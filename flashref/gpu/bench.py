@@ -561,17 +561,22 @@ def parse_args(argv):
     # (--ceil) must not reach this parser, which would take it, set a flag nothing reads, and run the plain bench
     p = argparse.ArgumentParser(prog="python -m flashref bench", description=__doc__.split("\n")[0],
                                 allow_abbrev=False)
-    p.add_argument("--out", type=_cli.folder, default="figures/gpu")
+    p.add_argument("--out", type=_cli.folder, default="figures/gpu", help="folder for the JSON (default: %(default)s)")
     p.add_argument("--d", type=_cli.positive_ints, default=(64, 96, 128, 256),
                    help=f"head dims up to the hidden size {HIDDEN} (heads = {HIDDEN} // d: 21 at d = 96)")
     p.add_argument("--N", type=_cli.positive_ints, default=NS,
                    help=f"sequence lengths, each dividing the {TOKENS} tokens (batch = {TOKENS} / N)")
-    p.add_argument("--causal", default="both", choices=("both", "true", "false"))
-    p.add_argument("--modes", type=_cli.choices("fwd", "fwd_bwd"), default=("fwd", "fwd_bwd"))
-    p.add_argument("--backends", type=_cli.choices(*BACKENDS), default=tuple(b for b in BACKENDS if b not in OPTIONAL))
-    p.add_argument("--mem-N", dest="mem_N", type=_cli.positive_ints, default=MEM_NS)
-    p.add_argument("--no-memory", action="store_true")
-    p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"))
+    p.add_argument("--causal", default="both", choices=("both", "true", "false"),
+                   help="causal rows, non-causal rows or both (default)")
+    p.add_argument("--modes", type=_cli.choices("fwd", "fwd_bwd"), default=("fwd", "fwd_bwd"),
+                   help="comma-separated: fwd, fwd_bwd (default: both)")
+    p.add_argument("--backends", type=_cli.choices(*BACKENDS), default=tuple(b for b in BACKENDS if b not in OPTIONAL),
+                   help=f"comma-separated, of {', '.join(BACKENDS)} (default: all but {', '.join(OPTIONAL)}, "
+                        "timed where their package imports)")
+    p.add_argument("--mem-N", dest="mem_N", type=_cli.positive_ints, default=MEM_NS,
+                   help="sequence lengths of the peak-memory rows (d = 64, 16 heads)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory rows")
+    p.add_argument("--dtype", default="float16", choices=("float16", "bfloat16"), help="input dtype (default: float16)")
     p.add_argument("--rep", type=_cli.positive_int, default=120,
                    help="do_bench repetition time per backend and shape, ms")
     p.add_argument("--rounds", type=_cli.positive_int, default=3,

@@ -216,10 +216,12 @@ def main(argv=None) -> int:
         _child(impl, B, H, N, d, out_json)
         return 0
     p = argparse.ArgumentParser(prog="python -m flashref profile", description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=_cli.folder, default="figures/gpu")
-    p.add_argument("--impls", type=_cli.choices(*IMPLS), default=IMPLS)
-    p.add_argument("--shapes", type=_cli.choices(*SHAPES), default=tuple(SHAPES))
-    p.add_argument("--name", type=_cli.stem, default=None)
+    p.add_argument("--out", type=_cli.folder, default="figures/gpu", help="folder for the JSON (default: %(default)s)")
+    p.add_argument("--impls", type=_cli.choices(*IMPLS), default=IMPLS,
+                   help=f"comma-separated, of {', '.join(IMPLS)} (flashref_det: deterministic=True; default: all)")
+    p.add_argument("--shapes", type=_cli.choices(*SHAPES), default=tuple(SHAPES),
+                   help="comma-separated, of " + ", ".join(f"{k} (B, H, N, d = {v})" for k, v in SHAPES.items()))
+    p.add_argument("--name", type=_cli.stem, default=None, help="output stem (default: the device slug, then -dram)")
     args = p.parse_args(argv)
     ncu = shutil.which("ncu")
     import torch
