@@ -199,7 +199,8 @@ def _kv_lead(q_lead: tuple, kv_lead: tuple, enable_gqa: bool, what: str) -> tupl
         return kv_lead
     if not enable_gqa:
         raise ValueError(f"{what}: leading (batch, head) axes {kv_lead} do not match Q's {q_lead} "
-                         f"(pass enable_gqa=True for fewer K/V heads)")
+                         f"(pass enable_gqa=True for fewer K/V heads, to an algorithm that takes it: standard, "
+                         f"flash2 or decoding)")
     if len(kv_lead) != len(q_lead) or not q_lead or kv_lead[:-1] != q_lead[:-1]:
         raise ValueError(f"enable_gqa: K/V leading axes {kv_lead} must equal Q's {q_lead} except the head "
                          f"axis (-3)")
@@ -464,10 +465,11 @@ class Problem:
         for name in ("mask", "bias"):
             v = opts.get(name)
             if isinstance(v, (bool, np.bool_)):
-                if name == "mask":
-                    opts[name] = np.asarray(bool(v))
-                elif v:
-                    opts[name] = np.zeros(())  # "a bias is present"
+                if not v:  # "no mask" is None; as a 0-d mask False would hide every key, and count a mask pass
+                    hides = "; a mask that hides every key is an array of False" if name == "mask" else ""
+                    raise TypeError(f"{name}: expected None, True (there is one) or an array, got False (no {name} "
+                                    f"is None{hides})")
+                opts[name] = np.asarray(True) if name == "mask" else np.zeros(())  # "a mask / a bias is present"
             elif v is not None and not isinstance(v, np.ndarray):
                 opts[name] = np.asarray(v)
         if heads is None:

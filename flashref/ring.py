@@ -64,7 +64,7 @@ OPTIONS = ("scale", "causal", "sram_size", "block_sizes", "dtype_bytes", "grad_b
 
 
 def check_layout(layout) -> str:
-    if layout not in LAYOUTS:
+    if not isinstance(layout, str) or layout not in LAYOUTS:  # (an array's `in` compares element-wise)
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
     return layout
 

@@ -198,7 +198,7 @@ def test_prop4_scaling_at_density_n_to_the_minus_half():
                                        (dict(d=64, M=-1, Bc=32), "M")])
 def test_prop4_constants_names_a_bad_argument(args, name):
     """was: d = 0 or Bc = 0 raised a bare ZeroDivisionError."""
-    with pytest.raises(ValueError, match=f"^{name}: expected a positive number"):
+    with pytest.raises(ValueError, match=f"^{name}: expected a finite positive number"):
         io_blocksparse.prop4_constants(**args)
 
 
@@ -208,7 +208,7 @@ def test_prop4_refuses_a_density_outside_0_1_by_name(s):
     with pytest.raises(ValueError, match=r"^s: expected the fraction of nonzero blocks, a number in \[0, 1\]"):
         io_blocksparse.prop4(10, 4, 100, s)
     assert io_blocksparse.prop4(10, 4, 100, 0) == 40 and io_blocksparse.prop4(10, 4, 100, 1) == 56
-    with pytest.raises(ValueError, match="^N: expected a positive number"):
+    with pytest.raises(ValueError, match="^N: expected a finite positive number"):
         io_blocksparse.prop4(0, 4, 100, 0.5)
 
 

@@ -32,6 +32,7 @@ from .. import flash2 as _flash2
 from .. import lowp as _lowp
 from .. import standard as _standard
 from .. import variants as _variants
+from .._numbers import _nonnegative_int
 from ..blocks import Grid
 from ..memory import Traffic, merge_by_precision
 from ..patterns import check_block_mask
@@ -140,6 +141,9 @@ def _predict(algorithm: str, direction: str, where: str, /, *, Nq, Nk, d, heads,
         raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
     if algorithm == "decoding" and direction == "backward":
         raise ValueError("direction: decoding has no backward pass")
+    # the number of (batch, head) pairs: None is Problem.from_shapes's "a grid, one head", which lets a mask of any
+    # leading axes through, so it is refused here (grid() takes it)
+    heads = _nonnegative_int(heads, "heads")
     extra = _own_options(algorithm, direction, opts)
     pb = Problem.from_shapes(where, _extra(algorithm, direction), Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
     module = _MODULES[algorithm]
@@ -157,6 +161,7 @@ def predict_varlen(direction: str, *, cu_seqlens_q, cu_seqlens_k, d: int, heads:
     where = f"iomodel.predict_varlen({direction!r})"
     if direction not in ("forward", "backward"):  # checked here too: a batch of empty sequences predicts none
         raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
+    heads = _nonnegative_int(heads, "heads")  # as predict's
     for name in ("Nq", "Nk"):  # the lengths are the offsets': passed on, they would clash with each sequence's
         if name in opts:
             raise TypeError(f"{where}: {name} is each sequence's length, from cu_seqlens_q and cu_seqlens_k; "

@@ -23,6 +23,7 @@ elements"). The theorems hold for d ≤ M ≤ Nd (:func:`in_theorem_range`).
 
 from __future__ import annotations
 
+import math
 import numbers
 
 __all__ = ["in_theorem_range", "standard_theta", "flash1_theta", "flash1_forward_leading",
@@ -30,9 +31,10 @@ __all__ = ["in_theorem_range", "standard_theta", "flash1_theta", "flash1_forward
 
 
 def _check(**kw):
+    # finite: an infinite N, d or M gave inf, or NaN (inf/inf), and in_theorem_range(N=inf) was True
     for name, v in kw.items():
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0:
-            raise ValueError(f"{name}: expected a positive number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
+            raise ValueError(f"{name}: expected a finite positive number, got {v!r}")
 
 
 def in_theorem_range(N, d, M) -> bool:

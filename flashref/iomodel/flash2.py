@@ -78,14 +78,16 @@ def _tiles(Nq, Nk, Br, Bc, causal, L, R):
     is refused (it had counted no key at all, silently)."""
     Nq, Nk = _nonnegative_int(Nq, "Nq", SEQ_LEN), _nonnegative_int(Nk, "Nk", SEQ_LEN)
     Br, Bc = positive_int(Br, "Br"), positive_int(Bc, "Bc")
-    reach = []
-    for x, name in ((L, "L"), (R, "R")):
-        if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
-            raise TypeError(f"{name}: expected an integer (a band's reach), got {x!r}")
-        if x < -1:
-            raise ValueError(f"{name}: expected a band's reach >= 0, or -1 for unbounded (as window=), got {x!r}")
-        reach.append(_UNBOUNDED if x == -1 else int(x))
-    return Nq, Nk, Br, Bc, _bool(causal, "causal"), *reach
+    return Nq, Nk, Br, Bc, _bool(causal, "causal"), _reach(L, "L"), _reach(R, "R")
+
+
+def _reach(x, name: str) -> int:
+    """A band's reach as a Python int: an integer >= 0, or -1 for unbounded (as each side of ``window=``)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer (a band's reach), got {x!r}")
+    if x < -1:
+        raise ValueError(f"{name}: expected a band's reach >= 0, or -1 for unbounded (as window=), got {x!r}")
+    return _UNBOUNDED if x == -1 else int(x)
 
 
 def _block(a, b, m, C, back, fwd) -> tuple[int, int]:
@@ -153,13 +155,18 @@ def band_totals(n: int, B: int, m: int, C: int, back: int, fwd: int) -> BandTota
     """The per-block counts of :func:`kv_per_row_block` (rows n = Nq in blocks B = Br, columns m = Nk in tiles
     C = Bc, back = L, fwd = R) or :func:`q_per_column_block` (n = Nk, B = Bc, m = Nq, C = Br, back = R, fwd = L),
     summed in closed form: the predictions need only the sums, and a loop over row blocks takes minutes at
-    N = 2^31 with small blocks. Reaches are integers ≥ 0 (unbounded: any ≥ n + m).
+    N = 2^31 with small blocks. Reaches are integers ≥ 0, or -1 for unbounded (as the per-block lists take them);
+    the arguments are checked as those lists check theirs (numpy's small integers made Python ints, which do not
+    wrap).
 
     Every block but the last holds B rows: block i sees columns from max(0, iB − back), whose tile index is 0 up to
     i = ⌊back/B⌋ and ⌊(iB − back)/C⌋ after, to the tile of min(m − 1, iB + B − 1 + fwd), whose index plus one is
     ⌊(iB + B − 1 + fwd)/C⌋ + 1 until it reaches Tc = ⌈m/C⌉, and Tc after. Blocks load columns while iB − back < m.
     Each piece is a sum of ⌊(B·t + b)/C⌋ (:func:`_floor_sum`); the last block is added as :func:`_block` counts it.
     """
+    n, m = _nonnegative_int(n, "n", SEQ_LEN), _nonnegative_int(m, "m", SEQ_LEN)
+    B, C = positive_int(B, "B"), positive_int(C, "C")
+    back, fwd = _reach(back, "back"), _reach(fwd, "fwd")
     T = -(-n // B)
     if T == 0:
         return BandTotals(0, 0, 0, 0, 0)

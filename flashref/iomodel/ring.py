@@ -99,24 +99,25 @@ def _comm(direction, *, N, d, world_size, layout="contiguous", heads=1, dtype_by
 
 
 def _equal_shards(N, d, world_size, heads, dtype_bytes) -> tuple:
-    """The formulas' sizes by every entry point's rules; N >= P, one token per device at least (n = N/P)."""
+    """The formulas' sizes by every entry point's rules: equal shards of n = N/P tokens, so N a multiple of P (with
+    unequal shards the ranks send and compute different amounts, which :func:`comm` gives each, and a formula of
+    N/P would be a number no rank has)."""
     N, d, P = positive_int(N, "N"), positive_int(d, "d"), positive_int(world_size, "world_size")
     if N < P:
         raise ValueError(f"N: expected at least one token per device, N >= world_size={P}, got N={N}")
+    if N % P:
+        raise ValueError(f"N: the formula is for equal shards, so N must be a multiple of world_size={P}, got N={N} "
+                         f"(iomodel.ring.comm counts unequal shards)")
     return N, d, P, _nonnegative_int(heads, "heads"), positive_int(dtype_bytes, "dtype_bytes")
 
 
 def ring_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2, **opts) -> float:
     """Forward bytes each rank sends, equal shards: ``2(P−1)/P · N·H·d·b``.
 
-    N must be a multiple of P: with unequal shards the ranks send different amounts (:func:`comm` gives
-    each), and this formula would be a number no rank sends.
+    N must be a multiple of P (:func:`_equal_shards`).
     """
     check_options(opts, {"heads", "dtype_bytes"}, "iomodel.ring.ring_bytes_per_rank")
     N, d, P, heads, dtype_bytes = _equal_shards(N, d, world_size, heads, dtype_bytes)
-    if N % P:
-        raise ValueError(f"N: the formula is for equal shards, so N must be a multiple of world_size={P}, got N={N} "
-                         f"(iomodel.ring.comm counts unequal shards)")
     return 2 * (P - 1) / P * N * heads * d * dtype_bytes
 
 
@@ -158,8 +159,13 @@ def min_tokens_per_device(gpu="H200", *, link_bandwidth=None, dtype_bytes=2, flo
 
 
 def _key(gpu) -> str:
+    """The GPU's name in hardware.GPUS, for its NVLink bandwidth; a GPU made by hand has none to look up."""
     g = hardware.get(gpu)
-    return next(k for k, v in hardware.GPUS.items() if v is g)
+    key = next((k for k, v in hardware.GPUS.items() if v == g), None)
+    if key is None:
+        raise ValueError(f"link_bandwidth: {g.name} is not one of hardware.GPUS, so its "
+                         f"NVLink bandwidth is not known: pass link_bandwidth= (bytes/s)")
+    return key
 
 
 OVERLAP_OPTIONS = {"N", "d", "world_size", "heads", "causal", "gpu", "link_bandwidth", "flops", "dtype_bytes",
