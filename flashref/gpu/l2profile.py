@@ -1604,6 +1604,51 @@ CHECK105 = [
     ('check105_128_2x2x50176_causal', 2, 2, 50176, 128, True),
 ]
 
+CHECK106 = [
+    ('check106_256_1x3x175885', 1, 3, 175885, 256, False),
+    ('check106_256_1x12x9033_causal', 1, 12, 9033, 256, True),
+    ('check106_256_2x32x2753_causal', 2, 32, 2753, 256, True),
+    ('check106_96_4x24x17353x9206', 4, 24, (17353, 9206), 96, False),
+    ('check106_64_1x7x212992_causal', 1, 7, 212992, 64, True),
+    ('check106_64_4x2x225280_causal', 4, 2, 225280, 64, True),
+    ('check106_64_1x3x36864', 1, 3, 36864, 64, False),
+    ('check106_128_1x5x212992_causal', 1, 5, 212992, 128, True),
+    ('check106_64_1x5x57344', 1, 5, 57344, 64, False),
+    ('check106_64_1x4x488448_causal', 1, 4, 488448, 64, True),
+    ('check106_128_1x5x153600', 1, 5, 153600, 128, False),
+    ('check106_64_2x2x139264_causal', 2, 2, 139264, 64, True),
+]
+
+CHECK107 = [
+    ('check107_80_4x24x9353', 4, 24, 9353, 80, False),
+    ('check107_160_4x16x1353_causal', 4, 16, 1353, 160, True),
+    ('check107_160_8x16x3716', 8, 16, 3716, 160, False),
+    ('check107_160_8x3x1196', 8, 3, 1196, 160, False),
+    ('check107_128_1x2x91136_causal', 1, 2, 91136, 128, True),
+    ('check107_64_2x1x46080', 2, 1, 46080, 64, False),
+    ('check107_128_2x2x216064', 2, 2, 216064, 128, False),
+    ('check107_128_2x1x109568_causal', 2, 1, 109568, 128, True),
+    ('check107_128_2x2x86016', 2, 2, 86016, 128, False),
+    ('check107_64_2x1x354304', 2, 1, 354304, 64, False),
+    ('check107_128_4x1x110592', 4, 1, 110592, 128, False),
+    ('check107_64_2x2x464896_causal', 2, 2, 464896, 64, True),
+]
+
+CHECK108 = [
+    ('check108_96_1x3x12721_causal', 1, 3, 12721, 96, True),
+    ('check108_32_2x2x50358', 2, 2, 50358, 32, False),
+    ('check108_96_4x2x17904', 4, 2, 17904, 96, False),
+    ('check108_80_1x5x82251_causal', 1, 5, 82251, 80, True),
+    ('check108_64_1x6x63488', 1, 6, 63488, 64, False),
+    ('check108_64_1x8x153600', 1, 8, 153600, 64, False),
+    ('check108_128_1x2x308224', 1, 2, 308224, 128, False),
+    ('check108_64_2x4x221184', 2, 4, 221184, 64, False),
+    ('check108_128_1x5x78848_causal', 1, 5, 78848, 128, True),
+    ('check108_128_1x3x175104_causal', 1, 3, 175104, 128, True),
+    ('check108_64_1x2x67584_causal', 1, 2, 67584, 64, True),
+    ('check108_128_1x7x101376', 1, 7, 101376, 128, False),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1663,6 +1708,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check94": CHECK94, "check95": CHECK95, "check96": CHECK96, "check97": CHECK97,
           "check98": CHECK98, "check99": CHECK99, "check100": CHECK100, "check101": CHECK101,
           "check102": CHECK102, "check103": CHECK103, "check104": CHECK104, "check105": CHECK105,
+          "check106": CHECK106, "check107": CHECK107, "check108": CHECK108,
           "k3few": K3FEW, "k3few2": K3FEW2, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
