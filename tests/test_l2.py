@@ -738,7 +738,10 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               ("h200", "sdpa_flash", "check88_64_2x2x514048"),
               # and the d = 256 forward's at 4 x 6 x 82871 on the H200 (check100, blind): 47.9 GB, the model 19.7 (-59%;
               # forward+backward -65%), where every d = 256 walk measured before read less than the model
-              ("h200", "sdpa_flash", "check100_256_4x6x82871")}
+              ("h200", "sdpa_flash", "check100_256_4x6x82871"),
+              # and the d = 256 forward's at 1 x 3 x 175885 on the H200 (check106, blind): 29.2 GB, the model 11.1
+              # (-62%; forward+backward -44%), as check100's
+              ("h200", "sdpa_flash", "check106_256_1x3x175885")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -758,6 +761,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and 29.0 GB (-30%)
                     ("h200", "sdpa_flash", "check64_128_2x4x196608", "fwd"),
                     ("h200", "sdpa_flash", "check65_128_2x4x262144", "fwd"),
+                    # and check106's d = 256 wave that came apart at 1 x 3 x 175885 (CAME_APART: -62% forward, -44%
+                    # forward+backward), as check100's
+                    *(("h200", "sdpa_flash", "check106_256_1x3x175885", mode) for mode in ("fwd", "fwd_bwd")),
                     ("h200", "sdpa_flash", "check66_128_1x8x262144", "fwd"),
                     # and check58's wave at 2 x 2 x 393216 on the H100 (CAME_APART: -55%; the H200 within)
                     ("h100", "sdpa_flash", "check58_128_2x2x393216", "fwd"),
@@ -940,7 +946,9 @@ ROLL_HELD_MISSES = {("h200", "flashref", "check37_64_4x1x163840_causal", "fwd"),
                     # and check96's (blind): kernel 3's at 8 x 1 x 146432 (+29%; today's model +10%), and kernel 2's
                     # causal d = 160 forward at 4 x 3 x 73084 (+37%; today's model +33%), as check61's to check63's
                     ("h200", "flashref", "check96_64_8x1x146432_causal", "fwd"),
-                    ("h200", "flashref2", "check96_160_4x3x73084_causal", "fwd")}
+                    ("h200", "flashref2", "check96_160_4x3x73084_causal", "fwd"),
+                    # and check106's (blind): kernel 3's at 2 x 2 x 139264 (+28%; today's model +10%)
+                    ("h200", "flashref", "check106_64_2x2x139264_causal", "fwd")}
 
 
 # The SM drift's own capacity in a rolling grid (C_rdrift): fitted on every rolling row recorded before check22 (the
@@ -1270,7 +1278,9 @@ SWAVES_HELD_MISSES = {
     # and check103's and check105's (blind): the d = 256 walk at 8 x 12 x 10987, ninety-six heads of 10.7 MiB (+44%,
     # forward+backward +12%), and the d = 96 walk at 1 x 6 x 62441, six heads of 22.9 MiB (+84%, forward+backward +19%)
     ("h200", "sdpa_flash", "check103_256_8x12x10987_causal", "fwd"),
-    ("h200", "sdpa_flash", "check105_96_1x6x62441_causal", "fwd")}
+    ("h200", "sdpa_flash", "check105_96_1x6x62441_causal", "fwd"),
+    # and check108's (blind): the d = 80 walk at 1 x 5 x 82251, five heads of 25.1 MiB (+66%, forward+backward +15%)
+    ("h200", "sdpa_flash", "check108_80_1x5x82251_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1373,7 +1383,9 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                      ("h200", "sdpa_flash", "check97_64_1x7x246784", "fwd_bwd"),
                      # and check101's 2 x 3 x 292864, 322 GB (-63%), and 2 x 2 x 447488, 1525 GB (-44%)
                      *(("h200", "sdpa_flash", shape, "fwd_bwd") for shape in ("check101_64_2x3x292864",
-                                                                              "check101_64_2x2x447488"))}
+                                                                              "check101_64_2x2x447488")),
+                     # and check108's 2 x 4 x 221184, 99.6 GB (-46%; its forward -30%, held out of head_reads)
+                     *(("h200", "sdpa_flash", "check108_64_2x4x221184", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -2523,7 +2535,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check102", rule={})
                  # check103-check105: the next three seeds' draws (today's model; the H200)
                  + _both_gpus("check103", rule={}) + _both_gpus("check104", rule={})
-                 + _both_gpus("check105", rule={}))
+                 + _both_gpus("check105", rule={})
+                 # check106-check108: the next three seeds' draws (today's model; the H200)
+                 + _both_gpus("check106", rule={}) + _both_gpus("check107", rule={})
+                 + _both_gpus("check108", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3038,6 +3053,14 @@ PREREGISTERED_MISSES = {
     ("h200", "sdpa_flash", "check103_256_8x12x10987_causal", "fwd"),
     ("h200", "sdpa_flash", "check105_96_1x6x62441_causal", "fwd"),
     ("h200", "flashref2", "check103_96_1x3x25324x62060", "fwd_bwd"),
+    # check106-check108 (blind), 156 of 162. FlashAttention-2's non-causal forwards far past the knee: d = 256 at
+    # 1 x 3 x 175885 (three heads of 172 MiB: -62%, forward+backward -44%), as check100's, and d = 64 at 2 x 4 x
+    # 221184 (-30%, forward+backward -46%), as check89's; its causal d = 80 forward at 1 x 5 x 82251 (+66%), as
+    # check75's; kernel 2's non-causal d = 32 forward+backward at 2 x 2 x 50358 (+38%), as check69's
+    *(("h200", "sdpa_flash", shape, mode) for shape in ("check106_256_1x3x175885", "check108_64_2x4x221184")
+      for mode in ("fwd", "fwd_bwd")),
+    ("h200", "sdpa_flash", "check108_80_1x5x82251_causal", "fwd"),
+    ("h200", "flashref2", "check108_32_2x2x50358", "fwd_bwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
