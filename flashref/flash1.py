@@ -24,8 +24,10 @@ Algorithm 4 (the backward) lives in :mod:`flashref.flash1_bwd` and is re-exporte
 :func:`backward`; Algorithm 5 (block-sparse) in :mod:`flashref.blocksparse` runs the same tile
 step, :func:`tile_step`, inside its own loop with its ``if M_ij ≠ 0``.
 
-The paper's blocks Bc = ⌈M/4d⌉, Br = min(⌈M/4d⌉, d) occupy about 3M/4 + 2d² + 6d, which fits in M
-only when M ≥ 8d² + 24d; otherwise :func:`flashref.blocks.resolve` takes the largest blocks that fit.
+The paper's blocks Bc = ⌈M/4d⌉, Br = min(⌈M/4d⌉, d) occupy 3d·Bc + 2d² + 6d once Bc ≥ d (M > 4d² − 4d), about
+3M/4 + 2d² + 6d. That fits in M first at M = 8d² + 24d and for every M ≥ 8d² + 33d (in between, rounding M/4d up can
+push it past M: d = 64 fits at 34304 but not at 34305); where it does not, :func:`flashref.blocks.resolve` takes the
+largest blocks that fit.
 
 Example::
 

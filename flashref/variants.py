@@ -20,8 +20,9 @@ right end is ``min(right, 0)``). A tile whose every (i, j) is outside the band i
 (no load, no FLOP) at both ends; one inside it needs no MASK. Per row block about
 ``⌈(w − 1 + Br)/Bc⌉`` K/V tiles are visited (``w = left + right + 1``), up to 1 more where the band's edges are
 not on tile edges (it rounds out by up to Bc − 1 keys at each end, but a span of s keys meets at most
-⌈s/Bc⌉ + 1 tiles), so the forward's K/V traffic is
-``2·Nq·d·(w − 1 + Br)/Br`` to ``2·Nq·d·(w − 1 + Br + 2(Bc − 1))/Br``: linear in N, and Θ(N·w·d²/M) where
+⌈s/Bc⌉ + 1 tiles), so the forward's K/V traffic is at most ``2·Nq·d·(w − 1 + Br + 2(Bc − 1))/Br`` and, for
+N ≫ w ≫ Br, Bc, at least about ``2·Nq·d·(w − 1 + Br)/Br`` (the first rows' bands, clipped at key 0, read less:
+12% below it at N = 2048, w = 512, 128 x 128 tiles, causal): linear in N, and Θ(N·w·d²/M) where
 Br = Θ(M/d) (the default Br = min(⌈M/4d⌉, d) stops growing at d: see notebook 06).
 
 **GQA** (``enable_gqa``). K and V have ``Hkv`` heads, Q has ``Hq = g·Hkv``; query head h uses K/V

@@ -42,8 +42,8 @@ def in_theorem_range(N, d, M) -> bool:
 
     The low end of that range is not runnable: Algorithm 1 with 1×1 blocks holds 4d + 7 elements
     (``flash1.footprint(1, 1, d)``; Algorithm 4: 8d + 5), so for M below that it raises
-    ``SRAMOverflowError``, and the paper's blocks fit only from M ≥ 8d² + 24d. Plot the theorems against
-    counted IO only where the count exists."""
+    ``SRAMOverflowError``, and the paper's blocks fit no M below 8d² + 24d (and every M from 8d² + 33d: the
+    ceiling in ⌈M/4d⌉ leaves gaps between). Plot the theorems against counted IO only where the count exists."""
     _check(N=N, d=d, M=M)
     return d <= M <= N * d
 

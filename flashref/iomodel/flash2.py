@@ -15,7 +15,8 @@ K/V head), whose row blocks then hold g·Br rows (Nq → g·Nq for Q, O, L, dO, 
   query positions, as :func:`flashref.iomodel.grid` reports it) the block the g-times taller tile
   (g·Br' loop rows) allows: K/V traffic ÷ g at equal Br.
 * ``alibi_slopes``: g slopes (1 unpacked) per row block (forward) or visited column block
-  (backward): ``Hq·Tr`` reads, against the bias's ``Hq·Nq·Nk``.
+  (backward): ``Hq·Tr`` reads in the forward and ``Hq·(visited column blocks)`` in the backward (``Hq·Tc``
+  without causal skipping), against the bias's ``Hq·Nq·Nk``.
 * ``softcap``: no IO (one more exp-unit FLOP per score; a third Br×Bc tile in the backward's footprint).
 
 Per head, Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉, with the block sizes ``flash2`` resolves for the same options.
@@ -23,7 +24,8 @@ Per head, Tr = ⌈Nq/Br⌉, Tc = ⌈Nk/Bc⌉, with the block sizes ``flash2`` re
 forward                               reads                      writes
   Alg.1 l.4   Q_i, once per i         Nq·d
   Alg.1 l.7   K_j, V_j per (i, j)     2·d·Σ_i kv_i               (kv_i = Nk, or causal: the keys of
-  Alg.1 l.8   bias B_ij (if any)      Σ_i r_i·kv_i                the blocks j not skipped)
+  Alg.1 l.8   bias B_ij (if any)      Σ_i Br_i·kv_i               the blocks j not skipped; Br_i: the
+                                                                  rows of block i)
   Alg.1 l.14  O_i, once per i                                    Nq·d
   Alg.1 l.15  L_i, once per i                                    Nq
 
