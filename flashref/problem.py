@@ -449,14 +449,17 @@ class Problem:
 
     @classmethod
     def from_shapes(cls, where: str, extra=(), /, *, Nq, Nk, d, heads=None, **opts) -> Problem:
-        """The same checks from shapes alone (``heads`` = product of the leading axes; 0 is an empty batch).
-        ``where`` names the entry point in errors and ``extra`` lists its own options beyond the shared ones; both
-        positional only, so that an option a user misspells as ``where`` is refused as unknown, not a clash.
+        """The same checks from shapes alone (``heads`` = product of the leading axes; 0 is an empty batch; or the
+        leading axes themselves, a tuple such as ``(B, H)``). ``where`` names the entry point in errors and
+        ``extra`` lists its own options beyond the shared ones; both positional only, so that an option a user
+        misspells as ``where`` is refused as unknown, not a clash.
 
         ``mask`` and ``bias`` may be arrays (their last two axes must broadcast to ``(Nq, Nk)``, and their
         leading axes to some of product ``heads``, as ``alibi_slopes``'s) or ``True`` for "there is one":
-        only their presence changes the IO. ``heads=None`` (a grid, which no head count changes) is one
-        head and lets any leading axes of a mask or bias through.
+        only their presence changes the IO. With ``heads`` a tuple of leading axes they must broadcast to those
+        axes, exactly as the simulator checks them against Q's (a product cannot tell ``(2, 3)`` from ``(3, 2)``).
+        ``heads=None`` (a grid, which no head count changes) is one head and lets any leading axes of a mask or
+        bias through.
         """
         check_options(opts, set(SHARED_OPTIONS) | set(extra) | {"heads", "kv_heads"}, where)
         Nq, Nk, d = positive_int(Nq, "Nq", SEQ_LEN), positive_int(Nk, "Nk", SEQ_LEN), positive_int(d, "d")
@@ -472,6 +475,17 @@ class Problem:
                 opts[name] = np.asarray(True) if name == "mask" else np.zeros(())  # "a mask / a bias is present"
             elif v is not None and not isinstance(v, np.ndarray):
                 opts[name] = np.asarray(v)
+        if isinstance(heads, (tuple, list)):
+            # Q's leading axes: the arrays are checked against them as the algorithm checks them against Q's
+            # (exact broadcasting); the IO needs only their product, which the rest of the check takes
+            axes = tuple(_nonnegative_int(h, f"heads[{i}]") for i, h in enumerate(heads))
+            for name in ("mask", "bias"):
+                if isinstance(opts.get(name), np.ndarray):
+                    _scores_array(opts[name], name, name, axes + (Nq, Nk))
+            slopes = opts.get("alibi_slopes")
+            if slopes is not None and not isinstance(slopes, (bool, np.bool_)):
+                _slopes(slopes, axes, from_shapes=False)
+            heads = math.prod(axes)
         if heads is None:
             heads = 1
             for name in ("mask", "bias"):

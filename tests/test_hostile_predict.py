@@ -129,3 +129,49 @@ def test_paged_row_blocks_are_solved_not_searched():
             assert decoding.paged_problem(Nq, 1, d, 1, page, **opts)[1] == searched
     # the whole range of Nq, as every other predict takes it
     assert iomodel.predict_paged(Nq=2 ** 31 - 1, d=64, heads=1, page_size=16, cache_seqlens=[100]).total > 0
+
+
+def _leading_shapes():
+    """Every leading shape of up to two axes of sizes 1-3 (as a mask, bias or slopes might carry them)."""
+    return [()] + [(a,) for a in (1, 2, 3)] + [(a, b) for a in (1, 2, 3) for b in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("algorithm", ["standard", "flash2"])
+@pytest.mark.parametrize("lead", [(2, 3), (3, 2), (1, 3), (2, 1, 3)])
+def test_heads_as_leading_axes_accepts_and_refuses_as_the_simulator(algorithm, lead):
+    """A product of heads cannot tell (2, 3) from (3, 2): predict(heads=6) took a mask of leading axes (3, 1) that
+    the simulator refuses for Q of (2, 3). With heads the leading axes themselves, predict accepts exactly the masks,
+    biases and slopes the simulator accepts for that Q, and counts what it counts."""
+    from flashref import flash2, standard
+    run = {"standard": standard.forward, "flash2": flash2.forward}[algorithm]
+    rng = np.random.default_rng(1)
+    Nq, Nk, d = 5, 7, 4
+    Q, K = rng.standard_normal(lead + (Nq, d)), rng.standard_normal(lead + (Nk, d))
+    agreed = refused = 0
+    for name in ("mask", "bias", "alibi_slopes"):
+        for axes in _leading_shapes():
+            value = (rng.random(axes + (Nq, Nk)) > 0.3 if name == "mask" else rng.standard_normal(axes + (Nq, Nk))
+                     if name == "bias" else rng.random(axes))
+            try:
+                counted = run(Q, K, K, **{name: value}).io.total
+            except ValueError as e:
+                with pytest.raises(ValueError, match=f"^{name}: "):
+                    iomodel.predict(algorithm, "forward", Nq=Nq, Nk=Nk, d=d, heads=lead, **{name: value})
+                assert str(e).startswith(f"{name}: ")
+                refused += 1
+                continue
+            assert iomodel.predict(algorithm, "forward", Nq=Nq, Nk=Nk, d=d, heads=lead, **{name: value}).total \
+                == counted
+            agreed += 1
+    assert agreed and refused  # both sides of the rule were exercised
+
+
+@pytest.mark.parametrize("bad,error", [((2, -1), ValueError), ((2, 1.5), TypeError), ((True, 2), TypeError)])
+def test_heads_axes_are_checked_by_position(bad, error):
+    i = next(i for i, h in enumerate(bad) if isinstance(h, bool) or not isinstance(h, int) or h < 0)
+    with pytest.raises(error, match=rf"^heads\[{i}\]: expected a non-negative integer"):
+        iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, heads=bad)
+    # an empty axis is an empty batch; no axes, one head
+    assert iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, heads=(0, 3)).total == 0
+    assert iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, heads=()).total \
+        == iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4).total

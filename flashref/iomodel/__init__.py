@@ -7,7 +7,9 @@ and follow the algorithm's lines one by one, so a formula can be read beside the
 
 Options are those of the algorithm (``causal``, ``mask``, ``dropout_p``, ``sram_size``,
 ``block_sizes``, ``dtype_bytes``...) plus ``heads``: the number of (batch, head) pairs, i.e. the
-product of the leading axes (0 is an empty batch: no traffic). They are checked by the same code
+product of the leading axes (0 is an empty batch: no traffic), or the leading axes themselves, a tuple
+such as ``(B, H)``: then a mask, bias or ALiBi slopes must broadcast to them exactly as the simulator
+requires of Q's (with the product, to some axes of that product). They are checked by the same code
 as the simulator's (:class:`flashref.problem.Problem`), so ``predict`` accepts and refuses exactly
 what the algorithm does: an unknown option (``casual=True``, ``M=8192``, ``batch=64``) is a
 ``TypeError`` listing the valid ones. A ``mask`` (or ``bias``) may be passed as the array or as
@@ -141,9 +143,11 @@ def _predict(algorithm: str, direction: str, where: str, /, *, Nq, Nk, d, heads,
         raise ValueError(f"direction: expected 'forward' or 'backward', got {direction!r}")
     if algorithm == "decoding" and direction == "backward":
         raise ValueError("direction: decoding has no backward pass")
-    # the number of (batch, head) pairs: None is Problem.from_shapes's "a grid, one head", which lets a mask of any
-    # leading axes through, so it is refused here (grid() takes it)
-    heads = _nonnegative_int(heads, "heads")
+    # the number of (batch, head) pairs, or the leading axes (a tuple, checked by Problem.from_shapes): None is
+    # from_shapes's "a grid, one head", which lets a mask of any leading axes through, so it is refused here (grid()
+    # takes it)
+    if not isinstance(heads, (tuple, list)):
+        heads = _nonnegative_int(heads, "heads")
     extra = _own_options(algorithm, direction, opts)
     pb = Problem.from_shapes(where, _extra(algorithm, direction), Nq=Nq, Nk=Nk, d=d, heads=heads, **opts)
     module = _MODULES[algorithm]
