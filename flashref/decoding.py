@@ -422,12 +422,12 @@ def paged_problem(Nq, Nk, d, H, page_size, where="decoding.forward_paged", /, **
                              **opts)
     M = pb.sram_size if pb.sram_size is not None else blocks.default_sram_size(pb.dtype_bytes)
     slopes = 1 if pb.alibi_slopes is not None else 0
-    # footprint_paged is Br·(2d + page_size + 3) + 2·page_size·d + 1: the largest Br that fits M, solved (a search
-    # down from Nq took seconds at Nq = 10^7), no larger than Nq
+    # footprint_paged is linear in Br (fixed + Br·per_row): the largest Br that fits M, solved (a search down from Nq
+    # took seconds at Nq = 10^7), no larger than Nq
     fixed = footprint_paged(0, page_size, pb.d) + slopes
-    Br = min(pb.Nq, (M - fixed) // (2 * pb.d + page_size + 3)) if M >= fixed else 0
+    per_row = footprint_paged(1, page_size, pb.d) - footprint_paged(0, page_size, pb.d)
+    Br = min(pb.Nq, (M - fixed) // per_row) if M >= fixed else 0
     if Br >= 1:
-        assert footprint_paged(Br, page_size, pb.d) + slopes <= M  # the solution fits (and Br + 1 would not)
         return pb, Br
     raise blocks.SRAMOverflowError(f"a page of {page_size} slots needs a footprint of "
                                    f"{footprint_paged(1, page_size, pb.d) + slopes} elements, more than sram_size={M}")

@@ -514,7 +514,7 @@ def _require_finite(x: torch.Tensor, what: str, cfg: _Config) -> None:
 
 def _require_lse_holds_log_l(lse: torch.Tensor, cfg: _Config) -> None:
     """After the ring: a log-sum-exp too large in magnitude to carry log ℓ is a ``FloatingPointError``, as
-    :func:`flashref.flash2._check_L_holds_log_l` says why (spacing past ``L_SPACING``, 2^-10). The merges weighed
+    :func:`flashref.flash2._check_L_holds_log_l` says why (spacing past ``L_SPACING``). The merges weighed
     the pairs by it, and the backward recomputes P = exp(S − lse) from it. Where its rows are; on a GPU only under
     ``torch.autograd.detect_anomaly()`` (as :func:`_require_finite`)."""
     from . import flash2, gpu
@@ -525,9 +525,9 @@ def _require_lse_holds_log_l(lse: torch.Tensor, cfg: _Config) -> None:
     if not flash2.L_holds_log_l(L):
         raise FloatingPointError(f"ring_attention: on rank {cfg.rank}: a row's log-sum-exp is "
                                  f"{abs(L[np.isfinite(L)]).max():.3g} in magnitude, too large for {lse.dtype} to carry "
-                                 "log ℓ (its spacing exceeds 2^-10), so the ring cannot weigh its pairs' outputs by it "
-                                 "nor its backward recompute P: every score of that row is huge. Scale the inputs "
-                                 "down, or compute in float64 on the CPU")
+                                 "log ℓ (its spacing exceeds flash2.L_SPACING), so the ring cannot weigh its pairs' "
+                                 "outputs by it nor its backward recompute P: that row's scores are huge. Scale the "
+                                 "inputs down, or compute in float64 on the CPU")
 
 
 def _agree(q, k, v, causal, layout, scale, group, device):

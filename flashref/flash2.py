@@ -276,8 +276,10 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 
 #: The largest spacing of a float at ``|L_i|`` that still carries ``log ℓ_i``: rounding L to it moves every recomputed
 #: ``P_ij = exp(S_ij − L_i)`` by at most e^(2^-11) − 1, about 0.05%. float32 holds it for ``|L_i| < 16384``, float64
-#: for ``|L_i| < 2^43``; only a row whose every score is huge (a mask written as a huge finite number) goes past it.
+#: for ``|L_i| < 2^43``. Since L_i ≥ max_j S_ij, a float32 row goes past it once its largest score (or its every
+#: score, where a huge finite mask sits on all of them) is about 16384 in magnitude; ordinary scores are tens.
 L_SPACING = 2.0 ** -10
+_L_SPACING_TEXT = f"2^{round(np.log2(L_SPACING))}"  # how the errors write it
 
 
 def L_holds_log_l(L: np.ndarray) -> bool:
@@ -292,17 +294,18 @@ def _check_L_holds_log_l(L: np.ndarray, use: str = "P = exp(S − L) cannot be r
     """Refuse an ``L`` too large in magnitude to carry ``log ℓ``: the backward's ``P = exp(S − L)`` would be off
     (``use``: what cannot be done with it, for another caller: ring attention weighs its shards' outputs by L).
 
-    ``L_i = m_i + log ℓ_i`` is one float. A row whose every score is a huge finite number (a key-padding
-    mask written as ``finfo.min`` instead of -inf, fully masking a row) has ``|m_i|`` so large that its spacing
-    swamps ``log ℓ_i ≤ log Nk``: L_i rounds to m_i and every recomputed P_ij comes out ℓ_i times too large
-    (the forward is right: it divides by ℓ_i itself). FlashAttention-1 keeps m and ℓ apart and has no such
-    limit. The threshold is a spacing of ``L_SPACING`` (2^-10), where rounding log ℓ moves P by up to 0.05%; at a
-    spacing of 1/4 it would already move P by up to e^(1/8) − 1 = 13%, silently."""
+    ``L_i = m_i + log ℓ_i`` is one float. A row whose scores are huge (a key-padding mask written as
+    ``finfo.min`` instead of -inf, fully masking a row; or one score of a few thousand times a normal one) has
+    ``|m_i|`` so large that its spacing swamps part of ``log ℓ_i ≤ log Nk``, or all of it: L_i rounds towards m_i
+    and every recomputed P_ij comes out off, by up to ℓ_i times (the forward is right: it divides by ℓ_i itself).
+    FlashAttention-1 keeps m and ℓ apart and has no such limit. The threshold is a spacing of ``L_SPACING``, where
+    rounding log ℓ moves P by up to 0.05%; at a spacing of 1/4 it would already move P by up to e^(1/8) − 1 = 13%,
+    silently."""
     if not L_holds_log_l(L):
         largest = np.abs(L[np.isfinite(L)]).max()
         raise FloatingPointError(
             f"L: a row's log-sum-exp is {largest:.3g} in magnitude, too large for {L.dtype} to carry log ℓ "
-            f"(its spacing exceeds 2^-10), so {use}: every score of that row is huge. "
+            f"(its spacing exceeds {_L_SPACING_TEXT}), so {use}: that row's scores are huge. "
             # float64 is a cure only where its own spacing at |L_i| is fine (not for a float32 finfo.min mask)
             + ("Compute in float64 (Q.astype(np.float64)); where" if np.spacing(np.float64(largest)) <= L_SPACING
                and L.dtype != np.float64 else "Where")

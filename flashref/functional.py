@@ -1,7 +1,8 @@
 """A PyTorch front for the reference algorithms: a drop-in ``scaled_dot_product_attention`` with autograd.
 
 It accepts what :func:`torch.nn.functional.scaled_dot_product_attention` accepts, and agrees with it:
-query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)`` with ``Ev`` free; leading axes
+float16, bfloat16, float32 or float64 (float8 is refused by name; ``flashref.lowp`` has FlashAttention-3's FP8
+numerics); query ``(..., L, E)``, key ``(..., S, E)``, value ``(..., S, Ev)`` with ``Ev`` free; leading axes
 that broadcast against each other; a boolean ``attn_mask`` (True = take part in attention) or a
 float one (added to the scores); ``is_causal`` (top-left aligned); ``scale`` (default 1/√E);
 ``dropout_p`` (always applied, as PyTorch does); ``enable_gqa`` (K, V with fewer heads on axis -3);
@@ -75,9 +76,8 @@ region's dtype, all but float64 ones) and returns that dtype.
 
 Differences from PyTorch, all deliberate:
 
-* float16, bfloat16, float32 and float64 inputs, as PyTorch's SDPA takes (float8 is refused, naming the argument;
-  ``flashref.lowp`` has FlashAttention-3's FP8 numerics); nested (jagged) tensors are refused by name: the
-  algorithms take dense arrays (``flash2.forward_varlen`` takes packed sequences);
+* nested tensors (which PyTorch's SDPA takes) are refused by name: the algorithms take dense arrays
+  (``flash2.forward_varlen`` takes packed sequences);
 * ``attn_mask`` and ``is_causal`` may be given together: both apply, as PyTorch 2.13's fused CPU kernel applies
   them (its math path, which it takes with dropout or a mask that requires grad, refuses the pair);
 * dropout draws a fresh mask on every call from torch's default generator (so
@@ -452,13 +452,14 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 def _check_tensor(t, name: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.layout != torch.strided:  # a sparse tensor: the algorithms read dense tiles
-        raise TypeError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
+    if t.layout != torch.strided or t.is_nested:  # sparse or nested: the algorithms read dense tiles
+        raise TypeError(f"{name}: expected a dense (strided) tensor, got "
+                        + ("a nested tensor" if t.is_nested else f"layout {t.layout}"))
     if not t.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
     if t.dtype not in DTYPES:
-        raise TypeError(f"{name}: expected float16, bfloat16, float32 or float64, as PyTorch's SDPA takes, got "
-                        f"{t.dtype} (FlashAttention-3's FP8 numerics are in flashref.lowp)")
+        raise TypeError(f"{name}: expected one of {', '.join(str(x).removeprefix('torch.') for x in DTYPES)}, as "
+                        f"PyTorch's SDPA takes, got {t.dtype} (FlashAttention-3's FP8 numerics are in flashref.lowp)")
     if t.dim() < 2:
         raise ValueError(f"{name}: expected shape (..., N, E) with at least 2 dims, got {tuple(t.shape)}")
     return t
@@ -603,17 +604,22 @@ def _mask(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dt
     return attn_mask.clone()
 
 
-def _check_options_on_stand_ins(spec: _Spec, query, key, opts: dict) -> None:
-    """On the zero shortcut no algorithm runs, so the checks it makes of the options (scale, seed, sram_size,
-    block_sizes, window, softcap, alibi_slopes against the heads) are made here, by the same
-    ``Problem.from_arrays``, on one-row stand-ins of query's and key's shapes: the same errors as with data.
-    (Broadcast views of one zero: nothing is allocated, however many heads.)"""
-    def stand_in(t):
-        return np.broadcast_to(np.zeros((), np.float32), t.shape[:-2] + (1, max(t.shape[-1], 1)))
+def _check_options_by_shapes(spec: _Spec, query, key, opts: dict) -> None:
+    """On the zero shortcut no algorithm runs, so the checks it makes of the options' types and ranges (scale,
+    seed, sram_size, block_sizes, window, softcap, alibi_slopes against query's leading axes, the GQA heads) are
+    made here by ``Problem.from_shapes``, the algorithms' own checks from shapes alone: the same errors as with
+    data, and nothing allocated. (Not whether the blocks fit ``sram_size``: that is the data path's block choice.)"""
+    Problem.from_shapes("flashref.functional.scaled_dot_product_attention", getattr(spec.module, "OPTIONS", ()),
+                        Nq=1, Nk=1, d=max(query.shape[-1], 1), heads=tuple(query.shape[:-2]),
+                        kv_heads=math.prod(key.shape[:-2]), **opts)
 
-    K = stand_in(key)
-    Problem.from_arrays(stand_in(query), K, K, "flashref.functional.scaled_dot_product_attention",
-                        getattr(spec.module, "OPTIONS", ()), **opts)
+
+def _check_zeros_grad(grad_out: torch.Tensor) -> None:
+    """The zero shortcut's hook: ``grad_output`` checked as the backward with data checks it, where it has values to
+    read (a meta tensor has none; torch's older batching hands a batch no Python branch can read: the zero
+    gradients do not depend on it)."""
+    if grad_out.device.type != "meta" and not _legacy_batched(grad_out):
+        _check_grad_output(grad_out)
 
 
 def _check_grad_output(grad_out: torch.Tensor) -> None:
@@ -690,7 +696,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         # under a torch.func transform, whose values may be vmap's batch, which Python cannot branch on (the zeros
         # do not depend on the values).
         # (dropout_p is checked above: the algorithms take p < 1, the front p = 1 too, answered here)
-        _check_options_on_stand_ins(spec, query, key, dict(
+        _check_options_by_shapes(spec, query, key, dict(
             scale=scale, causal=is_causal, seed=0 if o["seed"] is None else o["seed"], sram_size=o["sram_size"],
             block_sizes=o["block_sizes"], dtype_bytes=query.element_size(), **variant_opts))
         if not _under_torch_func():
@@ -704,7 +710,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         zero = sum(t.reshape(-1)[:0].sum().to(query.dtype) for t in (query, key, value, *learned))
         out = zero.expand(out_shape if empty_shape is None else empty_shape).clone()
         if out.requires_grad and not _under_torch_func():
-            out.register_hook(_check_grad_output)  # as the backward with data checks it (returns it unchanged)
+            out.register_hook(_check_zeros_grad)  # as the backward with data checks it (returns it unchanged)
         return out
     # E = 0 (and keys to attend to): every score is 0 whatever the scale; the padding below gives Q and K Ev
     # zero columns, so each row averages V over the keys it sees, as PyTorch does.

@@ -199,8 +199,8 @@ def _kv_lead(q_lead: tuple, kv_lead: tuple, enable_gqa: bool, what: str) -> tupl
         return kv_lead
     if not enable_gqa:
         raise ValueError(f"{what}: leading (batch, head) axes {kv_lead} do not match Q's {q_lead} "
-                         f"(pass enable_gqa=True for fewer K/V heads, to an algorithm that takes it: standard, "
-                         f"flash2 or decoding)")
+                         f"(pass enable_gqa=True for fewer K/V heads, to an algorithm that takes the variants' "
+                         f"options)")
     if len(kv_lead) != len(q_lead) or not q_lead or kv_lead[:-1] != q_lead[:-1]:
         raise ValueError(f"enable_gqa: K/V leading axes {kv_lead} must equal Q's {q_lead} except the head "
                          f"axis (-3)")
@@ -219,6 +219,10 @@ def _scores_array(x, name: str, kind: str, target: tuple, from_shapes: bool = Fa
     """
     if x is None:
         return None
+    if isinstance(x, (bool, np.bool_)) and not x:
+        # "no mask" is None: as a 0-d mask False would hide every key (and count a mask pass), silently
+        hides = "; a mask that hides every key is an array of False" if kind == "mask" else ""
+        raise TypeError(f"{name}: expected None or an array, got False (no {name} is None{hides})")
     a = np.asarray(x)
     if kind == "mask" and a.dtype != np.bool_:
         raise TypeError(f"mask: expected a boolean array (True = attend), got dtype {a.dtype}")
@@ -467,13 +471,9 @@ class Problem:
         # too) is "there is one" (only a mask's or bias's presence changes the IO)
         for name in ("mask", "bias"):
             v = opts.get(name)
-            if isinstance(v, (bool, np.bool_)):
-                if not v:  # "no mask" is None; as a 0-d mask False would hide every key, and count a mask pass
-                    hides = "; a mask that hides every key is an array of False" if name == "mask" else ""
-                    raise TypeError(f"{name}: expected None, True (there is one) or an array, got False (no {name} "
-                                    f"is None{hides})")
+            if isinstance(v, (bool, np.bool_)) and v:  # (False is refused by _scores_array, as with arrays)
                 opts[name] = np.asarray(True) if name == "mask" else np.zeros(())  # "a mask / a bias is present"
-            elif v is not None and not isinstance(v, np.ndarray):
+            elif v is not None and not isinstance(v, (np.ndarray, bool, np.bool_)):
                 opts[name] = np.asarray(v)
         if isinstance(heads, (tuple, list)):
             # Q's leading axes: the arrays are checked against them as the algorithm checks them against Q's

@@ -160,11 +160,43 @@ def test_the_zero_shortcut_checks_grad_output(case):
     assert dq.shape == q.shape and not dq.any()
 
 
+def test_the_zero_shortcuts_grad_check_leaves_meta_and_batched_gradients_alone():
+    """The check of grad_output on the zeros read its values: a meta tensor's backward (no values) and torch's older
+    batching of gradients (is_grads_batched=True, which no Python branch can read) failed there, where they ran
+    before. Both give their zero gradients; the stand-ins of a meta call allocate nothing of its size."""
+    import tracemalloc
+    q = torch.randn(2, 4, 8, device="meta", requires_grad=True)
+    sdpa(q, q, q).sum().backward()
+    assert q.grad.shape == q.shape and q.grad.device.type == "meta"
+    q = torch.randn(2, 4, 8, requires_grad=True)
+    out = sdpa(q, q, q, dropout_p=1.0)
+    (grads,) = torch.autograd.grad(out, q, torch.randn(5, *out.shape), is_grads_batched=True)
+    assert grads.shape == (5, 2, 4, 8) and not grads.any()
+    big = torch.empty(1024, 64, 4096, 128, device="meta")
+    tracemalloc.start()
+    try:
+        assert sdpa(big, big, big).shape == big.shape
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 ** 20  # stand-ins of 1024 x 64 heads of 128 floats were 96 MB
+
+
+def test_a_nested_tensor_is_refused_by_name():
+    """A strided nested tensor passed the layout check and failed inside torch ('NestedTensorImpl doesn't support
+    sizes')."""
+    with warnings.catch_warnings():  # torch warns that this nested-tensor API is a prototype
+        warnings.simplefilter("ignore", UserWarning)
+        nested = torch.nested.nested_tensor([torch.randn(3, 4), torch.randn(5, 4)])
+    with pytest.raises(TypeError, match="^query: expected a dense \\(strided\\) tensor, got a nested tensor"):
+        sdpa(nested, nested, nested)
+
+
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_float8_is_refused_by_name(dtype):
     """PyTorch's SDPA refuses float8; the front did not (e4m3 failed inside isfinite, e5m2 computed)."""
     q = torch.randn(1, 1, 4, 8).to(dtype)
-    with pytest.raises(TypeError, match=r"^query: expected float16, bfloat16, float32 or float64.*flashref\.lowp"):
+    with pytest.raises(TypeError, match=r"^query: expected one of float16, bfloat16, float32, float64.*flashref\.lowp"):
         sdpa(q, q, q)
 
 

@@ -56,12 +56,17 @@ def test_heads_none_is_refused_where_heads_is_a_count(call):
 
 @pytest.mark.parametrize("name", ["mask", "bias"])
 @pytest.mark.parametrize("false", [False, np.False_])
-def test_a_mask_of_false_is_refused_from_shapes(name, false):
-    """From shapes True is 'there is one'; mask=False was read as a 0-d mask hiding every key (a mask pass counted:
-    512 elements where no mask gives 384). False is refused for both, pointing at None; an array of False is still
-    the mask that hides every key, and True still counts the pass."""
-    with pytest.raises(TypeError, match=rf"^{name}: expected None, True \(there is one\) or an array, got False"):
+def test_a_mask_of_false_is_refused(name, false):
+    """mask=False was read as a 0-d mask hiding every key, by predict and the simulator alike (a mask pass counted:
+    512 elements where no mask gives 384, and O = 0), where a user means no mask. A bool False is refused by both,
+    with the same error, pointing at None; an array of False is still the mask that hides every key, and True (from
+    shapes, 'there is one') still counts the pass."""
+    from flashref import standard
+    q = np.ones((8, 4))
+    with pytest.raises(TypeError, match=rf"^{name}: expected None or an array, got False \(no {name} is None"):
         iomodel.predict("standard", "forward", Nq=8, Nk=8, d=4, **{name: false})
+    with pytest.raises(TypeError, match=rf"^{name}: expected None or an array, got False \(no {name} is None"):
+        standard.forward(q, q, q, **{name: false})
     plain = iomodel.predict("standard", "forward", Nq=8, Nk=8, d=4).total
     hides = iomodel.predict("standard", "forward", Nq=8, Nk=8, d=4, mask=np.zeros((8, 8), bool)).total
     assert hides == iomodel.predict("standard", "forward", Nq=8, Nk=8, d=4, mask=True).total > plain
@@ -69,9 +74,10 @@ def test_a_mask_of_false_is_refused_from_shapes(name, false):
 
 @pytest.mark.parametrize("algorithm", ["flash1", "blocksparse"])
 def test_fewer_kv_heads_names_the_algorithms_that_take_enable_gqa(algorithm):
-    """The hint said 'pass enable_gqa=True', which flash1 and blocksparse refuse as an unknown option."""
-    with pytest.raises(ValueError, match="enable_gqa=True for fewer K/V heads, to an algorithm that takes it: "
-                                         "standard, flash2 or decoding"):
+    """The hint said 'pass enable_gqa=True', which flash1 and blocksparse refuse as an unknown option (they take no
+    variant's option)."""
+    with pytest.raises(ValueError, match="enable_gqa=True for fewer K/V heads, to an algorithm that takes the "
+                                         "variants' options"):
         iomodel.predict(algorithm, "forward", Nq=8, Nk=8, d=4, heads=2, kv_heads=1)
     assert iomodel.predict("flash2", "forward", Nq=8, Nk=8, d=4, heads=2, kv_heads=1, enable_gqa=True).total > 0
 

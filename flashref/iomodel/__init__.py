@@ -8,8 +8,9 @@ and follow the algorithm's lines one by one, so a formula can be read beside the
 Options are those of the algorithm (``causal``, ``mask``, ``dropout_p``, ``sram_size``,
 ``block_sizes``, ``dtype_bytes``...) plus ``heads``: the number of (batch, head) pairs, i.e. the
 product of the leading axes (0 is an empty batch: no traffic), or the leading axes themselves, a tuple
-such as ``(B, H)``: then a mask, bias or ALiBi slopes must broadcast to them exactly as the simulator
-requires of Q's (with the product, to some axes of that product). They are checked by the same code
+such as ``(B, H)`` (``predict`` and ``grid``; the varlen and paged entry points take H per sequence): then a
+mask, bias or ALiBi slopes must broadcast to them exactly as the simulator requires of Q's (with the product,
+to some axes of that product). They are checked by the same code
 as the simulator's (:class:`flashref.problem.Problem`), so ``predict`` accepts and refuses exactly
 what the algorithm does: an unknown option (``casual=True``, ``M=8192``, ``batch=64``) is a
 ``TypeError`` listing the valid ones. A ``mask`` (or ``bias``) may be passed as the array or as
