@@ -635,9 +635,6 @@ def _seed_tensor(seed: int) -> torch.Tensor:
     return torch.tensor(seed - 2**64 if seed >= 2**63 else seed, dtype=torch.int64)
 
 
-# Under torch.compile the front runs as it is, outside the graph (a graph break): it is numpy, which Dynamo would trace
-# line by line (and fail on, at the dropout mask's uint64 hashing)
-@torch.compiler.disable
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                                  scale=None, enable_gqa=False, **options) -> torch.Tensor:
     """``softmax(scale · query keyᵀ + mask) value`` with dropout, by a flashref reference algorithm.
@@ -649,6 +646,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (``None``: a fresh one from torch's default generator on every call). Returns a tensor of
     query's dtype and device; gradients flow to the inputs that require them.
     """
+    args = (query, key, value, attn_mask, dropout_p, is_causal)
+    if torch.compiler.is_compiling():
+        # Under torch.compile the front runs as it is, outside the graph (a graph break): it is numpy, which Dynamo
+        # would trace line by line (and fail on, at the dropout mask's uint64 hashing). Asked for here, not by a
+        # decorator: that would import Dynamo (a second) with the module, and only torch.compile needs it
+        return torch.compiler.disable(_attention)(*args, scale=scale, enable_gqa=enable_gqa, **options)
+    return _attention(*args, scale=scale, enable_gqa=enable_gqa, **options)
+
+
+def _attention(query, key, value, attn_mask, dropout_p, is_causal, *, scale, enable_gqa, **options) -> torch.Tensor:
+    """:func:`scaled_dot_product_attention`'s work."""
     # the valid ones listed include the named parameters, so that a misspelt is_causal's error shows it
     check_options(options, set(OPTIONS) | set(_NAMED), "flashref.functional.scaled_dot_product_attention")
     o = {**OPTIONS, **options}

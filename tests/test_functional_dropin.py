@@ -215,6 +215,16 @@ def test_torch_compile_runs_the_front_outside_its_graph():
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_importing_the_front_leaves_dynamo_unloaded():
+    """The graph break is asked for when torch.compile traces the front, not by a decorator at import: that imported
+    torch._dynamo with the module, a second more for every notebook and test worker that imports it."""
+    import subprocess
+    import sys
+    code = "import sys, flashref.functional; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False"]
+
+
 def test_empty_batch():
     q = torch.randn(0, 2, 5, 4, dtype=torch.float64, requires_grad=True)
     out = sdpa(q, q, q, is_causal=True)
