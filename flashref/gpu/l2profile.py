@@ -1649,6 +1649,51 @@ CHECK108 = [
     ('check108_128_1x7x101376', 1, 7, 101376, 128, False),
 ]
 
+CHECK109 = [
+    ('check109_32_4x7x10396_causal', 4, 7, 10396, 32, True),
+    ('check109_32_4x16x2512', 4, 16, 2512, 32, False),
+    ('check109_256_1x1x19728', 1, 1, 19728, 256, False),
+    ('check109_192_8x12x4765x3110', 8, 12, (4765, 3110), 192, False),
+    ('check109_128_1x1x240640', 1, 1, 240640, 128, False),
+    ('check109_64_4x1x125952', 4, 1, 125952, 64, False),
+    ('check109_128_2x2x74752_causal', 2, 2, 74752, 128, True),
+    ('check109_128_2x4x135168_causal', 2, 4, 135168, 128, True),
+    ('check109_128_1x2x39936_causal', 1, 2, 39936, 128, True),
+    ('check109_64_2x4x155648', 2, 4, 155648, 64, False),
+    ('check109_64_4x1x102400', 4, 1, 102400, 64, False),
+    ('check109_64_2x2x40960_causal', 2, 2, 40960, 64, True),
+]
+
+CHECK110 = [
+    ('check110_96_4x2x3918', 4, 2, 3918, 96, False),
+    ('check110_160_8x6x23103', 8, 6, 23103, 160, False),
+    ('check110_80_8x6x3478_causal', 8, 6, 3478, 80, True),
+    ('check110_80_4x6x23518_causal', 4, 6, 23518, 80, True),
+    ('check110_64_1x6x211968', 1, 6, 211968, 64, False),
+    ('check110_64_1x1x505856_causal', 1, 1, 505856, 64, True),
+    ('check110_64_2x3x41984_causal', 2, 3, 41984, 64, True),
+    ('check110_64_2x2x69632_causal', 2, 2, 69632, 64, True),
+    ('check110_64_4x1x330752', 4, 1, 330752, 64, False),
+    ('check110_64_8x1x93184_causal', 8, 1, 93184, 64, True),
+    ('check110_128_1x6x47104_causal', 1, 6, 47104, 128, True),
+    ('check110_128_1x2x157696', 1, 2, 157696, 128, False),
+]
+
+CHECK111 = [
+    ('check111_32_4x32x3285x15699', 4, 32, (3285, 15699), 32, False),
+    ('check111_32_4x3x6110x16051', 4, 3, (6110, 16051), 32, False),
+    ('check111_192_1x12x87069_causal', 1, 12, 87069, 192, True),
+    ('check111_192_8x3x11882', 8, 3, 11882, 192, False),
+    ('check111_128_2x2x43008', 2, 2, 43008, 128, False),
+    ('check111_128_1x2x41984_causal', 1, 2, 41984, 128, True),
+    ('check111_64_1x8x43008_causal', 1, 8, 43008, 64, True),
+    ('check111_128_1x1x162816', 1, 1, 162816, 128, False),
+    ('check111_128_1x5x129024', 1, 5, 129024, 128, False),
+    ('check111_64_2x2x46080_causal', 2, 2, 46080, 64, True),
+    ('check111_64_1x4x427008', 1, 4, 427008, 64, False),
+    ('check111_128_1x6x173056_causal', 1, 6, 173056, 128, True),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1708,7 +1753,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check94": CHECK94, "check95": CHECK95, "check96": CHECK96, "check97": CHECK97,
           "check98": CHECK98, "check99": CHECK99, "check100": CHECK100, "check101": CHECK101,
           "check102": CHECK102, "check103": CHECK103, "check104": CHECK104, "check105": CHECK105,
-          "check106": CHECK106, "check107": CHECK107, "check108": CHECK108,
+          "check106": CHECK106, "check107": CHECK107, "check108": CHECK108, "check109": CHECK109,
+          "check110": CHECK110, "check111": CHECK111,
           "k3few": K3FEW, "k3few2": K3FEW2, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
