@@ -764,6 +764,8 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and check106's d = 256 wave that came apart at 1 x 3 x 175885 (CAME_APART: -62% forward, -44%
                     # forward+backward), as check100's
                     *(("h200", "sdpa_flash", "check106_256_1x3x175885", mode) for mode in ("fwd", "fwd_bwd")),
+                    # and check109's non-causal d = 128 forward, one head of 235 MiB at 1 x 1 x 240640 (+28%)
+                    ("h200", "sdpa_flash", "check109_128_1x1x240640", "fwd"),
                     ("h200", "sdpa_flash", "check66_128_1x8x262144", "fwd"),
                     # and check58's wave at 2 x 2 x 393216 on the H100 (CAME_APART: -55%; the H200 within)
                     ("h100", "sdpa_flash", "check58_128_2x2x393216", "fwd"),
@@ -1280,7 +1282,9 @@ SWAVES_HELD_MISSES = {
     ("h200", "sdpa_flash", "check103_256_8x12x10987_causal", "fwd"),
     ("h200", "sdpa_flash", "check105_96_1x6x62441_causal", "fwd"),
     # and check108's (blind): the d = 80 walk at 1 x 5 x 82251, five heads of 25.1 MiB (+66%, forward+backward +15%)
-    ("h200", "sdpa_flash", "check108_80_1x5x82251_causal", "fwd")}
+    ("h200", "sdpa_flash", "check108_80_1x5x82251_causal", "fwd"),
+    # and check111's (blind): the d = 128 walk at 1 x 2 x 41984, two heads of 20.5 MiB (+36%), as check102's
+    ("h200", "sdpa_flash", "check111_128_1x2x41984_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1385,7 +1389,9 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                      *(("h200", "sdpa_flash", shape, "fwd_bwd") for shape in ("check101_64_2x3x292864",
                                                                               "check101_64_2x2x447488")),
                      # and check108's 2 x 4 x 221184, 99.6 GB (-46%; its forward -30%, held out of head_reads)
-                     *(("h200", "sdpa_flash", "check108_64_2x4x221184", mode) for mode in ("fwd", "fwd_bwd"))}
+                     *(("h200", "sdpa_flash", "check108_64_2x4x221184", mode) for mode in ("fwd", "fwd_bwd")),
+                     # and check111's forward at 1 x 4 x 427008 (-30%; forward+backward within)
+                     ("h200", "sdpa_flash", "check111_64_1x4x427008", "fwd")}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -2538,7 +2544,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check105", rule={})
                  # check106-check108: the next three seeds' draws (today's model; the H200)
                  + _both_gpus("check106", rule={}) + _both_gpus("check107", rule={})
-                 + _both_gpus("check108", rule={}))
+                 + _both_gpus("check108", rule={})
+                 # check109-check111: the next three seeds' draws (today's model; the H200)
+                 + _both_gpus("check109", rule={}) + _both_gpus("check110", rule={})
+                 + _both_gpus("check111", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3061,6 +3070,11 @@ PREREGISTERED_MISSES = {
       for mode in ("fwd", "fwd_bwd")),
     ("h200", "sdpa_flash", "check108_80_1x5x82251_causal", "fwd"),
     ("h200", "flashref2", "check108_32_2x2x50358", "fwd_bwd"),
+    # check109-check111 (blind), 161 of 164. FlashAttention-2's non-causal forwards far past the knee at d = 128, one
+    # head of 235 MiB at 1 x 1 x 240640 (+28%), and d = 64 at 1 x 4 x 427008 (-30%), as check108's; its causal
+    # d = 128 forward at 1 x 2 x 41984 (+36%), as check102's
+    *(("h200", "sdpa_flash", shape, "fwd") for shape in (
+        "check109_128_1x1x240640", "check111_64_1x4x427008", "check111_128_1x2x41984_causal")),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
