@@ -1694,6 +1694,51 @@ CHECK111 = [
     ('check111_128_1x6x173056_causal', 1, 6, 173056, 128, True),
 ]
 
+CHECK112 = [
+    ('check112_80_4x16x3109_causal', 4, 16, 3109, 80, True),
+    ('check112_32_8x24x1494_causal', 8, 24, 1494, 32, True),
+    ('check112_192_2x16x4707_causal', 2, 16, 4707, 192, True),
+    ('check112_160_2x5x168710', 2, 5, 168710, 160, False),
+    ('check112_128_4x2x35840_causal', 4, 2, 35840, 128, True),
+    ('check112_128_2x1x50176', 2, 1, 50176, 128, False),
+    ('check112_128_2x4x242688_causal', 2, 4, 242688, 128, True),
+    ('check112_64_1x5x33792', 1, 5, 33792, 64, False),
+    ('check112_128_4x2x55296', 4, 2, 55296, 128, False),
+    ('check112_128_2x3x45056', 2, 3, 45056, 128, False),
+    ('check112_64_1x7x36864_causal', 1, 7, 36864, 64, True),
+    ('check112_128_1x1x494592', 1, 1, 494592, 128, False),
+]
+
+CHECK113 = [
+    ('check113_80_1x7x93842x183912', 1, 7, (93842, 183912), 80, False),
+    ('check113_80_2x6x64436_causal', 2, 6, 64436, 80, True),
+    ('check113_96_4x1x6011', 4, 1, 6011, 96, False),
+    ('check113_160_4x5x32670', 4, 5, 32670, 160, False),
+    ('check113_64_4x1x432128', 4, 1, 432128, 64, False),
+    ('check113_64_2x2x35840_causal', 2, 2, 35840, 64, True),
+    ('check113_64_1x5x167936', 1, 5, 167936, 64, False),
+    ('check113_128_1x4x163840', 1, 4, 163840, 128, False),
+    ('check113_128_1x7x37888_causal', 1, 7, 37888, 128, True),
+    ('check113_64_2x1x62464', 2, 1, 62464, 64, False),
+    ('check113_128_1x8x92160_causal', 1, 8, 92160, 128, True),
+    ('check113_64_1x4x53248', 1, 4, 53248, 64, False),
+]
+
+CHECK114 = [
+    ('check114_96_2x6x36406x41392', 2, 6, (36406, 41392), 96, False),
+    ('check114_160_2x7x1976_causal', 2, 7, 1976, 160, True),
+    ('check114_160_4x32x4258x7709', 4, 32, (4258, 7709), 160, False),
+    ('check114_80_1x3x14850', 1, 3, 14850, 80, False),
+    ('check114_64_2x4x212992', 2, 4, 212992, 64, False),
+    ('check114_64_2x3x110592', 2, 3, 110592, 64, False),
+    ('check114_128_1x5x90112_causal', 1, 5, 90112, 128, True),
+    ('check114_128_2x4x190464_causal', 2, 4, 190464, 128, True),
+    ('check114_64_1x8x50176', 1, 8, 50176, 64, False),
+    ('check114_64_2x2x315392_causal', 2, 2, 315392, 64, True),
+    ('check114_128_1x1x248832', 1, 1, 248832, 128, False),
+    ('check114_64_1x7x35840_causal', 1, 7, 35840, 64, True),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1754,7 +1799,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check98": CHECK98, "check99": CHECK99, "check100": CHECK100, "check101": CHECK101,
           "check102": CHECK102, "check103": CHECK103, "check104": CHECK104, "check105": CHECK105,
           "check106": CHECK106, "check107": CHECK107, "check108": CHECK108, "check109": CHECK109,
-          "check110": CHECK110, "check111": CHECK111,
+          "check110": CHECK110, "check111": CHECK111, "check112": CHECK112, "check113": CHECK113,
+          "check114": CHECK114,
           "k3few": K3FEW, "k3few2": K3FEW2, "k2writes": K2WRITES,
           "softmax_rows": SOFTMAX_ROWS}
 
