@@ -133,8 +133,8 @@ ZERO_SHORTCUTS = {"dropout_p=1": (4, 6, dict(dropout_p=1.0)), "no keys": (4, 0, 
     dict(sram_size=0), dict(alibi_slopes=torch.ones(3)), dict(alibi_slopes=torch.tensor([float("nan")]))])
 def test_the_zero_shortcut_refuses_an_option_as_with_data(case, option):
     """Where nothing is attended (no keys, no queries, every weight dropped) the front answers with zeros and runs
-    no algorithm: the algorithm's checks of the options are made on stand-ins of the shapes, so that an option out
-    of range is refused with the same error as with data (these were accepted there)."""
+    no algorithm: the algorithms' checks of the options are made from the shapes (Problem.from_shapes), so that an
+    option out of range is refused with the same error as with data (these were accepted there)."""
     L, S, zero_opts = ZERO_SHORTCUTS[case]
     q = torch.randn(1, 1, L, 8)
     k, v = torch.randn(1, 1, S, 8), torch.randn(1, 1, S, 8)
