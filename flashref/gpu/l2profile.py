@@ -1739,6 +1739,81 @@ CHECK114 = [
     ('check114_64_1x7x35840_causal', 1, 7, 35840, 64, True),
 ]
 
+# check103-check118: draw_validation(20261289-20261304, "checkNN", many=0, few=0, long=8), check103 with many=3 (the
+# many-heads grid's last three shapes), so that every set still holds twelve shapes; predicted for both GPUs before
+# any GPU measured them
+CHECK115 = [
+    ('check115_256_8x7x5105_causal', 8, 7, 5105, 256, True),
+    ('check115_96_2x16x7155', 2, 16, 7155, 96, False),
+    ('check115_256_1x12x5425x138767', 1, 12, (5425, 138767), 256, False),
+    ('check115_256_1x32x10615x1720', 1, 32, (10615, 1720), 256, False),
+    ('check115_128_1x5x68608_causal', 1, 5, 68608, 128, True),
+    ('check115_128_4x1x141312_causal', 4, 1, 141312, 128, True),
+    ('check115_64_4x1x41984', 4, 1, 41984, 64, False),
+    ('check115_128_1x2x144384', 1, 2, 144384, 128, False),
+    ('check115_64_1x5x75776_causal', 1, 5, 75776, 64, True),
+    ('check115_64_1x2x211968_causal', 1, 2, 211968, 64, True),
+    ('check115_64_8x1x136192_causal', 8, 1, 136192, 64, True),
+    ('check115_128_2x4x49152_causal', 2, 4, 49152, 128, True),
+]
+
+CHECK116 = [
+    ('check116_80_2x3x40560x52968', 2, 3, (40560, 52968), 80, False),
+    ('check116_80_2x3x26812', 2, 3, 26812, 80, False),
+    ('check116_160_1x5x14246x90553', 1, 5, (14246, 90553), 160, False),
+    ('check116_32_2x1x122037_causal', 2, 1, 122037, 32, True),
+    ('check116_128_1x5x53248_causal', 1, 5, 53248, 128, True),
+    ('check116_64_1x7x59392_causal', 1, 7, 59392, 64, True),
+    ('check116_128_1x8x78848_causal', 1, 8, 78848, 128, True),
+    ('check116_128_1x2x39936', 1, 2, 39936, 128, False),
+    ('check116_64_2x3x33792_causal', 2, 3, 33792, 64, True),
+    ('check116_128_8x1x152576_causal', 8, 1, 152576, 128, True),
+    ('check116_128_1x1x156672', 1, 1, 156672, 128, False),
+    ('check116_64_1x4x103424', 1, 4, 103424, 64, False),
+]
+
+CHECK117 = [
+    ('check117_96_2x6x19886x14724', 2, 6, (19886, 14724), 96, False),
+    ('check117_192_4x6x18922', 4, 6, 18922, 192, False),
+    ('check117_192_8x3x1455x28065', 8, 3, (1455, 28065), 192, False),
+    ('check117_80_2x24x1901x1978', 2, 24, (1901, 1978), 80, False),
+    ('check117_64_1x1x346112_causal', 1, 1, 346112, 64, True),
+    ('check117_128_2x4x38912', 2, 4, 38912, 128, False),
+    ('check117_128_2x3x146432', 2, 3, 146432, 128, False),
+    ('check117_64_1x8x112640', 1, 8, 112640, 64, False),
+    ('check117_64_2x3x47104_causal', 2, 3, 47104, 64, True),
+    ('check117_128_2x1x57344', 2, 1, 57344, 128, False),
+    ('check117_64_2x2x135168_causal', 2, 2, 135168, 64, True),
+    ('check117_64_4x1x81920', 4, 1, 81920, 64, False),
+]
+
+CHECK118 = [
+    ('check118_192_1x5x2790', 1, 5, 2790, 192, False),
+    ('check118_160_4x1x190852x122832', 4, 1, (190852, 122832), 160, False),
+    ('check118_32_8x2x3475', 8, 2, 3475, 32, False),
+    ('check118_192_1x6x4328x1148', 1, 6, (4328, 1148), 192, False),
+    ('check118_128_8x1x36864', 8, 1, 36864, 128, False),
+    ('check118_64_1x8x67584_causal', 1, 8, 67584, 64, True),
+    ('check118_128_1x2x40960_causal', 1, 2, 40960, 128, True),
+    ('check118_128_2x2x43008_causal', 2, 2, 43008, 128, True),
+    ('check118_64_2x1x334848_causal', 2, 1, 334848, 64, True),
+    ('check118_128_1x2x132096', 1, 2, 132096, 128, False),
+    ('check118_128_1x2x294912_causal', 1, 2, 294912, 128, True),
+    ('check118_64_1x6x132096', 1, 6, 132096, 64, False),
+]
+
+# apart160 (aimed, not drawn; measured twice, --repeat 2): check112's FlashAttention-2 non-causal d = 160 forward at
+# 2 x 5 x 168710 read 463 GB where its lockstep pass reads 12 GB and kernel 2 read 12.3 at the same call: its waves
+# came apart (as the d = 128 and 256 kernels' do far past the knee, check66, check100, check106) by more than any
+# measured before. That shape again, and its neighbours in one thing at a time: one head, the length (60-160 MiB of K
+# and V a head), and the head dim (d = 192 runs the same kernel, Flash_fwd_kernel_traits<192, 128, 64, 8>; d = 128
+# its own). Predicted for both GPUs before any GPU measured them
+APART160 = ([("apart160_160_2x5x168710", 2, 5, 168710, 160, False),
+             ("apart160_160_1x1x168710", 1, 1, 168710, 160, False)]
+            + [(f"apart160_160_2x5x{N}", 2, 5, N, 160, False) for N in (98304, 131072)]
+            + [("apart160_160_1x2x262144", 1, 2, 262144, 160, False)]
+            + [(f"apart160_{d}_2x5x168710", 2, 5, 168710, d, False) for d in (192, 128)])
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1770,39 +1845,31 @@ K2WRITES = [
 ]
 
 GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check3": CHECK3, "check4": CHECK4,
-          "check5": CHECK5, "check6": CHECK6,
-          "check7": CHECK7, "check8": CHECK8, "check9": CHECK9,
-          "check10": CHECK10, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13,
-          "check14": CHECK14, "check15": CHECK15, "check16": CHECK16,
-          "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
-          "check20": CHECK20, "check21": CHECK21, "check22": CHECK22,
-          "check23": CHECK23, "check24": CHECK24, "check25": CHECK25,
-          "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
-          "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31,
-          "check32": CHECK32, "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36,
-          "check37": CHECK37, "check38": CHECK38, "check39": CHECK39, "check40": CHECK40,
-          "check41": CHECK41, "check42": CHECK42, "check43": CHECK43, "check44": CHECK44, "check45": CHECK45,
-          "check46": CHECK46, "check47": CHECK47, "check48": CHECK48, "check49": CHECK49, "check50": CHECK50,
-          "check51": CHECK51, "check52": CHECK52, "check53": CHECK53,
-          "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "check57": CHECK57,
-          "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61, "check62": CHECK62,
-          "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66, "check67": CHECK67,
-          "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32, "check71": CHECK71,
-          "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75, "knee96c": KNEE96C,
-          "check76": CHECK76, "check77": CHECK77, "k2div16": K2DIV16,
-          "check78": CHECK78, "check79": CHECK79, "check80": CHECK80, "check81": CHECK81,
-          "heads256": HEADS256, "check82": CHECK82, "check83": CHECK83,
-          "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
-          "check88": CHECK88, "check89": CHECK89,
-          "check90": CHECK90, "check91": CHECK91, "check92": CHECK92, "check93": CHECK93,
-          "check94": CHECK94, "check95": CHECK95, "check96": CHECK96, "check97": CHECK97,
-          "check98": CHECK98, "check99": CHECK99, "check100": CHECK100, "check101": CHECK101,
-          "check102": CHECK102, "check103": CHECK103, "check104": CHECK104, "check105": CHECK105,
-          "check106": CHECK106, "check107": CHECK107, "check108": CHECK108, "check109": CHECK109,
-          "check110": CHECK110, "check111": CHECK111, "check112": CHECK112, "check113": CHECK113,
-          "check114": CHECK114,
-          "k3few": K3FEW, "k3few2": K3FEW2, "k2writes": K2WRITES,
-          "softmax_rows": SOFTMAX_ROWS}
+          "check5": CHECK5, "check6": CHECK6, "check7": CHECK7, "check8": CHECK8, "check9": CHECK9, "check10": CHECK10,
+          "softmax_rows": SOFTMAX_ROWS, "check11": CHECK11, "check12": CHECK12, "check13": CHECK13, "check14": CHECK14,
+          "check15": CHECK15, "check16": CHECK16, "check17": CHECK17, "check18": CHECK18, "check19": CHECK19,
+          "check20": CHECK20, "check21": CHECK21, "check22": CHECK22, "check23": CHECK23, "check24": CHECK24,
+          "check25": CHECK25, "check26": CHECK26, "heads128": HEADS128, "check27": CHECK27, "check28": CHECK28,
+          "check29": CHECK29, "knee64c": KNEE64C, "check30": CHECK30, "check31": CHECK31, "check32": CHECK32,
+          "check33": CHECK33, "check34": CHECK34, "check35": CHECK35, "check36": CHECK36, "check37": CHECK37,
+          "check38": CHECK38, "check39": CHECK39, "check40": CHECK40, "check41": CHECK41, "check42": CHECK42,
+          "check43": CHECK43, "check44": CHECK44, "check45": CHECK45, "check46": CHECK46, "check47": CHECK47,
+          "check48": CHECK48, "check49": CHECK49, "check50": CHECK50, "check51": CHECK51, "check52": CHECK52,
+          "check53": CHECK53, "check54": CHECK54, "check55": CHECK55, "check56": CHECK56, "k2writes": K2WRITES,
+          "check57": CHECK57, "check58": CHECK58, "check59": CHECK59, "check60": CHECK60, "check61": CHECK61,
+          "check62": CHECK62, "check63": CHECK63, "check64": CHECK64, "check65": CHECK65, "check66": CHECK66,
+          "check67": CHECK67, "check68": CHECK68, "check69": CHECK69, "check70": CHECK70, "knee32": KNEE32,
+          "check71": CHECK71, "check72": CHECK72, "check73": CHECK73, "check74": CHECK74, "check75": CHECK75,
+          "knee96c": KNEE96C, "check76": CHECK76, "check77": CHECK77, "k2div16": K2DIV16, "check78": CHECK78,
+          "check79": CHECK79, "check80": CHECK80, "check81": CHECK81, "heads256": HEADS256, "check82": CHECK82,
+          "check83": CHECK83, "check84": CHECK84, "check85": CHECK85, "check86": CHECK86, "check87": CHECK87,
+          "check88": CHECK88, "check89": CHECK89, "check90": CHECK90, "check91": CHECK91, "check92": CHECK92,
+          "check93": CHECK93, "check94": CHECK94, "check95": CHECK95, "k3few": K3FEW, "k3few2": K3FEW2,
+          "check96": CHECK96, "check97": CHECK97, "check98": CHECK98, "check99": CHECK99, "check100": CHECK100,
+          "check101": CHECK101, "check102": CHECK102, "check103": CHECK103, "check104": CHECK104, "check105": CHECK105,
+          "check106": CHECK106, "check107": CHECK107, "check108": CHECK108, "check109": CHECK109, "check110": CHECK110,
+          "check111": CHECK111, "check112": CHECK112, "check113": CHECK113, "check114": CHECK114, "apart160": APART160,
+          "check115": CHECK115, "check116": CHECK116, "check117": CHECK117, "check118": CHECK118}
 
 
 def lengths(N):
@@ -1839,7 +1906,8 @@ def draw_validation(seed: int, prefix: str, many: int = 5, few: int = 5, corners
     2^21; then ``long`` shapes of few heads at long N by check70's rule: B from 1, 2, 4, 8, H from 1 to 8, B·H <= 8,
     N a multiple of 1024 log-uniform in LONG_N, d = 64 or 128, causal or not, 2^16 <= B·H·N <= 2^21 (drawn last, so
     that ``long=0``, the default, draws every earlier set as it was). A shape of a group listed before ``prefix`` in
-    GROUPS (of every group, for a set not yet listed) is drawn again. The two grids are finite and each set takes
+    GROUPS (of every group, for a set not yet listed) is never drawn again: GROUPS lists the groups in the order they
+    were written, so that a set drawn and listed draws the same again. The two grids are finite and each set takes
     shapes out of them (check68 left one of the few-heads grid): a count larger than the shapes left is refused with a
     ValueError naming ``many`` or ``few``; ``long`` draws from 481 lengths, which is what widens that grid."""
     import numpy as np  # only drawing a set needs it
