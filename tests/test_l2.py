@@ -475,8 +475,9 @@ def test_d64_set_with_miss_cap_is_the_fit(gpu):
 # share of held-out rows within ±25% leaves them out (their rows are checked as PREREGISTERED_MISSES say). knee96c
 # sweeps FlashAttention-2's causal d = 96 kernel across its knee after three blind misses there (check52, check70,
 # check75, which stay in); heads256 its d = 256 walk by heads across the H200's knee after check81's lone head (which
-# stays in).
-AIMED_AT_A_MISS = {"knee96c", "heads256"}
+# stays in); apart160 (with its second call's rounds, apart160r) and padded FlashAttention-2's non-causal walks far
+# past the knee at head dims its kernels pad, after check112's d = 160 (which stays in).
+AIMED_AT_A_MISS = {"knee96c", "heads256", "apart160", "apart160r", "padded"}
 
 
 def _held_out_gains(gpu, fit_on, which, off):
@@ -751,8 +752,16 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               # (-62%; forward+backward -44%), as check100's
               ("h200", "sdpa_flash", "check106_256_1x3x175885"),
               # and the d = 160 forward's at 2 x 5 x 168710 on the H200 (check112, blind): 463 GB, the model 12.3
-              # (-97%; forward+backward 4.6 TB, -98%), the furthest apart of any: one measurement
-              ("h200", "sdpa_flash", "check112_160_2x5x168710")}
+              # (-97%; forward+backward 4.6 TB, -98%), the furthest apart of any: one measurement, then three more
+              # (apart160: 534-576 GB), and FlashAttention-2's walks at every head dim its d = 192 and 256 kernels
+              # pad, aimed at after it (apart160, padded: 16-1270 GB forward where the model says 4.5-19.4; the
+              # kernels' own d = 192 and 256 read 10-51 GB there), and check118's d = 160 at 4 x 1 x 190852 queries
+              # over 122832 keys (blind: 15.0 GB, the model 4.0; forward+backward 745 GB, the model 29.8)
+              ("h200", "sdpa_flash", "check112_160_2x5x168710"),
+              *(("h200", "sdpa_flash", f"apart160_160_{shape}") for shape in (
+                  "2x5x168710", "1x1x168710", "2x5x98304", "2x5x131072", "1x2x262144")),
+              *(("h200", "sdpa_flash", f"padded_{d}_2x5x131072") for d in (96, 144, 176, 224, 240)),
+              ("h200", "sdpa_flash", "check118_160_4x1x190852x122832")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -806,7 +815,19 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # and check92's at 1 x 5 x 282624 (blind; -29%, forward+backward -9%)
                     ("h200", "sdpa_flash", "check92_128_1x5x282624", "fwd"),
                     # and check100's d = 256 wave at 4 x 6 x 82871 (blind; CAME_APART: -59%, forward+backward -65%)
-                    *(("h200", "sdpa_flash", "check100_256_4x6x82871", mode) for mode in ("fwd", "fwd_bwd"))}
+                    *(("h200", "sdpa_flash", "check100_256_4x6x82871", mode) for mode in ("fwd", "fwd_bwd")),
+                    # and the padded head dims' walks (CAME_APART): apart160's d = 160 (-73% to -98%; its lone head's
+                    # forward within, -8%), check118's (blind; -73%, forward+backward -96%), and padded's, whose own
+                    # head dims came apart at that shape too, less far: d = 80, 112 forwards -32%, -29% (the d = 96
+                    # and 128 kernels), d = 96 forward+backward -65% (rounds of 76 and 35 GB), d = 256 -46%, -49%
+                    *(("h200", "sdpa_flash", f"apart160_160_{shape}", mode) for shape in (
+                        "2x5x168710", "2x5x98304", "2x5x131072", "1x2x262144") for mode in ("fwd", "fwd_bwd")),
+                    ("h200", "sdpa_flash", "apart160_160_1x1x168710", "fwd_bwd"),
+                    *(("h200", "sdpa_flash", "check118_160_4x1x190852x122832", mode) for mode in ("fwd", "fwd_bwd")),
+                    *(("h200", "sdpa_flash", f"padded_{d}_2x5x131072", mode) for d in (144, 176, 224, 240, 256)
+                      for mode in ("fwd", "fwd_bwd")),
+                    *(("h200", "sdpa_flash", f"padded_{d}_2x5x131072", "fwd") for d in (80, 112)),
+                    ("h200", "sdpa_flash", "padded_96_2x5x131072", "fwd_bwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -957,6 +978,9 @@ ROLL_HELD_MISSES = {("h200", "flashref", "check37_64_4x1x163840_causal", "fwd"),
                     # (+31%; today's model +11%)
                     ("h200", "flashref", "check85_64_1x8x139264_causal", "fwd"),
                     ("h200", "flashref", "check86_64_1x3x186368_causal", "fwd"),
+                    # and kernel 2's causal d = 32 forward+backward at 2 x 1 x 122037 in check116 (+26.5%; today's
+                    # model +19%)
+                    ("h200", "flashref2", "check116_32_2x1x122037_causal", "fwd_bwd"),
                     # and check89's at 8 x 1 x 175104 (+40%; today's model +18%), and kernel 2's causal d = 256
                     # forward at 2 x 24 x 20199 in check88 (+26%, today's model too; forward+backward +12%)
                     ("h200", "flashref", "check89_64_8x1x175104_causal", "fwd"),
@@ -1300,7 +1324,9 @@ SWAVES_HELD_MISSES = {
     # and check108's (blind): the d = 80 walk at 1 x 5 x 82251, five heads of 25.1 MiB (+66%, forward+backward +15%)
     ("h200", "sdpa_flash", "check108_80_1x5x82251_causal", "fwd"),
     # and check111's (blind): the d = 128 walk at 1 x 2 x 41984, two heads of 20.5 MiB (+36%), as check102's
-    ("h200", "sdpa_flash", "check111_128_1x2x41984_causal", "fwd")}
+    ("h200", "sdpa_flash", "check111_128_1x2x41984_causal", "fwd"),
+    # and check116's causal d = 32 forward+backward at 2 x 1 x 122037 (blind; +42%, forward -21%)
+    ("h200", "sdpa_flash", "check116_32_2x1x122037_causal", "fwd_bwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -2309,7 +2335,8 @@ def _preregistered(name, params, gpu="h100", measured=None, rule=WRITES_BEFORE):
         for key, (_, values) in l2fit.repeats(run).items():
             meas.setdefault(key, []).extend(values)
     ran = schedule.kernel3_info(runs[0])
-    assert all(schedule.kernel3_info(run) == ran for run in runs), "pooled: other tiles"
+    # a run that measured no flashref row (SDPA flash alone: apart160r) records no tiles and pools with any
+    assert all(schedule.kernel3_info(run) in (ran, None) for run in runs), "pooled: other tiles"
     pred = json.loads((REPO / "figures" / "gpu" / f"{gpu}-l2-{name}-predicted.json").read_text())
     keyed = [((l2fit.recorded_impl(p), p["shape"], p["mode"]), p) for p in pred["rows"]]
     measured_in = measured if isinstance(measured, str) else name
@@ -2575,7 +2602,15 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check111", rule={})
                  # check112-check114: the next three seeds' draws (today's model; the H200)
                  + _both_gpus("check112", rule={}) + _both_gpus("check113", rule={})
-                 + _both_gpus("check114", rule={}))
+                 + _both_gpus("check114", rule={})
+                 # apart160 (aimed at check112's d = 160 miss; its SDPA rows measured three times, apart160r the
+                 # second call's two rounds, pooled), check115-check118 (the next four seeds' draws) and padded
+                 # (aimed: other head dims a kernel pads), today's model; the H200
+                 + _when_measured("apart160", "h100", rule={})
+                 + _preregistered("apart160", {}, "h200", measured=("apart160", "apart160r"), rule={})
+                 + _both_gpus("check115", rule={}) + _both_gpus("check116", rule={})
+                 + _both_gpus("check117", rule={}) + _both_gpus("check118", rule={})
+                 + _both_gpus("padded", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3112,6 +3147,32 @@ PREREGISTERED_MISSES = {
     ("h200", "flashref2", "check112_160_2x5x168710", "fwd"),
     ("h200", "sdpa_flash", "check113_160_4x5x32670", "fwd_bwd"),
     *(("h200", "sdpa_flash", shape, "fwd") for shape in ("check113_64_4x1x432128", "check114_128_1x1x248832")),
+    # apart160 (aimed at check112's miss; FlashAttention-2's rows the median of three rounds): that shape again,
+    # 534-576 GB forward (-98%), and the d = 160 walk apart at 2 x 5 x 98304 (-73%, forward+backward -96%), 131072
+    # (-95%, -98%) and 1 x 2 x 262144 (-92%, -98%); one head of 168710 held (forward -8%; forward+backward -53%). The
+    # same kernel at d = 192 held (-22%, -5%), as the d = 128 kernel (-23%, -7%). Kernel 2's d = 160 forward read less
+    # than its lockstep pass (+28% to +75%), as its causal one (ROLL_HELD_MISSES), and its d = 128 (kernel 2: 168710
+    # is no multiple of 1024) came apart (-84%, -78%)
+    *(("h200", "sdpa_flash", f"apart160_160_{shape}", mode) for shape in (
+        "2x5x168710", "2x5x98304", "2x5x131072", "1x2x262144") for mode in ("fwd", "fwd_bwd")),
+    ("h200", "sdpa_flash", "apart160_160_1x1x168710", "fwd_bwd"),
+    *(("h200", "flashref2", f"apart160_160_{shape}", "fwd") for shape in (
+        "2x5x168710", "1x1x168710", "2x5x98304", "2x5x131072", "1x2x262144")),
+    *(("h200", "flashref2", "apart160_128_2x5x168710", mode) for mode in ("fwd", "fwd_bwd")),
+    # check115-check118 (blind), 212 of 216. FlashAttention-2's causal d = 32 forward+backward at 2 x 1 x 122037
+    # (+42%); its non-causal d = 160 at 4 x 1 x 190852 queries over 122832 keys, a padded head dim far past the knee
+    # (-73%, forward+backward 745 GB against 29.8, -96%), with kernel 2's forward there +41%
+    ("h200", "sdpa_flash", "check116_32_2x1x122037_causal", "fwd_bwd"),
+    *(("h200", "sdpa_flash", "check118_160_4x1x190852x122832", mode) for mode in ("fwd", "fwd_bwd")),
+    ("h200", "flashref2", "check118_160_4x1x190852x122832", "fwd"),
+    # padded (aimed): ten head dims at 2 x 5 x 131072 (two rounds each). Those the d = 192 and 256 kernels pad came
+    # apart: d = 144 (-93%, forward+backward -98%), 176 (-88%, -98%), 224 (-98.5%, -94%), 240 (-98%, -91%); the
+    # d = 256 kernel's own too, less far (-46%, -49%), and d = 80, 96 and 112 in part (forward -32%, forward+backward
+    # -65%, forward -29%); d = 128 and 192 within
+    *(("h200", "sdpa_flash", f"padded_{d}_2x5x131072", mode) for d in (144, 176, 224, 240, 256)
+      for mode in ("fwd", "fwd_bwd")),
+    *(("h200", "sdpa_flash", f"padded_{d}_2x5x131072", "fwd") for d in (80, 112)),
+    ("h200", "sdpa_flash", "padded_96_2x5x131072", "fwd_bwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
