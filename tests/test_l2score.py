@@ -313,3 +313,50 @@ def test_a_split_kv_forward_reads_k_and_v_once_per_query_block_through_l2():
     row = next(r for r in L.recorded_rows() if r.run == "check14" and r.impl == "sdpa_flash" and r.mode == "fwd"
                and (r.kw["Nq"], r.kw["Nk"], r.kw["d"]) == (2048, 57344, 64))
     assert 0.75 <= p.l2_bytes / row.measured_l2 <= 1.5
+
+
+def test_caveats_mark_the_calls_whose_waves_came_apart(rows, errs, predicted):
+    """dram's caveats name the two classes of recorded calls whose waves came apart past the knee with no rule to
+    follow them (both non-causal, one head's K and V at least the L2): FlashAttention-2 at a head dim its d = 192 or
+    256 kernel pads (PADDED_APART), and flashref's kernel 2, which has no barrier (KERNEL2_APART). Each sentence's
+    "up to" is the largest measured over predicted among the recorded rows that carry it; every FlashAttention-2 row
+    at a padded head dim measured at more than 3x its prediction carries its caveat; no causal row, no kernel 3 row
+    and no row whose head's K and V fit the L2 carries one, nor FlashAttention-2 at its kernels' own head dims."""
+    over = 1 / (1 + errs)  # measured over predicted
+    largest = {}
+    for r, p, x in zip(rows, predicted, over, strict=True):
+        kw = r.kw
+        kv_fits = 2 * kw["Nk"] * kw["d"] * 2 < D.preset(r.gpu).capacity
+        kernel_d = D.S._key(D.S.FA2_TILES["fwd"], kw["d"])  # FlashAttention-2's kernel that runs d
+        padded = kernel_d != kw["d"] and kernel_d >= 192
+        assert len(p.caveats) <= 1
+        if p.caveats:
+            assert not kw["causal"] and not kv_fits and r.kernel in ("sdpa_flash", "kernel 2"), r
+            assert padded or r.kernel == "kernel 2", r
+            kind = "padded" if p.caveats[0].startswith("FlashAttention-2") else "kernel 2"
+            assert kind == ("padded" if r.kernel == "sdpa_flash" else "kernel 2")
+            key = (kind, r.mode if kind == "padded" else "any")
+            largest[key] = max(largest.get(key, 0.0), x)
+        elif r.kernel == "sdpa_flash" and padded and x > 3:
+            raise AssertionError(f"{r}: {x:.1f}x its prediction, at a padded head dim, without the caveat")
+    assert set(largest) == {("padded", "fwd"), ("padded", "fwd_bwd"), ("kernel 2", "any")}
+    assert f"up to {largest['padded', 'fwd']:.0f}x this lockstep prediction (forward)" in D.PADDED_APART
+    assert f"and {largest['padded', 'fwd_bwd']:.0f}x (forward+backward)" in D.PADDED_APART
+    assert f"up to {largest['kernel 2', 'any']:.0f}x this lockstep prediction" in D.KERNEL2_APART
+    # the kernels' own head dim at the same calls: no caveat (apart160's and padded's d = 192 held)
+    assert any(r.kw["d"] == 192 and r.run == "padded" for r in rows)
+    # and through dram itself, at calls no run measured: the H100's smaller L2 marks a shorter length
+    kw = dict(B=1, H=2, Nq=90112, Nk=90112, d=160)  # one head's K and V: 55 MiB
+    assert D.dram("sdpa_flash", "fwd", **kw, gpu="h100").caveats == (D.PADDED_APART.format(
+        d=160, kd=192, kv=55.0, l2=50.0),)
+    assert D.dram("sdpa_flash", "fwd", **kw, gpu="h200").caveats == ()
+    assert D.dram("sdpa_flash", "fwd_bwd", **kw, causal=True, gpu="h100").caveats == ()
+    assert D.dram("sdpa_flash", "fwd", **{**kw, "d": 192}, gpu="h100").caveats == ()
+    assert D.dram_reads("sdpa_flash", "fwd", **kw, gpu="h100")[0].caveats == D.dram("sdpa_flash", "fwd", **kw,
+                                                                                  gpu="h100").caveats
+    # kernel 2 runs flashref at a length kernel 3 does not take (not a multiple of its tiles), kernel 3 at 2^17
+    assert D.kernel3_tiles(128, 168710, 168710, False, 2, 10)[0] is None
+    assert D.dram("flashref", "fwd", B=2, H=5, Nq=168710, Nk=168710, d=128, gpu="h200").caveats == (
+        D.KERNEL2_APART.format(kv=2 * 168710 * 128 * 2 / D.MB, l2=60.0),)
+    assert D.kernel3_tiles(128, 131072, 131072, False, 2, 10)[0] is not None
+    assert D.dram("flashref", "fwd", B=2, H=5, Nq=131072, Nk=131072, d=128, gpu="h200").caveats == ()

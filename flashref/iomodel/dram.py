@@ -340,12 +340,15 @@ PARTITIONS = 2  # a tile read by a whole wave at once is held in both L2 partiti
 
 @dataclass
 class DRAMPrediction:
-    """Bytes across the DRAM interface (``read_bytes``, ``write_bytes``) and between L2 and the SMs."""
+    """Bytes across the DRAM interface (``read_bytes``, ``write_bytes``) and between L2 and the SMs. ``caveats``: a
+    sentence for each class of calls measured to read far more than the prediction, where the call is one of them
+    (:func:`caveats`); empty for every other call."""
 
     read_bytes: float
     write_bytes: float
     l2_bytes: float
     by_kernel: list = field(default_factory=list, repr=False)  # (name, read, write, l2)
+    caveats: tuple = ()
 
     @property
     def total_bytes(self):
@@ -380,6 +383,41 @@ def _residue(W, R, p):
     if R + W <= p["C_eff"] and p.get("small_writes", 1):  # (the switch read only where it decides: dram_reads)
         return W
     return min(p["alpha"] * W, p["rho"])
+
+
+# FlashAttention-2's non-causal walks at a head dim its d = 192 or d = 256 kernel pads (PyTorch's build runs d = 144-176
+# on the first and 224-240 on the second, the last columns masked: schedule.FA2_TILES) leave the lockstep far past the
+# knee, reproducibly and far: check112, apart160, padded and check118 (figures/gpu/NOTES-l2.md, "Forty-fourth round")
+# measured up to 68x the lockstep pass in the forward and 53x in the forward+backward, 7-53% of what the walk reads if
+# no CTA shared a K/V tile, while the kernels' own d = 192 held at the same calls. How far apart moves with the head
+# dim, the length and the heads (a lone head held, and so did check90's grid of a few query blocks), and a handful of
+# calls cannot fit that: no rule follows them, and such a prediction is the lockstep state, a lower bound. The
+# condition is what was measured: each call that came apart had one head's K and V at least the L2's size (apart160's
+# 2 x 5 x 98304 at d = 160: 60 MiB, the H200's L2 exactly, 3.7x in the forward).
+PADDED_APART = ("FlashAttention-2 at a head dim its kernel pads (d = {d} on its d = {kd} kernel), one head's K and V "
+                "({kv:.0f} MiB) at least the L2 ({l2:.0f} MiB): its waves came apart at such calls, up to 68x this "
+                "lockstep prediction (forward) and 53x (forward+backward); read it as a lower bound")
+# flashref's kernel 2 (where kernel 3 cannot run: kernel3_tiles) has no barrier between its rounds of tiles, and past
+# the knee its non-causal walk keeps the lockstep at some calls and leaves it at others, by amounts that move from
+# run to run (check6x, check71, knee32, apart160; README, "What the model cannot say"): 19 of the 102 recorded rows of
+# that class read more than 4/3 of the prediction, up to 53x. Its causal walk past the knee held (64 rows, within 1.1x).
+KERNEL2_APART = ("flashref's kernel 2 (where kernel 3 cannot run), non-causal, one head's K and V ({kv:.0f} MiB) at "
+                 "least the L2 ({l2:.0f} MiB): with no barrier between its rounds its waves came apart at some such "
+                 "calls, up to 53x this lockstep prediction; read it as a lower bound")
+
+
+def caveats(impl, *, B, H, Nq, Nk, d, causal, gpu, dtype_bytes=2):
+    """The sentences :func:`dram` attaches to its prediction of a call (arguments checked by it): a class of calls
+    measured to read far more than the model says, where this call is one of them: PADDED_APART, KERNEL2_APART."""
+    kv, l2 = 2 * Nk * d * dtype_bytes, preset(gpu).capacity
+    if causal or kv < l2:  # (both classes: non-causal walks whose head's K and V do not fit the L2)
+        return ()
+    kd = S._key(S.FA2_TILES["fwd"], d)  # the head dim of FlashAttention-2's kernel that runs d
+    if impl == "sdpa_flash" and kd != d and kd >= 192:
+        return (PADDED_APART.format(d=d, kd=kd, kv=kv / MB, l2=l2 / MB),)
+    if impl == "flashref2" or (impl == "flashref" and kernel3_tiles(d, Nq, Nk, causal, dtype_bytes, B * H)[0] is None):
+        return (KERNEL2_APART.format(kv=kv / MB, l2=l2 / MB),)
+    return ()
 
 
 # ------------------------------------------------------------------------- scan kernels, closed form
@@ -881,6 +919,10 @@ def dram(impl, mode, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2
     ``gpu`` picks the L2 preset and the GPU's staggered-walk parameters (``GPU_PARAMS``); ``params=``
     overrides entries of PARAMS (for fitting and for what-if sweeps).
 
+    The prediction's ``caveats`` names a class of calls measured to read far more than the model says, where the
+    call is one of them (:func:`caveats`: FlashAttention-2 at a head dim its kernel pads, and kernel 2, far past the
+    knee, non-causal); the bytes are then the lockstep state, a lower bound.
+
     ``sdpa_flash`` is FlashAttention-2 at the head dim given: PyTorch pads a head dim that is not a multiple of 8 to
     one before the flash kernels (and copies Q, K, V to do it); the model has neither, and no run measured such a d.
 
@@ -935,13 +977,14 @@ def _dram(impl, mode, B, H, Nq, Nk, d, causal, gpu, dtype_bytes, opts, kind):
     p = kind(_params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params)))
     if empty:
         return DRAMPrediction(0.0, 0.0, 0.0, []), p
+    notes = caveats(impl, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), gpu=gpu, dtype_bytes=dtype_bytes)
     # each switch read only where it decides something (a name dram_reads reports read is one the call depends on):
     # FlashAttention-2 splits the keys of a grid too small to fill the GPU only, and only eager runs a softmax
     split = impl == "sdpa_flash" and S.fa2_num_splits(B * H, Nq, Nk, d, spec.sms) > 1 and bool(p["fa2_split"])
     seq = _kernels(impl, mode, B, H, Nq, Nk, d, bool(causal), dtype_bytes, spec.sms, split,
                    impl == "eager" and bool(p["softmax_passes"]))
     rows = predict_kernels(seq, Nq, Nk, p)
-    return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows), p
+    return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows, notes), p
 
 
 def _check_impl_mode(impl, mode):
