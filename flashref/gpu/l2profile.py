@@ -1822,6 +1822,16 @@ APART160 = ([("apart160_160_2x5x168710", 2, 5, 168710, 160, False),
 # ones) beside the kernels' own (96, 128, 192, 256). Predicted for both GPUs before any GPU measured them
 PADDED = [(f"padded_{d}_2x5x131072", 2, 5, 131072, d, False) for d in (80, 96, 112, 128, 144, 176, 192, 224, 240, 256)]
 
+# padded2 (aimed, not drawn; two rounds, SDPA flash alone), after padded: iomodel.dram's caveat (PADDED_APART) marks
+# FlashAttention-2's non-causal walks at a padded head dim with one head's K and V at least the L2, and no other
+# call. Its two edges had not been measured: the same walks below the L2 (d = 160 at 30-50 MiB of K and V a head;
+# d = 224 at 49 MiB), and causal walks at padded head dims past it (d = 160 and 224 at 80-112 MiB a head); one
+# head of d = 176 past it too. Predicted for both GPUs before any GPU measured them
+PADDED2 = ([(f"padded2_160_2x5x{N}", 2, 5, N, 160, False) for N in (49152, 65536, 81920)]
+           + [("padded2_224_2x5x57344", 2, 5, 57344, 224, False), ("padded2_176_1x1x131072", 1, 1, 131072, 176, False)]
+           + [(f"padded2_{d}_2x5x131072_causal", 2, 5, 131072, d, True) for d in (160, 224)]
+           + [("padded2_160_2x5x168710_causal", 2, 5, 168710, 160, True)])
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1877,7 +1887,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check101": CHECK101, "check102": CHECK102, "check103": CHECK103, "check104": CHECK104, "check105": CHECK105,
           "check106": CHECK106, "check107": CHECK107, "check108": CHECK108, "check109": CHECK109, "check110": CHECK110,
           "check111": CHECK111, "check112": CHECK112, "check113": CHECK113, "check114": CHECK114, "apart160": APART160,
-          "check115": CHECK115, "check116": CHECK116, "check117": CHECK117, "check118": CHECK118, "padded": PADDED}
+          "check115": CHECK115, "check116": CHECK116, "check117": CHECK117, "check118": CHECK118, "padded": PADDED,
+          "padded2": PADDED2}
 
 
 def lengths(N):
