@@ -475,9 +475,9 @@ def test_d64_set_with_miss_cap_is_the_fit(gpu):
 # share of held-out rows within ±25% leaves them out (their rows are checked as PREREGISTERED_MISSES say). knee96c
 # sweeps FlashAttention-2's causal d = 96 kernel across its knee after three blind misses there (check52, check70,
 # check75, which stay in); heads256 its d = 256 walk by heads across the H200's knee after check81's lone head (which
-# stays in); apart160 (with its second call's rounds, apart160r) and padded FlashAttention-2's non-causal walks far
-# past the knee at head dims its kernels pad, after check112's d = 160 (which stays in).
-AIMED_AT_A_MISS = {"knee96c", "heads256", "apart160", "apart160r", "padded"}
+# stays in); apart160 (with its second call's rounds, apart160r), padded and padded2 FlashAttention-2's walks near
+# and past the knee at head dims its kernels pad, after check112's d = 160 (which stays in).
+AIMED_AT_A_MISS = {"knee96c", "heads256", "apart160", "apart160r", "padded", "padded2"}
 
 
 def _held_out_gains(gpu, fit_on, which, off):
@@ -761,7 +761,11 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               *(("h200", "sdpa_flash", f"apart160_160_{shape}") for shape in (
                   "2x5x168710", "1x1x168710", "2x5x98304", "2x5x131072", "1x2x262144")),
               *(("h200", "sdpa_flash", f"padded_{d}_2x5x131072") for d in (96, 144, 176, 224, 240)),
-              ("h200", "sdpa_flash", "check118_160_4x1x190852x122832")}
+              ("h200", "sdpa_flash", "check118_160_4x1x190852x122832"),
+              # and padded2's below the L2, from half of it (d = 160 at 40 and 50 MiB a head, forward+backward 3.9x
+              # and 10x; d = 224 at 49 MiB, forward 3.1x)
+              *(("h200", "sdpa_flash", f"padded2_{shape}") for shape in ("160_2x5x65536", "160_2x5x81920",
+                                                                          "224_2x5x57344"))}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -827,7 +831,14 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     *(("h200", "sdpa_flash", f"padded_{d}_2x5x131072", mode) for d in (144, 176, 224, 240, 256)
                       for mode in ("fwd", "fwd_bwd")),
                     *(("h200", "sdpa_flash", f"padded_{d}_2x5x131072", "fwd") for d in (80, 112)),
-                    ("h200", "sdpa_flash", "padded_96_2x5x131072", "fwd_bwd")}
+                    ("h200", "sdpa_flash", "padded_96_2x5x131072", "fwd_bwd"),
+                    # and padded2's (CAME_APART), padded head dims below the L2: d = 160 at 30-50 MiB a head
+                    # (forward+backward -45% to -90%, forward -29% and -47% from 40 MiB), d = 224 at 49 MiB (-68%,
+                    # -32%), and a lone d = 176 head of 88 MiB (forward+backward -35%; forward -8%)
+                    *(("h200", "sdpa_flash", f"padded2_{shape}", mode) for shape, mode in (
+                        ("160_2x5x49152", "fwd_bwd"), ("160_2x5x65536", "fwd"), ("160_2x5x65536", "fwd_bwd"),
+                        ("160_2x5x81920", "fwd"), ("160_2x5x81920", "fwd_bwd"), ("224_2x5x57344", "fwd"),
+                        ("224_2x5x57344", "fwd_bwd"), ("176_1x1x131072", "fwd_bwd")))}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -2610,7 +2621,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _preregistered("apart160", {}, "h200", measured=("apart160", "apart160r"), rule={})
                  + _both_gpus("check115", rule={}) + _both_gpus("check116", rule={})
                  + _both_gpus("check117", rule={}) + _both_gpus("check118", rule={})
-                 + _both_gpus("padded", rule={}))
+                 + _both_gpus("padded", rule={})
+                 # padded2 (aimed: the edges of dram's caveat on padded head dims; the H200)
+                 + _both_gpus("padded2", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3173,6 +3186,14 @@ PREREGISTERED_MISSES = {
       for mode in ("fwd", "fwd_bwd")),
     *(("h200", "sdpa_flash", f"padded_{d}_2x5x131072", "fwd") for d in (80, 112)),
     ("h200", "sdpa_flash", "padded_96_2x5x131072", "fwd_bwd"),
+    # padded2 (aimed at the edges of dram's caveat): below the L2 the padded walks come apart from half of it, d = 160
+    # at 30 MiB a head (forward+backward -45%; forward -11%), 40 (-29%, -75%), 50 (-47%, -90%) and d = 224 at 49 MiB
+    # (-68%, -32%); a lone d = 176 head of 88 MiB held its forward (-8%; forward+backward -35%); the causal walks at
+    # d = 160 and 224 far past the knee, 80-112 MiB a head and 300-770 GB, within 9%
+    *(("h200", "sdpa_flash", f"padded2_{shape}", mode) for shape, mode in (
+        ("160_2x5x49152", "fwd_bwd"), ("160_2x5x65536", "fwd"), ("160_2x5x65536", "fwd_bwd"),
+        ("160_2x5x81920", "fwd"), ("160_2x5x81920", "fwd_bwd"), ("224_2x5x57344", "fwd"), ("224_2x5x57344", "fwd_bwd"),
+        ("176_1x1x131072", "fwd_bwd"))),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

@@ -316,29 +316,31 @@ def test_a_split_kv_forward_reads_k_and_v_once_per_query_block_through_l2():
 
 
 def test_caveats_mark_the_calls_whose_waves_came_apart(rows, errs, predicted):
-    """dram's caveats name the two classes of recorded calls whose waves came apart past the knee with no rule to
-    follow them (both non-causal, one head's K and V at least the L2): FlashAttention-2 at a head dim its d = 192 or
-    256 kernel pads (PADDED_APART), and flashref's kernel 2, which has no barrier (KERNEL2_APART). Each sentence's
-    "up to" is the largest measured over predicted among the recorded rows that carry it; every FlashAttention-2 row
-    at a padded head dim measured at more than 3x its prediction carries its caveat; no causal row, no kernel 3 row
-    and no row whose head's K and V fit the L2 carries one, nor FlashAttention-2 at its kernels' own head dims."""
+    """dram's caveats name the two classes of recorded calls whose waves came apart with no rule to follow them, both
+    non-causal with one head's K and V at least half the L2: FlashAttention-2 at a head dim its d = 192 or 256 kernel
+    pads (PADDED_APART), and flashref's kernel 2, which has no barrier (KERNEL2_APART). Each sentence's "up to" is the
+    largest measured over predicted among the recorded rows that carry it; every non-causal FlashAttention-2 row at a
+    padded head dim outside ±25% carries its caveat but one, check113's forward+backward at 20 MiB a head (its causal
+    misses at d = 160 are the staggered walk's, listed in tests/test_l2.py); no causal row, no kernel 3 row, and no
+    row of FlashAttention-2 at its kernels' own head dims carries one."""
     over = 1 / (1 + errs)  # measured over predicted
-    largest = {}
+    largest, uncaveated_misses = {}, []
     for r, p, x in zip(rows, predicted, over, strict=True):
         kw = r.kw
-        kv_fits = 2 * kw["Nk"] * kw["d"] * 2 < D.preset(r.gpu).capacity
+        kv = 2 * kw["Nk"] * kw["d"] * 2  # one head's K and V
         kernel_d = D.S._key(D.S.FA2_TILES["fwd"], kw["d"])  # FlashAttention-2's kernel that runs d
-        padded = kernel_d != kw["d"] and kernel_d >= 192
+        padded = r.kernel == "sdpa_flash" and kernel_d != kw["d"] and kernel_d >= 192
         assert len(p.caveats) <= 1
         if p.caveats:
-            assert not kw["causal"] and not kv_fits and r.kernel in ("sdpa_flash", "kernel 2"), r
-            assert padded or r.kernel == "kernel 2", r
+            assert not kw["causal"] and r.kernel in ("sdpa_flash", "kernel 2"), r
             kind = "padded" if p.caveats[0].startswith("FlashAttention-2") else "kernel 2"
-            assert kind == ("padded" if r.kernel == "sdpa_flash" else "kernel 2")
+            assert kind == ("padded" if padded else "kernel 2"), r
+            assert 2 * kv >= D.preset(r.gpu).capacity, r
             key = (kind, r.mode if kind == "padded" else "any")
             largest[key] = max(largest.get(key, 0.0), x)
-        elif r.kernel == "sdpa_flash" and padded and x > 3:
-            raise AssertionError(f"{r}: {x:.1f}x its prediction, at a padded head dim, without the caveat")
+        elif padded and not kw["causal"] and abs(1 / x - 1) > L.BAND:
+            uncaveated_misses.append((r.run, r.shape, r.mode))
+    assert uncaveated_misses == [("check113", "check113_160_4x5x32670", "fwd_bwd")]
     assert set(largest) == {("padded", "fwd"), ("padded", "fwd_bwd"), ("kernel 2", "any")}
     assert f"up to {largest['padded', 'fwd']:.0f}x this lockstep prediction (forward)" in D.PADDED_APART
     assert f"and {largest['padded', 'fwd_bwd']:.0f}x (forward+backward)" in D.PADDED_APART
@@ -346,9 +348,9 @@ def test_caveats_mark_the_calls_whose_waves_came_apart(rows, errs, predicted):
     # the kernels' own head dim at the same calls: no caveat (apart160's and padded's d = 192 held)
     assert any(r.kw["d"] == 192 and r.run == "padded" for r in rows)
     # and through dram itself, at calls no run measured: the H100's smaller L2 marks a shorter length
-    kw = dict(B=1, H=2, Nq=90112, Nk=90112, d=160)  # one head's K and V: 55 MiB
+    kw = dict(B=1, H=2, Nq=45056, Nk=45056, d=160)  # one head's K and V: 27.5 MiB
     assert D.dram("sdpa_flash", "fwd", **kw, gpu="h100").caveats == (D.PADDED_APART.format(
-        d=160, kd=192, kv=55.0, l2=50.0),)
+        d=160, kd=192, kv=27.5, l2=50.0),)
     assert D.dram("sdpa_flash", "fwd", **kw, gpu="h200").caveats == ()
     assert D.dram("sdpa_flash", "fwd_bwd", **kw, causal=True, gpu="h100").caveats == ()
     assert D.dram("sdpa_flash", "fwd", **{**kw, "d": 192}, gpu="h100").caveats == ()

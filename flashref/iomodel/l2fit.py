@@ -285,7 +285,8 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "check96", "check97", "check98", "check99", "check100", "check101", "check102",
                       "check103", "check104", "check105", "check106", "check107", "check108",
                       "check109", "check110", "check111", "check112", "check113", "check114",
-                      "apart160", "check115", "apart160r", "check116", "check117", "check118", "padded")
+                      "apart160", "check115", "apart160r", "check116", "check117", "check118", "padded",
+                      "padded2")
 
 
 def runs_from(first: str) -> tuple:
