@@ -755,7 +755,8 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               # (-97%; forward+backward 4.6 TB, -98%), the furthest apart of any: one measurement, then three more
               # (apart160: 534-576 GB), and FlashAttention-2's walks at every head dim its d = 192 and 256 kernels
               # pad, aimed at after it (apart160, padded: 16-1270 GB forward where the model says 4.5-19.4; the
-              # kernels' own d = 192 and 256 read 10-51 GB there), and check118's d = 160 at 4 x 1 x 190852 queries
+              # kernels' own d = 192 and 256 read 10-51 GB there, and d = 96's forward+backward, its own kernel, 35
+              # and 76 GB against 19.6), and check118's d = 160 at 4 x 1 x 190852 queries
               # over 122832 keys (blind: 15.0 GB, the model 4.0; forward+backward 745 GB, the model 29.8)
               ("h200", "sdpa_flash", "check112_160_2x5x168710"),
               *(("h200", "sdpa_flash", f"apart160_160_{shape}") for shape in (

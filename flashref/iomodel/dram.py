@@ -385,17 +385,17 @@ def _residue(W, R, p):
     return min(p["alpha"] * W, p["rho"])
 
 
-# FlashAttention-2's non-causal walks at a head dim its d = 192 or d = 256 kernel pads (PyTorch's build runs d = 144-176
-# on the first and 224-240 on the second, the last columns masked: schedule.FA2_TILES) leave the lockstep far past the
-# knee, reproducibly and far: check112, apart160, padded and check118 (figures/gpu/NOTES-l2.md, "Forty-fourth round")
-# measured up to 68x the lockstep pass in the forward and 53x in the forward+backward, 7-53% of what the walk reads if
-# no CTA shared a K/V tile, while the kernels' own d = 192 held at the same calls. How far apart moves with the head
-# dim, the length and the heads (a lone head held, and so did check90's grid of a few query blocks), and a handful of
-# calls cannot fit that: no rule follows them, and such a prediction is the lockstep state, a lower bound. The
-# condition is what was measured: padded2 found the walks coming apart from half the L2 on (30-50 MiB of K and V a
-# head on the H200: forward+backward 1.8-10x), where every recorded call below it held but check113's
-# forward+backward at 20 MiB (1.5x). Their causal walks held far past the knee (80-112 MiB, within 9%); nearer it
-# the staggered walk's own misses at d = 160 (check62, check63, check96: up to 1.7x) are listed in the tests.
+# FlashAttention-2's non-causal walks at a head dim its d = 192 or d = 256 kernel pads (PyTorch's build runs d =
+# 144-176 on the first and 224-240 on the second, the last columns masked: schedule.FA2_TILES) leave the lockstep near
+# and past the knee, reproducibly and far: check112, apart160, padded and check118 (figures/gpu/NOTES-l2.md,
+# "Forty-fourth round") measured up to 68x the lockstep pass in the forward and 53x in the forward+backward, 7-53% of
+# what the walk reads if no CTA shared a K/V tile, while the kernels' own d = 192 held at the same calls. How far
+# apart moves with the head dim, the length and the heads (a lone head held, and so did check90's grid of a few query
+# blocks), and a handful of calls cannot fit that: no rule follows them, and such a prediction is the lockstep state,
+# a lower bound. The condition is what was measured: padded2 found the walks coming apart from half the L2 on (30-50
+# MiB of K and V a head on the H200: forward+backward 1.8-10x), where every recorded call below it held but check113's
+# forward+backward at 20 MiB (1.5x). Their causal walks held far past the knee (80-112 MiB, within 9%); nearer it the
+# staggered walk's own misses at d = 160 (check62, check63, check96: up to 1.7x) are listed in the tests.
 PADDED_APART = ("FlashAttention-2 at a head dim its kernel pads (d = {d} on its d = {kd} kernel), non-causal, one "
                 "head's K and V ({kv:.0f} MiB) at least half the L2 ({l2:.0f} MiB): its waves came apart at such "
                 "calls, up to 68x this lockstep prediction (forward) and 53x (forward+backward); read it as a lower "
