@@ -424,8 +424,8 @@ def paged_problem(Nq, Nk, d, H, page_size, where="decoding.forward_paged", /, **
     slopes = 1 if pb.alibi_slopes is not None else 0
     # footprint_paged is linear in Br (fixed + Br·per_row): the largest Br that fits M, solved (a search down from Nq
     # took seconds at Nq = 10^7), no larger than Nq
-    fixed = footprint_paged(0, page_size, pb.d) + slopes
-    per_row = footprint_paged(1, page_size, pb.d) - footprint_paged(0, page_size, pb.d)
+    base = footprint_paged(0, page_size, pb.d)
+    fixed, per_row = base + slopes, footprint_paged(1, page_size, pb.d) - base
     Br = min(pb.Nq, (M - fixed) // per_row) if M >= fixed else 0
     if Br >= 1:
         return pb, Br

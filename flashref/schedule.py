@@ -430,6 +430,12 @@ def _key(table, d):
     return min((k for k in table if k >= d), default=max(table))
 
 
+def fa2_kernel_d(d: int) -> int:
+    """The head dim of the FlashAttention-2 kernel that PyTorch's build runs head dim ``d`` on (FA2_TILES: d = 160 on
+    the d = 192 kernel, its last columns masked)."""
+    return _key(FA2_TILES["fwd"], d)
+
+
 def _pick(table, d):
     return table[_key(table, d)]
 
@@ -523,7 +529,7 @@ def fa2_fwd(BH, Nq, Nk, d, causal=False, e=2, sms=SMS):
     k = ScanKernel("FA2 flash_fwd_kernel", BH, Tc, 2 * BN * d * e, 0, BM * d * e, BM * d * e + 4 * BM,
                    sms * _pick(FA2_CTAS_PER_SM["fwd"], d), _row_ranges(Tr, Tc, BM, BN, causal, Nk), list(range(Tr)),
                    descending=True, sms=sms, drift_ramp=(BM, BN) != FA2_TILES["fwd"][64],
-                   heads_roll_in=_key(FA2_TILES["fwd"], d) in FA2_D64_RULES)
+                   heads_roll_in=fa2_kernel_d(d) in FA2_D64_RULES)
     return _ragged(k, Nk, BN, Nq, BM)
 
 

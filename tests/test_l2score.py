@@ -328,7 +328,7 @@ def test_caveats_mark_the_calls_whose_waves_came_apart(rows, errs, predicted):
     for r, p, x in zip(rows, predicted, over, strict=True):
         kw = r.kw
         kv = 2 * kw["Nk"] * kw["d"] * 2  # one head's K and V
-        kernel_d = D.S._key(D.S.FA2_TILES["fwd"], kw["d"])  # FlashAttention-2's kernel that runs d
+        kernel_d = D.S.fa2_kernel_d(kw["d"])
         padded = r.kernel == "sdpa_flash" and kernel_d != kw["d"] and kernel_d >= 192
         assert len(p.caveats) <= 1
         if p.caveats:

@@ -416,7 +416,7 @@ def caveats(impl, *, B, H, Nq, Nk, d, causal, gpu, dtype_bytes=2):
     kv, l2 = 2 * Nk * d * dtype_bytes, preset(gpu).capacity
     if causal or 2 * kv < l2:  # (both classes: non-causal walks, one head's K and V at least half the L2)
         return ()
-    kd = S._key(S.FA2_TILES["fwd"], d)  # the head dim of FlashAttention-2's kernel that runs d
+    kd = S.fa2_kernel_d(d)
     if impl == "sdpa_flash" and kd != d and kd >= 192:
         return (PADDED_APART.format(d=d, kd=kd, kv=kv / MB, l2=l2 / MB),)
     if impl == "flashref2" or (impl == "flashref" and kernel3_tiles(d, Nq, Nk, causal, dtype_bytes, B * H)[0] is None):
