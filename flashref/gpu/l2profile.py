@@ -1832,6 +1832,68 @@ PADDED2 = ([(f"padded2_160_2x5x{N}", 2, 5, N, 160, False) for N in (49152, 65536
            + [(f"padded2_{d}_2x5x131072_causal", 2, 5, 131072, d, True) for d in (160, 224)]
            + [("padded2_160_2x5x168710_causal", 2, 5, 168710, 160, True)])
 
+# check119-check122: draw_validation(20261305-20261308, "checkNN", many=0, few=0, long=8), after padded2 (whose
+# shapes they therefore never draw); predicted for both GPUs before any GPU measured them
+CHECK119 = [
+    ('check119_160_4x12x1289x3665', 4, 12, (1289, 3665), 160, False),
+    ('check119_80_2x16x28053', 2, 16, 28053, 80, False),
+    ('check119_160_8x3x9878_causal', 8, 3, 9878, 160, True),
+    ('check119_96_8x5x36373', 8, 5, 36373, 96, False),
+    ('check119_64_1x5x47104_causal', 1, 5, 47104, 64, True),
+    ('check119_64_2x2x73728_causal', 2, 2, 73728, 64, True),
+    ('check119_128_1x5x73728_causal', 1, 5, 73728, 128, True),
+    ('check119_128_1x1x156672_causal', 1, 1, 156672, 128, True),
+    ('check119_64_1x1x107520_causal', 1, 1, 107520, 64, True),
+    ('check119_64_1x8x53248_causal', 1, 8, 53248, 64, True),
+    ('check119_64_1x4x200704_causal', 1, 4, 200704, 64, True),
+    ('check119_64_4x2x145408_causal', 4, 2, 145408, 64, True),
+]
+
+CHECK120 = [
+    ('check120_96_8x7x16236', 8, 7, 16236, 96, False),
+    ('check120_192_1x3x2038_causal', 1, 3, 2038, 192, True),
+    ('check120_80_1x3x7878', 1, 3, 7878, 80, False),
+    ('check120_96_4x1x30546x2541', 4, 1, (30546, 2541), 96, False),
+    ('check120_128_2x1x99328_causal', 2, 1, 99328, 128, True),
+    ('check120_128_2x2x87040_causal', 2, 2, 87040, 128, True),
+    ('check120_128_1x4x37888', 1, 4, 37888, 128, False),
+    ('check120_64_1x6x67584', 1, 6, 67584, 64, False),
+    ('check120_128_8x1x34816', 8, 1, 34816, 128, False),
+    ('check120_64_1x6x133120_causal', 1, 6, 133120, 64, True),
+    ('check120_64_2x1x106496_causal', 2, 1, 106496, 64, True),
+    ('check120_64_2x2x305152_causal', 2, 2, 305152, 64, True),
+]
+
+CHECK121 = [
+    ('check121_80_1x3x5046x36622', 1, 3, (5046, 36622), 80, False),
+    ('check121_96_2x7x58208_causal', 2, 7, 58208, 96, True),
+    ('check121_256_2x3x67242x6796', 2, 3, (67242, 6796), 256, False),
+    ('check121_192_1x1x2114_causal', 1, 1, 2114, 192, True),
+    ('check121_64_1x5x33792_causal', 1, 5, 33792, 64, True),
+    ('check121_64_2x1x364544_causal', 2, 1, 364544, 64, True),
+    ('check121_64_1x6x134144', 1, 6, 134144, 64, False),
+    ('check121_128_1x8x60416_causal', 1, 8, 60416, 128, True),
+    ('check121_64_2x3x119808_causal', 2, 3, 119808, 64, True),
+    ('check121_64_1x4x168960_causal', 1, 4, 168960, 64, True),
+    ('check121_64_1x3x78848_causal', 1, 3, 78848, 64, True),
+    ('check121_64_2x1x233472', 2, 1, 233472, 64, False),
+]
+
+CHECK122 = [
+    ('check122_256_2x5x193126', 2, 5, 193126, 256, False),
+    ('check122_32_1x16x5733x41401', 1, 16, (5733, 41401), 32, False),
+    ('check122_32_1x2x3075_causal', 1, 2, 3075, 32, True),
+    ('check122_160_2x6x3305', 2, 6, 3305, 160, False),
+    ('check122_128_1x6x119808_causal', 1, 6, 119808, 128, True),
+    ('check122_128_1x2x210944', 1, 2, 210944, 128, False),
+    ('check122_64_1x8x34816', 1, 8, 34816, 64, False),
+    ('check122_64_2x2x203776', 2, 2, 203776, 64, False),
+    ('check122_128_2x1x66560_causal', 2, 1, 66560, 128, True),
+    ('check122_64_1x6x34816_causal', 1, 6, 34816, 64, True),
+    ('check122_128_2x1x59392_causal', 2, 1, 59392, 128, True),
+    ('check122_64_1x1x95232', 1, 1, 95232, 64, False),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1888,7 +1950,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check106": CHECK106, "check107": CHECK107, "check108": CHECK108, "check109": CHECK109, "check110": CHECK110,
           "check111": CHECK111, "check112": CHECK112, "check113": CHECK113, "check114": CHECK114, "apart160": APART160,
           "check115": CHECK115, "check116": CHECK116, "check117": CHECK117, "check118": CHECK118, "padded": PADDED,
-          "padded2": PADDED2}
+          "padded2": PADDED2, "check119": CHECK119, "check120": CHECK120, "check121": CHECK121, "check122": CHECK122}
 
 
 def lengths(N):
