@@ -19,6 +19,7 @@ A rule is fitted on the runs recorded before the one that found it, and the runs
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -528,11 +529,25 @@ def recorded_runs(folder, gpus=("h100", "h200"), skip=lambda name: False):
     for path in sorted(p for g in gpus for p in Path(folder).glob(f"{g}-l2*.json")):
         name = path.stem.split("-l2-", 1)[1] if "-l2-" in path.stem else ""
         if not path.name.endswith("-predicted.json") and not skip(name):
-            try:
-                result = json.loads(path.read_text())
-            except json.JSONDecodeError as e:
-                raise ValueError(f"folder: {path.name} is not JSON ({e})") from None
-            yield name, path.name[:4], result
+            yield name, path.name[:4], _parsed_run(path)
+
+
+# Each recorded run's JSON by the digest of its bytes. The scorecard, each rule's held-out rows and notebook 08 read
+# the same 500 files several times over (parsing them took 3 s of notebook 08's 45); reading the bytes is cheap, and
+# a file rewritten since hashes anew. Callers read a run and never change it.
+_PARSED: dict[bytes, dict] = {}
+
+
+def _parsed_run(path: Path) -> dict:
+    """A recorded run's JSON, parsed once a process (:data:`_PARSED`)."""
+    text = path.read_bytes()
+    key = hashlib.blake2b(text, digest_size=16).digest()
+    if key not in _PARSED:
+        try:
+            _PARSED[key] = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"folder: {path.name} is not JSON ({e})") from None
+    return _PARSED[key]
 
 
 # Runs a GPU measured after every fit of the model, of sets predicted long before (the H200's check37-check44,
