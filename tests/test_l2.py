@@ -766,7 +766,10 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               # and padded2's below the L2, from half of it (d = 160 at 40 and 50 MiB a head, forward+backward 3.9x
               # and 10x; d = 224 at 49 MiB, forward 3.1x)
               *(("h200", "sdpa_flash", f"padded2_{shape}") for shape in ("160_2x5x65536", "160_2x5x81920",
-                                                                          "224_2x5x57344"))}
+                                                                          "224_2x5x57344")),
+              # and check122's d = 256 forward at 2 x 5 x 193126 on the H200 (blind): 851 GB, the model 46.2 (-95%;
+              # forward+backward 1.97 TB, -90%), the kernel's own head dim, ten heads of 189 MiB
+              ("h200", "sdpa_flash", "check122_256_2x5x193126")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -839,7 +842,9 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     *(("h200", "sdpa_flash", f"padded2_{shape}", mode) for shape, mode in (
                         ("160_2x5x49152", "fwd_bwd"), ("160_2x5x65536", "fwd"), ("160_2x5x65536", "fwd_bwd"),
                         ("160_2x5x81920", "fwd"), ("160_2x5x81920", "fwd_bwd"), ("224_2x5x57344", "fwd"),
-                        ("224_2x5x57344", "fwd_bwd"), ("176_1x1x131072", "fwd_bwd")))}
+                        ("224_2x5x57344", "fwd_bwd"), ("176_1x1x131072", "fwd_bwd"))),
+                    # and check122's d = 256 wave at 2 x 5 x 193126 (blind; CAME_APART: -95%, forward+backward -90%)
+                    *(("h200", "sdpa_flash", "check122_256_2x5x193126", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1002,7 +1007,11 @@ ROLL_HELD_MISSES = {("h200", "flashref", "check37_64_4x1x163840_causal", "fwd"),
                     ("h200", "flashref", "check96_64_8x1x146432_causal", "fwd"),
                     ("h200", "flashref2", "check96_160_4x3x73084_causal", "fwd"),
                     # and check106's (blind): kernel 3's at 2 x 2 x 139264 (+28%; today's model +10%)
-                    ("h200", "flashref", "check106_64_2x2x139264_causal", "fwd")}
+                    ("h200", "flashref", "check106_64_2x2x139264_causal", "fwd"),
+                    # and check119's (blind): kernel 3's at 1 x 4 x 200704 (+34%; today's model +19%) and 4 x 2 x
+                    # 145408 (+27%; today's model +8%)
+                    *(("h200", "flashref", f"check119_64_{shape}_causal", "fwd") for shape in ("1x4x200704",
+                                                                                                 "4x2x145408"))}
 
 
 # The SM drift's own capacity in a rolling grid (C_rdrift): fitted on every rolling row recorded before check22 (the
@@ -1338,7 +1347,13 @@ SWAVES_HELD_MISSES = {
     # and check111's (blind): the d = 128 walk at 1 x 2 x 41984, two heads of 20.5 MiB (+36%), as check102's
     ("h200", "sdpa_flash", "check111_128_1x2x41984_causal", "fwd"),
     # and check116's causal d = 32 forward+backward at 2 x 1 x 122037 (blind; +42%, forward -21%)
-    ("h200", "sdpa_flash", "check116_32_2x1x122037_causal", "fwd_bwd")}
+    ("h200", "sdpa_flash", "check116_32_2x1x122037_causal", "fwd_bwd"),
+    # and check120-check122's (blind): the d = 64 walk at 1 x 6 x 133120 (+28%), 2 x 3 x 119808 (+39%) and 1 x 3 x
+    # 78848 (-27%), forward+backward within 12%, and the d = 128 walk at 2 x 1 x 66560, two heads of 32.5 MiB (+43%,
+    # forward+backward +31%), as check102's
+    ("h200", "sdpa_flash", "check120_64_1x6x133120_causal", "fwd"),
+    *(("h200", "sdpa_flash", f"check121_64_{shape}_causal", "fwd") for shape in ("2x3x119808", "1x3x78848")),
+    *(("h200", "sdpa_flash", "check122_128_2x1x66560_causal", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -2628,7 +2643,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check117", rule={}) + _both_gpus("check118", rule={})
                  + _both_gpus("padded", rule={})
                  # padded2 (aimed: the edges of dram's caveat on padded head dims; the H200)
-                 + _both_gpus("padded2", rule={}))
+                 + _both_gpus("padded2", rule={})
+                 # check119-check122: the next four seeds' draws (today's model; the H200)
+                 + _both_gpus("check119", rule={}) + _both_gpus("check120", rule={})
+                 + _both_gpus("check121", rule={}) + _both_gpus("check122", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3199,6 +3217,15 @@ PREREGISTERED_MISSES = {
         ("160_2x5x49152", "fwd_bwd"), ("160_2x5x65536", "fwd"), ("160_2x5x65536", "fwd_bwd"),
         ("160_2x5x81920", "fwd"), ("160_2x5x81920", "fwd_bwd"), ("224_2x5x57344", "fwd"), ("224_2x5x57344", "fwd_bwd"),
         ("176_1x1x131072", "fwd_bwd"))),
+    # check119-check122 (blind), 206 of 214. Kernel 2's non-causal d = 96 forward at 8 x 5 x 36373 (+29%);
+    # FlashAttention-2's causal d = 64 forwards at 1 x 6 x 133120 (+28%), 2 x 3 x 119808 (+39%) and 1 x 3 x 78848
+    # (-27%), its causal d = 128 at 2 x 1 x 66560 (+43%, forward+backward +31%), and its non-causal d = 256 at
+    # 2 x 5 x 193126, its own head dim, ten heads of 189 MiB (851 GB against 46.2, -95%; forward+backward -90%)
+    ("h200", "flashref2", "check119_96_8x5x36373", "fwd"),
+    ("h200", "sdpa_flash", "check120_64_1x6x133120_causal", "fwd"),
+    *(("h200", "sdpa_flash", f"check121_64_{shape}_causal", "fwd") for shape in ("2x3x119808", "1x3x78848")),
+    *(("h200", "sdpa_flash", f"check122_{shape}", mode) for shape in ("128_2x1x66560_causal", "256_2x5x193126")
+      for mode in ("fwd", "fwd_bwd")),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}
