@@ -1894,6 +1894,50 @@ CHECK122 = [
     ('check122_64_1x1x95232', 1, 1, 95232, 64, False),
 ]
 
+
+# apart256 (aimed, not drawn; two rounds, --repeat 2, SDPA flash alone), after check122: FlashAttention-2's non-causal
+# d = 256 forward at 2 x 5 x 193126, its kernel's own head dim, read 851 GB where the lockstep passes read 46 (check122,
+# blind), and padded's d = 256 at 2 x 5 x 131072 1.3x and 2.4x in its two rounds. Does that call come apart again,
+# and how does it move with the heads (one, two, five, ten), the length (131072, 163840), and the kernel (d = 192 and
+# d = 128 with the same K and V bytes a head, 189 MiB)? Predicted for both GPUs before any GPU measured them
+APART256 = ([(f"apart256_256_{shape}", *dims, 256, False) for shape, dims in (
+                ("2x5x193126", (2, 5, 193126)), ("1x1x193126", (1, 1, 193126)), ("1x2x193126", (1, 2, 193126)),
+                ("1x5x193126", (1, 5, 193126)), ("2x5x163840", (2, 5, 163840)), ("2x5x131072", (2, 5, 131072)))]
+            + [("apart256_192_2x5x257501", 2, 5, 257501, 192, False),
+               ("apart256_128_2x5x386252", 2, 5, 386252, 128, False)])
+
+# check123-check124: draw_validation(20261309-20261310, "checkNN", many=0, few=0, long=8), after apart256; predicted
+# for both GPUs before any GPU measured them
+CHECK123 = [
+    ('check123_192_4x12x4399x12641', 4, 12, (4399, 12641), 192, False),
+    ('check123_256_8x12x21231', 8, 12, 21231, 256, False),
+    ('check123_256_4x3x78922_causal', 4, 3, 78922, 256, True),
+    ('check123_80_4x5x2874', 4, 5, 2874, 80, False),
+    ('check123_128_1x3x69632_causal', 1, 3, 69632, 128, True),
+    ('check123_64_1x4x37888_causal', 1, 4, 37888, 64, True),
+    ('check123_128_1x8x56320', 1, 8, 56320, 128, False),
+    ('check123_64_1x1x269312', 1, 1, 269312, 64, False),
+    ('check123_128_1x8x254976_causal', 1, 8, 254976, 128, True),
+    ('check123_64_2x3x164864_causal', 2, 3, 164864, 64, True),
+    ('check123_64_2x1x281600_causal', 2, 1, 281600, 64, True),
+    ('check123_128_1x3x308224_causal', 1, 3, 308224, 128, True),
+]
+
+CHECK124 = [
+    ('check124_160_4x3x6363x4502', 4, 3, (6363, 4502), 160, False),
+    ('check124_80_2x7x6882', 2, 7, 6882, 80, False),
+    ('check124_96_2x6x17828_causal', 2, 6, 17828, 96, True),
+    ('check124_192_1x16x31521', 1, 16, 31521, 192, False),
+    ('check124_128_1x4x47104_causal', 1, 4, 47104, 128, True),
+    ('check124_64_2x3x93184_causal', 2, 3, 93184, 64, True),
+    ('check124_64_2x2x34816', 2, 2, 34816, 64, False),
+    ('check124_128_2x1x51200_causal', 2, 1, 51200, 128, True),
+    ('check124_128_1x2x384000_causal', 1, 2, 384000, 128, True),
+    ('check124_64_1x5x92160_causal', 1, 5, 92160, 64, True),
+    ('check124_128_1x4x40960_causal', 1, 4, 40960, 128, True),
+    ('check124_64_1x6x268288_causal', 1, 6, 268288, 64, True),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1950,7 +1994,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check106": CHECK106, "check107": CHECK107, "check108": CHECK108, "check109": CHECK109, "check110": CHECK110,
           "check111": CHECK111, "check112": CHECK112, "check113": CHECK113, "check114": CHECK114, "apart160": APART160,
           "check115": CHECK115, "check116": CHECK116, "check117": CHECK117, "check118": CHECK118, "padded": PADDED,
-          "padded2": PADDED2, "check119": CHECK119, "check120": CHECK120, "check121": CHECK121, "check122": CHECK122}
+          "padded2": PADDED2, "check119": CHECK119, "check120": CHECK120, "check121": CHECK121, "check122": CHECK122,
+          "apart256": APART256, "check123": CHECK123, "check124": CHECK124}
 
 
 def lengths(N):
