@@ -723,7 +723,14 @@ def test_drift_ramp_held_out_within_25_percent(impl, shape, mode, kw, measured, 
     apart further (below), so its bound is wider."""
     err = iomodel.dram(impl, mode, **kw, gpu=gpu).total_bytes / measured - 1
     bound = 0.99 if (gpu, impl, shape) in CAME_APART else 0.5  # (check112's came apart to 37x the model: -97%)
+    if (gpu, impl, shape) in LONE_HEAD_READS_LESS:
+        bound = 0.6
     _within_25_percent(err, (gpu, impl, shape, mode), RAMP_HELD_MISSES, bound)
+
+
+# A lone d = 256 head far past the knee reads less than the model (apart256's one head of 193126, 2.6 GB forward where
+# the model says 4.0: +56%), as the d = 256 walk's one and two heads do in the causal walk (heads256, below)
+LONE_HEAD_READS_LESS = {("h200", "sdpa_flash", "apart256_256_1x1x193126")}
 
 
 # FlashAttention-2's non-causal d = 128 forward at 8 x 1 x 262144 (check56, blind): the H200 read 18.9 GB, kernel 3
@@ -769,7 +776,15 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
                                                                           "224_2x5x57344")),
               # and check122's d = 256 forward at 2 x 5 x 193126 on the H200 (blind): 851 GB, the model 46.2 (-95%;
               # forward+backward 1.97 TB, -90%), the kernel's own head dim, ten heads of 189 MiB
-              ("h200", "sdpa_flash", "check122_256_2x5x193126")}
+              ("h200", "sdpa_flash", "check122_256_2x5x193126"),
+              # and apart256's, aimed at it (two rounds each, the median here): that call again (775 and 1210 GB
+              # forward), five heads of it (90 and 152 GB against 22.9), ten heads of 163840 and 131072 (284-493 GB
+              # against 32.9; 146 and 161 GB against 20.9, where padded measured 27 and 51), and the d = 192 and 128
+              # kernels with as many K and V bytes a head (189 MiB, ten heads): 95-115 GB against 33.5, 394-431 GB
+              # against 46.2; one head and two held (the forward's waves: figures/gpu/NOTES-l2.md, "Forty-fifth round")
+              *(("h200", "sdpa_flash", f"apart256_{shape}") for shape in (
+                  "256_2x5x193126", "256_1x5x193126", "256_2x5x163840", "256_2x5x131072", "192_2x5x257501",
+                  "128_2x5x386252"))}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -844,7 +859,14 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                         ("160_2x5x81920", "fwd"), ("160_2x5x81920", "fwd_bwd"), ("224_2x5x57344", "fwd"),
                         ("224_2x5x57344", "fwd_bwd"), ("176_1x1x131072", "fwd_bwd"))),
                     # and check122's d = 256 wave at 2 x 5 x 193126 (blind; CAME_APART: -95%, forward+backward -90%)
-                    *(("h200", "sdpa_flash", "check122_256_2x5x193126", mode) for mode in ("fwd", "fwd_bwd"))}
+                    *(("h200", "sdpa_flash", "check122_256_2x5x193126", mode) for mode in ("fwd", "fwd_bwd")),
+                    # and apart256's (CAME_APART: -68% to -95% forward, -24% to -90% forward+backward) and its lone
+                    # d = 256 head's forward (+56%: LONE_HEAD_READS_LESS)
+                    *(("h200", "sdpa_flash", f"apart256_{shape}", mode) for shape in (
+                        "256_2x5x193126", "256_1x5x193126", "256_2x5x163840", "256_2x5x131072", "128_2x5x386252")
+                      for mode in ("fwd", "fwd_bwd")),
+                    ("h200", "sdpa_flash", "apart256_192_2x5x257501", "fwd"),
+                    ("h200", "sdpa_flash", "apart256_256_1x1x193126", "fwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1353,7 +1375,12 @@ SWAVES_HELD_MISSES = {
     # forward+backward +31%), as check102's
     ("h200", "sdpa_flash", "check120_64_1x6x133120_causal", "fwd"),
     *(("h200", "sdpa_flash", f"check121_64_{shape}_causal", "fwd") for shape in ("2x3x119808", "1x3x78848")),
-    *(("h200", "sdpa_flash", "check122_128_2x1x66560_causal", mode) for mode in ("fwd", "fwd_bwd"))}
+    *(("h200", "sdpa_flash", "check122_128_2x1x66560_causal", mode) for mode in ("fwd", "fwd_bwd")),
+    # and check123's and check124's (blind): the d = 128 walk at 1 x 3 x 69632 (+26%) and 1 x 4 x 47104 (-29%), and
+    # the d = 64 walk at 2 x 3 x 93184 (+29%); forward+backward within
+    ("h200", "sdpa_flash", "check123_128_1x3x69632_causal", "fwd"),
+    ("h200", "sdpa_flash", "check124_128_1x4x47104_causal", "fwd"),
+    ("h200", "sdpa_flash", "check124_64_2x3x93184_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -2648,7 +2675,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("padded2", rule={})
                  # check119-check122: the next four seeds' draws (today's model; the H200)
                  + _both_gpus("check119", rule={}) + _both_gpus("check120", rule={})
-                 + _both_gpus("check121", rule={}) + _both_gpus("check122", rule={}))
+                 + _both_gpus("check121", rule={}) + _both_gpus("check122", rule={})
+                 # apart256 (aimed: check122's d = 256 walk again, by heads, length and kernel), check123-check124
+                 # (blind); today's model, the H200
+                 + _both_gpus("apart256", rule={}) + _both_gpus("check123", rule={}) + _both_gpus("check124", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3228,6 +3258,19 @@ PREREGISTERED_MISSES = {
     *(("h200", "sdpa_flash", f"check121_64_{shape}_causal", "fwd") for shape in ("2x3x119808", "1x3x78848")),
     *(("h200", "sdpa_flash", f"check122_{shape}", mode) for shape in ("128_2x1x66560_causal", "256_2x5x193126")
       for mode in ("fwd", "fwd_bwd")),
+    # apart256 (aimed, two rounds): check122's call came apart again (-95%, forward+backward -90%), and so did five and
+    # ten heads at 131072-193126 and the d = 192 and 128 kernels at 189 MiB a head (-68% to -91% forward; -24% to -83%
+    # forward+backward, d = 192's forward+backward within); one head of 193126 read less than the model (+56%), two
+    # held
+    *(("h200", "sdpa_flash", f"apart256_{shape}", mode) for shape in (
+        "256_2x5x193126", "256_1x5x193126", "256_2x5x163840", "256_2x5x131072", "128_2x5x386252")
+      for mode in ("fwd", "fwd_bwd")),
+    ("h200", "sdpa_flash", "apart256_192_2x5x257501", "fwd"),
+    ("h200", "sdpa_flash", "apart256_256_1x1x193126", "fwd"),
+    # check123-check124 (blind), 97 of 100: FlashAttention-2's causal forwards at d = 128, 1 x 3 x 69632 (+26%) and
+    # 1 x 4 x 47104 (-29%), and at d = 64, 2 x 3 x 93184 (+29%)
+    ("h200", "sdpa_flash", "check123_128_1x3x69632_causal", "fwd"),
+    *(("h200", "sdpa_flash", f"check124_{shape}_causal", "fwd") for shape in ("128_1x4x47104", "64_2x3x93184")),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

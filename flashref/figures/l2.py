@@ -34,6 +34,10 @@ beside them: ``iomodel.dram.staggered_scan_bytes``).
 run: kernel 3's d = 64 DRAM bytes against N with the model with and without the rolling grid's own knee
 (``C_roll``, ``kappa_roll``), and measured over predicted for every row, fit set and held out.
 
+``l2_scorecard``: every recorded row of both GPUs (``iomodel.l2score``, ``python -m flashref l2-score``) against
+the model: rows within ±25% and the mean error, by kernel class. Notebook 08 reads its CSV rather than predicting
+the nine thousand rows again (a quarter of its time).
+
 ``l2_rules``: what each rule of the model buys. Every recorded row of both GPUs (``iomodel.l2score``), predicted
 with the whole model and with each rule off in turn (its switch gives back the model before it): the rows each rule
 brings within ±25%, over every row and over the runs held out of its fit, beside the fitted numbers it costs.
@@ -534,11 +538,37 @@ def rules_plot(rows):
     return fig
 
 
+def scorecard_data():
+    """``l2score.scorecard`` of every recorded row: per kernel class (and all), rows, rows within ±25%, the mean and
+    largest |error|."""
+    rows = l2score.recorded_rows()
+    return l2score.scorecard(rows, l2score.errors(rows))
+
+
+def scorecard_plot(rows):
+    fig, axes = figure(f"The three-level model against every recorded Nsight Compute measurement (H100 and H200): "
+                       f"{rows[-1]['within']} of {rows[-1]['rows']} within ±25%", ncols=2, width=12, height=3.6)
+    classes = rows[:-1]  # the last row is "all"
+    y = np.arange(len(classes))[::-1]
+    ax = axes.flat[0]
+    bars = ax.barh(y, [r["within"] / r["rows"] for r in classes], color=COLORS["flash"])
+    ax.bar_label(bars, [f"{r['within']} of {r['rows']}" for r in classes], fontsize=7)
+    ax.set_yticks(y, [r["kernel"] for r in classes], fontsize=8)
+    ax.set(xlabel="share of rows within ±25%", xlim=(0, 1.15))
+    ax = axes.flat[1]
+    bars = ax.barh(y, [100 * r["mean"] for r in classes], color=COLORS["flashref"])
+    ax.bar_label(bars, [f"{100 * r['mean']:.1f}%" for r in classes], fontsize=7)
+    ax.set_yticks(y, [r["kernel"] for r in classes], fontsize=8)
+    ax.set(xlabel="mean |predicted / measured - 1| (%)")
+    return fig
+
+
 FIGURES = [
     Figure("l2_figure2_table", figure2_l2_data, figure2_l2_plot),
     Figure("l2_knee_sweep", knee_data, knee_plot),
     Figure("l2_past_the_knee", past_knee_data, past_knee_plot),
     Figure("l2_heads_side_by_side", heads_data, heads_plot),
     Figure("l2_rolling_knee", rolling_data, rolling_plot),
+    Figure("l2_scorecard", scorecard_data, scorecard_plot),
     Figure("l2_rules", rules_data, rules_plot),
 ]

@@ -403,22 +403,25 @@ PADDED_APART = ("FlashAttention-2 at a head dim its kernel pads (d = {d} on its 
 # flashref's kernel 2 (where kernel 3 cannot run: kernel3_tiles) has no barrier between its rounds of tiles, and near
 # and past the knee its non-causal walk keeps the lockstep at some calls and leaves it at others, by amounts that move
 # from run to run (check6x, check71, knee32, apart160; README, "What the model cannot say"): with one head's K and V
-# at least half the L2, 35 of the 172 recorded rows read more than 4/3 of the prediction, up to 53x (below half, 526
-# rows, at most 2.4x). Its causal walk there read at most 1.3x the prediction (130 rows).
+# at least half the L2, 35 of the 172 recorded rows read more than 4/3 of the prediction, up to 53x (below half, 538
+# rows, at most 2.4x). Its causal walk there read at most 1.3x the prediction (132 rows).
 KERNEL2_APART = ("flashref's kernel 2 (where kernel 3 cannot run), non-causal, one head's K and V ({kv:.0f} MiB) at "
                  "least half the L2 ({l2:.0f} MiB): with no barrier between its rounds its waves came apart at some "
                  "such calls, up to 53x this lockstep prediction; read it as a lower bound")
-# FlashAttention-2's non-causal walks at its kernels' own head dims, one head's K and V at least the L2: the model's
-# passes (the lockstep waves, their drift, the backward's passes that come apart: apart_rule) hold most such calls, and
-# at some the waves came apart further, by amounts that change from call to call and run to run (CAME_APART in
-# tests/test_l2.py; check18's six rounds of one call measured 8.7-48.8 GB): 52 of the 374 recorded rows read more
-# than 4/3 of the prediction, up to 18x (check122's ten d = 256 heads of 189 MiB) in the forward and 10x in the
-# forward+backward, and none less than 0.64 of it. Below the L2, 11 of 1282 rows read more than 4/3 of it, at most
-# 3.4x (the d = 64 backward at 56 MiB a head, where apart_rule's passes start). Marked, not modelled: no rule found
-# follows which calls come apart.
-FA2_APART = ("FlashAttention-2, non-causal, one head's K and V ({kv:.0f} MiB) at least the L2 ({l2:.0f} MiB): its "
-             "waves came apart at some such calls (one recorded row in seven), up to 18x this prediction (forward) "
-             "and 10x (forward+backward)")
+# FlashAttention-2's non-causal walks at its kernels' own head dims, with one head's K and V at least the L2, come
+# apart the further the longer the grid runs (figures/gpu/NOTES-l2.md, "Forty-fifth round"): the model's passes (the
+# lockstep waves, their drift, the backward's passes that come apart: apart_rule) hold such calls whose forward runs
+# fewer than FA2_APART_WAVES waves of CTAs (one of 172 recorded rows over 4/3 of the prediction, 1.37x), and past it
+# 62 of 220 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
+# MiB, 114 waves) and 10x in the forward+backward, none less than 0.75 of it. How far apart moves from run to run
+# (check18's six rounds of one call at 31 waves: 8.7-48.8 GB; padded's d = 256 call 1.3x and 2.4x, apart256's rounds
+# of it 7.0x and 7.7x) and between calls of one size (four heads of 393216 at d = 128, split 4 x 1, 2 x 2, 1 x 4:
+# 4.1x, 1.2x, 1.2x): no rule found follows it. The waves are a number read off the recorded rows, not fitted to bytes.
+FA2_APART_WAVES = 24
+FA2_APART = ("FlashAttention-2, non-causal, one head's K and V ({kv:.0f} MiB) at least the L2 ({l2:.0f} MiB) and "
+             "{waves:.0f} waves of CTAs in its forward (at least " + str(FA2_APART_WAVES) + "): its waves came apart "
+             "at 62 of the 220 recorded such calls (over 4/3 of this prediction), the further the more waves, up to "
+             "21x (forward) and 10x (forward+backward)")
 
 
 def caveats(impl, *, B, H, Nq, Nk, d, causal, gpu, dtype_bytes=2):
@@ -434,7 +437,10 @@ def caveats(impl, *, B, H, Nq, Nk, d, causal, gpu, dtype_bytes=2):
     if impl == "flashref2" or (impl == "flashref" and kernel3_tiles(d, Nq, Nk, causal, dtype_bytes, B * H)[0] is None):
         return (KERNEL2_APART.format(kv=kv / MB, l2=l2 / MB),)
     if impl == "sdpa_flash" and kv >= l2:
-        return (FA2_APART.format(kv=kv / MB, l2=l2 / MB),)
+        k = S.fa2_fwd(B * H, Nq, Nk, d, e=dtype_bytes, sms=preset(gpu).sms)
+        waves = k.heads * k.ctas_per_head / k.resident  # the forward grid's CTAs over those resident at once
+        if waves >= FA2_APART_WAVES:
+            return (FA2_APART.format(kv=kv / MB, l2=l2 / MB, waves=waves),)
     return ()
 
 

@@ -287,7 +287,8 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "check103", "check104", "check105", "check106", "check107", "check108",
                       "check109", "check110", "check111", "check112", "check113", "check114",
                       "apart160", "check115", "apart160r", "check116", "check117", "check118", "padded",
-                      "padded2", "check119", "check120", "check121", "check122")
+                      "padded2", "check119", "check120", "check121", "check122", "apart256", "check123",
+                      "check124")
 
 
 def runs_from(first: str) -> tuple:
