@@ -187,6 +187,16 @@ def test_cli_rules_prints_the_ablation(capsys, tmp_path):
     assert f"whole model: {sum(abs(e) <= L.BAND for e in L.errors(small))} within" in out
 
 
+def test_scored_is_errors_and_what_the_ablation_reads():
+    # one pass over the rows gives the scorecard's errors and the ablation's reads (the figures command draws both)
+    small = L.recorded_rows(gpus=("h200",))[:30]
+    errs, reads = L.scored(small)
+    assert np.array_equal(errs, L.errors(small)) and len(reads) == len(small)
+    assert L.ablation(small, errs, rules=L.RULES[:2], reads=reads) == L.ablation(small, rules=L.RULES[:2])
+    with pytest.raises(ValueError, match="reads"):
+        L.ablation(small, errs, rules=L.RULES[:1], reads=reads[:-1])
+
+
 def test_cli_names_a_bad_folder(capsys, tmp_path):
     # (what it prints for the recorded runs: test_out_of_reach_on_the_recorded_runs_bounds_the_scorecard)
     with pytest.raises(SystemExit):

@@ -45,6 +45,7 @@ brings within ±25%, over every row and over the runs held out of its fit, besid
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from pathlib import Path
@@ -515,7 +516,8 @@ def rolling_plot(rows):
 def rules_data():
     """One row per rule of the model (``l2score.ablation``, on every recorded row): rows within ±25% with the
     model whole and with the rule off, over every row and over the runs held out of the rule's fit."""
-    return l2score.ablation(l2score.recorded_rows())
+    rows, errs, reads = _scored()
+    return l2score.ablation(rows, errs, reads=reads)
 
 
 def rules_plot(rows):
@@ -538,11 +540,19 @@ def rules_plot(rows):
     return fig
 
 
+@functools.lru_cache(maxsize=1)
+def _scored():
+    """Every recorded row, its error and what its prediction read (``l2score.scored``): predicted once a process,
+    for l2_scorecard and l2_rules both (15-20 s on two cores each time)."""
+    rows = l2score.recorded_rows()
+    return (rows, *l2score.scored(rows))
+
+
 def scorecard_data():
     """``l2score.scorecard`` of every recorded row: per kernel class (and all), rows, rows within ±25%, the mean and
     largest |error|."""
-    rows = l2score.recorded_rows()
-    return l2score.scorecard(rows, l2score.errors(rows))
+    rows, errs, _ = _scored()
+    return l2score.scorecard(rows, errs)
 
 
 def scorecard_plot(rows):

@@ -1894,7 +1894,6 @@ CHECK122 = [
     ('check122_64_1x1x95232', 1, 1, 95232, 64, False),
 ]
 
-
 # apart256 (aimed, not drawn; two rounds, --repeat 2, SDPA flash alone), after check122: FlashAttention-2's non-causal
 # d = 256 forward at 2 x 5 x 193126, its kernel's own head dim, read 851 GB where the lockstep passes read 46 (check122,
 # blind), and padded's d = 256 at 2 x 5 x 131072 1.3x and 2.4x in its two rounds. Does that call come apart again,

@@ -534,7 +534,7 @@ def recorded_runs(folder, gpus=("h100", "h200"), skip=lambda name: False):
 
 
 # Each recorded run's JSON by the digest of its bytes. The scorecard, each rule's held-out rows and notebook 08 read
-# the same 500 files several times over (parsing them took 3 s of notebook 08's 45); reading the bytes is cheap, and
+# the same 180 files several times over (parsing them took 3 s of notebook 08's 45); reading the bytes is cheap, and
 # a file rewritten since hashes anew. Callers read a run and never change it.
 _PARSED: dict[bytes, dict] = {}
 

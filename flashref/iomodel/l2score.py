@@ -287,15 +287,25 @@ def _moves(off, whole, read) -> bool:
     return any(off.get(name, _ABSENT) != whole.get(name, _ABSENT) for name in read)
 
 
-def ablation(rows, errs=None, rules=ABLATED) -> list[dict]:
+def scored(rows) -> tuple[np.ndarray, list]:
+    """One pass of the model over ``rows``: each row's error with the model whole (as :func:`errors`) and what its
+    prediction read, which :func:`ablation` takes as ``reads``: the scorecard and the ablation from one prediction
+    of each row (the figures command draws both)."""
+    reads = [_reads(r) for r in rows]
+    return np.array([e for e, _, _ in reads]), reads
+
+
+def ablation(rows, errs=None, rules=ABLATED, reads=None) -> list[dict]:
     """For each rule: the rows within the band with the model whole and with that rule off, over every row and
     over the runs held out of the rule's fit. A row is predicted again only where the rule can change it: a row of
     the rule's implementations (a rule changes no other kernel; tests/test_l2score.py checks it) whose prediction
     read a parameter the rule off changes (``dram.dram_reads``: a prediction that never read a name is the same
-    whatever its value)."""
+    whatever its value). ``reads``: :func:`scored`'s, where the caller has them."""
     if errs is not None:
         errs = _check_errs(rows, errs)
-    return _ablation(rows, errs, rules, [_reads(r) for r in rows])
+    if reads is not None and len(reads) != len(rows):
+        raise ValueError(f"reads: expected one per row ({len(rows)}), got {len(reads)}")
+    return _ablation(rows, errs, rules, [_reads(r) for r in rows] if reads is None else reads)
 
 
 def _ablation(rows, errs, rules, reads) -> list[dict]:
