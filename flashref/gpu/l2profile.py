@@ -1937,6 +1937,15 @@ CHECK124 = [
     ('check124_64_1x6x268288_causal', 1, 6, 268288, 64, True),
 ]
 
+# waves256 (aimed, not drawn; two rounds, SDPA flash alone), after check124: apart256 found FlashAttention-2's
+# non-causal walks past the L2 coming apart with more heads, which also means more waves of CTAs, and iomodel.dram's
+# caveat (FA2_APART) names the waves. Here the heads and the K and V a head stay (ten heads of 189 MiB, d = 256 and
+# d = 128) and the queries, so the waves, change: 14, 29 and 57 waves in the forward (Nq = 24141, 48282 and 96563 at
+# d = 256; twice those at d = 128, whose 128-row blocks halve the CTAs). Predicted for both GPUs before any GPU
+# measured them
+WAVES256 = ([(f"waves256_256_2x5x{Nq}x193126", 2, 5, (Nq, 193126), 256, False) for Nq in (24141, 48282, 96563)]
+            + [(f"waves256_128_2x5x{Nq}x386252", 2, 5, (Nq, 386252), 128, False) for Nq in (48282, 96563, 193126)])
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -1994,7 +2003,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check111": CHECK111, "check112": CHECK112, "check113": CHECK113, "check114": CHECK114, "apart160": APART160,
           "check115": CHECK115, "check116": CHECK116, "check117": CHECK117, "check118": CHECK118, "padded": PADDED,
           "padded2": PADDED2, "check119": CHECK119, "check120": CHECK120, "check121": CHECK121, "check122": CHECK122,
-          "apart256": APART256, "check123": CHECK123, "check124": CHECK124}
+          "apart256": APART256, "check123": CHECK123, "check124": CHECK124,
+          "waves256": WAVES256}
 
 
 def lengths(N):
