@@ -784,7 +784,11 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               # against 46.2; one head and two held (the forward's waves: figures/gpu/NOTES-l2.md, "Forty-fifth round")
               *(("h200", "sdpa_flash", f"apart256_{shape}") for shape in (
                   "256_2x5x193126", "256_1x5x193126", "256_2x5x163840", "256_2x5x131072", "192_2x5x257501",
-                  "128_2x5x386252"))}
+                  "128_2x5x386252")),
+              # and waves256's, aimed at the forward's waves (ten heads of 189 MiB, fewer queries): at d = 256 with 29
+              # and 57 waves (29 and 212 GB against 12.5 and 23.9), at d = 128 with 57 (57 GB against 23.9)
+              *(("h200", "sdpa_flash", f"waves256_{shape}") for shape in (
+                  "256_2x5x48282x193126", "256_2x5x96563x193126", "128_2x5x193126x386252"))}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -866,7 +870,15 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                         "256_2x5x193126", "256_1x5x193126", "256_2x5x163840", "256_2x5x131072", "128_2x5x386252")
                       for mode in ("fwd", "fwd_bwd")),
                     ("h200", "sdpa_flash", "apart256_192_2x5x257501", "fwd"),
-                    ("h200", "sdpa_flash", "apart256_256_1x1x193126", "fwd")}
+                    ("h200", "sdpa_flash", "apart256_256_1x1x193126", "fwd"),
+                    # and waves256's: the d = 256 walk at 14 waves read less than the model (+37%, forward+backward
+                    # -8%), at 29 and 57 waves more (-57% and -89%; forward+backward -38% and -74%), the d = 128 walk at
+                    # 29 and 57 waves (-28% and -58%; forward+backward -11% and -25%)
+                    *(("h200", "sdpa_flash", f"waves256_{shape}", mode) for shape, mode in (
+                        ("256_2x5x24141x193126", "fwd"), ("256_2x5x48282x193126", "fwd"),
+                        ("256_2x5x48282x193126", "fwd_bwd"), ("256_2x5x96563x193126", "fwd"),
+                        ("256_2x5x96563x193126", "fwd_bwd"), ("128_2x5x96563x386252", "fwd"),
+                        ("128_2x5x193126x386252", "fwd"), ("128_2x5x193126x386252", "fwd_bwd")))}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -2678,7 +2690,9 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check121", rule={}) + _both_gpus("check122", rule={})
                  # apart256 (aimed: check122's d = 256 walk again, by heads, length and kernel), check123-check124
                  # (blind); today's model, the H200
-                 + _both_gpus("apart256", rule={}) + _both_gpus("check123", rule={}) + _both_gpus("check124", rule={}))
+                 + _both_gpus("apart256", rule={}) + _both_gpus("check123", rule={}) + _both_gpus("check124", rule={})
+                 # waves256 (aimed: the forward's waves at ten heads of 189 MiB; the H200)
+                 + _both_gpus("waves256", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3271,6 +3285,13 @@ PREREGISTERED_MISSES = {
     # 1 x 4 x 47104 (-29%), and at d = 64, 2 x 3 x 93184 (+29%)
     ("h200", "sdpa_flash", "check123_128_1x3x69632_causal", "fwd"),
     *(("h200", "sdpa_flash", f"check124_{shape}_causal", "fwd") for shape in ("128_1x4x47104", "64_2x3x93184")),
+    # waves256 (aimed, two rounds): with the heads and the K and V a head held, the fewer the waves the closer: at 14
+    # the d = 256 forward read less than the model (+37%) and the d = 128 one held (-10%); at 29 waves -57% and -28%,
+    # at 57 -89% and -58% (forward+backward -38% to -74% at d = 256, -25% at d = 128 and 57 waves)
+    *(("h200", "sdpa_flash", f"waves256_{shape}", mode) for shape, mode in (
+        ("256_2x5x24141x193126", "fwd"), ("256_2x5x48282x193126", "fwd"), ("256_2x5x48282x193126", "fwd_bwd"),
+        ("256_2x5x96563x193126", "fwd"), ("256_2x5x96563x193126", "fwd_bwd"), ("128_2x5x96563x386252", "fwd"),
+        ("128_2x5x193126x386252", "fwd"), ("128_2x5x193126x386252", "fwd_bwd"))),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

@@ -411,16 +411,19 @@ KERNEL2_APART = ("flashref's kernel 2 (where kernel 3 cannot run), non-causal, o
 # FlashAttention-2's non-causal walks at its kernels' own head dims, with one head's K and V at least the L2, come
 # apart the further the longer the grid runs (figures/gpu/NOTES-l2.md, "Forty-fifth round"): the model's passes (the
 # lockstep waves, their drift, the backward's passes that come apart: apart_rule) hold such calls whose forward runs
-# fewer than FA2_APART_WAVES waves of CTAs (one of 172 recorded rows over 4/3 of the prediction, 1.37x), and past it
-# 62 of 220 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
-# MiB, 114 waves) and 10x in the forward+backward, none less than 0.75 of it. How far apart moves from run to run
+# fewer than FA2_APART_WAVES waves of CTAs (one of 176 recorded rows over 4/3 of the prediction, 1.37x), and past it
+# 69 of 228 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
+# MiB, 114 waves) and 10x in the forward+backward, none less than 0.75 of it. waves256, aimed at the condition with
+# the heads and the K and V a head held (ten heads of 189 MiB) and fewer queries, found it: at 14 waves the forward
+# read 0.7x (d = 256) and 1.1x (d = 128) the model, at 29 waves 1.3-3.4x and 1.3-1.5x, at 57 waves 8.8-9.0x and
+# 1.6-3.2x (apart256, 114 waves: 17-26x and 8.5-9.3x). How far apart moves from run to run
 # (check18's six rounds of one call at 31 waves: 8.7-48.8 GB; padded's d = 256 call 1.3x and 2.4x, apart256's rounds
 # of it 7.0x and 7.7x) and between calls of one size (four heads of 393216 at d = 128, split 4 x 1, 2 x 2, 1 x 4:
 # 4.1x, 1.2x, 1.2x): no rule found follows it. The waves are a number read off the recorded rows, not fitted to bytes.
 FA2_APART_WAVES = 24
 FA2_APART = ("FlashAttention-2, non-causal, one head's K and V ({kv:.0f} MiB) at least the L2 ({l2:.0f} MiB) and "
              "{waves:.0f} waves of CTAs in its forward (at least " + str(FA2_APART_WAVES) + "): its waves came apart "
-             "at 62 of the 220 recorded such calls (over 4/3 of this prediction), the further the more waves, up to "
+             "at 69 of the 228 recorded such calls (over 4/3 of this prediction), the further the more waves, up to "
              "21x (forward) and 10x (forward+backward)")
 
 
