@@ -345,9 +345,9 @@ def test_caveats_mark_the_calls_whose_waves_came_apart(rows, errs, predicted):
         assert len(p.caveats) <= 1
         if p.caveats:
             assert not kw["causal"] and r.kernel in ("sdpa_flash", "kernel 2"), r
-            kind = {"FlashAttention-2 at": "padded", "flashref's kernel 2": "kernel 2",
-                    "FlashAttention-2, ": "own"}[next(k for k in ("FlashAttention-2 at", "flashref's kernel 2",
-                                                                  "FlashAttention-2, ") if p.caveats[0].startswith(k))]
+            text = p.caveats[0]  # which sentence: PADDED_APART, KERNEL2_APART or FA2_APART
+            kind = ("padded" if text.startswith("FlashAttention-2 at") else "kernel 2"
+                    if text.startswith("flashref's kernel 2") else "own")
             want = "padded" if padded else "kernel 2" if r.kernel == "kernel 2" else "own"
             assert kind == want, r
             assert (kv if kind == "own" else 2 * kv) >= D.preset(r.gpu).capacity, r
