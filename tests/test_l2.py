@@ -2179,7 +2179,7 @@ def test_profile_l2_splits_kernels_at_markers():
 
 
 def test_draw_validation_keeps_its_rule():
-    """check64, check65, check67, check68, check70 and check72-check124 are draw_validation's sets for their seeds,
+    """check64, check65, check67, check68, check70 and check72-check126 are draw_validation's sets for their seeds,
     and any draw keeps check41's, check52's and check70's rules: shapes of many heads at short N (until check103
     took the last), few heads at long N (from the grid, or by check70's rule at N a multiple of 1024 in LONG_N),
     2^16 <= B·H·N <= 2^21, four corners of other head dims and lengths no tile divides (Nq != Nk never causal), none
@@ -2243,6 +2243,8 @@ def test_draw_validation_keeps_its_rule():
     assert lp.draw_validation(20261308, "check122", many=0, few=0, long=8) == lp.CHECK122
     assert lp.draw_validation(20261309, "check123", many=0, few=0, long=8) == lp.CHECK123
     assert lp.draw_validation(20261310, "check124", many=0, few=0, long=8) == lp.CHECK124
+    assert lp.draw_validation(20261311, "check125", many=0, few=0, long=8) == lp.CHECK125
+    assert lp.draw_validation(20261312, "check126", many=0, few=0, long=8) == lp.CHECK126
     seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
     # check70 took the last shape of the few-heads grid: a draw asks for no more than are left, or is refused
     left = [(B, H, N, d, c) for B in (1, 2, 4, 8) for H in (1, 2, 4, 8) for N in lp.FEW_HEADS_N for d in (64, 128)

@@ -1946,6 +1946,38 @@ CHECK124 = [
 WAVES256 = ([(f"waves256_256_2x5x{Nq}x193126", 2, 5, (Nq, 193126), 256, False) for Nq in (24141, 48282, 96563)]
             + [(f"waves256_128_2x5x{Nq}x386252", 2, 5, (Nq, 386252), 128, False) for Nq in (48282, 96563, 193126)])
 
+# check125-check126: draw_validation(20261311-20261312, "checkNN", many=0, few=0, long=8), after waves256; predicted
+# for both GPUs before any GPU measured them
+CHECK125 = [
+    ('check125_32_4x6x3283x2428', 4, 6, (3283, 2428), 32, False),
+    ('check125_160_1x7x1318x165537', 1, 7, (1318, 165537), 160, False),
+    ('check125_256_4x6x25165', 4, 6, 25165, 256, False),
+    ('check125_96_4x5x4504', 4, 5, 4504, 96, False),
+    ('check125_128_1x6x131072_causal', 1, 6, 131072, 128, True),
+    ('check125_128_1x7x157696', 1, 7, 157696, 128, False),
+    ('check125_128_1x5x155648_causal', 1, 5, 155648, 128, True),
+    ('check125_64_1x4x220160_causal', 1, 4, 220160, 64, True),
+    ('check125_64_4x2x37888_causal', 4, 2, 37888, 64, True),
+    ('check125_128_2x4x43008_causal', 2, 4, 43008, 128, True),
+    ('check125_128_1x8x39936_causal', 1, 8, 39936, 128, True),
+    ('check125_64_2x3x144384', 2, 3, 144384, 64, False),
+]
+
+CHECK126 = [
+    ('check126_256_1x1x67176_causal', 1, 1, 67176, 256, True),
+    ('check126_160_8x1x8823', 8, 1, 8823, 160, False),
+    ('check126_256_8x2x87868_causal', 8, 2, 87868, 256, True),
+    ('check126_160_1x7x53541_causal', 1, 7, 53541, 160, True),
+    ('check126_64_1x6x33792_causal', 1, 6, 33792, 64, True),
+    ('check126_128_1x1x122880', 1, 1, 122880, 128, False),
+    ('check126_64_2x2x76800', 2, 2, 76800, 64, False),
+    ('check126_128_2x3x149504_causal', 2, 3, 149504, 128, True),
+    ('check126_64_1x4x207872', 1, 4, 207872, 64, False),
+    ('check126_64_1x6x293888_causal', 1, 6, 293888, 64, True),
+    ('check126_128_1x3x275456_causal', 1, 3, 275456, 128, True),
+    ('check126_128_1x7x154624_causal', 1, 7, 154624, 128, True),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -2004,7 +2036,7 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check115": CHECK115, "check116": CHECK116, "check117": CHECK117, "check118": CHECK118, "padded": PADDED,
           "padded2": PADDED2, "check119": CHECK119, "check120": CHECK120, "check121": CHECK121, "check122": CHECK122,
           "apart256": APART256, "check123": CHECK123, "check124": CHECK124,
-          "waves256": WAVES256}
+          "waves256": WAVES256, "check125": CHECK125, "check126": CHECK126}
 
 
 def lengths(N):
