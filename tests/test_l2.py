@@ -1392,7 +1392,9 @@ SWAVES_HELD_MISSES = {
     # the d = 64 walk at 2 x 3 x 93184 (+29%); forward+backward within
     ("h200", "sdpa_flash", "check123_128_1x3x69632_causal", "fwd"),
     ("h200", "sdpa_flash", "check124_128_1x4x47104_causal", "fwd"),
-    ("h200", "sdpa_flash", "check124_64_2x3x93184_causal", "fwd")}
+    ("h200", "sdpa_flash", "check124_64_2x3x93184_causal", "fwd"),
+    # and check126's (blind): the d = 160 walk at 1 x 7 x 53541, seven heads of 32.7 MiB (-33%), as check96's
+    ("h200", "sdpa_flash", "check126_160_1x7x53541_causal", "fwd")}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -2693,8 +2695,8 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # apart256 (aimed: check122's d = 256 walk again, by heads, length and kernel), check123-check124
                  # (blind); today's model, the H200
                  + _both_gpus("apart256", rule={}) + _both_gpus("check123", rule={}) + _both_gpus("check124", rule={})
-                 # waves256 (aimed: the forward's waves at ten heads of 189 MiB; the H200)
-                 + _both_gpus("waves256", rule={}))
+                 # waves256 (aimed: the forward's waves at ten heads of 189 MiB; the H200), check125-check126 (blind)
+                 + _both_gpus("waves256", rule={}) + _both_gpus("check125", rule={}) + _both_gpus("check126", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3294,6 +3296,10 @@ PREREGISTERED_MISSES = {
         ("256_2x5x24141x193126", "fwd"), ("256_2x5x48282x193126", "fwd"), ("256_2x5x48282x193126", "fwd_bwd"),
         ("256_2x5x96563x193126", "fwd"), ("256_2x5x96563x193126", "fwd_bwd"), ("128_2x5x96563x386252", "fwd"),
         ("128_2x5x193126x386252", "fwd"), ("128_2x5x193126x386252", "fwd_bwd"))),
+    # check125-check126 (blind), 102 of 104: kernel 2's non-causal d = 160 forward at 1 x 7 x 1318 queries over 165537
+    # keys (-33%: KERNEL2_APART's class) and FlashAttention-2's causal d = 160 forward at 1 x 7 x 53541 (-33%)
+    ("h200", "flashref2", "check125_160_1x7x1318x165537", "fwd"),
+    ("h200", "sdpa_flash", "check126_160_1x7x53541_causal", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

@@ -403,16 +403,16 @@ PADDED_APART = ("FlashAttention-2 at a head dim its kernel pads (d = {d} on its 
 # flashref's kernel 2 (where kernel 3 cannot run: kernel3_tiles) has no barrier between its rounds of tiles, and near
 # and past the knee its non-causal walk keeps the lockstep at some calls and leaves it at others, by amounts that move
 # from run to run (check6x, check71, knee32, apart160; README, "What the model cannot say"): with one head's K and V
-# at least half the L2, 35 of the 172 recorded rows read more than 4/3 of the prediction, up to 53x (below half, 538
-# rows, at most 2.4x). Its causal walk there read at most 1.3x the prediction (132 rows).
+# at least half the L2, 36 of the 174 recorded rows read more than 4/3 of the prediction, up to 53x (below half, 546
+# rows, at most 2.4x). Its causal walk there read at most 1.3x the prediction (138 rows).
 KERNEL2_APART = ("flashref's kernel 2 (where kernel 3 cannot run), non-causal, one head's K and V ({kv:.0f} MiB) at "
                  "least half the L2 ({l2:.0f} MiB): with no barrier between its rounds its waves came apart at some "
                  "such calls, up to 53x this lockstep prediction; read it as a lower bound")
 # FlashAttention-2's non-causal walks at its kernels' own head dims, with one head's K and V at least the L2, come
 # apart the further the longer the grid runs (figures/gpu/NOTES-l2.md, "Forty-fifth round"): the model's passes (the
 # lockstep waves, their drift, the backward's passes that come apart: apart_rule) hold such calls whose forward runs
-# fewer than FA2_APART_WAVES waves of CTAs (one of 176 recorded rows over 4/3 of the prediction, 1.37x), and past it
-# 69 of 228 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
+# fewer than FA2_APART_WAVES waves of CTAs (one of 178 recorded rows over 4/3 of the prediction, 1.37x), and past it
+# 69 of 230 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
 # MiB, 114 waves) and 10x in the forward+backward, none less than 0.75 of it. waves256, aimed at the condition with
 # the heads and the K and V a head held (ten heads of 189 MiB) and fewer queries, found it: at 14 waves the forward
 # read 0.7x (d = 256) and 1.1x (d = 128) the model, at 29 waves 1.3-3.4x and 1.3-1.5x, at 57 waves 8.8-9.0x and
@@ -423,7 +423,7 @@ KERNEL2_APART = ("flashref's kernel 2 (where kernel 3 cannot run), non-causal, o
 FA2_APART_WAVES = 24
 FA2_APART = ("FlashAttention-2, non-causal, one head's K and V ({kv:.0f} MiB) at least the L2 ({l2:.0f} MiB) and "
              "{waves:.0f} waves of CTAs in its forward (at least " + str(FA2_APART_WAVES) + "): its waves came apart "
-             "at 69 of the 228 recorded such calls (over 4/3 of this prediction), the further the more waves, up to "
+             "at 69 of the 230 recorded such calls (over 4/3 of this prediction), the further the more waves, up to "
              "21x (forward) and 10x (forward+backward)")
 
 
