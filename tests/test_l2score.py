@@ -190,8 +190,9 @@ def test_cli_rules_prints_the_ablation(capsys, tmp_path):
 def test_scored_is_errors_and_what_the_ablation_reads():
     # one pass over the rows gives the scorecard's errors and the ablation's reads (the figures command draws both)
     small = L.recorded_rows(gpus=("h200",))[:30]
-    errs, reads = L.scored(small)
+    errs, reads, predicted = L.scored(small)
     assert np.array_equal(errs, L.errors(small)) and len(reads) == len(small)
+    assert [p.total_bytes for p in predicted] == [p.total_bytes for p in L.predictions(small)]
     assert L.ablation(small, errs, rules=L.RULES[:2], reads=reads) == L.ablation(small, rules=L.RULES[:2])
     with pytest.raises(ValueError, match="reads"):
         L.ablation(small, errs, rules=L.RULES[:1], reads=reads[:-1])

@@ -545,7 +545,8 @@ def _scored():
     """Every recorded row, its error and what its prediction read (``l2score.scored``): predicted once a process,
     for l2_scorecard and l2_rules both (15-20 s on two cores each time)."""
     rows = l2score.recorded_rows()
-    return (rows, *l2score.scored(rows))
+    errs, reads, _ = l2score.scored(rows)
+    return rows, errs, reads
 
 
 def scorecard_data():

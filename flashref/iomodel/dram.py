@@ -427,6 +427,13 @@ FA2_APART = ("FlashAttention-2, non-causal, one head's K and V ({kv:.0f} MiB) at
              "21x (forward) and 10x (forward+backward)")
 
 
+def fa2_pads_apart(d) -> bool:
+    """Whether PyTorch's FlashAttention-2 runs head dim ``d`` on its d = 192 or 256 kernel with the last columns
+    masked: the head dims of PADDED_APART's class (d = 80 and 112, padded onto the d = 96 and 128 kernels, are not)."""
+    kd = S.fa2_kernel_d(d)
+    return kd != d and kd >= 192
+
+
 def caveats(impl, *, B, H, Nq, Nk, d, causal, gpu, dtype_bytes=2):
     """The sentences :func:`dram` attaches to its prediction of a call (arguments checked by it): a class of calls
     measured to read far more than the model says, where this call is one of them: PADDED_APART, KERNEL2_APART,
@@ -434,14 +441,12 @@ def caveats(impl, *, B, H, Nq, Nk, d, causal, gpu, dtype_bytes=2):
     kv, l2 = 2 * Nk * d * dtype_bytes, preset(gpu).capacity
     if causal or 2 * kv < l2:  # (every class: non-causal walks, one head's K and V at least half the L2)
         return ()
-    kd = S.fa2_kernel_d(d)
-    if impl == "sdpa_flash" and kd != d and kd >= 192:
-        return (PADDED_APART.format(d=d, kd=kd, kv=kv / MB, l2=l2 / MB),)
+    if impl == "sdpa_flash" and fa2_pads_apart(d):
+        return (PADDED_APART.format(d=d, kd=S.fa2_kernel_d(d), kv=kv / MB, l2=l2 / MB),)
     if impl == "flashref2" or (impl == "flashref" and kernel3_tiles(d, Nq, Nk, causal, dtype_bytes, B * H)[0] is None):
         return (KERNEL2_APART.format(kv=kv / MB, l2=l2 / MB),)
     if impl == "sdpa_flash" and kv >= l2:
-        k = S.fa2_fwd(B * H, Nq, Nk, d, e=dtype_bytes, sms=preset(gpu).sms)
-        waves = k.heads * k.ctas_per_head / k.resident  # the forward grid's CTAs over those resident at once
+        waves = S.waves(S.fa2_fwd(B * H, Nq, Nk, d, e=dtype_bytes, sms=preset(gpu).sms))  # the forward's grid
         if waves >= FA2_APART_WAVES:
             return (FA2_APART.format(kv=kv / MB, l2=l2 / MB, waves=waves),)
     return ()

@@ -287,12 +287,14 @@ def _moves(off, whole, read) -> bool:
     return any(off.get(name, _ABSENT) != whole.get(name, _ABSENT) for name in read)
 
 
-def scored(rows) -> tuple[np.ndarray, list]:
-    """One pass of the model over ``rows``: each row's error with the model whole (as :func:`errors`) and what its
-    prediction read, which :func:`ablation` takes as ``reads``: the scorecard and the ablation from one prediction
-    of each row (the figures command draws both)."""
-    reads = [_reads(r) for r in rows]
-    return np.array([e for e, _, _ in reads]), reads
+def scored(rows) -> tuple[np.ndarray, list, list]:
+    """One pass of the model over ``rows``: each row's error with the model whole (as :func:`errors`), what its
+    prediction read, which :func:`ablation` takes as ``reads``, and the prediction itself (:func:`predictions`'):
+    the scorecard, the L2 bytes and the ablation from one prediction of each row (``l2-score --rules`` and the
+    figures command use them together)."""
+    found = [_prediction_reads(r) for r in rows]
+    reads = [_reads(r, f) for r, f in zip(rows, found)]
+    return np.array([e for e, _, _ in reads]), reads, [p for p, _, _ in found]
 
 
 def ablation(rows, errs=None, rules=ABLATED, reads=None) -> list[dict]:
@@ -356,9 +358,7 @@ def main(argv=None) -> int:
     # one pass of the model over the rows gives the errors, the L2 bytes and, with --rules, what each prediction read
     # (the ablation's)
     if args.rules:
-        found = [_prediction_reads(r) for r in rows]
-        predicted, reads = [p for p, _, _ in found], [_reads(r, f) for r, f in zip(rows, found)]
-        errs = np.array([e for e, _, _ in reads])
+        errs, reads, predicted = scored(rows)
     else:
         predicted = predictions(rows)
         errs = np.array([p.total_bytes for p in predicted]) / np.array([r.measured for r in rows]) - 1
