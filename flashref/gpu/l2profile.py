@@ -1978,6 +1978,82 @@ CHECK126 = [
     ('check126_128_1x7x154624_causal', 1, 7, 154624, 128, True),
 ]
 
+# check127-check130: draw_validation(20261313-20261316, "checkNN", many=0, few=0, long=8), after check126; predicted
+# for both GPUs before any GPU measured them
+CHECK127 = [
+    ('check127_80_1x6x1557x60134', 1, 6, (1557, 60134), 80, False),
+    ('check127_256_4x3x32080_causal', 4, 3, 32080, 256, True),
+    ('check127_96_1x12x7286x4335', 1, 12, (7286, 4335), 96, False),
+    ('check127_160_8x6x23302_causal', 8, 6, 23302, 160, True),
+    ('check127_128_1x8x36864_causal', 1, 8, 36864, 128, True),
+    ('check127_128_1x6x231424', 1, 6, 231424, 128, False),
+    ('check127_64_1x7x175104', 1, 7, 175104, 64, False),
+    ('check127_128_8x1x75776', 8, 1, 75776, 128, False),
+    ('check127_64_2x4x91136', 2, 4, 91136, 64, False),
+    ('check127_64_1x4x189440', 1, 4, 189440, 64, False),
+    ('check127_128_2x1x39936', 2, 1, 39936, 128, False),
+    ('check127_64_4x1x483328_causal', 4, 1, 483328, 64, True),
+]
+
+CHECK128 = [
+    ('check128_96_2x7x62751_causal', 2, 7, 62751, 96, True),
+    ('check128_32_8x12x7470_causal', 8, 12, 7470, 32, True),
+    ('check128_256_8x2x4042x33183', 8, 2, (4042, 33183), 256, False),
+    ('check128_32_1x24x5547x11538', 1, 24, (5547, 11538), 32, False),
+    ('check128_128_2x2x41984', 2, 2, 41984, 128, False),
+    ('check128_64_2x3x50176', 2, 3, 50176, 64, False),
+    ('check128_128_1x5x80896', 1, 5, 80896, 128, False),
+    ('check128_64_4x1x375808', 4, 1, 375808, 64, False),
+    ('check128_64_1x6x119808', 1, 6, 119808, 64, False),
+    ('check128_64_1x4x507904_causal', 1, 4, 507904, 64, True),
+    ('check128_64_1x3x205824_causal', 1, 3, 205824, 64, True),
+    ('check128_64_2x2x109568_causal', 2, 2, 109568, 64, True),
+]
+
+CHECK129 = [
+    ('check129_256_2x12x25388_causal', 2, 12, 25388, 256, True),
+    ('check129_32_2x32x21639_causal', 2, 32, 21639, 32, True),
+    ('check129_192_8x24x7911', 8, 24, 7911, 192, False),
+    ('check129_32_1x12x4402x1426', 1, 12, (4402, 1426), 32, False),
+    ('check129_64_2x3x178176_causal', 2, 3, 178176, 64, True),
+    ('check129_128_2x1x40960_causal', 2, 1, 40960, 128, True),
+    ('check129_128_2x1x361472_causal', 2, 1, 361472, 128, True),
+    ('check129_64_1x4x94208_causal', 1, 4, 94208, 64, True),
+    ('check129_64_4x2x48128_causal', 4, 2, 48128, 64, True),
+    ('check129_64_2x1x238592', 2, 1, 238592, 64, False),
+    ('check129_64_2x3x327680_causal', 2, 3, 327680, 64, True),
+    ('check129_128_1x5x43008_causal', 1, 5, 43008, 128, True),
+]
+
+CHECK130 = [
+    ('check130_160_1x16x88433_causal', 1, 16, 88433, 160, True),
+    ('check130_256_1x5x51208', 1, 5, 51208, 256, False),
+    ('check130_96_1x2x27880x3320', 1, 2, (27880, 3320), 96, False),
+    ('check130_96_4x24x5036', 4, 24, 5036, 96, False),
+    ('check130_64_1x1x102400', 1, 1, 102400, 64, False),
+    ('check130_64_2x2x112640', 2, 2, 112640, 64, False),
+    ('check130_128_1x7x128000', 1, 7, 128000, 128, False),
+    ('check130_128_1x8x86016_causal', 1, 8, 86016, 128, True),
+    ('check130_128_1x6x249856', 1, 6, 249856, 128, False),
+    ('check130_64_1x8x155648', 1, 8, 155648, 64, False),
+    ('check130_128_4x1x156672_causal', 4, 1, 156672, 128, True),
+    ('check130_64_2x2x39936_causal', 2, 2, 39936, 64, True),
+]
+
+# apartkv (aimed, not drawn; two rounds, SDPA flash alone), after check130: of the recorded non-causal
+# FlashAttention-2 forwards at its own head dims past the L2 with 24 or more waves (FA2_APART's class), those whose
+# head's K and V are at least 2.5 times the H200's L2 came apart more often (20 of 27 over 4/3 of the model) than
+# those under 1.5 times (3 of 88). Here the waves stay (eight heads, 48 and 29 waves in the forward: Nq = 202752 and
+# 122880 at d = 128 and 64) and the keys change: one head's K and V 1.1, 1.6, 2.2, 3.2 and 4 times the H200's L2 at
+# d = 128. At d = 64 the same key counts hold half the bytes, so that the set tells the bytes a head's K and V take
+# (against the L2) from the key blocks a CTA walks. Written down before any GPU measured them: at 48 waves, the
+# forwards at 3.2 and 4 times read over 4/3 of the model and those at 1.1 and 1.6 times do not. Predicted for both
+# GPUs before any GPU measured them
+APARTKV = ([(f"apartkv_128_2x4x{Nq}x{Nk}", 2, 4, (Nq, Nk), 128, False)
+            for Nq, Nks in ((202752, (135168, 196608, 270336, 393216, 491520)), (122880, (135168, 270336, 491520)))
+            for Nk in Nks]
+           + [(f"apartkv_64_2x4x202752x{Nk}", 2, 4, (202752, Nk), 64, False) for Nk in (270336, 393216, 786432)])
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -2036,7 +2112,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check115": CHECK115, "check116": CHECK116, "check117": CHECK117, "check118": CHECK118, "padded": PADDED,
           "padded2": PADDED2, "check119": CHECK119, "check120": CHECK120, "check121": CHECK121, "check122": CHECK122,
           "apart256": APART256, "check123": CHECK123, "check124": CHECK124,
-          "waves256": WAVES256, "check125": CHECK125, "check126": CHECK126}
+          "waves256": WAVES256, "check125": CHECK125, "check126": CHECK126,
+          "check127": CHECK127, "check128": CHECK128, "check129": CHECK129, "check130": CHECK130, "apartkv": APARTKV}
 
 
 def lengths(N):
