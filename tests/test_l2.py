@@ -789,7 +789,10 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               # and waves256's, aimed at the forward's waves (ten heads of 189 MiB, fewer queries): at d = 256 with 29
               # and 57 waves (29 and 212 GB against 12.5 and 23.9), at d = 128 with 57 (57 GB against 23.9)
               *(("h200", "sdpa_flash", f"waves256_{shape}") for shape in (
-                  "256_2x5x48282x193126", "256_2x5x96563x193126", "128_2x5x193126x386252"))}
+                  "256_2x5x48282x193126", "256_2x5x96563x193126", "128_2x5x193126x386252")),
+              # and apartkv's, aimed at the K and V a head against the L2 at 48 waves: the d = 128 forward with one
+              # head's K and V four times the L2 (67 GB against 21.7)
+              ("h200", "sdpa_flash", "apartkv_128_2x4x202752x491520")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -879,7 +882,13 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                         ("256_2x5x24141x193126", "fwd"), ("256_2x5x48282x193126", "fwd"),
                         ("256_2x5x48282x193126", "fwd_bwd"), ("256_2x5x96563x193126", "fwd"),
                         ("256_2x5x96563x193126", "fwd_bwd"), ("128_2x5x96563x386252", "fwd"),
-                        ("128_2x5x193126x386252", "fwd"), ("128_2x5x193126x386252", "fwd_bwd")))}
+                        ("128_2x5x193126x386252", "fwd"), ("128_2x5x193126x386252", "fwd_bwd"))),
+                    # and apartkv's d = 128 forwards at 48 waves, whose excess grows with the K and V a head against
+                    # the L2: 1.6, 2.2, 3.2 and 4 times it, -29%, -34%, -39% and -68% (forward+backward -31% at 4
+                    # times; at 1.1 times and at 29 waves, within)
+                    *(("h200", "sdpa_flash", f"apartkv_128_2x4x202752x{Nk}", "fwd")
+                      for Nk in (196608, 270336, 393216, 491520)),
+                    ("h200", "sdpa_flash", "apartkv_128_2x4x202752x491520", "fwd_bwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1046,7 +1055,11 @@ ROLL_HELD_MISSES = {("h200", "flashref", "check37_64_4x1x163840_causal", "fwd"),
                     # and check119's (blind): kernel 3's at 1 x 4 x 200704 (+34%; today's model +19%) and 4 x 2 x
                     # 145408 (+27%; today's model +8%)
                     *(("h200", "flashref", f"check119_64_{shape}_causal", "fwd") for shape in ("1x4x200704",
-                                                                                                 "4x2x145408"))}
+                                                                                                 "4x2x145408")),
+                    # and kernel 2's causal forwards in check127 at d = 256, 4 x 3 x 32080 (+28%; today's model +28%),
+                    # and check130 at d = 160, 1 x 16 x 88433 (+38%; today's model +33%), as check96's
+                    ("h200", "flashref2", "check127_256_4x3x32080_causal", "fwd"),
+                    ("h200", "flashref2", "check130_160_1x16x88433_causal", "fwd")}
 
 
 # The SM drift's own capacity in a rolling grid (C_rdrift): fitted on every rolling row recorded before check22 (the
@@ -1395,7 +1408,13 @@ SWAVES_HELD_MISSES = {
     ("h200", "sdpa_flash", "check124_128_1x4x47104_causal", "fwd"),
     ("h200", "sdpa_flash", "check124_64_2x3x93184_causal", "fwd"),
     # and check126's (blind): the d = 160 walk at 1 x 7 x 53541, seven heads of 32.7 MiB (-33%), as check96's
-    ("h200", "sdpa_flash", "check126_160_1x7x53541_causal", "fwd")}
+    ("h200", "sdpa_flash", "check126_160_1x7x53541_causal", "fwd"),
+    # and check128-check130's (blind): the d = 96 walk at 2 x 7 x 62751, fourteen heads of 23 MiB (+122%, where
+    # check105's six heads of 22.9 MiB read +84% and knee96c's eight of 24 MiB +61%), the d = 64 walk at 1 x 4 x 94208
+    # (-25.1%), and the d = 160 walk at 1 x 16 x 88433, sixteen heads of 54 MiB (-37%, forward+backward -33%)
+    ("h200", "sdpa_flash", "check128_96_2x7x62751_causal", "fwd"),
+    ("h200", "sdpa_flash", "check129_64_1x4x94208_causal", "fwd"),
+    *(("h200", "sdpa_flash", "check130_160_1x16x88433_causal", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1504,7 +1523,13 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                      # and check111's forward at 1 x 4 x 427008 (-30%; forward+backward within), and check113's at
                      # 4 x 1 x 432128 (-58%; forward+backward within)
                      ("h200", "sdpa_flash", "check111_64_1x4x427008", "fwd"),
-                     ("h200", "sdpa_flash", "check113_64_4x1x432128", "fwd")}
+                     ("h200", "sdpa_flash", "check113_64_4x1x432128", "fwd"),
+                     # and check128's 4 x 1 x 375808, 420 GB (-59%; its forward within), and apartkv's d = 64 walks
+                     # at 48 waves: eight heads of 202752 queries over 393216 keys, 609 GB (-53%; its forward within),
+                     # and over 786432 keys, whose forward read 41 GB (-52%; forward+backward within)
+                     ("h200", "sdpa_flash", "check128_64_4x1x375808", "fwd_bwd"),
+                     ("h200", "sdpa_flash", "apartkv_64_2x4x202752x393216", "fwd_bwd"),
+                     ("h200", "sdpa_flash", "apartkv_64_2x4x202752x786432", "fwd")}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -2182,7 +2207,7 @@ def test_profile_l2_splits_kernels_at_markers():
 
 
 def test_draw_validation_keeps_its_rule():
-    """check64, check65, check67, check68, check70 and check72-check126 are draw_validation's sets for their seeds,
+    """check64, check65, check67, check68, check70 and check72-check130 are draw_validation's sets for their seeds,
     and any draw keeps check41's, check52's and check70's rules: shapes of many heads at short N (until check103
     took the last), few heads at long N (from the grid, or by check70's rule at N a multiple of 1024 in LONG_N),
     2^16 <= B·H·N <= 2^21, four corners of other head dims and lengths no tile divides (Nq != Nk never causal), none
@@ -2248,6 +2273,8 @@ def test_draw_validation_keeps_its_rule():
     assert lp.draw_validation(20261310, "check124", many=0, few=0, long=8) == lp.CHECK124
     assert lp.draw_validation(20261311, "check125", many=0, few=0, long=8) == lp.CHECK125
     assert lp.draw_validation(20261312, "check126", many=0, few=0, long=8) == lp.CHECK126
+    for seed, name in zip(range(20261313, 20261317), ("check127", "check128", "check129", "check130")):
+        assert lp.draw_validation(seed, name, many=0, few=0, long=8) == lp.GROUPS[name]
     seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
     # check70 took the last shape of the few-heads grid: a draw asks for no more than are left, or is refused
     left = [(B, H, N, d, c) for B in (1, 2, 4, 8) for H in (1, 2, 4, 8) for N in lp.FEW_HEADS_N for d in (64, 128)
@@ -2697,7 +2724,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  # (blind); today's model, the H200
                  + _both_gpus("apart256", rule={}) + _both_gpus("check123", rule={}) + _both_gpus("check124", rule={})
                  # waves256 (aimed: the forward's waves at ten heads of 189 MiB; the H200), check125-check126 (blind)
-                 + _both_gpus("waves256", rule={}) + _both_gpus("check125", rule={}) + _both_gpus("check126", rule={}))
+                 + _both_gpus("waves256", rule={}) + _both_gpus("check125", rule={}) + _both_gpus("check126", rule={})
+                 # check127-check130 (blind), apartkv (aimed: the K and V a head against the L2 at 48 and 29 waves)
+                 + _both_gpus("check127", rule={}) + _both_gpus("check128", rule={}) + _both_gpus("check129", rule={})
+                 + _both_gpus("check130", rule={}) + _both_gpus("apartkv", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3301,6 +3331,23 @@ PREREGISTERED_MISSES = {
     # keys (-33%: KERNEL2_APART's class) and FlashAttention-2's causal d = 160 forward at 1 x 7 x 53541 (-33%)
     ("h200", "flashref2", "check125_160_1x7x1318x165537", "fwd"),
     ("h200", "sdpa_flash", "check126_160_1x7x53541_causal", "fwd"),
+    # check127-check130 (blind), 203 of 210: FlashAttention-2's causal forwards at d = 96, 2 x 7 x 62751 (+122%),
+    # d = 64, 1 x 4 x 94208 (-25.1%), and d = 160, 1 x 16 x 88433 (-37%, forward+backward -33%); kernel 2's causal
+    # forwards at d = 256, 4 x 3 x 32080 (+28%) and d = 160, 1 x 16 x 88433 (+33%); FlashAttention-2's non-causal d = 64
+    # forward+backward at 4 x 1 x 375808 (-59%: its backward's passes came apart)
+    ("h200", "sdpa_flash", "check128_96_2x7x62751_causal", "fwd"),
+    ("h200", "sdpa_flash", "check129_64_1x4x94208_causal", "fwd"),
+    *(("h200", "sdpa_flash", "check130_160_1x16x88433_causal", mode) for mode in ("fwd", "fwd_bwd")),
+    ("h200", "flashref2", "check127_256_4x3x32080_causal", "fwd"),
+    ("h200", "flashref2", "check130_160_1x16x88433_causal", "fwd"),
+    ("h200", "sdpa_flash", "check128_64_4x1x375808", "fwd_bwd"),
+    # apartkv (aimed, two rounds), 15 of 22: at 48 waves the d = 128 forward with one head's K and V 1.6, 2.2, 3.2 and
+    # 4 times the L2 (-29%, -34%, -39%, -68%; forward+backward -31% at 4 times), d = 64's forward+backward at 1.6 times
+    # (-53%: its backward) and forward at 3.2 times (-52%); 1.1 times and every call at 29 waves within
+    *(("h200", "sdpa_flash", f"apartkv_128_2x4x202752x{Nk}", "fwd") for Nk in (196608, 270336, 393216, 491520)),
+    ("h200", "sdpa_flash", "apartkv_128_2x4x202752x491520", "fwd_bwd"),
+    ("h200", "sdpa_flash", "apartkv_64_2x4x202752x393216", "fwd_bwd"),
+    ("h200", "sdpa_flash", "apartkv_64_2x4x202752x786432", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

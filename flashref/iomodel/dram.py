@@ -412,19 +412,23 @@ KERNEL2_APART = ("flashref's kernel 2 (where kernel 3 cannot run), non-causal, o
 # apart the further the longer the grid runs (figures/gpu/NOTES-l2.md, "Forty-fifth round"): the model's passes (the
 # lockstep waves, their drift, the backward's passes that come apart: apart_rule) hold such calls whose forward runs
 # fewer than FA2_APART_WAVES waves of CTAs (one of 178 recorded rows over 4/3 of the prediction, 1.37x), and past it
-# 69 of 230 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
+# 77 of 260 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
 # MiB, 114 waves) and 10x in the forward+backward, none less than 0.75 of it. waves256, aimed at the condition with
 # the heads and the K and V a head held (ten heads of 189 MiB) and fewer queries, found it: at 14 waves the forward
 # read 0.7x (d = 256) and 1.1x (d = 128) the model, at 29 waves 1.3-3.4x and 1.3-1.5x, at 57 waves 8.8-9.0x and
-# 1.6-3.2x (apart256, 114 waves: 17-26x and 8.5-9.3x). How far apart moves from run to run
+# 1.6-3.2x (apart256, 114 waves: 17-26x and 8.5-9.3x). apartkv held the waves and moved the K and V a head: at 48
+# waves the d = 128 forward read 1.25, 1.40, 1.52, 1.63 and 3.1x the model with one head's K and V 1.1, 1.6, 2.2, 3.2
+# and 4 times the L2 (medians of two rounds; d = 64, half the bytes over as many keys: 1.20x and 1.15x where d = 128
+# read 1.52x and 1.63x, and 2.06x at 3.2 times), and at 29 waves 1.04-1.11x at 1.1-4 times: the waves first, then the
+# bytes a head's K and V take past the L2, not the key blocks a CTA walks. How far apart moves from run to run
 # (check18's six rounds of one call at 31 waves: 8.7-48.8 GB; padded's d = 256 call 1.3x and 2.4x, apart256's rounds
 # of it 7.0x and 7.7x) and between calls of one size (four heads of 393216 at d = 128, split 4 x 1, 2 x 2, 1 x 4:
 # 4.1x, 1.2x, 1.2x): no rule found follows it. The waves are a number read off the recorded rows, not fitted to bytes.
 FA2_APART_WAVES = 24
 FA2_APART = ("FlashAttention-2, non-causal, one head's K and V ({kv:.0f} MiB) at least the L2 ({l2:.0f} MiB) and "
              "{waves:.0f} waves of CTAs in its forward (at least " + str(FA2_APART_WAVES) + "): its waves came apart "
-             "at 69 of the 230 recorded such calls (over 4/3 of this prediction), the further the more waves, up to "
-             "21x (forward) and 10x (forward+backward)")
+             "at 77 of the 260 recorded such calls (over 4/3 of this prediction), the further the more waves and the "
+             "more a head's K and V outgrow the L2, up to 21x (forward) and 10x (forward+backward)")
 
 
 def fa2_pads_apart(d) -> bool:

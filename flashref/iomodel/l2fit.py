@@ -288,7 +288,8 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "check109", "check110", "check111", "check112", "check113", "check114",
                       "apart160", "check115", "apart160r", "check116", "check117", "check118", "padded",
                       "padded2", "check119", "check120", "check121", "check122", "apart256", "check123",
-                      "check124", "waves256", "check125", "check126")
+                      "check124", "waves256", "check125", "check126", "check127", "check128", "check129",
+                      "check130", "apartkv")
 
 
 def runs_from(first: str) -> tuple:
