@@ -143,10 +143,15 @@ def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, rows, cols, l
 
     # l.12: O_i ← diag(ℓ_i^new)⁻¹ (diag(ℓ_i) e^{m_i − m_i^new} O_i + e^{m̃_ij − m_i^new} P̃_ij V_j),
     # written to HBM. A row with ℓ_i^new = 0 (nothing attended yet) keeps O_i = 0: divide by 1.
-    inv_l_new = fc.ew(1.0 / np.where(l_new == 0, 1.0, l_new), "divide")  # (Br,), a register: used in this line only
-    # the two row factors, registers too (3·Br multiplies, counted):
-    # diag(ℓ_i^new)⁻¹ diag(ℓ_i) e^{m_i − m_i^new} and diag(ℓ_i^new)⁻¹ e^{m̃_ij − m_i^new}
-    scale_O = fc.ew(l_i * alpha * inv_l_new, "multiply", "multiply")  # (Br,)
+    l_new_safe = np.where(l_new == 0, 1.0, l_new)
+    inv_l_new = fc.ew(1.0 / l_new_safe, "divide")  # (Br,), a register: used in this line only
+    # the two row factors, registers too (one multiply, one divide, one multiply a row, counted):
+    # diag(ℓ_i^new)⁻¹ diag(ℓ_i) e^{m_i − m_i^new} and diag(ℓ_i^new)⁻¹ e^{m̃_ij − m_i^new}.
+    # The first is a quotient, not a product with 1/ℓ_i^new: on a tile where a row attends to nothing (causal rows
+    # above the diagonal, Algorithm 1's loops visit those tiles too) ℓ_i^new = e^{m_i − m_i^new} ℓ_i exactly, so the
+    # quotient is exactly 1 and O_i stays as it was, where ℓ_i · (1/ℓ_i) is 1 only up to rounding: in float32 that
+    # rounding, taken once per masked tile, grew causal rows' error to several times plain float32 attention's.
+    scale_O = fc.ew(l_i * alpha / l_new_safe, "multiply", "divide")  # (Br,)
     scale_PV = fc.ew(beta * inv_l_new, "multiply")  # (Br,)
     O_i = mem.hold("O_i", fc.ew(scale_O[..., None] * O_i + scale_PV[..., None] * fc.matmul(P_tilde_ij, V_j),
                                 "rescale O_i", "scale P̃V", "add"))  # (Br, d)

@@ -115,6 +115,33 @@ def test_small_shapes_two_oracles(Nq, Nk, d, causal, dtype, deterministic):
     _check(1, 2, Nq, Nk, d, dtype, causal, seed=Nq * 100 + Nk, deterministic=deterministic)
 
 
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic_dq", "dq_kernel"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("Nq,causal", [(16, False), (32, True), (48, False)])
+# (the interpreter computes 2^(−L_i) at the padded keys before the mask takes it to 0, and numpy says so)
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
+def test_scores_far_below_zero_at_a_ragged_key_block(Nq, causal, dtype, deterministic):
+    """Every score of a row far below 0 (-15 in fp16, -100 in fp32: L_i that low) and Nk no tile divides: the
+    ragged last column block's keys past Nk must not reach dQ. They did with the atomic dQ: P = 2^(−L_i) at those
+    padded keys overflowed dS, and dQ_i += dS_ij K_j took inf · 0 = NaN, silently (the output, dK and dV right)."""
+    Nk, d = 5, 8
+    level = {torch.float16: 15.0, torch.bfloat16: 15.0, torch.float32: 100.0}[dtype]
+    g = torch.Generator().manual_seed(Nq)
+    u = torch.nn.functional.normalize(torch.randn(d, generator=g), dim=0)
+    q = (-level * math.sqrt(d) * u).expand(1, 2, Nq, d)  # every score -level: a uniform softmax, L_i = -level + ln Nk
+    k = (u + 0.01 * torch.randn(1, 2, Nk, d, generator=g))
+    v, do = torch.randn(1, 2, Nk, d, generator=g), torch.randn(1, 2, Nq, d, generator=g)
+    q, k, v, do = (x.to(device=DEVICE, dtype=dtype).contiguous() for x in (q, k, v, do))
+    q_, k_, v_ = (x.clone().requires_grad_() for x in (q, k, v))
+    o = gpu.attention(q_, k_, v_, causal=causal, deterministic=deterministic)
+    o.backward(do)
+    truth = _attention(q, k, v, do, causal, 1 / math.sqrt(d), None, torch.float64)
+    plain = _attention(q, k, v, do, causal, 1 / math.sqrt(d), None, dtype)
+    for name, got, pl, ref in zip(("o", "dq", "dk", "dv"), (o, q_.grad, k_.grad, v_.grad), plain, truth):
+        assert torch.isfinite(got).all(), name
+        assert _err(got, ref) <= 3 * _err(pl, ref) + ATOL[dtype] * max(1.0, float(ref.abs().max())), name
+
+
 # The FlashAttention repository's test grid (tests/test_flash_attn.py): head dims and odd lengths.
 FA_HEAD_DIMS = (32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 256)
 FA_LENGTHS = [(113, 203), (128, 217), (113, 211), (108, 256), (256, 512), (512, 256), (1024, 1024),

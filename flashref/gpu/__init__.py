@@ -443,8 +443,6 @@ def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
     code (``kernels._keep``); equal to ``flashref.dropout.keep_mask(seed, p, (B, H), (0, Nq), (0, Nk))``."""
     import torch
 
-    from . import kernels
-
     B, H, Nq, Nk = (_nonnegative_int(n, name) for name, n in (("B", B), ("H", H), ("Nq", Nq), ("Nk", Nk)))
     p, seed = check_p(p), _seed(seed)  # the rules every entry point states once (flashref.dropout, problem)
     device = torch.device(device or ("cpu" if _interpret() else "cuda"))
@@ -452,6 +450,8 @@ def dropout_mask(B, H, Nq, Nk, p, seed, device=None):
         raise RuntimeError(f"gpu.dropout_mask: the mask is computed by a Triton kernel, which needs a CUDA GPU, or "
                            f"Triton's interpreter on the CPU (TRITON_INTERPRET=1, set before triton is imported); "
                            f"device {device} has neither")
+    from . import kernels  # (after the check: on a machine without triton the error above says what is missing)
+
     mask = torch.empty((B, H, Nq, Nk), dtype=torch.int8, device=device)
     kernels.dropout_mask(mask, float(p), int(seed))
     return mask.bool()

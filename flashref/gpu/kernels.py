@@ -720,6 +720,12 @@ def _bwd_dkdv_inner(dK_j, dV_j, K_j, V_j, Q_base, dO_base, L2_base, D_base, dQ_b
         if MASKED:  # (a fully masked row, L_i = -inf, is masked in every tile it meets: P = 0, no NaN)
             P_ijT = tl.where(_attend(offs_m[None, :], offs_n[:, None], Nk, CAUSAL, WINDOW, win_l, win_r)
                              & (offs_m[None, :] < Nq), P_ijT, 0.0)
+        elif not EVEN:
+            # The ragged last column block visits its full row blocks unmasked, and its keys past Nk are K_j's
+            # zero rows: S = 0 there, so P = 2^(−L_i), which overflows for a row whose scores all lie far below
+            # 0 (L_i < −11 in fp16). dK_j and dV_j never store those keys, but dQ_i += dS_ij K_j would add
+            # inf · 0 = NaN: P is zeroed past Nk (a column mask only, not the row loads' that made the compiler spill).
+            P_ijT = tl.where(offs_n[:, None] < Nk, P_ijT, 0.0)
         # FA2 Alg.2 l.12 (flash2.py): dV_j += (P_ij ∘ Z_ij)ᵀ dO_i.
         PZ_ijT = P_ijT
         if DROPOUT:

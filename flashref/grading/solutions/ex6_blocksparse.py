@@ -37,8 +37,9 @@ def blocksparse_forward(mem, spec):
             l_new = mem.hold("l_new", alpha * l_i + beta * l_t)
             if spec.dropout_p > 0:  # Alg.5 l.14: P̃_ij^dropped (ℓ̃_ij above sums P̃_ij before dropout)
                 P_t = mem.hold("P_tilde_ij", P_t * spec.dropout_Z(rows, cols))
-            inv = 1.0 / np.where(l_new == 0, 1.0, l_new)
-            O_i = mem.hold("O_i", (l_i * alpha * inv)[..., None] * O_i + (beta * inv)[..., None] * (P_t @ V_j))
+            l_safe = np.where(l_new == 0, 1.0, l_new)
+            # ℓ_i e^(m_i - m_new) / ℓ_new as a quotient: exactly 1 on a tile the row attends nothing in
+            O_i = mem.hold("O_i", (l_i * alpha / l_safe)[..., None] * O_i + (beta / l_safe)[..., None] * (P_t @ V_j))
             mem.store("O", O_i, rows=rows)
             mem.store("l", l_new, rows=rows)
             mem.store("m", m_new, rows=rows)
