@@ -2054,6 +2054,68 @@ APARTKV = ([(f"apartkv_128_2x4x{Nq}x{Nk}", 2, 4, (Nq, Nk), 128, False)
             for Nk in Nks]
            + [(f"apartkv_64_2x4x202752x{Nk}", 2, 4, (202752, Nk), 64, False) for Nk in (270336, 393216, 786432)])
 
+# check131-check134: draw_validation(20261317-20261320, "checkNN", many=0, few=0, long=8), after apartkv; predicted
+# for both GPUs before any GPU measured them
+CHECK131 = [
+    ('check131_80_1x5x57895_causal', 1, 5, 57895, 80, True),
+    ('check131_160_1x1x50588x6627', 1, 1, (50588, 6627), 160, False),
+    ('check131_96_4x12x8372', 4, 12, 8372, 96, False),
+    ('check131_96_2x32x3482x4167', 2, 32, (3482, 4167), 96, False),
+    ('check131_128_1x4x151552_causal', 1, 4, 151552, 128, True),
+    ('check131_128_1x2x155648_causal', 1, 2, 155648, 128, True),
+    ('check131_64_2x2x403456_causal', 2, 2, 403456, 64, True),
+    ('check131_128_2x3x54272', 2, 3, 54272, 128, False),
+    ('check131_64_1x1x100352_causal', 1, 1, 100352, 64, True),
+    ('check131_128_1x4x48128_causal', 1, 4, 48128, 128, True),
+    ('check131_128_8x1x166912_causal', 8, 1, 166912, 128, True),
+    ('check131_64_1x1x73728', 1, 1, 73728, 64, False),
+]
+
+CHECK132 = [
+    ('check132_32_4x16x1719_causal', 4, 16, 1719, 32, True),
+    ('check132_32_2x3x2183_causal', 2, 3, 2183, 32, True),
+    ('check132_80_1x12x4541x37194', 1, 12, (4541, 37194), 80, False),
+    ('check132_256_8x1x17041x42369', 8, 1, (17041, 42369), 256, False),
+    ('check132_64_2x4x34816_causal', 2, 4, 34816, 64, True),
+    ('check132_64_1x2x203776', 1, 2, 203776, 64, False),
+    ('check132_64_2x1x61440_causal', 2, 1, 61440, 64, True),
+    ('check132_128_1x3x87040', 1, 3, 87040, 128, False),
+    ('check132_128_8x1x43008_causal', 8, 1, 43008, 128, True),
+    ('check132_128_2x4x123904', 2, 4, 123904, 128, False),
+    ('check132_128_1x3x36864_causal', 1, 3, 36864, 128, True),
+    ('check132_64_1x8x100352', 1, 8, 100352, 64, False),
+]
+
+CHECK133 = [
+    ('check133_160_2x3x16940_causal', 2, 3, 16940, 160, True),
+    ('check133_192_2x16x5777x7613', 2, 16, (5777, 7613), 192, False),
+    ('check133_192_8x3x1450x7151', 8, 3, (1450, 7151), 192, False),
+    ('check133_160_1x2x19578_causal', 1, 2, 19578, 160, True),
+    ('check133_128_1x3x159744_causal', 1, 3, 159744, 128, True),
+    ('check133_128_8x1x100352_causal', 8, 1, 100352, 128, True),
+    ('check133_64_1x2x82944', 1, 2, 82944, 64, False),
+    ('check133_128_4x2x39936', 4, 2, 39936, 128, False),
+    ('check133_128_2x3x143360_causal', 2, 3, 143360, 128, True),
+    ('check133_128_2x3x115712_causal', 2, 3, 115712, 128, True),
+    ('check133_128_4x2x89088_causal', 4, 2, 89088, 128, True),
+    ('check133_64_1x4x408576_causal', 1, 4, 408576, 64, True),
+]
+
+CHECK134 = [
+    ('check134_256_2x3x12441', 2, 3, 12441, 256, False),
+    ('check134_192_1x1x2602_causal', 1, 1, 2602, 192, True),
+    ('check134_256_1x6x1421', 1, 6, 1421, 256, False),
+    ('check134_256_2x6x4881x56063', 2, 6, (4881, 56063), 256, False),
+    ('check134_64_8x1x58368_causal', 8, 1, 58368, 64, True),
+    ('check134_128_1x6x41984', 1, 6, 41984, 128, False),
+    ('check134_128_4x1x77824', 4, 1, 77824, 128, False),
+    ('check134_128_1x1x378880_causal', 1, 1, 378880, 128, True),
+    ('check134_128_1x6x232448_causal', 1, 6, 232448, 128, True),
+    ('check134_64_1x5x83968', 1, 5, 83968, 64, False),
+    ('check134_128_2x2x38912_causal', 2, 2, 38912, 128, True),
+    ('check134_64_1x6x73728', 1, 6, 73728, 64, False),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -2113,7 +2175,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "padded2": PADDED2, "check119": CHECK119, "check120": CHECK120, "check121": CHECK121, "check122": CHECK122,
           "apart256": APART256, "check123": CHECK123, "check124": CHECK124,
           "waves256": WAVES256, "check125": CHECK125, "check126": CHECK126,
-          "check127": CHECK127, "check128": CHECK128, "check129": CHECK129, "check130": CHECK130, "apartkv": APARTKV}
+          "check127": CHECK127, "check128": CHECK128, "check129": CHECK129, "check130": CHECK130, "apartkv": APARTKV,
+          "check131": CHECK131, "check132": CHECK132, "check133": CHECK133, "check134": CHECK134}
 
 
 def lengths(N):
