@@ -468,6 +468,33 @@ def test_cli_exit_status_and_json(tmp_path):
                           capture_output=True, text=True, cwd=ROOT)
     assert typo.returncode == 2 and "argument file:" in typo.stderr and "ex2.py" in typo.stderr and not typo.stdout
     assert grading.grade("02", tmp_path / "ex2.py").points == 0
+    # --json never writes over the file it grades, nor into the grader's package (its budgets live there): refused
+    # before grading, the file as it was
+    mine = tmp_path / "mine.py"
+    mine.write_text((SOLUTIONS / ex.solution).read_text())
+    for out, says in ((mine, "is the file being graded"), (ROOT / "flashref" / "grading" / "r.json",
+                                                           "is inside the flashref package")):
+        r = subprocess.run([sys.executable, "-m", "flashref", "grade", "02", str(mine), "--json", str(out)],
+                           capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 2 and "argument --json:" in r.stderr and says in r.stderr and not r.stdout, r.stderr
+    assert mine.read_text() == (SOLUTIONS / ex.solution).read_text()
+    assert not (ROOT / "flashref" / "grading" / "r.json").exists()
+
+
+def test_damaged_budgets_are_one_line_not_a_traceback(tmp_path, monkeypatch):
+    """A student copy whose budgets.json is missing or damaged: the grader says so and what to do."""
+    monkeypatch.setattr(budgets, "have_solutions", lambda: False)
+    for text in (None, "{broken", "[1, 2]"):
+        path = tmp_path / f"budgets{len(text or '')}.json"
+        if text is not None:
+            path.write_text(text)
+        monkeypatch.setattr(budgets, "RELEASED", str(path))
+        budgets._released.cache_clear()
+        budgets.budgets.cache_clear()
+        with pytest.raises(RuntimeError, match=r"budgets.*rebuild this copy"):
+            budgets.budgets("02-merge-states")
+    budgets._released.cache_clear()
+    budgets.budgets.cache_clear()
 
 
 def test_quiz_answers_match_and_every_exercise_notebook_asks():
@@ -520,6 +547,14 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(student_copy, tmp_pa
     for pkg in ("iomodel", "gpu"):  # compiled away: bytecode only
         assert not list((out / "flashref" / pkg).rglob("*.py")) and list((out / "flashref" / pkg).rglob("*.pyc"))
     assert "FILL ME IN" in (out / "exercises" / "ex3_flash1_forward.py").read_text()
+    # the package's sources and bytecode and its budgets, nothing else: in a checkout, only the files git tracks (a
+    # scratch copy of a solution module, an editor's backup or a bundle in the tree stays behind)
+    shipped = [p.relative_to(out / "flashref") for p in (out / "flashref").rglob("*") if p.is_file()]
+    assert {p.suffix for p in shipped} == {".py", ".pyc", ".json"}
+    assert [str(p) for p in shipped if p.suffix == ".json"] == [os.path.join("grading", "budgets.json")]
+    tracked = release._tracked(str(ROOT / "flashref"))
+    if tracked is not None:
+        assert {str(p) for p in shipped if p.suffix == ".py"} - {"__init__.py"} <= tracked
     # the cells that print a question's answer ("# answers nbNN-qK") keep no output: the copy asks before it tells
     def revealing(folder):
         return [(path.name, cell) for path in sorted(folder.glob("*.ipynb"))
@@ -1167,7 +1202,10 @@ def test_release_and_bundle_paths_are_checked(tmp_path):
              ("student-release", ROOT / "notebooks" / "release-here", "argument OUT_DIR: ", "copy itself into"),
              ("student-release", ROOT / "flashref" / "out", "argument OUT_DIR: ", "inside flashref/"),
              # an empty name would be the working directory
-             ("student-release", "", "argument OUT_DIR: ", "expected a folder to write into, got an empty name")]
+             ("student-release", "", "argument OUT_DIR: ", "expected a folder to write into, got an empty name"),
+             # the bundle holds exercise 7's answers: inside the package, the next student copy would ship it
+             ("autograder", ROOT / "flashref" / "grading" / "b.zip", "argument OUT.zip: ",
+              "inside the flashref package")]
     for cmd, path, arg, says in cases:
         r = subprocess.run([sys.executable, "-m", "flashref", cmd, str(path)], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 2 and arg in r.stderr and says in r.stderr and "Traceback" not in r.stderr, \

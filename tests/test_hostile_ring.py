@@ -168,6 +168,14 @@ def test_closed_forms_check_their_inputs():
         iom.min_tokens_per_device("H100", dtype_bytes=0)
     with pytest.raises(TypeError, match=r"unknown option 'casual'"):
         iom.min_tokens_per_device("H100", casual=True)
+    # the GPU is named gpu in its errors, and checked even where both rates are given (it was ignored there)
+    for f in (lambda **kw: iom.min_tokens_per_device(**kw), lambda **kw: iom.overlap(N=64, d=8, world_size=2, **kw)):
+        with pytest.raises(ValueError, match=r"^gpu: unknown GPU 'V100'"):
+            f(gpu="V100")
+        with pytest.raises(ValueError, match=r"^gpu: unknown GPU 'V100'"):
+            f(gpu="V100", flops=1e15, link_bandwidth=1e11)
+        with pytest.raises(TypeError, match=r"^gpu: expected a GPU name"):
+            f(gpu=7)
     # what took good values still gives what it gave
     assert iom.min_tokens_per_device("H200", flops=np.float64(1e15), link_bandwidth=1e11) == pytest.approx(1e4)
     assert iom.overlap(N=np.int64(4096), d=128, world_size=4)["n"] == 1024

@@ -214,8 +214,14 @@ def test_builder_blocks_are_checked(blocks, err):
 def test_params_past_floats_range_or_not_named_by_strings_are_refused(params, match):
     with pytest.raises(ValueError, match=match):
         iomodel.dram("flashref", "fwd", **SHAPE, params=params)
-    # an int past float's range is infinite, which a sharpness may be (an exact LRU step)
-    assert iomodel.dram("flashref", "fwd", **SHAPE, params={"kappa": 10**400}).total_bytes > 0
+    # an int past float's range is infinite, which a sharpness may be (an exact LRU step): the same bytes as inf
+    # (FlashAttention-2's walk multiplied the int itself and raised a bare OverflowError)
+    past_the_knee = dict(B=1, H=1, Nq=65536, Nk=65536, d=128)  # where the sharpness is read
+    for impl in ("flashref", "sdpa_flash"):
+        for kappa in ("kappa", "kappa_roll", "kappa_sync"):
+            huge, inf = (iomodel.dram(impl, "fwd", **past_the_knee, params={kappa: k}).total_bytes
+                         for k in (10**400, math.inf))
+            assert huge == inf > 0, (impl, kappa)
 
 
 @pytest.mark.parametrize("impl", ["flashref", "flashref2", "sdpa_flash"])

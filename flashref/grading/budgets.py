@@ -39,8 +39,14 @@ def solution_path(ex: Exercise) -> str:
 
 @functools.cache
 def _released() -> dict:
-    with open(RELEASED) as f:
-        return json.load(f)
+    try:
+        with open(RELEASED) as f:
+            released = json.load(f)
+    except (OSError, ValueError) as e:  # ValueError: json's decode error
+        raise RuntimeError(f"{RELEASED} cannot be read ({e}): rebuild this copy") from None
+    if not isinstance(released, dict):
+        raise RuntimeError(f"{RELEASED} is not the budgets this copy was released with: rebuild this copy")
+    return released
 
 
 @functools.cache

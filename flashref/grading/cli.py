@@ -30,10 +30,17 @@ def _seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
 
 
-def _json_out(p, path: str) -> None:
-    """Refuse an --json path that cannot be written, before grading (not after printing the report)."""
+def _json_out(p, path: str, graded: str) -> None:
+    """Refuse an --json path that cannot be written, before grading (not after printing the report), or that would
+    write over the file being graded or a file of the grader's own package (its budgets among them)."""
     if not path.strip():
         p.error("argument --json: expected a file name, got an empty one")
+    if os.path.exists(graded) and os.path.exists(path) and os.path.samefile(path, graded):
+        p.error(f"argument --json: {path} is the file being graded: name another file for the report")
+    package = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # flashref/
+    if os.path.commonpath([os.path.realpath(path), package]) == package:
+        p.error(f"argument --json: {path} is inside the flashref package, which the grader reads: write the report "
+                f"elsewhere")
     if os.path.isdir(path):
         p.error(f"argument --json: {path} is a directory: name the file to write")
     folder = os.path.dirname(os.path.abspath(path))
@@ -67,7 +74,7 @@ def grade_main(argv) -> int:
             p.error("argument --instructor: this is the student copy (no solutions): the instructor's view needs "
                     "the solution copy")
     if a.json is not None:
-        _json_out(p, a.json)
+        _json_out(p, a.json, a.file)
     try:
         ex = get(a.exercise)
     except ValueError as e:
@@ -80,6 +87,9 @@ def grade_main(argv) -> int:
     except ModuleNotFoundError as e:  # the lab without Triton: what to install, in one line
         print(f"python -m flashref grade: {e}", file=sys.stderr)
         return 1
+    except RuntimeError as e:  # a copy whose budgets are missing or damaged: what to do, in one line
+        print(f"python -m flashref grade: {e}", file=sys.stderr)
+        return 2
     print(rep)
     if a.json:
         try:

@@ -136,6 +136,20 @@ def _strip_notebook(src: str, dst: str) -> None:
         f.write("\n")
 
 
+def _tracked(src_pkg: str):
+    """The package's files git tracks, relative to it; None where the tree is not a git checkout (or git is
+    missing), and then every source file ships."""
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "-C", src_pkg, "ls-files", "-z", "--full-name", "."], capture_output=True,
+                                check=True).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    top = "flashref/"  # --full-name: paths from the checkout's top, where the package is
+    return {os.path.normpath(p[len(top):]) for p in listed.split("\0") if p.startswith(top)} or None
+
+
 def _copy_package(dst_pkg: str) -> None:
     src_pkg = os.path.join(REPO, "flashref")
 
@@ -146,7 +160,15 @@ def _copy_package(dst_pkg: str) -> None:
             path = os.path.normpath(os.path.join(rel, n))
             if path in EXCLUDED or n in EXCLUDED or n.endswith(".pyc") or n == "budgets.json":
                 out.append(n)
+            # what ships is the package's modules: sources only (an editor's backup, a stray bundle or notes in the
+            # tree stay behind; a bundle holds exercise 7's answer table), and none that git does not track where
+            # the tree is a checkout (a scratch copy of a solution module is not part of the package)
+            elif os.path.isfile(os.path.join(folder, n)) and (
+                    not n.endswith(".py") or (tracked is not None and path not in tracked)):
+                out.append(n)
         return out
+
+    tracked = _tracked(src_pkg)
 
     shutil.copytree(src_pkg, dst_pkg, ignore=ignore)
     _compile_excluded(src_pkg, dst_pkg)
@@ -418,6 +440,10 @@ def autograder(out_zip: str) -> str:
     import tempfile
 
     check_bundle_path(out_zip)
+    if os.path.commonpath([os.path.realpath(out_zip), os.path.realpath(os.path.join(REPO, "flashref"))]) \
+            == os.path.realpath(os.path.join(REPO, "flashref")):
+        raise ValueError(f"{out_zip}: inside the flashref package, from which the student copy is made: the bundle "
+                         f"holds exercise 7's answer table, so write it elsewhere")
     with tempfile.TemporaryDirectory(prefix="flashref-autograder-") as tmp:
         _copy_grader(os.path.join(tmp, "flashref"))
         for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):

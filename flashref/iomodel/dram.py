@@ -1153,6 +1153,7 @@ def _check_params(params):
                 "spread_rule", "sync_rule", "rdrift_rule", "swaves_rule", "apart_rule", "apart_causal", "head_rule",
                 "rdrift3_rule", "rdrift3_gpu_rule", "cap_rule", "lag_other", "lag_rule", "d256_rule", "one_cta_rule",
                 "l2_scale_rule", "k3_rounds_rule")
+    checked = {}
     for name, v in params.items():
         lo, incl = rules[name]
         number = not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating))
@@ -1171,7 +1172,9 @@ def _check_params(params):
             raise ValueError(f"params: {name} must be {'>=' if incl else '>'} {lo}"
                              f"{' and <= 1' if share else ''}{'' if name.startswith('kappa') else ', finite'}"
                              f", got {v!r}")
-    return params
+        # as given, but an int past float's range is the infinity it stands for (the model takes floats of it)
+        checked[name] = v if number and math.isinf(v) else params[name]
+    return checked
 
 
 def _params(gpu, d, staggered, params=None):

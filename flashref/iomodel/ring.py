@@ -136,8 +136,9 @@ def ulysses_bytes_per_rank(N, d, world_size, *, heads=1, dtype_bytes=2, **opts) 
 def _rates(gpu, flops, link_bandwidth) -> tuple[float, float]:
     """The matmul rate and link bandwidth: given (a finite real > 0: a 0 would divide by zero) or the GPU's."""
     rate = "a finite positive number"
-    F = hardware.get(gpu).peak("matmul") if flops is None else positive_real(flops, "flops", rate)
-    W = NVLINK[_key(gpu)] if link_bandwidth is None else positive_real(link_bandwidth, "link_bandwidth", rate)
+    g = hardware.get(gpu, "gpu")  # checked even where both rates are given: a misspelt GPU is never ignored
+    F = g.peak("matmul") if flops is None else positive_real(flops, "flops", rate)
+    W = NVLINK[_key(g)] if link_bandwidth is None else positive_real(link_bandwidth, "link_bandwidth", rate)
     return F, W
 
 
@@ -160,7 +161,7 @@ def min_tokens_per_device(gpu="H200", *, link_bandwidth=None, dtype_bytes=2, flo
 
 def _key(gpu) -> str:
     """The GPU's name in hardware.GPUS, for its NVLink bandwidth; a GPU made by hand has none to look up."""
-    g = hardware.get(gpu)
+    g = hardware.get(gpu, "gpu")
     key = next((k for k, v in hardware.GPUS.items() if v == g), None)
     if key is None:
         raise ValueError(f"link_bandwidth: {g.name} is not one of hardware.GPUS, so its "
