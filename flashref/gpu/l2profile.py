@@ -2116,6 +2116,68 @@ CHECK134 = [
     ('check134_64_1x6x73728', 1, 6, 73728, 64, False),
 ]
 
+# check135-check138: draw_validation(20261321-20261324, "checkNN", many=0, few=0, long=8), after check134; predicted
+# for both GPUs before any GPU measured them
+CHECK135 = [
+    ('check135_32_2x3x4978_causal', 2, 3, 4978, 32, True),
+    ('check135_80_1x16x1372_causal', 1, 16, 1372, 80, True),
+    ('check135_160_4x5x4748x2081', 4, 5, (4748, 2081), 160, False),
+    ('check135_256_2x2x1802', 2, 2, 1802, 256, False),
+    ('check135_64_2x1x208896', 2, 1, 208896, 64, False),
+    ('check135_64_1x5x177152_causal', 1, 5, 177152, 64, True),
+    ('check135_64_4x2x165888', 4, 2, 165888, 64, False),
+    ('check135_64_1x1x145408', 1, 1, 145408, 64, False),
+    ('check135_64_4x2x239616', 4, 2, 239616, 64, False),
+    ('check135_64_1x7x116736_causal', 1, 7, 116736, 64, True),
+    ('check135_64_1x6x277504', 1, 6, 277504, 64, False),
+    ('check135_64_1x4x33792', 1, 4, 33792, 64, False),
+]
+
+CHECK136 = [
+    ('check136_192_8x7x4584', 8, 7, 4584, 192, False),
+    ('check136_256_4x12x3853', 4, 12, 3853, 256, False),
+    ('check136_96_1x16x4271', 1, 16, 4271, 96, False),
+    ('check136_32_1x2x111942x99874', 1, 2, (111942, 99874), 32, False),
+    ('check136_128_1x4x51200_causal', 1, 4, 51200, 128, True),
+    ('check136_128_1x8x82944_causal', 1, 8, 82944, 128, True),
+    ('check136_128_4x2x44032', 4, 2, 44032, 128, False),
+    ('check136_64_1x3x154624_causal', 1, 3, 154624, 64, True),
+    ('check136_128_4x1x52224_causal', 4, 1, 52224, 128, True),
+    ('check136_64_2x4x60416_causal', 2, 4, 60416, 64, True),
+    ('check136_64_1x8x107520_causal', 1, 8, 107520, 64, True),
+    ('check136_64_4x1x401408_causal', 4, 1, 401408, 64, True),
+]
+
+CHECK137 = [
+    ('check137_192_4x1x71589_causal', 4, 1, 71589, 192, True),
+    ('check137_32_4x6x11836x32250', 4, 6, (11836, 32250), 32, False),
+    ('check137_80_2x6x132042', 2, 6, 132042, 80, False),
+    ('check137_160_8x16x1004x10296', 8, 16, (1004, 10296), 160, False),
+    ('check137_128_2x4x234496', 2, 4, 234496, 128, False),
+    ('check137_128_1x5x381952_causal', 1, 5, 381952, 128, True),
+    ('check137_64_8x1x125952_causal', 8, 1, 125952, 64, True),
+    ('check137_64_1x1x185344_causal', 1, 1, 185344, 64, True),
+    ('check137_128_2x4x200704', 2, 4, 200704, 128, False),
+    ('check137_128_2x1x43008_causal', 2, 1, 43008, 128, True),
+    ('check137_64_1x7x126976', 1, 7, 126976, 64, False),
+    ('check137_64_1x1x76800_causal', 1, 1, 76800, 64, True),
+]
+
+CHECK138 = [
+    ('check138_192_2x12x2035', 2, 12, 2035, 192, False),
+    ('check138_80_2x1x10974_causal', 2, 1, 10974, 80, True),
+    ('check138_256_1x16x121247_causal', 1, 16, 121247, 256, True),
+    ('check138_32_4x1x134129_causal', 4, 1, 134129, 32, True),
+    ('check138_64_4x1x427008', 4, 1, 427008, 64, False),
+    ('check138_64_4x2x58368_causal', 4, 2, 58368, 64, True),
+    ('check138_128_4x2x35840', 4, 2, 35840, 128, False),
+    ('check138_128_1x4x522240', 1, 4, 522240, 128, False),
+    ('check138_128_1x2x43008_causal', 1, 2, 43008, 128, True),
+    ('check138_128_2x2x201728_causal', 2, 2, 201728, 128, True),
+    ('check138_64_1x4x243712', 1, 4, 243712, 64, False),
+    ('check138_64_8x1x129024_causal', 8, 1, 129024, 64, True),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -2176,7 +2238,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "apart256": APART256, "check123": CHECK123, "check124": CHECK124,
           "waves256": WAVES256, "check125": CHECK125, "check126": CHECK126,
           "check127": CHECK127, "check128": CHECK128, "check129": CHECK129, "check130": CHECK130, "apartkv": APARTKV,
-          "check131": CHECK131, "check132": CHECK132, "check133": CHECK133, "check134": CHECK134}
+          "check131": CHECK131, "check132": CHECK132, "check133": CHECK133, "check134": CHECK134,
+          "check135": CHECK135, "check136": CHECK136, "check137": CHECK137, "check138": CHECK138}
 
 
 def lengths(N):
