@@ -792,7 +792,10 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
                   "256_2x5x48282x193126", "256_2x5x96563x193126", "128_2x5x193126x386252")),
               # and apartkv's, aimed at the K and V a head against the L2 at 48 waves: the d = 128 forward with one
               # head's K and V four times the L2 (67 GB against 21.7)
-              ("h200", "sdpa_flash", "apartkv_128_2x4x202752x491520")}
+              ("h200", "sdpa_flash", "apartkv_128_2x4x202752x491520"),
+              # and check138's d = 128 forward at 1 x 4 x 522240 (blind): 279 GB, the model 33.1 (-88%; forward+backward
+              # -63%), four heads of 255 MiB at 62 waves (FA2_APART's class)
+              ("h200", "sdpa_flash", "check138_128_1x4x522240")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -888,7 +891,13 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     # times; at 1.1 times and at 29 waves, within)
                     *(("h200", "sdpa_flash", f"apartkv_128_2x4x202752x{Nk}", "fwd")
                       for Nk in (196608, 270336, 393216, 491520)),
-                    ("h200", "sdpa_flash", "apartkv_128_2x4x202752x491520", "fwd_bwd")}
+                    ("h200", "sdpa_flash", "apartkv_128_2x4x202752x491520", "fwd_bwd"),
+                    # and check137's (blind): the d = 80 forward at 2 x 6 x 132042, twelve heads of 40 MiB (-33%), and
+                    # the d = 128 forward at 2 x 4 x 234496, eight heads of 114 MiB at 56 waves (-45%; FA2_APART's
+                    # class); check138's at 1 x 4 x 522240 (CAME_APART: -88%, forward+backward -63%)
+                    ("h200", "sdpa_flash", "check137_80_2x6x132042", "fwd"),
+                    ("h200", "sdpa_flash", "check137_128_2x4x234496", "fwd"),
+                    *(("h200", "sdpa_flash", "check138_128_1x4x522240", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1059,7 +1068,13 @@ ROLL_HELD_MISSES = {("h200", "flashref", "check37_64_4x1x163840_causal", "fwd"),
                     # and kernel 2's causal forwards in check127 at d = 256, 4 x 3 x 32080 (+28%; today's model +28%),
                     # and check130 at d = 160, 1 x 16 x 88433 (+38%; today's model +33%), as check96's
                     ("h200", "flashref2", "check127_256_4x3x32080_causal", "fwd"),
-                    ("h200", "flashref2", "check130_160_1x16x88433_causal", "fwd")}
+                    ("h200", "flashref2", "check130_160_1x16x88433_causal", "fwd"),
+                    # and check135's and check137's (blind): kernel 3's causal d = 64 forward at 1 x 5 x 177152 (+46%;
+                    # today's model +24%) and 8 x 1 x 125952 (+36%; today's +18%), and check138's: kernel 2's causal
+                    # d = 32 forward+backward at 4 x 1 x 134129 (+31%; today's +22%), as check116's
+                    ("h200", "flashref", "check135_64_1x5x177152_causal", "fwd"),
+                    ("h200", "flashref", "check137_64_8x1x125952_causal", "fwd"),
+                    ("h200", "flashref2", "check138_32_4x1x134129_causal", "fwd_bwd")}
 
 
 # The SM drift's own capacity in a rolling grid (C_rdrift): fitted on every rolling row recorded before check22 (the
@@ -1418,7 +1433,15 @@ SWAVES_HELD_MISSES = {
     # and check134's (blind): the d = 64 walk's forward+backward at 8 x 1 x 58368 (+26%; forward within) and the d = 128
     # walk at 2 x 2 x 38912, four heads of 19 MiB (+33%), as check111's
     ("h200", "sdpa_flash", "check134_64_8x1x58368_causal", "fwd_bwd"),
-    ("h200", "sdpa_flash", "check134_128_2x2x38912_causal", "fwd")}
+    ("h200", "sdpa_flash", "check134_128_2x2x38912_causal", "fwd"),
+    # and check136-check138's (blind): the d = 64 walk at 1 x 8 x 107520 (+32%) and one head of 185344 (+56%), the
+    # d = 128 walk at 2 x 1 and 1 x 2 x 43008, two heads of 21 MiB (+28%, +29%), as check111's, and the d = 32 walk at
+    # 4 x 1 x 134129 (-28%, forward+backward +49%), as check116's
+    ("h200", "sdpa_flash", "check136_64_1x8x107520_causal", "fwd"),
+    ("h200", "sdpa_flash", "check137_64_1x1x185344_causal", "fwd"),
+    ("h200", "sdpa_flash", "check137_128_2x1x43008_causal", "fwd"),
+    ("h200", "sdpa_flash", "check138_128_1x2x43008_causal", "fwd"),
+    *(("h200", "sdpa_flash", "check138_32_4x1x134129_causal", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1535,7 +1558,11 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                      ("h200", "sdpa_flash", "apartkv_64_2x4x202752x393216", "fwd_bwd"),
                      ("h200", "sdpa_flash", "apartkv_64_2x4x202752x786432", "fwd"),
                      # and check131's forward, one head of 73728 (+29%: 0.040 GB where the model says 0.051)
-                     ("h200", "sdpa_flash", "check131_64_1x1x73728", "fwd")}
+                     ("h200", "sdpa_flash", "check131_64_1x1x73728", "fwd"),
+                     # and check135's 4 x 2 x 239616, 203 GB (-58%), and 1 x 6 x 277504, 251 GB (-66%), and check138's
+                     # 4 x 1 x 427008, 1064 GB (-44%): the backward's passes came apart, forwards within
+                     *(("h200", "sdpa_flash", shape, "fwd_bwd") for shape in (
+                         "check135_64_4x2x239616", "check135_64_1x6x277504", "check138_64_4x1x427008"))}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -2213,7 +2240,7 @@ def test_profile_l2_splits_kernels_at_markers():
 
 
 def test_draw_validation_keeps_its_rule():
-    """check64, check65, check67, check68, check70 and check72-check134 are draw_validation's sets for their seeds,
+    """check64, check65, check67, check68, check70 and check72-check138 are draw_validation's sets for their seeds,
     and any draw keeps check41's, check52's and check70's rules: shapes of many heads at short N (until check103
     took the last), few heads at long N (from the grid, or by check70's rule at N a multiple of 1024 in LONG_N),
     2^16 <= B·H·N <= 2^21, four corners of other head dims and lengths no tile divides (Nq != Nk never causal), none
@@ -2279,8 +2306,9 @@ def test_draw_validation_keeps_its_rule():
     assert lp.draw_validation(20261310, "check124", many=0, few=0, long=8) == lp.CHECK124
     assert lp.draw_validation(20261311, "check125", many=0, few=0, long=8) == lp.CHECK125
     assert lp.draw_validation(20261312, "check126", many=0, few=0, long=8) == lp.CHECK126
-    for seed, name in zip(range(20261313, 20261321), ("check127", "check128", "check129", "check130", "check131",
-                                                      "check132", "check133", "check134")):
+    for seed, name in zip(range(20261313, 20261325), ("check127", "check128", "check129", "check130", "check131",
+                                                      "check132", "check133", "check134", "check135", "check136",
+                                                      "check137", "check138")):
         assert lp.draw_validation(seed, name, many=0, few=0, long=8) == lp.GROUPS[name]
     seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
     # check70 took the last shape of the few-heads grid: a draw asks for no more than are left, or is refused
@@ -2737,7 +2765,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check130", rule={}) + _both_gpus("apartkv", rule={})
                  # check131-check134 (blind)
                  + _both_gpus("check131", rule={}) + _both_gpus("check132", rule={}) + _both_gpus("check133", rule={})
-                 + _both_gpus("check134", rule={}))
+                 + _both_gpus("check134", rule={})
+                 # check135-check138 (blind)
+                 + _both_gpus("check135", rule={}) + _both_gpus("check136", rule={}) + _both_gpus("check137", rule={})
+                 + _both_gpus("check138", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3363,6 +3394,22 @@ PREREGISTERED_MISSES = {
     ("h200", "sdpa_flash", "check131_64_1x1x73728", "fwd"),
     ("h200", "sdpa_flash", "check134_64_8x1x58368_causal", "fwd_bwd"),
     ("h200", "sdpa_flash", "check134_128_2x2x38912_causal", "fwd"),
+    # check135-check138 (blind), 193 of 210: FlashAttention-2's non-causal d = 64 backward's passes coming apart
+    # (-44% to -66%, three calls); its causal forwards at d = 64 (+32%, +56%), d = 128 at two heads of 43008 (+28%,
+    # +29%) and d = 32 at 4 x 1 x 134129 (-28%, forward+backward +49%); its non-causal d = 32 forward at 1 x 2 x
+    # 111942 queries over 99874 keys (+35%; kernel 2 there +40%, forward+backward +58%); its non-causal d = 80 forward
+    # at 2 x 6 x 132042 (-33%; kernel 2 -35%, KERNEL2_APART's class); and its non-causal d = 128 forwards in
+    # FA2_APART's class, eight heads of 114 MiB at 56 waves (-45%) and four of 255 MiB at 62 waves (-88%,
+    # forward+backward -63%)
+    *(("h200", "sdpa_flash", shape, "fwd_bwd") for shape in (
+        "check135_64_4x2x239616", "check135_64_1x6x277504", "check138_64_4x1x427008", "check138_32_4x1x134129_causal",
+        "check138_128_1x4x522240")),
+    *(("h200", "sdpa_flash", shape, "fwd") for shape in (
+        "check136_32_1x2x111942x99874", "check136_64_1x8x107520_causal", "check137_80_2x6x132042",
+        "check137_128_2x4x234496", "check137_64_1x1x185344_causal", "check137_128_2x1x43008_causal",
+        "check138_32_4x1x134129_causal", "check138_128_1x4x522240", "check138_128_1x2x43008_causal")),
+    *(("h200", "flashref2", "check136_32_1x2x111942x99874", mode) for mode in ("fwd", "fwd_bwd")),
+    ("h200", "flashref2", "check137_80_2x6x132042", "fwd"),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

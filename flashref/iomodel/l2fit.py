@@ -289,7 +289,8 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "apart160", "check115", "apart160r", "check116", "check117", "check118", "padded",
                       "padded2", "check119", "check120", "check121", "check122", "apart256", "check123",
                       "check124", "waves256", "check125", "check126", "check127", "check128", "check129",
-                      "check130", "apartkv", "check131", "check132", "check133", "check134")
+                      "check130", "apartkv", "check131", "check132", "check133", "check134", "check135",
+                      "check136", "check137", "check138")
 
 
 def runs_from(first: str) -> tuple:
