@@ -86,7 +86,8 @@ class GPU:
         return self.sms * 128 * self.boost_clock
 
     def peak(self, kind: str = "matmul", measured: bool = False) -> float:
-        """Peak FLOP/s of ``kind`` ("matmul" or "nonmatmul"); ``measured`` uses the measured matmul rate."""
+        """Peak FLOP/s of ``kind`` ("matmul" or "nonmatmul"); ``measured`` uses the measured matmul rate (no
+        non-matmul rate was measured: "nonmatmul" is the vendor's peak either way)."""
         measured = _bool(measured, "measured")
         if kind == "matmul":
             if measured:

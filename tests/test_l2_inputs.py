@@ -341,3 +341,22 @@ def test_resolved_params_names_a_gpu_it_does_not_know(gpu, exc):
     with pytest.raises(exc, match="^gpu: expected"):
         iomodel.dram("sdpa_flash", "fwd", B=1, H=1, Nq=128, Nk=128, d=64, gpu=gpu)
     assert D.resolved_params("sdpa_flash", d=64, gpu="H200") == D.resolved_params("sdpa_flash", d=64, gpu="h200")
+
+
+def test_caveats_and_resolved_params_check_their_arguments_as_dram_does():
+    """Both are public and read a call's arguments: bad ones are refused, naming them, as dram refuses them (called
+    directly, caveats answered () for an unknown impl or a negative length, and resolved_params took d = 300)."""
+    kw = dict(B=1, H=2, Nq=45056, Nk=45056, d=160, gpu="h100")
+    assert D.caveats("sdpa_flash", **kw) and D.caveats("sdpa_flash", **kw) == iomodel.dram("sdpa_flash", "fwd",
+                                                                                             **kw).caveats
+    assert D.caveats("sdpa_flash", **{**kw, "B": 0}) == ()
+    for bad, exc, match in ((dict(impl="bogus"), ValueError, "impl"), (dict(Nk=-1), ValueError, "^Nk"),
+                            (dict(d=300), ValueError, "^d: impl='sdpa_flash' takes head dimensions up to 256"),
+                            (dict(causal="no"), TypeError, "^causal"), (dict(gpu="v100"), ValueError, "gpu"),
+                            (dict(B=-3), ValueError, "^B")):
+        args = {"impl": "sdpa_flash", **kw, **bad}
+        with pytest.raises(exc, match=match):
+            D.caveats(args.pop("impl"), **args)
+    with pytest.raises(ValueError, match="^d: impl='sdpa_flash' takes head dimensions up to 256"):
+        D.resolved_params("sdpa_flash", d=300)
+    assert D.resolved_params("eager", d=300)["C_eff"] == D.PARAMS["C_eff"]  # eager takes any head dim

@@ -438,10 +438,23 @@ def fa2_pads_apart(d) -> bool:
     return kd != d and kd >= 192
 
 
-def caveats(impl, *, B, H, Nq, Nk, d, causal, gpu, dtype_bytes=2):
-    """The sentences :func:`dram` attaches to its prediction of a call (arguments checked by it): a class of calls
-    measured to read far more than the model says, where this call is one of them: PADDED_APART, KERNEL2_APART,
-    FA2_APART (one at most: the first that holds)."""
+def caveats(impl, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2):
+    """The sentences :func:`dram` attaches to its prediction of a call: a class of calls measured to read far more
+    than the model says, where this call is one of them: PADDED_APART, KERNEL2_APART, FA2_APART (one at most: the
+    first that holds). The arguments are checked as :func:`dram` checks them (an empty batch or head axis: none)."""
+    _check_impl_mode(impl, MODES[0])
+    B, H = _nonnegative_int(B, "B"), _nonnegative_int(H, "H")
+    sizes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes")
+    causal = bool(_causal(causal))
+    _check_call(impl, *sizes[:5], causal, sizes[5])
+    preset(gpu)  # a GPU dram knows, or an error naming gpu
+    if B == 0 or H == 0:
+        return ()
+    return _caveats(impl, *sizes, causal, gpu)
+
+
+def _caveats(impl, B, H, Nq, Nk, d, dtype_bytes, causal, gpu):
+    """:func:`caveats` of a call :func:`dram` has checked."""
     kv, l2 = 2 * Nk * d * dtype_bytes, preset(gpu).capacity
     if causal or 2 * kv < l2:  # (every class: non-causal walks, one head's K and V at least half the L2)
         return ()
@@ -994,8 +1007,9 @@ def resolved_params(impl, *, d, causal=False, gpu="h100", params=None):
     :func:`dram_reads` returns as ``resolved``; they depend on the call through these alone)."""
     _check_impl_mode(impl, MODES[0])
     preset(gpu)  # a GPU dram knows, or an error naming gpu (as dram gives)
-    return Resolved(_params(gpu.lower(), positive_int(d, "d"), impl == "sdpa_flash" and bool(_causal(causal)),
-                            _check_params(params)))
+    d = positive_int(d, "d")
+    _check_shape(impl, 1, 1, 1, 1, d, False)  # a head dim the impl's kernels take (one row: no other rule applies)
+    return Resolved(_params(gpu.lower(), d, impl == "sdpa_flash" and bool(_causal(causal)), _check_params(params)))
 
 
 def _dram(impl, mode, B, H, Nq, Nk, d, causal, gpu, dtype_bytes, opts, kind):
@@ -1014,7 +1028,7 @@ def _dram(impl, mode, B, H, Nq, Nk, d, causal, gpu, dtype_bytes, opts, kind):
     p = kind(_params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params)))
     if empty:
         return DRAMPrediction(0.0, 0.0, 0.0, []), p
-    notes = caveats(impl, B=B, H=H, Nq=Nq, Nk=Nk, d=d, causal=bool(causal), gpu=gpu, dtype_bytes=dtype_bytes)
+    notes = _caveats(impl, B, H, Nq, Nk, d, dtype_bytes, bool(causal), gpu)
     # each switch read only where it decides something (a name dram_reads reports read is one the call depends on):
     # FlashAttention-2 splits the keys of a grid too small to fill the GPU only, and only eager runs a softmax
     split = impl == "sdpa_flash" and S.fa2_num_splits(B * H, Nq, Nk, d, spec.sms) > 1 and bool(p["fa2_split"])
