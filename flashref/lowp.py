@@ -142,7 +142,8 @@ def rotate(X: np.ndarray, seed: int) -> np.ndarray:
 def quantize(X: np.ndarray, dtype, rows_per_block: int | None = None, *, name: str = "X"):
     """``(X8, s)`` with ``X ≈ s · X8``: one descale per head (``rows_per_block=None``) or per tile of rows.
 
-    ``s`` has shape ``lead + (T,)`` with T = ⌈N / rows_per_block⌉ (1 per tensor). ``name`` names X in errors.
+    ``s`` has shape ``lead + (T,)`` with T = ⌈N / rows_per_block⌉ (1 per tensor; 0 where N = 0: no rows, no tile).
+    ``name`` names X in errors.
     """
     X = np.asarray(X)
     if X.ndim < 2:
