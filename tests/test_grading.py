@@ -563,6 +563,13 @@ def test_student_copy_has_no_solution_and_its_notebooks_run(student_copy, tmp_pa
 
     copied = revealing(out / "notebooks")
     assert len(copied) == len(revealing(ROOT / "notebooks")) > 0
+    # nor lines of the kernels' sources in notebook 07's outputs (the copy's flashref/gpu is bytecode)
+    kernel_lines = [ln.strip() for ln in (ROOT / "flashref" / "gpu" / "kernels.py").read_text().splitlines()
+                    if "# FA2 Alg.1 l." in ln and len(ln.strip()) > 30]
+    outputs = "".join("".join(o.get("text", "")) for c in json.loads((out / "notebooks" / "07-real-gpu.ipynb")
+                                                                      .read_text())["cells"]
+                      for o in c.get("outputs", []))
+    assert kernel_lines and not [ln for ln in kernel_lines if ln[:100] in outputs]
     assert all(cell.get("outputs", []) == [] for _, cell in copied), [n for n, c in copied if c.get("outputs")]
     # every page it links to is in it, the licence too
     assert (out / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()

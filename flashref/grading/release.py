@@ -117,6 +117,8 @@ def stub_name(ex) -> str:
 
 #: the mark of a notebook cell that answers a predict-then-run question (tests/test_quiz_notebooks.py checks it)
 _REVEAL = re.compile(r"^# answers [\w-]+", re.M)
+#: the name notebook 07's cells test before they print kernel source lines (tests/test_grading.py checks the copy)
+_KERNEL_SOURCES = "HAVE_SOURCES"
 
 
 def _strip_notebook(src: str, dst: str) -> None:
@@ -130,6 +132,11 @@ def _strip_notebook(src: str, dst: str) -> None:
         elif _REVEAL.search(text):
             # a cell that prints a question's answer (marked "# answers nbNN-qK") keeps its code, not its output:
             # the copy asks before it tells, so the student sees the answer only by running the cell
+            cell["outputs"], cell["execution_count"] = [], None
+        elif _KERNEL_SOURCES in text:
+            # a cell that prints lines of the Triton kernels' sources where it has them (notebook 07): the copy ships
+            # flashref/gpu as bytecode (its kernels are the Triton lab's answer), so not their lines in an output
+            # either; run in the copy, the cell says where the sources are
             cell["outputs"], cell["execution_count"] = [], None
     with open(dst, "w") as f:
         json.dump(nb, f, indent=1, ensure_ascii=False)
