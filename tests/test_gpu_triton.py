@@ -128,7 +128,7 @@ def test_scores_far_below_zero_at_a_ragged_key_block(Nq, causal, dtype, determin
     level = {torch.float16: 15.0, torch.bfloat16: 15.0, torch.float32: 100.0}[dtype]
     g = torch.Generator().manual_seed(Nq)
     u = torch.nn.functional.normalize(torch.randn(d, generator=g), dim=0)
-    q = (-level * math.sqrt(d) * u).expand(1, 2, Nq, d)  # every score -level: a uniform softmax, L_i = -level + ln Nk
+    q = (-level * math.sqrt(d) * u).expand(1, 2, Nq, d)  # every score about -level: L_i about -level + ln Nk
     k = (u + 0.01 * torch.randn(1, 2, Nk, d, generator=g))
     v, do = torch.randn(1, 2, Nk, d, generator=g), torch.randn(1, 2, Nq, d, generator=g)
     q, k, v, do = (x.to(device=DEVICE, dtype=dtype).contiguous() for x in (q, k, v, do))

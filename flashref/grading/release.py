@@ -447,8 +447,8 @@ def autograder(out_zip: str) -> str:
     import tempfile
 
     check_bundle_path(out_zip)
-    if os.path.commonpath([os.path.realpath(out_zip), os.path.realpath(os.path.join(REPO, "flashref"))]) \
-            == os.path.realpath(os.path.join(REPO, "flashref")):
+    package = os.path.realpath(os.path.join(REPO, "flashref"))
+    if os.path.commonpath([os.path.realpath(out_zip), package]) == package:
         raise ValueError(f"{out_zip}: inside the flashref package, from which the student copy is made: the bundle "
                          f"holds exercise 7's answer table, so write it elsewhere")
     with tempfile.TemporaryDirectory(prefix="flashref-autograder-") as tmp:

@@ -409,8 +409,9 @@ KERNEL2_APART = ("flashref's kernel 2 (where kernel 3 cannot run), non-causal, o
                  "least half the L2 ({l2:.0f} MiB): with no barrier between its rounds its waves came apart at some "
                  "such calls, up to 53x this lockstep prediction; read it as a lower bound")
 # FlashAttention-2's non-causal walks at its kernels' own head dims, with one head's K and V at least the L2, come
-# apart the further the longer the grid runs (figures/gpu/NOTES-l2.md, "Forty-fifth round"): the model's passes (the
-# lockstep waves, their drift, the backward's passes that come apart: apart_rule) hold such calls whose forward runs
+# apart the further the longer the grid runs (figures/gpu/NOTES-l2.md, "Forty-fifth round"; apartkv, below: its
+# "Forty-sixth round"): the model's passes (the lockstep waves, their drift, the backward's passes that come apart:
+# apart_rule) hold such calls whose forward runs
 # fewer than FA2_APART_WAVES waves of CTAs (one of 178 recorded rows over 4/3 of the prediction, 1.37x), and past it
 # 82 of 272 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
 # MiB, 114 waves) and 10x in the forward+backward, none less than 0.75 of it. waves256, aimed at the condition with
