@@ -48,7 +48,9 @@ needs_k3 = pytest.mark.skipif(not RUNS, reason=f"kernel 3 unavailable: {WHY}")
     (128, 4096, 4096, "float16", False, {"enable_gqa": True}, "enable_gqa"),
     (128, 4096, 4096, "float16", False, {"softcap": 30.0, "alibi_slopes": [0.5]}, "alibi_slopes"),
     (64, 4096, 4096, "float16", False, {"alibi_slopes": torch.tensor([0.5, 0.25])}, "alibi_slopes"),  # a tensor
-    (64, 4096, 4096, "float16", False, {"window": (-1, -1)}, "window"),
+    (64, 4096, 4096, "float16", False, {"window": (-1, 0)}, "window"),
+    (64, 4096, 4096, "float16", False, {"dropout_p": torch.tensor(0.25)}, "dropout_p"),
+    (64, 4096, 4096, "float16", False, {"dropout_p": 0.25, "seed": 7}, "dropout_p', 'seed"),
     (64, 0, 0, "float16", False, {}, "N=0"),
     (128, -128, -128, "float16", False, {}, "N=-128"),
     (64, 4096, 4096, "float16", False, {"enable_gqa": np.bool_(True)}, "enable_gqa"),
@@ -59,9 +61,40 @@ def test_plan_refuses_and_says_why(d, Nq, Nk, dtype, causal, options, why):
 
 
 def test_options_asking_for_nothing_do_not_refuse():
-    """An option left at a value that asks for nothing, numpy's scalars included, is not a reason to refuse."""
-    for value in (None, 0.0, False, np.float32(0.0), np.bool_(False), np.int64(0)):
+    """An option left at a value that asks for nothing, numpy's scalars and 0-d tensors included, is not a reason to
+    refuse; nor a seed without dropout (it draws nothing) nor a window unbounded both ways (no window, as attention
+    reads it). Each of these sent a call to kernel 2."""
+    for value in (None, 0.0, False, np.float32(0.0), np.bool_(False), np.int64(0), torch.tensor(0.0)):
         assert plan(64, 4096, 4096, "float16", False, {"dropout_p": value})[1] is None
+    for options in ({"seed": 7}, {"seed": 7, "dropout_p": 0.0}, {"window": (-1, -1)}, {"window": [-1, -1]}):
+        assert plan(64, 4096, 4096, "float16", False, options)[1] is None, options
+
+
+def test_gqa_with_as_many_kv_heads_is_plain_attention_to_the_dispatcher(monkeypatch):
+    """enable_gqa=True where k and v have q's heads asks for nothing (choose on tensors: plan cannot see heads);
+    with fewer K/V heads kernel 3 does not take the call. (The device check is stubbed: no GPU here.)"""
+    monkeypatch.setattr(kernel3, "unavailable", lambda device: None)
+    monkeypatch.setattr(kernel3, "_not_a_tensor", lambda q, k, v: None)  # the stand-ins below are not tensors
+
+    class Cuda:  # a tensor's stand-in on a "cuda" device: choose reads the device, the shapes and the layout
+        def __init__(self, shape):
+            self.shape, self.dtype, self.device = shape, torch.float16, torch.device("cuda")
+            self.ndim = len(shape)
+
+        def numel(self):
+            return int(np.prod(self.shape))
+
+        def is_contiguous(self):
+            return True
+
+        def data_ptr(self):
+            return 0
+
+    q = Cuda((1, 4, 4096, 64))
+    assert kernel3.choose(q, q, q, False, enable_gqa=True)[0]
+    kv = Cuda((1, 2, 4096, 64))
+    ok, why = kernel3.choose(q, kv, kv, False, enable_gqa=True)
+    assert not ok and "enable_gqa" in why
 
 
 @pytest.mark.parametrize("d", kernel3.HEAD_DIMS)
@@ -861,3 +894,14 @@ def test_kernel3_separate_backward_is_deterministic_and_equals_kernel2(d):
 @pytest.mark.parametrize("d,causal", [(64, True), (128, False), (128, True)])
 def test_kernel3_separate_backward_large_logits(d, causal):
     _check_bwd(1, 2, 1024, d, torch.float16, causal, seed=23, scale=4.0, tiles=kernel3_bwd.SEPARATE_TILES[(d, causal)])
+
+
+def test_a_non_tensor_is_named_not_an_attribute_error():
+    """kernel3.attention and kernel3.forward read q.device first: a list there was an AttributeError from inside;
+    attention now hands it to gpu.attention's checks (which name it), forward names it itself."""
+    k = torch.zeros(1, 2, 16, 16)
+    with pytest.raises(TypeError, match="^q must be a torch.Tensor"):
+        kernel3.attention([1], k, k)
+    with pytest.raises(TypeError, match="^v must be a torch.Tensor, got str"):
+        kernel3.forward(k, k, "v", False, 0.25)
+    assert kernel3.choose(k, [1], k, False) == (False, "k is not a torch.Tensor")

@@ -392,15 +392,22 @@ def test_the_interpreter_refuses_bf16_which_it_computes_wrongly():
 
 def test_tiles_and_config_refuse_what_the_kernels_cannot_run():
     """Tiles' blocks and warps are positive powers of two (tl.arange's extents), stages a positive integer, and
-    Config.version 1 or 2 (not True): each refused naming the field, not deep in a launch."""
+    Config.version the int 1 or 2 (not True, not 1.0): each refused naming the field, not deep in a launch."""
     for args, exc, field in (((-16, 16, 1, 1), ValueError, "block_m"), ((0, 16, 1, 1), ValueError, "block_m"),
                              ((16, 24, 1, 1), ValueError, "block_n"), (("a", 16, 1, 1), TypeError, "block_m"),
                              ((16, 16, 3, 1), ValueError, "warps"), ((16, 16, 1, 0), ValueError, "stages"),
                              ((16, 16, True, 1), TypeError, "warps")):
         with pytest.raises(exc, match=f"Tiles.{field}"):
             Tiles(*args)
-    with pytest.raises(ValueError, match="Config.version"):
-        Config(version=True)
+    for bad in (True, 1.0, np.float64(2.0)):  # the int 1 or 2, as Tiles' fields are ints (1.0 ran as "kernel 1.0")
+        with pytest.raises(TypeError, match="Config.version must be the int 1"):
+            Config(version=bad)
+    assert Config(version=np.int64(1)).version == 1 and type(Config(version=np.int64(1)).version) is int
+    # split and dsplit together: refused when the Config is made (it was at the first call), but for kernel 1,
+    # which runs neither
+    with pytest.raises(ValueError, match="split.*dsplit"):
+        Config(split=True, dsplit=True)
+    assert Config(version=1, split=True, dsplit=True).resolve(96, False, False).version == 1
     assert Tiles(16, 16, 1, 3).meta() == dict(BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=3)
 
 
@@ -757,6 +764,14 @@ def test_which_kernel_refuses_what_attention_refuses():
     with pytest.raises(TypeError, match="config"):
         gpu.which_kernel(q, k, v, config="kernel 1")
     assert gpu.which_kernel(q, k, v).startswith("kernel")
+    # and its checks of the values, where attention makes them (here, on the CPU): NaN and scores past fp32
+    nan = q.clone()
+    nan.view(-1)[0] = float("nan")
+    for call in (gpu.attention, gpu.which_kernel):
+        with pytest.raises(ValueError, match="q contains NaN or inf"):
+            call(nan, k, v)
+        with pytest.raises(FloatingPointError, match="scale: the scores"):
+            call(q * 1e20, k * 1e20, v)
 
 
 @pytest.mark.parametrize("args,arg,exc", [((1, 1, 4, 4, 1.5, 0), "p: expected a dropout probability", ValueError),

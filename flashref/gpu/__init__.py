@@ -660,15 +660,18 @@ def which_kernel(q, k, v, *, causal=False, deterministic=None, **options) -> str
     ``"kernel 3 (backward: ...)"``, or ``"kernel 1"`` / ``"kernel 2"`` followed by why kernel 3 does not take
     the call, or ``"no kernel: ..."`` where attention answers with zeros without one (an empty problem, no
     keys, ``dropout_p = 1``)."""
-    # attention's checks, so that a call attention would refuse is not answered with a kernel
+    # attention's checks, so that a call attention would refuse is not answered with a kernel (all but where the
+    # tensors live: launch=False, so that a CPU tensor may ask what a GPU would run)
     causal, deterministic, options = _options("gpu.which_kernel", causal, deterministic, options)
-    _check(q, k, v, causal, options.get("scale"), options.get("enable_gqa", False), launch=False, any_scale=True,
-           empty_ok=True)
+    scale = _check(q, k, v, causal, options.get("scale"), options.get("enable_gqa", False), launch=False,
+                   any_scale=True, empty_ok=True)
     dropout, _ = _check_options(options, q.shape[-1], causal, deterministic, all_dropped_ok=True)
     _variants(q, k, causal, options)
+    _finite(("q", q), ("k", k), ("v", v))  # and its checks of the values, where attention makes them
     nothing = _nothing_to_attend(q, k, dropout)
     if nothing is not None:  # attention returns zeros without a launch, whatever the config asks for
         return f"no kernel: {nothing}; attention returns its zeros (or empty result) and zero gradients without one"
+    _scores_fit(q, k, scale)
     config = options.get("config")
     if config is not None:
         return f"kernel {config.version}: a kernels.Config was given"

@@ -123,8 +123,12 @@ class Config:
     dsplit_bwd: bool | None = None  # the dK/dV kernel: the same split (kernel 2)
 
     def __post_init__(self):
-        if isinstance(self.version, bool) or self.version not in (1, 2):
+        # an int (numpy's too), as Tiles' fields are: 1.0 equals 1, and named "kernel 1.0" in which_kernel
+        if isinstance(self.version, (bool, np.bool_)) or not isinstance(self.version, numbers.Integral):
+            raise TypeError(f"Config.version must be the int 1 (readable) or 2 (fast), got {self.version!r}")
+        if self.version not in (1, 2):
             raise ValueError(f"Config.version must be 1 (readable) or 2 (fast), got {self.version!r}")
+        object.__setattr__(self, "version", int(self.version))  # (frozen: numpy's int as Python's)
         for name in ("fwd", "dkdv", "dq"):
             t = getattr(self, name)
             if t is not None and not isinstance(t, Tiles):
@@ -137,6 +141,8 @@ class Config:
             tri = name in ("split", "heads_first", "dsplit", "dsplit_bwd")
             if not (isinstance(v, (bool, np.bool_)) or (tri and v is None)):
                 raise TypeError(f"Config.{name} must be True or False{' or None' if tri else ''}, got {v!r}")
+        if self.split and self.dsplit and self.version == 2:  # refused here, not at the first call (resolve)
+            raise ValueError("Config: split (two row halves) and dsplit (two column tiles) cannot both be on")
         if self.split and self.fwd is not None and self.fwd.block_m < 2:  # two halves of BLOCK_M // 2 rows each
             raise ValueError(f"Config: split runs two halves of BLOCK_M // 2 rows: fwd.block_m at least 2, got "
                              f"{self.fwd.block_m}")
@@ -147,8 +153,6 @@ class Config:
         interpreter (None: whether it is on, ``TRITON_INTERPRET=1``); the L2 model asks for the GPU's (False)."""
         D = pad_dim(d)
         v1 = self.version == 1
-        if self.split and self.dsplit:
-            raise ValueError("Config: split (two row halves) and dsplit (two column tiles) cannot both be on")
         # dsplit: on by default where D_PAD reaches DSPLIT_MIN_PAD (_CAUSAL) and dim_split narrows the
         # tiles, unless the row split was asked for
         min_pad = DSPLIT_MIN_PAD_CAUSAL if causal else DSPLIT_MIN_PAD

@@ -261,7 +261,7 @@ def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | Non
     if Nq % rows or Nq % tiles.block_n:
         return (f"N={Nq} is not a multiple of {rows} rows and {tiles.block_n} keys (tiles {tiles.block_m}x"
                 f"{tiles.block_n}; no ragged blocks in {what})")
-    options = sorted(k for k, v in (options or {}).items() if _is_set(v))
+    options = _asked(options or {})
     if options:
         return f"option(s) {options}: {what} is the plain one (no dropout or variants)"
     return None
@@ -269,12 +269,32 @@ def refusal(what: str, d: int, Nq: int, Nk: int, dtype: str, options: dict | Non
 
 def _is_set(value) -> bool:
     """An option that asks for something: not None, and not a zero or False number (dropout_p=0.0,
-    enable_gqa=False); anything else (a tensor of ALiBi slopes, a window) is set."""
+    enable_gqa=False; a 0-d tensor or array is its number); anything else (a tensor of ALiBi slopes) is set."""
     if value is None:
         return False
     if isinstance(value, (numbers.Number, np.bool_)):  # numpy's scalars too: np.float32(0.0) asks for nothing
         return bool(value)
+    if getattr(value, "ndim", None) == 0:  # dropout_p=torch.tensor(0.) is 0, as attention reads it
+        return bool(value)
     return True
+
+
+def _asked(options: dict) -> list:
+    """The names of the options that ask for something, as attention reads them: a seed draws nothing without
+    dropout, and a window of (-1, -1), unbounded both ways, is no window (problem._window)."""
+    from ..problem import _window
+
+    def asks(name, value):
+        if name == "seed":
+            return _is_set(value) and _is_set(options.get("dropout_p"))
+        if name == "window" and value is not None:
+            try:
+                return _window(value) is not None
+            except (TypeError, ValueError):  # not a window: set (attention's own checks refuse it)
+                return True
+        return _is_set(value)
+
+    return sorted(k for k, v in options.items() if asks(k, v))
 
 
 def plan(d: int, Nq: int, Nk: int, dtype: str, causal: bool, options: dict | None = None,
@@ -996,6 +1016,9 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
 
     from .kernels import _num_sms
 
+    name = _not_a_tensor(q, k, v)
+    if name:
+        raise TypeError(f"{name} must be a torch.Tensor, got {type({'q': q, 'k': k, 'v': v}[name]).__name__}")
     why = unavailable(q.device)
     if why:
         raise RuntimeError(f"kernel 3 is unavailable: {why}")
@@ -1030,12 +1053,24 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     return o, L2
 
 
+def _not_a_tensor(q, k, v) -> str | None:
+    """The name of the first of q, k, v that is not a torch tensor (None: all are)."""
+    import torch
+
+    return next((name for name, x in (("q", q), ("k", k), ("v", v)) if not isinstance(x, torch.Tensor)), None)
+
+
 def choose(q, k, v, causal: bool, **options):
     """The dispatcher: ``(True, tiles)`` where kernel 3 runs this call, ``(False, why)`` where kernel 2 does."""
+    name = _not_a_tensor(q, k, v)
+    if name:  # kernel 2's path (gpu.attention) then refuses it, naming the argument
+        return False, f"{name} is not a torch.Tensor"
     why = unavailable(q.device) if q.device.type == "cuda" else f"q is on {q.device}, not a CUDA GPU"
     if why:
         return False, why
     options = {k_: v_ for k_, v_ in options.items() if k_ != "config"}  # the config picks kernel 2's backward
+    if options.get("enable_gqa") and k.shape[1] == q.shape[1]:  # as many K/V heads as query heads: plain attention
+        options.pop("enable_gqa")
     t, why = plan(q.shape[-1], q.shape[2], k.shape[2], str(q.dtype).removeprefix("torch."), causal, options)
     why = why or tensor_refusal(q, k, v)
     return (False, why) if why else (True, t)
