@@ -1016,9 +1016,9 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
 
     from .kernels import _num_sms
 
-    name = _not_a_tensor(q, k, v)
-    if name:
-        raise TypeError(f"{name} must be a torch.Tensor, got {type({'q': q, 'k': k, 'v': v}[name]).__name__}")
+    bad = _not_a_tensor(q, k, v)
+    if bad:
+        raise TypeError(f"{bad[0]} must be a torch.Tensor, got {type(bad[1]).__name__}")
     why = unavailable(q.device)
     if why:
         raise RuntimeError(f"kernel 3 is unavailable: {why}")
@@ -1053,18 +1053,18 @@ def forward(q, k, v, causal: bool, scale: float, tiles: Tiles3 | None = None, he
     return o, L2
 
 
-def _not_a_tensor(q, k, v) -> str | None:
-    """The name of the first of q, k, v that is not a torch tensor (None: all are)."""
+def _not_a_tensor(q, k, v) -> tuple | None:
+    """``(name, value)`` of the first of q, k, v that is not a torch tensor (None: all are)."""
     import torch
 
-    return next((name for name, x in (("q", q), ("k", k), ("v", v)) if not isinstance(x, torch.Tensor)), None)
+    return next(((name, x) for name, x in (("q", q), ("k", k), ("v", v)) if not isinstance(x, torch.Tensor)), None)
 
 
 def choose(q, k, v, causal: bool, **options):
     """The dispatcher: ``(True, tiles)`` where kernel 3 runs this call, ``(False, why)`` where kernel 2 does."""
-    name = _not_a_tensor(q, k, v)
-    if name:  # kernel 2's path (gpu.attention) then refuses it, naming the argument
-        return False, f"{name} is not a torch.Tensor"
+    bad = _not_a_tensor(q, k, v)
+    if bad:  # kernel 2's path (gpu.attention) then refuses it, naming the argument
+        return False, f"{bad[0]} is not a torch.Tensor"
     why = unavailable(q.device) if q.device.type == "cuda" else f"q is on {q.device}, not a CUDA GPU"
     if why:
         return False, why

@@ -37,8 +37,9 @@ def _json_out(p, path: str, graded: str) -> None:
         p.error("argument --json: expected a file name, got an empty one")
     if os.path.exists(graded) and os.path.exists(path) and os.path.samefile(path, graded):
         p.error(f"argument --json: {path} is the file being graded: name another file for the report")
-    package = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # flashref/
-    if os.path.commonpath([os.path.realpath(path), package]) == package:
+    from .release import within
+
+    if within(path, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))):  # flashref/
         p.error(f"argument --json: {path} is inside the flashref package, which the grader reads: write the report "
                 f"elsewhere")
     if os.path.isdir(path):

@@ -394,6 +394,12 @@ PYTHONPATH=/autograder/source python3 -m flashref.grading.gradescope /autograder
 """
 
 
+def within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or inside it, links resolved (a path need not exist yet)."""
+    folder = os.path.realpath(folder)
+    return os.path.commonpath([os.path.realpath(path), folder]) == folder
+
+
 def check_release_dir(out_dir: str) -> None:
     """Raise (``NotADirectoryError``, ``FileExistsError``, ``PermissionError``) unless ``out_dir`` can take a copy."""
     if not out_dir.strip():  # "" would be the working directory: no folder named, not an OS error
@@ -402,10 +408,8 @@ def check_release_dir(out_dir: str) -> None:
         raise NotADirectoryError(f"{out_dir} exists and is not a directory")
     if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise FileExistsError(f"{out_dir} exists and is not empty")
-    target = os.path.realpath(out_dir)
     for src in SOURCES:
-        folder = os.path.realpath(os.path.join(REPO, src))
-        if os.path.commonpath([target, folder]) == folder:
+        if within(out_dir, os.path.join(REPO, src)):
             raise ValueError(f"{out_dir} is inside {src}/, which the copy is made from (it would copy itself into "
                              "itself): choose a folder outside it")
     existing = os.path.abspath(out_dir)  # the deepest folder of the path that exists: it must be writable
@@ -447,8 +451,7 @@ def autograder(out_zip: str) -> str:
     import tempfile
 
     check_bundle_path(out_zip)
-    package = os.path.realpath(os.path.join(REPO, "flashref"))
-    if os.path.commonpath([os.path.realpath(out_zip), package]) == package:
+    if within(out_zip, os.path.join(REPO, "flashref")):
         raise ValueError(f"{out_zip}: inside the flashref package, from which the student copy is made: the bundle "
                          f"holds exercise 7's answer table, so write it elsewhere")
     with tempfile.TemporaryDirectory(prefix="flashref-autograder-") as tmp:

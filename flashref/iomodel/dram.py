@@ -443,20 +443,13 @@ def caveats(impl, *, B, H, Nq, Nk, d, causal=False, gpu="h100", dtype_bytes=2):
     """The sentences :func:`dram` attaches to its prediction of a call: a class of calls measured to read far more
     than the model says, where this call is one of them: PADDED_APART, KERNEL2_APART, FA2_APART (one at most: the
     first that holds). The arguments are checked as :func:`dram` checks them (an empty batch or head axis: none)."""
-    _check_impl_mode(impl, MODES[0])
-    B, H = _nonnegative_int(B, "B"), _nonnegative_int(H, "H")
-    sizes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes")
-    causal = bool(_causal(causal))
-    _check_call(impl, *sizes[:5], causal, sizes[5])
-    preset(gpu)  # a GPU dram knows, or an error naming gpu
-    if B == 0 or H == 0:
-        return ()
-    return _caveats(impl, *sizes, causal, gpu)
+    *sizes, causal, empty, spec = _checked_call(impl, MODES[0], B, H, Nq, Nk, d, causal, gpu, dtype_bytes)
+    return () if empty else _caveats(impl, *sizes, causal, spec)
 
 
-def _caveats(impl, B, H, Nq, Nk, d, dtype_bytes, causal, gpu):
-    """:func:`caveats` of a call :func:`dram` has checked."""
-    kv, l2 = 2 * Nk * d * dtype_bytes, preset(gpu).capacity
+def _caveats(impl, B, H, Nq, Nk, d, dtype_bytes, causal, spec):
+    """:func:`caveats` of a call :func:`dram` has checked, on the GPU whose preset is ``spec``."""
+    kv, l2 = 2 * Nk * d * dtype_bytes, spec.capacity
     if causal or 2 * kv < l2:  # (every class: non-causal walks, one head's K and V at least half the L2)
         return ()
     if impl == "sdpa_flash" and fa2_pads_apart(d):
@@ -464,7 +457,7 @@ def _caveats(impl, B, H, Nq, Nk, d, dtype_bytes, causal, gpu):
     if impl == "flashref2" or (impl == "flashref" and kernel3_tiles(d, Nq, Nk, causal, dtype_bytes, B * H)[0] is None):
         return (KERNEL2_APART.format(kv=kv / MB, l2=l2 / MB),)
     if impl == "sdpa_flash" and kv >= l2:
-        waves = S.waves(S.fa2_fwd(B * H, Nq, Nk, d, e=dtype_bytes, sms=preset(gpu).sms))  # the forward's grid
+        waves = S.waves(S.fa2_fwd(B * H, Nq, Nk, d, e=dtype_bytes, sms=spec.sms))  # the forward's grid
         if waves >= FA2_APART_WAVES:
             return (FA2_APART.format(kv=kv / MB, l2=l2 / MB, waves=waves),)
     return ()
@@ -1018,22 +1011,16 @@ def _dram(impl, mode, B, H, Nq, Nk, d, causal, gpu, dtype_bytes, opts, kind):
     ``(DRAMPrediction, the parameters)``."""
     check_options(opts, {"B", "H", "Nq", "Nk", "d", "causal", "gpu", "dtype_bytes", "params"}, "iomodel.dram")
     params = opts.get("params")
-    _check_impl_mode(impl, mode)
-    # an empty batch or head axis (as every entry point takes one): no kernel has work, nothing crosses DRAM
-    B, H = _nonnegative_int(B, "B"), _nonnegative_int(H, "H")
-    empty = B == 0 or H == 0
-    B, H, Nq, Nk, d, dtype_bytes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes")
-    _causal(causal)
-    _check_call(impl, B, H, Nq, Nk, d, bool(causal), dtype_bytes)
-    spec = preset(gpu)
-    p = kind(_params(gpu.lower(), d, impl == "sdpa_flash" and bool(causal), _check_params(params)))
+    B, H, Nq, Nk, d, dtype_bytes, causal, empty, spec = _checked_call(impl, mode, B, H, Nq, Nk, d, causal, gpu,
+                                                                      dtype_bytes)
+    p = kind(_params(gpu.lower(), d, impl == "sdpa_flash" and causal, _check_params(params)))
     if empty:
         return DRAMPrediction(0.0, 0.0, 0.0, []), p
-    notes = _caveats(impl, B, H, Nq, Nk, d, dtype_bytes, bool(causal), gpu)
+    notes = _caveats(impl, B, H, Nq, Nk, d, dtype_bytes, causal, spec)
     # each switch read only where it decides something (a name dram_reads reports read is one the call depends on):
     # FlashAttention-2 splits the keys of a grid too small to fill the GPU only, and only eager runs a softmax
     split = impl == "sdpa_flash" and S.fa2_num_splits(B * H, Nq, Nk, d, spec.sms) > 1 and bool(p["fa2_split"])
-    seq = _kernels(impl, mode, B, H, Nq, Nk, d, bool(causal), dtype_bytes, spec.sms, split,
+    seq = _kernels(impl, mode, B, H, Nq, Nk, d, causal, dtype_bytes, spec.sms, split,
                    impl == "eager" and bool(p["softmax_passes"]))
     rows = predict_kernels(seq, Nq, Nk, p)
     return DRAMPrediction(sum(r[1] for r in rows), sum(r[2] for r in rows), sum(r[3] for r in rows), rows, notes), p
@@ -1111,6 +1098,20 @@ SEQ_BOUND = (MAX_N, f"at most {MAX_N} (32-bit sequence indices)")
 # take 2^33·d bytes, more than one GPU holds from d = 32 on.
 MAX_ROWS = 2 ** 30
 EAGER_DTYPE_BYTES = (2, 4, 8)  # fp16/bf16, fp32, fp64: what plain PyTorch ops run in
+
+
+def _checked_call(impl, mode, B, H, Nq, Nk, d, causal, gpu, dtype_bytes):
+    """:func:`dram`'s checks of a call (which :func:`caveats` makes too), each error naming its argument:
+    ``(B, H, Nq, Nk, d, dtype_bytes, causal, empty, the GPU's preset)``, causal a bool and an empty batch or head axis
+    (as every entry point takes one: no kernel has work, nothing crosses DRAM) checked as one of size 1, ``empty``
+    saying it was."""
+    _check_impl_mode(impl, mode)
+    B, H = _nonnegative_int(B, "B"), _nonnegative_int(H, "H")
+    empty = B == 0 or H == 0
+    B, H, Nq, Nk, d, dtype_bytes = _sizes(max(B, 1), max(H, 1), Nq, Nk, d, dtype_bytes, e_name="dtype_bytes")
+    causal = bool(_causal(causal))
+    _check_call(impl, B, H, Nq, Nk, d, causal, dtype_bytes)
+    return B, H, Nq, Nk, d, dtype_bytes, causal, empty, preset(gpu)  # (a GPU dram knows, or an error naming gpu)
 
 
 def _check_call(impl, B, H, Nq, Nk, d, causal, dtype_bytes):
