@@ -23,6 +23,12 @@ backward must use the same (Br, Bc). Algorithm 4 holds more on chip than Algorit
 :mod:`flashref.blocks`). Pass ``block_sizes=(Br, Bc)`` to pin them; build masks of shape
 ``(Tr, Tc)`` with :func:`grid`'s numbers.
 
+The attention variants (``enable_gqa``, ``window``, ``alibi_slopes``, ``softcap``, ``bias``) are
+FlashAttention's (:mod:`flashref.flash1`): the same tile steps make them, on the nonzero blocks only.
+A window is MASK within the blocks the block mask keeps (:func:`local_blocks` is the block mask that
+skips the blocks outside it); a bias tile is read for each nonzero block; with ``bias_grad`` the
+backward writes zeros for dBias's zero blocks, so that every tile of it is written once.
+
 Patterns (in :mod:`flashref.patterns`, re-exported here; each returns a boolean ``(Tr, Tc)`` array):
 
 * :func:`causal_blocks`: the blocks a causal mask touches (j·Bc ≤ last row of block i);
@@ -45,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blocks, flash1, flash1_bwd
+from . import blocks, flash1, flash1_bwd, variants
 from .blocks import Grid
 from .patterns import (
     butterfly_blocks,
@@ -59,22 +65,28 @@ from .patterns import (
 from .problem import Problem, overflow_checked
 from .results import BackwardResult, ForwardResult
 
-__all__ = ["forward", "backward", "grid", "Grid", "footprint", "check_block_mask", "element_mask", "density",
+__all__ = ["OPTIONS", "forward", "backward", "grid", "Grid", "footprint", "check_block_mask", "element_mask", "density",
            "causal_blocks", "local_blocks", "butterfly_blocks", "random_blocks", "grid_of"]
 
 #: Alg.5's numbers for the tile step's lines (the same lines as Alg.1 l.8-13).
-LINES_ALG5 = {"load": "Alg.5 l.9", "write O": "Alg.5 l.15", "write l, m": "Alg.5 l.16"}
+LINES_ALG5 = {"load": "Alg.5 l.9", "scores": "Alg.5 l.10", "write O": "Alg.5 l.15", "write l, m": "Alg.5 l.16"}
+
+#: Options beyond the shared ones: FlashAttention's (the variants); ``block_mask`` is an argument.
+OPTIONS = flash1.OPTIONS
 
 
-def footprint(Br: int, Bc: int, d: int, dropout: bool = False) -> int:
+def footprint(Br: int, Bc: int, d: int, dropout: bool = False, bias: bool = False, softcap: bool = False,
+              slopes: int = 0) -> int:
     """On-chip elements per head that both passes need: the larger of Algorithm 2's and Algorithm 4's."""
-    return max(flash1.footprint(Br, Bc, d), flash1_bwd.footprint(Br, Bc, d, dropout=dropout))
+    return max(flash1.footprint(Br, Bc, d, bias=bias, slopes=slopes),
+               flash1_bwd.footprint(Br, Bc, d, dropout=dropout, softcap=softcap, slopes=slopes))
 
 
 def grid_of(pb: Problem) -> Grid:
     """The one grid of both passes for problem ``pb`` (resolved with the larger footprint)."""
-    has_dropout = pb.dropout_p > 0
-    return blocks.grid_for(pb, lambda Br, Bc, d: footprint(Br, Bc, d, dropout=has_dropout))
+    flags = dict(dropout=pb.dropout_p > 0, bias=pb.bias is not None, softcap=pb.softcap is not None,
+                 slopes=1 if pb.alibi_slopes is not None else 0)
+    return blocks.grid_for(pb, lambda Br, Bc, d: footprint(Br, Bc, d, **flags))
 
 
 def grid(Nq: int, Nk: int, d: int, **opts) -> Grid:
@@ -82,8 +94,8 @@ def grid(Nq: int, Nk: int, d: int, **opts) -> Grid:
     return grid_of(Problem.from_shapes("blocksparse.grid", Nq=Nq, Nk=Nk, d=d, **opts))
 
 
-def _problem(Q, K, V, block_mask, opts, where):
-    pb = Problem.from_arrays(Q, K, V, where, **opts)
+def _problem(Q, K, V, block_mask, opts, where, extra=OPTIONS):
+    pb = Problem.from_arrays(Q, K, V, where, extra, **opts)
     g = grid_of(pb)
     # Pin the resolved blocks so that both passes run on this very grid.
     return pb.with_blocks(g.Br, g.Bc), g, check_block_mask(block_mask, g)
@@ -94,12 +106,14 @@ def forward(Q, K, V, block_mask, **opts) -> ForwardResult:
     """Algorithm 5: ``O = dropout(softmax(MASK(τ QKᵀ) ⊙ 1_M̃)) V`` with the block mask ``M`` (Tr × Tc, bool).
 
     Options as every algorithm (``scale``, ``causal``, ``mask``, ``dropout_p``, ``seed``,
-    ``sram_size``, ``block_sizes``, ``dtype_bytes``); ``causal`` and ``mask`` combine with the
-    block mask (an entry is attended only if all allow it). Returns ``.O``, ``.l``, ``.m`` (for the
+    ``sram_size``, ``block_sizes``, ``dtype_bytes``) and flash1's variants; ``causal``, ``window`` and ``mask``
+    combine with the block mask (an entry is attended only if all allow it). Returns ``.O``, ``.l``, ``.m`` (for the
     backward; a row with no nonzero block has ℓ = 0, m = -inf and O = 0), ``.io``, ``.flops``,
     ``.events``, ``.block_sizes``, ``.block_mask`` and ``.density`` (the fraction s of nonzero blocks).
     """
-    pb, g, M = _problem(Q, K, V, block_mask, opts, "blocksparse.forward")
+    pb0, g, M = _problem(Q, K, V, block_mask, opts, "blocksparse.forward")
+    # [gqa] each query head loads the tiles of its K/V head h // g, as in flash1.
+    pb = variants.loop_problem(pb0, packed=False)
     # Alg.5 l.1: the generator state R is pb.seed. l.2: O = 0, ℓ = 0, m = -inf in HBM (counted).
     # Alg.5 l.3-4: divide Q, O, ℓ, m into Tr blocks and K, V into Tc blocks (the grid g).
     mem, fc = flash1.init_outputs(pb, "Alg.5 l.2")
@@ -108,10 +122,12 @@ def forward(Q, K, V, block_mask, **opts) -> ForwardResult:
         # Alg.5 l.6: load K_j, V_j from HBM to on-chip SRAM (even if column j has no nonzero block).
         K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.5 l.6")  # (Bc, d)
         V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.5 l.6")  # (Bc, d)
+        slopes_j = variants.load_slopes(mem, pb, "Alg.5 l.6")  # [alibi] with them, as flash1
         for i in range(g.Tr):  # Alg.5 l.7
             if M[i, j]:  # Alg.5 l.8: if M_ij ≠ 0 (a zero block is neither loaded nor computed)
-                flash1.tile_step(mem, fc, pb, K_j, V_j, g.rows(i), cols, lines=LINES_ALG5)  # Alg.5 l.9-16
-        mem.free("K_j", "V_j")
+                flash1.tile_step(mem, fc, pb, K_j, V_j, g.rows(i), cols, lines=LINES_ALG5,
+                                 slopes_j=slopes_j)  # Alg.5 l.9-16
+        mem.free("K_j", "V_j", "slopes_j")
     # Alg.5 l.17-20: end if, end for, end for; return O, ℓ, m.
     return ForwardResult(O=mem.result("O"), l=mem.result("l"), m=mem.result("m"), io=mem.report(),
                          flops=fc.report(), events=mem.events, block_sizes=(g.Br, g.Bc), block_mask=M,
@@ -122,27 +138,33 @@ def forward(Q, K, V, block_mask, **opts) -> ForwardResult:
 def backward(Q, K, V, O, dO, l, m, block_mask, **opts) -> BackwardResult:
     """Algorithm 4 with Algorithm 5's skip: a zero block of ``M`` is neither loaded nor computed.
 
-    ``O``, ``l``, ``m`` are :func:`forward`'s; ``block_mask`` and the options must be the forward's.
-    Gradients equal those of standard attention with the element mask :func:`element_mask` implies.
+    ``O``, ``l``, ``m`` are :func:`forward`'s; ``block_mask`` and the options must be the forward's
+    (``bias_grad=True`` adds ``.dBias``, as :func:`flashref.flash1.backward`'s). Gradients equal those of
+    standard attention with the element mask :func:`element_mask` implies.
     """
-    pb, g, M = _problem(Q, K, V, block_mask, opts, "blocksparse.backward")
-    O, dO, l, m = flash1_bwd.check_stats(pb, O, dO, l, m)
+    bias_grad = opts.pop("bias_grad", False)
+    pb0, g, M = _problem(Q, K, V, block_mask, opts, "blocksparse.backward", OPTIONS + ("bias_grad",))
+    bias_grad = variants.check_bias_grad(bias_grad, pb0.bias)
+    O, dO, l, m = flash1_bwd.check_stats(pb0, O, dO, l, m)
+    pb = variants.loop_problem(pb0, packed=False)  # [gqa] as flash1's backward
     # Alg.4 l.5: dQ = dK = dV = 0 in HBM (counted).
-    mem, fc = flash1_bwd.init_gradients(pb, O, dO, l, m, "Alg.4 l.5")
+    mem, fc = flash1_bwd.init_gradients(pb0, pb, O, dO, l, m, "Alg.4 l.5", bias_grad)
     for j in range(g.Tc):  # Alg.4 l.6
         cols = g.cols(j)
-        # Alg.4 l.7: load K_j, V_j; l.8: d̃K_j = d̃V_j = 0 on chip.
+        # Alg.4 l.7: load K_j, V_j ([alibi] and the slope); l.8: d̃K_j = d̃V_j = 0 on chip.
         K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.4 l.7")  # (Bc, d)
         V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.4 l.7")  # (Bc, d)
+        slopes_j = variants.load_slopes(mem, pb, "Alg.4 l.7")
         dK_tilde_j = mem.hold("dK_tilde_j", np.zeros_like(K_j))  # (Bc, d)
         dV_tilde_j = mem.hold("dV_tilde_j", np.zeros_like(V_j))  # (Bc, d)
         for i in range(g.Tr):  # Alg.4 l.9
+            rows = g.rows(i)
             if M[i, j]:  # Alg.5's "if M_ij ≠ 0", applied to the backward
-                flash1_bwd.tile_step(mem, fc, pb, K_j, V_j, dK_tilde_j, dV_tilde_j, g.rows(i), cols)
+                flash1_bwd.tile_step(mem, fc, pb, K_j, V_j, dK_tilde_j, dV_tilde_j, rows, cols, slopes_j, bias_grad)
+            elif bias_grad:  # [bias] no gradient reaches a zero block's bias: its tile of dBias is zeros, written
+                mem.store("dBias", np.zeros(pb.lead_shape + (rows[1] - rows[0], cols[1] - cols[0]), dtype=pb.dtype),
+                          rows=rows, cols=cols, line="dBias")
         # Alg.4 l.24: write dK_j, dV_j to HBM.
-        mem.store("dK", dK_tilde_j, rows=cols, line="Alg.4 l.24")
-        mem.store("dV", dV_tilde_j, rows=cols, line="Alg.4 l.24")
-        mem.free("K_j", "V_j", "dK_tilde_j", "dV_tilde_j")
-    return BackwardResult(dQ=mem.result("dQ"), dK=mem.result("dK"), dV=mem.result("dV"),
-                          io=mem.report(), flops=fc.report(), events=mem.events, block_sizes=(g.Br, g.Bc),
-                          block_mask=M, density=density(M))
+        flash1_bwd.write_kv_gradients(mem, pb0, dK_tilde_j, dV_tilde_j, cols)
+        mem.free("K_j", "V_j", "dK_tilde_j", "dV_tilde_j", "slopes_j")
+    return flash1_bwd.gradients(mem, fc, pb0, g, bias_grad, block_mask=M, density=density(M))

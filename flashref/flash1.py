@@ -20,6 +20,16 @@ take its slot, as registers would), and six row vectors ℓ_i, m_i, m̃_ij, ℓ�
 ℓ_i^new (6·Br; the two rescaling factors e^{m_i − m_i^new} and e^{m̃_ij − m_i^new} take the slots
 of m_i and m̃_ij, which are not needed again).
 
+The attention variants (:mod:`flashref.variants`: ``enable_gqa``, ``window``, ``alibi_slopes``,
+``softcap``, ``bias``) enter Algorithm 1 where its tile's scores are made, l.9 (Alg.2 l.10-11), by the
+same code as FlashAttention-2's (:func:`flashref.variants.tile_scores`). What they cost here follows from
+the loops as printed: every tile is visited, so a window is MASK, as causal is, and skips nothing
+(FlashAttention-2 skips the tiles outside it; Algorithm 5's block mask can, e.g.
+:func:`flashref.blocksparse.local_blocks`); a bias tile B_ij is read for every (j, i), Nq·Nk a head;
+ALiBi's slope is loaded with K_j, V_j, once per column block; a softcap moves nothing. GQA is
+FlashAttention-2's default schedule, the natural one for a loop over one head: each query head loads
+the tiles of its K/V head h // g, so K and V are read as if repeated (FA3's packing is flash2's).
+
 Algorithm 4 (the backward) lives in :mod:`flashref.flash1_bwd` and is re-exported here as
 :func:`backward`; Algorithm 5 (block-sparse) in :mod:`flashref.blocksparse` runs the same tile
 step, :func:`tile_step`, inside its own loop with its ``if M_ij ≠ 0``.
@@ -39,29 +49,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blocks, masks
-from .flash1_bwd import backward  # Algorithm 4: FlashAttention's backward, in its own module
+from . import blocks, variants
+from .flash1_bwd import OPTIONS, backward  # Algorithm 4 in its own module, and the options both passes take
 from .flops import FlopCounter
 from .memory import Memory
 from .problem import Problem, overflow_checked
 from .results import ForwardResult
 from .softmax import finite_or_zero
 
-__all__ = ["forward", "backward", "footprint", "grid", "tile_step", "init_outputs"]
+__all__ = ["forward", "backward", "footprint", "grid", "tile_step", "init_outputs", "OPTIONS"]
 
 
-def footprint(Br: int, Bc: int, d: int) -> int:
+def footprint(Br: int, Bc: int, d: int, bias: bool = False, slopes: int = 0) -> int:
     """Peak on-chip elements per head of Algorithm 1's inner loop with full (Br, Bc) tiles.
 
     ``2·Bc·d`` (K_j, V_j) + ``2·Br·d`` (Q_i, O_i) + ``Br·Bc`` (S_ij, whose slot MASK(S_ij), P̃_ij
-    and P̃_ij^dropped take in turn) + ``6·Br`` (ℓ_i, m_i, m̃_ij, ℓ̃_ij, m_i^new, ℓ_i^new).
+    and P̃_ij^dropped take in turn) + ``6·Br`` (ℓ_i, m_i, m̃_ij, ℓ̃_ij, m_i^new, ℓ_i^new). With a
+    ``bias``, its tile B_ij is on chip beside S_ij when it is loaded (with Q_i, O_i, ℓ_i, m_i): two
+    tiles and two row vectors then. With ALiBi, the ``slopes`` of the column block's head (1) stay on chip.
     """
-    return 2 * Bc * d + 2 * Br * d + Br * Bc + 6 * Br
+    after_l10 = 2 * Bc * d + 2 * Br * d + Br * Bc + 6 * Br
+    at_bias = 2 * Bc * d + 2 * Br * d + 2 * Br * Bc + 2 * Br
+    return (max(after_l10, at_bias) if bias else after_l10) + slopes
 
 
 def grid(pb: Problem) -> blocks.Grid:
     """The tiling Algorithm 1 runs with for problem ``pb`` (l.1, fitted to the real footprint; l.3-4)."""
-    return blocks.grid_for(pb, footprint)
+    has_bias, slopes = pb.bias is not None, 1 if pb.alibi_slopes is not None else 0
+    return blocks.grid_for(pb, lambda Br, Bc, d: footprint(Br, Bc, d, bias=has_bias, slopes=slopes))
 
 
 @overflow_checked("O")
@@ -69,24 +84,29 @@ def forward(Q, K, V, **opts) -> ForwardResult:
     """Algorithm 1 (with Algorithm 2's scale τ, MASK and dropout): ``O = dropout(softmax(MASK(τ QKᵀ))) V``.
 
     Options: ``scale``, ``causal``, ``mask``, ``dropout_p``, ``seed``, ``sram_size`` (M, elements per
-    head), ``block_sizes=(Br, Bc)``, ``dtype_bytes``. Returns ``.O``, ``.l`` (row sums of
+    head), ``block_sizes=(Br, Bc)``, ``dtype_bytes``, and the variants ``enable_gqa``, ``window``,
+    ``alibi_slopes``, ``softcap``, ``bias`` (:mod:`flashref.variants`). Returns ``.O``, ``.l`` (row sums of
     exp(S − m) before dropout; 0 for a fully masked row), ``.m`` (row maxima of the scaled, masked
     scores; -inf for a fully masked row), ``.io``, ``.flops``, ``.events`` and ``.block_sizes``.
     """
-    pb = Problem.from_arrays(Q, K, V, "flash1.forward", **opts)
+    pb0 = Problem.from_arrays(Q, K, V, "flash1.forward", OPTIONS, **opts)
     # Alg.1 l.1: block sizes (the paper's, or the largest that really fit; see blocks.resolve).
     # Alg.1 l.3-4: Tr row blocks of Q, O, ℓ, m; Tc column blocks of K, V (last blocks may be ragged).
-    g = grid(pb)
+    g = grid(pb0)
+    # [gqa] each query head h loads the tiles of its K/V head h // g (K and V as if repeated).
+    pb = variants.loop_problem(pb0, packed=False)
     mem, fc = init_outputs(pb, "Alg.1 l.2")
     for j in range(g.Tc):  # Alg.1 l.5
         cols = g.cols(j)
         # Alg.1 l.6: load K_j, V_j from HBM to on-chip SRAM (once per j).
         K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.1 l.6")  # (Bc, d)
         V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.1 l.6")  # (Bc, d)
+        # [alibi] and the head's slope with them, once per column block.
+        slopes_j = variants.load_slopes(mem, pb, "Alg.1 l.6")
         for i in range(g.Tr):  # Alg.1 l.7
-            tile_step(mem, fc, pb, K_j, V_j, g.rows(i), cols, lines=LINES_ALG1)  # Alg.1 l.8-13
+            tile_step(mem, fc, pb, K_j, V_j, g.rows(i), cols, lines=LINES_ALG1, slopes_j=slopes_j)  # Alg.1 l.8-13
         # Alg.1 l.14: end for.
-        mem.free("K_j", "V_j")
+        mem.free("K_j", "V_j", "slopes_j")
     # Alg.1 l.15-16: end for; return O (and ℓ, m for the backward pass, Alg.2 l.19).
     return ForwardResult(O=mem.result("O"), l=mem.result("l"), m=mem.result("m"), io=mem.report(),
                          flops=fc.report(), events=mem.events, block_sizes=(g.Br, g.Bc))
@@ -95,8 +115,9 @@ def forward(Q, K, V, **opts) -> ForwardResult:
 def init_outputs(pb: Problem, line: str) -> tuple[Memory, FlopCounter]:
     """Inputs in HBM (free) and, per Alg.1 l.2, O = 0 (Nq×d), ℓ = 0, m = -inf (Nq): Nq·d + 2·Nq writes."""
     mem = Memory(pb.sram_size, pb.dtype_bytes, pb.lead_shape)
-    for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V)):
-        mem.input(name, X)
+    for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V), ("bias", pb.bias), ("alibi_slopes", pb.alibi_slopes)):
+        if X is not None:  # [bias] and [alibi]: inputs too, where given
+            mem.input(name, X)
     mem.init("O", (pb.Nq, pb.d), 0.0, dtype=pb.dtype, line=line)
     mem.init("l", (pb.Nq,), 0.0, dtype=pb.dtype, line=line)
     mem.init("m", (pb.Nq,), -np.inf, dtype=pb.dtype, line=line)
@@ -104,23 +125,24 @@ def init_outputs(pb: Problem, line: str) -> tuple[Memory, FlopCounter]:
 
 
 #: The algorithm lines of the tile step, as Algorithm 1 numbers them (Algorithm 5 numbers them l.9-16).
-LINES_ALG1 = {"load": "Alg.1 l.8", "write O": "Alg.1 l.12", "write l, m": "Alg.1 l.13"}
+LINES_ALG1 = {"load": "Alg.1 l.8", "scores": "Alg.1 l.9", "write O": "Alg.1 l.12", "write l, m": "Alg.1 l.13"}
 
 
-def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, rows, cols, lines=LINES_ALG1) -> None:
-    """Algorithm 1 l.8-13 (Algorithm 2 l.9-16 with τ, MASK, dropout) for tile (i, j): update O_i, ℓ_i, m_i in HBM."""
+def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, rows, cols, lines=LINES_ALG1,
+              slopes_j=None) -> None:
+    """Algorithm 1 l.8-13 (Algorithm 2 l.9-16 with τ, MASK, dropout) for tile (i, j): update O_i, ℓ_i, m_i in HBM.
+
+    ``slopes_j``: the ALiBi slope on chip (:func:`flashref.variants.load_slopes`), or None."""
     # l.8: load Q_i, O_i, ℓ_i, m_i from HBM to on-chip SRAM (once per (j, i)).
     Q_i = mem.load("Q", rows=rows, as_="Q_i", line=lines["load"])  # (Br, d)
     O_i = mem.load("O", rows=rows, as_="O_i", line=lines["load"])  # (Br, d)
     l_i = mem.load("l", rows=rows, as_="l_i", line=lines["load"])  # (Br,)
     m_i = mem.load("m", rows=rows, as_="m_i", line=lines["load"])  # (Br,)
 
-    # l.9 / Alg.2 l.10: S_ij = τ Q_i K_jᵀ (τ folded into the matmul's epilogue, rule 5).
-    S_ij = mem.hold("S_ij", fc.scores(Q_i, K_j, pb.scale))  # (Br, Bc)
-    # Alg.2 l.11: S_ij^masked = MASK(S_ij), in S_ij's slot; the mask is a function, no IO.
-    attend = masks.tile_mask(pb.mask, pb.causal, rows, cols)
-    if attend is not None:
-        S_ij = mem.hold("S_ij", fc.ew(masks.apply(S_ij, attend), "mask"))
+    # l.9 / Alg.2 l.10: S_ij = τ Q_i K_jᵀ (τ folded into the matmul's epilogue, rule 5), then the variants'
+    # [softcap], [alibi] and [bias] (its tile B_ij read from HBM on this line).
+    # Alg.2 l.11: S_ij^masked = MASK(S_ij), in S_ij's slot: causal ∧ [window] ∧ mask, a function, no IO.
+    S_ij, _ = variants.tile_scores(mem, fc, pb, Q_i, K_j, rows, cols, lines["scores"], slopes_j)  # (Br, Bc)
 
     # l.10: m̃_ij = rowmax(S_ij), P̃_ij = exp(S_ij − m̃_ij), ℓ̃_ij = rowsum(P̃_ij).
     m_tilde_ij = mem.hold("m_tilde_ij", fc.rowmax(S_ij))  # (Br,); -inf for a masked row

@@ -27,6 +27,13 @@ by :func:`flashref.blocks.resolve` with this footprint, so they can differ from 
 The body of the inner loop (lines 10-22) is :func:`tile_step`; block-sparse FlashAttention
 (:mod:`flashref.blocksparse`) runs it inside its own loop, behind Algorithm 5's ``if M_ij ≠ 0``.
 
+The variants (:mod:`flashref.variants`) recompute their scores at l.11-12 as the forward made them
+(:func:`flashref.variants.tile_scores`): a bias tile is read again for every (j, i); a softcap keeps
+its derivative 1 − tanh² on chip (one more Br x Bc tile) and multiplies dS_ij by it after l.20;
+ALiBi's slope is loaded with K_j, V_j. With GQA each query head h writes its own dK_h, dV_h, and
+one more pass sums each group's (:func:`flashref.variants.reduce_groups`). ``bias_grad=True``
+returns the bias's gradient too, dS_ij before τ, each tile written once (Nq·Nk writes a head).
+
 Example::
 
     fwd = flash1.forward(Q, K, V, causal=True)
@@ -38,32 +45,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import blocks, masks
+from . import blocks, variants
 from .flops import FlopCounter
 from .memory import Memory
-from .problem import Problem, check_finite, check_like, check_masked_rows, overflow_checked
+from .problem import VARIANT_OPTIONS, Problem, check_finite, check_like, check_masked_rows, overflow_checked
 from .results import BackwardResult
 from .softmax import finite_or_zero
 
-__all__ = ["backward", "footprint", "grid", "tile_step", "check_stats", "init_gradients"]
+__all__ = ["backward", "footprint", "grid", "tile_step", "check_stats", "init_gradients", "OPTIONS"]
+
+#: Options beyond the shared ones, of FlashAttention's forward and backward (and Algorithm 5's): the attention
+#: variants. (FA3's packed GQA is ``flash2``'s; the backward takes ``bias_grad`` too.)
+OPTIONS = VARIANT_OPTIONS
 
 
-def footprint(Br: int, Bc: int, d: int, dropout: bool = False) -> int:
+def footprint(Br: int, Bc: int, d: int, dropout: bool = False, softcap: bool = False, slopes: int = 0) -> int:
     """Peak on-chip elements per head of Algorithm 4's inner loop with full (Br, Bc) tiles.
 
     ``4·Bc·d`` (K_j, V_j, d̃K_j, d̃V_j) + ``4·Br·d`` (Q_i, O_i, dO_i, dQ_i) + the row vectors and
     Br x Bc tiles live at the fullest moment: line 20 without dropout (ℓ_i, m_i, D_i; P_ij, dP_ij),
-    line 15 with dropout (ℓ_i, m_i; P_ij, Z_ij, P_ij^dropped).
+    line 15 with dropout (ℓ_i, m_i; P_ij, Z_ij, P_ij^dropped). A ``softcap`` keeps one more tile, its
+    derivative, from l.11 to after l.20; ALiBi keeps the ``slopes`` of the column block's head (1). A bias
+    tile is on chip only while S_ij is made, below these peaks.
     """
-    if dropout:
-        return 4 * Bc * d + 4 * Br * d + 2 * Br + 3 * Br * Bc
-    return 4 * Bc * d + 4 * Br * d + 3 * Br + 2 * Br * Bc
+    tiles = (3 if dropout else 2) + (1 if softcap else 0)
+    rows = 2 if dropout else 3
+    return 4 * Bc * d + 4 * Br * d + rows * Br + tiles * Br * Bc + slopes
 
 
 def grid(pb: Problem) -> blocks.Grid:
     """The tiling Algorithm 4 runs with for problem ``pb`` (Alg.4 l.2-4, fitted to the real footprint)."""
-    has_dropout = pb.dropout_p > 0
-    return blocks.grid_for(pb, lambda Br, Bc, d: footprint(Br, Bc, d, dropout=has_dropout))
+    has_dropout, softcap = pb.dropout_p > 0, pb.softcap is not None
+    slopes = 1 if pb.alibi_slopes is not None else 0
+    return blocks.grid_for(pb, lambda Br, Bc, d: footprint(Br, Bc, d, has_dropout, softcap, slopes))
 
 
 def check_stats(pb: Problem, O, dO, l, m):
@@ -92,9 +106,9 @@ def check_stats(pb: Problem, O, dO, l, m):
 OVERFLOW_NOTE = "or l, m are not the forward's: an m_i below its row's largest score makes P = exp(S − m)/ℓ overflow"
 
 #: The error for an m_i = -inf on a row with a key to attend to (:func:`flashref.problem.check_masked_rows`).
-_M_MASKED = ("m: m_i = -inf marks a row as fully masked, but causal and mask (and blocksparse's block mask) leave it "
-             "a key to attend to; the forward's m is -inf only on a row whose every key they hide (pass the forward's "
-             ".l and .m)")
+_M_MASKED = ("m: m_i = -inf marks a row as fully masked, but causal, window, mask and bias (and blocksparse's block "
+             "mask) leave it a key to attend to; the forward's m is -inf only on a row whose every key they hide "
+             "(pass the forward's .l and .m)")
 
 
 @overflow_checked("dQ", "dK", "dV", note=OVERFLOW_NOTE)
@@ -103,51 +117,95 @@ def backward(Q, K, V, O, dO, l, m, **opts) -> BackwardResult:
 
     ``l`` and ``m`` are the forward's row statistics, shape ``(..., Nq)``: ``m`` the row maximum of
     the scaled, masked scores (-inf for a fully masked row) and ``l`` the row sum of
-    ``exp(S − m)`` over the undropped scores (0 for a fully masked row). Options as every algorithm:
+    ``exp(S − m)`` over the undropped scores (0 for a fully masked row). Options as the forward's:
     ``scale``, ``causal``, ``mask``, ``dropout_p``, ``seed`` (the forward's), ``sram_size``,
-    ``block_sizes``, ``dtype_bytes``. Returns ``.dQ``, ``.dK``, ``.dV``, ``.io``, ``.flops``, ``.events``.
+    ``block_sizes``, ``dtype_bytes``, the variants; and ``bias_grad=True`` (with a ``bias``) for ``.dBias``,
+    ``(..., Nq, Nk)`` in Q's leading axes (sum it over the axes the bias was broadcast along). Returns ``.dQ``,
+    ``.dK``, ``.dV``, ``.io``, ``.flops``, ``.events``.
     """
-    pb = Problem.from_arrays(Q, K, V, "flash1.backward", **opts)
-    O, dO, l, m = check_stats(pb, O, dO, l, m)
+    bias_grad = opts.pop("bias_grad", False)
+    # extra names bias_grad too (taken above): an unknown option's error lists every one backward takes
+    pb0 = Problem.from_arrays(Q, K, V, "flash1.backward", OPTIONS + ("bias_grad",), **opts)
+    bias_grad = variants.check_bias_grad(bias_grad, pb0.bias)
+    O, dO, l, m = check_stats(pb0, O, dO, l, m)
     # Alg.4 l.1: set the pseudo-random number generator state to R: the forward's seed, pb.seed,
     # from which pb.dropout_Z regenerates every tile's Z (l.14).
     # Alg.4 l.2: set block sizes (the paper's rule, shrunk until the real footprint fits M).
     # Alg.4 l.3-4: divide Q, O, dO, ℓ, m into Tr row blocks of Br, and K, V into Tc blocks of Bc.
-    g = grid(pb)
-    mem, fc = init_gradients(pb, O, dO, l, m, "Alg.4 l.5")
+    g = grid(pb0)
+    # [gqa] each query head h reads the tiles of its K/V head h // g and writes its own dK_h, dV_h.
+    pb = variants.loop_problem(pb0, packed=False)
+    mem, fc = init_gradients(pb0, pb, O, dO, l, m, "Alg.4 l.5", bias_grad)
     for j in range(g.Tc):  # Alg.4 l.6
         cols = g.cols(j)
-        # Alg.4 l.7: load K_j, V_j from HBM to on-chip SRAM.
+        # Alg.4 l.7: load K_j, V_j from HBM to on-chip SRAM ([alibi] and the head's slope with them).
         K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.4 l.7")  # (Bc, d)
         V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.4 l.7")  # (Bc, d)
+        slopes_j = variants.load_slopes(mem, pb, "Alg.4 l.7")
         # Alg.4 l.8: initialise d̃K_j = 0, d̃V_j = 0 (Bc x d) on SRAM.
         dK_tilde_j = mem.hold("dK_tilde_j", np.zeros_like(K_j))  # (Bc, d)
         dV_tilde_j = mem.hold("dV_tilde_j", np.zeros_like(V_j))  # (Bc, d)
         for i in range(g.Tr):  # Alg.4 l.9
-            tile_step(mem, fc, pb, K_j, V_j, dK_tilde_j, dV_tilde_j, g.rows(i), cols)  # Alg.4 l.10-22
+            tile_step(mem, fc, pb, K_j, V_j, dK_tilde_j, dV_tilde_j, g.rows(i), cols, slopes_j,
+                      bias_grad)  # Alg.4 l.10-22
         # Alg.4 l.23: end for. l.24: write dK_j ← d̃K_j, dV_j ← d̃V_j to HBM.
-        mem.store("dK", dK_tilde_j, rows=cols, line="Alg.4 l.24")
-        mem.store("dV", dV_tilde_j, rows=cols, line="Alg.4 l.24")
+        write_kv_gradients(mem, pb0, dK_tilde_j, dV_tilde_j, cols)
         # Alg.4 l.25: end for.
-        mem.free("K_j", "V_j", "dK_tilde_j", "dV_tilde_j")
+        mem.free("K_j", "V_j", "dK_tilde_j", "dV_tilde_j", "slopes_j")
     # Alg.4 l.26: return dQ, dK, dV.
-    return BackwardResult(dQ=mem.result("dQ"), dK=mem.result("dK"), dV=mem.result("dV"),
-                          io=mem.report(), flops=fc.report(), events=mem.events, block_sizes=(g.Br, g.Bc))
+    return gradients(mem, fc, pb0, g, bias_grad)
 
 
-def init_gradients(pb: Problem, O, dO, l, m, line: str) -> tuple[Memory, FlopCounter]:
-    """Inputs in HBM (free) and, per Alg.4 l.5, dQ = 0 (Nq×d), dK = dV = 0 (Nk×d): Nq·d + 2·Nk·d writes."""
+def _kv_names(pb0: Problem) -> tuple[str, str]:
+    """Where l.24 writes: dK, dV; with GQA each query head's dK_h, dV_h, which a last pass sums per group."""
+    return ("dK_h", "dV_h") if pb0.group > 1 else ("dK", "dV")
+
+
+def init_gradients(pb0: Problem, pb: Problem, O, dO, l, m, line: str, bias_grad: bool = False):
+    """Inputs in HBM (free) and, per Alg.4 l.5, dQ = 0 (Nq×d), dK = dV = 0 (Nk×d): Nq·d + 2·Nk·d writes a loop head.
+
+    ``pb0`` is the problem as called, ``pb`` the loop's (:func:`flashref.variants.loop_problem`). Returns the
+    Memory and a FlopCounter."""
     mem = Memory(pb.sram_size, pb.dtype_bytes, pb.lead_shape)
-    for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V), ("O", O), ("dO", dO), ("l", l), ("m", m)):
-        mem.input(name, X)  # inputs start in HBM at no cost (rule 1)
+    for name, X in (("Q", pb.Q), ("K", pb.K), ("V", pb.V), ("O", O), ("dO", dO), ("l", l), ("m", m),
+                    ("bias", pb.bias), ("alibi_slopes", pb.alibi_slopes)):
+        if X is not None:  # inputs start in HBM at no cost (rule 1); [bias], [alibi] where given
+            mem.input(name, X)
+    dK_name, dV_name = _kv_names(pb0)
     mem.init("dQ", (pb.Nq, pb.d), 0.0, dtype=pb.dtype, line=line)
-    mem.init("dK", (pb.Nk, pb.d), 0.0, dtype=pb.dtype, line=line)
-    mem.init("dV", (pb.Nk, pb.d), 0.0, dtype=pb.dtype, line=line)
+    mem.init(dK_name, (pb.Nk, pb.d), 0.0, dtype=pb.dtype, line=line)
+    mem.init(dV_name, (pb.Nk, pb.d), 0.0, dtype=pb.dtype, line=line)
+    if bias_grad:
+        mem.output("dBias", (pb.Nq, pb.Nk), dtype=pb.dtype)  # [bias] every tile written once
     return mem, FlopCounter()
 
 
-def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, dK_tilde_j, dV_tilde_j, rows, cols) -> None:
-    """Algorithm 4 l.10-22 for tile (i, j): update dQ_i in HBM and d̃K_j, d̃V_j on chip (in place)."""
+def write_kv_gradients(mem: Memory, pb0: Problem, dK_tilde_j, dV_tilde_j, cols) -> None:
+    """Alg.4 l.24: write dK_j ← d̃K_j, dV_j ← d̃V_j to HBM (each query head's own, with GQA)."""
+    dK_name, dV_name = _kv_names(pb0)
+    mem.store(dK_name, dK_tilde_j, rows=cols, line="Alg.4 l.24")
+    mem.store(dV_name, dV_tilde_j, rows=cols, line="Alg.4 l.24")
+
+
+def gradients(mem: Memory, fc: FlopCounter, pb0: Problem, g: blocks.Grid, bias_grad: bool, **extra) -> BackwardResult:
+    """Alg.4 l.26: the result, after [gqa]'s pass that sums each group's dK_h, dV_h (one more pass, counted)."""
+    io, events = mem.report(), list(mem.events)
+    dK, dV = (mem.result(name) for name in _kv_names(pb0))
+    if pb0.group > 1:
+        dK, dV, io, events = variants.reduce_groups(pb0, g, dK, dV, fc, io, events)
+    dK, dV = variants.kv_gradients(pb0, dK, dV)  # [gqa] no query heads: zero gradients, nothing moved
+    if bias_grad:
+        extra["dBias"] = variants.bias_gradient(pb0, mem, 1)
+    return BackwardResult(dQ=mem.result("dQ"), dK=dK, dV=dV, io=io, flops=fc.report(), events=events,
+                          block_sizes=(g.Br, g.Bc), **extra)
+
+
+def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, dK_tilde_j, dV_tilde_j, rows, cols,
+              slopes_j=None, bias_grad: bool = False) -> None:
+    """Algorithm 4 l.10-22 for tile (i, j): update dQ_i in HBM and d̃K_j, d̃V_j on chip (in place).
+
+    ``slopes_j``: the ALiBi slope on chip (:func:`flashref.variants.load_slopes`), or None; ``bias_grad``: write
+    the tile's dBias."""
     tau, has_dropout = pb.scale, pb.dropout_p > 0
     # Alg.4 l.10: load Q_i, O_i, dO_i, dQ_i, ℓ_i, m_i from HBM to on-chip SRAM.
     Q_i = mem.load("Q", rows=rows, as_="Q_i", line="Alg.4 l.10")  # (Br, d)
@@ -157,12 +215,11 @@ def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, dK_tilde_j, d
     l_i = mem.load("l", rows=rows, as_="l_i", line="Alg.4 l.10")[..., None]  # (Br, 1)
     m_i = mem.load("m", rows=rows, as_="m_i", line="Alg.4 l.10")[..., None]  # (Br, 1)
 
-    # Alg.4 l.11: on chip, S_ij = τ Q_i K_jᵀ (τ folded into the matmul's epilogue, rule 5).
-    S_ij = mem.hold("S_ij", fc.scores(Q_i, K_j, tau))  # (Br, Bc)
-    # Alg.4 l.12: on chip, S_ij^masked = MASK(S_ij) (a function of the coordinates: no IO).
-    attend = masks.tile_mask(pb.mask, pb.causal, rows, cols)
-    if attend is not None:
-        S_ij = mem.hold("S_ij", fc.ew(masks.apply(S_ij, attend), "mask"))
+    # Alg.4 l.11: on chip, S_ij = τ Q_i K_jᵀ (τ folded into the matmul's epilogue, rule 5), then the variants'
+    # [softcap] (its derivative kept as dtanh_ij), [alibi] and [bias] (B_ij read from HBM again on this line).
+    # Alg.4 l.12: on chip, S_ij^masked = MASK(S_ij): causal ∧ [window] ∧ mask, a function of the coordinates, no IO.
+    S_ij, dtanh_ij = variants.tile_scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.4 l.11", slopes_j,
+                                          keep_dtanh=pb.softcap is not None)  # (Br, Bc)
     # m_i = -inf only on a fully masked row, whose S_ij is -inf throughout: refuse one that sees a key (on chip,
     # no IO), whose P_ij below would be exp(S_ij), unnormalised.
     check_masked_rows(np.isneginf(m_i[..., 0]), S_ij, _M_MASKED)
@@ -197,6 +254,13 @@ def tile_step(mem: Memory, fc: FlopCounter, pb: Problem, K_j, V_j, dK_tilde_j, d
 
     # Alg.4 l.20: on chip, dS_ij = P_ij ∘ (dP_ij − D_i), in dP_ij's slot.
     dS_ij = mem.reuse("dP_ij", "dS_ij", fc.ew(P_ij * (dP_ij - D_i), "subtract", "multiply"))  # (Br, Bc)
+    if bias_grad:
+        # [bias] the bias is added after τ (and after the softcap): its gradient is this tile, written to HBM.
+        mem.store("dBias", dS_ij, rows=rows, cols=cols, line="dBias")  # Br·Bc writes
+    if dtanh_ij is not None:
+        # [softcap] through c·tanh(S/c): dS_ij ← dS_ij ∘ (1 − tanh²), then the derivative's tile is freed.
+        dS_ij = mem.hold("dS_ij", fc.ew(dS_ij * dtanh_ij, "softcap grad"))
+        mem.free("dtanh_ij")
 
     # Alg.4 l.21: write dQ_i ← dQ_i + τ dS_ij K_j to HBM (τ is counted; the + is the matmul's accumulate).
     dQ_i += fc.ew(tau * fc.matmul(dS_ij, K_j), "scale")  # (Br, d)

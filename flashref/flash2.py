@@ -58,7 +58,7 @@ import dataclasses
 
 import numpy as np
 
-from . import blocks, masks, variants
+from . import blocks, variants
 from .flops import FlopCounter, FlopReport
 from .memory import IOReport, Memory
 from .problem import (
@@ -149,32 +149,6 @@ def grid_backward(pb: Problem) -> blocks.Grid:
     return _loop_grid(pb, lambda Br, Bc, d: footprint_backward(Br, Bc, d, softcap, slopes, dropout))
 
 
-def _scores(mem, fc, pb, Q_i, K_j, rows, cols, line, slopes_i=None, keep_dtanh=False):
-    """S_ij = τ Q_i K_jᵀ, [softcap], [alibi], (+ B_ij, loaded from HBM), then MASK where needed.
-
-    Held as S_ij (and, in the backward with a softcap, its derivative as dtanh_ij). Returns both.
-    """
-    dtanh_ij = None
-    # S_ij = τ Q_i K_jᵀ (the scale folded into the matmul's epilogue, rule 5).
-    S_ij = mem.hold("S_ij", fc.scores(Q_i, K_j, pb.scale))  # (Br, Bc)
-    if pb.softcap is not None or slopes_i is not None:
-        # [softcap] S_ij = c·tanh(S_ij/c); [alibi] S_ij −= slope·|i − j|: on chip, no IO.
-        S_ij, dtanh_ij = variants.modify_scores(fc, pb, S_ij, rows, cols, slopes_i, keep_dtanh)
-        S_ij = mem.hold("S_ij", S_ij)
-        if dtanh_ij is not None:
-            mem.hold("dtanh_ij", dtanh_ij)  # (Br, Bc): the softcap's derivative, for dS_ij
-    if pb.bias is not None:
-        # Bias: load B_ij from HBM (Br·Bc reads) and add it: data, not a function of (i, j).
-        B_ij = mem.load("bias", rows=rows, cols=cols, as_="B_ij", line=line)  # (Br, Bc)
-        S_ij = mem.hold("S_ij", fc.add_bias(S_ij, B_ij))
-        mem.free("B_ij")
-    # MASK only where needed: causal ∧ [window] only on blocks their edges cross (no IO).
-    attend = variants.tile_attend(pb, rows, cols)
-    if attend is not None:
-        S_ij = mem.hold("S_ij", fc.ew(masks.apply(S_ij, attend), "mask"))
-    return S_ij, dtanh_ij
-
-
 @overflow_checked("O")
 def forward(Q, K, V, **opts) -> ForwardResult:
     """Algorithm 1 of FlashAttention-2, with scale τ, mask, bias, dropout, causal block skipping and
@@ -220,8 +194,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
         # Alg.1 l.4: load Q_i from HBM to on-chip SRAM, once per row block.
         Q_i = mem.load("Q", rows=rows, as_="Q_i", line="Alg.1 l.4")  # (Br, d)
         # [alibi] load the slopes of this block's heads (1, or g packed), once per row block.
-        slopes_i = (None if pb.alibi_slopes is None
-                    else mem.load("alibi_slopes", rows=(0, G), as_="slopes_i", line="Alg.1 l.4"))
+        slopes_i = variants.load_slopes(mem, pb, "Alg.1 l.4", as_="slopes_i")
         # Alg.1 l.5: on chip, O_i = 0 (Br×d), ℓ_i = 0 (Br), m_i = -inf (Br).
         O_i = mem.hold("O_i", np.zeros(Q_i.shape, dtype=pb.dtype))  # (Br, d), unscaled
         l_i = mem.hold("l_i", np.zeros(Q_i.shape[:-1], dtype=pb.dtype))  # (Br,)
@@ -237,7 +210,7 @@ def forward(Q, K, V, **opts) -> ForwardResult:
             K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.1 l.7")  # (Bc, d)
             V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.1 l.7")  # (Bc, d)
             # Alg.1 l.8: S_ij = τ Q_i K_jᵀ (+ bias), masked where the diagonal crosses the block.
-            S_ij, _ = _scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.1 l.8", slopes_i)  # (Br, Bc)
+            S_ij, _ = variants.tile_scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.1 l.8", slopes_i)  # (Br, Bc)
             # Alg.1 l.9: m_i^new = max(m_i, rowmax(S_ij)); P̃_ij = exp(S_ij − m_i^new);
             #            ℓ_i^new = e^{m_i − m_i^new} ℓ_i + rowsum(P̃_ij).
             m_new = mem.hold("m_new", fc.ew(np.maximum(m_i, fc.rowmax(S_ij)), "max"))  # (Br,)
@@ -400,8 +373,7 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
         K_j = mem.load("K", rows=cols, as_="K_j", line="Alg.2 l.6")  # (Bc, d)
         V_j = mem.load("V", rows=cols, as_="V_j", line="Alg.2 l.6")  # (Bc, d)
         # [alibi] load the slopes of this block's query heads (1, or g packed), once per column block.
-        slopes_j = (None if pb.alibi_slopes is None
-                    else mem.load("alibi_slopes", rows=(0, G), as_="slopes_j", line="Alg.2 l.6"))
+        slopes_j = variants.load_slopes(mem, pb, "Alg.2 l.6")
         # Alg.2 l.7: initialise dK_j = 0, dV_j = 0 on SRAM.
         dK_j = mem.hold("dK_j", np.zeros(K_j.shape, dtype=pb.dtype))  # (Bc, d)
         dV_j = mem.hold("dV_j", np.zeros(V_j.shape, dtype=pb.dtype))  # (Bc, d)
@@ -421,8 +393,8 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
             L_i = mem.load("L", rows=rows, as_="L_i", line="Alg.2 l.9")  # (Br,)
             D_i = mem.load("D", rows=rows, as_="D_i", line="Alg.2 l.9")  # (Br,)
             # Alg.2 l.10: S_ij = τ Q_i K_jᵀ (+ bias), masked where needed.
-            S_ij, dtanh_ij = _scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.2 l.10", slopes_j,
-                                     keep_dtanh=pb.softcap is not None)  # (Br, Bc)
+            S_ij, dtanh_ij = variants.tile_scores(mem, fc, pb, Q_i, K_j, rows, cols, "Alg.2 l.10", slopes_j,
+                                                  keep_dtanh=pb.softcap is not None)  # (Br, Bc)
             # L_i = -inf only on a fully masked row, whose S_ij is -inf throughout: refuse one that sees a key
             # (on chip, no IO), whose P_ij below would be exp(S_ij), unnormalised.
             check_masked_rows(np.isneginf(L_i), S_ij, _L_MASKED)
@@ -469,41 +441,12 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     dK, dV = mem.result(dK_name), mem.result(dV_name)
     if reduce_groups:
         # [gqa] unpacked: dK = Σ over each group of the query heads' dK_h (and dV), one more pass.
-        dK, dV, red = _sum_groups(pb0, g, dK, dV, fc)
-        # the reduction's own Memory counts its steps from 0: they follow the backward's, for the animation's order
-        after = events[-1].step + 1 if events else 0
-        io, events = io + red.report(), events + [dataclasses.replace(e, step=e.step + after) for e in red.events]
+        dK, dV, io, events = variants.reduce_groups(pb0, g, dK, dV, fc, io, events)
     dK, dV = variants.kv_gradients(pb0, dK, dV)  # [gqa] no query heads: zero gradients, nothing moved
     extra = {"dBias": variants.bias_gradient(pb0, mem, G)} if bias_grad else {}
     # Alg.2 l.20: return dQ, dK, dV.
     return BackwardResult(dQ=dQ, dK=dK, dV=dV, io=io, flops=fc.report(), events=events,
                           block_sizes=(g.Br // G, g.Bc), **extra)
-
-
-def _sum_groups(pb0: Problem, g: blocks.Grid, dK_h, dV_h, fc):
-    """[gqa] The reduction after an unpacked backward: ``dK[h'] = Σ_{h: h // g = h'} dK_h[h]`` (and dV).
-
-    One work item per (K/V head, column block): it loads the g query heads' Bc×d tiles one by one
-    and writes their sum once. Reads 2·Hq·Nk·d, writes 2·Hkv·Nk·d (flash-attn's ``dk_expanded.sum``).
-    """
-    G, kv, Nk, d = pb0.group, tuple(pb0.kv_lead), pb0.Nk, pb0.d
-    mem = Memory(pb0.sram_size, pb0.dtype_bytes, kv)
-    out = []
-    for name, X in (("dK", dK_h), ("dV", dV_h)):
-        # (..., Hq, Nk, d) → (..., Hkv, g·Nk, d): the g query heads of a group one after another.
-        mem.input(name + "_h", X.reshape(kv + (G * Nk, d)))
-        mem.output(name, (Nk, d), dtype=X.dtype)
-        for j in range(g.Tc):
-            c0, c1 = g.cols(j)
-            acc = mem.hold("acc_j", np.zeros(kv + (c1 - c0, d), dtype=X.dtype))  # (Bc, d)
-            for k in range(G):
-                T = mem.load(name + "_h", rows=(k * Nk + c0, k * Nk + c1), as_="T_j", line="GQA: sum dK_h, dV_h")
-                acc = mem.hold("acc_j", fc.ew(acc + T, "add"))
-                mem.free("T_j")
-            mem.store(name, acc, rows=(c0, c1), line="GQA: sum dK_h, dV_h")
-            mem.free("acc_j")
-        out.append(mem.result(name))
-    return out[0], out[1], mem
 
 
 # --------------------------------------------------------------------------- variable-length batches
@@ -740,8 +683,7 @@ def _backward_without_queries(pb: Problem, dtype) -> BackwardResult:
     dK, dV = mem.result(names[0]), mem.result(names[1])
     io = mem.report()
     if reduce_groups:
-        dK, dV, red = _sum_groups(pb, g, dK, dV, fc)
-        io = io + red.report()
+        dK, dV, io, _ = variants.reduce_groups(pb, g, dK, dV, fc, io)
     if not pb.group:  # [gqa] no query heads: K/V's zero gradients, nothing moved (variants.kv_gradients)
         dK = dV = np.zeros(pb.kv_lead + (pb.Nk, pb.d), dtype=dtype)
     return BackwardResult(dQ=np.zeros(pb.lead_shape + (0, pb.d), dtype=dtype), dK=dK, dV=dV, io=io,

@@ -15,16 +15,16 @@ teaching and testing.
 How each PyTorch feature reaches the numpy algorithms (the first three in torch, before the
 autograd function, so that autograd sums their gradients exactly as for PyTorch's own ops):
 
-* ``enable_gqa``: passed to the algorithm natively where it has it (``standard``, ``flash2``), so
-  the counted IO is its GQA schedule (``gqa_packing=`` picks flash2's); for ``flash1`` K and V
-  heads are repeated ``Hq / Hkv`` times (``repeat_interleave``);
+* ``enable_gqa``: passed to the algorithm natively (every one has it), so the counted IO is its GQA
+  schedule (``gqa_packing=`` picks flash2's); where K and V have different numbers of heads (PyTorch takes
+  that), each is repeated to Q's ``Hq`` (``repeat_interleave``) instead;
 * broadcast leading axes: ``torch.broadcast_tensors`` over the leading axes;
 * ``Ev != E``: the narrower side is zero-padded to the wider head dim (zero columns of Q and K add
   nothing to QKᵀ; zero columns of V give zero output columns, sliced off), with the scale of the
   original E; the counted IO is that of the padded problem, and where it outgrows ``sram_size`` the
   ``SRAMOverflowError`` says that its head dim is value's ``Ev``, not one the caller passed for Q and K;
-* a boolean mask is the algorithms' ``mask``; a float mask is their ``bias`` (``standard`` and
-  ``flash2`` only, which read it from HBM tile by tile). Either is an input of the autograd function
+* a boolean mask is the algorithms' ``mask``; a float mask is their ``bias`` (which they read from HBM
+  tile by tile). Either is an input of the autograd function
   (the front's copy), read into numpy in its forward, so that torch.func sees it (below). A float mask
   whose padded query rows are ``finfo.min`` throughout (as Hugging Face builds them), or any huge finite number
   (past 16384 in float32), leaves flash2's one statistic a row, ``L = m + log ℓ``, unable to carry ``log ℓ``
@@ -144,18 +144,16 @@ class _Spec:
     """How to call one algorithm module: which saved statistics its forward returns and its
     backward takes (the tensors of the algorithm's *Require* line, in order)."""
 
-    def __init__(self, module, stats: tuple[str, ...], backward_takes_O: bool, takes_bias: bool):
+    def __init__(self, module, stats: tuple[str, ...], backward_takes_O: bool):
         self.module, self.stats, self.backward_takes_O = module, stats, backward_takes_O
-        self.takes_bias = takes_bias
-        self.variants = "enable_gqa" in getattr(module, "OPTIONS", ())  # the variants, GQA natively
 
 
 # Dispatch by name. backward signatures (the public contract, README): standard.backward(Q, K, V, dO, P),
 # flash1.backward(Q, K, V, O, dO, l, m), flash2.backward(Q, K, V, O, dO, L).
 ALGORITHMS = {
-    "standard": _Spec(standard, ("P",), backward_takes_O=False, takes_bias=True),
-    "flash1": _Spec(flash1, ("l", "m"), backward_takes_O=True, takes_bias=False),
-    "flash2": _Spec(flash2, ("L",), backward_takes_O=True, takes_bias=True),
+    "standard": _Spec(standard, ("P",), backward_takes_O=False),
+    "flash1": _Spec(flash1, ("l", "m"), backward_takes_O=True),
+    "flash2": _Spec(flash2, ("L",), backward_takes_O=True),
 }
 
 #: flashref's keyword-only options beyond PyTorch's signature.
@@ -572,7 +570,7 @@ def _check_values(query, key, value, attn_mask) -> None:
         raise ValueError("attn_mask: a float mask must be finite or -inf (a masked entry), got NaN or +inf")
 
 
-def _mask(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dtype, device):
+def _mask(attn_mask, target: tuple, dtype: torch.dtype, device):
     """The front's copy of ``attn_mask`` (or None), its shape, dtype and device checked: an input of the autograd
     function, so that torch.func sees it (grad gives a float one its gradient, vmap may batch it); the function's
     forward reads it into numpy. A copy, not the caller's tensor: the backward reads the mask again, and a caller may
@@ -598,9 +596,6 @@ def _mask(attn_mask, spec: _Spec, algorithm: str, target: tuple, dtype: torch.dt
         if attn_mask.dtype not in (torch.float32, dtype):  # PyTorch's rule: bool, float32 or the query's dtype
             raise TypeError(f"attn_mask: a float mask must be float32 or the query's dtype {dtype} (as PyTorch takes "
                             f"it), got {attn_mask.dtype}")
-        if not spec.takes_bias:
-            raise ValueError(f"attn_mask: a float mask is an additive bias, read from HBM tile by tile; "
-                             f"algorithm={algorithm!r} has no bias (use 'flash2' or 'standard')")
     return attn_mask.clone()
 
 
@@ -641,7 +636,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     Parameters follow :func:`torch.nn.functional.scaled_dot_product_attention` (``scale`` and ``enable_gqa``
     keyword-only, as there); the keyword-only options are flashref's: ``algorithm`` (``"standard"``,
-    ``"flash1"``, or ``"flash2"``, the default: it takes every option, float masks included), the simulated
+    ``"flash1"``, or ``"flash2"``, the default, the one with every option: FA3's ``gqa_packing`` too), the simulated
     on-chip size ``sram_size`` (elements per head), ``block_sizes=(Br, Bc)`` and the dropout ``seed``
     (``None``: a fresh one from torch's default generator on every call). Returns a tensor of
     query's dtype and device; gradients flow to the inputs that require them.
@@ -681,7 +676,7 @@ def _attention(query, key, value, attn_mask, dropout_p, is_causal, *, scale, ena
         raise ValueError(f"dropout_p: expected a probability in [0, 1], got {dropout_p!r}")
     dropout_p = float(dropout_p)
     variant_opts = _variant_options(o, spec)
-    native = (enable_gqa and spec.variants and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3
+    native = (enable_gqa and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3
               and key.shape[-3] != query.shape[-3] and value.shape[-3] == key.shape[-3])
     # PyTorch's answer with no queries or an empty value: zeros with query's own leading axes, not broadcast. (Any
     # other empty input, a leading axis of 0 in query or key, or E = 0, broadcasts as with data.)
@@ -694,7 +689,7 @@ def _attention(query, key, value, attn_mask, dropout_p, is_causal, *, scale, ena
     if native:
         variant_opts["enable_gqa"] = True
     scores = torch.broadcast_shapes(*leads) + query.shape[-2:-1] + key.shape[-2:-1]
-    mask = _mask(attn_mask, spec, o["algorithm"], scores, query.dtype, query.device)
+    mask = _mask(attn_mask, scores, query.dtype, query.device)
     E, Ev, S = query.shape[-1], value.shape[-1], key.shape[-2]
     out_shape = query.shape[:-1] + (Ev,)
     if math.prod(out_shape) == 0 or S == 0 or dropout_p == 1.0 or query.device.type == "meta":

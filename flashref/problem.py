@@ -14,7 +14,7 @@ The shared options (the public contract, README):
 ``causal``         ``True``/``False``: query ``i`` sees keys ``j <= i`` (top-left aligned)
 ``mask``           ``None`` or a boolean array broadcastable to ``(..., Nq, Nk)``, True = attend
 ``bias``           ``None`` or a float array broadcastable to ``(..., Nq, Nk)``, added to the
-                   scaled scores and read from HBM (``standard`` and ``flash2`` only)
+                   scaled scores and read from HBM (a variant: not ``decoding``'s)
 ``dropout_p``      a probability in [0, 1)
 ``seed``           an integer: the dropout mask is a pure function of (seed, head, row, column)
 ``sram_size``      ``None`` or a positive integer: M, in elements per head
@@ -74,7 +74,7 @@ __all__ = ["Problem", "SHARED_OPTIONS", "VARIANT_OPTIONS", "MAX_N", "check_optio
 SHARED_OPTIONS = {"scale": None, "causal": False, "mask": None, "dropout_p": 0.0, "seed": 0,
                   "sram_size": None, "block_sizes": None, "dtype_bytes": 2}
 
-#: The attention variants, taken by ``standard`` and ``flash2``.
+#: The attention variants, taken by ``standard``, ``flash1``, ``blocksparse``, ``flash2`` (``decoding``: all but bias).
 VARIANT_OPTIONS = ("bias", "enable_gqa", "window", "alibi_slopes", "softcap")
 
 

@@ -1,9 +1,10 @@
 """Attention as it is used today: the variants' on-chip lines, in one place.
 
 Each variant changes the scores of a tile ``S_ij`` or which tiles are visited, and nothing else.
-The tiled algorithms (``flash2``, ``standard``) call the helpers below at the line where the
-variant enters; the algorithm boxes mark those lines ``[gqa]``, ``[window]``, ``[alibi]``,
-``[softcap]`` and ``[bias]``.
+The algorithms (``standard``, ``flash1``, ``blocksparse``, ``flash2``, ``decoding``) call the helpers below at the
+line where the variant enters; the algorithm boxes mark those lines ``[gqa]``, ``[window]``, ``[alibi]``,
+``[softcap]`` and ``[bias]``. Where a loop visits every tile (Algorithm 1, and Algorithm 5 on its nonzero
+blocks), a window is MASK and skips nothing.
 
 Order of application (the one of flash-attn's kernels, csrc/flash_attn/src/flash_fwd_kernel.h:
 ``gemm`` → ``apply_softcap`` → ``mask.apply_mask``, which adds ALiBi and then masks causal/local;
@@ -50,12 +51,15 @@ import dataclasses
 
 import numpy as np
 
+from . import masks
 from ._numbers import _bool
+from .flops import FlopCounter
+from .memory import Memory
 from .problem import require_finite
 
 __all__ = ["pack_rows", "unpack_rows", "pack_vec", "unpack_vec", "packed_group", "loop_problem", "kv_gradients",
            "band", "tile_visited", "tile_inside", "tile_attend", "modify_scores", "softcap", "alibi", "slopes_of_rows",
-           "sum_groups", "check_bias_grad", "bias_gradient"]
+           "sum_groups", "check_bias_grad", "bias_gradient", "tile_scores", "reduce_groups", "load_slopes"]
 
 
 # --------------------------------------------------------------------------- GQA layouts
@@ -140,6 +144,37 @@ def kv_gradients(pb, dK, dV):
     return np.zeros(pb.K.shape, dtype=dK.dtype), np.zeros(pb.V.shape, dtype=dV.dtype)
 
 
+def reduce_groups(pb0, g, dK_h, dV_h, fc: FlopCounter, io, events=()):
+    """[gqa] The pass after an unpacked backward: ``dK[h'] = Σ_{h: h // g = h'} dK_h[h]`` (and dV).
+
+    One work item per (K/V head, column block of the grid ``g``): it loads the g query heads' Bc×d tiles one by
+    one and writes their sum once. Reads 2·Hq·Nk·d, writes 2·Hkv·Nk·d (flash-attn's ``dk_expanded.sum``).
+    ``io`` and ``events`` are the backward's own; returns ``(dK, dV, io, events)`` with the pass's traffic added
+    and its events numbered after the backward's (the animations play them in order).
+    """
+    G, kv, Nk, d = pb0.group, tuple(pb0.kv_lead), pb0.Nk, pb0.d
+    mem = Memory(pb0.sram_size, pb0.dtype_bytes, kv)
+    out = []
+    for name, X in (("dK", dK_h), ("dV", dV_h)):
+        # (..., Hq, Nk, d) → (..., Hkv, g·Nk, d): the g query heads of a group one after another.
+        mem.input(name + "_h", X.reshape(kv + (G * Nk, d)))
+        mem.output(name, (Nk, d), dtype=X.dtype)
+        for j in range(g.Tc):
+            c0, c1 = g.cols(j)
+            acc = mem.hold("acc_j", np.zeros(kv + (c1 - c0, d), dtype=X.dtype))  # (Bc, d)
+            for k in range(G):
+                T = mem.load(name + "_h", rows=(k * Nk + c0, k * Nk + c1), as_="T_j", line="GQA: sum dK_h, dV_h")
+                acc = mem.hold("acc_j", fc.ew(acc + T, "add"))
+                mem.free("T_j")
+            mem.store(name, acc, rows=(c0, c1), line="GQA: sum dK_h, dV_h")
+            mem.free("acc_j")
+        out.append(mem.result(name))
+    events = list(events)
+    after = events[-1].step + 1 if events else 0  # the pass's own Memory counts its steps from 0
+    events += [dataclasses.replace(e, step=e.step + after) for e in mem.events]
+    return out[0], out[1], io + mem.report(), events
+
+
 def sum_groups(X: np.ndarray, G: int) -> np.ndarray:
     """``(..., Hq, n, c) → (..., Hq/G, n, c)``: the sum over each group of query heads."""
     *lead, Hq, n, c = X.shape
@@ -197,6 +232,12 @@ def tile_attend(pb, rows, cols):
 # --------------------------------------------------------------------------- the score modifiers
 
 
+def load_slopes(mem, pb, line: str, as_: str = "slopes_j"):
+    """[alibi] The slopes of the loop head's query heads (1, or g with packed GQA), loaded from HBM on ``line`` and
+    held on chip as ``as_``; None without ALiBi. A tile loop loads them once per block of its outer loop."""
+    return None if pb.alibi_slopes is None else mem.load("alibi_slopes", rows=(0, pb.q_group), as_=as_, line=line)
+
+
 def slopes_of_rows(pb, slopes_i: np.ndarray, rows) -> np.ndarray:
     """The slope of each loop row, ``(..., r)``, from the on-chip slopes ``(..., q_group)``."""
     return slopes_i[..., np.arange(rows[0], rows[1]) % pb.q_group]
@@ -224,6 +265,34 @@ def alibi(fc, pb, S, rows, cols, slopes):
         S = S - (slope * np.abs(i - j)).astype(S.dtype, copy=False)
     S = require_finite(S, "the scores with ALiBi, τ·QKᵀ − alibi_slopes·|i − j|,")
     return fc.ew(S, "alibi distance", "alibi multiply", "alibi add")
+
+
+def tile_scores(mem, fc, pb, Q_i, K_j, rows, cols, line, slopes_i=None, keep_dtanh=False):
+    """The scores of tile (i, j), every variant in: S_ij = τ Q_i K_jᵀ, [softcap], [alibi], + B_ij (loaded from HBM on
+    ``line``), then MASK where needed. The tile loops of ``flash1`` (Algorithm 1 l.9, Algorithm 4 l.11-12) and
+    ``flash2`` (Algorithm 1 l.8, Algorithm 2 l.10) all compute them here.
+
+    Held as S_ij (and, in a backward with a softcap, its derivative as dtanh_ij). Returns both.
+    """
+    dtanh_ij = None
+    # S_ij = τ Q_i K_jᵀ (the scale folded into the matmul's epilogue, rule 5).
+    S_ij = mem.hold("S_ij", fc.scores(Q_i, K_j, pb.scale))  # (Br, Bc)
+    if pb.softcap is not None or slopes_i is not None:
+        # [softcap] S_ij = c·tanh(S_ij/c); [alibi] S_ij −= slope·|i − j|: on chip, no IO.
+        S_ij, dtanh_ij = modify_scores(fc, pb, S_ij, rows, cols, slopes_i, keep_dtanh)
+        S_ij = mem.hold("S_ij", S_ij)
+        if dtanh_ij is not None:
+            mem.hold("dtanh_ij", dtanh_ij)  # (Br, Bc): the softcap's derivative, for dS_ij
+    if pb.bias is not None:
+        # [bias] load B_ij from HBM (Br·Bc reads) and add it: data, not a function of (i, j).
+        B_ij = mem.load("bias", rows=rows, cols=cols, as_="B_ij", line=line)  # (Br, Bc)
+        S_ij = mem.hold("S_ij", fc.add_bias(S_ij, B_ij))
+        mem.free("B_ij")
+    # MASK only where needed: causal ∧ [window] ∧ mask, only on tiles their edges cross (a function: no IO).
+    attend = tile_attend(pb, rows, cols)
+    if attend is not None:
+        S_ij = mem.hold("S_ij", fc.ew(masks.apply(S_ij, attend), "mask"))
+    return S_ij, dtanh_ij
 
 
 def modify_scores(fc, pb, S_ij, rows, cols, slopes_i=None, keep_dtanh=False):

@@ -139,8 +139,8 @@ def test_inside_an_nn_module(algorithm):
 
 def test_bad_inputs_get_clear_errors():
     q, k, v = _qkv((4, 3), (5, 3), requires_grad=False)
-    with pytest.raises(ValueError, match="additive bias.*'flash1' has no bias"):
-        scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(4, 5), algorithm="flash1")
+    with pytest.raises(TypeError, match="gqa_packing: algorithm='flash1' has no gqa_packing"):
+        scaled_dot_product_attention(q, k, v, gqa_packing=True, algorithm="flash1")
     with pytest.raises(TypeError, match="unknown option 'casual'"):
         scaled_dot_product_attention(q, k, v, casual=True)
     with pytest.raises(ValueError, match="algorithm"):

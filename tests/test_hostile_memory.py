@@ -336,7 +336,7 @@ def test_blocksparse_all_ones_is_flash_attention_and_an_empty_batch_is_empty():
     fe = blocksparse.forward(E, E, E, ones, block_sizes=(3, 2))
     be = blocksparse.backward(E, E, E, fe.O, E, fe.l, fe.m, ones, block_sizes=(3, 2))
     assert fe.O.shape == be.dQ.shape == (0, 2, 9, 3) and fe.l.shape == (0, 2, 9) and fe.io.total == be.io.total == 0
-    with pytest.raises(TypeError, match="unknown option 'block_size'; valid options are block_sizes"):
+    with pytest.raises(TypeError, match="unknown option 'block_size'; valid options are alibi_slopes, bias, block_s"):
         blocksparse.forward(Q, K, V, ones, block_size=(3, 2))
     with pytest.raises(ValueError, match=r"block_mask: expected shape \(Tr, Tc\) = \(3, 5\)"):
         blocksparse.forward(Q, K, V, ones.T, block_sizes=(3, 2))

@@ -65,7 +65,7 @@ def _listed(call) -> set:
 def test_the_valid_options_listed_are_every_option_taken():
     """Each algorithm's error lists exactly what it takes: flash2.forward its FP8 options too (which it takes
     and runs through flashref.lowp), flash2.backward not them (it refuses them); each listed one is taken.
-    The backwards of standard and flash2 take bias_grad, which their lists left out; the varlen entry points
+    Every backward takes bias_grad, which the lists of standard's and flash2's left out; the varlen entry points
     listed mask and bias, which they refuse (a ValueError saying why): their lists leave those out now."""
     from flashref import lowp
     from flashref.problem import SHARED_OPTIONS
@@ -73,7 +73,9 @@ def test_the_valid_options_listed_are_every_option_taken():
     shared = set(SHARED_OPTIONS)
     want = {"standard.forward": shared | set(standard.OPTIONS),
             "standard.backward": shared | set(standard.OPTIONS) | {"bias_grad"},
-            "flash1.forward": shared, "flash1.backward": shared, "blocksparse.forward": shared,
+            "flash1.forward": shared | set(flash1.OPTIONS),
+            "flash1.backward": shared | set(flash1.OPTIONS) | {"bias_grad"},
+            "blocksparse.forward": shared | set(flash1.OPTIONS),
             "flash2.forward": shared | set(flash2.OPTIONS) | set(lowp.OPTIONS),
             "flash2.backward": shared | set(flash2.OPTIONS) | {"bias_grad"},
             "decoding.forward": shared | set(decoding.OPTIONS)}
@@ -408,7 +410,7 @@ def test_star_import_needs_neither_torch_nor_triton():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("module", [standard, flash2])
+@pytest.mark.parametrize("module", [standard, flash1, flash2])
 def test_bias_matches_the_oracle_and_torch_and_is_counted_exactly(module, causal):
     r = np.random.default_rng(3)
     q, k, v, g = (r.standard_normal((2, n, 5)) for n in (7, 11, 11, 7))
@@ -425,7 +427,7 @@ def test_bias_matches_the_oracle_and_torch_and_is_counted_exactly(module, causal
     assert rel_err(fwd.O, O.detach().numpy()) < 1e-12
     assert np.all(fwd.O[:, 2] == 0)
     O.backward(torch.tensor(g))
-    stat = (fwd.P,) if module is standard else (fwd.O, g, fwd.L)
+    stat = (fwd.P,) if module is standard else (fwd.O, g, fwd.l, fwd.m) if module is flash1 else (fwd.O, g, fwd.L)
     args = (q, k, v, g, *stat) if module is standard else (q, k, v, *stat)
     bwd = module.backward(*args, bias=bias, causal=causal, block_sizes=(3, 4))
     for ours, theirs in ((bwd.dQ, qt.grad), (bwd.dK, kt.grad), (bwd.dV, vt.grad)):
@@ -436,10 +438,10 @@ def test_bias_matches_the_oracle_and_torch_and_is_counted_exactly(module, causal
     assert rel_err(learned.dBias.sum(axis=0), bt.grad.numpy()) < 1e-11
     for ours, plain in ((learned.dQ, bwd.dQ), (learned.dK, bwd.dK), (learned.dV, bwd.dV)):
         np.testing.assert_array_equal(ours, plain)
-    # flash2 writes every tile of dBias once (Nq·Nk a head); standard's dBias is the dS already in HBM
+    # flash1 and flash2 write every tile of dBias once (Nq·Nk a head); standard's dBias is the dS already in HBM
     more = learned.io.writes - bwd.io.writes
-    assert more == (2 * 7 * 11 if module is flash2 else 0) and learned.io.reads == bwd.io.reads
-    name = "standard" if module is standard else "flash2"
+    assert more == (0 if module is standard else 2 * 7 * 11) and learned.io.reads == bwd.io.reads
+    name = module.__name__.split(".")[-1]
     for res, direction, opts in ((fwd, "forward", {}), (bwd, "backward", {}),
                                  (learned, "backward", {"bias_grad": True})):
         pred = iomodel.predict(name, direction, Nq=7, Nk=11, d=5, heads=2, bias=True, causal=causal,
@@ -477,7 +479,9 @@ def test_bias_bad_input_is_named():
     with pytest.raises(ValueError, match="bias: expected finite values or -inf"):
         flash2.forward(Q, K, V, bias=np.full((6, 9), np.nan))
     with pytest.raises(TypeError, match="unknown option 'bias'"):
-        flash1.forward(Q, K, V, bias=np.zeros((6, 9)))
+        decoding.forward(Q, K, V, bias=np.zeros((6, 9)))  # split-KV decoding has no bias
+    with pytest.raises(ValueError, match="bias_grad: there is no bias"):
+        flash1.backward(Q, K, V, *_f1(), bias_grad=True)
 
 
 # ----------------------------------------------------------------- Memory verbs

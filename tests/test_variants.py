@@ -1,6 +1,6 @@
 """Attention variants: GQA (both tile schedules), sliding windows,
-ALiBi, softcapping and biases, in ``standard`` and ``flash2``, forward and backward, against the
-float64 oracle and torch autograd, with simulation == ``iomodel.predict`` for every one."""
+ALiBi, softcapping and biases, in ``standard``, ``flash1``, ``blocksparse`` and ``flash2``, forward and backward,
+against the float64 oracle and torch autograd, with simulation == ``iomodel.predict`` for every one."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import variant_grads, variant_ref
 
-from flashref import flash2, iomodel, standard
+from flashref import blocksparse, flash1, flash1_bwd, flash2, iomodel, standard
 
 
 def close(ours, ref, tol=1e-9):
@@ -97,6 +97,81 @@ def test_standard_every_variant_equals_the_oracle_and_its_prediction(p):
     _check_io("standard", "backward", bwd, p)
 
 
+@settings(max_examples=25)
+@given(variant_problems())
+def test_flash1_every_variant_equals_the_oracle_and_its_prediction(p):
+    """Algorithm 1 and 4 with every variant (unpacked GQA, the only schedule of a loop over one head)."""
+    Q, K, V, dO, o = p["Q"], p["K"], p["V"], p["dO"], p["opts"]
+    O, _, lse = variant_ref(Q, K, V, **o)
+    fwd = flash1.forward(Q, K, V, block_sizes=p["blocks"], **o)
+    close(fwd.O, O)
+    # the saved statistics are the oracle's log-sum-exp, kept apart: m + log ℓ (a fully masked row: -inf, 0)
+    masked = np.isneginf(lse)
+    assert np.array_equal(np.isneginf(fwd.m), masked) and np.all(fwd.l[masked] == 0)
+    close(np.where(masked, 0.0, fwd.m + np.log(np.where(masked, 1.0, fwd.l))), np.where(masked, 0.0, lse))
+    bwd = flash1.backward(Q, K, V, fwd.O, dO, fwd.l, fwd.m, block_sizes=p["blocks"], **o)
+    for ours, ref in zip((bwd.dQ, bwd.dK, bwd.dV), variant_grads(Q, K, V, dO, **o)):
+        close(ours, ref)
+    _check_io("flash1", "forward", fwd, p, block_sizes=p["blocks"])
+    _check_io("flash1", "backward", bwd, p, block_sizes=p["blocks"])
+
+
+@settings(max_examples=20)
+@given(variant_problems(), st.integers(0, 2**31 - 1))
+def test_blocksparse_every_variant_equals_the_oracle_with_the_implied_mask(p, seed):
+    """Algorithm 5 with every variant is the oracle with the block mask's element mask, counted exactly."""
+    Q, K, V, dO, o = p["Q"], p["K"], p["V"], p["dO"], dict(p["opts"])
+    Br, Bc = p["blocks"]
+    g = blocksparse.grid(p["Nq"], p["Nk"], p["d"], block_sizes=(Br, Bc))
+    M = np.random.default_rng(seed).random((g.Tr, g.Tc)) < 0.6
+    implied = blocksparse.element_mask(M, Br, Bc, p["Nq"], p["Nk"])
+    oracle = dict(o, mask=implied if o.get("mask") is None else (o["mask"] & implied))
+    O, _, _ = variant_ref(Q, K, V, **oracle)
+    fwd = blocksparse.forward(Q, K, V, M, block_sizes=(Br, Bc), **o)
+    close(fwd.O, O)
+    bwd = blocksparse.backward(Q, K, V, fwd.O, dO, fwd.l, fwd.m, M, block_sizes=(Br, Bc), **o)
+    for ours, ref in zip((bwd.dQ, bwd.dK, bwd.dV), variant_grads(Q, K, V, dO, **oracle)):
+        close(ours, ref)
+    _check_io("blocksparse", "forward", fwd, p, block_sizes=(Br, Bc), block_mask=M)
+    _check_io("blocksparse", "backward", bwd, p, block_sizes=(Br, Bc), block_mask=M)
+
+
+def test_flash1_masks_a_window_where_flash2_and_a_local_block_mask_skip():
+    """Algorithm 1 visits every tile, so a window is MASK, as causal is: its traffic is the dense one. FlashAttention-2
+    skips the tiles outside the band, and so does Algorithm 5 with the band's blocks as its block mask."""
+    r = np.random.default_rng(5)
+    q, k, v = (r.standard_normal((2, 64, 4)) for _ in range(3))
+    kw = dict(block_sizes=(8, 8))
+    dense, windowed = flash1.forward(q, k, v, **kw), flash1.forward(q, k, v, window=(8, 0), **kw)
+    assert (windowed.io.reads, windowed.io.writes) == (dense.io.reads, dense.io.writes)
+    fa2 = flash2.forward(q, k, v, window=(8, 0), **kw)
+    band = blocksparse.local_blocks(64, 64, 8, 8, window=8, causal=True)  # the tiles that meet 0 <= i - j <= 8
+    local = blocksparse.forward(q, k, v, band, window=(8, 0), **kw)
+    close(windowed.O, fa2.O)
+    close(local.O, fa2.O)
+    assert local.io.total < dense.io.total / 2 and fa2.io.total < dense.io.total / 2
+    # the window moves no byte in Algorithm 1: its predicted traffic is the dense one too
+    pred = iomodel.predict("flash1", "forward", Nq=64, Nk=64, d=4, heads=2, window=(8, 0), **kw)
+    assert (pred.reads, pred.writes) == (dense.io.reads, dense.io.writes)
+
+
+def test_flash1_bias_reads_every_tile_and_alibi_a_slope_per_column_block():
+    kw = dict(Nq=1024, Nk=1024, d=64, heads=4, block_sizes=(64, 128))
+    for direction, line in (("forward", "Alg.1 l.6"), ("backward", "Alg.4 l.7")):
+        plain = iomodel.predict("flash1", direction, **kw)
+        assert iomodel.predict("flash1", direction, alibi_slopes=True, **kw).reads - plain.reads == 4 * 1024 // 128
+        assert iomodel.predict("flash1", direction, alibi_slopes=True, **kw).by_line[line][0] \
+            - plain.by_line[line][0] == 4 * 1024 // 128
+        assert iomodel.predict("flash1", direction, bias=True, **kw).reads - plain.reads == 4 * 1024 * 1024
+        assert iomodel.predict("flash1", direction, softcap=30.0, **kw).total == plain.total
+    # GQA: each query head reads its K/V head's tiles; the backward sums each group's dK_h, dV_h in one more pass
+    gqa = dict(kw, heads=8, kv_heads=2, enable_gqa=True)
+    fwd = iomodel.predict("flash1", "forward", **gqa)
+    assert fwd.by_line["Alg.1 l.6"][0] == 8 * 2 * 1024 * 64
+    bwd = iomodel.predict("flash1", "backward", **gqa).by_line
+    assert bwd["GQA: sum dK_h, dV_h"] == (2 * 8 * 1024 * 64, 2 * 2 * 1024 * 64)
+
+
 # ----------------------------------------------------------------- what each variant does to the IO
 
 
@@ -165,6 +240,32 @@ def test_footprints_equal_the_measured_peak(packing):
     assert bwd.io.peak_sram == flash2.footprint_backward(G * 4, 6, 4, softcap=True, slopes=G)
 
 
+@pytest.mark.parametrize("dropout", [False, True])
+def test_flash1_and_blocksparse_footprints_equal_the_measured_peak(dropout):
+    r = np.random.default_rng(2)
+    q, dO = r.standard_normal((1, 4, 12, 4)), r.standard_normal((1, 4, 12, 4))
+    k, v = r.standard_normal((1, 2, 12, 4)), r.standard_normal((1, 2, 12, 4))
+    o = dict(enable_gqa=True, softcap=3.0, alibi_slopes=np.ones(4), block_sizes=(4, 6),
+             dropout_p=0.2 if dropout else 0.0)
+    for bias in (None, r.standard_normal((12, 12))):
+        fwd = flash1.forward(q, k, v, bias=bias, **o)
+        assert fwd.io.peak_sram == flash1.footprint(4, 6, 4, bias=bias is not None, slopes=1)
+        bwd = flash1.backward(q, k, v, fwd.O, dO, fwd.l, fwd.m, bias=bias, **o)
+        assert bwd.io.peak_sram == flash1_bwd.footprint(4, 6, 4, dropout=dropout, softcap=True, slopes=1)
+        # Algorithm 5's one grid is resolved with the larger of the two
+        M = np.ones((3, 2), dtype=bool)
+        sparse = blocksparse.forward(q, k, v, M, bias=bias, **o)
+        assert max(sparse.io.peak_sram, blocksparse.backward(q, k, v, sparse.O, dO, sparse.l, sparse.m, M, bias=bias,
+                                                             **o).io.peak_sram) \
+            == blocksparse.footprint(4, 6, 4, dropout=dropout, bias=bias is not None, softcap=True, slopes=1)
+    # a bias tile beside S_ij is the forward's fullest moment once the tile is wider than the four row vectors it
+    # outgrows; M just below that footprint takes smaller blocks than without a bias
+    need = flash1.footprint(4, 6, 4, bias=True)
+    assert need > flash1.footprint(4, 6, 4)
+    kw = dict(Nq=12, Nk=12, d=4, sram_size=need - 1, block_sizes=None)
+    assert iomodel.block_sizes("flash1", "forward", bias=True, **kw) != (4, 6)
+
+
 def test_window_and_causal_rows_that_see_nothing_give_zeros():
     r = np.random.default_rng(4)
     q, k, v, dO = (r.standard_normal((9 if n == "q" else 4, 3)) for n in ("q", "k", "v", "q"))
@@ -181,7 +282,7 @@ def test_window_and_causal_rows_that_see_nothing_give_zeros():
 Q, K, V = (np.zeros((1, 4, 6, 3)), np.zeros((1, 3, 9, 3)), np.zeros((1, 3, 9, 3)))
 
 
-@pytest.mark.parametrize("module", [standard, flash2])
+@pytest.mark.parametrize("module", [standard, flash1, flash2])
 def test_bad_variant_input_is_named(module):
     with pytest.raises(ValueError, match="enable_gqa: query heads Hq=4 must be a multiple of key/value heads Hkv=3"):
         module.forward(Q, K, V, enable_gqa=True)
@@ -222,11 +323,11 @@ def _fwd_bwd(module, Q, K, V, **o):
     """Forward and backward of ``module`` (each backward takes its algorithm's saved tensors)."""
     dO = np.zeros(Q.shape)
     fwd = module.forward(Q, K, V, **o)
-    saved = (dO, fwd.P) if module is standard else (fwd.O, dO, fwd.L)
+    saved = (dO, fwd.P) if module is standard else (fwd.O, dO, fwd.l, fwd.m) if module is flash1 else (fwd.O, dO, fwd.L)
     return fwd, module.backward(Q, K, V, *saved, **o)
 
 
-GQA_EMPTY = [(standard, {}), (flash2, {}), (flash2, {"gqa_packing": True})]
+GQA_EMPTY = [(standard, {}), (flash1, {}), (flash2, {}), (flash2, {"gqa_packing": True})]
 
 
 @pytest.mark.parametrize("module, packing", GQA_EMPTY)

@@ -360,5 +360,5 @@ def test_front_bad_variant_input_is_named():
         ref_sdpa(q, q, q, softcap=-1.0)
     with pytest.raises(TypeError, match="window"):
         ref_sdpa(q, q, q, window=(1, 2, 3))
-    with pytest.raises(TypeError, match="window: algorithm='flash1' has no window"):
-        ref_sdpa(q, q, q, window=(1, 2), algorithm="flash1")
+    with pytest.raises(TypeError, match="gqa_packing: algorithm='standard' has no gqa_packing"):
+        ref_sdpa(q, q, q, gqa_packing=True, algorithm="standard")

@@ -50,18 +50,18 @@ ALGORITHMS = ("standard", "flash1", "flash2", "blocksparse", "decoding")
 _PROBLEM_FIELDS = VARIANT_OPTIONS + ("gqa_packing",)
 
 #: Options each algorithm takes beyond the shared ones (the same lists its simulator checks).
-_EXTRA = {"standard": _standard.OPTIONS, "flash1": (), "flash2": _flash2.OPTIONS,
-          "blocksparse": ("block_mask",),
+_EXTRA = {"standard": _standard.OPTIONS, "flash1": _flash1.OPTIONS, "flash2": _flash2.OPTIONS,
+          "blocksparse": _blocksparse.OPTIONS + ("block_mask",),
           "decoding": _decoding.OPTIONS}
 
 
 def _extra(algorithm: str, direction: str) -> tuple:
     """The options ``algorithm``'s ``direction`` takes beyond the shared ones: the low-precision
     ones are flash2's forward's only (``flash2.backward`` refuses them as unknown), and ``bias_grad``
-    the backwards' of standard and flash2 (the forwards refuse it)."""
+    every backward's (the forwards refuse it)."""
     if (algorithm, direction) == ("flash2", "forward"):
         return _EXTRA["flash2"] + tuple(_lowp.OPTIONS)
-    if direction == "backward" and algorithm in ("standard", "flash2"):
+    if direction == "backward":
         return _EXTRA[algorithm] + ("bias_grad",)
     return _EXTRA[algorithm]
 

@@ -39,8 +39,8 @@ from .bounds import _check
 __all__ = ["forward", "backward", "prop4", "prop4_constants", "nonzero_rows"]
 
 #: Algorithm 5's numbers for the lines its forward shares with Algorithm 1.
-LINES_ALG5 = {"init": "Alg.5 l.2", "K_j, V_j": "Alg.5 l.6", "load": "Alg.5 l.9", "write O": "Alg.5 l.15",
-              "write l, m": "Alg.5 l.16"}
+LINES_ALG5 = {"init": "Alg.5 l.2", "K_j, V_j": "Alg.5 l.6", "load": "Alg.5 l.9", "scores": "Alg.5 l.10",
+              "write O": "Alg.5 l.15", "write l, m": "Alg.5 l.16"}
 
 
 def nonzero_rows(block_mask, Nq: int, Br: int) -> int:
@@ -64,11 +64,11 @@ def forward(pb: Problem, *, block_mask=None) -> Prediction:
     return _flash1.forward(pb, grid=g, block_mask=M, lines=LINES_ALG5)
 
 
-def backward(pb: Problem, *, block_mask=None) -> Prediction:
+def backward(pb: Problem, *, block_mask=None, bias_grad=False) -> Prediction:
     g = blocksparse.grid_of(pb)
     M = blocksparse.check_block_mask(block_mask, g)
     # Algorithm 4 with the same skip: its closed form with the block mask, on this grid.
-    return _flash1.backward(pb, grid=g, block_mask=M)
+    return _flash1.backward(pb, grid=g, block_mask=M, bias_grad=bias_grad)
 
 
 def prop4(N, d, M, s):

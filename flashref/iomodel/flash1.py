@@ -13,8 +13,16 @@ forward                                  reads                    writes
 
 Every tile is visited in Algorithms 1/2 (Σ r_i = Tc·Nq): reads ``2·Nk·d + Tc·(2·Nq·d + 2·Nq)``,
 writes ``Nq·d + 2·Nq + Tc·(Nq·d + 2·Nq)``. With Algorithm 5's ``block_mask`` (Tr x Tc) only the
-tiles with M_ij ≠ 0 are visited; K_j, V_j are still loaded for every j. Causal masking, a mask and
-dropout change no count: they are applied on chip to tiles that are loaded anyway.
+tiles with M_ij ≠ 0 are visited; K_j, V_j are still loaded for every j. Causal masking, a window, a mask,
+a softcap and dropout change no count: they are applied on chip to tiles that are loaded anyway. The
+other variants:
+
+* ``bias``: its tile B_ij at l.9, ``Σ_{(i,j)} r_i·c_j`` reads (``Nq·Nk``: every tile), and again in the
+  backward (l.11), which with ``bias_grad`` writes dBias once, ``Nq·Nk`` (zero tiles for Algorithm 5's
+  zero blocks);
+* ``alibi_slopes``: one slope with each K_j, V_j, ``Tc`` reads in each pass;
+* ``enable_gqa``: the counts of Hq heads (each query head reads its K/V head's tiles), and the backward's
+  pass that sums each group's dK_h, dV_h: ``2·Hq·Nk·d`` reads, ``2·Hkv·Nk·d`` writes.
 
 Asymptotically (Appendix C): Tc = Θ(Nd/M) passes over Q and O, each Θ(Nd): Θ(N²d²/M). With the
 paper's Bc = M/4d the constant is about 3·4 = 12 (3Nd per pass: read Q, read O, write O); with the
@@ -25,18 +33,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import flash1, flash1_bwd
+from .. import flash1, flash1_bwd, variants
 from .._numbers import _nonnegative_int, positive_int
 from ..problem import SEQ_LEN, Problem
 from . import Prediction, Tally
+from .flash2 import group_sum
 
-__all__ = ["forward", "backward", "visited_rows", "LINES_FWD", "LINES_BWD"]
+__all__ = ["forward", "backward", "visited_rows", "visited_area", "LINES_FWD", "LINES_BWD"]
 
 #: Line names of the closed form; Algorithm 5 (``iomodel.blocksparse``) numbers the same lines its own way.
-LINES_FWD = {"init": "Alg.1 l.2", "K_j, V_j": "Alg.1 l.6", "load": "Alg.1 l.8", "write O": "Alg.1 l.12",
-             "write l, m": "Alg.1 l.13"}
-LINES_BWD = {"init": "Alg.4 l.5", "K_j, V_j": "Alg.4 l.7", "load": "Alg.4 l.10", "write dQ": "Alg.4 l.21",
-             "write dK, dV": "Alg.4 l.24"}
+LINES_FWD = {"init": "Alg.1 l.2", "K_j, V_j": "Alg.1 l.6", "load": "Alg.1 l.8", "scores": "Alg.1 l.9",
+             "write O": "Alg.1 l.12", "write l, m": "Alg.1 l.13"}
+LINES_BWD = {"init": "Alg.4 l.5", "K_j, V_j": "Alg.4 l.7", "load": "Alg.4 l.10", "scores": "Alg.4 l.11",
+             "write dQ": "Alg.4 l.21", "write dK, dV": "Alg.4 l.24"}
 
 
 def visited_rows(Nq, Br, Tc, block_mask=None) -> int:
@@ -50,16 +59,34 @@ def visited_rows(Nq, Br, Tc, block_mask=None) -> int:
     return int((r[:, None] * np.asarray(block_mask, dtype=bool)).sum())
 
 
+def visited_area(g, block_mask=None) -> int:
+    """Σ over visited tiles (i, j) of r_i·c_j, the entries of the tiles: what a bias reads a pass (``Nq·Nk`` without a
+    ``block_mask``, which the caller has checked against the grid ``g``)."""
+    if block_mask is None:
+        return g.Nq * g.Nk
+    r = np.array([b - a for a, b in map(g.rows, range(g.Tr))], dtype=np.int64)  # (Tr,) rows of each row block
+    c = np.array([b - a for a, b in map(g.cols, range(g.Tc))], dtype=np.int64)  # (Tc,) keys of each column block
+    return int(r @ np.asarray(block_mask, dtype=np.int64) @ c)
+
+
+def _slopes(pb: Problem, g) -> int:
+    """[alibi] One slope loaded with each K_j, V_j: Tc reads a loop head; none without ALiBi."""
+    return g.Tc if pb.alibi_slopes is not None else 0
+
+
 def forward(pb: Problem, *, grid=None, block_mask=None, lines=LINES_FWD) -> Prediction:
     """Algorithm 1's reads and writes; on ``grid`` with ``block_mask`` it is Algorithm 5's."""
     g = grid or flash1.grid(pb)
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
     R = visited_rows(Nq, g.Br, g.Tc, block_mask)
+    # [gqa] every query head is a loop head: it reads its K/V head's tiles as if they were its own
     t = Tally(pb.heads, pb.dtype_bytes)
     t.add(lines["init"], writes=Nq * d + 2 * Nq)
-    t.add(lines["K_j, V_j"], reads=2 * Nk * d)
+    t.add(lines["K_j, V_j"], reads=2 * Nk * d + _slopes(pb, g))
     if _any_tile(block_mask):  # the simulator's report has a line only where a step ran
         t.add(lines["load"], reads=(2 * d + 2) * R)
+        if pb.bias is not None:  # [bias] B_ij with each visited tile
+            t.add(lines["scores"], reads=visited_area(g, block_mask))
         t.add(lines["write O"], writes=d * R)
         t.add(lines["write l, m"], writes=2 * R)
     return t.prediction()
@@ -75,30 +102,39 @@ def _any_tile(block_mask) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def backward(pb: Problem, *, grid=None, block_mask=None, lines=LINES_BWD) -> Prediction:
+def backward(pb: Problem, *, grid=None, block_mask=None, lines=LINES_BWD, bias_grad=False) -> Prediction:
     """Algorithm 4 as ``flash1.backward`` runs it, line by line, per head (Tally multiplies by ``heads``).
 
-    ``causal``, ``mask`` and ``scale`` change no IO: MASK is applied on chip and Algorithm 4 visits
-    every tile, as written (skipping causal blocks is FlashAttention-2's). Dropout changes only the
-    block sizes (its Z_ij tile is on chip: :func:`flashref.flash1_bwd.footprint`). With R = Σ r_i over
-    visited tiles (Tc·Nq without a ``block_mask``)::
+    ``causal``, ``mask``, a window, a softcap and ``scale`` change no IO: MASK is applied on chip and
+    Algorithm 4 visits every tile, as written (skipping causal blocks is FlashAttention-2's). Dropout and a
+    softcap change only the block sizes (their Z_ij and 1 − tanh² tiles are on chip:
+    :func:`flashref.flash1_bwd.footprint`). With R = Σ r_i over visited tiles (Tc·Nq without a ``block_mask``)::
 
         Alg.4 l.5   initialise dQ, dK, dV                   writes Nq·d + 2·Nk·d
-        Alg.4 l.7   load K_j, V_j once per j                reads  2·Nk·d
+        Alg.4 l.7   load K_j, V_j once per j                reads  2·Nk·d (+ Tc slopes with ALiBi)
         Alg.4 l.10  load Q_i, O_i, dO_i, dQ_i, ℓ_i, m_i     reads  (4d + 2)·R
+        Alg.4 l.11  [bias] B_ij per visited (j, i)          reads  Σ r_i·c_j
         Alg.4 l.21  write dQ_i per visited (j, i)           writes d·R
+        dBias       [bias] with bias_grad, every tile once  writes Nq·Nk
         Alg.4 l.24  write dK_j, dV_j once per j             writes 2·Nk·d
 
-    Total Θ(Tc·Nq·d) = Θ(N²d²/M) since Bc = Θ(M/d): Theorem 5.
+    and, with GQA, the pass that sums each group's dK_h, dV_h. Total Θ(Tc·Nq·d) = Θ(N²d²/M) since
+    Bc = Θ(M/d): Theorem 5.
     """
+    bias_grad = variants.check_bias_grad(bias_grad, pb.bias)
     g = grid or flash1_bwd.grid(pb)
     Nq, Nk, d = pb.Nq, pb.Nk, pb.d
     R = visited_rows(Nq, g.Br, g.Tc, block_mask)
     t = Tally(pb.heads, pb.dtype_bytes)
     t.add(lines["init"], writes=Nq * d + 2 * Nk * d)
-    t.add(lines["K_j, V_j"], reads=2 * Nk * d)
+    t.add(lines["K_j, V_j"], reads=2 * Nk * d + _slopes(pb, g))
     if _any_tile(block_mask):
         t.add(lines["load"], reads=(4 * d + 2) * R)
+        if pb.bias is not None:
+            t.add(lines["scores"], reads=visited_area(g, block_mask))
         t.add(lines["write dQ"], writes=d * R)
+    if bias_grad:
+        t.add("dBias", writes=Nq * Nk)
     t.add(lines["write dK, dV"], writes=2 * Nk * d)
-    return t.prediction()
+    # [gqa] unpacked, as FlashAttention-2's default: the group sum (flash2.gqa_packing is not an option here)
+    return t.prediction() + group_sum(pb)

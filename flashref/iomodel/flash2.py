@@ -67,7 +67,7 @@ from ..variants import band
 from . import Prediction, Tally
 
 __all__ = ["forward", "backward", "backward_without_queries", "kv_per_row_block", "q_per_column_block",
-           "band_totals", "BandTotals"]
+           "band_totals", "BandTotals", "group_sum"]
 
 _UNBOUNDED = 1 << 62
 
@@ -238,7 +238,7 @@ def backward(pb: Problem, bias_grad=False, **lowp_opts) -> Prediction:
     t.add("Alg.2 l.18", writes=2 * Nk * d)
     if bias_grad:  # [bias] dBias: every tile written once, dS_ij where visited and zeros where skipped
         t.add("dBias", writes=G * Nq * Nk)
-    return t.prediction() + _group_sum(pb)
+    return t.prediction() + group_sum(pb)
 
 
 def backward_without_queries(pb: Problem) -> Prediction:
@@ -252,10 +252,10 @@ def backward_without_queries(pb: Problem) -> Prediction:
     G = variants.packed_group(pb, pb.gqa_packing)
     t = Tally(pb.kv_heads if G > 1 else pb.heads, pb.dtype_bytes)
     t.add("Alg.2 l.18", writes=2 * pb.Nk * pb.d)
-    return t.prediction() + _group_sum(pb)
+    return t.prediction() + group_sum(pb)
 
 
-def _group_sum(pb: Problem) -> Prediction:
+def group_sum(pb: Problem) -> Prediction:
     """[gqa] unpacked: dK = Σ_group dK_h (and dV): read the g query heads' tiles, write one. Else nothing."""
     red = Tally(pb.kv_heads, pb.dtype_bytes)
     if pb.group > 1 and not pb.gqa_packing:
