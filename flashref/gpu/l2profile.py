@@ -2178,6 +2178,68 @@ CHECK138 = [
     ('check138_64_8x1x129024_causal', 8, 1, 129024, 64, True),
 ]
 
+# check139-check142: draw_validation(20261325-20261328, "checkNN", many=0, few=0, long=8), after check138; predicted
+# for both GPUs before any GPU measured them
+CHECK139 = [
+    ('check139_96_2x5x1917_causal', 2, 5, 1917, 96, True),
+    ('check139_160_1x16x2687_causal', 1, 16, 2687, 160, True),
+    ('check139_32_4x6x8786', 4, 6, 8786, 32, False),
+    ('check139_80_1x32x2610', 1, 32, 2610, 80, False),
+    ('check139_64_8x1x37888_causal', 8, 1, 37888, 64, True),
+    ('check139_128_8x1x116736', 8, 1, 116736, 128, False),
+    ('check139_64_8x1x50176', 8, 1, 50176, 64, False),
+    ('check139_64_2x1x375808', 2, 1, 375808, 64, False),
+    ('check139_64_1x7x158720', 1, 7, 158720, 64, False),
+    ('check139_64_1x2x461824_causal', 1, 2, 461824, 64, True),
+    ('check139_64_1x1x148480', 1, 1, 148480, 64, False),
+    ('check139_128_8x1x51200_causal', 8, 1, 51200, 128, True),
+]
+
+CHECK140 = [
+    ('check140_160_2x3x21842', 2, 3, 21842, 160, False),
+    ('check140_32_1x12x41150_causal', 1, 12, 41150, 32, True),
+    ('check140_80_1x16x12423', 1, 16, 12423, 80, False),
+    ('check140_192_2x1x65548_causal', 2, 1, 65548, 192, True),
+    ('check140_128_1x8x50176', 1, 8, 50176, 128, False),
+    ('check140_128_4x2x41984_causal', 4, 2, 41984, 128, True),
+    ('check140_64_1x1x192512_causal', 1, 1, 192512, 64, True),
+    ('check140_64_1x8x64512_causal', 1, 8, 64512, 64, True),
+    ('check140_128_2x1x56320_causal', 2, 1, 56320, 128, True),
+    ('check140_128_4x1x33792_causal', 4, 1, 33792, 128, True),
+    ('check140_64_4x1x50176', 4, 1, 50176, 64, False),
+    ('check140_128_2x2x56320_causal', 2, 2, 56320, 128, True),
+]
+
+CHECK141 = [
+    ('check141_192_2x2x98746_causal', 2, 2, 98746, 192, True),
+    ('check141_256_8x1x9298', 8, 1, 9298, 256, False),
+    ('check141_256_2x1x1467', 2, 1, 1467, 256, False),
+    ('check141_32_2x24x35973', 2, 24, 35973, 32, False),
+    ('check141_128_1x2x71680', 1, 2, 71680, 128, False),
+    ('check141_64_1x5x62464', 1, 5, 62464, 64, False),
+    ('check141_64_1x3x147456', 1, 3, 147456, 64, False),
+    ('check141_128_2x3x52224_causal', 2, 3, 52224, 128, True),
+    ('check141_128_1x4x46080_causal', 1, 4, 46080, 128, True),
+    ('check141_128_1x6x324608_causal', 1, 6, 324608, 128, True),
+    ('check141_128_1x1x129024_causal', 1, 1, 129024, 128, True),
+    ('check141_128_1x5x47104_causal', 1, 5, 47104, 128, True),
+]
+
+CHECK142 = [
+    ('check142_96_1x1x3051', 1, 1, 3051, 96, False),
+    ('check142_192_8x2x2937', 8, 2, 2937, 192, False),
+    ('check142_192_4x2x1196_causal', 4, 2, 1196, 192, True),
+    ('check142_256_2x3x2294x27686', 2, 3, (2294, 27686), 256, False),
+    ('check142_64_2x4x243712', 2, 4, 243712, 64, False),
+    ('check142_64_1x4x38912_causal', 1, 4, 38912, 64, True),
+    ('check142_64_4x2x55296_causal', 4, 2, 55296, 64, True),
+    ('check142_128_1x5x415744_causal', 1, 5, 415744, 128, True),
+    ('check142_128_2x2x373760', 2, 2, 373760, 128, False),
+    ('check142_64_8x1x36864', 8, 1, 36864, 64, False),
+    ('check142_128_8x1x54272', 8, 1, 54272, 128, False),
+    ('check142_128_4x1x223232', 4, 1, 223232, 128, False),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -2239,7 +2301,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "waves256": WAVES256, "check125": CHECK125, "check126": CHECK126,
           "check127": CHECK127, "check128": CHECK128, "check129": CHECK129, "check130": CHECK130, "apartkv": APARTKV,
           "check131": CHECK131, "check132": CHECK132, "check133": CHECK133, "check134": CHECK134,
-          "check135": CHECK135, "check136": CHECK136, "check137": CHECK137, "check138": CHECK138}
+          "check135": CHECK135, "check136": CHECK136, "check137": CHECK137, "check138": CHECK138,
+          "check139": CHECK139, "check140": CHECK140, "check141": CHECK141, "check142": CHECK142}
 
 
 def lengths(N):
