@@ -90,12 +90,13 @@ def grid_of(pb: Problem) -> Grid:
 
 
 def grid(Nq: int, Nk: int, d: int, **opts) -> Grid:
-    """The block grid that :func:`forward` and :func:`backward` use for these shapes and options."""
-    return grid_of(Problem.from_shapes("blocksparse.grid", Nq=Nq, Nk=Nk, d=d, **opts))
+    """The block grid that :func:`forward` and :func:`backward` use for these shapes and options (the variants'
+    too: a bias, a softcap or ALiBi take room on chip, so at a given ``sram_size`` they can shrink the blocks)."""
+    return grid_of(Problem.from_shapes("blocksparse.grid", OPTIONS, Nq=Nq, Nk=Nk, d=d, **opts))
 
 
-def _problem(Q, K, V, block_mask, opts, where, extra=OPTIONS):
-    pb = Problem.from_arrays(Q, K, V, where, extra, **opts)
+def _pinned(pb: Problem, block_mask):
+    """``pb`` with its blocks pinned, the grid, and the checked block mask."""
     g = grid_of(pb)
     # Pin the resolved blocks so that both passes run on this very grid.
     return pb.with_blocks(g.Br, g.Bc), g, check_block_mask(block_mask, g)
@@ -111,7 +112,7 @@ def forward(Q, K, V, block_mask, **opts) -> ForwardResult:
     backward; a row with no nonzero block has ℓ = 0, m = -inf and O = 0), ``.io``, ``.flops``,
     ``.events``, ``.block_sizes``, ``.block_mask`` and ``.density`` (the fraction s of nonzero blocks).
     """
-    pb0, g, M = _problem(Q, K, V, block_mask, opts, "blocksparse.forward")
+    pb0, g, M = _pinned(Problem.from_arrays(Q, K, V, "blocksparse.forward", OPTIONS, **opts), block_mask)
     # [gqa] each query head loads the tiles of its K/V head h // g, as in flash1.
     pb = variants.loop_problem(pb0, packed=False)
     # Alg.5 l.1: the generator state R is pb.seed. l.2: O = 0, ℓ = 0, m = -inf in HBM (counted).
@@ -143,8 +144,10 @@ def backward(Q, K, V, O, dO, l, m, block_mask, **opts) -> BackwardResult:
     standard attention with the element mask :func:`element_mask` implies.
     """
     bias_grad = opts.pop("bias_grad", False)
-    pb0, g, M = _problem(Q, K, V, block_mask, opts, "blocksparse.backward", OPTIONS + ("bias_grad",))
-    bias_grad = variants.check_bias_grad(bias_grad, pb0.bias)
+    # extra names bias_grad too (taken above): an unknown option's error lists every one backward takes
+    pb = Problem.from_arrays(Q, K, V, "blocksparse.backward", OPTIONS + ("bias_grad",), **opts)
+    bias_grad = variants.check_bias_grad(bias_grad, pb.bias)  # before the grid, as flash1's and iomodel.grid
+    pb0, g, M = _pinned(pb, block_mask)
     O, dO, l, m = flash1_bwd.check_stats(pb0, O, dO, l, m)
     pb = variants.loop_problem(pb0, packed=False)  # [gqa] as flash1's backward
     # Alg.4 l.5: dQ = dK = dV = 0 in HBM (counted).

@@ -26,7 +26,9 @@ same code as FlashAttention-2's (:func:`flashref.variants.tile_scores`). What th
 the loops as printed: every tile is visited, so a window is MASK, as causal is, and skips nothing
 (FlashAttention-2 skips the tiles outside it; Algorithm 5's block mask can, e.g.
 :func:`flashref.blocksparse.local_blocks`); a bias tile B_ij is read for every (j, i), Nq·Nk a head;
-ALiBi's slope is loaded with K_j, V_j, once per column block; a softcap moves nothing. GQA is
+ALiBi's slope is loaded with K_j, V_j, once per column block; a softcap moves nothing at given blocks
+(but its derivative's tile in the backward, like a bias tile here, takes room on chip: at a given M the
+blocks :func:`grid` resolves may be smaller, and then the traffic larger). GQA is
 FlashAttention-2's default schedule, the natural one for a loop over one head: each query head loads
 the tiles of its K/V head h // g, so K and V are read as if repeated (FA3's packing is flash2's).
 

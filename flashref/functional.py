@@ -64,9 +64,9 @@ and a backward that is an autograd function of its own, for the same reason. So:
   them (batched slopes are refused by name; a batched 0-d ``scale`` gets vmap's ``.item()`` error).
 
 flashref's attention variants are keyword options beyond PyTorch's signature, passed to the
-algorithm as they are (``standard`` and ``flash2``): ``window=(left, right)`` (a sliding window,
+algorithm as they are (every algorithm takes them): ``window=(left, right)`` (a sliding window,
 -1 unbounded), ``alibi_slopes`` (one per head, a tensor or array broadcastable to the head axes),
-``softcap`` (a float > 0) and ``gqa_packing``.
+``softcap`` (a float > 0) and ``gqa_packing`` (``flash2``'s).
 
 Under ``torch.compile`` the front runs outside the compiled graph (``torch.compiler.disable``: a graph break), as
 it is: Dynamo would otherwise trace the numpy algorithms line by line.

@@ -124,7 +124,7 @@ def loop_problem(pb, packed: bool):
 
 
 def check_bias_grad(bias_grad, bias) -> bool:
-    """The backwards' ``bias_grad`` option (standard's and flash2's): True or False, True only with a bias."""
+    """The backwards' ``bias_grad`` option: True or False, True only with a bias."""
     bias_grad = _bool(bias_grad, "bias_grad")
     if bias_grad and bias is None:
         raise ValueError("bias_grad: there is no bias to differentiate; pass the forward's bias=...")
@@ -132,8 +132,9 @@ def check_bias_grad(bias_grad, bias) -> bool:
 
 
 def bias_gradient(pb, mem, G: int, name: str = "dBias") -> np.ndarray:
-    """[bias] dBias in Q's leading axes, ``(..., Nq, Nk)``, from the loop's HBM tensor ``name`` (flash2's ``dBias``;
-    standard's ``dS``), packed GQA's rows unpacked, as dQ's. ``pb`` is the problem before the loop's layout."""
+    """[bias] dBias in Q's leading axes, ``(..., Nq, Nk)``, from the loop's HBM tensor ``name`` (the tiled
+    backwards' ``dBias``; standard's ``dS``), packed GQA's rows unpacked, as dQ's. ``pb`` is the problem before the
+    loop's layout."""
     return unpack_rows(mem.result(name), G).reshape(pb.lead_shape + (pb.Nq, pb.Nk))
 
 

@@ -266,6 +266,27 @@ def test_flash1_and_blocksparse_footprints_equal_the_measured_peak(dropout):
     assert iomodel.block_sizes("flash1", "forward", bias=True, **kw) != (4, 6)
 
 
+def test_blocksparse_grid_is_the_grid_its_passes_run_on_with_the_variants():
+    """blocksparse.grid takes the variants: a softcap's tile in the backward shrinks the blocks at a given M, so a
+    block mask built on grid's numbers fits the passes (it was built for the grid without the softcap, and refused)."""
+    kw = dict(softcap=5.0, alibi_slopes=np.ones(2), sram_size=600)
+    g = blocksparse.grid(64, 64, 8, softcap=5.0, alibi_slopes=True, sram_size=600)  # from shapes: "there are slopes"
+    assert (g.Br, g.Bc) != tuple(blocksparse.grid(64, 64, 8, sram_size=600))[:2]
+    assert g == iomodel.grid("blocksparse", "forward", Nq=64, Nk=64, d=8, heads=2, alibi_slopes=True, softcap=5.0,
+                             sram_size=600)
+    r = np.random.default_rng(6)
+    q = r.standard_normal((2, 64, 8))
+    res = blocksparse.forward(q, q, q, np.ones((g.Tr, g.Tc), dtype=bool), **kw)
+    assert res.block_sizes == (g.Br, g.Bc)
+    # bias_grad without a bias is refused before the block mask is looked at, by the pass, predict and grid alike
+    bad = np.ones((1, 1), dtype=bool)
+    with pytest.raises(ValueError, match="bias_grad: there is no bias"):
+        blocksparse.backward(q, q, q, res.O, q, res.l, res.m, bad, bias_grad=True, **kw)
+    for ask in (iomodel.predict, iomodel.grid):
+        with pytest.raises(ValueError, match="bias_grad: there is no bias"):
+            ask("blocksparse", "backward", Nq=64, Nk=64, d=8, heads=2, block_mask=bad, bias_grad=True, sram_size=600)
+
+
 def test_window_and_causal_rows_that_see_nothing_give_zeros():
     r = np.random.default_rng(4)
     q, k, v, dO = (r.standard_normal((9 if n == "q" else 4, 3)) for n in ("q", "k", "v", "q"))

@@ -236,7 +236,7 @@ def grid(algorithm: str, direction: str, *, Nq: int, Nk: int, d: int, heads: int
     lowp_opts = {k: v for k, v in own.items() if k in _lowp.OPTIONS}
     if _lowp.requested(lowp_opts):
         return _lowp.grid(pb, **lowp_opts)  # the FP8 loop holds three descales more: its own blocks
-    if "bias_grad" in own:  # checked before the blocks are resolved, as by flash2's and standard's backward
+    if "bias_grad" in own:  # checked before the blocks are resolved, as by every backward
         _variants.check_bias_grad(own["bias_grad"], pb.bias)
     if algorithm == "decoding":  # the grid and the splits chosen on it, explicit block sizes checked per split
         g, _ = _decoding.plan(pb, own.get("num_splits"), own.get("sms"))

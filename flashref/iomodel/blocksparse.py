@@ -30,7 +30,7 @@ import numbers
 
 import numpy as np
 
-from .. import blocksparse, patterns
+from .. import blocksparse, patterns, variants
 from ..problem import Problem, positive_int
 from . import Prediction
 from . import flash1 as _flash1
@@ -65,6 +65,7 @@ def forward(pb: Problem, *, block_mask=None) -> Prediction:
 
 
 def backward(pb: Problem, *, block_mask=None, bias_grad=False) -> Prediction:
+    variants.check_bias_grad(bias_grad, pb.bias)  # before the grid and the block mask, as the simulator
     g = blocksparse.grid_of(pb)
     M = blocksparse.check_block_mask(block_mask, g)
     # Algorithm 4 with the same skip: its closed form with the block mask, on this grid.

@@ -13,9 +13,10 @@ forward                                  reads                    writes
 
 Every tile is visited in Algorithms 1/2 (Σ r_i = Tc·Nq): reads ``2·Nk·d + Tc·(2·Nq·d + 2·Nq)``,
 writes ``Nq·d + 2·Nq + Tc·(Nq·d + 2·Nq)``. With Algorithm 5's ``block_mask`` (Tr x Tc) only the
-tiles with M_ij ≠ 0 are visited; K_j, V_j are still loaded for every j. Causal masking, a window, a mask,
-a softcap and dropout change no count: they are applied on chip to tiles that are loaded anyway. The
-other variants:
+tiles with M_ij ≠ 0 are visited; K_j, V_j are still loaded for every j. At given blocks causal masking, a
+window, a mask, a softcap and dropout change no count: they are applied on chip to tiles that are loaded anyway.
+(Dropout's Z_ij and the softcap's derivative in the backward, a bias tile and ALiBi's slope take room on chip,
+so at a given M the blocks resolved can be smaller: :func:`flashref.flash1.footprint`.) The other variants:
 
 * ``bias``: its tile B_ij at l.9, ``Σ_{(i,j)} r_i·c_j`` reads (``Nq·Nk``: every tile), and again in the
   backward (l.11), which with ``bias_grad`` writes dBias once, ``Nq·Nk`` (zero tiles for Algorithm 5's
@@ -105,9 +106,9 @@ def _any_tile(block_mask) -> bool:
 def backward(pb: Problem, *, grid=None, block_mask=None, lines=LINES_BWD, bias_grad=False) -> Prediction:
     """Algorithm 4 as ``flash1.backward`` runs it, line by line, per head (Tally multiplies by ``heads``).
 
-    ``causal``, ``mask``, a window, a softcap and ``scale`` change no IO: MASK is applied on chip and
-    Algorithm 4 visits every tile, as written (skipping causal blocks is FlashAttention-2's). Dropout and a
-    softcap change only the block sizes (their Z_ij and 1 − tanh² tiles are on chip:
+    At given blocks ``causal``, ``mask``, a window, a softcap and ``scale`` change no IO: MASK is applied on chip
+    and Algorithm 4 visits every tile, as written (skipping causal blocks is FlashAttention-2's). Dropout and a
+    softcap can change the block sizes at a given M (their Z_ij and 1 − tanh² tiles are on chip:
     :func:`flashref.flash1_bwd.footprint`). With R = Σ r_i over visited tiles (Tc·Nq without a ``block_mask``)::
 
         Alg.4 l.5   initialise dQ, dK, dV                   writes Nq·d + 2·Nk·d
