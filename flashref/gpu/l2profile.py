@@ -2240,6 +2240,68 @@ CHECK142 = [
     ('check142_128_4x1x223232', 4, 1, 223232, 128, False),
 ]
 
+# check143-check146: draw_validation(20261329-20261332, "checkNN", many=0, few=0, long=8), after check142; predicted
+# for both GPUs before any GPU measured them
+CHECK143 = [
+    ('check143_256_4x3x118906', 4, 3, 118906, 256, False),
+    ('check143_256_4x12x2598_causal', 4, 12, 2598, 256, True),
+    ('check143_80_4x6x44247', 4, 6, 44247, 80, False),
+    ('check143_192_4x24x18258_causal', 4, 24, 18258, 192, True),
+    ('check143_64_1x8x240640', 1, 8, 240640, 64, False),
+    ('check143_64_1x4x76800_causal', 1, 4, 76800, 64, True),
+    ('check143_64_1x5x347136_causal', 1, 5, 347136, 64, True),
+    ('check143_64_1x4x72704_causal', 1, 4, 72704, 64, True),
+    ('check143_128_1x8x145408_causal', 1, 8, 145408, 128, True),
+    ('check143_128_4x2x109568_causal', 4, 2, 109568, 128, True),
+    ('check143_128_2x3x84992_causal', 2, 3, 84992, 128, True),
+    ('check143_128_1x3x437248_causal', 1, 3, 437248, 128, True),
+]
+
+CHECK144 = [
+    ('check144_32_8x2x1435_causal', 8, 2, 1435, 32, True),
+    ('check144_96_1x6x4393_causal', 1, 6, 4393, 96, True),
+    ('check144_80_2x12x31863', 2, 12, 31863, 80, False),
+    ('check144_32_1x1x130419x3756', 1, 1, (130419, 3756), 32, False),
+    ('check144_128_2x1x67584_causal', 2, 1, 67584, 128, True),
+    ('check144_64_4x1x46080_causal', 4, 1, 46080, 64, True),
+    ('check144_128_1x6x75776_causal', 1, 6, 75776, 128, True),
+    ('check144_128_1x7x95232_causal', 1, 7, 95232, 128, True),
+    ('check144_128_1x4x53248', 1, 4, 53248, 128, False),
+    ('check144_128_1x5x83968_causal', 1, 5, 83968, 128, True),
+    ('check144_64_1x7x117760_causal', 1, 7, 117760, 64, True),
+    ('check144_128_1x1x159744', 1, 1, 159744, 128, False),
+]
+
+CHECK145 = [
+    ('check145_96_8x3x2465_causal', 8, 3, 2465, 96, True),
+    ('check145_160_8x3x8307x2677', 8, 3, (8307, 2677), 160, False),
+    ('check145_80_1x7x159343_causal', 1, 7, 159343, 80, True),
+    ('check145_80_1x16x16045', 1, 16, 16045, 80, False),
+    ('check145_64_2x3x38912_causal', 2, 3, 38912, 64, True),
+    ('check145_128_1x4x36864', 1, 4, 36864, 128, False),
+    ('check145_64_1x8x41984_causal', 1, 8, 41984, 64, True),
+    ('check145_64_1x4x125952_causal', 1, 4, 125952, 64, True),
+    ('check145_64_1x8x143360', 1, 8, 143360, 64, False),
+    ('check145_128_1x2x126976', 1, 2, 126976, 128, False),
+    ('check145_64_2x4x117760_causal', 2, 4, 117760, 64, True),
+    ('check145_64_8x1x219136_causal', 8, 1, 219136, 64, True),
+]
+
+CHECK146 = [
+    ('check146_192_8x1x171333x21307', 8, 1, (171333, 21307), 192, False),
+    ('check146_96_8x5x7316x1284', 8, 5, (7316, 1284), 96, False),
+    ('check146_192_8x7x4606', 8, 7, 4606, 192, False),
+    ('check146_160_2x1x124711', 2, 1, 124711, 160, False),
+    ('check146_128_1x5x104448_causal', 1, 5, 104448, 128, True),
+    ('check146_64_1x2x86016', 1, 2, 86016, 64, False),
+    ('check146_64_1x1x195584', 1, 1, 195584, 64, False),
+    ('check146_64_2x3x119808', 2, 3, 119808, 64, False),
+    ('check146_128_2x1x60416_causal', 2, 1, 60416, 128, True),
+    ('check146_128_2x1x120832_causal', 2, 1, 120832, 128, True),
+    ('check146_128_2x3x80896', 2, 3, 80896, 128, False),
+    ('check146_128_2x1x48128_causal', 2, 1, 48128, 128, True),
+]
+
 # Not a blind set: aimed at kernel 3's non-causal walk short of its barrier's threshold (one head's K and V under
 # 16 MiB), where every call recorded with four to eight heads of 9-15 MiB at d = 64 came out 17-32% under the model
 # (check82, check77, check91, check94): one to 32 heads, 9-15 MiB of K and V a head, at d = 64 and at d = 128 (where
@@ -2302,7 +2364,8 @@ GROUPS = {"grid": GRID, "sweep": SWEEP, "check": CHECK, "check2": CHECK2, "check
           "check127": CHECK127, "check128": CHECK128, "check129": CHECK129, "check130": CHECK130, "apartkv": APARTKV,
           "check131": CHECK131, "check132": CHECK132, "check133": CHECK133, "check134": CHECK134,
           "check135": CHECK135, "check136": CHECK136, "check137": CHECK137, "check138": CHECK138,
-          "check139": CHECK139, "check140": CHECK140, "check141": CHECK141, "check142": CHECK142}
+          "check139": CHECK139, "check140": CHECK140, "check141": CHECK141, "check142": CHECK142,
+          "check143": CHECK143, "check144": CHECK144, "check145": CHECK145, "check146": CHECK146}
 
 
 def lengths(N):
