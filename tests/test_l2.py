@@ -795,7 +795,13 @@ CAME_APART = {("h100", "sdpa_flash", "check56_128_8x1x262144"),
               ("h200", "sdpa_flash", "apartkv_128_2x4x202752x491520"),
               # and check138's d = 128 forward at 1 x 4 x 522240 (blind): 279 GB, the model 33.1 (-88%; forward+backward
               # -63%), four heads of 255 MiB at 62 waves (FA2_APART's class)
-              ("h200", "sdpa_flash", "check138_128_1x4x522240")}
+              ("h200", "sdpa_flash", "check138_128_1x4x522240"),
+              # and check143's d = 256 forward at 4 x 3 x 118906 (blind): 180 GB, the model 20.7 (-88%; forward+backward
+              # -73%), twelve heads of 116 MiB (FA2_APART's class)
+              ("h200", "sdpa_flash", "check143_256_4x3x118906"),
+              # and check146's d = 160 forward+backward at 2 x 1 x 124711 (blind): 24.0 GB, the model 9.7 (-60%; its
+              # forward within), on the d = 192 kernel that pads it (PADDED_APART's class)
+              ("h200", "sdpa_flash", "check146_160_2x1x124711")}
 
 
 RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
@@ -900,7 +906,14 @@ RAMP_HELD_MISSES = {("h100", "sdpa_flash", "check27_128_2x2x262144", "fwd"),
                     *(("h200", "sdpa_flash", "check138_128_1x4x522240", mode) for mode in ("fwd", "fwd_bwd")),
                     # and check142's (blind): the d = 256 forward of 2294 queries over 27686 keys, six heads of
                     # 27 MiB (-32%; 0.26 GB)
-                    ("h200", "sdpa_flash", "check142_256_2x3x2294x27686", "fwd")}
+                    ("h200", "sdpa_flash", "check142_256_2x3x2294x27686", "fwd"),
+                    # and check143's and check146's (blind): the d = 256 forward at 4 x 3 x 118906, twelve heads of
+                    # 116 MiB (CAME_APART: 180 GB, the model 20.7, -88%; forward+backward -73%; FA2_APART's class),
+                    # the d = 192 forward of 171333 queries over 21307 keys (+32%; kernel 2 +31%) and the d = 160
+                    # forward+backward at 2 x 1 x 124711 (-60%; PADDED_APART's class)
+                    *(("h200", "sdpa_flash", "check143_256_4x3x118906", mode) for mode in ("fwd", "fwd_bwd")),
+                    ("h200", "sdpa_flash", "check146_192_8x1x171333x21307", "fwd"),
+                    ("h200", "sdpa_flash", "check146_160_2x1x124711", "fwd_bwd")}
 
 
 def test_synced_where_kernel3_puts_its_barrier():
@@ -1077,7 +1090,9 @@ ROLL_HELD_MISSES = {("h200", "flashref", "check37_64_4x1x163840_causal", "fwd"),
                     # d = 32 forward+backward at 4 x 1 x 134129 (+31%; today's +22%), as check116's
                     ("h200", "flashref", "check135_64_1x5x177152_causal", "fwd"),
                     ("h200", "flashref", "check137_64_8x1x125952_causal", "fwd"),
-                    ("h200", "flashref2", "check138_32_4x1x134129_causal", "fwd_bwd")}
+                    ("h200", "flashref2", "check138_32_4x1x134129_causal", "fwd_bwd"),
+                    # and check145's (blind): kernel 3's causal d = 64 forward at 1 x 4 x 125952 (+31%; today's +14%)
+                    ("h200", "flashref", "check145_64_1x4x125952_causal", "fwd")}
 
 
 # The SM drift's own capacity in a rolling grid (C_rdrift): fitted on every rolling row recorded before check22 (the
@@ -1447,7 +1462,11 @@ SWAVES_HELD_MISSES = {
     *(("h200", "sdpa_flash", "check138_32_4x1x134129_causal", mode) for mode in ("fwd", "fwd_bwd")),
     # and check140's (blind): the d = 64 walk at one head of 192512 (-27%), where check137's at one head of 185344
     # was +56%: the same walk on either side of the model
-    ("h200", "sdpa_flash", "check140_64_1x1x192512_causal", "fwd")}
+    ("h200", "sdpa_flash", "check140_64_1x1x192512_causal", "fwd"),
+    # and check144's and check146's (blind): the d = 128 walk at two heads of 67584 (+27%) and of 60416, 30 MiB a
+    # head (+41%, forward+backward +27%), over as check137's and check138's two heads of 43008 were
+    ("h200", "sdpa_flash", "check144_128_2x1x67584_causal", "fwd"),
+    *(("h200", "sdpa_flash", "check146_128_2x1x60416_causal", mode) for mode in ("fwd", "fwd_bwd"))}
 
 
 @pytest.mark.parametrize("impl,shape,mode,kw,measured,gpu,info", SWAVES_HELD,
@@ -1571,7 +1590,10 @@ APART_HELD_MISSES = {*(("h200", "sdpa_flash", f"check{shape}", "fwd_bwd")
                          "check135_64_4x2x239616", "check135_64_1x6x277504", "check138_64_4x1x427008")),
                      # and check139's 2 x 1 x 375808, the other side: 21.0 GB where the model says 26.4 (+26%), where
                      # check128's 4 x 1 of the same length read 2.4x the model (its forward within)
-                     ("h200", "sdpa_flash", "check139_64_2x1x375808", "fwd_bwd")}
+                     ("h200", "sdpa_flash", "check139_64_2x1x375808", "fwd_bwd"),
+                     # and check143's 1 x 8 x 240640, 400 GB where the model says 86 (-79%; its forward within): the
+                     # backward's passes came apart again
+                     ("h200", "sdpa_flash", "check143_64_1x8x240640", "fwd_bwd")}
 
 
 # How many more times a head of FlashAttention-2's d = 64 forward reads what misses in its first pass when it rolls in
@@ -2249,7 +2271,7 @@ def test_profile_l2_splits_kernels_at_markers():
 
 
 def test_draw_validation_keeps_its_rule():
-    """check64, check65, check67, check68, check70 and check72-check142 are draw_validation's sets for their seeds,
+    """check64, check65, check67, check68, check70 and check72-check146 are draw_validation's sets for their seeds,
     and any draw keeps check41's, check52's and check70's rules: shapes of many heads at short N (until check103
     took the last), few heads at long N (from the grid, or by check70's rule at N a multiple of 1024 in LONG_N),
     2^16 <= B·H·N <= 2^21, four corners of other head dims and lengths no tile divides (Nq != Nk never causal), none
@@ -2315,10 +2337,10 @@ def test_draw_validation_keeps_its_rule():
     assert lp.draw_validation(20261310, "check124", many=0, few=0, long=8) == lp.CHECK124
     assert lp.draw_validation(20261311, "check125", many=0, few=0, long=8) == lp.CHECK125
     assert lp.draw_validation(20261312, "check126", many=0, few=0, long=8) == lp.CHECK126
-    for seed, name in zip(range(20261313, 20261329), ("check127", "check128", "check129", "check130", "check131",
+    for seed, name in zip(range(20261313, 20261333), ("check127", "check128", "check129", "check130", "check131",
                                                       "check132", "check133", "check134", "check135", "check136",
                                                       "check137", "check138", "check139", "check140", "check141",
-                                                      "check142")):
+                                                      "check142", "check143", "check144", "check145", "check146")):
         assert lp.draw_validation(seed, name, many=0, few=0, long=8) == lp.GROUPS[name]
     seen = {(B, H, lp.lengths(N), d, c) for _, _, B, H, N, d, c in lp.shapes(tuple(lp.GROUPS))}
     # check70 took the last shape of the few-heads grid: a draw asks for no more than are left, or is refused
@@ -2781,7 +2803,10 @@ PREREGISTERED = (_preregistered("check2", OLD_RULE) + _preregistered("check3", S
                  + _both_gpus("check138", rule={})
                  # check139-check142 (blind)
                  + _both_gpus("check139", rule={}) + _both_gpus("check140", rule={}) + _both_gpus("check141", rule={})
-                 + _both_gpus("check142", rule={}))
+                 + _both_gpus("check142", rule={})
+                 # check143-check146 (blind)
+                 + _both_gpus("check143", rule={}) + _both_gpus("check144", rule={}) + _both_gpus("check145", rule={})
+                 + _both_gpus("check146", rule={}))
 # Where the predictions written before the measurement missed: FlashAttention-2's causal forward at d = 64
 # (its knee is sharper than the staggered rule's: too many misses at N = 49152-98304, too few at 262144) and,
 # before the diagonal-start rule, flashref's causal d = 64 forward+backward at N = 65536.
@@ -3429,6 +3454,20 @@ PREREGISTERED_MISSES = {
     ("h200", "sdpa_flash", "check139_64_2x1x375808", "fwd_bwd"),
     ("h200", "sdpa_flash", "check140_64_1x1x192512_causal", "fwd"),
     ("h200", "sdpa_flash", "check142_256_2x3x2294x27686", "fwd"),
+    # check143-check146 (blind), 199 of 210: FlashAttention-2's non-causal d = 256 walk at 4 x 3 x 118906 coming apart
+    # (-88%, forward+backward -73%; FA2_APART's class) and its d = 64 backward at 1 x 8 x 240640 (-79%); its causal
+    # d = 128 forwards at two heads of 67584 (+27%) and of 60416 (+41%, forward+backward +27%); the d = 192 forward of
+    # 171333 queries over 21307 keys (FlashAttention-2 +32%, kernel 2 +31%); the d = 160 call at 2 x 1 x 124711
+    # (FlashAttention-2's forward+backward -60%, PADDED_APART's class; kernel 2's forward +39%); kernel 2's d = 80
+    # forward at 4 x 6 x 44247 (+36%)
+    *(("h200", "sdpa_flash", "check143_256_4x3x118906", mode) for mode in ("fwd", "fwd_bwd")),
+    *(("h200", "sdpa_flash", "check146_128_2x1x60416_causal", mode) for mode in ("fwd", "fwd_bwd")),
+    ("h200", "sdpa_flash", "check143_64_1x8x240640", "fwd_bwd"),
+    ("h200", "sdpa_flash", "check144_128_2x1x67584_causal", "fwd"),
+    ("h200", "sdpa_flash", "check146_192_8x1x171333x21307", "fwd"),
+    ("h200", "sdpa_flash", "check146_160_2x1x124711", "fwd_bwd"),
+    *(("h200", "flashref2", shape, "fwd") for shape in (
+        "check143_80_4x6x44247", "check146_192_8x1x171333x21307", "check146_160_2x1x124711")),
     *(("check11s", "flashref", shape, "fwd_bwd") for shape in (
         "sweep_262144", "check6_128_393k", "check6_128_2x262k", "check6_64_786k", "check11_128_1x4x262144",
         "check11_128_4x1x196608"))}

@@ -412,8 +412,8 @@ KERNEL2_APART = ("flashref's kernel 2 (where kernel 3 cannot run), non-causal, o
 # apart the further the longer the grid runs (figures/gpu/NOTES-l2.md, "Forty-fifth round"; apartkv, below: its
 # "Forty-sixth round"): the model's passes (the lockstep waves, their drift, the backward's passes that come apart:
 # apart_rule) hold such calls whose forward runs
-# fewer than FA2_APART_WAVES waves of CTAs (one of 180 recorded rows over 4/3 of the prediction, 1.37x), and past it
-# 82 of 276 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
+# fewer than FA2_APART_WAVES waves of CTAs (one of 184 recorded rows over 4/3 of the prediction, 1.37x), and past it
+# 84 of 278 rows read more than 4/3 of the prediction, up to 21x in the forward (apart256: ten d = 256 heads of 189
 # MiB, 114 waves) and 10x in the forward+backward, none less than 0.75 of it. waves256, aimed at the condition with
 # the heads and the K and V a head held (ten heads of 189 MiB) and fewer queries, found it: at 14 waves the forward
 # read 0.7x (d = 256) and 1.1x (d = 128) the model, at 29 waves 1.3-3.4x and 1.3-1.5x, at 57 waves 8.8-9.0x and
@@ -428,7 +428,7 @@ KERNEL2_APART = ("flashref's kernel 2 (where kernel 3 cannot run), non-causal, o
 FA2_APART_WAVES = 24
 FA2_APART = ("FlashAttention-2, non-causal, one head's K and V ({kv:.0f} MiB) at least the L2 ({l2:.0f} MiB) and "
              "{waves:.0f} waves of CTAs in its forward (at least " + str(FA2_APART_WAVES) + "): its waves came apart "
-             "at 82 of the 276 recorded such calls (over 4/3 of this prediction), the further the more waves and the "
+             "at 84 of the 278 recorded such calls (over 4/3 of this prediction), the further the more waves and the "
              "more a head's K and V outgrow the L2, up to 21x (forward) and 10x (forward+backward)")
 
 

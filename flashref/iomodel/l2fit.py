@@ -290,7 +290,8 @@ RUNS_SINCE_CHECK13 = ("check13", "check14", "check15", "check16", "check17", "ch
                       "padded2", "check119", "check120", "check121", "check122", "apart256", "check123",
                       "check124", "waves256", "check125", "check126", "check127", "check128", "check129",
                       "check130", "apartkv", "check131", "check132", "check133", "check134", "check135",
-                      "check136", "check137", "check138", "check139", "check140", "check141", "check142")
+                      "check136", "check137", "check138", "check139", "check140", "check141", "check142",
+                      "check143", "check144", "check145", "check146")
 
 
 def runs_from(first: str) -> tuple:
