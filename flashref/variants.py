@@ -139,8 +139,10 @@ def bias_gradient(pb, mem, G: int, name: str = "dBias") -> np.ndarray:
 
 
 def kv_gradients(pb, dK, dV):
-    """dK, dV in K's and V's own shape: zeros when there are no query heads (G = 0), whose loop was empty."""
-    if pb.group:
+    """dK, dV in K's and V's own shape: zeros when there are no query heads (G = 0) or no (batch, head) pair at all,
+    whose loop was empty (an empty batch's per-query-head dK_h are not summed: there is nothing to sum, and predict,
+    which sees only the heads' product, 0, could not say the group of that pass)."""
+    if pb.group and pb.heads:
         return dK, dV
     return np.zeros(pb.K.shape, dtype=dK.dtype), np.zeros(pb.V.shape, dtype=dV.dtype)
 

@@ -360,9 +360,10 @@ def test_gqa_with_an_empty_batch_gives_empty_results(module, packing):
     assert fwd.O.shape == (0, 4, 5, 8) and fwd.io.total == 0  # torch.nn.functional's shape
     assert (bwd.dQ.shape, bwd.dK.shape, bwd.dV.shape) == (Q.shape, K.shape, K.shape) and bwd.io.total == 0
     name = module.__name__.split(".")[-1]
-    for direction in ("forward", "backward"):
+    for direction, res in (("forward", fwd), ("backward", bwd)):
         p = iomodel.predict(name, direction, Nq=5, Nk=6, d=8, heads=0, kv_heads=0, **shapes_opts(o))
         assert (p.reads, p.writes) == (0, 0)
+        assert p.by_line == res.io.by_line  # every line at 0, and no group sum that predict cannot know of
 
 
 @pytest.mark.parametrize("module, packing", GQA_EMPTY)
