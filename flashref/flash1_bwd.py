@@ -191,7 +191,7 @@ def gradients(mem: Memory, fc: FlopCounter, pb0: Problem, g: blocks.Grid, bias_g
     """Alg.4 l.26: the result, after [gqa]'s pass that sums each group's dK_h, dV_h (one more pass, counted)."""
     io, events = mem.report(), list(mem.events)
     dK, dV = (mem.result(name) for name in _kv_names(pb0))
-    if pb0.group > 1 and pb0.heads:  # (an empty batch has nothing to sum: variants.kv_gradients)
+    if pb0.group > 1:
         dK, dV, io, events = variants.reduce_groups(pb0, g, dK, dV, fc, io, events)
     dK, dV = variants.kv_gradients(pb0, dK, dV)  # [gqa] no query heads: zero gradients, nothing moved
     if bias_grad:

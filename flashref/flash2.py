@@ -439,7 +439,7 @@ def backward(Q, K, V, O, dO, L, **opts) -> BackwardResult:
     io, events = mem.report(), list(mem.events)
     dQ = variants.unpack_rows(mem.result("dQ"), G)
     dK, dV = mem.result(dK_name), mem.result(dV_name)
-    if reduce_groups and pb0.heads:  # (an empty batch has nothing to sum: variants.kv_gradients)
+    if reduce_groups:
         # [gqa] unpacked: dK = Σ over each group of the query heads' dK_h (and dV), one more pass.
         dK, dV, io, events = variants.reduce_groups(pb0, g, dK, dV, fc, io, events)
     dK, dV = variants.kv_gradients(pb0, dK, dV)  # [gqa] no query heads: zero gradients, nothing moved

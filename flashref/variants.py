@@ -140,8 +140,7 @@ def bias_gradient(pb, mem, G: int, name: str = "dBias") -> np.ndarray:
 
 def kv_gradients(pb, dK, dV):
     """dK, dV in K's and V's own shape: zeros when there are no query heads (G = 0) or no (batch, head) pair at all,
-    whose loop was empty (an empty batch's per-query-head dK_h are not summed: there is nothing to sum, and predict,
-    which sees only the heads' product, 0, could not say the group of that pass)."""
+    whose loop was empty (an empty batch's per-query-head dK_h are not summed: :func:`reduce_groups`)."""
     if pb.group and pb.heads:
         return dK, dV
     return np.zeros(pb.K.shape, dtype=dK.dtype), np.zeros(pb.V.shape, dtype=dV.dtype)
@@ -153,8 +152,12 @@ def reduce_groups(pb0, g, dK_h, dV_h, fc: FlopCounter, io, events=()):
     One work item per (K/V head, column block of the grid ``g``): it loads the g query heads' Bc×d tiles one by
     one and writes their sum once. Reads 2·Hq·Nk·d, writes 2·Hkv·Nk·d (flash-attn's ``dk_expanded.sum``).
     ``io`` and ``events`` are the backward's own; returns ``(dK, dV, io, events)`` with the pass's traffic added
-    and its events numbered after the backward's (the animations play them in order).
+    and its events numbered after the backward's (the animations play them in order). An empty batch (no (batch,
+    head) pair) has nothing to sum: no pass runs, and :func:`kv_gradients` gives its zeros (predict, which sees only
+    the heads' product, 0, could not say the group of such a pass).
     """
+    if not pb0.heads:
+        return dK_h, dV_h, io, list(events)
     G, kv, Nk, d = pb0.group, tuple(pb0.kv_lead), pb0.Nk, pb0.d
     mem = Memory(pb0.sram_size, pb0.dtype_bytes, kv)
     out = []
